@@ -1,0 +1,101 @@
+// Backward pass: count each node's dependencies reachable from the roots, then run nodes
+// once all gradients flowing into them have been summed, latest-created first.
+#include "tessera/autograd/engine.h"
+
+#include <queue>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "tessera/autograd/node.h"
+#include "tessera/grad_mode.h"
+#include "tessera/ops.h"
+
+namespace tessera::autograd {
+
+namespace {
+
+// Hands the root gradients to the graph as if they were one node's outputs.
+class GraphRoot final : public Node {
+ public:
+  explicit GraphRoot(std::vector<Tensor> grads) : grads_(std::move(grads)) {}
+  std::vector<Tensor> apply(std::vector<Tensor>&&) override { return grads_; }
+  std::string name() const override { return "GraphRoot"; }
+
+ private:
+  std::vector<Tensor> grads_;
+};
+
+struct LaterFirst {
+  bool operator()(Node* a, Node* b) const { return a->sequence_nr < b->sequence_nr; }
+};
+
+}  // namespace
+
+void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_roots,
+              bool retain_graph) {
+  NoGradGuard no_grad;
+  std::vector<Tensor> grads;
+  for (size_t i = 0; i < roots.size(); ++i) {
+    const Tensor& r = roots[i];
+    TS_CHECK(r.requires_grad(), "backward: tensor ", i, " (", r.describe(),
+             ") does not require grad and has no grad_fn");
+    Tensor g = i < grad_roots.size() ? grad_roots[i] : Tensor();
+    if (!g.defined()) {
+      TS_CHECK(r.numel() == 1, "backward: a gradient can be created implicitly only for scalar "
+               "outputs, got ", r.describe(), "; pass the output gradient explicitly");
+      g = ones(r.shape(), r.dtype(), r.device());
+    }
+    TS_CHECK(g.shape() == r.shape(), "backward: gradient shape ", shape_str(g.shape()),
+             " does not match output shape ", shape_str(r.shape()));
+    grads.push_back(g);
+  }
+  auto root = std::make_shared<GraphRoot>(grads);
+  for (const Tensor& r : roots) root->next_edges.push_back(gradient_edge(r));
+
+  // Dependencies: how many edges point at each node.
+  std::unordered_map<Node*, int> deps;
+  std::unordered_map<Node*, std::shared_ptr<Node>> keep_alive;
+  std::vector<Node*> stack{root.get()};
+  std::unordered_set<Node*> seen{root.get()};
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    for (const Edge& e : n->next_edges) {
+      if (!e.node) continue;
+      deps[e.node.get()]++;
+      if (seen.insert(e.node.get()).second) {
+        keep_alive[e.node.get()] = e.node;
+        stack.push_back(e.node.get());
+      }
+    }
+  }
+
+  std::unordered_map<Node*, std::vector<Tensor>> buffers;
+  std::priority_queue<Node*, std::vector<Node*>, LaterFirst> ready;
+  ready.push(root.get());
+  while (!ready.empty()) {
+    Node* n = ready.top();
+    ready.pop();
+    std::vector<Tensor> in = std::move(buffers[n]);
+    buffers.erase(n);
+    in.resize(n->num_outputs);
+    bool any_grad = n == root.get();
+    for (const Tensor& g : in) any_grad = any_grad || g.defined();
+    // A node no gradient reached passes nothing on (but still releases its inputs' deps).
+    std::vector<Tensor> out = any_grad ? n->apply(std::move(in)) : std::vector<Tensor>{};
+    if (!retain_graph) n->release_saved();
+    for (size_t i = 0; i < n->next_edges.size(); ++i) {
+      const Edge& e = n->next_edges[i];
+      if (!e.node) continue;
+      if (i < out.size() && out[i].defined()) {
+        auto& buf = buffers[e.node.get()];
+        if (buf.size() < e.node->num_outputs) buf.resize(e.node->num_outputs);
+        Tensor& slot = buf[e.input_nr];
+        slot = slot.defined() ? add(slot, out[i]) : out[i];
+      }
+      if (--deps[e.node.get()] == 0) ready.push(e.node.get());
+    }
+  }
+}
+
+}  // namespace tessera::autograd

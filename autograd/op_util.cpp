@@ -1,0 +1,36 @@
+#include "autograd/op_util.h"
+
+namespace tessera::detail {
+
+Tensor run1(Kernel k, const std::vector<Tensor>& inputs, const Shape& out_shape, DType out_dtype,
+            DType dispatch_dtype, const KernelAttrs& attrs) {
+  const Device device = inputs.empty() ? Device::cpu() : inputs[0].device();
+  Tensor out = Tensor::empty(out_shape, out_dtype, device);
+  Tensor outs[1] = {out};
+  run_kernel(k, device, dispatch_dtype, inputs, outs, attrs);
+  return out;
+}
+
+Tensor sum_to_shape(const Tensor& grad, const Shape& shape) {
+  if (grad.shape() == shape) return grad;
+  const int64_t lead = grad.dim() - static_cast<int64_t>(shape.size());
+  std::vector<int64_t> dims;
+  for (int64_t d = 0; d < grad.dim(); ++d)
+    if (d < lead || (shape[d - lead] == 1 && grad.shape()[d] != 1)) dims.push_back(d);
+  Tensor s = dims.empty() ? grad : sum(grad, dims, true);
+  return s.reshape(shape);
+}
+
+void check_same_device(const char* op, const std::vector<Tensor>& tensors) {
+  for (const Tensor& t : tensors) {
+    if (!t.defined() || t.device() == tensors[0].device()) continue;
+    fail(op, ": expected all tensors on one device, got ", tensors[0].describe(), " and ",
+         t.describe());
+  }
+}
+
+void check_floating(const char* op, const Tensor& t) {
+  TS_CHECK(is_floating(t.dtype()), op, ": expected a floating-point tensor, got ", t.describe());
+}
+
+}  // namespace tessera::detail

@@ -1,0 +1,72 @@
+// matmul with torch.matmul's rules (1-D promotion, broadcast batch dims), built from one
+// differentiable primitive: a batched product of [batch, M, K] and [batch, K, N] views.
+#include "autograd/op_util.h"
+
+namespace tessera {
+
+using autograd::record;
+using detail::untracked;
+
+namespace {
+
+// a [batch, M, K] @ b [batch, K, N]; a broadcast batch arrives as a stride-0 expanded view,
+// whose gradient the expand's own backward sums.
+Tensor bmm3(const Tensor& a, const Tensor& b) {
+  TS_CHECK(a.shape()[0] == b.shape()[0] && a.shape()[2] == b.shape()[1], "matmul: batched shapes ",
+           shape_str(a.shape()), " and ", shape_str(b.shape()), " do not match");
+  const Shape out_shape{a.shape()[0], a.shape()[1], b.shape()[2]};
+  const DType dt = a.dtype();
+  std::vector<Tensor> outs{detail::run1(Kernel::matmul, {untracked(a), untracked(b)}, out_shape, dt, dt)};
+  const bool ga = a.requires_grad(), gb = b.requires_grad();
+  record("MatmulBackward", {a, b}, outs,
+         [ua = untracked(a), ub = untracked(b), ga, gb](const std::vector<Tensor>& g) {
+           Tensor da, db;
+           if (ga) da = bmm3(g[0], ub.transpose(1, 2));
+           if (gb) db = bmm3(ua.transpose(1, 2), g[0]);
+           return std::vector<Tensor>{da, db};
+         },
+         {a, b});
+  return outs[0];
+}
+
+}  // namespace
+
+Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
+  TS_CHECK(a_in.dim() >= 1 && b_in.dim() >= 1, "matmul: both operands need at least 1 dimension, got ",
+           a_in.describe(), " and ", b_in.describe());
+  detail::check_same_device("matmul", {a_in, b_in});
+  const DType dt = promote_types(a_in.dtype(), b_in.dtype());
+  TS_CHECK(is_floating(dt), "matmul: expected floating-point operands, got ", a_in.describe(),
+           " and ", b_in.describe());
+  Tensor a = a_in.to(dt), b = b_in.to(dt);
+  const bool a_vec = a.dim() == 1, b_vec = b.dim() == 1;
+  if (a_vec) a = a.unsqueeze(0);
+  if (b_vec) b = b.unsqueeze(1);
+  const int64_t M = a.shape()[a.dim() - 2], K = a.shape()[a.dim() - 1];
+  const int64_t N = b.shape()[b.dim() - 1];
+  TS_CHECK(b.shape()[b.dim() - 2] == K, "matmul: inner dimensions differ: ", a_in.describe(), " @ ",
+           b_in.describe(), " (", K, " vs ", b.shape()[b.dim() - 2], ")");
+  const Shape batch_a(a.shape().begin(), a.shape().end() - 2);
+  const Shape batch_b(b.shape().begin(), b.shape().end() - 2);
+  const Shape batch = broadcast_shapes(batch_a, batch_b, "matmul");
+  const int64_t nbatch = numel_of(batch);
+
+  Tensor out;
+  if (batch_b.empty() || numel_of(batch_b) == 1) {
+    // b is one matrix: fold a's batch into its rows (the Linear-layer case, one big GEMM).
+    Tensor a3 = a.expand([&] { Shape s = batch; s.push_back(M); s.push_back(K); return s; }())
+                    .reshape({1, nbatch * M, K});
+    out = bmm3(a3, b.reshape({1, K, N}));
+  } else {
+    Shape sa = batch, sb = batch;
+    sa.insert(sa.end(), {M, K});
+    sb.insert(sb.end(), {K, N});
+    out = bmm3(a.expand(sa).reshape({nbatch, M, K}), b.expand(sb).reshape({nbatch, K, N}));
+  }
+  Shape out_shape = batch;
+  if (!a_vec) out_shape.push_back(M);
+  if (!b_vec) out_shape.push_back(N);
+  return out.reshape(out_shape);
+}
+
+}  // namespace tessera

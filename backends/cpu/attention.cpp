@@ -1,0 +1,167 @@
+// Fused scaled-dot-product attention, flash-style: per (batch, head), query rows are taken in
+// blocks; scores for one block exist only in a per-thread scratch and are rebuilt in backward
+// from the saved log-sum-exp, so no [T, T] matrix outlives a block.
+// forward  inputs: q [B,H,Tq,D], k [B,H,Tk,D], v [B,H,Tk,Dv] (contiguous), mask (optional bool,
+//          broadcast view of [B,H,Tq,Tk], true = attend); attrs.flag = causal, scalar = scale
+//          outputs: o [B,H,Tq,Dv], lse [B,H,Tq] (compute type; -inf for fully masked rows)
+// backward inputs: dO, q, k, v, o, lse, mask; outputs: dq, dk, dv
+// Causal masking aligns the last query with the last key (key j visible to query i when
+// j <= i + Tk - Tq), which equals torch's is_causal when Tq == Tk and suits KV caches.
+#include <cmath>
+#include <limits>
+
+#include "backends/cpu/cpu_types.h"
+#include "backends/cpu/parallel.h"
+
+namespace tessera::cpu {
+namespace {
+
+constexpr int64_t kQueryBlock = 64;
+
+template <class A>
+using RowMat = Eigen::Matrix<A, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+struct AttentionShape {
+  int64_t B, H, Tq, Tk, D, Dv;
+  explicit AttentionShape(const KernelCall& c)
+      : B(c.inputs[0].shape()[0]), H(c.inputs[0].shape()[1]), Tq(c.inputs[0].shape()[2]),
+        Tk(c.inputs[1].shape()[2]), D(c.inputs[0].shape()[3]), Dv(c.inputs[2].shape()[3]) {}
+};
+
+// Loads one head ([rows, cols] at `head`) as a matrix in the compute type.
+template <class T, class A>
+RowMat<A> load_head(const Tensor& t, int64_t head, int64_t rows, int64_t cols) {
+  const T* p = t.data<T>() + head * rows * cols;
+  RowMat<A> m(rows, cols);
+  for (int64_t i = 0; i < rows * cols; ++i) m.data()[i] = A(load(p[i]));
+  return m;
+}
+
+template <class T, class A>
+void store_head(const RowMat<A>& m, Tensor& t, int64_t head) {
+  T* p = t.data<T>() + head * m.size();
+  for (int64_t i = 0; i < m.size(); ++i) p[i] = T(m.data()[i]);
+}
+
+// Scores of query rows [i0, i0 + rows) against keys [0, kmax), masked entries at -inf.
+template <class A>
+void block_scores(const KernelCall& c, const AttentionShape& s, int64_t b, int64_t h,
+                  const RowMat<A>& Q, const RowMat<A>& K, int64_t i0, int64_t rows, int64_t kmax,
+                  A scale, RowMat<A>& S) {
+  S.noalias() = scale * Q.middleRows(i0, rows) * K.topRows(kmax).transpose();
+  const Tensor& mask = c.inputs.size() > 6 ? c.inputs[6] : c.inputs[3];
+  const bool causal = c.attrs.flag;
+  const A ninf = -std::numeric_limits<A>::infinity();
+  const bool* mp = mask.defined() ? mask.data<bool>() : nullptr;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t i = i0 + r;
+    if (causal)
+      for (int64_t j = std::max<int64_t>(0, i + s.Tk - s.Tq + 1); j < kmax; ++j) S(r, j) = ninf;
+    if (mp) {
+      const auto& st = mask.strides();
+      const bool* row = mp + b * st[0] + h * st[1] + i * st[2];
+      for (int64_t j = 0; j < kmax; ++j)
+        if (!row[j * st[3]]) S(r, j) = ninf;
+    }
+  }
+}
+
+template <class T>
+struct Attention {
+  static void run(const KernelCall& c) {
+    using A = compute_t<T>;
+    const AttentionShape s(c);
+    const A scale = static_cast<A>(c.attrs.scalar);
+    A* lse = c.outputs[1].data<A>();
+    parallel_for(s.B * s.H, 1, [&](int64_t h0, int64_t h1) {
+      RowMat<A> S, O(s.Tq, s.Dv);
+      for (int64_t bh = h0; bh < h1; ++bh) {
+        const int64_t b = bh / s.H, h = bh % s.H;
+        const RowMat<A> Q = load_head<T, A>(c.inputs[0], bh, s.Tq, s.D);
+        const RowMat<A> K = load_head<T, A>(c.inputs[1], bh, s.Tk, s.D);
+        const RowMat<A> V = load_head<T, A>(c.inputs[2], bh, s.Tk, s.Dv);
+        for (int64_t i0 = 0; i0 < s.Tq; i0 += kQueryBlock) {
+          const int64_t rows = std::min(kQueryBlock, s.Tq - i0);
+          const int64_t kmax = c.attrs.flag ? std::clamp<int64_t>(i0 + rows + s.Tk - s.Tq, 0, s.Tk) : s.Tk;
+          if (kmax == 0) {
+            O.middleRows(i0, rows).setZero();
+            for (int64_t r = 0; r < rows; ++r) lse[bh * s.Tq + i0 + r] = -std::numeric_limits<A>::infinity();
+            continue;
+          }
+          S.resize(rows, kmax);
+          block_scores(c, s, b, h, Q, K, i0, rows, kmax, scale, S);
+          for (int64_t r = 0; r < rows; ++r) {
+            const A m = S.row(r).maxCoeff();
+            if (std::isinf(m)) {  // every key masked: output 0 rather than NaN
+              S.row(r).setZero();
+              lse[bh * s.Tq + i0 + r] = -std::numeric_limits<A>::infinity();
+              continue;
+            }
+            S.row(r) = (S.row(r).array() - m).exp();
+            const A sum = S.row(r).sum();
+            S.row(r) /= sum;
+            lse[bh * s.Tq + i0 + r] = m + std::log(sum);
+          }
+          O.middleRows(i0, rows).noalias() = S * V.topRows(kmax);
+        }
+        store_head<T, A>(O, c.outputs[0], bh);
+      }
+    });
+  }
+};
+
+template <class T>
+struct AttentionBackward {
+  static void run(const KernelCall& c) {
+    using A = compute_t<T>;
+    // inputs: dO, q, k, v, o, lse, mask; shapes come from q/k/v at positions 1..3
+    const AttentionShape s(KernelCall{c.inputs.subspan(1), c.outputs, c.attrs});
+    const A scale = static_cast<A>(c.attrs.scalar);
+    const A* lse = c.inputs[5].data<A>();
+    parallel_for(s.B * s.H, 1, [&](int64_t h0, int64_t h1) {
+      RowMat<A> S, dP;
+      for (int64_t bh = h0; bh < h1; ++bh) {
+        const int64_t b = bh / s.H, h = bh % s.H;
+        const RowMat<A> dO = load_head<T, A>(c.inputs[0], bh, s.Tq, s.Dv);
+        const RowMat<A> Q = load_head<T, A>(c.inputs[1], bh, s.Tq, s.D);
+        const RowMat<A> K = load_head<T, A>(c.inputs[2], bh, s.Tk, s.D);
+        const RowMat<A> V = load_head<T, A>(c.inputs[3], bh, s.Tk, s.Dv);
+        const RowMat<A> O = load_head<T, A>(c.inputs[4], bh, s.Tq, s.Dv);
+        RowMat<A> dQ = RowMat<A>::Zero(s.Tq, s.D), dK = RowMat<A>::Zero(s.Tk, s.D);
+        RowMat<A> dV = RowMat<A>::Zero(s.Tk, s.Dv);
+        const Eigen::Matrix<A, Eigen::Dynamic, 1> Dvec = (dO.array() * O.array()).rowwise().sum();
+        for (int64_t i0 = 0; i0 < s.Tq; i0 += kQueryBlock) {
+          const int64_t rows = std::min(kQueryBlock, s.Tq - i0);
+          const int64_t kmax = c.attrs.flag ? std::clamp<int64_t>(i0 + rows + s.Tk - s.Tq, 0, s.Tk) : s.Tk;
+          if (kmax == 0) continue;
+          S.resize(rows, kmax);
+          block_scores(c, s, b, h, Q, K, i0, rows, kmax, scale, S);
+          for (int64_t r = 0; r < rows; ++r) {
+            const A l = lse[bh * s.Tq + i0 + r];
+            if (std::isinf(l)) S.row(r).setZero();
+            else S.row(r) = (S.row(r).array() - l).exp();
+          }
+          dV.topRows(kmax).noalias() += S.transpose() * dO.middleRows(i0, rows);
+          dP.noalias() = dO.middleRows(i0, rows) * V.topRows(kmax).transpose();
+          // dS = P * (dP - D_i), then fold in the score scale
+          for (int64_t r = 0; r < rows; ++r)
+            dP.row(r) = (S.row(r).array() * (dP.row(r).array() - Dvec(i0 + r))) * scale;
+          dQ.middleRows(i0, rows).noalias() = dP * K.topRows(kmax);
+          dK.topRows(kmax).noalias() += dP.transpose() * Q.middleRows(i0, rows);
+        }
+        store_head<T, A>(dQ, c.outputs[0], bh);
+        store_head<T, A>(dK, c.outputs[1], bh);
+        store_head<T, A>(dV, c.outputs[2], bh);
+      }
+    });
+  }
+};
+
+const bool registered = [] {
+  register_floating<Attention>(Kernel::attention);
+  register_floating<AttentionBackward>(Kernel::attention_backward);
+  return true;
+}();
+
+}  // namespace
+}  // namespace tessera::cpu

@@ -1,0 +1,35 @@
+// dropout: y = x * keep / (1 - p) with keep = philox_uniform(seed, offset + i) >= p.
+// Backward is the same kernel applied to the gradient with the same (seed, offset), so no
+// mask is stored. inputs: x (contiguous); attrs: scalar = p, seed, offset.
+#include "backends/cpu/cpu_types.h"
+#include "backends/cpu/parallel.h"
+#include "tessera/rng.h"
+
+namespace tessera::cpu {
+namespace {
+
+template <class T>
+struct Dropout {
+  static void run(const KernelCall& c) {
+    using A = compute_t<T>;
+    const T* x = c.inputs[0].data<T>();
+    T* y = c.outputs[0].data<T>();
+    const float p = static_cast<float>(c.attrs.scalar);
+    const A scale = p < 1.0f ? A(1) / (A(1) - A(p)) : A(0);
+    const uint64_t seed = c.attrs.seed, offset = c.attrs.offset;
+    parallel_for(c.outputs[0].numel(), 1 << 14, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        const bool keep = philox_uniform(seed, offset + static_cast<uint64_t>(i)) >= p;
+        y[i] = T(keep ? A(load(x[i])) * scale : A(0));
+      }
+    });
+  }
+};
+
+const bool registered = [] {
+  register_floating<Dropout>(Kernel::dropout);
+  return true;
+}();
+
+}  // namespace
+}  // namespace tessera::cpu

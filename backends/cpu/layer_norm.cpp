@@ -1,0 +1,118 @@
+// Fused layer_norm over the last dim of a contiguous [N, C] input.
+// forward  inputs: x, weight (optional), bias (optional); attrs.scalar = eps
+//          outputs: y [N, C], mean [N], rstd [N] (mean/rstd in the compute type's dtype)
+// backward inputs: dy, x, mean, rstd, weight (optional)
+//          outputs: dx, dweight (optional), dbias (optional)
+#include <cmath>
+#include <vector>
+
+#include "backends/cpu/cpu_types.h"
+#include "backends/cpu/parallel.h"
+
+namespace tessera::cpu {
+namespace {
+
+template <class T>
+struct LayerNorm {
+  static void run(const KernelCall& c) {
+    using A = compute_t<T>;
+    const Tensor& x = c.inputs[0];
+    const int64_t C = x.shape()[1], N = x.shape()[0];
+    const T* px = x.data<T>();
+    const T* w = c.inputs[1].defined() ? c.inputs[1].data<T>() : nullptr;
+    const T* b = c.inputs[2].defined() ? c.inputs[2].data<T>() : nullptr;
+    T* y = c.outputs[0].data<T>();
+    A* mean = c.outputs[1].data<A>();
+    A* rstd = c.outputs[2].data<A>();
+    const A eps = static_cast<A>(c.attrs.scalar);
+    parallel_for(N, std::max<int64_t>(1, 4096 / std::max<int64_t>(C, 1)), [&](int64_t s, int64_t e) {
+      for (int64_t r = s; r < e; ++r) {
+        const T* xr = px + r * C;
+        A m = 0;
+        for (int64_t j = 0; j < C; ++j) m += load(xr[j]);
+        m /= A(C);
+        A v = 0;
+        for (int64_t j = 0; j < C; ++j) {
+          const A d = A(load(xr[j])) - m;
+          v += d * d;
+        }
+        const A rs = A(1) / std::sqrt(v / A(C) + eps);
+        mean[r] = m;
+        rstd[r] = rs;
+        for (int64_t j = 0; j < C; ++j) {
+          A o = (A(load(xr[j])) - m) * rs;
+          if (w) o *= A(load(w[j]));
+          if (b) o += A(load(b[j]));
+          y[r * C + j] = T(o);
+        }
+      }
+    });
+  }
+};
+
+template <class T>
+struct LayerNormBackward {
+  static constexpr int64_t kRowsPerBlock = 32;  // fixed, so dweight/dbias sum in a fixed order
+
+  static void run(const KernelCall& c) {
+    using A = compute_t<T>;
+    const T* dy = c.inputs[0].data<T>();
+    const T* x = c.inputs[1].data<T>();
+    const A* mean = c.inputs[2].data<A>();
+    const A* rstd = c.inputs[3].data<A>();
+    const T* w = c.inputs[4].defined() ? c.inputs[4].data<T>() : nullptr;
+    const int64_t N = c.inputs[1].shape()[0], C = c.inputs[1].shape()[1];
+    T* dx = c.outputs[0].data<T>();
+    const bool want_dw = c.outputs.size() > 1 && c.outputs[1].defined();
+    const bool want_db = c.outputs.size() > 2 && c.outputs[2].defined();
+    const int64_t blocks = (N + kRowsPerBlock - 1) / kRowsPerBlock;
+    std::vector<A> part_dw(want_dw ? blocks * C : 0), part_db(want_db ? blocks * C : 0);
+    parallel_for(blocks, 1, [&](int64_t s, int64_t e) {
+      for (int64_t blk = s; blk < e; ++blk) {
+        A* pdw = want_dw ? part_dw.data() + blk * C : nullptr;
+        A* pdb = want_db ? part_db.data() + blk * C : nullptr;
+        for (int64_t r = blk * kRowsPerBlock; r < std::min(N, (blk + 1) * kRowsPerBlock); ++r) {
+          const T* dyr = dy + r * C;
+          const T* xr = x + r * C;
+          const A m = mean[r], rs = rstd[r];
+          // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * w
+          A sum_g = 0, sum_gx = 0;
+          for (int64_t j = 0; j < C; ++j) {
+            const A xhat = (A(load(xr[j])) - m) * rs;
+            const A g = A(load(dyr[j])) * (w ? A(load(w[j])) : A(1));
+            sum_g += g;
+            sum_gx += g * xhat;
+            if (pdw) pdw[j] += A(load(dyr[j])) * xhat;
+            if (pdb) pdb[j] += A(load(dyr[j]));
+          }
+          sum_g /= A(C);
+          sum_gx /= A(C);
+          for (int64_t j = 0; j < C; ++j) {
+            const A xhat = (A(load(xr[j])) - m) * rs;
+            const A g = A(load(dyr[j])) * (w ? A(load(w[j])) : A(1));
+            dx[r * C + j] = T(rs * (g - sum_g - xhat * sum_gx));
+          }
+        }
+      }
+    });
+    auto finish = [&](std::vector<A>& part, Tensor& out) {
+      T* o = out.data<T>();
+      for (int64_t j = 0; j < C; ++j) {
+        A s = 0;
+        for (int64_t blk = 0; blk < blocks; ++blk) s += part[blk * C + j];
+        o[j] = T(s);
+      }
+    };
+    if (want_dw) finish(part_dw, c.outputs[1]);
+    if (want_db) finish(part_db, c.outputs[2]);
+  }
+};
+
+const bool registered = [] {
+  register_floating<LayerNorm>(Kernel::layer_norm);
+  register_floating<LayerNormBackward>(Kernel::layer_norm_backward);
+  return true;
+}();
+
+}  // namespace
+}  // namespace tessera::cpu

@@ -1,0 +1,15 @@
+// Built instead of the CUDA backend when it is disabled or nvcc is absent.
+#include "tessera/cuda.h"
+#include "tessera/error.h"
+
+namespace tessera {
+
+bool cuda_compiled() { return false; }
+int cuda_device_count() { return 0; }
+std::string cuda_device_name(int) { fail("cuda: this build of Tessera has no CUDA backend"); }
+void cuda_synchronize() {}
+std::string cuda_unavailable_reason() {
+  return "this build of Tessera has no CUDA backend (configure with -Dcuda=enabled and nvcc)";
+}
+
+}  // namespace tessera

@@ -1,0 +1,107 @@
+// Tensor geometry and element access; ops and autograd live in autograd/.
+#include "tessera/tensor.h"
+
+#include <cstring>
+#include <sstream>
+
+#include "tessera/ops.h"
+
+namespace tessera {
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
+  for (int64_t s : shape) TS_CHECK(s >= 0, "empty: negative dimension in shape ", shape_str(shape));
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::make_shared<Storage>(numel_of(shape) * itemsize(dtype), device);
+  impl->shape = shape;
+  impl->strides = contiguous_strides(shape);
+  impl->dtype = dtype;
+  return Tensor(std::move(impl));
+}
+
+Tensor Tensor::make_view(const Tensor& base, Shape shape, Shape strides, int64_t offset) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = base.storage();
+  impl->shape = std::move(shape);
+  impl->strides = std::move(strides);
+  impl->offset = offset;
+  impl->dtype = base.dtype();
+  return Tensor(std::move(impl));
+}
+
+int64_t Tensor::size(int64_t d) const { return shape()[wrap_dim(d, dim(), "size")]; }
+
+bool Tensor::is_contiguous() const {
+  int64_t expected = 1;
+  const Shape& sh = shape();
+  const Shape& st = strides();
+  for (size_t i = sh.size(); i-- > 0;) {
+    if (sh[i] == 1) continue;
+    if (st[i] != expected) return false;
+    expected *= sh[i];
+  }
+  return true;
+}
+
+void* Tensor::data_ptr() const {
+  return static_cast<char*>(storage()->data()) + offset() * static_cast<int64_t>(itemsize(dtype()));
+}
+
+namespace {
+double read_element(const void* p, DType t) {
+  switch (t) {
+    case DType::Bool: return *static_cast<const bool*>(p) ? 1.0 : 0.0;
+    case DType::Int32: return *static_cast<const int32_t*>(p);
+    case DType::Int64: return static_cast<double>(*static_cast<const int64_t*>(p));
+    case DType::Float16: return half_bits_to_float(*static_cast<const uint16_t*>(p));
+    case DType::BFloat16: return bf16_bits_to_float(*static_cast<const uint16_t*>(p));
+    case DType::Float32: return *static_cast<const float*>(p);
+    case DType::Float64: return *static_cast<const double*>(p);
+  }
+  return 0.0;
+}
+}  // namespace
+
+std::vector<double> Tensor::to_vector() const {
+  const Tensor c = device().is_cpu() ? detach().contiguous() : detach().to(Device::cpu());
+  const char* base = static_cast<const char*>(c.data_ptr());
+  const size_t item = itemsize(c.dtype());
+  std::vector<double> out(static_cast<size_t>(c.numel()));
+  for (size_t i = 0; i < out.size(); ++i) out[i] = read_element(base + i * item, c.dtype());
+  return out;
+}
+
+std::vector<int64_t> Tensor::to_int_vector() const {
+  if (dtype() == DType::Int64) {
+    const Tensor c = device().is_cpu() ? detach().contiguous() : detach().to(Device::cpu());
+    const int64_t* p = c.data<int64_t>();
+    return std::vector<int64_t>(p, p + c.numel());
+  }
+  std::vector<int64_t> out;
+  for (double v : to_vector()) out.push_back(static_cast<int64_t>(v));
+  return out;
+}
+
+double Tensor::item() const {
+  TS_CHECK(numel() == 1, "item: expected a tensor with one element, got ", describe());
+  return to_vector()[0];
+}
+
+std::string Tensor::describe() const {
+  if (!defined()) return "undefined tensor";
+  return std::string(dtype_name(dtype())) + shape_str(shape()) + " on " + device().str();
+}
+
+std::string Tensor::str() const {
+  std::ostringstream os;
+  os << "tensor(" << describe();
+  if (defined() && numel() <= 64) {
+    os << ", [";
+    const auto v = to_vector();
+    for (size_t i = 0; i < v.size(); ++i) os << (i ? ", " : "") << v[i];
+    os << "]";
+  }
+  os << ")";
+  return os.str();
+}
+
+}  // namespace tessera

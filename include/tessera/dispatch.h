@@ -1,0 +1,57 @@
+// The closed list of backend kernels, and the (op, device, dtype) table that backends fill.
+// This list is the contract between the autograd/op layer and the backends: a backend
+// implements these and nothing else, and `tessera kernels` enumerates them.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "tessera/tensor.h"
+
+namespace tessera {
+
+// X(name): one backend kernel. Conventions for inputs/outputs are in backends/README.md.
+#define TESSERA_KERNELS(X)                                                                  \
+  X(copy) X(fill) X(arange) X(uniform) X(normal)                                            \
+  X(neg) X(exp) X(log) X(sqrt) X(rsqrt) X(abs) X(tanh) X(sigmoid) X(relu) X(gelu)           \
+  X(gelu_tanh) X(gelu_backward) X(gelu_tanh_backward)                                       \
+  X(add) X(sub) X(mul) X(div) X(pow) X(eq) X(ne) X(lt) X(le) X(gt) X(ge) X(where)           \
+  X(sum) X(max) X(min) X(argmax) X(var) X(norm)                                             \
+  X(matmul) X(softmax) X(log_softmax) X(softmax_backward) X(log_softmax_backward)           \
+  X(layer_norm) X(layer_norm_backward) X(embedding) X(embedding_backward)                   \
+  X(cross_entropy) X(cross_entropy_backward) X(dropout) X(attention) X(attention_backward)
+
+enum class Kernel : uint16_t {
+#define TS_ENUM(name) name,
+  TESSERA_KERNELS(TS_ENUM)
+#undef TS_ENUM
+      Count
+};
+inline constexpr int kNumKernels = static_cast<int>(Kernel::Count);
+const char* kernel_name(Kernel k);
+
+// Non-tensor arguments of a kernel call; each kernel documents which fields it reads.
+struct KernelAttrs {
+  std::vector<int64_t> dims;  // reduced dims (sorted), ...
+  double scalar = 0.0;        // fill value, eps, dropout p, label smoothing, scale, start
+  double scalar2 = 0.0;       // arange step, normal std, ...
+  int64_t index = 0;          // ignore_index, ...
+  bool flag = false;          // keepdim / causal / ...
+  uint64_t seed = 0;          // RNG stream
+  uint64_t offset = 0;
+};
+
+struct KernelCall {
+  std::span<const Tensor> inputs;
+  std::span<Tensor> outputs;
+  const KernelAttrs& attrs;
+};
+using KernelFn = void (*)(const KernelCall& call);
+
+void register_kernel(Kernel k, DeviceType device, DType dtype, KernelFn fn);
+bool has_kernel(Kernel k, DeviceType device, DType dtype);
+// Runs the kernel registered for (k, device, dtype); throws naming all three when none is.
+void run_kernel(Kernel k, Device device, DType dtype, std::span<const Tensor> inputs,
+                std::span<Tensor> outputs, const KernelAttrs& attrs = {});
+
+}  // namespace tessera

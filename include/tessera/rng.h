@@ -1,0 +1,43 @@
+// Counter-based random numbers (Philox 4x32-10): element i of a draw depends only on
+// (seed, offset + i), so CPU and CUDA produce the same numbers for the same seed.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <mutex>
+
+namespace tessera {
+
+std::array<uint32_t, 4> philox4x32_10(std::array<uint32_t, 4> counter,
+                                      std::array<uint32_t, 2> key);
+
+// Uniform in [0, 1) and standard normal for the element at `index` of a stream.
+float philox_uniform(uint64_t seed, uint64_t index);
+float philox_normal(uint64_t seed, uint64_t index);
+double philox_uniform_f64(uint64_t seed, uint64_t index);
+double philox_normal_f64(uint64_t seed, uint64_t index);
+
+struct GeneratorState {
+  uint64_t seed = 0;
+  uint64_t offset = 0;
+};
+
+// A seed plus a running offset; each draw of n numbers reserves n counters.
+class Generator {
+ public:
+  explicit Generator(uint64_t seed = 0) : state_{seed, 0} {}
+  void manual_seed(uint64_t seed);
+  GeneratorState state() const;
+  void set_state(GeneratorState state);
+  // Returns the state to draw `n` numbers from and advances past them.
+  GeneratorState reserve(uint64_t n);
+
+ private:
+  mutable std::mutex mutex_;
+  GeneratorState state_;
+};
+
+// The process-wide default generator, used when an op is given none (torch.manual_seed).
+Generator& default_generator();
+void manual_seed(uint64_t seed);
+
+}  // namespace tessera

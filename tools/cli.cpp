@@ -1,0 +1,70 @@
+#include "tools/cli.h"
+
+#include "tessera/error.h"
+
+namespace tessera::cli {
+
+Args::Args(int argc, char** argv, int first, const std::set<std::string>& flags,
+           const std::set<std::string>& options) {
+  for (int i = first; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a.rfind("--", 0) != 0 || a == "--") {
+      positional_.push_back(a);
+      continue;
+    }
+    std::string name = a.substr(2), value;
+    const size_t eq = name.find('=');
+    const bool inline_value = eq != std::string::npos;
+    if (inline_value) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    }
+    if (flags.count(name) && !inline_value) {
+      flags_.insert(name);
+    } else if (options.count(name)) {
+      if (!inline_value) {
+        TS_CHECK(i + 1 < argc, "option --", name, " needs a value");
+        value = argv[++i];
+      }
+      values_[name] = value;
+    } else {
+      fail("unknown option --", name, " (see --help)");
+    }
+  }
+}
+
+std::string Args::get(const std::string& name, const std::string& fallback) const {
+  auto it = values_.find(name);
+  return it == values_.end() ? fallback : it->second;
+}
+
+int64_t Args::get_int(const std::string& name, int64_t fallback) const {
+  auto it = values_.find(name);
+  if (it == values_.end()) return fallback;
+  try {
+    size_t used = 0;
+    const int64_t v = std::stoll(it->second, &used);
+    TS_CHECK(used == it->second.size(), "");
+    return v;
+  } catch (...) {
+    fail("option --", name, ": expected an integer, got '", it->second, "'");
+  }
+}
+
+Shape parse_shape(const std::string& text) {
+  Shape s;
+  std::string cur;
+  for (char ch : text + ",") {
+    if (ch == ',' || ch == 'x') {
+      TS_CHECK(!cur.empty() && cur.find_first_not_of("0123456789") == std::string::npos,
+               "invalid shape '", text, "': expected sizes like 512,512,512");
+      s.push_back(std::stoll(cur));
+      cur.clear();
+    } else {
+      cur += ch;
+    }
+  }
+  return s;
+}
+
+}  // namespace tessera::cli

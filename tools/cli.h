@@ -1,0 +1,36 @@
+// Small argument parser shared by the `tessera` subcommands: positional words, --flag and
+// --key value options, with an error naming any option the subcommand does not know.
+#pragma once
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "tessera/shape.h"
+
+namespace tessera::cli {
+
+class Args {
+ public:
+  // `flags` take no value; `options` take one. Anything else starting with -- is an error.
+  Args(int argc, char** argv, int first, const std::set<std::string>& flags,
+       const std::set<std::string>& options);
+  bool has(const std::string& name) const { return flags_.count(name) || values_.count(name); }
+  std::string get(const std::string& name, const std::string& fallback) const;
+  int64_t get_int(const std::string& name, int64_t fallback) const;
+  const std::vector<std::string>& positional() const { return positional_; }
+
+ private:
+  std::set<std::string> flags_;
+  std::map<std::string, std::string> values_;
+  std::vector<std::string> positional_;
+};
+
+Shape parse_shape(const std::string& text);  // "512,512,512" or "512x512"
+
+// Subcommands: each returns the process exit status.
+int kernels_main(int argc, char** argv);
+int report_main(int argc, char** argv);
+int bench_main(int argc, char** argv);
+
+}  // namespace tessera::cli

@@ -1,0 +1,41 @@
+// The `tessera` command line.
+#include <cstring>
+#include <iostream>
+
+#include "tessera/error.h"
+#include "tools/cli.h"
+
+namespace {
+
+const char* kUsage = R"(tessera: a native deep-learning training runtime
+
+usage: tessera <command> [options]
+
+commands:
+  kernels list|check|bench   list the op set, check ops against float64 references, time an op
+  bench gemm                 Tessera's GEMM rate beside OpenBLAS's, measured in one run
+  report                     what this build has compiled in and which devices are visible
+
+Every command takes --help; with --json the last line on stdout is one JSON object.
+)";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") ||
+      !std::strcmp(argv[1], "help")) {
+    std::cout << kUsage;
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string cmd = argv[1];
+  try {
+    if (cmd == "kernels") return tessera::cli::kernels_main(argc, argv);
+    if (cmd == "report") return tessera::cli::report_main(argc, argv);
+    if (cmd == "bench") return tessera::cli::bench_main(argc, argv);
+    std::cerr << "tessera: unknown command '" << cmd << "'\n\n" << kUsage;
+    return 2;
+  } catch (const tessera::Error& e) {
+    std::cerr << "tessera " << cmd << ": error: " << e.what() << "\n";
+    return 1;
+  }
+}
