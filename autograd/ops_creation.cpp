@@ -73,4 +73,8 @@ Tensor from_vector(const std::vector<int64_t>& values, const Shape& shape, DType
   return host.to(dtype).to(device);
 }
 
+Tensor from_vector(std::initializer_list<double> values, const Shape& shape, DType dtype, Device device) {
+  return from_vector(std::vector<double>(values), shape, dtype, device);
+}
+
 }  // namespace tessera

@@ -17,16 +17,24 @@ namespace tessera::cli {
 
 namespace {
 
-double median_ms(const std::function<void()>& f, int iters) {
-  for (int i = 0; i < 2; ++i) f();
-  std::vector<double> ms;
-  for (int i = 0; i < iters; ++i) {
+// Times `a` and `b` alternately (a, b, a, b, ...) so that clock and thermal drift hit both
+// alike; returns their median milliseconds.
+std::pair<double, double> interleaved_median_ms(const std::function<void()>& a,
+                                                const std::function<void()>& b, int iters) {
+  for (int i = 0; i < 3; ++i) a(), b();
+  std::vector<double> ta, tb;
+  auto time = [](const std::function<void()>& f) {
     const auto t0 = std::chrono::steady_clock::now();
     f();
-    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  };
+  for (int i = 0; i < iters; ++i) {
+    ta.push_back(time(a));
+    tb.push_back(time(b));
   }
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+  std::sort(ta.begin(), ta.end());
+  std::sort(tb.begin(), tb.end());
+  return {ta[ta.size() / 2], tb[tb.size() / 2]};
 }
 
 int bench_gemm(const Args& a) {
@@ -39,7 +47,7 @@ int bench_gemm(const Args& a) {
   } else {
     shapes = {{512, 512, 512}, {1024, 1024, 1024}, {2048, 2048, 2048}, {256, 3072, 768}, {256, 768, 3072}};
   }
-  const int iters = static_cast<int>(a.get_int("iters", 10));
+  const int iters = static_cast<int>(a.get_int("iters", 15));
   NoGradGuard no_grad;
   nlohmann::json rows = nlohmann::json::array();
   double min_ratio = 1e9;
@@ -50,11 +58,13 @@ int bench_gemm(const Args& a) {
     const Tensor A = randn({M, K}, DType::Float32, Device::cpu(), &gen);
     const Tensor B = randn({K, N}, DType::Float32, Device::cpu(), &gen);
     Tensor C = Tensor::empty({M, N});
-    const double t_ts = median_ms([&] { matmul(A, B); }, iters);
-    const double t_blas = median_ms([&] {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, A.data<float>(), K,
-                  B.data<float>(), N, 0.0f, C.data<float>(), N);
-    }, iters);
+    const auto [t_ts, t_blas] = interleaved_median_ms(
+        [&] { matmul(A, B); },
+        [&] {
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, A.data<float>(), K,
+                      B.data<float>(), N, 0.0f, C.data<float>(), N);
+        },
+        iters);
     const double flop = 2.0 * M * N * K;
     const double g_ts = flop / t_ts / 1e6, g_blas = flop / t_blas / 1e6, ratio = g_ts / g_blas;
     min_ratio = std::min(min_ratio, ratio);

@@ -1,6 +1,10 @@
-// Host memory: 64-byte aligned so Eigen and BLAS get aligned rows.
+// Host memory: 64-byte aligned blocks, cached by exact size. A training step allocates the
+// same sizes every iteration; reusing warm blocks avoids page faults and the kernel zeroing
+// fresh pages (measured: 512^3 matmul went from ~0.75x to ~1x of a raw sgemm call).
 #include <cstdlib>
-#include <new>
+#include <map>
+#include <mutex>
+#include <unordered_map>
 
 #include "tessera/error.h"
 #include "tessera/storage.h"
@@ -8,19 +12,60 @@
 namespace tessera::cpu {
 namespace {
 
-class CpuAllocator final : public Allocator {
+constexpr size_t kMaxCachedBytes = size_t{2} << 30;
+
+class CachingHostAllocator final : public Allocator {
  public:
   DataPtr allocate(size_t nbytes, Device) override {
     const size_t rounded = (std::max<size_t>(nbytes, 1) + 63) / 64 * 64;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = free_.find(rounded);
+      if (it != free_.end()) {
+        void* p = it->second;
+        free_.erase(it);
+        cached_bytes_ -= rounded;
+        sizes_[p] = rounded;
+        return DataPtr(p, &release);
+      }
+    }
     void* p = std::aligned_alloc(64, rounded);
     TS_CHECK(p != nullptr, "cpu: out of memory allocating ", nbytes, " bytes");
-    return DataPtr(p, &std::free);
+    std::lock_guard<std::mutex> lock(mutex_);
+    sizes_[p] = rounded;
+    return DataPtr(p, &release);
   }
+
+  static CachingHostAllocator& instance() {
+    // Intentionally never destroyed: tensors in static objects may be freed after main.
+    static CachingHostAllocator* a = new CachingHostAllocator();
+    return *a;
+  }
+
+ private:
+  static void release(void* p) { instance().give_back(p); }
+
+  void give_back(void* p) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = sizes_.find(p);
+    const size_t size = it->second;
+    sizes_.erase(it);
+    if (cached_bytes_ + size > kMaxCachedBytes) {
+      std::free(p);
+      return;
+    }
+    free_.emplace(size, p);
+    cached_bytes_ += size;
+  }
+
+  std::mutex mutex_;
+  std::multimap<size_t, void*> free_;
+  std::unordered_map<void*, size_t> sizes_;
+  size_t cached_bytes_ = 0;
 };
 
 const bool registered = [] {
-  static CpuAllocator allocator;
-  register_allocator(DeviceType::CPU, &allocator);
+  register_allocator(DeviceType::CPU, &CachingHostAllocator::instance());
   return true;
 }();
 

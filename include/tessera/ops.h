@@ -29,6 +29,9 @@ Tensor from_vector(const std::vector<double>& values, const Shape& shape,
                    DType dtype = DType::Float32, Device device = Device::cpu());
 Tensor from_vector(const std::vector<int64_t>& values, const Shape& shape,
                    DType dtype = DType::Int64, Device device = Device::cpu());
+// Brace lists are floating values: from_vector({1.0, 2.5}, {2}).
+Tensor from_vector(std::initializer_list<double> values, const Shape& shape,
+                   DType dtype = DType::Float32, Device device = Device::cpu());
 
 // ---- elementwise (NumPy broadcasting, type promotion) ----
 Tensor add(const Tensor& a, const Tensor& b);

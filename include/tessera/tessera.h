@@ -3,6 +3,7 @@
 #include "tessera/autograd/checkpoint.h"
 #include "tessera/autograd/engine.h"
 #include "tessera/autograd/function.h"
+#include "tessera/autograd/node.h"
 #include "tessera/cuda.h"
 #include "tessera/dispatch.h"
 #include "tessera/grad_mode.h"

@@ -1,0 +1,98 @@
+// Kernel behaviour the catalog's random inputs do not reach: edge cases, errors,
+// determinism and dropout statistics.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include <omp.h>
+
+#include "tessera/tessera.h"
+
+using namespace tessera;
+
+TEST_CASE("dropout keeps about 1-p of elements and scales them by 1/(1-p)") {
+  Generator gen(5);
+  const Tensor x = ones({20000});
+  const Tensor y = dropout(x, 0.25, true, &gen);
+  const auto v = y.to_vector();
+  int64_t kept = 0;
+  for (double e : v) {
+    CHECK((e == 0.0 || std::fabs(e - 1.0 / 0.75) < 1e-6));
+    kept += e != 0.0;
+  }
+  CHECK(std::fabs(kept / 20000.0 - 0.75) < 0.02);
+  CHECK(dropout(x, 0.25, false).same(x));
+}
+
+TEST_CASE("cross_entropy rejects out-of-range targets naming the position") {
+  const Tensor logits = zeros({3, 4});
+  const Tensor targets = from_vector(std::vector<int64_t>{0, 7, 1}, {3});
+  CHECK_THROWS_WITH_AS(cross_entropy(logits, targets), doctest::Contains("target 7 at position 1"), Error);
+}
+
+TEST_CASE("cross_entropy with every target ignored is 0, not NaN") {
+  const Tensor logits = randn({2, 3}).requires_grad_();
+  const Tensor loss = cross_entropy(logits, full({2}, -100, DType::Int64));
+  CHECK(loss.item() == 0.0);
+  loss.backward();
+  for (double g : logits.grad().to_vector()) CHECK(g == 0.0);
+}
+
+TEST_CASE("embedding rejects an index outside the table") {
+  const Tensor w = zeros({5, 2});
+  CHECK_THROWS_WITH_AS(embedding(w, from_vector(std::vector<int64_t>{1, 5}, {2})),
+                       doctest::Contains("index 5 at position 1"), Error);
+}
+
+TEST_CASE("attention with a fully masked row gives zeros, not NaN") {
+  const Tensor q = randn({1, 1, 2, 4}), k = randn({1, 1, 3, 4}), v = randn({1, 1, 3, 4});
+  Tensor mask = full({1, 1, 2, 3}, 1.0, DType::Bool);
+  mask.select(2, 0).fill_(0.0);
+  const auto o = scaled_dot_product_attention(q, k, v, mask).to_vector();
+  for (int i = 0; i < 4; ++i) CHECK(o[i] == 0.0);
+  for (int i = 4; i < 8; ++i) CHECK(std::isfinite(o[i]));
+}
+
+TEST_CASE("large reductions are bit-identical whatever the thread count") {
+  Generator gen(3);
+  const Tensor x = randn({1 << 18}, DType::Float32, Device::cpu(), &gen);
+  const double a = sum(x).item();
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const double b = sum(x).item();
+  omp_set_num_threads(threads);
+  CHECK(a == b);
+}
+
+TEST_CASE("sum of a large float32 tensor stays accurate") {
+  const Tensor x = full({1 << 20}, 0.1);
+  CHECK(std::fabs(sum(x).item() - 104857.6) < 0.05);
+}
+
+TEST_CASE("NaN propagates through max and softmax rather than being hidden") {
+  const Tensor x = from_vector(std::vector<double>{1.0, NAN, 3.0}, {3});
+  CHECK(std::isnan(amax(x).item()));
+  CHECK(argmax(x, 0).item() == 1);
+}
+
+TEST_CASE("integer arithmetic and true division") {
+  const Tensor a = from_vector(std::vector<int64_t>{7, -3}, {2});
+  const Tensor b = from_vector(std::vector<int64_t>{2, 2}, {2});
+  CHECK((a + b).dtype() == DType::Int64);
+  CHECK((a + b).to_vector() == std::vector<double>{9, -1});
+  const Tensor q = a / b;
+  CHECK(q.dtype() == DType::Float32);
+  CHECK(q.to_vector() == std::vector<double>{3.5, -1.5});
+  CHECK(sum(a).dtype() == DType::Int64);
+}
+
+TEST_CASE("matmul rejects mismatched inner dimensions naming both shapes") {
+  CHECK_THROWS_WITH_AS(matmul(zeros({2, 3}), zeros({4, 5})),
+                       doctest::Contains("float32[2, 3] on cpu @ float32[4, 5] on cpu"), Error);
+}
+
+TEST_CASE("no kernel for a dtype is a clear error naming op, dtype and device") {
+  CHECK_THROWS_WITH_AS(exp(zeros({2}, DType::Int32)), doctest::Contains("exp"), Error);
+  CHECK_THROWS_WITH_AS(matmul(zeros({2, 2}, DType::Int64), zeros({2, 2}, DType::Int64)),
+                       doctest::Contains("floating"), Error);
+}
