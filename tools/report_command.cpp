@@ -27,7 +27,7 @@ int report_main(int argc, char** argv) {
                             std::to_string(EIGEN_MAJOR_VERSION) + "." + std::to_string(EIGEN_MINOR_VERSION);
   nlohmann::json j{
       {"version", TESSERA_VERSION},
-      {"cpu", {{"blas", std::string("OpenBLAS ") + openblas_get_config()}, {"eigen", eigen},
+      {"cpu", {{"blas", std::string(openblas_get_config())}, {"eigen", eigen},
                {"openmp_threads", omp_get_max_threads()}}},
       {"cuda", {{"compiled", cuda_compiled()}, {"devices", cuda_device_count()},
                 {"status", cuda_unavailable_reason().empty() ? "ok" : cuda_unavailable_reason()}}},
@@ -38,7 +38,7 @@ int report_main(int argc, char** argv) {
     std::cout << j.dump() << "\n";
   } else {
     std::cout << "Tessera " << TESSERA_VERSION << "\n"
-              << "  CPU:   " << omp_get_max_threads() << " threads, Eigen " << eigen << ", OpenBLAS "
+              << "  CPU:   " << omp_get_max_threads() << " threads, Eigen " << eigen << ", "
               << openblas_get_config() << "\n"
               << "  CUDA:  " << (cuda_compiled() ? "compiled in" : "not compiled") << "; "
               << (cuda_unavailable_reason().empty() ? std::to_string(cuda_device_count()) + " device(s)"

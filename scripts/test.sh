@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Sets up and builds (scripts/setup.sh), runs every test suite, builds the README's example
+# program against the installed library through pkg-config, and ends with one line
+# "N passed, N failed" counting doctest test cases and CLI tests.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+./scripts/setup.sh || { echo "0 passed, 1 failed"; exit 1; }
+
+meson test -C build --print-errorlogs --num-processes 2
+meson_status=$?
+
+# A user's program built the documented way: install, then pkg-config.
+example_status=0
+stage="$(mktemp -d)"
+meson install -C build --destdir "$stage" --quiet >/dev/null &&
+  pc="$(find "$stage" -name tessera.pc | head -1)" &&
+  prefix="$stage$(sed -n 's/^prefix=//p' "$pc")" &&
+  c++ examples/hello_tessera.cpp -o "$stage/hello_tessera" \
+      $(PKG_CONFIG_PATH="$(dirname "$pc")" pkg-config --define-variable=prefix="$prefix" --cflags --libs tessera) &&
+  LD_LIBRARY_PATH="$(dirname "$(find "$stage" -name 'libtessera.so' | head -1)")" "$stage/hello_tessera" ||
+  example_status=1
+echo "example program (pkg-config build and run): $([[ $example_status == 0 ]] && echo ok || echo FAILED)"
+rm -rf "$stage"
+
+# Count doctest cases and plain (CLI) tests from meson's log.
+python3 - "$example_status" <<'PY'
+import json, re, sys
+passed = failed = 0
+for line in open("build/meson-logs/testlog.json"):
+    t = json.loads(line)
+    m = re.search(r"test cases:\s*(\d+)\s*\|\s*(\d+) passed\s*\|\s*(\d+) failed", t.get("stdout", ""))
+    ok = t["result"] in ("OK", "EXPECTEDFAIL")
+    if m:
+        passed += int(m.group(2)); failed += int(m.group(3))
+        if not ok and int(m.group(3)) == 0: failed += 1  # crashed after its summary
+    else:
+        passed += ok; failed += not ok
+passed += int(sys.argv[1]) == 0; failed += int(sys.argv[1]) != 0
+print(f"{passed} passed, {failed} failed")
+sys.exit(1 if failed else 0)
+PY
