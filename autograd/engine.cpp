@@ -41,8 +41,10 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_
              ") does not require grad and has no grad_fn");
     Tensor g = i < grad_roots.size() ? grad_roots[i] : Tensor();
     if (!g.defined()) {
-      TS_CHECK(r.numel() == 1, "backward: a gradient can be created implicitly only for scalar "
-               "outputs, got ", r.describe(), "; pass the output gradient explicitly");
+      TS_CHECK(r.numel() == 1,
+               "backward: a gradient can be created implicitly only for scalar "
+               "outputs, got ",
+               r.describe(), "; pass the output gradient explicitly");
       g = ones(r.shape(), r.dtype(), r.device());
     }
     TS_CHECK(g.shape() == r.shape(), "backward: gradient shape ", shape_str(g.shape()),

@@ -13,8 +13,8 @@ void FunctionContext::save_for_backward(const std::vector<Tensor>& tensors) {
 
 std::vector<Tensor> FunctionContext::saved() const {
   for (size_t i = 0; i < saved_.size(); ++i) {
-    TS_CHECK(!saved_[i].defined() || saved_[i].version() == versions_[i], name_,
-             ": saved tensor ", i, " (", saved_[i].describe(),
+    TS_CHECK(!saved_[i].defined() || saved_[i].version() == versions_[i], name_, ": saved tensor ",
+             i, " (", saved_[i].describe(),
              ") was modified in place after being saved for backward");
   }
   return saved_;
@@ -38,8 +38,8 @@ std::vector<Tensor> CustomFunction::apply(const std::vector<Tensor>& inputs, For
   const size_t n_in = inputs.size();
   record(name, inputs, outputs, [ctx, backward, n_in, name](const std::vector<Tensor>& g) {
     std::vector<Tensor> grads = backward(*ctx, g);
-    TS_CHECK(grads.size() == n_in, name, ": backward returned ", grads.size(),
-             " gradients for ", n_in, " inputs");
+    TS_CHECK(grads.size() == n_in, name, ": backward returned ", grads.size(), " gradients for ",
+             n_in, " inputs");
     return grads;
   });
   return outputs;

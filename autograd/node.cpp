@@ -27,7 +27,8 @@ class LambdaNode final : public Node {
   }
 
   std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
-    TS_CHECK(fn_, name_, ": trying to run backward through the graph a second time (its saved "
+    TS_CHECK(fn_, name_,
+             ": trying to run backward through the graph a second time (its saved "
              "tensors were freed); pass retain_graph=true to the first backward");
     for (const SavedTensor& s : saved_) s.unpack(name_);
     for (size_t i = 0; i < grads.size(); ++i)
@@ -54,7 +55,8 @@ class LambdaNode final : public Node {
 Node::Node() : sequence_nr(g_next_sequence_nr.fetch_add(1)) {}
 
 Tensor SavedTensor::unpack(const std::string& op) const {
-  TS_CHECK(!released_, op, ": saved tensors were already freed by a previous backward; pass "
+  TS_CHECK(!released_, op,
+           ": saved tensors were already freed by a previous backward; pass "
            "retain_graph=true to backward the same graph twice");
   if (tensor_.defined()) {
     TS_CHECK(tensor_.version() == version_, op, ": a tensor it saved for backward (",
@@ -71,8 +73,8 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
   if (g.dtype() != leaf_.dtype()) g = g.to(leaf_.dtype());
   if (!meta.grad.defined()) {
     // Take ownership only when nothing else can see this tensor's memory.
-    const bool exclusive = g.impl() && g.is_contiguous() && g.shape() == leaf_.shape() &&
-                           g.storage().use_count() == 1;
+    const bool exclusive =
+        g.impl() && g.is_contiguous() && g.shape() == leaf_.shape() && g.storage().use_count() == 1;
     meta.grad = exclusive ? g : g.contiguous().clone();
     if (meta.grad.shape() != leaf_.shape()) meta.grad = meta.grad.reshape(leaf_.shape());
   } else {
@@ -101,13 +103,12 @@ bool any_requires_grad(const std::vector<Tensor>& inputs) {
   return false;
 }
 
-bool record(const std::string& name, const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs,
-            BackwardFn backward, std::vector<Tensor> saved) {
+bool record(const std::string& name, const std::vector<Tensor>& inputs,
+            std::vector<Tensor>& outputs, BackwardFn backward, std::vector<Tensor> saved) {
   if (!grad_enabled() || !any_requires_grad(inputs)) return false;
   auto node = std::make_shared<LambdaNode>(name, std::move(backward), std::move(saved), outputs);
-  for (const Tensor& t : inputs) node->next_edges.push_back(t.defined() && t.requires_grad()
-                                                                ? gradient_edge(t)
-                                                                : Edge{});
+  for (const Tensor& t : inputs)
+    node->next_edges.push_back(t.defined() && t.requires_grad() ? gradient_edge(t) : Edge{});
   for (size_t i = 0; i < outputs.size(); ++i) {
     auto meta = std::make_shared<AutogradMeta>();
     meta->requires_grad = true;

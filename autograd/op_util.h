@@ -22,10 +22,14 @@ void check_same_device(const char* op, const std::vector<Tensor>& tensors);
 void check_floating(const char* op, const Tensor& t);
 
 // The compute dtype of a 16-bit float's kernels (float32), else the dtype itself.
-inline DType compute_dtype(DType t) { return is_reduced_float(t) ? DType::Float32 : t; }
+inline DType compute_dtype(DType t) {
+  return is_reduced_float(t) ? DType::Float32 : t;
+}
 
 // A tensor with no autograd history that shares storage (for saving outputs in a node
 // without creating a reference cycle output -> node -> output).
-inline Tensor untracked(const Tensor& t) { return t.defined() ? t.detach() : t; }
+inline Tensor untracked(const Tensor& t) {
+  return t.defined() ? t.detach() : t;
+}
 
 }  // namespace tessera::detail

@@ -9,10 +9,12 @@ using autograd::record;
 using detail::untracked;
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
-                                    const Tensor& attn_mask, bool causal, std::optional<double> scale) {
+                                    const Tensor& attn_mask, bool causal,
+                                    std::optional<double> scale) {
   const char* op = "scaled_dot_product_attention";
-  TS_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, op, ": expected 4-D q, k, v [B, H, T, D], got ",
-           q.describe(), ", ", k.describe(), ", ", v.describe());
+  TS_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, op,
+           ": expected 4-D q, k, v [B, H, T, D], got ", q.describe(), ", ", k.describe(), ", ",
+           v.describe());
   const int64_t B = q.shape()[0], H = q.shape()[1], Tq = q.shape()[2], D = q.shape()[3];
   const int64_t Tk = k.shape()[2], Dv = v.shape()[3];
   TS_CHECK(k.shape() == Shape({B, H, Tk, D}) && v.shape()[0] == B && v.shape()[1] == H &&
@@ -29,7 +31,8 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   KernelAttrs a;
   a.flag = causal;
   a.scalar = scale.value_or(1.0 / std::sqrt(static_cast<double>(D)));
-  const Tensor qc = untracked(q).contiguous(), kc = untracked(k).contiguous(), vc = untracked(v).contiguous();
+  const Tensor qc = untracked(q).contiguous(), kc = untracked(k).contiguous(),
+               vc = untracked(v).contiguous();
   Tensor o = Tensor::empty({B, H, Tq, Dv}, q.dtype(), q.device());
   Tensor lse = Tensor::empty({B, H, Tq}, detail::compute_dtype(q.dtype()), q.device());
   {

@@ -14,11 +14,21 @@ Tensor full(const Shape& shape, double value, DType dtype, Device device) {
   return t;
 }
 
-Tensor zeros(const Shape& shape, DType dtype, Device device) { return full(shape, 0.0, dtype, device); }
-Tensor ones(const Shape& shape, DType dtype, Device device) { return full(shape, 1.0, dtype, device); }
-Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.dtype(), t.device()); }
-Tensor ones_like(const Tensor& t) { return ones(t.shape(), t.dtype(), t.device()); }
-Tensor scalar_tensor(double value, DType dtype, Device device) { return full({}, value, dtype, device); }
+Tensor zeros(const Shape& shape, DType dtype, Device device) {
+  return full(shape, 0.0, dtype, device);
+}
+Tensor ones(const Shape& shape, DType dtype, Device device) {
+  return full(shape, 1.0, dtype, device);
+}
+Tensor zeros_like(const Tensor& t) {
+  return zeros(t.shape(), t.dtype(), t.device());
+}
+Tensor ones_like(const Tensor& t) {
+  return ones(t.shape(), t.dtype(), t.device());
+}
+Tensor scalar_tensor(double value, DType dtype, Device device) {
+  return full({}, value, dtype, device);
+}
 
 Tensor arange(double start, double end, double step, DType dtype, Device device) {
   TS_CHECK(step != 0.0, "arange: step must be non-zero");
@@ -36,7 +46,8 @@ Tensor arange(double start, double end, double step, DType dtype, Device device)
 namespace {
 Tensor random_fill(Kernel k, const Shape& shape, DType dtype, Device device, Generator* gen,
                    double a, double b) {
-  TS_CHECK(is_floating(dtype), kernel_name(k), ": expected a floating dtype, got ", dtype_name(dtype));
+  TS_CHECK(is_floating(dtype), kernel_name(k), ": expected a floating dtype, got ",
+           dtype_name(dtype));
   Tensor t = Tensor::empty(shape, dtype, device);
   const GeneratorState s = (gen ? *gen : default_generator()).reserve(t.numel());
   KernelAttrs attrs;
@@ -57,7 +68,8 @@ Tensor randn(const Shape& shape, DType dtype, Device device, Generator* gen) {
   return random_fill(Kernel::normal, shape, dtype, device, gen, 0.0, 1.0);
 }
 
-Tensor from_vector(const std::vector<double>& values, const Shape& shape, DType dtype, Device device) {
+Tensor from_vector(const std::vector<double>& values, const Shape& shape, DType dtype,
+                   Device device) {
   TS_CHECK(static_cast<int64_t>(values.size()) == numel_of(shape), "from_vector: ", values.size(),
            " values do not fill shape ", shape_str(shape));
   Tensor host = Tensor::empty(shape, DType::Float64);
@@ -65,7 +77,8 @@ Tensor from_vector(const std::vector<double>& values, const Shape& shape, DType 
   return host.to(dtype).to(device);
 }
 
-Tensor from_vector(const std::vector<int64_t>& values, const Shape& shape, DType dtype, Device device) {
+Tensor from_vector(const std::vector<int64_t>& values, const Shape& shape, DType dtype,
+                   Device device) {
   TS_CHECK(static_cast<int64_t>(values.size()) == numel_of(shape), "from_vector: ", values.size(),
            " values do not fill shape ", shape_str(shape));
   Tensor host = Tensor::empty(shape, DType::Int64);
@@ -73,7 +86,8 @@ Tensor from_vector(const std::vector<int64_t>& values, const Shape& shape, DType
   return host.to(dtype).to(device);
 }
 
-Tensor from_vector(std::initializer_list<double> values, const Shape& shape, DType dtype, Device device) {
+Tensor from_vector(std::initializer_list<double> values, const Shape& shape, DType dtype,
+                   Device device) {
   return from_vector(std::vector<double>(values), shape, dtype, device);
 }
 

@@ -16,7 +16,8 @@ Tensor bmm3(const Tensor& a, const Tensor& b) {
            shape_str(a.shape()), " and ", shape_str(b.shape()), " do not match");
   const Shape out_shape{a.shape()[0], a.shape()[1], b.shape()[2]};
   const DType dt = a.dtype();
-  std::vector<Tensor> outs{detail::run1(Kernel::matmul, {untracked(a), untracked(b)}, out_shape, dt, dt)};
+  std::vector<Tensor> outs{
+      detail::run1(Kernel::matmul, {untracked(a), untracked(b)}, out_shape, dt, dt)};
   const bool ga = a.requires_grad(), gb = b.requires_grad();
   record("MatmulBackward", {a, b}, outs,
          [ua = untracked(a), ub = untracked(b), ga, gb](const std::vector<Tensor>& g) {
@@ -32,8 +33,9 @@ Tensor bmm3(const Tensor& a, const Tensor& b) {
 }  // namespace
 
 Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
-  TS_CHECK(a_in.dim() >= 1 && b_in.dim() >= 1, "matmul: both operands need at least 1 dimension, got ",
-           a_in.describe(), " and ", b_in.describe());
+  TS_CHECK(a_in.dim() >= 1 && b_in.dim() >= 1,
+           "matmul: both operands need at least 1 dimension, got ", a_in.describe(), " and ",
+           b_in.describe());
   detail::check_same_device("matmul", {a_in, b_in});
   const DType dt = promote_types(a_in.dtype(), b_in.dtype());
   TS_CHECK(is_floating(dt), "matmul: expected floating-point operands, got ", a_in.describe(),
@@ -54,7 +56,12 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   Tensor out;
   if (batch_b.empty() || numel_of(batch_b) == 1) {
     // b is one matrix: fold a's batch into its rows (the Linear-layer case, one big GEMM).
-    Tensor a3 = a.expand([&] { Shape s = batch; s.push_back(M); s.push_back(K); return s; }())
+    Tensor a3 = a.expand([&] {
+                   Shape s = batch;
+                   s.push_back(M);
+                   s.push_back(K);
+                   return s;
+                 }())
                     .reshape({1, nbatch * M, K});
     out = bmm3(a3, b.reshape({1, K, N}));
   } else {

@@ -16,7 +16,8 @@ Tensor softmax_impl(const Tensor& x, int64_t dim, bool log) {
   dim = wrap_dim(dim, x.dim(), op);
   // Kernels work on the last dim; move `dim` there (a copy only when it is not last).
   const Tensor xt = untracked(x).transpose(dim, -1).contiguous();
-  Tensor y = run1(log ? Kernel::log_softmax : Kernel::softmax, {xt}, xt.shape(), x.dtype(), x.dtype());
+  Tensor y =
+      run1(log ? Kernel::log_softmax : Kernel::softmax, {xt}, xt.shape(), x.dtype(), x.dtype());
   std::vector<Tensor> outs{y.transpose(dim, -1)};
   record(log ? "LogSoftmaxBackward" : "SoftmaxBackward", {x}, outs,
          [y, dim, log](const std::vector<Tensor>& g) {
@@ -31,17 +32,21 @@ Tensor softmax_impl(const Tensor& x, int64_t dim, bool log) {
 
 }  // namespace
 
-Tensor softmax(const Tensor& x, int64_t dim) { return softmax_impl(x, dim, false); }
-Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_impl(x, dim, true); }
+Tensor softmax(const Tensor& x, int64_t dim) {
+  return softmax_impl(x, dim, false);
+}
+Tensor log_softmax(const Tensor& x, int64_t dim) {
+  return softmax_impl(x, dim, true);
+}
 
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
                   const Tensor& bias, double eps) {
   detail::check_floating("layer_norm", x);
   const int64_t nd = static_cast<int64_t>(normalized_shape.size());
-  TS_CHECK(nd >= 1 && nd <= x.dim() &&
-               Shape(x.shape().end() - nd, x.shape().end()) == normalized_shape,
-           "layer_norm: normalized_shape ", shape_str(normalized_shape),
-           " does not match the trailing dims of input ", x.describe());
+  TS_CHECK(
+      nd >= 1 && nd <= x.dim() && Shape(x.shape().end() - nd, x.shape().end()) == normalized_shape,
+      "layer_norm: normalized_shape ", shape_str(normalized_shape),
+      " does not match the trailing dims of input ", x.describe());
   for (const Tensor* p : {&weight, &bias})
     TS_CHECK(!p->defined() || (p->shape() == normalized_shape && p->dtype() == x.dtype()),
              "layer_norm: weight/bias must be ", dtype_name(x.dtype()), shape_str(normalized_shape),
@@ -62,9 +67,11 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
     run_kernel(Kernel::layer_norm, x.device(), x.dtype(), ins, outs, a);
   }
   std::vector<Tensor> outs{y.view(x.shape())};
-  const bool gw = weight.defined() && weight.requires_grad(), gb = bias.defined() && bias.requires_grad();
+  const bool gw = weight.defined() && weight.requires_grad(),
+             gb = bias.defined() && bias.requires_grad();
   record("LayerNormBackward", {x, weight, bias}, outs,
-         [x2, w, mean, rstd, gw, gb, xshape = x.shape(), nshape = normalized_shape](const std::vector<Tensor>& g) {
+         [x2, w, mean, rstd, gw, gb, xshape = x.shape(),
+          nshape = normalized_shape](const std::vector<Tensor>& g) {
            const int64_t C = x2.shape()[1];
            const Tensor dy = g[0].contiguous().view(x2.shape());
            Tensor dx = Tensor::empty(x2.shape(), x2.dtype(), x2.device());
@@ -81,7 +88,8 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
 }
 
 Tensor embedding(const Tensor& weight, const Tensor& indices) {
-  TS_CHECK(weight.dim() == 2, "embedding: weight must be 2-D [num_embeddings, dim], got ", weight.describe());
+  TS_CHECK(weight.dim() == 2, "embedding: weight must be 2-D [num_embeddings, dim], got ",
+           weight.describe());
   TS_CHECK(indices.dtype() == DType::Int64 || indices.dtype() == DType::Int32,
            "embedding: indices must be int64 or int32, got ", indices.describe());
   detail::check_same_device("embedding", {weight, indices});
@@ -95,7 +103,8 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
   record("EmbeddingBackward", {weight}, outs,
          [idx, wshape = weight.shape()](const std::vector<Tensor>& g) {
            const Tensor g2 = g[0].contiguous().view({idx.numel(), wshape[1]});
-           return std::vector<Tensor>{run1(Kernel::embedding_backward, {g2, idx}, wshape, g2.dtype(), g2.dtype())};
+           return std::vector<Tensor>{
+               run1(Kernel::embedding_backward, {g2, idx}, wshape, g2.dtype(), g2.dtype())};
          });
   return outs[0];
 }
@@ -103,18 +112,21 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
                      double label_smoothing) {
   detail::check_floating("cross_entropy", logits);
-  TS_CHECK(logits.dim() >= 1, "cross_entropy: logits need a class dimension, got ", logits.describe());
+  TS_CHECK(logits.dim() >= 1, "cross_entropy: logits need a class dimension, got ",
+           logits.describe());
   const int64_t C = logits.shape().back(), N = C ? logits.numel() / C : 0;
-  TS_CHECK(targets.numel() == N && (targets.dtype() == DType::Int64 || targets.dtype() == DType::Int32),
-           "cross_entropy: expected int64 targets with ", N, " elements for logits ",
-           logits.describe(), ", got ", targets.describe());
+  TS_CHECK(
+      targets.numel() == N && (targets.dtype() == DType::Int64 || targets.dtype() == DType::Int32),
+      "cross_entropy: expected int64 targets with ", N, " elements for logits ", logits.describe(),
+      ", got ", targets.describe());
   TS_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0,
            "cross_entropy: label_smoothing must be in [0, 1], got ", label_smoothing);
   detail::check_same_device("cross_entropy", {logits, targets});
   const DType acc = detail::compute_dtype(logits.dtype());
   const Tensor x = untracked(logits).contiguous().view({N, C});
   const Tensor t = untracked(targets).to(DType::Int64).contiguous().view({N});
-  Tensor losses = Tensor::empty({N}, acc, logits.device()), lse = Tensor::empty({N}, acc, logits.device());
+  Tensor losses = Tensor::empty({N}, acc, logits.device()),
+         lse = Tensor::empty({N}, acc, logits.device());
   KernelAttrs a;
   a.index = ignore_index;
   a.scalar = label_smoothing;
@@ -124,7 +136,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
     run_kernel(Kernel::cross_entropy, logits.device(), logits.dtype(), ins, outs, a);
   }
   // Mean over targets that are not ignored; all ignored gives 0 (torch gives NaN).
-  Tensor count = sum(ne(t, scalar_tensor(static_cast<double>(ignore_index), DType::Int64, t.device()))).to(acc);
+  Tensor count =
+      sum(ne(t, scalar_tensor(static_cast<double>(ignore_index), DType::Int64, t.device())))
+          .to(acc);
   count = where(eq(count, zeros_like(count)), ones_like(count), count);
   std::vector<Tensor> outs{div(sum(losses), count).to(logits.dtype())};
   record("CrossEntropyBackward", {logits}, outs,

@@ -27,13 +27,16 @@ ReducePlan plan(const char* op, const Tensor& x, std::vector<int64_t> dims) {
   }
   for (int64_t& d : dims) d = wrap_dim(d, x.dim(), op);
   std::sort(dims.begin(), dims.end());
-  TS_CHECK(std::adjacent_find(dims.begin(), dims.end()) == dims.end(), op, ": repeated dim in reduction");
+  TS_CHECK(std::adjacent_find(dims.begin(), dims.end()) == dims.end(), op,
+           ": repeated dim in reduction");
   p.dims = dims;
   for (int64_t d = 0; d < x.dim(); ++d) {
     const bool red = std::binary_search(dims.begin(), dims.end(), d);
     p.keep_shape.push_back(red ? 1 : x.shape()[d]);
-    if (red) p.reduced *= x.shape()[d];
-    else p.out_shape.push_back(x.shape()[d]);
+    if (red)
+      p.reduced *= x.shape()[d];
+    else
+      p.out_shape.push_back(x.shape()[d]);
   }
   return p;
 }
@@ -49,8 +52,8 @@ Tensor as_rows(const Tensor& x, const ReducePlan& p) {
   return x.permute(perm).contiguous().view({kept, p.reduced});
 }
 
-Tensor reduce_kernel(Kernel k, const char* op, const Tensor& x, const ReducePlan& p, DType out_dtype,
-                     const KernelAttrs& attrs = {}) {
+Tensor reduce_kernel(Kernel k, const char* op, const Tensor& x, const ReducePlan& p,
+                     DType out_dtype, const KernelAttrs& attrs = {}) {
   const Tensor rows = as_rows(untracked(x), p);
   Tensor out = detail::run1(k, {rows}, {rows.shape()[0]}, out_dtype, x.dtype(), attrs);
   (void)op;
@@ -113,20 +116,24 @@ Tensor var(const Tensor& x, std::vector<int64_t> dims, int64_t correction, bool 
   const ReducePlan p = plan("var", x, std::move(dims));
   KernelAttrs a;
   a.index = correction;
-  std::vector<Tensor> outs{finish(reduce_kernel(Kernel::var, "var", x, p, x.dtype(), a), p, keepdim)};
-  record("VarBackward", {x}, outs, [p, correction, ux = untracked(x)](const std::vector<Tensor>& g) {
-    // d var / dx = 2 (x - mean) / (N - correction)
-    const Tensor centered = sub(ux, mean(ux, p.dims, true));
-    const double scale = 2.0 / static_cast<double>(p.reduced - correction);
-    return std::vector<Tensor>{mul(g[0].reshape(p.keep_shape), centered) * scale};
-  }, {x});
+  std::vector<Tensor> outs{
+      finish(reduce_kernel(Kernel::var, "var", x, p, x.dtype(), a), p, keepdim)};
+  record("VarBackward", {x}, outs,
+         [p, correction, ux = untracked(x)](const std::vector<Tensor>& g) {
+           // d var / dx = 2 (x - mean) / (N - correction)
+           const Tensor centered = sub(ux, mean(ux, p.dims, true));
+           const double scale = 2.0 / static_cast<double>(p.reduced - correction);
+           return std::vector<Tensor>{mul(g[0].reshape(p.keep_shape), centered) * scale};
+         },
+         {x});
   return outs[0];
 }
 
 Tensor norm(const Tensor& x, std::vector<int64_t> dims, bool keepdim) {
   detail::check_floating("norm", x);
   const ReducePlan p = plan("norm", x, std::move(dims));
-  std::vector<Tensor> outs{finish(reduce_kernel(Kernel::norm, "norm", x, p, x.dtype()), p, keepdim)};
+  std::vector<Tensor> outs{
+      finish(reduce_kernel(Kernel::norm, "norm", x, p, x.dtype()), p, keepdim)};
   record("NormBackward", {x}, outs,
          [p, ux = untracked(x), y = untracked(outs[0])](const std::vector<Tensor>& g) {
            // x / ||x||, taken as 0 where the norm is 0 (the subgradient torch uses)

@@ -152,15 +152,16 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
   const int64_t n = shape()[d];
   if (start < 0) start += n;
   TS_CHECK(start >= 0 && length >= 0 && start + length <= n, "narrow: range [", start, ", ",
-           start + length, ") is out of bounds for dimension ", d, " of size ", n, " in ", describe());
+           start + length, ") is out of bounds for dimension ", d, " of size ", n, " in ",
+           describe());
   return slice(d, start, start + length);
 }
 
 Tensor Tensor::select(int64_t d, int64_t index) const {
   d = wrap_dim(d, dim(), "select");
   const int64_t n = shape()[d];
-  TS_CHECK(index >= -n && index < n, "select: index ", index, " is out of bounds for dimension ",
-           d, " of size ", n, " in ", describe());
+  TS_CHECK(index >= -n && index < n, "select: index ", index, " is out of bounds for dimension ", d,
+           " of size ", n, " in ", describe());
   if (index < 0) index += n;
   return narrow(d, index, 1).squeeze(d);
 }
@@ -254,24 +255,26 @@ Tensor cast(const Tensor& x, DType dtype) {
   std::vector<Tensor> outs{copy_to(x, dtype, x.device())};
   if (is_floating(dtype) && is_floating(x.dtype())) {
     const DType in = x.dtype();
-    record("CastBackward", {x}, outs, [in](const std::vector<Tensor>& g) {
-      return std::vector<Tensor>{g[0].to(in)};
-    });
+    record("CastBackward", {x}, outs,
+           [in](const std::vector<Tensor>& g) { return std::vector<Tensor>{g[0].to(in)}; });
   }
   return outs[0];
 }
-Tensor Tensor::to(DType dtype) const { return cast(*this, dtype); }
+Tensor Tensor::to(DType dtype) const {
+  return cast(*this, dtype);
+}
 
 Tensor to_device(const Tensor& x, Device device) {
   if (x.device() == device) return x;
   std::vector<Tensor> outs{copy_to(x, x.dtype(), device)};
   const Device in = x.device();
-  record("ToDeviceBackward", {x}, outs, [in](const std::vector<Tensor>& g) {
-    return std::vector<Tensor>{g[0].to(in)};
-  });
+  record("ToDeviceBackward", {x}, outs,
+         [in](const std::vector<Tensor>& g) { return std::vector<Tensor>{g[0].to(in)}; });
   return outs[0];
 }
-Tensor Tensor::to(Device device) const { return to_device(*this, device); }
+Tensor Tensor::to(Device device) const {
+  return to_device(*this, device);
+}
 
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
   TS_CHECK(!tensors.empty(), "cat: expected at least one tensor");
@@ -286,8 +289,10 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
     TS_CHECK(t.dim() == first.dim(), "cat: tensors must have the same number of dimensions, got ",
              first.describe(), " and ", t.describe());
     for (int64_t d = 0; d < t.dim(); ++d)
-      TS_CHECK(d == dim || t.shape()[d] == first.shape()[d], "cat: sizes must match except in "
-               "dimension ", dim, ", got ", first.describe(), " and ", t.describe());
+      TS_CHECK(d == dim || t.shape()[d] == first.shape()[d],
+               "cat: sizes must match except in "
+               "dimension ",
+               dim, ", got ", first.describe(), " and ", t.describe());
     shape[dim] += t.shape()[dim];
     sizes.push_back(t.shape()[dim]);
     dtype = promote_types(dtype, t.dtype());
@@ -302,9 +307,8 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
     }
   }
   std::vector<Tensor> outs{out};
-  record("CatBackward", tensors, outs, [sizes, dim](const std::vector<Tensor>& g) {
-    return split(g[0], sizes, dim);
-  });
+  record("CatBackward", tensors, outs,
+         [sizes, dim](const std::vector<Tensor>& g) { return split(g[0], sizes, dim); });
   return outs[0];
 }
 
@@ -324,8 +328,8 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
   dim = wrap_dim(dim, x.dim(), "split");
   int64_t total = 0;
   for (int64_t s : sizes) total += s;
-  TS_CHECK(total == x.shape()[dim], "split: sizes sum to ", total, " but dimension ", dim,
-           " of ", x.describe(), " has size ", x.shape()[dim]);
+  TS_CHECK(total == x.shape()[dim], "split: sizes sum to ", total, " but dimension ", dim, " of ",
+           x.describe(), " has size ", x.shape()[dim]);
   std::vector<Tensor> out;
   int64_t at = 0;
   for (int64_t s : sizes) {

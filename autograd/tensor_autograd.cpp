@@ -16,7 +16,8 @@ AutogradMeta& meta_of(const Tensor& t) {
 // In-place writes may not silently detach a tensor from the graph.
 void check_inplace(const Tensor& t, const char* op) {
   if (!grad_enabled() || !t.requires_grad()) return;
-  fail(op, ": in-place modification of ", t.describe(), t.is_leaf()
+  fail(op, ": in-place modification of ", t.describe(),
+       t.is_leaf()
            ? ", a leaf that requires grad; do it under NoGradGuard (as an optimizer does)"
            : ", which is part of the autograd graph, is not supported; use the out-of-place op");
 }
@@ -28,8 +29,10 @@ bool Tensor::requires_grad() const {
 }
 
 Tensor& Tensor::requires_grad_(bool value) {
-  TS_CHECK(!value || is_floating(dtype()), "requires_grad_: only floating-point tensors can "
-           "require gradients, got ", describe());
+  TS_CHECK(!value || is_floating(dtype()),
+           "requires_grad_: only floating-point tensors can "
+           "require gradients, got ",
+           describe());
   TS_CHECK(is_leaf(), "requires_grad_: can only be set on leaf tensors (", describe(),
            " was produced by ", grad_fn()->name(), "); use detach() first");
   meta_of(*this).requires_grad = value;
@@ -57,15 +60,19 @@ std::shared_ptr<autograd::Node> Tensor::grad_fn() const {
   return m ? m->grad_fn : nullptr;
 }
 
-Tensor Tensor::detach() const { return make_view(*this, shape(), strides(), offset()); }
+Tensor Tensor::detach() const {
+  return make_view(*this, shape(), strides(), offset());
+}
 
 void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
   autograd::backward({*this}, {gradient}, retain_graph);
 }
 
 void Tensor::register_hook(std::function<void(const Tensor&)> hook) const {
-  TS_CHECK(is_leaf() && requires_grad(), "register_hook: gradient-ready hooks attach to leaf "
-           "tensors that require grad, got ", describe());
+  TS_CHECK(is_leaf() && requires_grad(),
+           "register_hook: gradient-ready hooks attach to leaf "
+           "tensors that require grad, got ",
+           describe());
   meta_of(*this).hooks.push_back(std::move(hook));
 }
 

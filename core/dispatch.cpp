@@ -5,7 +5,8 @@
 namespace tessera {
 
 namespace {
-using Table = std::array<std::array<std::array<KernelFn, kNumDTypes>, kNumDeviceTypes>, kNumKernels>;
+using Table =
+    std::array<std::array<std::array<KernelFn, kNumDTypes>, kNumDeviceTypes>, kNumKernels>;
 Table& table() {
   static Table t{};
   return t;
@@ -32,7 +33,8 @@ bool has_kernel(Kernel k, DeviceType device, DType dtype) {
 
 void run_kernel(Kernel k, Device device, DType dtype, std::span<const Tensor> inputs,
                 std::span<Tensor> outputs, const KernelAttrs& attrs) {
-  KernelFn fn = table()[static_cast<int>(k)][static_cast<int>(device.type)][static_cast<int>(dtype)];
+  KernelFn fn =
+      table()[static_cast<int>(k)][static_cast<int>(device.type)][static_cast<int>(dtype)];
   if (!fn) {
     std::string shapes;
     for (const Tensor& t : inputs) shapes += (shapes.empty() ? "" : ", ") + t.describe();

@@ -8,26 +8,40 @@ namespace tessera {
 
 size_t itemsize(DType t) {
   switch (t) {
-    case DType::Bool: return 1;
-    case DType::Int32: return 4;
-    case DType::Int64: return 8;
-    case DType::Float16: return 2;
-    case DType::BFloat16: return 2;
-    case DType::Float32: return 4;
-    case DType::Float64: return 8;
+    case DType::Bool:
+      return 1;
+    case DType::Int32:
+      return 4;
+    case DType::Int64:
+      return 8;
+    case DType::Float16:
+      return 2;
+    case DType::BFloat16:
+      return 2;
+    case DType::Float32:
+      return 4;
+    case DType::Float64:
+      return 8;
   }
   fail("itemsize: invalid dtype ", static_cast<int>(t));
 }
 
 const char* dtype_name(DType t) {
   switch (t) {
-    case DType::Bool: return "bool";
-    case DType::Int32: return "int32";
-    case DType::Int64: return "int64";
-    case DType::Float16: return "float16";
-    case DType::BFloat16: return "bfloat16";
-    case DType::Float32: return "float32";
-    case DType::Float64: return "float64";
+    case DType::Bool:
+      return "bool";
+    case DType::Int32:
+      return "int32";
+    case DType::Int64:
+      return "int64";
+    case DType::Float16:
+      return "float16";
+    case DType::BFloat16:
+      return "bfloat16";
+    case DType::Float32:
+      return "float32";
+    case DType::Float64:
+      return "float64";
   }
   return "invalid";
 }
@@ -44,8 +58,12 @@ DType dtype_from_name(const std::string& n) {
        "': expected one of bool, int32, int64, float16, bfloat16, float32, float64");
 }
 
-bool is_floating(DType t) { return t >= DType::Float16; }
-bool is_reduced_float(DType t) { return t == DType::Float16 || t == DType::BFloat16; }
+bool is_floating(DType t) {
+  return t >= DType::Float16;
+}
+bool is_reduced_float(DType t) {
+  return t == DType::Float16 || t == DType::BFloat16;
+}
 
 DType promote_types(DType a, DType b) {
   if (a == b) return a;
@@ -54,7 +72,9 @@ DType promote_types(DType a, DType b) {
   return a > b ? a : b;
 }
 
-uint16_t float_to_half_bits(float f) { return Eigen::numext::bit_cast<uint16_t>(Eigen::half(f)); }
+uint16_t float_to_half_bits(float f) {
+  return Eigen::numext::bit_cast<uint16_t>(Eigen::half(f));
+}
 float half_bits_to_float(uint16_t h) {
   return static_cast<float>(Eigen::numext::bit_cast<Eigen::half>(h));
 }

@@ -31,8 +31,8 @@ std::string shape_str(const Shape& shape) {
 
 int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op) {
   const int64_t n = std::max<int64_t>(ndim, 1);
-  TS_CHECK(dim >= -n && dim < n, op, ": dimension ", dim, " out of range for a tensor with ",
-           ndim, " dimensions (expected ", -n, "..", n - 1, ")");
+  TS_CHECK(dim >= -n && dim < n, op, ": dimension ", dim, " out of range for a tensor with ", ndim,
+           " dimensions (expected ", -n, "..", n - 1, ")");
   return dim < 0 ? dim + n : dim;
 }
 
@@ -42,8 +42,8 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
   for (size_t i = 0; i < n; ++i) {
     const int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
     const int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
-    TS_CHECK(da == db || da == 1 || db == 1, op, ": shapes ", shape_str(a), " and ",
-             shape_str(b), " cannot be broadcast (dimension ", i, ": ", da, " vs ", db, ")");
+    TS_CHECK(da == db || da == 1 || db == 1, op, ": shapes ", shape_str(a), " and ", shape_str(b),
+             " cannot be broadcast (dimension ", i, ": ", da, " vs ", db, ")");
     out[i] = da == 1 ? db : da;
   }
   return out;

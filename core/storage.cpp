@@ -19,13 +19,14 @@ void register_allocator(DeviceType type, Allocator* allocator) {
 
 Allocator& allocator_for(DeviceType type) {
   Allocator* a = allocators()[static_cast<int>(type)];
-  TS_CHECK(a != nullptr, "no allocator for device type ",
-           type == DeviceType::CPU ? "cpu" : "cuda",
+  TS_CHECK(a != nullptr, "no allocator for device type ", type == DeviceType::CPU ? "cpu" : "cuda",
            type == DeviceType::CUDA ? " (this build has no CUDA backend)" : "");
   return *a;
 }
 
 Storage::Storage(size_t nbytes, Device device)
-    : nbytes_(nbytes), device_(device), data_(allocator_for(device.type).allocate(nbytes, device)) {}
+    : nbytes_(nbytes),
+      device_(device),
+      data_(allocator_for(device.type).allocate(nbytes, device)) {}
 
 }  // namespace tessera

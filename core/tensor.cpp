@@ -28,7 +28,9 @@ Tensor Tensor::make_view(const Tensor& base, Shape shape, Shape strides, int64_t
   return Tensor(std::move(impl));
 }
 
-int64_t Tensor::size(int64_t d) const { return shape()[wrap_dim(d, dim(), "size")]; }
+int64_t Tensor::size(int64_t d) const {
+  return shape()[wrap_dim(d, dim(), "size")];
+}
 
 bool Tensor::is_contiguous() const {
   int64_t expected = 1;
@@ -49,13 +51,20 @@ void* Tensor::data_ptr() const {
 namespace {
 double read_element(const void* p, DType t) {
   switch (t) {
-    case DType::Bool: return *static_cast<const bool*>(p) ? 1.0 : 0.0;
-    case DType::Int32: return *static_cast<const int32_t*>(p);
-    case DType::Int64: return static_cast<double>(*static_cast<const int64_t*>(p));
-    case DType::Float16: return half_bits_to_float(*static_cast<const uint16_t*>(p));
-    case DType::BFloat16: return bf16_bits_to_float(*static_cast<const uint16_t*>(p));
-    case DType::Float32: return *static_cast<const float*>(p);
-    case DType::Float64: return *static_cast<const double*>(p);
+    case DType::Bool:
+      return *static_cast<const bool*>(p) ? 1.0 : 0.0;
+    case DType::Int32:
+      return *static_cast<const int32_t*>(p);
+    case DType::Int64:
+      return static_cast<double>(*static_cast<const int64_t*>(p));
+    case DType::Float16:
+      return half_bits_to_float(*static_cast<const uint16_t*>(p));
+    case DType::BFloat16:
+      return bf16_bits_to_float(*static_cast<const uint16_t*>(p));
+    case DType::Float32:
+      return *static_cast<const float*>(p);
+    case DType::Float64:
+      return *static_cast<const double*>(p);
   }
   return 0.0;
 }

@@ -7,11 +7,16 @@ namespace tessera::testing {
 
 Tolerance tolerance_for(DType dtype) {
   switch (dtype) {
-    case DType::Float64: return {1e-10, 1e-12};
-    case DType::Float32: return {1e-4, 1e-5};
-    case DType::BFloat16: return {2e-2, 2e-2};
-    case DType::Float16: return {5e-3, 5e-3};
-    default: return {0.0, 0.0};
+    case DType::Float64:
+      return {1e-10, 1e-12};
+    case DType::Float32:
+      return {1e-4, 1e-5};
+    case DType::BFloat16:
+      return {2e-2, 2e-2};
+    case DType::Float16:
+      return {5e-3, 5e-3};
+    default:
+      return {0.0, 0.0};
   }
 }
 
@@ -54,8 +59,8 @@ CompareResult compare(const Tensor& actual, const Tensor& expected, Tolerance to
     os.precision(9);
     os << bad << " of " << a.size() << " elements of " << actual.describe()
        << " outside rtol=" << tol.rtol << " atol=" << tol.atol << "; worst at flat index "
-       << r.worst_index << ": actual " << r.actual << ", expected " << r.expected
-       << " (abs error " << r.abs_error << ")";
+       << r.worst_index << ": actual " << r.actual << ", expected " << r.expected << " (abs error "
+       << r.abs_error << ")";
   }
   r.message = os.str();
   return r;

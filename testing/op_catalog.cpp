@@ -12,9 +12,15 @@ namespace {
 using Inputs = std::vector<Tensor>;
 using Fn = std::function<Tensor(const Inputs&, const OpContext&)>;
 
-InputSpec in(Shape s, InputKind k = InputKind::Normal) { return {std::move(s), k}; }
-InputSpec tin(Shape s) { return {std::move(s), InputKind::Normal, 0, true}; }
-InputSpec idx(Shape s, int64_t high, InputKind k = InputKind::Index) { return {std::move(s), k, high, false, false}; }
+InputSpec in(Shape s, InputKind k = InputKind::Normal) {
+  return {std::move(s), k};
+}
+InputSpec tin(Shape s) {
+  return {std::move(s), InputKind::Normal, 0, true};
+}
+InputSpec idx(Shape s, int64_t high, InputKind k = InputKind::Index) {
+  return {std::move(s), k, high, false, false};
+}
 
 OpCase elementwise_bench(const Shape& s, int arity) {
   OpCase c{"bench", {}};
@@ -36,7 +42,9 @@ std::vector<OpCase> binary_cases(InputKind kb = InputKind::Normal) {
           {"[]+[2,3]", {in({}), in({2, 3}, kb)}}};
 }
 
-double numel_flops(const Shape& s) { return 0.0 * numel_of(s); }
+double numel_flops(const Shape& s) {
+  return 0.0 * numel_of(s);
+}
 
 OpSpec unary(const std::string& name, Tensor (*f)(const Tensor&), InputKind k = InputKind::Normal) {
   OpSpec s{name, name, unary_cases(k), [f](const Inputs& x, const OpContext&) { return f(x[0]); }};
@@ -51,7 +59,8 @@ OpSpec unary(const std::string& name, Tensor (*f)(const Tensor&), InputKind k = 
 
 OpSpec binary(const std::string& name, Tensor (*f)(const Tensor&, const Tensor&),
               InputKind kb = InputKind::Normal, bool differentiable = true) {
-  OpSpec s{name, name, binary_cases(kb), [f](const Inputs& x, const OpContext&) { return f(x[0], x[1]); }};
+  OpSpec s{name, name, binary_cases(kb),
+           [f](const Inputs& x, const OpContext&) { return f(x[0], x[1]); }};
   s.differentiable = differentiable;
   s.bench_case = [kb](const Shape& sh) {
     OpCase c = elementwise_bench(sh, 2);
@@ -68,14 +77,17 @@ OpSpec compare_op(const std::string& name, Tensor (*f)(const Tensor&, const Tens
   return s;
 }
 
-OpSpec reduction(const std::string& name, std::function<Tensor(const Tensor&, std::vector<int64_t>, bool)> f,
+OpSpec reduction(const std::string& name,
+                 std::function<Tensor(const Tensor&, std::vector<int64_t>, bool)> f,
                  bool differentiable = true) {
-  OpSpec s{name, name,
-           {{"[4,5] all", {in({4, 5})}, {}, false},
-            {"[3,4,5] dims 0,2 keepdim", {in({3, 4, 5})}, {0, 2}, true},
-            {"[3,4,5] dim 1", {in({3, 4, 5})}, {1}, false},
-            {"[6,4]T dim -1", {tin({6, 4})}, {-1}, false}},
-           [f](const Inputs& x, const OpContext& c) { return f(x[0], c.op_case.dims, c.op_case.flag); }};
+  OpSpec s{
+      name,
+      name,
+      {{"[4,5] all", {in({4, 5})}, {}, false},
+       {"[3,4,5] dims 0,2 keepdim", {in({3, 4, 5})}, {0, 2}, true},
+       {"[3,4,5] dim 1", {in({3, 4, 5})}, {1}, false},
+       {"[6,4]T dim -1", {tin({6, 4})}, {-1}, false}},
+      [f](const Inputs& x, const OpContext& c) { return f(x[0], c.op_case.dims, c.op_case.flag); }};
   s.differentiable = differentiable;
   s.bench_case = [](const Shape& sh) {
     OpCase c = elementwise_bench(sh, 1);
@@ -127,15 +139,18 @@ std::vector<OpSpec> build_catalog() {
   ops.push_back(compare_op("le", &le));
   ops.push_back(compare_op("gt", &gt));
   ops.push_back(compare_op("ge", &ge));
-  ops.push_back({"where", "where",
+  ops.push_back({"where",
+                 "where",
                  {{"cond[3,1] a[3,4] b[4]", {in({3, 1}, InputKind::Mask), in({3, 4}), in({4})}},
                   {"cond[2,3] a[] b[2,3]T", {in({2, 3}, InputKind::Mask), in({}), tin({2, 3})}}},
                  [](const Inputs& x, const OpContext&) { return where(x[0], x[1], x[2]); }});
-  ops.push_back({"masked_fill", "where",
+  ops.push_back({"masked_fill",
+                 "where",
                  {{"x[3,4] mask[1,4]", {in({3, 4}), in({1, 4}, InputKind::Mask)}}},
                  [](const Inputs& x, const OpContext&) { return masked_fill(x[0], x[1], -2.5); }});
   {
-    OpSpec s{"cast", "copy",
+    OpSpec s{"cast",
+             "copy",
              {{"[3,4] via bfloat16, float16", {in({3, 4})}}, {"[4,3]T", {tin({4, 3})}}},
              [](const Inputs& x, const OpContext&) {
                return x[0].to(DType::BFloat16).to(DType::Float16).to(x[0].dtype());
@@ -144,29 +159,42 @@ std::vector<OpSpec> build_catalog() {
     ops.push_back(s);
   }
   {
-    OpSpec s{"cast_int", "copy", {{"[3,4] ints", {in({3, 4}, InputKind::SmallInt)}}},
-             [](const Inputs& x, const OpContext&) {
-               return (x[0].to(DType::Int32) * x[0].to(DType::Int64)).to(DType::Bool).to(x[0].dtype());
-             }};
+    OpSpec s{
+        "cast_int",
+        "copy",
+        {{"[3,4] ints", {in({3, 4}, InputKind::SmallInt)}}},
+        [](const Inputs& x, const OpContext&) {
+          return (x[0].to(DType::Int32) * x[0].to(DType::Int64)).to(DType::Bool).to(x[0].dtype());
+        }};
     s.differentiable = false;
     ops.push_back(s);
   }
-  ops.push_back(reduction("sum", [](const Tensor& x, std::vector<int64_t> d, bool k) { return sum(x, d, k); }));
-  ops.push_back(reduction("mean", [](const Tensor& x, std::vector<int64_t> d, bool k) { return mean(x, d, k); }));
-  ops.push_back(reduction("amax", [](const Tensor& x, std::vector<int64_t> d, bool k) { return amax(x, d, k); }));
-  ops.push_back(reduction("amin", [](const Tensor& x, std::vector<int64_t> d, bool k) { return amin(x, d, k); }));
-  ops.push_back(reduction("var", [](const Tensor& x, std::vector<int64_t> d, bool k) { return var(x, d, 1, k); }));
-  ops.push_back(reduction("norm", [](const Tensor& x, std::vector<int64_t> d, bool k) { return norm(x, d, k); }));
+  ops.push_back(reduction(
+      "sum", [](const Tensor& x, std::vector<int64_t> d, bool k) { return sum(x, d, k); }));
+  ops.push_back(reduction(
+      "mean", [](const Tensor& x, std::vector<int64_t> d, bool k) { return mean(x, d, k); }));
+  ops.push_back(reduction(
+      "amax", [](const Tensor& x, std::vector<int64_t> d, bool k) { return amax(x, d, k); }));
+  ops.push_back(reduction(
+      "amin", [](const Tensor& x, std::vector<int64_t> d, bool k) { return amin(x, d, k); }));
+  ops.push_back(reduction(
+      "var", [](const Tensor& x, std::vector<int64_t> d, bool k) { return var(x, d, 1, k); }));
+  ops.push_back(reduction(
+      "norm", [](const Tensor& x, std::vector<int64_t> d, bool k) { return norm(x, d, k); }));
   {
-    OpSpec s = reduction("argmax", [](const Tensor& x, std::vector<int64_t> d, bool k) {
-      return argmax(x, d.empty() ? 0 : d[0], k);
-    }, false);
+    OpSpec s = reduction(
+        "argmax",
+        [](const Tensor& x, std::vector<int64_t> d, bool k) {
+          return argmax(x, d.empty() ? 0 : d[0], k);
+        },
+        false);
     s.cases[0].dims = {0};
     s.cases[1].dims = {2};
     ops.push_back(s);
   }
   {
-    OpSpec s{"matmul", "matmul",
+    OpSpec s{"matmul",
+             "matmul",
              {{"[3,4]@[4,5]", {in({3, 4}), in({4, 5})}},
               {"[2,3,4]@[4,5] folded", {in({2, 3, 4}), in({4, 5})}},
               {"[2,3,4]@[2,4,5] batched", {in({2, 3, 4}), in({2, 4, 5})}},
@@ -179,7 +207,8 @@ std::vector<OpSpec> build_catalog() {
       TS_CHECK(sh.size() == 3 || sh.size() == 4, "matmul bench: --shape M,N,K or B,M,N,K");
       const bool b = sh.size() == 4;
       const int64_t B = b ? sh[0] : 1, M = sh[b], N = sh[b + 1], K = sh[b + 2];
-      return OpCase{"bench", {in(b ? Shape{B, M, K} : Shape{M, K}), in(b ? Shape{B, K, N} : Shape{K, N})}};
+      return OpCase{"bench",
+                    {in(b ? Shape{B, M, K} : Shape{M, K}), in(b ? Shape{B, K, N} : Shape{K, N})}};
     };
     s.flops = [](const Shape& sh) {
       return sh.size() == 4 ? 2.0 * sh[0] * sh[1] * sh[2] * sh[3] : 2.0 * sh[0] * sh[1] * sh[2];
@@ -187,7 +216,8 @@ std::vector<OpSpec> build_catalog() {
     ops.push_back(s);
   }
   for (bool log : {false, true}) {
-    OpSpec s{log ? "log_softmax" : "softmax", log ? "log_softmax, log_softmax_backward" : "softmax, softmax_backward",
+    OpSpec s{log ? "log_softmax" : "softmax",
+             log ? "log_softmax, log_softmax_backward" : "softmax, softmax_backward",
              {{"[3,7] dim -1", {in({3, 7})}, {-1}}, {"[4,5,6] dim 1", {in({4, 5, 6})}, {1}}},
              [log](const Inputs& x, const OpContext& c) {
                return log ? log_softmax(x[0], c.op_case.dims[0]) : softmax(x[0], c.op_case.dims[0]);
@@ -197,21 +227,26 @@ std::vector<OpSpec> build_catalog() {
     ops.push_back(s);
   }
   {
-    OpSpec s{"layer_norm", "layer_norm, layer_norm_backward",
+    OpSpec s{"layer_norm",
+             "layer_norm, layer_norm_backward",
              {{"[3,8] affine", {in({3, 8}), in({8}), in({8})}},
               {"[2,3,4] over [3,4]", {in({2, 3, 4}), in({3, 4}), in({3, 4})}, {2}},
               {"[5,6] no affine", {in({5, 6})}}},
              [](const Inputs& x, const OpContext& c) {
                const int64_t nd = c.op_case.dims.empty() ? 1 : c.op_case.dims[0];
                const Shape ns(x[0].shape().end() - nd, x[0].shape().end());
-               return layer_norm(x[0], ns, x.size() > 1 ? x[1] : Tensor(), x.size() > 2 ? x[2] : Tensor());
+               return layer_norm(x[0], ns, x.size() > 1 ? x[1] : Tensor(),
+                                 x.size() > 2 ? x[2] : Tensor());
              }};
-    s.bench_case = [](const Shape& sh) { return OpCase{"bench", {in(sh), in({sh.back()}), in({sh.back()})}}; };
+    s.bench_case = [](const Shape& sh) {
+      return OpCase{"bench", {in(sh), in({sh.back()}), in({sh.back()})}};
+    };
     s.flops = numel_flops;
     ops.push_back(s);
   }
   {
-    OpSpec s{"embedding", "embedding, embedding_backward",
+    OpSpec s{"embedding",
+             "embedding, embedding_backward",
              {{"weight[10,4] idx[2,5]", {in({10, 4}), idx({2, 5}, 10)}}},
              [](const Inputs& x, const OpContext&) { return embedding(x[0], x[1]); }};
     s.bench_case = [](const Shape& sh) {
@@ -222,7 +257,8 @@ std::vector<OpSpec> build_catalog() {
     ops.push_back(s);
   }
   {
-    OpSpec s{"cross_entropy", "cross_entropy, cross_entropy_backward",
+    OpSpec s{"cross_entropy",
+             "cross_entropy, cross_entropy_backward",
              {{"[6,5]", {in({6, 5}), idx({6}, 5)}},
               {"[2,4,5] ignore_index", {in({2, 4, 5}), idx({2, 4}, 5, InputKind::IndexOrIgnore)}},
               {"[6,5] label_smoothing 0.1", {in({6, 5}), idx({6}, 5)}, {}, true}},
@@ -237,7 +273,9 @@ std::vector<OpSpec> build_catalog() {
     ops.push_back(s);
   }
   {
-    OpSpec s{"dropout", "dropout", {{"[40] p=0.3", {in({40})}}, {"[4,5]T p=0.5", {tin({4, 5})}, {}, true}},
+    OpSpec s{"dropout",
+             "dropout",
+             {{"[40] p=0.3", {in({40})}}, {"[4,5]T p=0.5", {tin({4, 5})}, {}, true}},
              [](const Inputs& x, const OpContext& c) {
                Generator gen(42);  // same mask on every call, any dtype or device
                return dropout(x[0], c.op_case.flag ? 0.5 : 0.3, true, &gen);
@@ -247,32 +285,53 @@ std::vector<OpSpec> build_catalog() {
     ops.push_back(s);
   }
   {
-    OpSpec s{"attention", "attention, attention_backward",
-             {{"[2,2,5,4]", {in({2, 2, 5, 4}), in({2, 2, 5, 4}), in({2, 2, 5, 4})}},
-              {"[2,2,5,4] causal", {in({2, 2, 5, 4}), in({2, 2, 5, 4}), in({2, 2, 5, 4})}, {}, true},
-              {"[2,2,5,4] padding mask", {in({2, 2, 5, 4}), in({2, 2, 5, 4}), in({2, 2, 5, 3}), in({2, 1, 5, 5}, InputKind::Mask)}},
-              {"q[1,2,3,4] kv[1,2,6,4] causal", {in({1, 2, 3, 4}), in({1, 2, 6, 4}), in({1, 2, 6, 4})}, {}, true}},
-             [](const Inputs& x, const OpContext& c) {
-               return scaled_dot_product_attention(x[0], x[1], x[2], x.size() > 3 ? x[3] : Tensor(), c.op_case.flag);
-             }};
+    OpSpec s{
+        "attention",
+        "attention, attention_backward",
+        {{"[2,2,5,4]", {in({2, 2, 5, 4}), in({2, 2, 5, 4}), in({2, 2, 5, 4})}},
+         {"[2,2,5,4] causal", {in({2, 2, 5, 4}), in({2, 2, 5, 4}), in({2, 2, 5, 4})}, {}, true},
+         {"[2,2,5,4] padding mask",
+          {in({2, 2, 5, 4}), in({2, 2, 5, 4}), in({2, 2, 5, 3}),
+           in({2, 1, 5, 5}, InputKind::Mask)}},
+         {"q[1,2,3,4] kv[1,2,6,4] causal",
+          {in({1, 2, 3, 4}), in({1, 2, 6, 4}), in({1, 2, 6, 4})},
+          {},
+          true}},
+        [](const Inputs& x, const OpContext& c) {
+          return scaled_dot_product_attention(x[0], x[1], x[2], x.size() > 3 ? x[3] : Tensor(),
+                                              c.op_case.flag);
+        }};
     s.bench_case = [](const Shape& sh) {
       TS_CHECK(sh.size() == 4, "attention bench: --shape B,H,T,D");
       return OpCase{"bench", {in(sh), in(sh), in(sh)}, {}, true};
     };
-    s.flops = [](const Shape& sh) { return 2.0 * sh[0] * sh[1] * sh[2] * sh[2] * sh[3]; };  // causal fwd
+    s.flops = [](const Shape& sh) {
+      return 2.0 * sh[0] * sh[1] * sh[2] * sh[2] * sh[3];
+    };  // causal fwd
     ops.push_back(s);
   }
-  ops.push_back({"cat", "copy",
-                 {{"[2,3],[2,4] dim 1", {in({2, 3}), in({2, 4})}}, {"[2,3]T,[1,3] dim 0", {tin({3, 2}), in({1, 2})}}},
-                 [](const Inputs& x, const OpContext&) { return cat({x[0], x[1]}, x[0].dim() == 2 && x[0].shape()[1] == 3 ? 1 : 0); }});
-  ops.push_back({"stack", "copy", {{"[2,3],[2,3] dim 1", {in({2, 3}), in({2, 3})}}},
-                 [](const Inputs& x, const OpContext&) { return stack({x[0], x[1]}, 1); }});
-  ops.push_back({"split", "copy", {{"[5,4] sizes 2,3 dim 0", {in({5, 4})}}},
+  ops.push_back({"cat",
+                 "copy",
+                 {{"[2,3],[2,4] dim 1", {in({2, 3}), in({2, 4})}},
+                  {"[2,3]T,[1,3] dim 0", {tin({3, 2}), in({1, 2})}}},
+                 [](const Inputs& x, const OpContext&) {
+                   return cat({x[0], x[1]}, x[0].dim() == 2 && x[0].shape()[1] == 3 ? 1 : 0);
+                 }});
+  ops.push_back({"stack",
+                 "copy",
+                 {{"[2,3],[2,3] dim 1", {in({2, 3}), in({2, 3})}}},
+                 [](const Inputs& x, const OpContext&) {
+                   return stack({x[0], x[1]}, 1);
+                 }});
+  ops.push_back({"split",
+                 "copy",
+                 {{"[5,4] sizes 2,3 dim 0", {in({5, 4})}}},
                  [](const Inputs& x, const OpContext&) {
                    auto p = split(x[0], std::vector<int64_t>{2, 3}, 0);
                    return cat({p[1], p[0]}, 0);
                  }});
-  ops.push_back({"views", "copy",
+  ops.push_back({"views",
+                 "copy",
                  {{"[3,4,5] permute/narrow/select/expand/squeeze", {in({3, 4, 5})}}},
                  [](const Inputs& x, const OpContext&) {
                    Tensor t = x[0].permute({2, 0, 1}).narrow(0, 1, 3).select(2, 2);  // [3,3]
@@ -280,12 +339,14 @@ std::vector<OpSpec> build_catalog() {
                    return t.reshape({8}).squeeze();
                  }});
   {
-    OpSpec s{"arange", "arange", {{"0..7 step 0.5", {}}},
-             [](const Inputs&, const OpContext& c) { return arange(0, 7, 0.5, c.dtype, c.device); }};
+    OpSpec s{"arange", "arange", {{"0..7 step 0.5", {}}}, [](const Inputs&, const OpContext& c) {
+               return arange(0, 7, 0.5, c.dtype, c.device);
+             }};
     s.differentiable = false;
     ops.push_back(s);
-    s = {"full", "fill", {{"[3,4] = 1.75", {}}},
-         [](const Inputs&, const OpContext& c) { return full({3, 4}, 1.75, c.dtype, c.device); }};
+    s = {"full", "fill", {{"[3,4] = 1.75", {}}}, [](const Inputs&, const OpContext& c) {
+           return full({3, 4}, 1.75, c.dtype, c.device);
+         }};
     s.differentiable = false;
     ops.push_back(s);
     s = {"rand", "uniform", {{"[1000] seed 7", {}}}, [](const Inputs&, const OpContext& c) {
@@ -312,14 +373,20 @@ Tensor make_input(const InputSpec& spec, Generator& gen) {
   Tensor t;
   const Tensor u = rand(shape, DType::Float64, Device::cpu(), &gen);
   switch (spec.kind) {
-    case InputKind::Normal: t = randn(shape, DType::Float64, Device::cpu(), &gen); break;
-    case InputKind::Positive: t = u * 1.5 + 0.5; break;
+    case InputKind::Normal:
+      t = randn(shape, DType::Float64, Device::cpu(), &gen);
+      break;
+    case InputKind::Positive:
+      t = u * 1.5 + 0.5;
+      break;
     case InputKind::AwayFromZero: {
       const Tensor sign = rand(shape, DType::Float64, Device::cpu(), &gen);
       t = where(lt(sign, scalar_tensor(0.5, DType::Float64)), -(u + 0.5), u + 0.5);
       break;
     }
-    case InputKind::SmallInt: t = (u * 3.0).to(DType::Int64).to(DType::Float64); break;
+    case InputKind::SmallInt:
+      t = (u * 3.0).to(DType::Int64).to(DType::Float64);
+      break;
     case InputKind::Index:
     case InputKind::IndexOrIgnore: {
       t = (u * static_cast<double>(spec.high)).to(DType::Int64);
@@ -340,10 +407,13 @@ Tensor make_input(const InputSpec& spec, Generator& gen) {
 }
 
 bool is_float_input(const InputSpec& s) {
-  return s.kind != InputKind::Index && s.kind != InputKind::IndexOrIgnore && s.kind != InputKind::Mask;
+  return s.kind != InputKind::Index && s.kind != InputKind::IndexOrIgnore &&
+         s.kind != InputKind::Mask;
 }
 
-Tolerance scaled(Tolerance t, double f) { return {t.rtol * f, t.atol * f}; }
+Tolerance scaled(Tolerance t, double f) {
+  return {t.rtol * f, t.atol * f};
+}
 
 }  // namespace
 
@@ -378,7 +448,8 @@ std::vector<CheckResult> check_op(const OpSpec& spec, Device device, DType dtype
       const bool fl = is_float_input(c.inputs[i]);
       const Tensor rounded = fl ? base[i].to(dtype).to(DType::Float64) : base[i];
       const bool grad = fl && spec.differentiable && c.inputs[i].differentiable;
-      Tensor r = c.inputs[i].transposed ? rounded.transpose(-1, -2).contiguous().transpose(-1, -2) : rounded;
+      Tensor r = c.inputs[i].transposed ? rounded.transpose(-1, -2).contiguous().transpose(-1, -2)
+                                        : rounded;
       ref_in.push_back(grad ? r.detach().requires_grad_(true) : r);
       Tensor d = (fl ? rounded.to(dtype) : rounded).to(device);
       if (c.inputs[i].transposed) d = d.transpose(-1, -2).contiguous().transpose(-1, -2);
@@ -392,8 +463,11 @@ std::vector<CheckResult> check_op(const OpSpec& spec, Device device, DType dtype
       const Tensor ref = spec.fn(ref_in, ref_ctx);
       const Tensor out = spec.fn(dev_in, dev_ctx);
       const bool float_out = is_floating(out.dtype());
-      if (float_out) TS_CHECK(out.dtype() == dtype, "output dtype ", dtype_name(out.dtype()), " != ", dtype_name(dtype));
-      const CompareResult cr = compare(out.to(Device::cpu()), ref, float_out ? tol : Tolerance{0, 0});
+      if (float_out)
+        TS_CHECK(out.dtype() == dtype, "output dtype ", dtype_name(out.dtype()),
+                 " != ", dtype_name(dtype));
+      const CompareResult cr =
+          compare(out.to(Device::cpu()), ref, float_out ? tol : Tolerance{0, 0});
       fwd.ok = cr.ok;
       fwd.message = cr.message;
       results.push_back(fwd);
@@ -420,8 +494,10 @@ std::vector<CheckResult> check_op(const OpSpec& spec, Device device, DType dtype
       // The float64 gradients themselves against finite differences.
       CheckResult fd{spec.name, c.label, "finite-difference"};
       std::vector<Tensor> fd_in;
-      for (const Tensor& t : ref_in) fd_in.push_back(t.requires_grad() ? t.detach().contiguous().requires_grad_(true) : t);
-      const GradcheckResult gc = gradcheck([&](const std::vector<Tensor>& x) { return spec.fn(x, ref_ctx); }, fd_in);
+      for (const Tensor& t : ref_in)
+        fd_in.push_back(t.requires_grad() ? t.detach().contiguous().requires_grad_(true) : t);
+      const GradcheckResult gc =
+          gradcheck([&](const std::vector<Tensor>& x) { return spec.fn(x, ref_ctx); }, fd_in);
       fd.ok = gc.ok;
       fd.message = gc.message;
       results.push_back(fd);

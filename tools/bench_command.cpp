@@ -45,7 +45,11 @@ int bench_gemm(const Args& a) {
     TS_CHECK(s.size() == 3, "--shape: expected M,N,K");
     shapes.push_back({s[0], s[1], s[2]});
   } else {
-    shapes = {{512, 512, 512}, {1024, 1024, 1024}, {2048, 2048, 2048}, {256, 3072, 768}, {256, 768, 3072}};
+    shapes = {{512, 512, 512},
+              {1024, 1024, 1024},
+              {2048, 2048, 2048},
+              {256, 3072, 768},
+              {256, 768, 3072}};
   }
   const int iters = static_cast<int>(a.get_int("iters", 15));
   NoGradGuard no_grad;
@@ -68,15 +72,21 @@ int bench_gemm(const Args& a) {
     const double flop = 2.0 * M * N * K;
     const double g_ts = flop / t_ts / 1e6, g_blas = flop / t_blas / 1e6, ratio = g_ts / g_blas;
     min_ratio = std::min(min_ratio, ratio);
-    rows.push_back({{"m", M}, {"n", N}, {"k", K}, {"tessera_gflops", g_ts}, {"openblas_gflops", g_blas},
+    rows.push_back({{"m", M},
+                    {"n", N},
+                    {"k", K},
+                    {"tessera_gflops", g_ts},
+                    {"openblas_gflops", g_blas},
                     {"ratio", ratio}});
     if (!a.has("json"))
       std::cout << std::setw(6) << M << " " << std::setw(6) << N << " " << std::setw(6) << K
                 << std::fixed << std::setprecision(1) << std::setw(18) << g_ts << std::setw(19)
                 << g_blas << std::setprecision(3) << std::setw(8) << ratio << "\n";
   }
-  if (a.has("json")) std::cout << nlohmann::json{{"results", rows}, {"min_ratio", min_ratio}}.dump() << "\n";
-  else std::cout << "lowest ratio: " << std::setprecision(3) << min_ratio << " (target >= 0.90)\n";
+  if (a.has("json"))
+    std::cout << nlohmann::json{{"results", rows}, {"min_ratio", min_ratio}}.dump() << "\n";
+  else
+    std::cout << "lowest ratio: " << std::setprecision(3) << min_ratio << " (target >= 0.90)\n";
   return 0;
 }
 

@@ -34,7 +34,8 @@ bench   median time of OP's forward on inputs of --shape (elementwise: the tenso
 Device parse_device(const Args& a) {
   const Device d = Device::parse(a.get("device", "cpu"));
   if (d.is_cuda() && d.index >= cuda_device_count())
-    fail("--device ", d.str(), ": ", cuda_unavailable_reason().empty()
+    fail("--device ", d.str(), ": ",
+         cuda_unavailable_reason().empty()
              ? "only " + std::to_string(cuda_device_count()) + " CUDA devices visible"
              : cuda_unavailable_reason());
   return d;
@@ -65,7 +66,9 @@ int list(const Args& a) {
       std::cout << std::left << std::setw(16) << s.name << std::setw(8)
                 << (s.differentiable ? "grad" : "") << s.kernels << "  (" << s.cases.size()
                 << " cases)\n";
-    ops.push_back({{"name", s.name}, {"kernels", s.kernels}, {"differentiable", s.differentiable},
+    ops.push_back({{"name", s.name},
+                   {"kernels", s.kernels},
+                   {"differentiable", s.differentiable},
                    {"cases", s.cases.size()}});
   }
   if (a.has("json")) std::cout << nlohmann::json{{"ops", ops}}.dump() << "\n";
@@ -74,7 +77,8 @@ int list(const Args& a) {
 
 int check(const Args& a) {
   const Device device = parse_device(a);
-  const std::vector<DType> dtypes = parse_dtypes(a.get("dtype", "float32,float64,bfloat16,float16"));
+  const std::vector<DType> dtypes =
+      parse_dtypes(a.get("dtype", "float32,float64,bfloat16,float16"));
   std::vector<const testing::OpSpec*> ops;
   for (const std::string& name : a.positional()) {
     const testing::OpSpec* s = testing::find_op(name);
@@ -93,8 +97,11 @@ int check(const Args& a) {
         ++op_checks;
         if (r.ok) continue;
         ++op_failed;
-        failures.push_back({{"op", r.op}, {"case", r.label}, {"dtype", dtype_name(dtypes[di])},
-                            {"check", r.what}, {"message", r.message}});
+        failures.push_back({{"op", r.op},
+                            {"case", r.label},
+                            {"dtype", dtype_name(dtypes[di])},
+                            {"check", r.what},
+                            {"message", r.message}});
         if (!json)
           std::cout << "  FAIL " << r.op << " [" << r.label << "] " << dtype_name(dtypes[di]) << " "
                     << r.what << ": " << r.message << "\n";
@@ -109,11 +116,13 @@ int check(const Args& a) {
   std::string dts;
   for (DType d : dtypes) dts += std::string(dts.empty() ? "" : ",") + dtype_name(d);
   if (!json) {
-    std::cout << "\n" << checked - failed << " of " << checked << " checks passed over " << ops.size()
+    std::cout << "\n"
+              << checked - failed << " of " << checked << " checks passed over " << ops.size()
               << " ops on " << device.str() << " (" << dts << ")\n";
   } else {
-    std::cout << nlohmann::json{{"checked", checked}, {"failed", failed}, {"ops", ops.size()},
-                                {"device", device.str()}, {"dtypes", dts}, {"failures", failures}}
+    std::cout << nlohmann::json{{"checked", checked}, {"failed", failed},
+                                {"ops", ops.size()},  {"device", device.str()},
+                                {"dtypes", dts},      {"failures", failures}}
                      .dump()
               << "\n";
   }
@@ -148,16 +157,22 @@ int bench(const Args& a) {
     const auto t0 = std::chrono::steady_clock::now();
     const Tensor out = s->fn(inputs, ctx);
     if (device.is_cuda()) cuda_synchronize();
-    const double dt = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    const double dt =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (i >= 3) ms.push_back(dt);
   }
   std::sort(ms.begin(), ms.end());
   const double median = ms[ms.size() / 2];
   const double flops = s->flops ? s->flops(shape) : 0.0;
-  nlohmann::json j{{"op", s->name}, {"shape", shape}, {"device", device.str()},
-                   {"dtype", dtype_name(dtype)}, {"ms", median}};
-  if (flops > 0) j["gflops"] = flops / median / 1e6;
-  else j["gbps"] = bytes / median / 1e6;
+  nlohmann::json j{{"op", s->name},
+                   {"shape", shape},
+                   {"device", device.str()},
+                   {"dtype", dtype_name(dtype)},
+                   {"ms", median}};
+  if (flops > 0)
+    j["gflops"] = flops / median / 1e6;
+  else
+    j["gbps"] = bytes / median / 1e6;
   if (a.has("json")) {
     std::cout << j.dump() << "\n";
   } else {

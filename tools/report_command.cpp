@@ -24,15 +24,23 @@ int report_main(int argc, char** argv) {
   for (int i = 0; i < cuda_device_count(); ++i)
     devices.push_back({{"device", "cuda:" + std::to_string(i)}, {"name", cuda_device_name(i)}});
   const std::string eigen = std::to_string(EIGEN_WORLD_VERSION) + "." +
-                            std::to_string(EIGEN_MAJOR_VERSION) + "." + std::to_string(EIGEN_MINOR_VERSION);
+                            std::to_string(EIGEN_MAJOR_VERSION) + "." +
+                            std::to_string(EIGEN_MINOR_VERSION);
   nlohmann::json j{
       {"version", TESSERA_VERSION},
-      {"cpu", {{"blas", std::string(openblas_get_config())}, {"eigen", eigen},
-               {"openmp_threads", omp_get_max_threads()}}},
-      {"cuda", {{"compiled", cuda_compiled()}, {"devices", cuda_device_count()},
-                {"status", cuda_unavailable_reason().empty() ? "ok" : cuda_unavailable_reason()}}},
+      {"cpu",
+       {{"blas", std::string(openblas_get_config())},
+        {"eigen", eigen},
+        {"openmp_threads", omp_get_max_threads()}}},
+      {"cuda",
+       {{"compiled", cuda_compiled()},
+        {"devices", cuda_device_count()},
+        {"status", cuda_unavailable_reason().empty() ? "ok" : cuda_unavailable_reason()}}},
       // Not yet built: tracked by the CUDA-backend and distributed-training issues.
-      {"cublas", false}, {"cudnn", false}, {"nccl", false}, {"mpi", false},
+      {"cublas", false},
+      {"cudnn", false},
+      {"nccl", false},
+      {"mpi", false},
       {"devices", devices}};
   if (a.has("json")) {
     std::cout << j.dump() << "\n";
@@ -41,8 +49,9 @@ int report_main(int argc, char** argv) {
               << "  CPU:   " << omp_get_max_threads() << " threads, Eigen " << eigen << ", "
               << openblas_get_config() << "\n"
               << "  CUDA:  " << (cuda_compiled() ? "compiled in" : "not compiled") << "; "
-              << (cuda_unavailable_reason().empty() ? std::to_string(cuda_device_count()) + " device(s)"
-                                                    : cuda_unavailable_reason())
+              << (cuda_unavailable_reason().empty()
+                      ? std::to_string(cuda_device_count()) + " device(s)"
+                      : cuda_unavailable_reason())
               << "\n"
               << "  cuBLAS, cuDNN, NCCL, MPI: not yet built into this version\n";
     for (int i = 0; i < cuda_device_count(); ++i)

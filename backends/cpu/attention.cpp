@@ -24,8 +24,12 @@ using RowMat = Eigen::Matrix<A, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>
 struct AttentionShape {
   int64_t B, H, Tq, Tk, D, Dv;
   explicit AttentionShape(const KernelCall& c)
-      : B(c.inputs[0].shape()[0]), H(c.inputs[0].shape()[1]), Tq(c.inputs[0].shape()[2]),
-        Tk(c.inputs[1].shape()[2]), D(c.inputs[0].shape()[3]), Dv(c.inputs[2].shape()[3]) {}
+      : B(c.inputs[0].shape()[0]),
+        H(c.inputs[0].shape()[1]),
+        Tq(c.inputs[0].shape()[2]),
+        Tk(c.inputs[1].shape()[2]),
+        D(c.inputs[0].shape()[3]),
+        Dv(c.inputs[2].shape()[3]) {}
 };
 
 // Loads one head ([rows, cols] at `head`) as a matrix in the compute type.
@@ -82,10 +86,12 @@ struct Attention {
         const RowMat<A> V = load_head<T, A>(c.inputs[2], bh, s.Tk, s.Dv);
         for (int64_t i0 = 0; i0 < s.Tq; i0 += kQueryBlock) {
           const int64_t rows = std::min(kQueryBlock, s.Tq - i0);
-          const int64_t kmax = c.attrs.flag ? std::clamp<int64_t>(i0 + rows + s.Tk - s.Tq, 0, s.Tk) : s.Tk;
+          const int64_t kmax =
+              c.attrs.flag ? std::clamp<int64_t>(i0 + rows + s.Tk - s.Tq, 0, s.Tk) : s.Tk;
           if (kmax == 0) {
             O.middleRows(i0, rows).setZero();
-            for (int64_t r = 0; r < rows; ++r) lse[bh * s.Tq + i0 + r] = -std::numeric_limits<A>::infinity();
+            for (int64_t r = 0; r < rows; ++r)
+              lse[bh * s.Tq + i0 + r] = -std::numeric_limits<A>::infinity();
             continue;
           }
           S.resize(rows, kmax);
@@ -132,14 +138,17 @@ struct AttentionBackward {
         const Eigen::Matrix<A, Eigen::Dynamic, 1> Dvec = (dO.array() * O.array()).rowwise().sum();
         for (int64_t i0 = 0; i0 < s.Tq; i0 += kQueryBlock) {
           const int64_t rows = std::min(kQueryBlock, s.Tq - i0);
-          const int64_t kmax = c.attrs.flag ? std::clamp<int64_t>(i0 + rows + s.Tk - s.Tq, 0, s.Tk) : s.Tk;
+          const int64_t kmax =
+              c.attrs.flag ? std::clamp<int64_t>(i0 + rows + s.Tk - s.Tq, 0, s.Tk) : s.Tk;
           if (kmax == 0) continue;
           S.resize(rows, kmax);
           block_scores(c, s, b, h, Q, K, i0, rows, kmax, scale, S);
           for (int64_t r = 0; r < rows; ++r) {
             const A l = lse[bh * s.Tq + i0 + r];
-            if (std::isinf(l)) S.row(r).setZero();
-            else S.row(r) = (S.row(r).array() - l).exp();
+            if (std::isinf(l))
+              S.row(r).setZero();
+            else
+              S.row(r) = (S.row(r).array() - l).exp();
           }
           dV.topRows(kmax).noalias() += S.transpose() * dO.middleRows(i0, rows);
           dP.noalias() = dO.middleRows(i0, rows) * V.topRows(kmax).transpose();

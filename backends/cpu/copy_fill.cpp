@@ -93,8 +93,10 @@ struct RandomFill {
     });
   }
 };
-template <class T> using Uniform = RandomFill<T, false>;
-template <class T> using Normal = RandomFill<T, true>;
+template <class T>
+using Uniform = RandomFill<T, false>;
+template <class T>
+using Normal = RandomFill<T, true>;
 
 const bool registered = [] {
   for (int d = 0; d < kNumDTypes; ++d)

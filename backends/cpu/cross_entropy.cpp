@@ -29,26 +29,27 @@ struct CrossEntropy {
     const int64_t ignore = c.attrs.index;
     const A eps = static_cast<A>(c.attrs.scalar);
     for (int64_t r = 0; r < N; ++r) check_target(tgt[r], r, C, ignore);
-    parallel_for(N, std::max<int64_t>(1, 8192 / std::max<int64_t>(C, 1)), [&](int64_t b, int64_t e) {
-      for (int64_t r = b; r < e; ++r) {
-        const T* xr = x + r * C;
-        A m = -std::numeric_limits<A>::infinity(), sum_x = 0;
-        for (int64_t j = 0; j < C; ++j) {
-          m = std::max(m, A(load(xr[j])));
-          sum_x += A(load(xr[j]));
-        }
-        A s = 0;
-        for (int64_t j = 0; j < C; ++j) s += std::exp(A(load(xr[j])) - m);
-        const A lse = m + std::log(s);
-        lse_out[r] = lse;
-        if (tgt[r] == ignore) {
-          loss[r] = 0;
-          continue;
-        }
-        const A nll = lse - A(load(xr[tgt[r]]));
-        loss[r] = eps == A(0) ? nll : (A(1) - eps) * nll + eps * (lse - sum_x / A(C));
-      }
-    });
+    parallel_for(N, std::max<int64_t>(1, 8192 / std::max<int64_t>(C, 1)),
+                 [&](int64_t b, int64_t e) {
+                   for (int64_t r = b; r < e; ++r) {
+                     const T* xr = x + r * C;
+                     A m = -std::numeric_limits<A>::infinity(), sum_x = 0;
+                     for (int64_t j = 0; j < C; ++j) {
+                       m = std::max(m, A(load(xr[j])));
+                       sum_x += A(load(xr[j]));
+                     }
+                     A s = 0;
+                     for (int64_t j = 0; j < C; ++j) s += std::exp(A(load(xr[j])) - m);
+                     const A lse = m + std::log(s);
+                     lse_out[r] = lse;
+                     if (tgt[r] == ignore) {
+                       loss[r] = 0;
+                       continue;
+                     }
+                     const A nll = lse - A(load(xr[tgt[r]]));
+                     loss[r] = eps == A(0) ? nll : (A(1) - eps) * nll + eps * (lse - sum_x / A(C));
+                   }
+                 });
   }
 };
 
@@ -64,22 +65,23 @@ struct CrossEntropyBackward {
     T* dx = c.outputs[0].data<T>();
     const int64_t ignore = c.attrs.index;
     const A eps = static_cast<A>(c.attrs.scalar);
-    parallel_for(N, std::max<int64_t>(1, 8192 / std::max<int64_t>(C, 1)), [&](int64_t b, int64_t e) {
-      for (int64_t r = b; r < e; ++r) {
-        T* dr = dx + r * C;
-        if (tgt[r] == ignore) {
-          for (int64_t j = 0; j < C; ++j) dr[j] = T(0);
-          continue;
-        }
-        const T* xr = x + r * C;
-        const A sc = scale[r], uniform = eps / A(C);
-        for (int64_t j = 0; j < C; ++j) {
-          const A p = std::exp(A(load(xr[j])) - lse[r]);
-          const A target = (j == tgt[r] ? A(1) - eps : A(0)) + uniform;
-          dr[j] = T(sc * (p - target));
-        }
-      }
-    });
+    parallel_for(N, std::max<int64_t>(1, 8192 / std::max<int64_t>(C, 1)),
+                 [&](int64_t b, int64_t e) {
+                   for (int64_t r = b; r < e; ++r) {
+                     T* dr = dx + r * C;
+                     if (tgt[r] == ignore) {
+                       for (int64_t j = 0; j < C; ++j) dr[j] = T(0);
+                       continue;
+                     }
+                     const T* xr = x + r * C;
+                     const A sc = scale[r], uniform = eps / A(C);
+                     for (int64_t j = 0; j < C; ++j) {
+                       const A p = std::exp(A(load(xr[j])) - lse[r]);
+                       const A target = (j == tgt[r] ? A(1) - eps : A(0)) + uniform;
+                       dr[j] = T(sc * (p - target));
+                     }
+                   }
+                 });
   }
 };
 

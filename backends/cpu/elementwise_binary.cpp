@@ -34,14 +34,14 @@ void binary_loop(const KernelCall& c) {
                   });
 }
 
-#define TS_BINARY(Name, expr)                                       \
-  struct Name {                                                     \
-    template <class T, class Out>                                   \
-    static inline Out f(const T& ta, const T& tb) {                 \
-      const auto a = load(ta);                                      \
-      const auto b = load(tb);                                      \
-      return Out(expr);                                             \
-    }                                                               \
+#define TS_BINARY(Name, expr)                       \
+  struct Name {                                     \
+    template <class T, class Out>                   \
+    static inline Out f(const T& ta, const T& tb) { \
+      const auto a = load(ta);                      \
+      const auto b = load(tb);                      \
+      return Out(expr);                             \
+    }                                               \
   };
 
 TS_BINARY(Add, a + b)
@@ -71,7 +71,6 @@ struct Compare {
   };
 };
 
-
 // inputs: cond (bool), a, b; all broadcast views of the output shape.
 template <class T>
 struct Where {
@@ -85,7 +84,8 @@ struct Where {
                     [&](auto off, int64_t len, auto st, int64_t row) {
                       T* o = y + row * len;
                       for (int64_t j = 0; j < len; ++j)
-                        o[j] = m[off[0] + j * st[0]] ? a[off[1] + j * st[1]] : b[off[2] + j * st[2]];
+                        o[j] =
+                            m[off[0] + j * st[0]] ? a[off[1] + j * st[1]] : b[off[2] + j * st[2]];
                     });
   }
 };

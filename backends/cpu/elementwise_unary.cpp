@@ -23,8 +23,10 @@ void map_kernel(const KernelCall& c) {
   parallel_for(n, 1 << 14, [&](int64_t b, int64_t e) {
     if constexpr (std::is_same_v<T, C>) {
       Eigen::Map<Arr> out(y + b, e - b);
-      if constexpr (kArity == 1) out = Op::apply(MapC(x0 + b, e - b));
-      else out = Op::apply(MapC(x0 + b, e - b), MapC(x1 + b, e - b));
+      if constexpr (kArity == 1)
+        out = Op::apply(MapC(x0 + b, e - b));
+      else
+        out = Op::apply(MapC(x0 + b, e - b), MapC(x1 + b, e - b));
     } else {
       C buf0[kBlock], buf1[kBlock];
       for (int64_t s = b; s < e; s += kBlock) {
@@ -33,25 +35,27 @@ void map_kernel(const KernelCall& c) {
         if constexpr (kArity > 1)
           for (int64_t i = 0; i < len; ++i) buf1[i] = load(x1[s + i]);
         Eigen::Map<Arr> a0(buf0, len);
-        if constexpr (kArity == 1) a0 = Op::apply(MapC(buf0, len));
-        else a0 = Op::apply(MapC(buf0, len), MapC(buf1, len));
+        if constexpr (kArity == 1)
+          a0 = Op::apply(MapC(buf0, len));
+        else
+          a0 = Op::apply(MapC(buf0, len), MapC(buf1, len));
         for (int64_t i = 0; i < len; ++i) y[s + i] = T(buf0[i]);
       }
     }
   });
 }
 
-#define TS_UNARY(Name, expr)                                   \
-  struct Name {                                                \
-    template <class A>                                         \
-    static auto apply(const A& x) {                            \
-      using S = typename A::Scalar;                            \
-      (void)sizeof(S);                                         \
-      return expr;                                             \
-    }                                                          \
-  };                                                           \
-  template <class T>                                           \
-  struct Name##Kernel {                                        \
+#define TS_UNARY(Name, expr)                                            \
+  struct Name {                                                         \
+    template <class A>                                                  \
+    static auto apply(const A& x) {                                     \
+      using S = typename A::Scalar;                                     \
+      (void)sizeof(S);                                                  \
+      return expr;                                                      \
+    }                                                                   \
+  };                                                                    \
+  template <class T>                                                    \
+  struct Name##Kernel {                                                 \
     static void run(const KernelCall& c) { map_kernel<Name, T, 1>(c); } \
   };
 
@@ -68,8 +72,7 @@ TS_UNARY(Tanh, x.tanh())
 TS_UNARY(Sigmoid, x.logistic())
 TS_UNARY(Relu, x.max(S(0)))
 TS_UNARY(Gelu, S(0.5) * x * (S(1) + (x * S(kSqrtHalf)).erf()))
-TS_UNARY(GeluTanh,
-         S(0.5) * x * (S(1) + (S(kSqrt2OverPi) * (x + S(0.044715) * x * x * x)).tanh()))
+TS_UNARY(GeluTanh, S(0.5) * x * (S(1) + (S(kSqrt2OverPi) * (x + S(0.044715) * x * x * x)).tanh()))
 
 // gelu'(x) = Phi(x) + x * phi(x)
 struct GeluBackward {
@@ -110,9 +113,15 @@ struct IntUnary {
     T* y = c.outputs[0].data<T>();
     for (int64_t i = 0, n = c.outputs[0].numel(); i < n; ++i) y[i] = f(x[i]);
   }
-  static void neg(const KernelCall& c) { apply(c, [](T v) { return static_cast<T>(-v); }); }
-  static void abs(const KernelCall& c) { apply(c, [](T v) { return v < 0 ? static_cast<T>(-v) : v; }); }
-  static void relu(const KernelCall& c) { apply(c, [](T v) { return v < 0 ? T(0) : v; }); }
+  static void neg(const KernelCall& c) {
+    apply(c, [](T v) { return static_cast<T>(-v); });
+  }
+  static void abs(const KernelCall& c) {
+    apply(c, [](T v) { return v < 0 ? static_cast<T>(-v) : v; });
+  }
+  static void relu(const KernelCall& c) {
+    apply(c, [](T v) { return v < 0 ? T(0) : v; });
+  }
 };
 
 const bool registered = [] {
@@ -131,9 +140,12 @@ const bool registered = [] {
   register_floating<GeluTanhBackwardKernel>(Kernel::gelu_tanh_backward);
   for (DType d : {DType::Int32, DType::Int64}) {
     const bool i32 = d == DType::Int32;
-    register_kernel(Kernel::neg, DeviceType::CPU, d, i32 ? &IntUnary<int32_t>::neg : &IntUnary<int64_t>::neg);
-    register_kernel(Kernel::abs, DeviceType::CPU, d, i32 ? &IntUnary<int32_t>::abs : &IntUnary<int64_t>::abs);
-    register_kernel(Kernel::relu, DeviceType::CPU, d, i32 ? &IntUnary<int32_t>::relu : &IntUnary<int64_t>::relu);
+    register_kernel(Kernel::neg, DeviceType::CPU, d,
+                    i32 ? &IntUnary<int32_t>::neg : &IntUnary<int64_t>::neg);
+    register_kernel(Kernel::abs, DeviceType::CPU, d,
+                    i32 ? &IntUnary<int32_t>::abs : &IntUnary<int64_t>::abs);
+    register_kernel(Kernel::relu, DeviceType::CPU, d,
+                    i32 ? &IntUnary<int32_t>::relu : &IntUnary<int64_t>::relu);
   }
   return true;
 }();

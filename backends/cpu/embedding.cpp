@@ -24,9 +24,11 @@ struct Embedding {
     check_indices(idx, n, V);
     const T* w = c.inputs[0].data<T>();
     T* y = c.outputs[0].data<T>();
-    parallel_for(n, std::max<int64_t>(1, 8192 / std::max<int64_t>(D, 1)), [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) std::memcpy(y + i * D, w + idx[i] * D, D * sizeof(T));
-    });
+    parallel_for(n, std::max<int64_t>(1, 8192 / std::max<int64_t>(D, 1)),
+                 [&](int64_t b, int64_t e) {
+                   for (int64_t i = b; i < e; ++i)
+                     std::memcpy(y + i * D, w + idx[i] * D, D * sizeof(T));
+                 });
   }
 };
 

@@ -54,12 +54,16 @@ void gemm_eigen(const T* a, const MatrixView& va, const T* b, const MatrixView& 
   using Stride = Eigen::OuterStride<>;
   Eigen::Map<Mat> C(c, M, N);
   auto mapA = [&](auto&& fn) {
-    if (va.transposed) fn(Eigen::Map<const Mat, 0, Stride>(a, K, M, Stride(va.ld)).transpose());
-    else fn(Eigen::Map<const Mat, 0, Stride>(a, M, K, Stride(va.ld)));
+    if (va.transposed)
+      fn(Eigen::Map<const Mat, 0, Stride>(a, K, M, Stride(va.ld)).transpose());
+    else
+      fn(Eigen::Map<const Mat, 0, Stride>(a, M, K, Stride(va.ld)));
   };
   mapA([&](const auto& A) {
-    if (vb.transposed) C.noalias() = A * Eigen::Map<const Mat, 0, Stride>(b, N, K, Stride(vb.ld)).transpose();
-    else C.noalias() = A * Eigen::Map<const Mat, 0, Stride>(b, K, N, Stride(vb.ld));
+    if (vb.transposed)
+      C.noalias() = A * Eigen::Map<const Mat, 0, Stride>(b, N, K, Stride(vb.ld)).transpose();
+    else
+      C.noalias() = A * Eigen::Map<const Mat, 0, Stride>(b, K, N, Stride(vb.ld));
   });
 }
 
@@ -97,8 +101,8 @@ struct Matmul {
         });
       } else {
         for (int64_t i = 0; i < batch; ++i)
-          gemm_blas(pa + i * va.batch_stride, va, pb + i * vb.batch_stride, vb, y + i * M * N, M,
-                    N, K);
+          gemm_blas(pa + i * va.batch_stride, va, pb + i * vb.batch_stride, vb, y + i * M * N, M, N,
+                    K);
       }
     }
     if constexpr (!std::is_same_v<T, C>) {
@@ -120,7 +124,8 @@ struct Matmul {
     size_t k = 0;
     for (int64_t i = 0; i < sh[0]; ++i)
       for (int64_t r = 0; r < sh[1]; ++r)
-        for (int64_t q = 0; q < sh[2]; ++q) scratch[k++] = load(p[i * st[0] + r * st[1] + q * st[2]]);
+        for (int64_t q = 0; q < sh[2]; ++q)
+          scratch[k++] = load(p[i * st[0] + r * st[1] + q * st[2]]);
     v = {sh[1], sh[2], std::max<int64_t>(sh[2], 1), sh[1] * sh[2], false};
     return scratch.data();
   }

@@ -25,28 +25,29 @@ struct LayerNorm {
     A* mean = c.outputs[1].data<A>();
     A* rstd = c.outputs[2].data<A>();
     const A eps = static_cast<A>(c.attrs.scalar);
-    parallel_for(N, std::max<int64_t>(1, 4096 / std::max<int64_t>(C, 1)), [&](int64_t s, int64_t e) {
-      for (int64_t r = s; r < e; ++r) {
-        const T* xr = px + r * C;
-        A m = 0;
-        for (int64_t j = 0; j < C; ++j) m += load(xr[j]);
-        m /= A(C);
-        A v = 0;
-        for (int64_t j = 0; j < C; ++j) {
-          const A d = A(load(xr[j])) - m;
-          v += d * d;
-        }
-        const A rs = A(1) / std::sqrt(v / A(C) + eps);
-        mean[r] = m;
-        rstd[r] = rs;
-        for (int64_t j = 0; j < C; ++j) {
-          A o = (A(load(xr[j])) - m) * rs;
-          if (w) o *= A(load(w[j]));
-          if (b) o += A(load(b[j]));
-          y[r * C + j] = T(o);
-        }
-      }
-    });
+    parallel_for(N, std::max<int64_t>(1, 4096 / std::max<int64_t>(C, 1)),
+                 [&](int64_t s, int64_t e) {
+                   for (int64_t r = s; r < e; ++r) {
+                     const T* xr = px + r * C;
+                     A m = 0;
+                     for (int64_t j = 0; j < C; ++j) m += load(xr[j]);
+                     m /= A(C);
+                     A v = 0;
+                     for (int64_t j = 0; j < C; ++j) {
+                       const A d = A(load(xr[j])) - m;
+                       v += d * d;
+                     }
+                     const A rs = A(1) / std::sqrt(v / A(C) + eps);
+                     mean[r] = m;
+                     rstd[r] = rs;
+                     for (int64_t j = 0; j < C; ++j) {
+                       A o = (A(load(xr[j])) - m) * rs;
+                       if (w) o *= A(load(w[j]));
+                       if (b) o += A(load(b[j]));
+                       y[r * C + j] = T(o);
+                     }
+                   }
+                 });
   }
 };
 

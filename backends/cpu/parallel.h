@@ -20,7 +20,8 @@ void parallel_for(int64_t n, int64_t grain, F&& f) {
     return;
   }
   const int64_t max_chunks = (n + grain - 1) / grain;
-#pragma omp parallel num_threads(static_cast<int>(std::min<int64_t>(omp_get_max_threads(), max_chunks)))
+#pragma omp parallel num_threads( \
+    static_cast <int>(std::min <int64_t>(omp_get_max_threads(), max_chunks)))
   {
     const int64_t nt = omp_get_num_threads(), tid = omp_get_thread_num();
     const int64_t chunk = (n + nt - 1) / nt;

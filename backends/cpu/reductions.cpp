@@ -92,8 +92,10 @@ struct Extreme {
         [&](C a, C b) { return better(a, b) ? b : a; }, [&](int64_t row, C v) { y[row] = T(v); });
   }
 };
-template <class T> using Max = Extreme<T, true>;
-template <class T> using Min = Extreme<T, false>;
+template <class T>
+using Max = Extreme<T, true>;
+template <class T>
+using Min = Extreme<T, false>;
 
 template <class T>
 struct Argmax {
@@ -153,13 +155,16 @@ struct SquareSum {
             y[row] = T(static_cast<compute_t<T>>(std::sqrt(v)));
           } else {
             const C denom = C(R - c.attrs.index);
-            y[row] = T(static_cast<compute_t<T>>(denom > 0 ? v / denom : std::numeric_limits<C>::quiet_NaN()));
+            y[row] = T(static_cast<compute_t<T>>(denom > 0 ? v / denom
+                                                           : std::numeric_limits<C>::quiet_NaN()));
           }
         });
   }
 };
-template <class T> using Var = SquareSum<T, false>;
-template <class T> using Norm = SquareSum<T, true>;
+template <class T>
+using Var = SquareSum<T, false>;
+template <class T>
+using Norm = SquareSum<T, true>;
 
 const bool registered = [] {
   register_all<Sum>(Kernel::sum);

@@ -44,8 +44,10 @@ struct Softmax {
     });
   }
 };
-template <class T> using SoftmaxK = Softmax<T, false>;
-template <class T> using LogSoftmaxK = Softmax<T, true>;
+template <class T>
+using SoftmaxK = Softmax<T, false>;
+template <class T>
+using LogSoftmaxK = Softmax<T, true>;
 
 // inputs: grad_y, y. softmax: y * (g - sum(g * y)); log_softmax: g - exp(y) * sum(g).
 template <class T, bool kLog>
@@ -67,8 +69,10 @@ struct SoftmaxBackward {
     });
   }
 };
-template <class T> using SoftmaxBackwardK = SoftmaxBackward<T, false>;
-template <class T> using LogSoftmaxBackwardK = SoftmaxBackward<T, true>;
+template <class T>
+using SoftmaxBackwardK = SoftmaxBackward<T, false>;
+template <class T>
+using LogSoftmaxBackwardK = SoftmaxBackward<T, true>;
 
 const bool registered = [] {
   register_floating<SoftmaxK>(Kernel::softmax);

@@ -24,8 +24,10 @@ void copy_kernel(const KernelCall& c) {
            src.describe(), " -> ", dst.describe(), ")");
   const size_t bytes = src.numel() * itemsize(src.dtype());
   cudaMemcpyKind kind = cudaMemcpyDeviceToDevice;
-  if (src.device().is_cpu()) kind = cudaMemcpyHostToDevice;
-  else if (dst.device().is_cpu()) kind = cudaMemcpyDeviceToHost;
+  if (src.device().is_cpu())
+    kind = cudaMemcpyHostToDevice;
+  else if (dst.device().is_cpu())
+    kind = cudaMemcpyDeviceToHost;
   TS_CUDA_CHECK(cudaMemcpy(dst.data_ptr(), src.data_ptr(), bytes, kind));
 }
 

@@ -4,9 +4,15 @@
 
 namespace tessera {
 
-bool cuda_compiled() { return false; }
-int cuda_device_count() { return 0; }
-std::string cuda_device_name(int) { fail("cuda: this build of Tessera has no CUDA backend"); }
+bool cuda_compiled() {
+  return false;
+}
+int cuda_device_count() {
+  return 0;
+}
+std::string cuda_device_name(int) {
+  fail("cuda: this build of Tessera has no CUDA backend");
+}
 void cuda_synchronize() {}
 std::string cuda_unavailable_reason() {
   return "this build of Tessera has no CUDA backend (configure with -Dcuda=enabled and nvcc)";

@@ -8,7 +8,9 @@
 
 namespace tessera {
 
-bool cuda_compiled() { return true; }
+bool cuda_compiled() {
+  return true;
+}
 
 int cuda_device_count() {
   int n = 0;
@@ -29,7 +31,9 @@ std::string cuda_unavailable_reason() {
   return n > 0 ? "" : "no CUDA device visible";
 }
 
-void cuda_synchronize() { TS_CUDA_CHECK(cudaDeviceSynchronize()); }
+void cuda_synchronize() {
+  TS_CUDA_CHECK(cudaDeviceSynchronize());
+}
 
 std::string cuda_device_name(int index) {
   cudaDeviceProp prop{};

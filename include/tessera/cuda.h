@@ -9,6 +9,6 @@ bool cuda_compiled();
 int cuda_device_count();
 std::string cuda_device_name(int index);
 std::string cuda_unavailable_reason();  // empty when a device is usable
-void cuda_synchronize();                 // waits for all work on the current device
+void cuda_synchronize();                // waits for all work on the current device
 
 }  // namespace tessera

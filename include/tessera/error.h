@@ -30,7 +30,7 @@ template <class... Args>
 }  // namespace tessera
 
 // TS_CHECK(cond, "op: expected ... got ", x): throws tessera::Error with the message.
-#define TS_CHECK(cond, ...)                   \
-  do {                                        \
+#define TS_CHECK(cond, ...)                    \
+  do {                                         \
     if (!(cond)) ::tessera::fail(__VA_ARGS__); \
   } while (0)

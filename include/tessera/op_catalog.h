@@ -13,21 +13,21 @@
 namespace tessera::testing {
 
 enum class InputKind {
-  Normal,        // standard normal
-  Positive,      // uniform in [0.5, 2)
-  AwayFromZero,  // |x| in [0.5, 1.5), random sign
-  SmallInt,      // integers 0, 1, 2 stored as float (ties for comparisons)
-  Index,         // int64 in [0, high)
-  IndexOrIgnore, // int64 in [0, high), about a quarter set to -100
-  Mask,          // bool, mostly true, last dim's first entry always true
+  Normal,         // standard normal
+  Positive,       // uniform in [0.5, 2)
+  AwayFromZero,   // |x| in [0.5, 1.5), random sign
+  SmallInt,       // integers 0, 1, 2 stored as float (ties for comparisons)
+  Index,          // int64 in [0, high)
+  IndexOrIgnore,  // int64 in [0, high), about a quarter set to -100
+  Mask,           // bool, mostly true, last dim's first entry always true
 };
 
 struct InputSpec {
   Shape shape;
   InputKind kind = InputKind::Normal;
-  int64_t high = 0;           // for Index kinds
-  bool transposed = false;    // built as a transposed (non-contiguous) view of this shape
-  bool differentiable = true; // floating inputs only
+  int64_t high = 0;            // for Index kinds
+  bool transposed = false;     // built as a transposed (non-contiguous) view of this shape
+  bool differentiable = true;  // floating inputs only
 };
 
 struct OpCase {
@@ -50,7 +50,7 @@ struct OpSpec {
   std::function<Tensor(const std::vector<Tensor>&, const OpContext&)> fn;
   bool differentiable = true;
   bool finite_differences = true;  // false where the op is not smooth at float64 (casts)
-  bool exact_reference = false;  // creation/random ops: compare with cpu at the same dtype
+  bool exact_reference = false;    // creation/random ops: compare with cpu at the same dtype
   // Benchmark: inputs for a --shape argument and the op's cost (flops, else bytes moved).
   std::function<OpCase(const Shape&)> bench_case;
   std::function<double(const Shape&)> flops;

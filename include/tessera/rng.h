@@ -7,8 +7,7 @@
 
 namespace tessera {
 
-std::array<uint32_t, 4> philox4x32_10(std::array<uint32_t, 4> counter,
-                                      std::array<uint32_t, 2> key);
+std::array<uint32_t, 4> philox4x32_10(std::array<uint32_t, 4> counter, std::array<uint32_t, 2> key);
 
 // Uniform in [0, 1) and standard normal for the element at `index` of a stream.
 float philox_uniform(uint64_t seed, uint64_t index);

@@ -64,11 +64,11 @@ class Tensor {
   T* data() const {
     return static_cast<T*>(data_ptr());
   }
-  double item() const;                  // single-element tensor to double
+  double item() const;                    // single-element tensor to double
   std::vector<double> to_vector() const;  // every element, row-major, as double
   std::vector<int64_t> to_int_vector() const;
-  std::string str() const;              // printable summary with values (small tensors)
-  std::string describe() const;         // "float32[2, 3] on cpu"
+  std::string str() const;       // printable summary with values (small tensors)
+  std::string describe() const;  // "float32[2, 3] on cpu"
 
   // ---- views (no copy); recorded by autograd when grad is enabled ----
   Tensor view(const Shape& shape) const;

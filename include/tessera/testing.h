@@ -22,7 +22,7 @@ struct CompareResult {
   bool ok = true;
   int64_t worst_index = -1;  // flat index of the element furthest outside tolerance
   double actual = 0, expected = 0, abs_error = 0;
-  std::string message;       // "ok" or what differs, where, by how much
+  std::string message;  // "ok" or what differs, where, by how much
 };
 // |actual - expected| <= atol + rtol * |expected| elementwise; NaN matches only NaN.
 CompareResult compare(const Tensor& actual, const Tensor& expected, Tolerance tol);
@@ -52,14 +52,14 @@ GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)
     const auto ts_r = ::tessera::testing::compare((actual), (expected)); \
     CHECK_MESSAGE(ts_r.ok, ts_r.message);                                \
   } while (0)
-#define TS_CHECK_CLOSE_TOL(actual, expected, rtol, atol)                                        \
-  do {                                                                                          \
-    const auto ts_r = ::tessera::testing::compare((actual), (expected), {(rtol), (atol)});      \
-    CHECK_MESSAGE(ts_r.ok, ts_r.message);                                                       \
+#define TS_CHECK_CLOSE_TOL(actual, expected, rtol, atol)                                   \
+  do {                                                                                     \
+    const auto ts_r = ::tessera::testing::compare((actual), (expected), {(rtol), (atol)}); \
+    CHECK_MESSAGE(ts_r.ok, ts_r.message);                                                  \
   } while (0)
-#define TS_CHECK_GRADCHECK(fn, inputs)                                    \
-  do {                                                                    \
-    const auto ts_g = ::tessera::testing::gradcheck((fn), (inputs));      \
-    CHECK_MESSAGE(ts_g.ok, ts_g.message);                                 \
+#define TS_CHECK_GRADCHECK(fn, inputs)                               \
+  do {                                                               \
+    const auto ts_g = ::tessera::testing::gradcheck((fn), (inputs)); \
+    CHECK_MESSAGE(ts_g.ok, ts_g.message);                            \
   } while (0)
 #endif

@@ -8,7 +8,9 @@
 using namespace tessera;
 
 namespace {
-Tensor vec(std::vector<double> v) { return from_vector(v, {static_cast<int64_t>(v.size())}, DType::Float64); }
+Tensor vec(std::vector<double> v) {
+  return from_vector(v, {static_cast<int64_t>(v.size())}, DType::Float64);
+}
 }  // namespace
 
 TEST_CASE("shared subexpressions accumulate: d/dx (x*x + x*x) = 4x") {
@@ -133,7 +135,8 @@ TEST_CASE("checkpoint gives the gradients of a plain backward and keeps no inner
   Tensor wb = w1.clone().requires_grad_(), xb = x0.clone().requires_grad_();
   manual_seed(5);
   const auto out = autograd::checkpoint(
-      [&](const std::vector<Tensor>& in) { return std::vector<Tensor>{block(in[0], in[1])}; }, {xb, wb});
+      [&](const std::vector<Tensor>& in) { return std::vector<Tensor>{block(in[0], in[1])}; },
+      {xb, wb});
   CHECK(out[0].grad_fn()->name() == "CheckpointBackward");
   sum(out[0]).backward();
   CHECK(xb.grad().to_vector() == xa.grad().to_vector());
@@ -141,7 +144,8 @@ TEST_CASE("checkpoint gives the gradients of a plain backward and keeps no inner
 }
 
 TEST_CASE("requires_grad only on floating leaves") {
-  CHECK_THROWS_WITH_AS(zeros({2}, DType::Int64).requires_grad_(), doctest::Contains("floating"), Error);
+  CHECK_THROWS_WITH_AS(zeros({2}, DType::Int64).requires_grad_(), doctest::Contains("floating"),
+                       Error);
   Tensor x = ones({1}).requires_grad_();
   CHECK_THROWS_AS((x * 2.0).requires_grad_(), Error);
 }

@@ -21,7 +21,8 @@ TEST_CASE("itemsize and names") {
   CHECK(itemsize(DType::BFloat16) == 2);
   CHECK(itemsize(DType::Float64) == 8);
   CHECK(dtype_from_name("bf16") == DType::BFloat16);
-  CHECK_THROWS_WITH_AS(dtype_from_name("float8"), doctest::Contains("unknown dtype 'float8'"), Error);
+  CHECK_THROWS_WITH_AS(dtype_from_name("float8"), doctest::Contains("unknown dtype 'float8'"),
+                       Error);
 }
 
 TEST_CASE("16-bit floats round to nearest even (IEEE 754 bit patterns)") {
@@ -30,8 +31,8 @@ TEST_CASE("16-bit floats round to nearest even (IEEE 754 bit patterns)") {
   CHECK(float_to_half_bits(-2.0f) == 0xC000);
   CHECK(half_bits_to_float(0x3555) == doctest::Approx(0.333251953125));
   CHECK(float_to_bf16_bits(1.0f) == 0x3F80);
-  CHECK(float_to_bf16_bits(1.0f + 1.0f / 256) == 0x3F80);      // tie -> even (down)
-  CHECK(float_to_bf16_bits(1.0f + 3.0f / 256) == 0x3F82);      // tie -> even (up)
+  CHECK(float_to_bf16_bits(1.0f + 1.0f / 256) == 0x3F80);  // tie -> even (down)
+  CHECK(float_to_bf16_bits(1.0f + 3.0f / 256) == 0x3F82);  // tie -> even (up)
   CHECK(bf16_bits_to_float(0x4049) == doctest::Approx(3.140625));
 }
 
@@ -39,7 +40,8 @@ TEST_CASE("broadcasting follows NumPy and names both shapes when it cannot") {
   CHECK(broadcast_shapes({3, 1, 4}, {5, 1}, "op") == Shape{3, 5, 4});
   CHECK(broadcast_shapes({}, {2, 3}, "op") == Shape{2, 3});
   CHECK_THROWS_WITH_AS(broadcast_shapes({2, 3}, {4, 3}, "add"),
-                       doctest::Contains("add: shapes [2, 3] and [4, 3] cannot be broadcast"), Error);
+                       doctest::Contains("add: shapes [2, 3] and [4, 3] cannot be broadcast"),
+                       Error);
   CHECK_THROWS_WITH_AS(ones({2, 3}) + ones({3, 2}), doctest::Contains("[2, 3] and [3, 2]"), Error);
 }
 

@@ -7,7 +7,9 @@
 using namespace tessera;
 
 namespace {
-Tensor iota(const Shape& s) { return arange(0, static_cast<double>(numel_of(s)), 1, DType::Float32).view(s); }
+Tensor iota(const Shape& s) {
+  return arange(0, static_cast<double>(numel_of(s)), 1, DType::Float32).view(s);
+}
 }  // namespace
 
 TEST_CASE("view and reshape share storage; writes show through") {
@@ -37,7 +39,8 @@ TEST_CASE("narrow, slice and select offset into the same storage") {
   const Tensor x = iota({4, 5});
   const Tensor n = x.narrow(1, 2, 3);
   CHECK(n.offset() == 2);
-  CHECK(n.contiguous().to_vector() == std::vector<double>{2, 3, 4, 7, 8, 9, 12, 13, 14, 17, 18, 19});
+  CHECK(n.contiguous().to_vector() ==
+        std::vector<double>{2, 3, 4, 7, 8, 9, 12, 13, 14, 17, 18, 19});
   CHECK(x.slice(0, 1, 4, 2).contiguous().to_vector() ==
         std::vector<double>{5, 6, 7, 8, 9, 15, 16, 17, 18, 19});
   CHECK(x.select(1, -1).to_vector() == std::vector<double>{4, 9, 14, 19});

@@ -22,7 +22,7 @@ TEST_CASE("compare reports the worst element and its position") {
 TEST_CASE("compare tolerances follow the dtype") {
   const Tensor ref = from_vector({1.0}, {1}, DType::Float64);
   const Tensor off = from_vector({1.004}, {1}, DType::Float64);
-  CHECK(testing::compare(off.to(DType::BFloat16), ref).ok);     // bf16 rounds to 1.0
+  CHECK(testing::compare(off.to(DType::BFloat16), ref).ok);       // bf16 rounds to 1.0
   CHECK_FALSE(testing::compare(off.to(DType::Float32), ref).ok);  // float32 sees the 0.4%
 }
 
@@ -32,7 +32,8 @@ TEST_CASE("gradcheck passes a correct gradient and catches a wrong one") {
   CHECK(testing::gradcheck(good, {x}).ok);
   auto wrong = [](const std::vector<Tensor>& in) {
     return autograd::CustomFunction::apply(
-        in, [](autograd::FunctionContext& ctx, const std::vector<Tensor>& v) {
+        in,
+        [](autograd::FunctionContext& ctx, const std::vector<Tensor>& v) {
           ctx.save_for_backward({v[0]});
           return std::vector<Tensor>{v[0] * v[0]};
         },

@@ -23,7 +23,7 @@ namespace tessera::autograd {
 class FunctionContext {
  public:
   void save_for_backward(const std::vector<Tensor>& tensors);
-  std::vector<Tensor> saved() const;  // version-checked
+  std::vector<Tensor> saved() const;     // version-checked
   std::map<std::string, std::any> data;  // non-tensor state for backward
 
  private:

@@ -25,7 +25,10 @@ class SavedTensor {
   SavedTensor() = default;
   explicit SavedTensor(const Tensor& t) : tensor_(t), version_(t.defined() ? t.version() : 0) {}
   Tensor unpack(const std::string& op) const;
-  void release() { tensor_ = Tensor(); released_ = true; }
+  void release() {
+    tensor_ = Tensor();
+    released_ = true;
+  }
 
  private:
   Tensor tensor_;
@@ -67,8 +70,7 @@ using BackwardFn = std::function<std::vector<Tensor>(const std::vector<Tensor>& 
 // `backward`. Does nothing (and returns false) unless grad mode is on and some input
 // requires grad. `saved` tensors are version-checked before `backward` runs.
 bool record(const std::string& name, const std::vector<Tensor>& inputs,
-            std::vector<Tensor>& outputs, BackwardFn backward,
-            std::vector<Tensor> saved = {});
+            std::vector<Tensor>& outputs, BackwardFn backward, std::vector<Tensor> saved = {});
 
 bool any_requires_grad(const std::vector<Tensor>& inputs);
 

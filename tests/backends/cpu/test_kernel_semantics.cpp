@@ -27,7 +27,8 @@ TEST_CASE("dropout keeps about 1-p of elements and scales them by 1/(1-p)") {
 TEST_CASE("cross_entropy rejects out-of-range targets naming the position") {
   const Tensor logits = zeros({3, 4});
   const Tensor targets = from_vector(std::vector<int64_t>{0, 7, 1}, {3});
-  CHECK_THROWS_WITH_AS(cross_entropy(logits, targets), doctest::Contains("target 7 at position 1"), Error);
+  CHECK_THROWS_WITH_AS(cross_entropy(logits, targets), doctest::Contains("target 7 at position 1"),
+                       Error);
 }
 
 TEST_CASE("cross_entropy with every target ignored is 0, not NaN") {

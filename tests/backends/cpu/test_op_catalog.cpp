@@ -22,7 +22,9 @@ void check_all(Device device) {
 }
 }  // namespace
 
-TEST_CASE("every catalog op passes on cpu at every floating dtype") { check_all(Device::cpu()); }
+TEST_CASE("every catalog op passes on cpu at every floating dtype") {
+  check_all(Device::cpu());
+}
 
 TEST_CASE("every catalog op passes on cuda") {
   if (cuda_device_count() == 0) {
@@ -36,7 +38,8 @@ TEST_CASE("the catalog covers every backend kernel") {
   for (int k = 0; k < kNumKernels; ++k) {
     const std::string name = kernel_name(static_cast<Kernel>(k));
     bool covered = false;
-    for (const auto& spec : testing::op_catalog()) covered = covered || spec.kernels.find(name) != std::string::npos;
+    for (const auto& spec : testing::op_catalog())
+      covered = covered || spec.kernels.find(name) != std::string::npos;
     CHECK_MESSAGE(covered, "kernel " << name << " is exercised by no catalog op");
   }
 }

@@ -29,7 +29,9 @@ Tensor decode(const json& j) {
   return from_vector(j["data"].get<std::vector<double>>(), shape, DType::Float64);
 }
 
-std::vector<int64_t> dims_of(const json& args) { return args.value("dims", std::vector<int64_t>{}); }
+std::vector<int64_t> dims_of(const json& args) {
+  return args.value("dims", std::vector<int64_t>{});
+}
 
 using OpFn = std::function<Tensor(const std::vector<Tensor>&, const json&)>;
 
@@ -69,20 +71,32 @@ const std::map<std::string, OpFn>& ops() {
       {"matmul", [](auto& x, auto&) { return matmul(x[0], x[1]); }},
       {"softmax", [](auto& x, auto& a) { return softmax(x[0], a["dim"]); }},
       {"log_softmax", [](auto& x, auto& a) { return log_softmax(x[0], a["dim"]); }},
-      {"layer_norm", [](auto& x, auto& a) {
+      {"layer_norm",
+       [](auto& x, auto& a) {
          return layer_norm(x[0], a["normalized"].template get<Shape>(), x[1], x[2], a["eps"]);
        }},
       {"embedding", [](auto& x, auto&) { return embedding(x[0], x[1]); }},
-      {"cross_entropy", [](auto& x, auto& a) {
+      {"cross_entropy",
+       [](auto& x, auto& a) {
          return cross_entropy(x[0], x[1], a["ignore_index"], a["label_smoothing"]);
        }},
-      {"attention", [](auto& x, auto& a) {
-         return scaled_dot_product_attention(x[0], x[1], x[2], x.size() > 3 ? x[3] : Tensor(), a["causal"]);
+      {"attention",
+       [](auto& x, auto& a) {
+         return scaled_dot_product_attention(x[0], x[1], x[2], x.size() > 3 ? x[3] : Tensor(),
+                                             a["causal"]);
        }},
-      {"cat", [](auto& x, auto& a) { return cat({x[0], x[1]}, a["dim"]); }},
-      {"stack", [](auto& x, auto& a) { return stack({x[0], x[1]}, a["dim"]); }},
-      {"split", [](auto& x, auto& a) {
-         return split(x[0], a["sizes"].template get<std::vector<int64_t>>(), a["dim"])[a["index"].template get<int>()];
+      {"cat",
+       [](auto& x, auto& a) {
+         return cat({x[0], x[1]}, a["dim"]);
+       }},
+      {"stack",
+       [](auto& x, auto& a) {
+         return stack({x[0], x[1]}, a["dim"]);
+       }},
+      {"split",
+       [](auto& x, auto& a) {
+         return split(x[0], a["sizes"].template get<std::vector<int64_t>>(),
+                      a["dim"])[a["index"].template get<int>()];
        }},
   };
   return m;
@@ -113,8 +127,9 @@ void replay(DType dtype, testing::Tolerance tol) {
     }
     const Tensor out = it->second(in, c["args"]);
     const Tensor expected = decode(c["output"]);
-    const auto r = testing::compare(out.to(is_floating(out.dtype()) ? DType::Float64 : out.dtype()),
-                                    expected, is_floating(out.dtype()) ? tol : testing::Tolerance{0, 0});
+    const auto r =
+        testing::compare(out.to(is_floating(out.dtype()) ? DType::Float64 : out.dtype()), expected,
+                         is_floating(out.dtype()) ? tol : testing::Tolerance{0, 0});
     CHECK_MESSAGE(r.ok, "forward: " << r.message);
     if (!c.contains("grads")) continue;
     sum(out * decode(c["v"]).to(dtype)).backward();
@@ -129,6 +144,10 @@ void replay(DType dtype, testing::Tolerance tol) {
 
 }  // namespace
 
-TEST_CASE("ops match PyTorch float64 fixtures in float64") { replay(DType::Float64, {1e-10, 1e-12}); }
+TEST_CASE("ops match PyTorch float64 fixtures in float64") {
+  replay(DType::Float64, {1e-10, 1e-12});
+}
 
-TEST_CASE("ops match PyTorch float64 fixtures in float32") { replay(DType::Float32, {2e-4, 2e-5}); }
+TEST_CASE("ops match PyTorch float64 fixtures in float32") {
+  replay(DType::Float32, {2e-4, 2e-5});
+}

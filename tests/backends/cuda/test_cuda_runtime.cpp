@@ -5,15 +5,17 @@
 
 using namespace tessera;
 
-#define REQUIRE_GPU_OR_SKIP()                                                       \
-  if (cuda_device_count() == 0) {                                                   \
-    MESSAGE("SKIPPED: needs a CUDA device: " << cuda_unavailable_reason());         \
-    return;                                                                         \
+#define REQUIRE_GPU_OR_SKIP()                                               \
+  if (cuda_device_count() == 0) {                                           \
+    MESSAGE("SKIPPED: needs a CUDA device: " << cuda_unavailable_reason()); \
+    return;                                                                 \
   }
 
 TEST_CASE("cuda: status is reported either way") {
-  if (cuda_device_count() == 0) CHECK_FALSE(cuda_unavailable_reason().empty());
-  else CHECK(cuda_unavailable_reason().empty());
+  if (cuda_device_count() == 0)
+    CHECK_FALSE(cuda_unavailable_reason().empty());
+  else
+    CHECK(cuda_unavailable_reason().empty());
 }
 
 TEST_CASE("cuda: host -> device -> host round trip is exact for every dtype") {
