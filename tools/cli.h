@@ -32,5 +32,7 @@ Shape parse_shape(const std::string& text);  // "512,512,512" or "512x512"
 int kernels_main(int argc, char** argv);
 int report_main(int argc, char** argv);
 int bench_main(int argc, char** argv);
+int eval_main(int argc, char** argv);
+int generate_main(int argc, char** argv);
 
 }  // namespace tessera::cli

@@ -14,6 +14,8 @@ usage: tessera <command> [options]
 commands:
   kernels list|check|bench   list the op set, check ops against float64 references, time an op
   bench gemm                 Tessera's GEMM rate beside OpenBLAS's, measured in one run
+  eval MODEL_DIR             loss (and gradient norms) of a Hugging Face GPT-2/BERT on a batch
+  generate MODEL_DIR         sample text from a GPT-2 model directory with a KV cache
   report                     what this build has compiled in and which devices are visible
 
 Every command takes --help; with --json the last line on stdout is one JSON object.
@@ -32,6 +34,8 @@ int main(int argc, char** argv) {
     if (cmd == "kernels") return tessera::cli::kernels_main(argc, argv);
     if (cmd == "report") return tessera::cli::report_main(argc, argv);
     if (cmd == "bench") return tessera::cli::bench_main(argc, argv);
+    if (cmd == "eval") return tessera::cli::eval_main(argc, argv);
+    if (cmd == "generate") return tessera::cli::generate_main(argc, argv);
     std::cerr << "tessera: unknown command '" << cmd << "'\n\n" << kUsage;
     return 2;
   } catch (const tessera::Error& e) {

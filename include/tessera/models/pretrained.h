@@ -1,0 +1,60 @@
+// What the built-in models share: a batch format, a loss, and the mapping between their
+// parameter names and Hugging Face's, used to load and save HF model directories
+// (config.json + model.safetensors).
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tessera/nn/module.h"
+
+namespace tessera::models {
+
+// Token batches. targets are aligned with input_ids (already shifted for causal LMs);
+// -100 marks positions without a loss, as in HF's labels.
+struct Batch {
+  Tensor input_ids;            // int64 [B, T]
+  Tensor targets;              // int64 [B, T] (optional for logits only)
+  Tensor attention_mask;       // [B, T], 1 = real token (BERT; optional)
+  Tensor token_type_ids;       // int64 [B, T] (BERT; optional)
+  Tensor next_sentence_label;  // int64 [B] (BERT pretraining; optional)
+};
+
+// One parameter's name in Tessera and in HF's files. `transpose`: HF stores it as [in, out]
+// (GPT-2's Conv1D) while Tessera's Linear is [out, in].
+struct HFWeight {
+  std::string ours;
+  std::string hf;
+  bool transpose = false;
+};
+
+class PretrainedModel : public nn::Module {
+ public:
+  using nn::Module::Module;
+  virtual std::string model_type() const = 0;     // "gpt2", "bert"
+  virtual Tensor logits(const Batch& batch) = 0;  // [B, T, V]
+  virtual Tensor loss(const Batch& batch) = 0;    // scalar
+  virtual std::vector<HFWeight> hf_weights() = 0;
+  virtual std::string hf_prefix() const = 0;      // "transformer." / "bert."
+  // HF keys that may appear in files and carry nothing to load (buffers, tied copies).
+  virtual bool hf_ignorable(const std::string& key) const = 0;
+  virtual std::string config_json() const = 0;    // HF config.json text
+};
+
+// Loads an HF model directory: config.json picks the architecture ("model_type" gpt2 or
+// bert; BERT's "architectures" picks MaskedLM or PreTraining), model.safetensors the weights.
+// Keys are accepted with or without the base-model prefix. Errors name the directory, file
+// and key. `file_key_of`, when given, receives each parameter's key as found in the file.
+std::unique_ptr<PretrainedModel> load_pretrained(const std::string& dir,
+                                                 std::map<std::string, std::string>* file_key_of = nullptr);
+
+// Copies the weights of an HF safetensors file into `model` (strict: every parameter must be
+// present and every key known).
+void load_hf_weights(PretrainedModel& model, const std::string& safetensors_path,
+                     std::map<std::string, std::string>* file_key_of = nullptr);
+
+// Writes config.json and model.safetensors in HF's layout (atomically, each file).
+void save_pretrained(PretrainedModel& model, const std::string& dir);
+
+}  // namespace tessera::models

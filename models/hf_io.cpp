@@ -1,0 +1,128 @@
+// Hugging Face model directories in and out.
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "tessera/grad_mode.h"
+#include "tessera/io/safetensors.h"
+#include "tessera/models/bert.h"
+#include "tessera/models/gpt2.h"
+
+namespace tessera::models {
+
+namespace fs = std::filesystem;
+
+std::unique_ptr<PretrainedModel> load_pretrained(const std::string& dir,
+                                                 std::map<std::string, std::string>* file_key_of) {
+  const fs::path config_path = fs::path(dir) / "config.json";
+  const fs::path weights_path = fs::path(dir) / "model.safetensors";
+  TS_CHECK(fs::is_directory(dir), "model directory '", dir, "' does not exist");
+  TS_CHECK(fs::exists(config_path), "model directory '", dir, "' has no config.json");
+  TS_CHECK(fs::exists(weights_path), "model directory '", dir, "' has no model.safetensors",
+           fs::exists(fs::path(dir) / "pytorch_model.bin") ? " (pytorch_model.bin is not read: convert it to safetensors)" : "");
+  const std::string text = io::read_text_file(config_path.string());
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    fail("'", config_path.string(), "': invalid JSON: ", e.what());
+  }
+  const std::string type = j.value("model_type", std::string());
+  std::unique_ptr<PretrainedModel> model;
+  try {
+    if (type == "gpt2") {
+      model = std::make_unique<GPT2LMHeadModel>(GPT2Config::from_json(text));
+    } else if (type == "bert") {
+      bool nsp = false;
+      for (const auto& a : j.value("architectures", nlohmann::json::array()))
+        nsp = nsp || a.get<std::string>() == "BertForPreTraining";
+      model = std::make_unique<BertForPreTraining>(BertConfig::from_json(text), nsp);
+    } else {
+      fail("model_type '", type, "' is not supported (gpt2 or bert)");
+    }
+  } catch (const std::exception& e) {
+    fail("'", config_path.string(), "': ", e.what());
+  }
+  load_hf_weights(*model, weights_path.string(), file_key_of);
+  model->eval();
+  return model;
+}
+
+void load_hf_weights(PretrainedModel& model, const std::string& path,
+                     std::map<std::string, std::string>* file_key_of) {
+  const io::SafetensorsFile file(path);
+  const std::string prefix = model.hf_prefix();
+  std::set<std::string> used;
+  std::map<std::string, Tensor*> slots;
+  for (auto& [n, t] : model.named_parameters()) slots[n] = t;
+  std::vector<std::string> missing;
+  NoGradGuard no_grad;
+  for (const HFWeight& w : model.hf_weights()) {
+    // The key with or without the base-model prefix; old BERT files say gamma/beta.
+    std::vector<std::string> candidates{w.hf};
+    if (w.hf.rfind(prefix, 0) == 0) candidates.push_back(w.hf.substr(prefix.size()));
+    for (size_t i = 0, n = candidates.size(); i < n; ++i) {
+      const std::string c = candidates[i];  // a copy: push_back below may reallocate
+      if (c.size() > 17 && c.compare(c.size() - 17, 17, ".LayerNorm.weight") == 0)
+        candidates.push_back(c.substr(0, c.size() - 6) + "gamma");
+      if (c.size() > 15 && c.compare(c.size() - 15, 15, ".LayerNorm.bias") == 0)
+        candidates.push_back(c.substr(0, c.size() - 4) + "beta");
+    }
+    std::string found;
+    for (const std::string& c : candidates)
+      if (file.contains(c)) {
+        found = c;
+        break;
+      }
+    if (found.empty()) {
+      missing.push_back(w.hf);
+      continue;
+    }
+    used.insert(found);
+    Tensor value = file.get(found);
+    if (w.transpose) {
+      TS_CHECK(value.dim() == 2, "'", path, "': tensor '", found, "' should be 2-D, got ", value.describe());
+      value = value.t();
+    }
+    Tensor& slot = *slots.at(w.ours);
+    TS_CHECK(value.shape() == slot.shape(), "'", path, "': tensor '", found, "' has shape ",
+             shape_str(file.entry(found).shape), " but the model (from config.json) expects ",
+             shape_str(w.transpose ? Shape{slot.shape()[1], slot.shape()[0]} : slot.shape()));
+    TS_CHECK(is_floating(value.dtype()), "'", path, "': tensor '", found, "' is ", file.entry(found).file_dtype,
+             ", expected a floating dtype");
+    slot.copy_(value);
+    if (file_key_of) (*file_key_of)[w.ours] = found;
+  }
+  std::vector<std::string> unexpected;
+  for (const std::string& n : file.names())
+    if (!used.count(n) && !model.hf_ignorable(n)) unexpected.push_back(n);
+  if (!missing.empty() || !unexpected.empty()) {
+    std::string msg = "'" + path + "' does not match the " + model.type_name() + " in config.json:";
+    auto list = [&](const char* what, const std::vector<std::string>& keys) {
+      if (keys.empty()) return;
+      msg += std::string(" ") + what + " (" + std::to_string(keys.size()) + "):";
+      for (size_t i = 0; i < keys.size() && i < 10; ++i) msg += " " + keys[i];
+      if (keys.size() > 10) msg += " ...";
+      msg += ".";
+    };
+    list("missing", missing);
+    list("unexpected", unexpected);
+    throw Error(msg);
+  }
+}
+
+void save_pretrained(PretrainedModel& model, const std::string& dir) {
+  fs::create_directories(dir);
+  std::map<std::string, Tensor> out;
+  std::map<std::string, Tensor*> slots;
+  for (auto& [n, t] : model.named_parameters()) slots[n] = t;
+  for (const HFWeight& w : model.hf_weights()) {
+    const Tensor t = slots.at(w.ours)->detach();
+    out[w.hf] = w.transpose ? t.t().contiguous() : t;
+  }
+  io::save_safetensors((fs::path(dir) / "model.safetensors").string(), out, {{"format", "pt"}});
+  io::write_file_atomically((fs::path(dir) / "config.json").string(),
+                            [&](std::ostream& os) { os << model.config_json() << "\n"; });
+}
+
+}  // namespace tessera::models
