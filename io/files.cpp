@@ -44,7 +44,13 @@ void write_file_atomically(const std::string& path, const std::function<void(std
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     TS_CHECK(out.good(), "cannot write '", tmp, "': ", std::strerror(errno));
-    write(out);
+    try {
+      write(out);
+    } catch (...) {
+      out.close();
+      std::remove(tmp.c_str());  // the target is untouched
+      throw;
+    }
     out.flush();
     TS_CHECK(out.good(), "writing '", tmp, "' failed: ", std::strerror(errno));
   }

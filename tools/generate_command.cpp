@@ -1,4 +1,96 @@
+// `tessera generate MODEL_DIR (--prompt TEXT | --prompt-ids 1,2,3) [...]`
+#include <chrono>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "tessera/io/tokenizer.h"
+#include "tessera/models/generate.h"
 #include "tools/cli.h"
+
 namespace tessera::cli {
-int generate_main(int, char**) { return 2; }
+
+namespace {
+
+const char* kHelp = R"(usage: tessera generate MODEL_DIR (--prompt TEXT | --prompt-ids 1,2,3)
+                        [--tokenizer DIR] [--max-new-tokens N] [--temperature T] [--top-k K]
+                        [--seed S] [--json]
+
+Samples from a GPT-2 model directory (config.json + model.safetensors) with a KV cache, so
+each new token costs one position's forward pass. Text prompts need GPT-2's vocab.json and
+merges.txt, looked up in --tokenizer DIR (default: MODEL_DIR). --temperature 0 is greedy.
+Defaults: --max-new-tokens 64 --temperature 1.0 --top-k 0 (off) --seed 0.
+With --json the last line is {"ids": [...], "text": "...", "tokens_per_s": R}.
+)";
+
+std::vector<int64_t> parse_ids(const std::string& text) {
+  std::vector<int64_t> ids;
+  for (int64_t v : parse_shape(text)) ids.push_back(v);
+  return ids;
 }
+
+double parse_double(const Args& a, const std::string& key, double fallback) {
+  const std::string v = a.get(key, "");
+  if (v.empty()) return fallback;
+  try {
+    size_t used = 0;
+    const double d = std::stod(v, &used);
+    if (used == v.size()) return d;
+  } catch (...) {
+  }
+  fail("option --", key, ": expected a number, got '", v, "'");
+}
+
+}  // namespace
+
+int generate_main(int argc, char** argv) {
+  const Args a(argc, argv, 2, {"json", "help"},
+               {"prompt", "prompt-ids", "tokenizer", "max-new-tokens", "temperature", "top-k", "seed"});
+  if (a.has("help")) {
+    std::cout << kHelp;
+    return 0;
+  }
+  TS_CHECK(a.positional().size() == 1, "generate: expected one MODEL_DIR (see --help)");
+  TS_CHECK(a.has("prompt") != a.has("prompt-ids"), "generate: give exactly one of --prompt or --prompt-ids");
+  const std::string dir = a.positional()[0];
+  auto loaded = models::load_pretrained(dir);
+  auto* gpt = dynamic_cast<models::GPT2LMHeadModel*>(loaded.get());
+  TS_CHECK(gpt, "generate: '", dir, "' holds a ", loaded->type_name(), "; generation needs a GPT-2 model");
+
+  std::unique_ptr<io::GPT2Tokenizer> tok;
+  const std::filesystem::path tdir = a.get("tokenizer", dir);
+  if (std::filesystem::exists(tdir / "vocab.json") && std::filesystem::exists(tdir / "merges.txt"))
+    tok = std::make_unique<io::GPT2Tokenizer>(
+        io::GPT2Tokenizer::from_files((tdir / "vocab.json").string(), (tdir / "merges.txt").string()));
+  TS_CHECK(tok || a.has("prompt-ids"), "generate: --prompt needs a tokenizer, but '", tdir.string(),
+           "' has no vocab.json and merges.txt; pass --tokenizer DIR or use --prompt-ids");
+
+  models::GenerateOptions o;
+  o.max_new_tokens = a.get_int("max-new-tokens", 64);
+  o.temperature = parse_double(a, "temperature", 1.0);
+  o.top_k = a.get_int("top-k", 0);
+  o.seed = static_cast<uint64_t>(a.get_int("seed", 0));
+  TS_CHECK(o.temperature >= 0, "--temperature must be >= 0, got ", o.temperature);
+  const std::vector<int64_t> prompt = a.has("prompt") ? tok->encode(a.get("prompt", "")) : parse_ids(a.get("prompt-ids", ""));
+  const bool json = a.has("json");
+  if (!json && tok) std::cout << a.get("prompt", tok->decode(prompt)) << std::flush;
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<int64_t> ids = models::generate(*gpt, prompt, o, [&](int64_t id) {
+    if (json) return;
+    if (tok) std::cout << tok->decode({id}) << std::flush;
+    else std::cout << id << " " << std::flush;
+  });
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double rate = ids.empty() ? 0.0 : static_cast<double>(ids.size()) / secs;
+  if (json) {
+    nlohmann::json j{{"ids", ids}, {"tokens_per_s", rate}};
+    if (tok) j["text"] = tok->decode(ids);
+    std::cout << j.dump() << "\n";
+  } else {
+    std::cout << "\n";
+    std::cerr << "[" << ids.size() << " tokens, " << static_cast<int64_t>(rate) << " tokens/s]\n";
+  }
+  return 0;
+}
+
+}  // namespace tessera::cli

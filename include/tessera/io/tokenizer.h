@@ -1,0 +1,81 @@
+// Tokenizers: character-level (built from a corpus), GPT-2 byte-level BPE (vocab.json +
+// merges.txt) and BERT WordPiece (vocab.txt).
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace tessera::io {
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  virtual std::vector<int64_t> encode(const std::string& text) const = 0;
+  virtual std::string decode(const std::vector<int64_t>& ids) const = 0;
+  virtual int64_t vocab_size() const = 0;
+};
+
+// One id per distinct UTF-8 character, in sorted order (nanoGPT's shakespeare_char scheme).
+class CharTokenizer : public Tokenizer {
+ public:
+  static CharTokenizer from_corpus(const std::string& text);
+  explicit CharTokenizer(std::vector<std::string> chars);
+  // Unknown characters are an error naming the character and its byte offset.
+  std::vector<int64_t> encode(const std::string& text) const override;
+  std::string decode(const std::vector<int64_t>& ids) const override;
+  int64_t vocab_size() const override { return static_cast<int64_t>(chars_.size()); }
+  const std::vector<std::string>& chars() const { return chars_; }
+
+ private:
+  std::vector<std::string> chars_;
+  std::unordered_map<std::string, int64_t> ids_;
+};
+
+// GPT-2's byte-level BPE: the GPT-2 pre-tokenisation regex (via PCRE2), bytes mapped to
+// printable characters, then merges applied by rank.
+class GPT2Tokenizer : public Tokenizer {
+ public:
+  static GPT2Tokenizer from_files(const std::string& vocab_json, const std::string& merges_txt);
+  GPT2Tokenizer(std::unordered_map<std::string, int64_t> vocab, std::vector<std::pair<std::string, std::string>> merges);
+  ~GPT2Tokenizer() override;
+  GPT2Tokenizer(GPT2Tokenizer&&) noexcept;
+  std::vector<int64_t> encode(const std::string& text) const override;
+  std::string decode(const std::vector<int64_t>& ids) const override;
+  int64_t vocab_size() const override { return static_cast<int64_t>(id_to_token_.size()); }
+  // The pre-tokenised pieces of `text` (exposed for tests).
+  std::vector<std::string> pretokenize(const std::string& text) const;
+
+ private:
+  std::vector<std::string> bpe(const std::string& word) const;
+  std::unordered_map<std::string, int64_t> vocab_;
+  std::vector<std::string> id_to_token_;
+  std::map<std::pair<std::string, std::string>, int64_t> merge_rank_;
+  struct Regex;
+  std::unique_ptr<Regex> regex_;
+};
+
+// BERT's tokenizer: basic tokenisation (clean, split on whitespace and punctuation, CJK
+// characters apart, optional lower-casing with accent stripping via utf8proc), then
+// greedy longest-match WordPiece with "##" continuations.
+class WordPieceTokenizer : public Tokenizer {
+ public:
+  static WordPieceTokenizer from_file(const std::string& vocab_txt, bool lower_case = true);
+  WordPieceTokenizer(std::vector<std::string> vocab, bool lower_case = true);
+  std::vector<int64_t> encode(const std::string& text) const override;  // no [CLS]/[SEP]
+  std::string decode(const std::vector<int64_t>& ids) const override;
+  int64_t vocab_size() const override { return static_cast<int64_t>(vocab_.size()); }
+  std::vector<std::string> basic_tokenize(const std::string& text) const;
+  int64_t token_id(const std::string& token) const;  // throws when absent
+  int64_t unk_id() const { return unk_; }
+
+ private:
+  std::vector<std::string> vocab_;
+  std::unordered_map<std::string, int64_t> ids_;
+  bool lower_case_;
+  int64_t unk_ = -1;
+};
+
+}  // namespace tessera::io

@@ -1,0 +1,29 @@
+// Autoregressive sampling from a GPT-2 model with a KV cache: the prompt runs once, then
+// each new token costs one position's forward pass.
+#pragma once
+#include <functional>
+#include <vector>
+
+#include "tessera/models/gpt2.h"
+#include "tessera/rng.h"
+
+namespace tessera::models {
+
+struct GenerateOptions {
+  int64_t max_new_tokens = 64;
+  double temperature = 1.0;  // 0 = greedy
+  int64_t top_k = 0;         // 0 = no top-k filter
+  uint64_t seed = 0;
+  bool use_cache = true;     // false recomputes the whole sequence each step (for testing)
+};
+
+// Returns the new token ids (not the prompt). `on_token` sees each id as it is chosen.
+// Stops early at the model's n_positions.
+std::vector<int64_t> generate(GPT2LMHeadModel& model, const std::vector<int64_t>& prompt,
+                              const GenerateOptions& options,
+                              const std::function<void(int64_t)>& on_token = {});
+
+// Picks the next id from one row of logits (temperature, top-k, Philox draw at `draw`).
+int64_t sample_next(const Tensor& logits, const GenerateOptions& options, Generator& gen);
+
+}  // namespace tessera::models

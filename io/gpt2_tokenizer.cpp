@@ -1,0 +1,172 @@
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include <array>
+#include <climits>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "io/utf8.h"
+#include "tessera/error.h"
+#include "tessera/io/files.h"
+#include "tessera/io/tokenizer.h"
+
+namespace tessera::io {
+
+namespace {
+
+// GPT-2's pre-tokenisation pattern (contractions, letters, numbers, other, whitespace).
+constexpr const char* kPattern =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+
+// Each byte maps to a printable character: printable Latin-1 bytes to themselves, the rest to
+// code points from 256 up, in byte order (so BPE never sees whitespace or control bytes).
+struct ByteMap {
+  std::array<std::string, 256> to_text;
+  std::unordered_map<std::string, uint8_t> to_byte;
+  ByteMap() {
+    int next = 0;
+    for (int b = 0; b < 256; ++b) {
+      const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+      const uint32_t cp = printable ? static_cast<uint32_t>(b) : static_cast<uint32_t>(256 + next++);
+      to_text[b] = utf8_encode(cp);
+      to_byte[to_text[b]] = static_cast<uint8_t>(b);
+    }
+  }
+};
+const ByteMap& byte_map() {
+  static const ByteMap m;
+  return m;
+}
+
+}  // namespace
+
+struct GPT2Tokenizer::Regex {
+  pcre2_code* code = nullptr;
+  Regex() {
+    int err = 0;
+    PCRE2_SIZE at = 0;
+    code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(kPattern), PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP,
+                         &err, &at, nullptr);
+    TS_CHECK(code != nullptr, "GPT2Tokenizer: cannot compile the pre-tokenisation pattern (PCRE2 error ", err, ")");
+  }
+  ~Regex() { pcre2_code_free(code); }
+};
+
+GPT2Tokenizer::GPT2Tokenizer(std::unordered_map<std::string, int64_t> vocab,
+                             std::vector<std::pair<std::string, std::string>> merges)
+    : vocab_(std::move(vocab)), regex_(std::make_unique<Regex>()) {
+  int64_t max_id = -1;
+  for (auto& [tok, id] : vocab_) {
+    TS_CHECK(id >= 0, "GPT2Tokenizer: negative id ", id, " for token '", tok, "'");
+    max_id = std::max(max_id, id);
+  }
+  id_to_token_.resize(static_cast<size_t>(max_id + 1));
+  for (auto& [tok, id] : vocab_) id_to_token_[id] = tok;
+  for (size_t i = 0; i < merges.size(); ++i) merge_rank_.emplace(merges[i], static_cast<int64_t>(i));
+}
+
+GPT2Tokenizer::~GPT2Tokenizer() = default;
+GPT2Tokenizer::GPT2Tokenizer(GPT2Tokenizer&&) noexcept = default;
+
+GPT2Tokenizer GPT2Tokenizer::from_files(const std::string& vocab_json, const std::string& merges_txt) {
+  std::unordered_map<std::string, int64_t> vocab;
+  try {
+    for (auto& [k, v] : nlohmann::json::parse(read_text_file(vocab_json)).items()) vocab[k] = v.get<int64_t>();
+  } catch (const nlohmann::json::exception& e) {
+    fail("'", vocab_json, "': expected a JSON object of token -> id: ", e.what());
+  }
+  std::vector<std::pair<std::string, std::string>> merges;
+  std::ifstream in(merges_txt);
+  TS_CHECK(in.good(), "cannot open '", merges_txt, "'");
+  std::string line;
+  int64_t line_no = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty() || line.rfind("#version", 0) == 0) continue;
+    const size_t sp = line.find(' ');
+    TS_CHECK(sp != std::string::npos && sp > 0 && sp + 1 < line.size(), "'", merges_txt, "' line ", line_no,
+             ": expected two symbols separated by a space, got '", line, "'");
+    merges.emplace_back(line.substr(0, sp), line.substr(sp + 1));
+  }
+  return GPT2Tokenizer(std::move(vocab), std::move(merges));
+}
+
+std::vector<std::string> GPT2Tokenizer::pretokenize(const std::string& text) const {
+  std::vector<std::string> out;
+  pcre2_match_data* md = pcre2_match_data_create_from_pattern(regex_->code, nullptr);
+  PCRE2_SIZE at = 0;
+  while (at < text.size()) {
+    const int rc = pcre2_match(regex_->code, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), at, 0, md, nullptr);
+    if (rc < 0) {
+      pcre2_match_data_free(md);
+      TS_CHECK(rc == PCRE2_ERROR_NOMATCH, "GPT2Tokenizer: invalid UTF-8 or match error ", rc, " at byte offset ", at);
+      break;
+    }
+    const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
+    if (ov[1] == ov[0]) break;
+    out.push_back(text.substr(ov[0], ov[1] - ov[0]));
+    at = ov[1];
+  }
+  pcre2_match_data_free(md);
+  return out;
+}
+
+std::vector<std::string> GPT2Tokenizer::bpe(const std::string& word) const {
+  std::vector<std::string> symbols;
+  for (unsigned char b : word) symbols.push_back(byte_map().to_text[b]);
+  while (symbols.size() > 1) {
+    int64_t best = LLONG_MAX;
+    size_t best_at = 0;
+    for (size_t i = 0; i + 1 < symbols.size(); ++i) {
+      auto it = merge_rank_.find({symbols[i], symbols[i + 1]});
+      if (it != merge_rank_.end() && it->second < best) best = it->second, best_at = i;
+    }
+    if (best == LLONG_MAX) break;
+    const std::string a = symbols[best_at], b = symbols[best_at + 1];
+    std::vector<std::string> merged;
+    for (size_t i = 0; i < symbols.size();) {
+      if (i + 1 < symbols.size() && symbols[i] == a && symbols[i + 1] == b) {
+        merged.push_back(a + b);
+        i += 2;
+      } else {
+        merged.push_back(symbols[i++]);
+      }
+    }
+    symbols = std::move(merged);
+  }
+  return symbols;
+}
+
+std::vector<int64_t> GPT2Tokenizer::encode(const std::string& text) const {
+  std::vector<int64_t> ids;
+  for (const std::string& piece : pretokenize(text)) {
+    for (const std::string& sym : bpe(piece)) {
+      auto it = vocab_.find(sym);
+      TS_CHECK(it != vocab_.end(), "GPT2Tokenizer: symbol '", sym, "' (from '", piece,
+               "') is not in vocab.json; the vocabulary and merges do not match");
+      ids.push_back(it->second);
+    }
+  }
+  return ids;
+}
+
+std::string GPT2Tokenizer::decode(const std::vector<int64_t>& ids) const {
+  std::string text;
+  for (int64_t id : ids) {
+    TS_CHECK(id >= 0 && id < vocab_size(), "GPT2Tokenizer: id ", id, " is outside the vocabulary of ", vocab_size());
+    text += id_to_token_[id];
+  }
+  std::string bytes;
+  for (size_t i = 0; i < text.size();) {
+    const size_t n = utf8_length(text, i);
+    auto it = byte_map().to_byte.find(text.substr(i, n));
+    TS_CHECK(it != byte_map().to_byte.end(), "GPT2Tokenizer: token text is not byte-level at offset ", i);
+    bytes += static_cast<char>(it->second);
+    i += n;
+  }
+  return bytes;
+}
+
+}  // namespace tessera::io

@@ -1,0 +1,67 @@
+#include "tessera/models/generate.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "tessera/grad_mode.h"
+
+namespace tessera::models {
+
+int64_t sample_next(const Tensor& logits, const GenerateOptions& o, Generator& gen) {
+  std::vector<double> l = logits.to_vector();
+  const int64_t V = static_cast<int64_t>(l.size());
+  if (o.temperature <= 0.0) return static_cast<int64_t>(std::max_element(l.begin(), l.end()) - l.begin());
+  if (o.top_k > 0 && o.top_k < V) {
+    std::vector<double> sorted = l;
+    std::nth_element(sorted.begin(), sorted.begin() + (o.top_k - 1), sorted.end(), std::greater<>());
+    const double kth = sorted[o.top_k - 1];
+    for (double& x : l)
+      if (x < kth) x = -INFINITY;
+  }
+  const double m = *std::max_element(l.begin(), l.end());
+  double total = 0;
+  for (double& x : l) total += (x = std::exp((x - m) / o.temperature));
+  const GeneratorState s = gen.reserve(1);
+  double u = philox_uniform_f64(s.seed, s.offset) * total;
+  for (int64_t i = 0; i < V; ++i) {
+    u -= l[i];
+    if (u < 0) return i;
+  }
+  return V - 1;
+}
+
+std::vector<int64_t> generate(GPT2LMHeadModel& model, const std::vector<int64_t>& prompt,
+                              const GenerateOptions& o, const std::function<void(int64_t)>& on_token) {
+  TS_CHECK(!prompt.empty(), "generate: the prompt is empty");
+  TS_CHECK(o.max_new_tokens >= 0, "generate: max_new_tokens must be >= 0, got ", o.max_new_tokens);
+  TS_CHECK(o.top_k >= 0, "generate: top_k must be >= 0, got ", o.top_k);
+  for (int64_t id : prompt)
+    TS_CHECK(id >= 0 && id < model.config.vocab_size, "generate: prompt id ", id, " is outside the vocabulary of ",
+             model.config.vocab_size);
+  NoGradGuard no_grad;
+  const bool was_training = model.is_training();
+  model.eval();
+  Generator gen(o.seed);
+  KVCache cache;
+  std::vector<int64_t> seq = prompt, out;
+  const Device dev = model.transformer.wte.weight.device();
+  Tensor next_input = from_vector(prompt, {1, static_cast<int64_t>(prompt.size())}).to(dev);
+  for (int64_t step = 0; step < o.max_new_tokens; ++step) {
+    Tensor logits;
+    if (o.use_cache) {
+      logits = model.forward(next_input, &cache);
+    } else {
+      logits = model.forward(from_vector(seq, {1, static_cast<int64_t>(seq.size())}).to(dev));
+    }
+    const int64_t id = sample_next(logits.select(0, 0).select(0, -1), o, gen);
+    out.push_back(id);
+    seq.push_back(id);
+    if (on_token) on_token(id);
+    next_input = from_vector(std::vector<int64_t>{id}, {1, 1}).to(dev);
+    if (static_cast<int64_t>(seq.size()) >= model.config.n_positions) break;
+  }
+  model.train(was_training);
+  return out;
+}
+
+}  // namespace tessera::models

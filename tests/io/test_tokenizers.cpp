@@ -1,0 +1,86 @@
+// Tokenizers on small vocabularies written by hand; expected ids are worked out in comments.
+#include <doctest/doctest.h>
+
+#include "io/utf8.h"
+#include "tessera/error.h"
+#include "tessera/io/tokenizer.h"
+
+using namespace tessera;
+using io::utf8_encode;
+
+TEST_CASE("char tokenizer: sorted characters, round trip, unknown character named") {
+  const auto tok = io::CharTokenizer::from_corpus("hello");
+  CHECK(tok.chars() == std::vector<std::string>{"e", "h", "l", "o"});
+  CHECK(tok.encode("hole") == std::vector<int64_t>{1, 3, 2, 0});
+  CHECK(tok.decode({1, 0, 2, 2, 3}) == "hello");
+  CHECK_THROWS_WITH_AS(tok.encode("hez"), doctest::Contains("'z' at byte offset 2"), Error);
+  const auto u = io::CharTokenizer::from_corpus("aé");  // multi-byte characters are one token
+  CHECK(u.vocab_size() == 2);
+  CHECK(u.decode(u.encode("éa")) == "éa");
+}
+
+TEST_CASE("GPT-2 pre-tokenisation follows the GPT-2 pattern") {
+  const io::GPT2Tokenizer tok({{"a", 0}}, {});
+  CHECK(tok.pretokenize("I'm  here!! 42x") ==
+        std::vector<std::string>{"I", "'m", " ", " here", "!!", " 42", "x"});
+  CHECK(tok.pretokenize("héllo wörld") == std::vector<std::string>{"héllo", " wörld"});
+  CHECK(tok.pretokenize("a \n") == std::vector<std::string>{"a", " \n"});
+}
+
+TEST_CASE("GPT-2 BPE applies merges by rank") {
+  // " " is byte 0x20, shown as U+0120 (Ġ) in GPT-2's byte-to-character map.
+  const std::string G = utf8_encode(0x120);
+  std::unordered_map<std::string, int64_t> vocab;
+  int64_t id = 0;
+  for (const std::string& s : std::vector<std::string>{"h", "e", "l", "o", "w", "r", "d", G}) vocab[s] = id++;
+  vocab["hello"] = 100;
+  vocab[G + "world"] = 101;
+  vocab["he"] = 102;
+  vocab["ll"] = 103;
+  vocab["hell"] = 104;
+  vocab[G + "w"] = 105;
+  vocab["or"] = 106;
+  vocab[G + "wor"] = 107;
+  vocab[G + "worl"] = 108;
+  const std::vector<std::pair<std::string, std::string>> merges{
+      {"h", "e"}, {"l", "l"}, {"he", "ll"}, {"hell", "o"}, {G, "w"},
+      {"o", "r"}, {G + "w", "or"}, {G + "wor", "l"}, {G + "worl", "d"}};
+  const io::GPT2Tokenizer tok(vocab, merges);
+  CHECK(tok.encode("hello world") == std::vector<int64_t>{100, 101});
+  // Without the later merges "hell" stays split: h e l l -> he l l -> he ll -> hell.
+  CHECK(tok.encode("hell") == std::vector<int64_t>{104});
+  CHECK(tok.encode("lo") == std::vector<int64_t>{2, 3});
+  CHECK(tok.decode({100, 101}) == "hello world");
+}
+
+TEST_CASE("GPT-2 byte-level round trip of any UTF-8 and control bytes") {
+  // A vocabulary of the 256 byte symbols alone: every text encodes, one id per byte.
+  // Built from GPT-2's published mapping rule: printable Latin-1 bytes map to themselves,
+  // the others to U+0100 onwards in byte order.
+  std::unordered_map<std::string, int64_t> vocab;
+  int next = 0;
+  for (int b = 0; b < 256; ++b) {
+    const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+    vocab[utf8_encode(printable ? b : 256 + next++)] = b;
+  }
+  const io::GPT2Tokenizer tok(vocab, {});
+  const std::string text = "tab\there\nnull?\x01 caf\xc3\xa9 \xe6\xbc\xa2";
+  const auto ids = tok.encode(text);
+  CHECK(ids.size() == text.size());
+  for (size_t i = 0; i < text.size(); ++i) CHECK(ids[i] == static_cast<unsigned char>(text[i]));
+  CHECK(tok.decode(ids) == text);
+}
+
+TEST_CASE("WordPiece: basic tokenisation then longest-match-first pieces") {
+  const io::WordPieceTokenizer tok({"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hello", "world", "un", "##aff",
+                                    "##able", ",", "!", "cafe", "\xe6\xbc\xa2", "\xe5\xad\x97", "##s"});
+  CHECK(tok.basic_tokenize("Hello, unaffable World! Caf\xc3\xa9 \xe6\xbc\xa2\xe5\xad\x97 xyz") ==
+        std::vector<std::string>{"hello", ",", "unaffable", "world", "!", "cafe", "\xe6\xbc\xa2", "\xe5\xad\x97", "xyz"});
+  // hello , un ##aff ##able world ! cafe 漢 字 [UNK]
+  CHECK(tok.encode("Hello, unaffable World! Caf\xc3\xa9 \xe6\xbc\xa2\xe5\xad\x97 xyz") ==
+        std::vector<int64_t>{5, 10, 7, 8, 9, 6, 11, 12, 13, 14, 1});
+  CHECK(tok.encode("worlds") == std::vector<int64_t>{6, 15});
+  CHECK(tok.decode({7, 8, 9, 6}) == "unaffable world");
+  CHECK(tok.token_id("[MASK]") == 4);
+  CHECK_THROWS_AS(io::WordPieceTokenizer({"a"}), Error);  // no [UNK]
+}

@@ -1,0 +1,153 @@
+// GPT-2 and BERT against PyTorch implementations of HF's architectures
+// (tests/fixtures/generate_model_fixtures.py): loss, logits and every parameter's gradient.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "tessera/grad_mode.h"
+#include "tessera/io/safetensors.h"
+#include "tessera/models/bert.h"
+#include "tessera/models/generate.h"
+#include "tessera/models/gpt2.h"
+#include "tessera/ops.h"
+
+using namespace tessera;
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kModels = TESSERA_FIXTURES_DIR "/models/";
+
+json read_json(const std::string& p) {
+  std::ifstream f(p);
+  REQUIRE_MESSAGE(f.good(), "cannot open " << p);
+  return json::parse(f);
+}
+
+Tensor ids(const json& j) {
+  std::vector<int64_t> v;
+  for (const auto& row : j)
+    for (const auto& x : row) v.push_back(x.get<int64_t>());
+  return from_vector(v, {static_cast<int64_t>(j.size()), static_cast<int64_t>(j[0].size())});
+}
+
+models::Batch batch_of(const json& j) {
+  models::Batch b;
+  b.input_ids = ids(j["input_ids"]);
+  b.targets = ids(j["targets"]);
+  if (j.contains("attention_mask")) b.attention_mask = ids(j["attention_mask"]);
+  if (j.contains("token_type_ids")) b.token_type_ids = ids(j["token_type_ids"]);
+  if (j.contains("next_sentence_label"))
+    b.next_sentence_label = from_vector(j["next_sentence_label"].get<std::vector<int64_t>>(), {2});
+  return b;
+}
+
+void check_against_pytorch(const std::string& name) {
+  const std::string dir = kModels + name;
+  std::map<std::string, std::string> file_key;
+  auto model = models::load_pretrained(dir, &file_key);
+  const json expected = read_json(dir + "/expected.json");
+  const models::Batch b = batch_of(read_json(dir + "/batch.json"));
+
+  const Tensor loss = model->loss(b);
+  const double want = expected["loss"];
+  INFO(name, " loss ", loss.item(), " vs PyTorch ", want);
+  CHECK(std::fabs(loss.item() - want) <= 1e-5 * std::fabs(want));
+
+  const std::vector<double> logits = model->logits(b).to_vector(), ref = expected["logits"];
+  REQUIRE(logits.size() == ref.size());
+  size_t bad = 0;  // float32 agreement: |diff| <= 1e-5 + 1e-4 |ref|
+  for (size_t i = 0; i < ref.size(); ++i) bad += std::fabs(logits[i] - ref[i]) > 1e-5 + 1e-4 * std::fabs(ref[i]);
+  CHECK(bad == 0);
+
+  loss.backward();
+  int checked = 0;
+  for (auto& [ours, t] : model->named_parameters()) {
+    const std::string key = file_key.at(ours);
+    const double ref_norm = expected["grad_norms"].at(key);
+    const double got = norm(t->grad()).item();
+    INFO(name, " gradient of ", key, ": ", got, " vs PyTorch ", ref_norm);
+    CHECK(std::fabs(got - ref_norm) <= 1e-4 * ref_norm + 1e-6);
+    ++checked;
+  }
+  CHECK(checked == static_cast<int>(expected["grad_norms"].size()));
+}
+
+}  // namespace
+
+TEST_CASE("GPT-2 matches PyTorch: loss, logits, every gradient") { check_against_pytorch("gpt2-tiny"); }
+
+TEST_CASE("BERT for pretraining matches PyTorch: MLM + NSP loss, logits, every gradient") {
+  check_against_pytorch("bert-tiny");
+}
+
+TEST_CASE("save_pretrained writes HF layout that loads back identically") {
+  auto model = models::load_pretrained(kModels + "gpt2-tiny");
+  const fs::path out = fs::temp_directory_path() / ("tessera-save-" + std::to_string(::getpid()));
+  models::save_pretrained(*model, out.string());
+  const io::SafetensorsFile saved((out / "model.safetensors").string());
+  const io::SafetensorsFile original(kModels + "gpt2-tiny/model.safetensors");
+  // Same tensors as the original file (Conv1D weights back in [in, out]), with the prefix.
+  CHECK(saved.get("transformer.h.0.attn.c_attn.weight").to_vector() == original.get("h.0.attn.c_attn.weight").to_vector());
+  CHECK(saved.entry("transformer.h.1.mlp.c_fc.weight").shape == Shape{32, 128});
+  auto again = models::load_pretrained(out.string());
+  const Tensor x = from_vector(std::vector<int64_t>{1, 5, 9, 2}, {1, 4});
+  CHECK(again->logits({x}).to_vector() == model->logits({x}).to_vector());
+}
+
+TEST_CASE("loading reports missing and mismatched weights by key") {
+  const fs::path dir = fs::temp_directory_path() / ("tessera-bad-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  fs::copy_file(kModels + "gpt2-tiny/config.json", dir / "config.json", fs::copy_options::overwrite_existing);
+  auto tensors = io::load_safetensors(kModels + "gpt2-tiny/model.safetensors");
+  tensors.erase("h.1.ln_2.bias");
+  io::save_safetensors((dir / "model.safetensors").string(), tensors);
+  CHECK_THROWS_WITH_AS(models::load_pretrained(dir.string()), doctest::Contains("missing (1): transformer.h.1.ln_2.bias"), Error);
+  tensors["h.1.ln_2.bias"] = zeros({7});
+  io::save_safetensors((dir / "model.safetensors").string(), tensors);
+  CHECK_THROWS_WITH_AS(models::load_pretrained(dir.string()), doctest::Contains("'h.1.ln_2.bias' has shape [7]"), Error);
+  fs::remove(dir / "config.json");
+  CHECK_THROWS_WITH_AS(models::load_pretrained(dir.string()), doctest::Contains("has no config.json"), Error);
+}
+
+TEST_CASE("KV-cache generation equals recomputing the full sequence") {
+  auto loaded = models::load_pretrained(kModels + "gpt2-tiny");
+  auto& gpt = dynamic_cast<models::GPT2LMHeadModel&>(*loaded);
+  for (double temperature : {0.0, 0.8}) {
+    models::GenerateOptions o;
+    o.max_new_tokens = 20;
+    o.temperature = temperature;
+    o.top_k = 10;
+    o.seed = 3;
+    const auto cached = models::generate(gpt, {4, 8, 15}, o);
+    o.use_cache = false;
+    const auto full = models::generate(gpt, {4, 8, 15}, o);
+    CHECK(cached == full);
+    CHECK(cached.size() == 20);
+  }
+  // The logits themselves: one cached step against the last row of a full forward.
+  NoGradGuard g;
+  models::KVCache cache;
+  gpt.forward(from_vector(std::vector<int64_t>{4, 8, 15}, {1, 3}), &cache);
+  const Tensor step = gpt.forward(from_vector(std::vector<int64_t>{16}, {1, 1}), &cache);
+  const Tensor full = gpt.forward(from_vector(std::vector<int64_t>{4, 8, 15, 16}, {1, 4}));
+  const auto a = step.select(1, 0).to_vector(), b = full.select(1, 3).to_vector();
+  for (size_t i = 0; i < a.size(); ++i) CHECK(std::fabs(a[i] - b[i]) < 1e-5);
+}
+
+TEST_CASE("named sizes have the published parameter counts") {
+  // GPT-2 124M: 124,439,808 parameters with the tied head (HF's count).
+  const auto c = models::GPT2Config::named("gpt2");
+  const int64_t C = c.n_embd, L = c.n_layer;
+  const int64_t expected = c.vocab_size * C + c.n_positions * C + L * (12 * C * C + 13 * C) + 2 * C;
+  CHECK(expected == 124439808);
+  models::GPT2LMHeadModel tiny(models::GPT2Config::named("tiny"));
+  CHECK(tiny.num_parameters() == 96 * 32 + 32 * 32 + 2 * (12 * 32 * 32 + 13 * 32) + 2 * 32);
+  CHECK_THROWS_WITH_AS(models::GPT2Config::named("gpt5"), doctest::Contains("unknown GPT-2 size"), Error);
+  models::BertForPreTraining bert(models::BertConfig::named("tiny"), true);
+  CHECK(bert.type_name() == "BertForPreTraining");
+}
