@@ -1,9 +1,9 @@
 #include <algorithm>
 #include <set>
 
+#include "io/utf8.h"
 #include "tessera/error.h"
 #include "tessera/io/tokenizer.h"
-#include "io/utf8.h"
 
 namespace tessera::io {
 
@@ -27,8 +27,8 @@ std::vector<int64_t> CharTokenizer::encode(const std::string& text) const {
   for (size_t i = 0; i < text.size();) {
     const size_t n = utf8_length(text, i);
     auto it = ids_.find(text.substr(i, n));
-    TS_CHECK(it != ids_.end(), "CharTokenizer: character '", text.substr(i, n), "' at byte offset ", i,
-             " is not in the vocabulary");
+    TS_CHECK(it != ids_.end(), "CharTokenizer: character '", text.substr(i, n), "' at byte offset ",
+             i, " is not in the vocabulary");
     out.push_back(it->second);
     i += n;
   }
@@ -38,7 +38,8 @@ std::vector<int64_t> CharTokenizer::encode(const std::string& text) const {
 std::string CharTokenizer::decode(const std::vector<int64_t>& ids) const {
   std::string out;
   for (int64_t id : ids) {
-    TS_CHECK(id >= 0 && id < vocab_size(), "CharTokenizer: id ", id, " is outside the vocabulary of ", vocab_size());
+    TS_CHECK(id >= 0 && id < vocab_size(), "CharTokenizer: id ", id,
+             " is outside the vocabulary of ", vocab_size());
     out += chars_[id];
   }
   return out;

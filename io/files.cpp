@@ -38,7 +38,8 @@ MappedFile::~MappedFile() {
   if (data_) ::munmap(const_cast<unsigned char*>(data_), size_);
 }
 
-void write_file_atomically(const std::string& path, const std::function<void(std::ostream&)>& write) {
+void write_file_atomically(const std::string& path,
+                           const std::function<void(std::ostream&)>& write) {
   const std::filesystem::path target(path);
   const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
   {

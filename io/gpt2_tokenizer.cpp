@@ -27,8 +27,10 @@ struct ByteMap {
   ByteMap() {
     int next = 0;
     for (int b = 0; b < 256; ++b) {
-      const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-      const uint32_t cp = printable ? static_cast<uint32_t>(b) : static_cast<uint32_t>(256 + next++);
+      const bool printable =
+          (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+      const uint32_t cp =
+          printable ? static_cast<uint32_t>(b) : static_cast<uint32_t>(256 + next++);
       to_text[b] = utf8_encode(cp);
       to_byte[to_text[b]] = static_cast<uint8_t>(b);
     }
@@ -46,9 +48,10 @@ struct GPT2Tokenizer::Regex {
   Regex() {
     int err = 0;
     PCRE2_SIZE at = 0;
-    code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(kPattern), PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP,
-                         &err, &at, nullptr);
-    TS_CHECK(code != nullptr, "GPT2Tokenizer: cannot compile the pre-tokenisation pattern (PCRE2 error ", err, ")");
+    code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(kPattern), PCRE2_ZERO_TERMINATED,
+                         PCRE2_UTF | PCRE2_UCP, &err, &at, nullptr);
+    TS_CHECK(code != nullptr,
+             "GPT2Tokenizer: cannot compile the pre-tokenisation pattern (PCRE2 error ", err, ")");
   }
   ~Regex() { pcre2_code_free(code); }
 };
@@ -63,16 +66,19 @@ GPT2Tokenizer::GPT2Tokenizer(std::unordered_map<std::string, int64_t> vocab,
   }
   id_to_token_.resize(static_cast<size_t>(max_id + 1));
   for (auto& [tok, id] : vocab_) id_to_token_[id] = tok;
-  for (size_t i = 0; i < merges.size(); ++i) merge_rank_.emplace(merges[i], static_cast<int64_t>(i));
+  for (size_t i = 0; i < merges.size(); ++i)
+    merge_rank_.emplace(merges[i], static_cast<int64_t>(i));
 }
 
 GPT2Tokenizer::~GPT2Tokenizer() = default;
 GPT2Tokenizer::GPT2Tokenizer(GPT2Tokenizer&&) noexcept = default;
 
-GPT2Tokenizer GPT2Tokenizer::from_files(const std::string& vocab_json, const std::string& merges_txt) {
+GPT2Tokenizer GPT2Tokenizer::from_files(const std::string& vocab_json,
+                                        const std::string& merges_txt) {
   std::unordered_map<std::string, int64_t> vocab;
   try {
-    for (auto& [k, v] : nlohmann::json::parse(read_text_file(vocab_json)).items()) vocab[k] = v.get<int64_t>();
+    for (auto& [k, v] : nlohmann::json::parse(read_text_file(vocab_json)).items())
+      vocab[k] = v.get<int64_t>();
   } catch (const nlohmann::json::exception& e) {
     fail("'", vocab_json, "': expected a JSON object of token -> id: ", e.what());
   }
@@ -86,8 +92,8 @@ GPT2Tokenizer GPT2Tokenizer::from_files(const std::string& vocab_json, const std
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.empty() || line.rfind("#version", 0) == 0) continue;
     const size_t sp = line.find(' ');
-    TS_CHECK(sp != std::string::npos && sp > 0 && sp + 1 < line.size(), "'", merges_txt, "' line ", line_no,
-             ": expected two symbols separated by a space, got '", line, "'");
+    TS_CHECK(sp != std::string::npos && sp > 0 && sp + 1 < line.size(), "'", merges_txt, "' line ",
+             line_no, ": expected two symbols separated by a space, got '", line, "'");
     merges.emplace_back(line.substr(0, sp), line.substr(sp + 1));
   }
   return GPT2Tokenizer(std::move(vocab), std::move(merges));
@@ -98,10 +104,12 @@ std::vector<std::string> GPT2Tokenizer::pretokenize(const std::string& text) con
   pcre2_match_data* md = pcre2_match_data_create_from_pattern(regex_->code, nullptr);
   PCRE2_SIZE at = 0;
   while (at < text.size()) {
-    const int rc = pcre2_match(regex_->code, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), at, 0, md, nullptr);
+    const int rc = pcre2_match(regex_->code, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(),
+                               at, 0, md, nullptr);
     if (rc < 0) {
       pcre2_match_data_free(md);
-      TS_CHECK(rc == PCRE2_ERROR_NOMATCH, "GPT2Tokenizer: invalid UTF-8 or match error ", rc, " at byte offset ", at);
+      TS_CHECK(rc == PCRE2_ERROR_NOMATCH, "GPT2Tokenizer: invalid UTF-8 or match error ", rc,
+               " at byte offset ", at);
       break;
     }
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
@@ -155,14 +163,16 @@ std::vector<int64_t> GPT2Tokenizer::encode(const std::string& text) const {
 std::string GPT2Tokenizer::decode(const std::vector<int64_t>& ids) const {
   std::string text;
   for (int64_t id : ids) {
-    TS_CHECK(id >= 0 && id < vocab_size(), "GPT2Tokenizer: id ", id, " is outside the vocabulary of ", vocab_size());
+    TS_CHECK(id >= 0 && id < vocab_size(), "GPT2Tokenizer: id ", id,
+             " is outside the vocabulary of ", vocab_size());
     text += id_to_token_[id];
   }
   std::string bytes;
   for (size_t i = 0; i < text.size();) {
     const size_t n = utf8_length(text, i);
     auto it = byte_map().to_byte.find(text.substr(i, n));
-    TS_CHECK(it != byte_map().to_byte.end(), "GPT2Tokenizer: token text is not byte-level at offset ", i);
+    TS_CHECK(it != byte_map().to_byte.end(),
+             "GPT2Tokenizer: token text is not byte-level at offset ", i);
     bytes += static_cast<char>(it->second);
     i += n;
   }

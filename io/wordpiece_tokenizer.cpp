@@ -28,7 +28,8 @@ std::vector<int32_t> codepoints(const std::string& s) {
 }
 
 bool is_whitespace(int32_t c) {
-  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || utf8proc_category(c) == UTF8PROC_CATEGORY_ZS;
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' ||
+         utf8proc_category(c) == UTF8PROC_CATEGORY_ZS;
 }
 bool is_control(int32_t c) {
   if (c == '\t' || c == '\n' || c == '\r') return false;
@@ -36,27 +37,32 @@ bool is_control(int32_t c) {
   return cat == UTF8PROC_CATEGORY_CC || cat == UTF8PROC_CATEGORY_CF;
 }
 bool is_punctuation(int32_t c) {
-  if ((c >= 33 && c <= 47) || (c >= 58 && c <= 64) || (c >= 91 && c <= 96) || (c >= 123 && c <= 126)) return true;
+  if ((c >= 33 && c <= 47) || (c >= 58 && c <= 64) || (c >= 91 && c <= 96) ||
+      (c >= 123 && c <= 126))
+    return true;
   const auto cat = utf8proc_category(c);
   return cat >= UTF8PROC_CATEGORY_PC && cat <= UTF8PROC_CATEGORY_PO;
 }
 bool is_cjk(int32_t c) {
-  return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) || (c >= 0x20000 && c <= 0x2A6DF) ||
-         (c >= 0x2A700 && c <= 0x2B73F) || (c >= 0x2B740 && c <= 0x2B81F) || (c >= 0x2B820 && c <= 0x2CEAF) ||
+  return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) ||
+         (c >= 0x20000 && c <= 0x2A6DF) || (c >= 0x2A700 && c <= 0x2B73F) ||
+         (c >= 0x2B740 && c <= 0x2B81F) || (c >= 0x2B820 && c <= 0x2CEAF) ||
          (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
 }
 
 // Lower-case, decompose (NFD) and drop combining marks, as BERT's uncased models expect.
 std::string lower_strip_accents(const std::string& word) {
   utf8proc_uint8_t* nfd = nullptr;
-  const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(word.c_str()), 0, &nfd,
-                                          static_cast<utf8proc_option_t>(UTF8PROC_NULLTERM | UTF8PROC_STABLE | UTF8PROC_DECOMPOSE));
+  const utf8proc_ssize_t n = utf8proc_map(
+      reinterpret_cast<const utf8proc_uint8_t*>(word.c_str()), 0, &nfd,
+      static_cast<utf8proc_option_t>(UTF8PROC_NULLTERM | UTF8PROC_STABLE | UTF8PROC_DECOMPOSE));
   TS_CHECK(n >= 0, "WordPieceTokenizer: cannot normalise '", word, "': ", utf8proc_errmsg(n));
   const std::string decomposed(reinterpret_cast<char*>(nfd), static_cast<size_t>(n));
   std::free(nfd);
   std::string out;
   for (int32_t c : codepoints(decomposed))
-    if (utf8proc_category(c) != UTF8PROC_CATEGORY_MN) out += utf8_encode(static_cast<uint32_t>(utf8proc_tolower(c)));
+    if (utf8proc_category(c) != UTF8PROC_CATEGORY_MN)
+      out += utf8_encode(static_cast<uint32_t>(utf8proc_tolower(c)));
   return out;
 }
 
@@ -158,8 +164,10 @@ std::vector<int64_t> WordPieceTokenizer::encode(const std::string& text) const {
       pieces.push_back(found);
       start = end;
     }
-    if (bad) ids.push_back(unk_);
-    else ids.insert(ids.end(), pieces.begin(), pieces.end());
+    if (bad)
+      ids.push_back(unk_);
+    else
+      ids.insert(ids.end(), pieces.begin(), pieces.end());
   }
   return ids;
 }
@@ -167,10 +175,13 @@ std::vector<int64_t> WordPieceTokenizer::encode(const std::string& text) const {
 std::string WordPieceTokenizer::decode(const std::vector<int64_t>& ids) const {
   std::string out;
   for (int64_t id : ids) {
-    TS_CHECK(id >= 0 && id < vocab_size(), "WordPieceTokenizer: id ", id, " is outside the vocabulary of ", vocab_size());
+    TS_CHECK(id >= 0 && id < vocab_size(), "WordPieceTokenizer: id ", id,
+             " is outside the vocabulary of ", vocab_size());
     const std::string& t = vocab_[id];
-    if (t.rfind("##", 0) == 0) out += t.substr(2);
-    else out += (out.empty() ? "" : " ") + t;
+    if (t.rfind("##", 0) == 0)
+      out += t.substr(2);
+    else
+      out += (out.empty() ? "" : " ") + t;
   }
   return out;
 }

@@ -11,9 +11,14 @@ using json = nlohmann::json;
 BertConfig BertConfig::named(const std::string& name) {
   BertConfig c;
   if (name == "bert-base") return c;
-  if (name == "bert-large") c.hidden_size = 1024, c.num_hidden_layers = 24, c.num_attention_heads = 16, c.intermediate_size = 4096;
-  else if (name == "tiny") c.vocab_size = 99, c.hidden_size = 32, c.num_hidden_layers = 2, c.num_attention_heads = 4, c.intermediate_size = 64, c.max_position_embeddings = 32;
-  else fail("unknown BERT size '", name, "': expected bert-base, bert-large or tiny");
+  if (name == "bert-large")
+    c.hidden_size = 1024, c.num_hidden_layers = 24, c.num_attention_heads = 16,
+    c.intermediate_size = 4096;
+  else if (name == "tiny")
+    c.vocab_size = 99, c.hidden_size = 32, c.num_hidden_layers = 2, c.num_attention_heads = 4,
+    c.intermediate_size = 64, c.max_position_embeddings = 32;
+  else
+    fail("unknown BERT size '", name, "': expected bert-base, bert-large or tiny");
   return c;
 }
 
@@ -21,7 +26,8 @@ BertConfig BertConfig::from_json(const std::string& text) {
   const json j = json::parse(text);
   BertConfig c;
   auto get = [&](const char* key, auto& field) {
-    if (j.contains(key) && !j[key].is_null()) field = j[key].get<std::remove_reference_t<decltype(field)>>();
+    if (j.contains(key) && !j[key].is_null())
+      field = j[key].get<std::remove_reference_t<decltype(field)>>();
   };
   get("vocab_size", c.vocab_size);
   get("hidden_size", c.hidden_size);
@@ -33,20 +39,30 @@ BertConfig BertConfig::from_json(const std::string& text) {
   get("hidden_dropout_prob", c.hidden_dropout_prob);
   get("layer_norm_eps", c.layer_norm_eps);
   const std::string act = j.value("hidden_act", std::string("gelu"));
-  if (act == "gelu") c.activation = GeluApprox::None;
-  else if (act == "gelu_new" || act == "gelu_pytorch_tanh") c.activation = GeluApprox::Tanh;
-  else fail("BERT config: hidden_act '", act, "' is not supported (gelu or gelu_new)");
+  if (act == "gelu")
+    c.activation = GeluApprox::None;
+  else if (act == "gelu_new" || act == "gelu_pytorch_tanh")
+    c.activation = GeluApprox::Tanh;
+  else
+    fail("BERT config: hidden_act '", act, "' is not supported (gelu or gelu_new)");
   c.validate();
   return c;
 }
 
 std::string BertConfig::to_json(const std::string& architecture) const {
-  return json{{"model_type", "bert"}, {"architectures", {architecture}}, {"vocab_size", vocab_size},
-              {"hidden_size", hidden_size}, {"num_hidden_layers", num_hidden_layers},
-              {"num_attention_heads", num_attention_heads}, {"intermediate_size", intermediate_size},
-              {"max_position_embeddings", max_position_embeddings}, {"type_vocab_size", type_vocab_size},
-              {"hidden_dropout_prob", hidden_dropout_prob}, {"attention_probs_dropout_prob", hidden_dropout_prob},
-              {"layer_norm_eps", layer_norm_eps}, {"hidden_act", activation == GeluApprox::None ? "gelu" : "gelu_new"},
+  return json{{"model_type", "bert"},
+              {"architectures", {architecture}},
+              {"vocab_size", vocab_size},
+              {"hidden_size", hidden_size},
+              {"num_hidden_layers", num_hidden_layers},
+              {"num_attention_heads", num_attention_heads},
+              {"intermediate_size", intermediate_size},
+              {"max_position_embeddings", max_position_embeddings},
+              {"type_vocab_size", type_vocab_size},
+              {"hidden_dropout_prob", hidden_dropout_prob},
+              {"attention_probs_dropout_prob", hidden_dropout_prob},
+              {"layer_norm_eps", layer_norm_eps},
+              {"hidden_act", activation == GeluApprox::None ? "gelu" : "gelu_new"},
               {"tie_word_embeddings", true}}
       .dump(2);
 }
@@ -73,10 +89,12 @@ Tensor BertEmbeddings::forward(const Tensor& ids, const Tensor& types) {
            " tokens exceeds max_position_embeddings = ", position_embeddings.weight.size(0));
   const Tensor pos = arange(0, static_cast<double>(T), 1, DType::Int64, ids.device());
   const Tensor tt = types.defined() ? types : zeros(ids.shape(), DType::Int64, ids.device());
-  return dropout(LayerNorm(word_embeddings(ids) + position_embeddings(pos) + token_type_embeddings(tt)));
+  return dropout(
+      LayerNorm(word_embeddings(ids) + position_embeddings(pos) + token_type_embeddings(tt)));
 }
 
-BertLayer::SelfAttention::SelfAttention(Module* parent, const std::string& name, const BertConfig& c)
+BertLayer::SelfAttention::SelfAttention(Module* parent, const std::string& name,
+                                        const BertConfig& c)
     : Module(parent, name),
       query(this, "query", c.hidden_size, c.hidden_size),
       key(this, "key", c.hidden_size, c.hidden_size),
@@ -108,7 +126,8 @@ BertLayer::BertLayer(Module* parent, const std::string& name, const BertConfig& 
 
 Tensor BertLayer::forward(const Tensor& x, const Tensor& mask) {
   auto& s = attention.self;
-  const Tensor ctx = scaled_dot_product_attention(nn::split_heads(s.query(x), heads), nn::split_heads(s.key(x), heads),
+  const Tensor ctx = scaled_dot_product_attention(nn::split_heads(s.query(x), heads),
+                                                  nn::split_heads(s.key(x), heads),
                                                   nn::split_heads(s.value(x), heads), mask);
   const Tensor a = attention.output.forward(nn::merge_heads(ctx), x);
   return output.forward(gelu(intermediate.dense(a), activation), a);
@@ -120,24 +139,32 @@ BertModel::Encoder::Encoder(Module* parent, const std::string& name, const BertC
 }
 
 BertModel::BertModel(Module* parent, const std::string& name, const BertConfig& c, bool with_pooler)
-    : Module(parent, name), embeddings(this, "embeddings", c), encoder(this, "encoder", c), config(c) {
+    : Module(parent, name),
+      embeddings(this, "embeddings", c),
+      encoder(this, "encoder", c),
+      config(c) {
   c.validate();
   if (with_pooler) {
     pooler = std::make_unique<nn::Module>(this, "pooler");
-    pooler_dense = std::make_unique<nn::Linear>(pooler.get(), "dense", c.hidden_size, c.hidden_size);
+    pooler_dense =
+        std::make_unique<nn::Linear>(pooler.get(), "dense", c.hidden_size, c.hidden_size);
   }
 }
 
 Tensor BertModel::forward(const Batch& b) {
-  TS_CHECK(b.input_ids.dim() == 2, "BERT: input_ids must be [batch, time], got ", b.input_ids.describe());
+  TS_CHECK(b.input_ids.dim() == 2, "BERT: input_ids must be [batch, time], got ",
+           b.input_ids.describe());
   Tensor mask;
   if (b.attention_mask.defined()) {
-    TS_CHECK(b.attention_mask.shape() == b.input_ids.shape(), "BERT: attention_mask ", b.attention_mask.describe(),
-             " must match input_ids ", b.input_ids.describe());
-    mask = ne(b.attention_mask, zeros({}, b.attention_mask.dtype(), b.attention_mask.device())).unsqueeze(1).unsqueeze(1);
+    TS_CHECK(b.attention_mask.shape() == b.input_ids.shape(), "BERT: attention_mask ",
+             b.attention_mask.describe(), " must match input_ids ", b.input_ids.describe());
+    mask = ne(b.attention_mask, zeros({}, b.attention_mask.dtype(), b.attention_mask.device()))
+               .unsqueeze(1)
+               .unsqueeze(1);
   }
   Tensor x = embeddings.forward(b.input_ids, b.token_type_ids);
-  for (size_t i = 0; i < encoder.layer.size(); ++i) x = encoder.layer.at<BertLayer>(i).forward(x, mask);
+  for (size_t i = 0; i < encoder.layer.size(); ++i)
+    x = encoder.layer.at<BertLayer>(i).forward(x, mask);
   return x;
 }
 
@@ -146,12 +173,14 @@ Tensor BertModel::pool(const Tensor& seq) {
   return tanh((*pooler_dense)(seq.select(1, 0)));
 }
 
-BertLMPredictionHead::Transform::Transform(Module* parent, const std::string& name, const BertConfig& c)
+BertLMPredictionHead::Transform::Transform(Module* parent, const std::string& name,
+                                           const BertConfig& c)
     : Module(parent, name),
       dense(this, "dense", c.hidden_size, c.hidden_size),
       LayerNorm(this, "LayerNorm", c.hidden_size, c.layer_norm_eps) {}
 
-BertLMPredictionHead::BertLMPredictionHead(Module* parent, const std::string& name, const BertConfig& c)
+BertLMPredictionHead::BertLMPredictionHead(Module* parent, const std::string& name,
+                                           const BertConfig& c)
     : Module(parent, name), transform(this, "transform", c), activation(c.activation) {
   register_parameter("bias", &bias, zeros({c.vocab_size}));
 }
@@ -163,7 +192,8 @@ Tensor BertLMPredictionHead::forward(const Tensor& x, const Tensor& word_embeddi
 
 BertForPreTraining::Cls::Cls(Module* parent, const std::string& name, const BertConfig& c, bool nsp)
     : Module(parent, name), predictions(this, "predictions", c) {
-  if (nsp) seq_relationship = std::make_unique<nn::Linear>(this, "seq_relationship", c.hidden_size, 2);
+  if (nsp)
+    seq_relationship = std::make_unique<nn::Linear>(this, "seq_relationship", c.hidden_size, 2);
 }
 
 BertForPreTraining::BertForPreTraining(const BertConfig& c, bool nsp)
@@ -188,7 +218,8 @@ Tensor BertForPreTraining::loss(const Batch& b) {
   const Tensor lg = cls.predictions.forward(seq, bert.embeddings.word_embeddings.weight);
   Tensor loss = cross_entropy(lg.view({-1, config.vocab_size}), b.targets.reshape({-1}), -100);
   if (with_nsp && b.next_sentence_label.defined())
-    loss = loss + cross_entropy((*cls.seq_relationship)(bert.pool(seq)), b.next_sentence_label.reshape({-1}));
+    loss = loss + cross_entropy((*cls.seq_relationship)(bert.pool(seq)),
+                                b.next_sentence_label.reshape({-1}));
   return loss;
 }
 
@@ -203,7 +234,8 @@ bool BertForPreTraining::hf_ignorable(const std::string& key) const {
       key == "cls.predictions.decoder.weight" || key == "cls.predictions.decoder.bias")
     return true;
   // A masked-LM model loading a pretraining checkpoint leaves its NSP parts unused.
-  const bool nsp_part = key.rfind("cls.seq_relationship.", 0) == 0 || key.find("pooler.") != std::string::npos;
+  const bool nsp_part =
+      key.rfind("cls.seq_relationship.", 0) == 0 || key.find("pooler.") != std::string::npos;
   return !with_nsp && nsp_part;
 }
 
@@ -211,9 +243,12 @@ void BertForPreTraining::init_weights() {
   NoGradGuard no_grad;
   for (auto& [name, t] : named_parameters()) {
     const bool is_bias = name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
-    if (name.find("LayerNorm.") != std::string::npos) t->fill_(is_bias ? 0.0 : 1.0);
-    else if (is_bias || name == "cls.predictions.bias") t->zero_();
-    else t->copy_(randn(t->shape(), t->dtype(), t->device()) * 0.02);
+    if (name.find("LayerNorm.") != std::string::npos)
+      t->fill_(is_bias ? 0.0 : 1.0);
+    else if (is_bias || name == "cls.predictions.bias")
+      t->zero_();
+    else
+      t->copy_(randn(t->shape(), t->dtype(), t->device()) * 0.02);
   }
 }
 

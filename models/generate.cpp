@@ -10,10 +10,12 @@ namespace tessera::models {
 int64_t sample_next(const Tensor& logits, const GenerateOptions& o, Generator& gen) {
   std::vector<double> l = logits.to_vector();
   const int64_t V = static_cast<int64_t>(l.size());
-  if (o.temperature <= 0.0) return static_cast<int64_t>(std::max_element(l.begin(), l.end()) - l.begin());
+  if (o.temperature <= 0.0)
+    return static_cast<int64_t>(std::max_element(l.begin(), l.end()) - l.begin());
   if (o.top_k > 0 && o.top_k < V) {
     std::vector<double> sorted = l;
-    std::nth_element(sorted.begin(), sorted.begin() + (o.top_k - 1), sorted.end(), std::greater<>());
+    std::nth_element(sorted.begin(), sorted.begin() + (o.top_k - 1), sorted.end(),
+                     std::greater<>());
     const double kth = sorted[o.top_k - 1];
     for (double& x : l)
       if (x < kth) x = -INFINITY;
@@ -31,13 +33,14 @@ int64_t sample_next(const Tensor& logits, const GenerateOptions& o, Generator& g
 }
 
 std::vector<int64_t> generate(GPT2LMHeadModel& model, const std::vector<int64_t>& prompt,
-                              const GenerateOptions& o, const std::function<void(int64_t)>& on_token) {
+                              const GenerateOptions& o,
+                              const std::function<void(int64_t)>& on_token) {
   TS_CHECK(!prompt.empty(), "generate: the prompt is empty");
   TS_CHECK(o.max_new_tokens >= 0, "generate: max_new_tokens must be >= 0, got ", o.max_new_tokens);
   TS_CHECK(o.top_k >= 0, "generate: top_k must be >= 0, got ", o.top_k);
   for (int64_t id : prompt)
-    TS_CHECK(id >= 0 && id < model.config.vocab_size, "generate: prompt id ", id, " is outside the vocabulary of ",
-             model.config.vocab_size);
+    TS_CHECK(id >= 0 && id < model.config.vocab_size, "generate: prompt id ", id,
+             " is outside the vocabulary of ", model.config.vocab_size);
   NoGradGuard no_grad;
   const bool was_training = model.is_training();
   model.eval();

@@ -12,11 +12,17 @@ using json = nlohmann::json;
 GPT2Config GPT2Config::named(const std::string& name) {
   GPT2Config c;
   if (name == "gpt2") return c;
-  if (name == "gpt2-medium") c.n_embd = 1024, c.n_layer = 24, c.n_head = 16;
-  else if (name == "gpt2-large") c.n_embd = 1280, c.n_layer = 36, c.n_head = 20;
-  else if (name == "gpt2-xl") c.n_embd = 1600, c.n_layer = 48, c.n_head = 25;
-  else if (name == "tiny") c.vocab_size = 96, c.n_positions = 32, c.n_embd = 32, c.n_layer = 2, c.n_head = 4;
-  else fail("unknown GPT-2 size '", name, "': expected gpt2, gpt2-medium, gpt2-large, gpt2-xl or tiny");
+  if (name == "gpt2-medium")
+    c.n_embd = 1024, c.n_layer = 24, c.n_head = 16;
+  else if (name == "gpt2-large")
+    c.n_embd = 1280, c.n_layer = 36, c.n_head = 20;
+  else if (name == "gpt2-xl")
+    c.n_embd = 1600, c.n_layer = 48, c.n_head = 25;
+  else if (name == "tiny")
+    c.vocab_size = 96, c.n_positions = 32, c.n_embd = 32, c.n_layer = 2, c.n_head = 4;
+  else
+    fail("unknown GPT-2 size '", name,
+         "': expected gpt2, gpt2-medium, gpt2-large, gpt2-xl or tiny");
   return c;
 }
 
@@ -24,7 +30,8 @@ GPT2Config GPT2Config::from_json(const std::string& text) {
   const json j = json::parse(text);
   GPT2Config c;
   auto get = [&](const char* key, auto& field) {
-    if (j.contains(key) && !j[key].is_null()) field = j[key].get<std::remove_reference_t<decltype(field)>>();
+    if (j.contains(key) && !j[key].is_null())
+      field = j[key].get<std::remove_reference_t<decltype(field)>>();
   };
   get("vocab_size", c.vocab_size);
   get("n_positions", c.n_positions);
@@ -36,19 +43,31 @@ GPT2Config GPT2Config::from_json(const std::string& text) {
   get("resid_pdrop", c.dropout);
   get("bias", c.bias);
   const std::string act = j.value("activation_function", std::string("gelu_new"));
-  if (act == "gelu_new" || act == "gelu_pytorch_tanh" || act == "gelu_fast") c.activation = GeluApprox::Tanh;
-  else if (act == "gelu") c.activation = GeluApprox::None;
-  else fail("GPT-2 config: activation_function '", act, "' is not supported (gelu_new or gelu)");
+  if (act == "gelu_new" || act == "gelu_pytorch_tanh" || act == "gelu_fast")
+    c.activation = GeluApprox::Tanh;
+  else if (act == "gelu")
+    c.activation = GeluApprox::None;
+  else
+    fail("GPT-2 config: activation_function '", act, "' is not supported (gelu_new or gelu)");
   c.validate();
   return c;
 }
 
 std::string GPT2Config::to_json() const {
-  json j{{"model_type", "gpt2"}, {"architectures", {"GPT2LMHeadModel"}}, {"vocab_size", vocab_size},
-         {"n_positions", n_positions}, {"n_ctx", n_positions}, {"n_embd", n_embd}, {"n_layer", n_layer},
-         {"n_head", n_head}, {"n_inner", n_inner ? json(n_inner) : json(nullptr)},
-         {"layer_norm_epsilon", layer_norm_epsilon}, {"resid_pdrop", dropout}, {"embd_pdrop", dropout},
-         {"attn_pdrop", dropout}, {"activation_function", activation == GeluApprox::Tanh ? "gelu_new" : "gelu"},
+  json j{{"model_type", "gpt2"},
+         {"architectures", {"GPT2LMHeadModel"}},
+         {"vocab_size", vocab_size},
+         {"n_positions", n_positions},
+         {"n_ctx", n_positions},
+         {"n_embd", n_embd},
+         {"n_layer", n_layer},
+         {"n_head", n_head},
+         {"n_inner", n_inner ? json(n_inner) : json(nullptr)},
+         {"layer_norm_epsilon", layer_norm_epsilon},
+         {"resid_pdrop", dropout},
+         {"embd_pdrop", dropout},
+         {"attn_pdrop", dropout},
+         {"activation_function", activation == GeluApprox::Tanh ? "gelu_new" : "gelu"},
          {"tie_word_embeddings", true}};
   if (!bias) j["bias"] = false;
   return j.dump(2);
@@ -56,14 +75,17 @@ std::string GPT2Config::to_json() const {
 
 void GPT2Config::validate() const {
   TS_CHECK(vocab_size > 0 && n_positions > 0 && n_embd > 0 && n_layer > 0 && n_head > 0,
-           "GPT-2 config: sizes must be positive (vocab_size ", vocab_size, ", n_positions ", n_positions,
-           ", n_embd ", n_embd, ", n_layer ", n_layer, ", n_head ", n_head, ")");
-  TS_CHECK(n_embd % n_head == 0, "GPT-2 config: n_embd ", n_embd, " is not divisible by n_head ", n_head);
+           "GPT-2 config: sizes must be positive (vocab_size ", vocab_size, ", n_positions ",
+           n_positions, ", n_embd ", n_embd, ", n_layer ", n_layer, ", n_head ", n_head, ")");
+  TS_CHECK(n_embd % n_head == 0, "GPT-2 config: n_embd ", n_embd, " is not divisible by n_head ",
+           n_head);
   TS_CHECK(dropout >= 0 && dropout < 1, "GPT-2 config: dropout must be in [0, 1), got ", dropout);
 }
 
 namespace {
-nn::LinearOptions bias_opt(const GPT2Config& c) { return nn::LinearOptions().with_bias(c.bias); }
+nn::LinearOptions bias_opt(const GPT2Config& c) {
+  return nn::LinearOptions().with_bias(c.bias);
+}
 }  // namespace
 
 GPT2Attention::GPT2Attention(Module* parent, const std::string& name, const GPT2Config& c)
@@ -100,7 +122,9 @@ GPT2MLP::GPT2MLP(Module* parent, const std::string& name, const GPT2Config& c)
       dropout(this, "dropout", c.dropout),
       activation(c.activation) {}
 
-Tensor GPT2MLP::forward(const Tensor& x) { return dropout(c_proj(gelu(c_fc(x), activation))); }
+Tensor GPT2MLP::forward(const Tensor& x) {
+  return dropout(c_proj(gelu(c_fc(x), activation)));
+}
 
 GPT2Block::GPT2Block(Module* parent, const std::string& name, const GPT2Config& c)
     : Module(parent, name),
@@ -127,19 +151,21 @@ GPT2Model::GPT2Model(Module* parent, const std::string& name, const GPT2Config& 
 }
 
 Tensor GPT2Model::forward(const Tensor& input_ids, KVCache* cache) {
-  TS_CHECK(input_ids.dim() == 2, "GPT-2: input_ids must be [batch, time], got ", input_ids.describe());
+  TS_CHECK(input_ids.dim() == 2, "GPT-2: input_ids must be [batch, time], got ",
+           input_ids.describe());
   const int64_t T = input_ids.size(1), start = cache ? cache->length : 0;
   TS_CHECK(start + T <= config.n_positions, "GPT-2: sequence of ", start + T,
            " tokens exceeds the model's n_positions = ", config.n_positions);
-  const Tensor pos = arange(static_cast<double>(start), static_cast<double>(start + T), 1, DType::Int64,
-                            input_ids.device());
+  const Tensor pos = arange(static_cast<double>(start), static_cast<double>(start + T), 1,
+                            DType::Int64, input_ids.device());
   Tensor x = drop(wte(input_ids) + wpe(pos));
   for (size_t i = 0; i < h.size(); ++i) x = h.at<GPT2Block>(i).forward(x, cache, i);
   if (cache) cache->length += T;
   return ln_f(x);
 }
 
-GPT2LMHeadModel::GPT2LMHeadModel(const GPT2Config& c) : transformer(this, "transformer", c), config(c) {
+GPT2LMHeadModel::GPT2LMHeadModel(const GPT2Config& c)
+    : transformer(this, "transformer", c), config(c) {
   init_weights();
 }
 

@@ -19,7 +19,9 @@ std::unique_ptr<PretrainedModel> load_pretrained(const std::string& dir,
   TS_CHECK(fs::is_directory(dir), "model directory '", dir, "' does not exist");
   TS_CHECK(fs::exists(config_path), "model directory '", dir, "' has no config.json");
   TS_CHECK(fs::exists(weights_path), "model directory '", dir, "' has no model.safetensors",
-           fs::exists(fs::path(dir) / "pytorch_model.bin") ? " (pytorch_model.bin is not read: convert it to safetensors)" : "");
+           fs::exists(fs::path(dir) / "pytorch_model.bin")
+               ? " (pytorch_model.bin is not read: convert it to safetensors)"
+               : "");
   const std::string text = io::read_text_file(config_path.string());
   nlohmann::json j;
   try {
@@ -81,15 +83,16 @@ void load_hf_weights(PretrainedModel& model, const std::string& path,
     used.insert(found);
     Tensor value = file.get(found);
     if (w.transpose) {
-      TS_CHECK(value.dim() == 2, "'", path, "': tensor '", found, "' should be 2-D, got ", value.describe());
+      TS_CHECK(value.dim() == 2, "'", path, "': tensor '", found, "' should be 2-D, got ",
+               value.describe());
       value = value.t();
     }
     Tensor& slot = *slots.at(w.ours);
     TS_CHECK(value.shape() == slot.shape(), "'", path, "': tensor '", found, "' has shape ",
              shape_str(file.entry(found).shape), " but the model (from config.json) expects ",
              shape_str(w.transpose ? Shape{slot.shape()[1], slot.shape()[0]} : slot.shape()));
-    TS_CHECK(is_floating(value.dtype()), "'", path, "': tensor '", found, "' is ", file.entry(found).file_dtype,
-             ", expected a floating dtype");
+    TS_CHECK(is_floating(value.dtype()), "'", path, "': tensor '", found, "' is ",
+             file.entry(found).file_dtype, ", expected a floating dtype");
     slot.copy_(value);
     if (file_key_of) (*file_key_of)[w.ours] = found;
   }

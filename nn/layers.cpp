@@ -14,7 +14,8 @@ void uniform_(Tensor& t, double bound) {
 }
 }  // namespace
 
-Linear::Linear(Module* parent, const std::string& name, int64_t in, int64_t out, LinearOptions options)
+Linear::Linear(Module* parent, const std::string& name, int64_t in, int64_t out,
+               LinearOptions options)
     : UnaryModule(parent, name), in_features(in), out_features(out) {
   register_parameter("weight", &weight, Tensor::empty({out, in}));
   if (options.bias) register_parameter("bias", &bias, Tensor::empty({out}));
@@ -28,8 +29,8 @@ void Linear::reset_parameters() {
 }
 
 Tensor Linear::forward(const Tensor& x) {
-  TS_CHECK(x.dim() >= 1 && x.shape().back() == in_features, "Linear '", name(), "': expected input [..., ",
-           in_features, "], got ", x.describe());
+  TS_CHECK(x.dim() >= 1 && x.shape().back() == in_features, "Linear '", name(),
+           "': expected input [..., ", in_features, "], got ", x.describe());
   const Tensor y = matmul(x, weight.t());
   return bias.defined() ? y + bias : y;
 }
@@ -58,9 +59,12 @@ void LayerNorm::reset_parameters() {
   if (bias.defined()) bias.fill_(0.0);
 }
 
-Tensor LayerNorm::forward(const Tensor& x) { return layer_norm(x, {dim}, weight, bias, eps); }
+Tensor LayerNorm::forward(const Tensor& x) {
+  return layer_norm(x, {dim}, weight, bias, eps);
+}
 
-Dropout::Dropout(Module* parent, const std::string& name, double p) : UnaryModule(parent, name), p(p) {
+Dropout::Dropout(Module* parent, const std::string& name, double p)
+    : UnaryModule(parent, name), p(p) {
   TS_CHECK(p >= 0.0 && p <= 1.0, "Dropout '", name, "': probability must be in [0, 1], got ", p);
 }
 
@@ -72,11 +76,14 @@ MLP::MLP(Module* parent, const std::string& name, int64_t dim, int64_t hidden, d
       act(this, "act", approximate),
       drop(this, "drop", dropout_p) {}
 
-Tensor MLP::forward(const Tensor& x) { return drop(proj(act(fc(x)))); }
+Tensor MLP::forward(const Tensor& x) {
+  return drop(proj(act(fc(x))));
+}
 
 Tensor split_heads(const Tensor& x, int64_t num_heads) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
-  TS_CHECK(C % num_heads == 0, "split_heads: width ", C, " is not divisible by ", num_heads, " heads");
+  TS_CHECK(C % num_heads == 0, "split_heads: width ", C, " is not divisible by ", num_heads,
+           " heads");
   return x.view({B, T, num_heads, C / num_heads}).transpose(1, 2);
 }
 
@@ -99,7 +106,8 @@ MultiHeadAttention::MultiHeadAttention(Module* parent, const std::string& name, 
 }
 
 Tensor MultiHeadAttention::forward(const Tensor& x, const Tensor& key_padding_mask, bool causal) {
-  TS_CHECK(x.dim() == 3, "MultiHeadAttention '", name(), "': expected [B, T, C], got ", x.describe());
+  TS_CHECK(x.dim() == 3, "MultiHeadAttention '", name(), "': expected [B, T, C], got ",
+           x.describe());
   Tensor mask;
   if (key_padding_mask.defined()) mask = key_padding_mask.unsqueeze(1).unsqueeze(1);  // [B,1,1,T]
   const Tensor o = scaled_dot_product_attention(split_heads(q_proj(x), num_heads),

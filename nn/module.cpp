@@ -29,7 +29,8 @@ Tensor& Module::register_parameter(const std::string& name, Tensor* slot, Tensor
   return *slot;
 }
 
-Tensor& Module::register_buffer(const std::string& name, Tensor* slot, Tensor value, bool persistent) {
+Tensor& Module::register_buffer(const std::string& name, Tensor* slot, Tensor value,
+                                bool persistent) {
   *slot = value.detach();
   buffers_.push_back({name, slot, persistent});
   return *slot;
@@ -57,7 +58,9 @@ std::vector<Tensor> Module::parameters() {
   return out;
 }
 
-std::vector<std::pair<std::string, Module*>> Module::named_children() const { return children_; }
+std::vector<std::pair<std::string, Module*>> Module::named_children() const {
+  return children_;
+}
 
 int64_t Module::num_parameters() {
   // A tensor shared by two names (tied weights) counts once.

@@ -9,17 +9,25 @@ cd "$(dirname "$0")/.."
 meson test -C build --print-errorlogs --num-processes 2
 meson_status=$?
 
-# A user's program built the documented way: install, then pkg-config.
+# Users' programs built the documented way: install, then pkg-config (examples/*.cpp).
 example_status=0
 stage="$(mktemp -d)"
-meson install -C build --destdir "$stage" --quiet >/dev/null &&
-  pc="$(find "$stage" -name tessera.pc | head -1)" &&
-  prefix="$stage$(sed -n 's/^prefix=//p' "$pc")" &&
-  c++ examples/hello_tessera.cpp -o "$stage/hello_tessera" \
-      $(PKG_CONFIG_PATH="$(dirname "$pc")" pkg-config --define-variable=prefix="$prefix" --cflags --libs tessera) &&
-  LD_LIBRARY_PATH="$(dirname "$(find "$stage" -name 'libtessera.so' | head -1)")" "$stage/hello_tessera" ||
-  example_status=1
-echo "example program (pkg-config build and run): $([[ $example_status == 0 ]] && echo ok || echo FAILED)"
+if meson install -C build --destdir "$stage" --quiet >/dev/null; then
+  pc="$(find "$stage" -name tessera.pc | head -1)"
+  prefix="$stage$(sed -n 's/^prefix=//p' "$pc")"
+  flags="$(PKG_CONFIG_PATH="$(dirname "$pc")" pkg-config --define-variable=prefix="$prefix" --cflags --libs tessera)"
+  libdir="$(dirname "$(find "$stage" -name 'libtessera.so' | head -1)")"
+  for src in examples/*.cpp; do
+    exe="$stage/$(basename "$src" .cpp)"
+    if c++ "$src" -o "$exe" $flags && LD_LIBRARY_PATH="$libdir" "$exe" >"$exe.log" 2>&1; then
+      echo "example $src (pkg-config build and run): ok"
+    else
+      echo "example $src (pkg-config build and run): FAILED"; cat "$exe.log" 2>/dev/null; example_status=1
+    fi
+  done
+else
+  echo "meson install failed"; example_status=1
+fi
 rm -rf "$stage"
 
 # Count doctest cases and plain (CLI) tests from meson's log.

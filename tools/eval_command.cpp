@@ -31,14 +31,16 @@ labels). Optional: "attention_mask", "token_type_ids", "next_sentence_label" (BE
 Tensor int_matrix(const nlohmann::json& j, const std::string& key, const std::string& path) {
   TS_CHECK(j[key].is_array() && !j[key].empty() && j[key][0].is_array(), "'", path, "': \"", key,
            "\" must be a non-empty list of lists of integers");
-  const int64_t rows = static_cast<int64_t>(j[key].size()), cols = static_cast<int64_t>(j[key][0].size());
+  const int64_t rows = static_cast<int64_t>(j[key].size()),
+                cols = static_cast<int64_t>(j[key][0].size());
   std::vector<int64_t> v;
   for (int64_t r = 0; r < rows; ++r) {
     const auto& row = j[key][r];
-    TS_CHECK(row.is_array() && static_cast<int64_t>(row.size()) == cols, "'", path, "': \"", key, "\" row ", r,
-             " has ", row.size(), " entries, expected ", cols);
+    TS_CHECK(row.is_array() && static_cast<int64_t>(row.size()) == cols, "'", path, "': \"", key,
+             "\" row ", r, " has ", row.size(), " entries, expected ", cols);
     for (const auto& x : row) {
-      TS_CHECK(x.is_number_integer(), "'", path, "': \"", key, "\" row ", r, " holds a non-integer");
+      TS_CHECK(x.is_number_integer(), "'", path, "': \"", key, "\" row ", r,
+               " holds a non-integer");
       v.push_back(x.get<int64_t>());
     }
   }
@@ -54,20 +56,23 @@ models::Batch read_batch_json(const std::string& path) {
   } catch (const nlohmann::json::exception& e) {
     fail("'", path, "': invalid JSON: ", e.what());
   }
-  TS_CHECK(j.is_object() && j.contains("input_ids"), "'", path, "': expected an object with \"input_ids\"");
+  TS_CHECK(j.is_object() && j.contains("input_ids"), "'", path,
+           "': expected an object with \"input_ids\"");
   models::Batch b;
   b.input_ids = int_matrix(j, "input_ids", path);
   if (j.contains("targets")) b.targets = int_matrix(j, "targets", path);
   if (j.contains("attention_mask")) b.attention_mask = int_matrix(j, "attention_mask", path);
   if (j.contains("token_type_ids")) b.token_type_ids = int_matrix(j, "token_type_ids", path);
   if (j.contains("next_sentence_label")) {
-    TS_CHECK(j["next_sentence_label"].is_array(), "'", path, "': \"next_sentence_label\" must be a list");
+    TS_CHECK(j["next_sentence_label"].is_array(), "'", path,
+             "': \"next_sentence_label\" must be a list");
     b.next_sentence_label = from_vector(j["next_sentence_label"].get<std::vector<int64_t>>(),
                                         {static_cast<int64_t>(j["next_sentence_label"].size())});
   }
   for (const Tensor* t : {&b.targets, &b.attention_mask, &b.token_type_ids})
-    TS_CHECK(!t->defined() || t->shape() == b.input_ids.shape(), "'", path, "': every per-token field must be ",
-             shape_str(b.input_ids.shape()), " like input_ids, got ", shape_str(t->shape()));
+    TS_CHECK(!t->defined() || t->shape() == b.input_ids.shape(), "'", path,
+             "': every per-token field must be ", shape_str(b.input_ids.shape()),
+             " like input_ids, got ", shape_str(t->shape()));
   return b;
 }
 
@@ -101,9 +106,11 @@ int eval_main(int argc, char** argv) {
     std::cout << out.dump() << "\n";
   } else {
     std::cout << model->type_name() << " (" << model->num_parameters() << " parameters), batch "
-              << shape_str(batch.input_ids.shape()) << "\nloss: " << std::setprecision(9) << L << "\n";
+              << shape_str(batch.input_ids.shape()) << "\nloss: " << std::setprecision(9) << L
+              << "\n";
     if (grads)
-      for (auto& [name, v] : out["grad_norms"].items()) std::cout << "  " << name << "  " << v.get<double>() << "\n";
+      for (auto& [name, v] : out["grad_norms"].items())
+        std::cout << "  " << name << "  " << v.get<double>() << "\n";
   }
   return 0;
 }

@@ -44,24 +44,27 @@ double parse_double(const Args& a, const std::string& key, double fallback) {
 }  // namespace
 
 int generate_main(int argc, char** argv) {
-  const Args a(argc, argv, 2, {"json", "help"},
-               {"prompt", "prompt-ids", "tokenizer", "max-new-tokens", "temperature", "top-k", "seed"});
+  const Args a(
+      argc, argv, 2, {"json", "help"},
+      {"prompt", "prompt-ids", "tokenizer", "max-new-tokens", "temperature", "top-k", "seed"});
   if (a.has("help")) {
     std::cout << kHelp;
     return 0;
   }
   TS_CHECK(a.positional().size() == 1, "generate: expected one MODEL_DIR (see --help)");
-  TS_CHECK(a.has("prompt") != a.has("prompt-ids"), "generate: give exactly one of --prompt or --prompt-ids");
+  TS_CHECK(a.has("prompt") != a.has("prompt-ids"),
+           "generate: give exactly one of --prompt or --prompt-ids");
   const std::string dir = a.positional()[0];
   auto loaded = models::load_pretrained(dir);
   auto* gpt = dynamic_cast<models::GPT2LMHeadModel*>(loaded.get());
-  TS_CHECK(gpt, "generate: '", dir, "' holds a ", loaded->type_name(), "; generation needs a GPT-2 model");
+  TS_CHECK(gpt, "generate: '", dir, "' holds a ", loaded->type_name(),
+           "; generation needs a GPT-2 model");
 
   std::unique_ptr<io::GPT2Tokenizer> tok;
   const std::filesystem::path tdir = a.get("tokenizer", dir);
   if (std::filesystem::exists(tdir / "vocab.json") && std::filesystem::exists(tdir / "merges.txt"))
-    tok = std::make_unique<io::GPT2Tokenizer>(
-        io::GPT2Tokenizer::from_files((tdir / "vocab.json").string(), (tdir / "merges.txt").string()));
+    tok = std::make_unique<io::GPT2Tokenizer>(io::GPT2Tokenizer::from_files(
+        (tdir / "vocab.json").string(), (tdir / "merges.txt").string()));
   TS_CHECK(tok || a.has("prompt-ids"), "generate: --prompt needs a tokenizer, but '", tdir.string(),
            "' has no vocab.json and merges.txt; pass --tokenizer DIR or use --prompt-ids");
 
@@ -71,14 +74,17 @@ int generate_main(int argc, char** argv) {
   o.top_k = a.get_int("top-k", 0);
   o.seed = static_cast<uint64_t>(a.get_int("seed", 0));
   TS_CHECK(o.temperature >= 0, "--temperature must be >= 0, got ", o.temperature);
-  const std::vector<int64_t> prompt = a.has("prompt") ? tok->encode(a.get("prompt", "")) : parse_ids(a.get("prompt-ids", ""));
+  const std::vector<int64_t> prompt =
+      a.has("prompt") ? tok->encode(a.get("prompt", "")) : parse_ids(a.get("prompt-ids", ""));
   const bool json = a.has("json");
   if (!json && tok) std::cout << a.get("prompt", tok->decode(prompt)) << std::flush;
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<int64_t> ids = models::generate(*gpt, prompt, o, [&](int64_t id) {
     if (json) return;
-    if (tok) std::cout << tok->decode({id}) << std::flush;
-    else std::cout << id << " " << std::flush;
+    if (tok)
+      std::cout << tok->decode({id}) << std::flush;
+    else
+      std::cout << id << " " << std::flush;
   });
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double rate = ids.empty() ? 0.0 : static_cast<double>(ids.size()) / secs;

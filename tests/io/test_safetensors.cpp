@@ -33,7 +33,8 @@ std::string write_raw(const std::string& name, const std::string& header, const 
 
 TEST_CASE("round trip of every dtype, with metadata") {
   std::map<std::string, Tensor> in;
-  for (DType d : {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16, DType::Int32, DType::Int64, DType::Bool})
+  for (DType d : {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16, DType::Int32,
+                  DType::Int64, DType::Bool})
     in[dtype_name(d)] = (randn({3, 5}) * 4.0).to(d);
   in["scalar"] = full({}, 7.0);
   in["empty"] = zeros({0, 4});
@@ -51,7 +52,8 @@ TEST_CASE("round trip of every dtype, with metadata") {
 }
 
 TEST_CASE("narrow integer and float8 file dtypes load widened") {
-  const std::string data = std::string("\x01\xff", 2) + std::string("\x38\xc0", 2);  // U8 [1,255]; E4M3 [1.0,-2.0]
+  const std::string data =
+      std::string("\x01\xff", 2) + std::string("\x38\xc0", 2);  // U8 [1,255]; E4M3 [1.0,-2.0]
   const std::string p = write_raw("narrow.safetensors",
                                   R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},)"
                                   R"("b":{"dtype":"F8_E4M3","shape":[2],"data_offsets":[2,4]}})",
@@ -82,7 +84,8 @@ TEST_CASE("corrupt, truncated and lying files are rejected naming file and tenso
     CHECK_THROWS_WITH_AS(io::SafetensorsFile{p}, doctest::Contains("tensor 'w'"), Error);
   }
   SUBCASE("size disagrees with shape") {
-    const std::string p = write_raw("lie.safetensors", R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", data);
+    const std::string p = write_raw(
+        "lie.safetensors", R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", data);
     CHECK_THROWS_WITH_AS(io::SafetensorsFile{p}, doctest::Contains("needs 12 bytes"), Error);
   }
   SUBCASE("overlapping tensors") {
@@ -90,14 +93,17 @@ TEST_CASE("corrupt, truncated and lying files are rejected naming file and tenso
                                     R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
                                     R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
                                     data);
-    CHECK_THROWS_WITH_AS(io::SafetensorsFile{p}, doctest::Contains("inside the previous tensor"), Error);
+    CHECK_THROWS_WITH_AS(io::SafetensorsFile{p}, doctest::Contains("inside the previous tensor"),
+                         Error);
   }
   SUBCASE("unknown dtype") {
-    const std::string p = write_raw("dtype.safetensors", R"({"w":{"dtype":"F128","shape":[1],"data_offsets":[0,8]}})", data);
+    const std::string p = write_raw(
+        "dtype.safetensors", R"({"w":{"dtype":"F128","shape":[1],"data_offsets":[0,8]}})", data);
     CHECK_THROWS_WITH_AS(io::SafetensorsFile{p}, doctest::Contains("unknown dtype 'F128'"), Error);
   }
   SUBCASE("negative size") {
-    const std::string p = write_raw("neg.safetensors", R"({"w":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", data);
+    const std::string p = write_raw(
+        "neg.safetensors", R"({"w":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", data);
     CHECK_THROWS_WITH_AS(io::SafetensorsFile{p}, doctest::Contains("negative"), Error);
   }
   SUBCASE("trailing bytes") {
@@ -105,13 +111,15 @@ TEST_CASE("corrupt, truncated and lying files are rejected naming file and tenso
     CHECK_THROWS_WITH_AS(io::SafetensorsFile{p}, doctest::Contains("after the last tensor"), Error);
   }
   SUBCASE("missing file") {
-    CHECK_THROWS_WITH_AS(io::SafetensorsFile{tmp_path("absent.safetensors")}, doctest::Contains("cannot open"), Error);
+    CHECK_THROWS_WITH_AS(io::SafetensorsFile{tmp_path("absent.safetensors")},
+                         doctest::Contains("cannot open"), Error);
   }
 }
 
 TEST_CASE("a failed write leaves the previous file intact") {
   const std::string p = tmp_path("atomic.safetensors");
   io::save_safetensors(p, {{"a", ones({2})}});
-  CHECK_THROWS(io::write_file_atomically(p, [](std::ostream&) { throw Error("killed mid-write"); }));
+  CHECK_THROWS(
+      io::write_file_atomically(p, [](std::ostream&) { throw Error("killed mid-write"); }));
   CHECK(io::load_safetensors(p).at("a").to_vector() == std::vector<double>{1, 1});
 }

@@ -32,7 +32,8 @@ TEST_CASE("GPT-2 BPE applies merges by rank") {
   const std::string G = utf8_encode(0x120);
   std::unordered_map<std::string, int64_t> vocab;
   int64_t id = 0;
-  for (const std::string& s : std::vector<std::string>{"h", "e", "l", "o", "w", "r", "d", G}) vocab[s] = id++;
+  for (const std::string& s : std::vector<std::string>{"h", "e", "l", "o", "w", "r", "d", G})
+    vocab[s] = id++;
   vocab["hello"] = 100;
   vocab[G + "world"] = 101;
   vocab["he"] = 102;
@@ -43,7 +44,7 @@ TEST_CASE("GPT-2 BPE applies merges by rank") {
   vocab[G + "wor"] = 107;
   vocab[G + "worl"] = 108;
   const std::vector<std::pair<std::string, std::string>> merges{
-      {"h", "e"}, {"l", "l"}, {"he", "ll"}, {"hell", "o"}, {G, "w"},
+      {"h", "e"}, {"l", "l"},      {"he", "ll"},     {"hell", "o"},    {G, "w"},
       {"o", "r"}, {G + "w", "or"}, {G + "wor", "l"}, {G + "worl", "d"}};
   const io::GPT2Tokenizer tok(vocab, merges);
   CHECK(tok.encode("hello world") == std::vector<int64_t>{100, 101});
@@ -60,7 +61,8 @@ TEST_CASE("GPT-2 byte-level round trip of any UTF-8 and control bytes") {
   std::unordered_map<std::string, int64_t> vocab;
   int next = 0;
   for (int b = 0; b < 256; ++b) {
-    const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+    const bool printable =
+        (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
     vocab[utf8_encode(printable ? b : 256 + next++)] = b;
   }
   const io::GPT2Tokenizer tok(vocab, {});
@@ -72,10 +74,12 @@ TEST_CASE("GPT-2 byte-level round trip of any UTF-8 and control bytes") {
 }
 
 TEST_CASE("WordPiece: basic tokenisation then longest-match-first pieces") {
-  const io::WordPieceTokenizer tok({"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hello", "world", "un", "##aff",
-                                    "##able", ",", "!", "cafe", "\xe6\xbc\xa2", "\xe5\xad\x97", "##s"});
+  const io::WordPieceTokenizer tok({"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hello", "world",
+                                    "un", "##aff", "##able", ",", "!", "cafe", "\xe6\xbc\xa2",
+                                    "\xe5\xad\x97", "##s"});
   CHECK(tok.basic_tokenize("Hello, unaffable World! Caf\xc3\xa9 \xe6\xbc\xa2\xe5\xad\x97 xyz") ==
-        std::vector<std::string>{"hello", ",", "unaffable", "world", "!", "cafe", "\xe6\xbc\xa2", "\xe5\xad\x97", "xyz"});
+        std::vector<std::string>{"hello", ",", "unaffable", "world", "!", "cafe", "\xe6\xbc\xa2",
+                                 "\xe5\xad\x97", "xyz"});
   // hello , un ##aff ##able world ! cafe 漢 字 [UNK]
   CHECK(tok.encode("Hello, unaffable World! Caf\xc3\xa9 \xe6\xbc\xa2\xe5\xad\x97 xyz") ==
         std::vector<int64_t>{5, 10, 7, 8, 9, 6, 11, 12, 13, 14, 1});

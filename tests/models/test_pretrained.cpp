@@ -61,7 +61,8 @@ void check_against_pytorch(const std::string& name) {
   const std::vector<double> logits = model->logits(b).to_vector(), ref = expected["logits"];
   REQUIRE(logits.size() == ref.size());
   size_t bad = 0;  // float32 agreement: |diff| <= 1e-5 + 1e-4 |ref|
-  for (size_t i = 0; i < ref.size(); ++i) bad += std::fabs(logits[i] - ref[i]) > 1e-5 + 1e-4 * std::fabs(ref[i]);
+  for (size_t i = 0; i < ref.size(); ++i)
+    bad += std::fabs(logits[i] - ref[i]) > 1e-5 + 1e-4 * std::fabs(ref[i]);
   CHECK(bad == 0);
 
   loss.backward();
@@ -79,7 +80,9 @@ void check_against_pytorch(const std::string& name) {
 
 }  // namespace
 
-TEST_CASE("GPT-2 matches PyTorch: loss, logits, every gradient") { check_against_pytorch("gpt2-tiny"); }
+TEST_CASE("GPT-2 matches PyTorch: loss, logits, every gradient") {
+  check_against_pytorch("gpt2-tiny");
+}
 
 TEST_CASE("BERT for pretraining matches PyTorch: MLM + NSP loss, logits, every gradient") {
   check_against_pytorch("bert-tiny");
@@ -92,7 +95,8 @@ TEST_CASE("save_pretrained writes HF layout that loads back identically") {
   const io::SafetensorsFile saved((out / "model.safetensors").string());
   const io::SafetensorsFile original(kModels + "gpt2-tiny/model.safetensors");
   // Same tensors as the original file (Conv1D weights back in [in, out]), with the prefix.
-  CHECK(saved.get("transformer.h.0.attn.c_attn.weight").to_vector() == original.get("h.0.attn.c_attn.weight").to_vector());
+  CHECK(saved.get("transformer.h.0.attn.c_attn.weight").to_vector() ==
+        original.get("h.0.attn.c_attn.weight").to_vector());
   CHECK(saved.entry("transformer.h.1.mlp.c_fc.weight").shape == Shape{32, 128});
   auto again = models::load_pretrained(out.string());
   const Tensor x = from_vector(std::vector<int64_t>{1, 5, 9, 2}, {1, 4});
@@ -102,16 +106,20 @@ TEST_CASE("save_pretrained writes HF layout that loads back identically") {
 TEST_CASE("loading reports missing and mismatched weights by key") {
   const fs::path dir = fs::temp_directory_path() / ("tessera-bad-" + std::to_string(::getpid()));
   fs::create_directories(dir);
-  fs::copy_file(kModels + "gpt2-tiny/config.json", dir / "config.json", fs::copy_options::overwrite_existing);
+  fs::copy_file(kModels + "gpt2-tiny/config.json", dir / "config.json",
+                fs::copy_options::overwrite_existing);
   auto tensors = io::load_safetensors(kModels + "gpt2-tiny/model.safetensors");
   tensors.erase("h.1.ln_2.bias");
   io::save_safetensors((dir / "model.safetensors").string(), tensors);
-  CHECK_THROWS_WITH_AS(models::load_pretrained(dir.string()), doctest::Contains("missing (1): transformer.h.1.ln_2.bias"), Error);
+  CHECK_THROWS_WITH_AS(models::load_pretrained(dir.string()),
+                       doctest::Contains("missing (1): transformer.h.1.ln_2.bias"), Error);
   tensors["h.1.ln_2.bias"] = zeros({7});
   io::save_safetensors((dir / "model.safetensors").string(), tensors);
-  CHECK_THROWS_WITH_AS(models::load_pretrained(dir.string()), doctest::Contains("'h.1.ln_2.bias' has shape [7]"), Error);
+  CHECK_THROWS_WITH_AS(models::load_pretrained(dir.string()),
+                       doctest::Contains("'h.1.ln_2.bias' has shape [7]"), Error);
   fs::remove(dir / "config.json");
-  CHECK_THROWS_WITH_AS(models::load_pretrained(dir.string()), doctest::Contains("has no config.json"), Error);
+  CHECK_THROWS_WITH_AS(models::load_pretrained(dir.string()),
+                       doctest::Contains("has no config.json"), Error);
 }
 
 TEST_CASE("KV-cache generation equals recomputing the full sequence") {
@@ -147,7 +155,8 @@ TEST_CASE("named sizes have the published parameter counts") {
   CHECK(expected == 124439808);
   models::GPT2LMHeadModel tiny(models::GPT2Config::named("tiny"));
   CHECK(tiny.num_parameters() == 96 * 32 + 32 * 32 + 2 * (12 * 32 * 32 + 13 * 32) + 2 * 32);
-  CHECK_THROWS_WITH_AS(models::GPT2Config::named("gpt5"), doctest::Contains("unknown GPT-2 size"), Error);
+  CHECK_THROWS_WITH_AS(models::GPT2Config::named("gpt5"), doctest::Contains("unknown GPT-2 size"),
+                       Error);
   models::BertForPreTraining bert(models::BertConfig::named("tiny"), true);
   CHECK(bert.type_name() == "BertForPreTraining");
 }

@@ -25,8 +25,9 @@ TEST_CASE("parameters are discovered by dotted name in registration order") {
   Net net;
   std::vector<std::string> names;
   for (auto& [n, t] : net.named_parameters()) names.push_back(n);
-  CHECK(names == std::vector<std::string>{"scale", "fc1.weight", "fc1.bias", "norm.weight", "norm.bias",
-                                          "fc2.weight", "blocks.0.weight", "blocks.0.bias"});
+  CHECK(names == std::vector<std::string>{"scale", "fc1.weight", "fc1.bias", "norm.weight",
+                                          "norm.bias", "fc2.weight", "blocks.0.weight",
+                                          "blocks.0.bias"});
   CHECK(net.num_parameters() == 2 + 4 * 8 + 8 + 8 + 8 + 16 + 4 + 2);
   CHECK(net.summary().find("fc1.weight") != std::string::npos);
   for (auto& [n, t] : net.named_parameters()) CHECK(t->requires_grad());
@@ -39,12 +40,15 @@ TEST_CASE("state_dict round trip and clear errors for missing, unexpected and mi
   auto sd = a.state_dict();
   sd.erase("fc1.bias");
   sd["extra"] = zeros({1});
-  CHECK_THROWS_WITH_AS(b.load_state_dict(sd), doctest::Contains("missing keys (1): fc1.bias"), Error);
-  CHECK_THROWS_WITH_AS(b.load_state_dict(sd), doctest::Contains("unexpected keys (1): extra"), Error);
+  CHECK_THROWS_WITH_AS(b.load_state_dict(sd), doctest::Contains("missing keys (1): fc1.bias"),
+                       Error);
+  CHECK_THROWS_WITH_AS(b.load_state_dict(sd), doctest::Contains("unexpected keys (1): extra"),
+                       Error);
   b.load_state_dict(sd, /*strict=*/false);
   auto bad = a.state_dict();
   bad["fc2.weight"] = zeros({3, 3});
-  CHECK_THROWS_WITH_AS(b.load_state_dict(bad), doctest::Contains("'fc2.weight' has shape [3, 3]"), Error);
+  CHECK_THROWS_WITH_AS(b.load_state_dict(bad), doctest::Contains("'fc2.weight' has shape [3, 3]"),
+                       Error);
 }
 
 TEST_CASE("train/eval mode reaches every submodule; dropout is off in eval") {
@@ -73,7 +77,8 @@ TEST_CASE("Linear and MultiHeadAttention gradients pass finite differences") {
   nn::MultiHeadAttention mha(&root, "mha", 8, 2);
   root.to(DType::Float64);
   const Tensor x = randn({2, 3}, DType::Float64).requires_grad_();
-  TS_CHECK_GRADCHECK([&](const std::vector<Tensor>& in) { return lin(in[0]); }, std::vector<Tensor>{x});
+  TS_CHECK_GRADCHECK([&](const std::vector<Tensor>& in) { return lin(in[0]); },
+                     std::vector<Tensor>{x});
   const Tensor h = randn({2, 4, 8}, DType::Float64).requires_grad_();
   const Tensor pad = from_vector({1, 1, 1, 0, 1, 1, 0, 0}, {2, 4}, DType::Bool);
   TS_CHECK_GRADCHECK([&](const std::vector<Tensor>& in) { return mha.forward(in[0], pad, true); },

@@ -26,7 +26,8 @@ class MappedFile {
 
 // Writes through `write` into PATH.tmp-<pid>, flushes and fsyncs it, renames it over PATH,
 // and fsyncs the directory.
-void write_file_atomically(const std::string& path, const std::function<void(std::ostream&)>& write);
+void write_file_atomically(const std::string& path,
+                           const std::function<void(std::ostream&)>& write);
 
 std::string read_text_file(const std::string& path);
 

@@ -39,7 +39,8 @@ class CharTokenizer : public Tokenizer {
 class GPT2Tokenizer : public Tokenizer {
  public:
   static GPT2Tokenizer from_files(const std::string& vocab_json, const std::string& merges_txt);
-  GPT2Tokenizer(std::unordered_map<std::string, int64_t> vocab, std::vector<std::pair<std::string, std::string>> merges);
+  GPT2Tokenizer(std::unordered_map<std::string, int64_t> vocab,
+                std::vector<std::pair<std::string, std::string>> merges);
   ~GPT2Tokenizer() override;
   GPT2Tokenizer(GPT2Tokenizer&&) noexcept;
   std::vector<int64_t> encode(const std::string& text) const override;

@@ -73,7 +73,7 @@ class BertLayer : public nn::Module {
 class BertModel : public nn::Module {
  public:
   BertModel(Module* parent, const std::string& name, const BertConfig& c, bool with_pooler);
-  Tensor forward(const Batch& b);  // sequence output [B, T, H]
+  Tensor forward(const Batch& b);              // sequence output [B, T, H]
   Tensor pool(const Tensor& sequence_output);  // tanh(dense(first token))
   BertEmbeddings embeddings;
   struct Encoder : nn::Module {
@@ -104,10 +104,12 @@ class BertLMPredictionHead : public nn::Module {
 class BertForPreTraining : public PretrainedModel {
  public:
   BertForPreTraining(const BertConfig& c, bool with_nsp);
-  std::string type_name() const override { return with_nsp ? "BertForPreTraining" : "BertForMaskedLM"; }
+  std::string type_name() const override {
+    return with_nsp ? "BertForPreTraining" : "BertForMaskedLM";
+  }
   std::string model_type() const override { return "bert"; }
-  Tensor logits(const Batch& b) override;   // MLM logits [B, T, V]
-  Tensor nsp_logits(const Batch& b);        // [B, 2]
+  Tensor logits(const Batch& b) override;  // MLM logits [B, T, V]
+  Tensor nsp_logits(const Batch& b);       // [B, 2]
   // MLM cross-entropy over targets != -100, plus the NSP loss when the model has the head and
   // the batch has next_sentence_label.
   Tensor loss(const Batch& b) override;

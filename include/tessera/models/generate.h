@@ -14,7 +14,7 @@ struct GenerateOptions {
   double temperature = 1.0;  // 0 = greedy
   int64_t top_k = 0;         // 0 = no top-k filter
   uint64_t seed = 0;
-  bool use_cache = true;     // false recomputes the whole sequence each step (for testing)
+  bool use_cache = true;  // false recomputes the whole sequence each step (for testing)
 };
 
 // Returns the new token ids (not the prompt). `on_token` sees each id as it is chosen.

@@ -36,18 +36,18 @@ class PretrainedModel : public nn::Module {
   virtual Tensor logits(const Batch& batch) = 0;  // [B, T, V]
   virtual Tensor loss(const Batch& batch) = 0;    // scalar
   virtual std::vector<HFWeight> hf_weights() = 0;
-  virtual std::string hf_prefix() const = 0;      // "transformer." / "bert."
+  virtual std::string hf_prefix() const = 0;  // "transformer." / "bert."
   // HF keys that may appear in files and carry nothing to load (buffers, tied copies).
   virtual bool hf_ignorable(const std::string& key) const = 0;
-  virtual std::string config_json() const = 0;    // HF config.json text
+  virtual std::string config_json() const = 0;  // HF config.json text
 };
 
 // Loads an HF model directory: config.json picks the architecture ("model_type" gpt2 or
 // bert; BERT's "architectures" picks MaskedLM or PreTraining), model.safetensors the weights.
 // Keys are accepted with or without the base-model prefix. Errors name the directory, file
 // and key. `file_key_of`, when given, receives each parameter's key as found in the file.
-std::unique_ptr<PretrainedModel> load_pretrained(const std::string& dir,
-                                                 std::map<std::string, std::string>* file_key_of = nullptr);
+std::unique_ptr<PretrainedModel> load_pretrained(
+    const std::string& dir, std::map<std::string, std::string>* file_key_of = nullptr);
 
 // Copies the weights of an HF safetensors file into `model` (strict: every parameter must be
 // present and every key known).

@@ -19,13 +19,17 @@ class UnaryModule : public Module {
 
 struct LinearOptions {
   bool bias = true;
-  LinearOptions& with_bias(bool b) { bias = b; return *this; }
+  LinearOptions& with_bias(bool b) {
+    bias = b;
+    return *this;
+  }
 };
 
 // y = x W^T + b, W [out, in] (PyTorch layout; GPT-2's Conv1D [in, out] is transposed on load).
 class Linear : public UnaryModule {
  public:
-  Linear(Module* parent, const std::string& name, int64_t in, int64_t out, LinearOptions options = {});
+  Linear(Module* parent, const std::string& name, int64_t in, int64_t out,
+         LinearOptions options = {});
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "Linear"; }
   void reset_parameters() override;
@@ -45,8 +49,8 @@ class Embedding : public UnaryModule {
 class LayerNorm : public UnaryModule {
  public:
   // affine: learn a weight; bias: also learn a bias (nanoGPT-style models drop it).
-  LayerNorm(Module* parent, const std::string& name, int64_t dim, double eps = 1e-5, bool affine = true,
-            bool bias = true);
+  LayerNorm(Module* parent, const std::string& name, int64_t dim, double eps = 1e-5,
+            bool affine = true, bool bias = true);
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "LayerNorm"; }
   void reset_parameters() override;

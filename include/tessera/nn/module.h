@@ -62,7 +62,8 @@ class Module {
   // Registration, used by layers and by nn::Parameter. The pointer must stay valid for the
   // module's lifetime (it is a member of the module).
   Tensor& register_parameter(const std::string& name, Tensor* slot, Tensor value);
-  Tensor& register_buffer(const std::string& name, Tensor* slot, Tensor value, bool persistent = true);
+  Tensor& register_buffer(const std::string& name, Tensor* slot, Tensor value,
+                          bool persistent = true);
 
  private:
   void register_child(const std::string& name, Module* child);
