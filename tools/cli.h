@@ -34,5 +34,7 @@ int report_main(int argc, char** argv);
 int bench_main(int argc, char** argv);
 int eval_main(int argc, char** argv);
 int generate_main(int argc, char** argv);
+int train_main(int argc, char** argv);
+int bench_train(const Args& a);
 
 }  // namespace tessera::cli

@@ -14,6 +14,7 @@ usage: tessera <command> [options]
 commands:
   kernels list|check|bench   list the op set, check ops against float64 references, time an op
   bench gemm                 Tessera's GEMM rate beside OpenBLAS's, measured in one run
+  train CONFIG.json          train GPT-2/BERT from a DeepSpeed-style config (configs/)
   eval MODEL_DIR             loss (and gradient norms) of a Hugging Face GPT-2/BERT on a batch
   generate MODEL_DIR         sample text from a GPT-2 model directory with a KV cache
   report                     what this build has compiled in and which devices are visible
@@ -35,6 +36,7 @@ int main(int argc, char** argv) {
     if (cmd == "report") return tessera::cli::report_main(argc, argv);
     if (cmd == "bench") return tessera::cli::bench_main(argc, argv);
     if (cmd == "eval") return tessera::cli::eval_main(argc, argv);
+    if (cmd == "train") return tessera::cli::train_main(argc, argv);
     if (cmd == "generate") return tessera::cli::generate_main(argc, argv);
     std::cerr << "tessera: unknown command '" << cmd << "'\n\n" << kUsage;
     return 2;

@@ -11,16 +11,18 @@
 namespace tessera {
 
 // X(name): one backend kernel. Conventions for inputs/outputs are in backends/README.md.
-#define TESSERA_KERNELS(X)                                                                        \
-  X(copy)                                                                                         \
-  X(fill)                                                                                         \
-  X(arange) X(uniform) X(normal) X(neg) X(exp) X(log) X(sqrt) X(rsqrt) X(abs) X(tanh) X(sigmoid)  \
-      X(relu) X(gelu) X(gelu_tanh) X(gelu_backward) X(gelu_tanh_backward) X(add) X(sub) X(mul)    \
-          X(div) X(pow) X(eq) X(ne) X(lt) X(le) X(gt) X(ge) X(where) X(sum) X(max) X(min)         \
-              X(argmax) X(var) X(norm) X(matmul) X(softmax) X(log_softmax) X(softmax_backward)    \
-                  X(log_softmax_backward) X(layer_norm) X(layer_norm_backward) X(embedding)       \
-                      X(embedding_backward) X(cross_entropy) X(cross_entropy_backward) X(dropout) \
-                          X(attention) X(attention_backward)
+// clang-format off
+#define TESSERA_KERNELS(X)                                                                      \
+  X(copy) X(fill) X(arange) X(uniform) X(normal)                                                \
+  X(neg) X(exp) X(log) X(sqrt) X(rsqrt) X(abs) X(tanh) X(sigmoid) X(relu)                       \
+  X(gelu) X(gelu_tanh) X(gelu_backward) X(gelu_tanh_backward)                                   \
+  X(add) X(sub) X(mul) X(div) X(pow) X(eq) X(ne) X(lt) X(le) X(gt) X(ge) X(where)               \
+  X(sum) X(max) X(min) X(argmax) X(var) X(norm)                                                 \
+  X(matmul) X(softmax) X(log_softmax) X(softmax_backward) X(log_softmax_backward)               \
+  X(layer_norm) X(layer_norm_backward) X(embedding) X(embedding_backward)                       \
+  X(cross_entropy) X(cross_entropy_backward) X(dropout) X(attention) X(attention_backward)      \
+  X(adamw_step) X(sgd_step) X(lamb_step)
+// clang-format on
 
 enum class Kernel : uint16_t {
 #define TS_ENUM(name) name,
@@ -40,6 +42,7 @@ struct KernelAttrs {
   bool flag = false;          // keepdim / causal / ...
   uint64_t seed = 0;          // RNG stream
   uint64_t offset = 0;
+  std::vector<double> scalars;  // optimizer hyper-parameters, in the order the kernel documents
 };
 
 struct KernelCall {

@@ -1,0 +1,130 @@
+// Fused optimizer updates: one call updates every parameter of a group in place, each
+// element independently (so any work split gives the same bits).
+//   adamw_step  outputs: params[n], exp_avg[n], exp_avg_sq[n]; inputs: grads[n]
+//               scalars: lr, beta1, beta2, eps, weight_decay, bias_correction1,
+//                        bias_correction2, decoupled (1 = AdamW, 0 = Adam with L2)
+//   sgd_step    outputs: params[n], momentum_buffers[n]; inputs: grads[n]
+//               scalars: lr, momentum, dampening, weight_decay, nesterov, first_step
+//   lamb_step   outputs: params[n], exp_avg[n], exp_avg_sq[n]; inputs: grads[n]
+//               scalars: lr, beta1, beta2, eps, weight_decay, bias_correction1,
+//                        bias_correction2, max_coeff, min_coeff
+#include <cmath>
+#include <vector>
+
+#include "backends/cpu/cpu_types.h"
+#include "backends/cpu/parallel.h"
+
+namespace tessera::cpu {
+namespace {
+
+// Visits each of the n tensors' elements in parallel blocks: f(tensor index, begin, end).
+template <class F>
+void for_each_block(const KernelCall& c, size_t n, F f) {
+  constexpr int64_t kBlock = 1 << 14;
+  std::vector<std::pair<size_t, int64_t>> blocks;
+  for (size_t t = 0; t < n; ++t)
+    for (int64_t b = 0; b < c.outputs[t].numel(); b += kBlock) blocks.emplace_back(t, b);
+  parallel_for(static_cast<int64_t>(blocks.size()), 1, [&](int64_t s, int64_t e) {
+    for (int64_t i = s; i < e; ++i) {
+      const auto [t, b] = blocks[i];
+      f(t, b, std::min(c.outputs[t].numel(), b + kBlock));
+    }
+  });
+}
+
+template <class T>
+struct AdamW {
+  static void run(const KernelCall& c) {
+    const size_t n = c.inputs.size();
+    const auto& s = c.attrs.scalars;
+    const T lr = T(s[0]), b1 = T(s[1]), b2 = T(s[2]), eps = T(s[3]), wd = T(s[4]);
+    const T bc1 = T(s[5]), bc2_sqrt = T(std::sqrt(s[6]));
+    const bool decoupled = s[7] != 0.0;
+    for_each_block(c, n, [&](size_t t, int64_t b, int64_t e) {
+      T* p = c.outputs[t].data<T>();
+      T* m = c.outputs[n + t].data<T>();
+      T* v = c.outputs[2 * n + t].data<T>();
+      const T* g = c.inputs[t].data<T>();
+      for (int64_t i = b; i < e; ++i) {
+        T grad = g[i];
+        if (decoupled) p[i] -= lr * wd * p[i];
+        else grad += wd * p[i];
+        m[i] = b1 * m[i] + (T(1) - b1) * grad;
+        v[i] = b2 * v[i] + (T(1) - b2) * grad * grad;
+        const T denom = std::sqrt(v[i]) / bc2_sqrt + eps;
+        p[i] -= (lr / bc1) * m[i] / denom;
+      }
+    });
+  }
+};
+
+template <class T>
+struct Sgd {
+  static void run(const KernelCall& c) {
+    const size_t n = c.inputs.size();
+    const auto& s = c.attrs.scalars;
+    const T lr = T(s[0]), mom = T(s[1]), damp = T(s[2]), wd = T(s[3]);
+    const bool nesterov = s[4] != 0.0, first = s[5] != 0.0;
+    for_each_block(c, n, [&](size_t t, int64_t b, int64_t e) {
+      T* p = c.outputs[t].data<T>();
+      T* buf = mom != T(0) ? c.outputs[n + t].data<T>() : nullptr;
+      const T* g = c.inputs[t].data<T>();
+      for (int64_t i = b; i < e; ++i) {
+        T d = g[i] + wd * p[i];
+        if (buf) {
+          buf[i] = first ? d : mom * buf[i] + (T(1) - damp) * d;
+          d = nesterov ? d + mom * buf[i] : buf[i];
+        }
+        p[i] -= lr * d;
+      }
+    });
+  }
+};
+
+// LAMB (You et al. 2019): the Adam direction plus weight decay, scaled per tensor by the
+// trust ratio ||p|| / ||update|| clamped to [min_coeff, max_coeff].
+template <class T>
+struct Lamb {
+  static void run(const KernelCall& c) {
+    const size_t n = c.inputs.size();
+    const auto& s = c.attrs.scalars;
+    const T lr = T(s[0]), b1 = T(s[1]), b2 = T(s[2]), eps = T(s[3]), wd = T(s[4]);
+    const T bc1 = T(s[5]), bc2 = T(s[6]), max_c = T(s[7]), min_c = T(s[8]);
+    parallel_for(static_cast<int64_t>(n), 1, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        T* p = c.outputs[t].data<T>();
+        T* m = c.outputs[n + t].data<T>();
+        T* v = c.outputs[2 * n + t].data<T>();
+        const T* g = c.inputs[t].data<T>();
+        const int64_t len = c.outputs[t].numel();
+        std::vector<T> update(static_cast<size_t>(len));
+        double p_norm = 0, u_norm = 0;
+        for (int64_t i = 0; i < len; ++i) {
+          m[i] = b1 * m[i] + (T(1) - b1) * g[i];
+          v[i] = b2 * v[i] + (T(1) - b2) * g[i] * g[i];
+          update[i] = (m[i] / bc1) / (std::sqrt(v[i] / bc2) + eps) + wd * p[i];
+          p_norm += double(p[i]) * double(p[i]);
+          u_norm += double(update[i]) * double(update[i]);
+        }
+        p_norm = std::sqrt(p_norm);
+        u_norm = std::sqrt(u_norm);
+        T ratio = (p_norm > 0 && u_norm > 0) ? T(p_norm / u_norm) : T(1);
+        ratio = std::min(max_c, std::max(min_c, ratio));
+        for (int64_t i = 0; i < len; ++i) p[i] -= lr * ratio * update[i];
+      }
+    });
+  }
+};
+
+const bool registered = [] {
+  for (DType d : {DType::Float32, DType::Float64}) {
+    const bool f = d == DType::Float32;
+    register_kernel(Kernel::adamw_step, DeviceType::CPU, d, f ? &AdamW<float>::run : &AdamW<double>::run);
+    register_kernel(Kernel::sgd_step, DeviceType::CPU, d, f ? &Sgd<float>::run : &Sgd<double>::run);
+    register_kernel(Kernel::lamb_step, DeviceType::CPU, d, f ? &Lamb<float>::run : &Lamb<double>::run);
+  }
+  return true;
+}();
+
+}  // namespace
+}  // namespace tessera::cpu

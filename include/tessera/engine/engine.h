@@ -1,0 +1,83 @@
+// The training engine, DeepSpeed's user model in C++:
+//
+//   auto engine = tessera::engine::initialize(model, config);
+//   for (...) {
+//     Tensor loss = model.loss(batch);     // or engine->forward(batch) for built-in models
+//     engine->backward(loss);             // scales for accumulation (and fp16), accumulates
+//     engine->step();                     // updates only at the accumulation boundary
+//   }
+//   engine->save_checkpoint("ckpt", "step100", client_state);
+#pragma once
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "tessera/engine/loss_scaler.h"
+#include "tessera/io/train_config.h"
+#include "tessera/models/pretrained.h"
+#include "tessera/nn/module.h"
+#include "tessera/optim/lr_schedule.h"
+#include "tessera/optim/optimizer.h"
+
+namespace tessera::engine {
+
+struct StepStats {
+  bool stepped = false;    // an optimizer update happened (false off-boundary or on overflow)
+  bool overflow = false;   // fp16: inf/NaN gradients, step skipped
+  double grad_norm = 0.0;  // before clipping (0 unless clipping or asked)
+  double lr = 0.0;
+  double loss_scale = 1.0;
+};
+
+class Engine {
+ public:
+  Engine(nn::Module& model, io::TrainConfig config);
+
+  // Runs a built-in model's loss on the batch (its forward). Other models: call them directly.
+  Tensor forward(const models::Batch& batch);
+  // loss / gradient_accumulation_steps (times the fp16 loss scale), then backward.
+  void backward(const Tensor& loss);
+  // At the boundary: unscale, overflow check, clip, optimizer step, scheduler step, zero grads.
+  StepStats step();
+  bool is_gradient_accumulation_boundary() const;
+
+  int64_t global_steps() const { return global_steps_; }
+  int64_t micro_steps() const { return micro_steps_; }
+  int64_t skipped_steps() const { return skipped_steps_; }
+  double lr() const { return schedule_->lr(schedule_step_); }
+  double loss_scale() const { return scaler_.scale(); }
+  optim::Optimizer& optimizer() { return *optimizer_; }
+  const io::TrainConfig& config() const { return config_; }
+  nn::Module& module() { return model_; }
+
+  // Writes DIR/TAG/{model.safetensors, optimizer.safetensors, engine.json} (into a temporary
+  // directory renamed into place), then DIR/latest; a crash at any point leaves the previous
+  // checkpoint loadable. client_state is stored verbatim and returned by load_checkpoint.
+  void save_checkpoint(const std::string& dir, const std::string& tag, const nlohmann::json& client_state = {});
+  // tag empty: the one DIR/latest names. Restores model, optimizer, schedule position, loss
+  // scaler and the default RNG; returns client_state.
+  nlohmann::json load_checkpoint(const std::string& dir, const std::string& tag = "");
+
+ private:
+  void sync_master_to_model();
+  std::vector<Tensor> master_params();
+
+  nn::Module& model_;
+  io::TrainConfig config_;
+  DType compute_dtype_ = DType::Float32;
+  // With fp16/bf16 the optimizer updates float32 master copies; the model holds low precision.
+  std::vector<std::pair<Tensor*, Tensor>> master_;  // (model slot, float32 master)
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  std::unique_ptr<optim::LRSchedule> schedule_;
+  LossScaler scaler_;
+  int64_t global_steps_ = 0, micro_steps_ = 0, skipped_steps_ = 0;
+  int64_t schedule_step_ = 0;  // DeepSpeed does not advance the schedule on skipped steps
+};
+
+// Builds the optimizer and schedule the config names (DeepSpeed's deepspeed.initialize).
+std::unique_ptr<Engine> initialize(nn::Module& model, const io::TrainConfig& config);
+
+std::unique_ptr<optim::LRSchedule> make_schedule(const io::TrainConfig& config);
+
+}  // namespace tessera::engine

@@ -1,0 +1,85 @@
+// Training data: a text corpus (one file, or every regular non-.dat file of a directory in
+// name order) tokenised once into memory-mapped token files with a train/validation split,
+// and seeded batch samplers whose position is a Philox (seed, offset) pair that checkpoints
+// save.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tessera/io/files.h"
+#include "tessera/io/tokenizer.h"
+#include "tessera/io/train_config.h"
+#include "tessera/rng.h"
+#include "tessera/tensor.h"
+
+namespace tessera::io {
+
+// Concatenated text of a file or directory (symlinks and *.dat index files skipped).
+std::string read_corpus(const std::string& path);
+
+class TokenFile {
+ public:
+  explicit TokenFile(const std::string& path);  // int32 little-endian tokens
+  int64_t size() const { return size_; }
+  const int32_t* data() const { return reinterpret_cast<const int32_t*>(file_->data()); }
+
+ private:
+  std::unique_ptr<MappedFile> file_;
+  int64_t size_ = 0;
+};
+
+struct TokenizedCorpus {
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<TokenFile> train, val;
+  int64_t vocab_size = 0;
+  std::string tokenizer_kind;        // "char" or "gpt2"
+  std::vector<std::string> chars;    // char tokenizer's vocabulary (saved with checkpoints)
+  std::vector<std::string> specials;  // appended ids for BERT: [PAD] [UNK] [CLS] [SEP] [MASK]
+  std::string cache_dir;
+};
+
+// Tokenises data.path into data.cache_dir (default "<path>.tessera") unless an up-to-date
+// cache is there (same source size and tokenizer). with_specials adds BERT's special tokens.
+TokenizedCorpus prepare_corpus(const TrainConfig::Data& data, bool with_specials, bool verbose);
+
+// Random windows of T+1 tokens: x = tokens[i, i+T), y = tokens[i+1, i+T+1).
+class GPTBatchSampler {
+ public:
+  GPTBatchSampler(const TokenFile& tokens, int64_t batch, int64_t block, uint64_t seed);
+  void next(Tensor& x, Tensor& y);
+  GeneratorState state() const { return gen_.state(); }
+  void set_state(GeneratorState s) { gen_.set_state(s); }
+
+ private:
+  const TokenFile& tokens_;
+  int64_t batch_, block_;
+  Generator gen_;
+};
+
+// BERT masked-LM batches: windows framed as [CLS] A [SEP] (or [CLS] A [SEP] B [SEP] with NSP,
+// B following A half the time), 15% of non-special positions selected: 80% -> [MASK],
+// 10% -> a random token, 10% unchanged; targets hold the original ids there, -100 elsewhere.
+struct BertBatch {
+  Tensor input_ids, targets, token_type_ids, attention_mask, next_sentence_label;
+};
+class BertBatchSampler {
+ public:
+  BertBatchSampler(const TokenFile& tokens, int64_t batch, int64_t block, int64_t vocab_size,
+                   const std::vector<int64_t>& special_ids /* PAD UNK CLS SEP MASK */, double mask_prob, bool nsp,
+                   uint64_t seed);
+  BertBatch next();
+  GeneratorState state() const { return gen_.state(); }
+  void set_state(GeneratorState s) { gen_.set_state(s); }
+
+ private:
+  double uniform();
+  const TokenFile& tokens_;
+  int64_t batch_, block_, vocab_;
+  std::vector<int64_t> special_;
+  double mask_prob_;
+  bool nsp_;
+  Generator gen_;
+};
+
+}  // namespace tessera::io

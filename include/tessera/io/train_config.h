@@ -1,0 +1,108 @@
+// A training configuration in DeepSpeed's JSON schema, plus Tessera's "model", "data" and
+// "train" sections. Parsing validates everything before any work starts: a wrong type, an
+// out-of-range value or an inconsistent batch triple is an Error naming the key, the value
+// found and what was expected; unknown keys become warnings naming the key.
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+namespace tessera::io {
+
+struct TrainConfig {
+  // Batch triple (DeepSpeed's rule): train_batch_size = micro * accumulation * world_size.
+  int64_t train_batch_size = 0;
+  int64_t micro_batch_size = 0;
+  int64_t gradient_accumulation_steps = 0;
+
+  struct Optimizer {
+    std::string type = "AdamW";  // Adam, AdamW, SGD, Lamb
+    double lr = 1e-3;
+    double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+    double weight_decay = 0.0;
+    bool adam_w_mode = true;
+    double momentum = 0.0, dampening = 0.0;
+    bool nesterov = false;
+    double max_coeff = 10.0, min_coeff = 0.01;
+  } optimizer;
+
+  struct Scheduler {
+    std::string type;  // empty: constant lr
+    std::map<std::string, double> params;
+    std::string warmup_type = "log";
+  } scheduler;
+
+  double gradient_clipping = 0.0;
+
+  struct FP16 {
+    bool enabled = false;
+    double loss_scale = 0.0;  // 0 = dynamic
+    int64_t initial_scale_power = 16;
+    int64_t loss_scale_window = 1000;
+    int64_t hysteresis = 2;
+    bool consecutive_hysteresis = false;
+    double min_loss_scale = 1.0;
+  } fp16;
+  bool bf16 = false;
+
+  struct Zero {  // parsed and validated here; carried out by the distributed engine
+    int64_t stage = 0;
+    std::string offload_optimizer_device = "none";
+    int64_t reduce_bucket_size = 500000000;
+    bool overlap_comm = false;
+    bool contiguous_gradients = true;
+  } zero;
+
+  int64_t steps_per_print = 10;
+  bool wall_clock_breakdown = false;
+
+  struct CsvMonitor {
+    bool enabled = false;
+    std::string output_path = "./";
+    std::string job_name = "DeepSpeedJobName";
+  } csv_monitor;
+
+  struct Checkpoint {
+    std::string tag_validation = "Warn";
+  } checkpoint;
+
+  // ---- Tessera's own sections ----
+  struct Model {
+    std::string type = "gpt2";  // gpt2, bert
+    std::string size;           // a named size, else the fields below
+    int64_t n_layer = 4, n_head = 4, n_embd = 128, block_size = 64;
+    int64_t intermediate_size = 0;  // BERT; 0 = 4 * n_embd
+    double dropout = 0.0;
+    bool bias = true;
+    std::string init_from;  // HF model directory to start from
+  } model;
+
+  struct Data {
+    std::string path;              // a text file or a directory of text files
+    std::string tokenizer = "char";  // char, gpt2 (vocab/merges below)
+    std::string vocab, merges;
+    double val_fraction = 0.1;
+    std::string cache_dir;         // where token files go (default: <path>.tessera/)
+    double mask_prob = 0.15;       // BERT
+    bool nsp = false;              // BERT sentence pairs
+  } data;
+
+  struct Train {
+    int64_t steps = 1000;
+    uint64_t seed = 1337;
+    int64_t eval_interval = 250;
+    int64_t eval_iters = 20;
+    int64_t sample_tokens = 300;
+    std::string checkpoint_dir;
+    int64_t checkpoint_interval = 0;
+  } train;
+
+  std::vector<std::string> warnings;
+
+  // world_size: data-parallel ranks. `source` names the file in messages.
+  static TrainConfig parse(const std::string& json_text, int64_t world_size = 1,
+                           const std::string& source = "config");
+  static TrainConfig from_file(const std::string& path, int64_t world_size = 1);
+};
+
+}  // namespace tessera::io

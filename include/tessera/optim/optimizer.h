@@ -1,0 +1,99 @@
+// Optimizers over parameter groups. step() updates every parameter of a group in one fused
+// kernel call (per dtype), reading each parameter's .grad; parameters without a gradient are
+// skipped. State (moments, step counts) saves to and loads from named tensors.
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tessera/tensor.h"
+
+namespace tessera::optim {
+
+struct ParamGroup {
+  std::vector<std::string> names;  // for state keys and messages
+  std::vector<Tensor> params;
+  double lr = 1e-3;
+  double weight_decay = 0.0;
+};
+
+// Splits named parameters into a decayed group (matrices and embeddings) and an undecayed one
+// (biases and norm weights: every parameter with fewer than 2 dims), as GPT-2/BERT recipes do.
+std::vector<ParamGroup> default_param_groups(const std::vector<std::pair<std::string, Tensor*>>& named,
+                                             double lr, double weight_decay);
+
+class Optimizer {
+ public:
+  explicit Optimizer(std::vector<ParamGroup> groups);
+  virtual ~Optimizer() = default;
+  virtual void step() = 0;
+  virtual std::string name() const = 0;
+  void zero_grad();
+  std::vector<ParamGroup>& groups() { return groups_; }
+  // Sets every group's learning rate (a scheduler's output).
+  void set_lr(double lr);
+  double lr() const { return groups_.empty() ? 0.0 : groups_[0].lr; }
+  int64_t step_count() const { return step_; }
+  // "<param name>.<slot>" -> tensor, plus "step" (a 0-dim int64).
+  virtual std::map<std::string, Tensor> state_dict() const;
+  // Restores state saved by state_dict; errors name any missing or mis-shaped entry.
+  virtual void load_state_dict(const std::map<std::string, Tensor>& state);
+
+ protected:
+  // The named slot (e.g. "exp_avg") of group g's i-th parameter, created as zeros on first use.
+  Tensor& slot(size_t g, size_t i, const std::string& name);
+  std::vector<ParamGroup> groups_;
+  std::map<std::string, Tensor> state_;
+  int64_t step_ = 0;
+};
+
+struct AdamOptions {
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  bool decoupled_weight_decay = true;  // AdamW; false = Adam with L2 (DeepSpeed adam_w_mode)
+  bool bias_correction = true;
+};
+class Adam : public Optimizer {
+ public:
+  Adam(std::vector<ParamGroup> groups, AdamOptions options = {});
+  void step() override;
+  std::string name() const override { return options_.decoupled_weight_decay ? "AdamW" : "Adam"; }
+
+ private:
+  AdamOptions options_;
+};
+
+struct SGDOptions {
+  double momentum = 0.0, dampening = 0.0;
+  bool nesterov = false;
+};
+class SGD : public Optimizer {
+ public:
+  SGD(std::vector<ParamGroup> groups, SGDOptions options = {});
+  void step() override;
+  std::string name() const override { return "SGD"; }
+
+ private:
+  SGDOptions options_;
+};
+
+struct LambOptions {
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-6;
+  double max_coeff = 10.0, min_coeff = 0.01;  // trust-ratio clamp (DeepSpeed's names)
+  bool bias_correction = true;
+};
+class Lamb : public Optimizer {
+ public:
+  Lamb(std::vector<ParamGroup> groups, LambOptions options = {});
+  void step() override;
+  std::string name() const override { return "Lamb"; }
+
+ private:
+  LambOptions options_;
+};
+
+// Scales all gradients so their global L2 norm is at most max_norm; returns the norm before
+// clipping (accumulated in float64; inf/NaN gradients give a non-finite result, unclipped).
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
+double grad_norm(const std::vector<Tensor>& params);
+
+}  // namespace tessera::optim

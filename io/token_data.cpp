@@ -1,0 +1,182 @@
+#include "tessera/io/token_data.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "tessera/error.h"
+#include "tessera/ops.h"
+
+namespace tessera::io {
+
+namespace fs = std::filesystem;
+
+std::string read_corpus(const std::string& path) {
+  TS_CHECK(!path.empty(), "data: no corpus given (set data.path in the config or pass --data PATH)");
+  TS_CHECK(fs::exists(path), "data: '", path, "' does not exist");
+  if (!fs::is_directory(path)) return read_text_file(path);
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(path))
+    if (e.is_regular_file() && !e.is_symlink() && e.path().extension() != ".dat") files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  TS_CHECK(!files.empty(), "data: directory '", path, "' has no text files");
+  std::string text;
+  for (const auto& f : files) text += read_text_file(f.string());
+  return text;
+}
+
+TokenFile::TokenFile(const std::string& path) : file_(std::make_unique<MappedFile>(path)) {
+  TS_CHECK(file_->size() % 4 == 0, "token file '", path, "' has ", file_->size(), " bytes, not a multiple of 4");
+  size_ = static_cast<int64_t>(file_->size() / 4);
+}
+
+namespace {
+
+void write_tokens(const std::string& path, const std::vector<int32_t>& ids, size_t begin, size_t end) {
+  write_file_atomically(path, [&](std::ostream& os) {
+    os.write(reinterpret_cast<const char*>(ids.data() + begin), static_cast<std::streamsize>((end - begin) * 4));
+  });
+}
+
+const std::vector<std::string> kSpecials{"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"};
+
+}  // namespace
+
+TokenizedCorpus prepare_corpus(const TrainConfig::Data& data, bool with_specials, bool verbose) {
+  TokenizedCorpus c;
+  c.tokenizer_kind = data.tokenizer;
+  std::string src = data.path;
+  while (src.size() > 1 && src.back() == '/') src.pop_back();
+  c.cache_dir = data.cache_dir.empty() ? src + ".tessera" : data.cache_dir;
+  const std::string text = read_corpus(data.path);
+  const std::string key = data.tokenizer + ":" + std::to_string(text.size()) + ":" +
+                          std::to_string(std::hash<std::string>{}(text)) + ":" + std::to_string(data.val_fraction) +
+                          (with_specials ? ":specials" : "");
+  const fs::path meta_path = fs::path(c.cache_dir) / "meta.json";
+  if (data.tokenizer == "gpt2") {
+    c.tokenizer = std::make_unique<GPT2Tokenizer>(GPT2Tokenizer::from_files(data.vocab, data.merges));
+  } else {
+    auto chars = CharTokenizer::from_corpus(text).chars();
+    c.chars = chars;
+    c.tokenizer = std::make_unique<CharTokenizer>(chars);
+  }
+  c.vocab_size = c.tokenizer->vocab_size();
+  if (with_specials) {
+    c.specials = kSpecials;
+    c.vocab_size += static_cast<int64_t>(kSpecials.size());
+  }
+  bool fresh = false;
+  if (fs::exists(meta_path)) {
+    try {
+      fresh = nlohmann::json::parse(read_text_file(meta_path.string())).value("key", "") == key;
+    } catch (...) {
+      fresh = false;
+    }
+  }
+  if (!fresh) {
+    if (verbose) std::cerr << "data: tokenising " << data.path << " (" << text.size() << " bytes) into " << c.cache_dir << "\n";
+    const std::vector<int64_t> ids64 = c.tokenizer->encode(text);
+    TS_CHECK(ids64.size() >= 16, "data: the corpus '", data.path, "' has only ", ids64.size(), " tokens");
+    std::vector<int32_t> ids(ids64.begin(), ids64.end());
+    const size_t split = static_cast<size_t>(static_cast<double>(ids.size()) * (1.0 - data.val_fraction));
+    fs::create_directories(c.cache_dir);
+    write_tokens((fs::path(c.cache_dir) / "train.bin").string(), ids, 0, split);
+    write_tokens((fs::path(c.cache_dir) / "val.bin").string(), ids, split, ids.size());
+    write_file_atomically(meta_path.string(), [&](std::ostream& os) {
+      os << nlohmann::json{{"key", key}, {"tokens", ids.size()}, {"train_tokens", split},
+                           {"vocab_size", c.vocab_size}, {"tokenizer", data.tokenizer}}.dump(2);
+    });
+  }
+  c.train = std::make_unique<TokenFile>((fs::path(c.cache_dir) / "train.bin").string());
+  c.val = std::make_unique<TokenFile>((fs::path(c.cache_dir) / "val.bin").string());
+  return c;
+}
+
+GPTBatchSampler::GPTBatchSampler(const TokenFile& tokens, int64_t batch, int64_t block, uint64_t seed)
+    : tokens_(tokens), batch_(batch), block_(block), gen_(seed) {
+  TS_CHECK(tokens.size() > block + 1, "data: a split of ", tokens.size(), " tokens is too short for block_size ", block);
+}
+
+void GPTBatchSampler::next(Tensor& x, Tensor& y) {
+  x = Tensor::empty({batch_, block_}, DType::Int64);
+  y = Tensor::empty({batch_, block_}, DType::Int64);
+  int64_t* px = x.data<int64_t>();
+  int64_t* py = y.data<int64_t>();
+  const GeneratorState s = gen_.reserve(static_cast<uint64_t>(batch_));
+  const int64_t span = tokens_.size() - block_ - 1;
+  for (int64_t b = 0; b < batch_; ++b) {
+    const int64_t start = std::min<int64_t>(
+        span, static_cast<int64_t>(philox_uniform_f64(s.seed, s.offset + static_cast<uint64_t>(b)) * static_cast<double>(span + 1)));
+    const int32_t* t = tokens_.data() + start;
+    for (int64_t i = 0; i < block_; ++i) {
+      px[b * block_ + i] = t[i];
+      py[b * block_ + i] = t[i + 1];
+    }
+  }
+}
+
+BertBatchSampler::BertBatchSampler(const TokenFile& tokens, int64_t batch, int64_t block, int64_t vocab,
+                                   const std::vector<int64_t>& special, double mask_prob, bool nsp, uint64_t seed)
+    : tokens_(tokens), batch_(batch), block_(block), vocab_(vocab), special_(special), mask_prob_(mask_prob), nsp_(nsp),
+      gen_(seed) {
+  TS_CHECK(special.size() == 5, "BertBatchSampler: need ids of [PAD] [UNK] [CLS] [SEP] [MASK]");
+  TS_CHECK(tokens.size() > 2 * block, "data: a split of ", tokens.size(), " tokens is too short for block_size ", block);
+}
+
+double BertBatchSampler::uniform() {
+  const GeneratorState s = gen_.reserve(1);
+  return philox_uniform_f64(s.seed, s.offset);
+}
+
+BertBatch BertBatchSampler::next() {
+  const int64_t CLS = special_[2], SEP = special_[3], MASK = special_[4];
+  const int64_t n_regular = special_[0];  // specials follow the regular vocabulary
+  std::vector<int64_t> ids, tgt, types, labels;
+  const int64_t span = tokens_.size() - block_;
+  for (int64_t b = 0; b < batch_; ++b) {
+    std::vector<int64_t> row{CLS}, row_types{0};
+    auto take = [&](int64_t start, int64_t len, int64_t type) {
+      for (int64_t i = 0; i < len; ++i) {
+        row.push_back(tokens_.data()[start + i]);
+        row_types.push_back(type);
+      }
+      row.push_back(SEP);
+      row_types.push_back(type);
+    };
+    const int64_t a_start = static_cast<int64_t>(uniform() * static_cast<double>(span));
+    if (nsp_) {
+      const int64_t len_a = (block_ - 3) / 2, len_b = block_ - 3 - len_a;
+      take(a_start, len_a, 0);
+      const bool is_next = uniform() < 0.5;
+      const int64_t b_start = is_next ? std::min(a_start + len_a, span)
+                                      : static_cast<int64_t>(uniform() * static_cast<double>(span));
+      take(b_start, len_b, 1);
+      labels.push_back(is_next ? 0 : 1);  // HF: 0 = B continues A
+    } else {
+      take(a_start, block_ - 2, 0);
+    }
+    for (size_t i = 0; i < row.size(); ++i) {
+      const bool special = row[i] >= n_regular;
+      int64_t label = -100, id = row[i];
+      if (!special && uniform() < mask_prob_) {
+        label = row[i];
+        const double r = uniform();
+        if (r < 0.8) id = MASK;
+        else if (r < 0.9) id = static_cast<int64_t>(uniform() * static_cast<double>(n_regular));
+      }
+      ids.push_back(id);
+      tgt.push_back(label);
+      types.push_back(row_types[i]);
+    }
+  }
+  BertBatch out;
+  out.input_ids = from_vector(ids, {batch_, block_});
+  out.targets = from_vector(tgt, {batch_, block_});
+  out.token_type_ids = from_vector(types, {batch_, block_});
+  out.attention_mask = ones({batch_, block_}, DType::Int64);
+  if (nsp_) out.next_sentence_label = from_vector(labels, {batch_});
+  return out;
+}
+
+}  // namespace tessera::io

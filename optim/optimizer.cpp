@@ -1,0 +1,205 @@
+#include "tessera/optim/optimizer.h"
+
+#include <cmath>
+#include <functional>
+
+#include "tessera/dispatch.h"
+#include "tessera/grad_mode.h"
+#include "tessera/ops.h"
+
+namespace tessera::optim {
+
+std::vector<ParamGroup> default_param_groups(const std::vector<std::pair<std::string, Tensor*>>& named,
+                                             double lr, double weight_decay) {
+  ParamGroup decay{{}, {}, lr, weight_decay}, no_decay{{}, {}, lr, 0.0};
+  for (auto& [name, t] : named) {
+    ParamGroup& g = t->dim() >= 2 ? decay : no_decay;
+    g.names.push_back(name);
+    g.params.push_back(*t);
+  }
+  std::vector<ParamGroup> out;
+  for (ParamGroup* g : {&decay, &no_decay})
+    if (!g->params.empty()) out.push_back(std::move(*g));
+  return out;
+}
+
+Optimizer::Optimizer(std::vector<ParamGroup> groups) : groups_(std::move(groups)) {
+  for (auto& g : groups_) {
+    if (g.names.size() != g.params.size()) {
+      g.names.clear();
+      for (size_t i = 0; i < g.params.size(); ++i) g.names.push_back("param" + std::to_string(i));
+    }
+    for (size_t i = 0; i < g.params.size(); ++i) {
+      TS_CHECK(g.params[i].is_leaf() && is_floating(g.params[i].dtype()), "optimizer: '", g.names[i],
+               "' must be a floating-point leaf tensor, got ", g.params[i].describe());
+    }
+    TS_CHECK(g.lr >= 0 && g.weight_decay >= 0, "optimizer: lr and weight_decay must be >= 0, got lr=", g.lr,
+             " weight_decay=", g.weight_decay);
+  }
+}
+
+void Optimizer::zero_grad() {
+  for (auto& g : groups_)
+    for (auto& p : g.params) p.set_grad(Tensor());
+}
+
+void Optimizer::set_lr(double lr) {
+  for (auto& g : groups_) g.lr = lr;
+}
+
+Tensor& Optimizer::slot(size_t g, size_t i, const std::string& name) {
+  const std::string key = groups_[g].names[i] + "." + name;
+  auto it = state_.find(key);
+  if (it == state_.end()) it = state_.emplace(key, zeros_like(groups_[g].params[i])).first;
+  return it->second;
+}
+
+std::map<std::string, Tensor> Optimizer::state_dict() const {
+  std::map<std::string, Tensor> out = state_;
+  out["step"] = full({}, static_cast<double>(step_), DType::Int64);
+  return out;
+}
+
+void Optimizer::load_state_dict(const std::map<std::string, Tensor>& state) {
+  auto it = state.find("step");
+  TS_CHECK(it != state.end(), name(), ".load_state_dict: no 'step' entry");
+  step_ = static_cast<int64_t>(it->second.item());
+  std::map<std::string, Tensor> loaded;
+  for (auto& [k, v] : state) {
+    if (k == "step") continue;
+    const size_t dot = k.rfind('.');
+    bool known = false;
+    for (auto& g : groups_)
+      for (size_t i = 0; i < g.params.size(); ++i)
+        if (dot != std::string::npos && k.substr(0, dot) == g.names[i]) {
+          TS_CHECK(v.shape() == g.params[i].shape(), name(), ".load_state_dict: '", k, "' has shape ",
+                   shape_str(v.shape()), ", parameter has ", shape_str(g.params[i].shape()));
+          loaded[k] = v.to(g.params[i].dtype()).to(g.params[i].device()).contiguous().clone();
+          known = true;
+        }
+    TS_CHECK(known, name(), ".load_state_dict: '", k, "' belongs to no parameter of this optimizer");
+  }
+  state_ = std::move(loaded);
+}
+
+namespace {
+
+// Runs one fused optimizer kernel per (device, dtype) over the group's parameters that have
+// gradients; `slots` names the state tensors the kernel updates after the parameters.
+void run_group(Kernel k, Optimizer& opt, ParamGroup& g, size_t gi, const std::vector<std::string>& slots,
+                      const std::function<Tensor&(size_t, size_t, const std::string&)>& slot,
+                      const std::vector<double>& scalars) {
+  // Group parameters by (device, dtype): one kernel call each.
+  std::map<std::pair<int, int>, std::vector<size_t>> by_kind;
+  for (size_t i = 0; i < g.params.size(); ++i) {
+    const Tensor grad = g.params[i].grad();
+    if (!grad.defined()) continue;
+    TS_CHECK(grad.shape() == g.params[i].shape(), opt.name(), ": gradient of '", g.names[i], "' is ",
+             grad.describe(), ", parameter is ", g.params[i].describe());
+    by_kind[{static_cast<int>(g.params[i].device().type), static_cast<int>(g.params[i].dtype())}].push_back(i);
+  }
+  for (auto& [kind, idx] : by_kind) {
+    std::vector<Tensor> outs, grads;
+    for (size_t i : idx) outs.push_back(g.params[i].detach());
+    for (const std::string& s : slots)
+      for (size_t i : idx) outs.push_back(slot(gi, i, s));
+    for (size_t i : idx) grads.push_back(g.params[i].grad().to(g.params[i].dtype()).contiguous());
+    KernelAttrs a;
+    a.scalars = scalars;
+    const Tensor& first = g.params[idx[0]];
+    TS_CHECK(first.is_contiguous(), opt.name(), ": parameter '", g.names[idx[0]], "' is not contiguous");
+    run_kernel(k, first.device(), first.dtype(), grads, outs, a);
+    for (size_t i : idx) g.params[i].bump_version();
+  }
+}
+
+}  // namespace
+
+Adam::Adam(std::vector<ParamGroup> groups, AdamOptions options) : Optimizer(std::move(groups)), options_(options) {
+  TS_CHECK(options.beta1 >= 0 && options.beta1 < 1 && options.beta2 >= 0 && options.beta2 < 1,
+           "Adam: betas must be in [0, 1), got (", options.beta1, ", ", options.beta2, ")");
+  TS_CHECK(options.eps > 0, "Adam: eps must be > 0, got ", options.eps);
+}
+
+void Adam::step() {
+  NoGradGuard no_grad;
+  ++step_;
+  const double bc1 = options_.bias_correction ? 1 - std::pow(options_.beta1, step_) : 1.0;
+  const double bc2 = options_.bias_correction ? 1 - std::pow(options_.beta2, step_) : 1.0;
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    auto& g = groups_[gi];
+    run_group(Kernel::adamw_step, *this, g, gi, {"exp_avg", "exp_avg_sq"},
+              [&](size_t a, size_t b, const std::string& n) -> Tensor& { return slot(a, b, n); },
+              {g.lr, options_.beta1, options_.beta2, options_.eps, g.weight_decay, bc1, bc2,
+               options_.decoupled_weight_decay ? 1.0 : 0.0});
+  }
+}
+
+SGD::SGD(std::vector<ParamGroup> groups, SGDOptions options) : Optimizer(std::move(groups)), options_(options) {
+  TS_CHECK(options.momentum >= 0, "SGD: momentum must be >= 0, got ", options.momentum);
+  TS_CHECK(!options.nesterov || (options.momentum > 0 && options.dampening == 0),
+           "SGD: nesterov needs momentum > 0 and dampening 0");
+}
+
+void SGD::step() {
+  NoGradGuard no_grad;
+  const bool first = step_ == 0;
+  ++step_;
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    auto& g = groups_[gi];
+    std::vector<std::string> slots;
+    if (options_.momentum != 0) slots.push_back("momentum_buffer");
+    run_group(Kernel::sgd_step, *this, g, gi, slots,
+              [&](size_t a, size_t b, const std::string& n) -> Tensor& { return slot(a, b, n); },
+              {g.lr, options_.momentum, options_.dampening, g.weight_decay, options_.nesterov ? 1.0 : 0.0,
+               first ? 1.0 : 0.0});
+  }
+}
+
+Lamb::Lamb(std::vector<ParamGroup> groups, LambOptions options) : Optimizer(std::move(groups)), options_(options) {
+  TS_CHECK(options.min_coeff >= 0 && options.max_coeff >= options.min_coeff,
+           "Lamb: need 0 <= min_coeff <= max_coeff, got ", options.min_coeff, " and ", options.max_coeff);
+}
+
+void Lamb::step() {
+  NoGradGuard no_grad;
+  ++step_;
+  const double bc1 = options_.bias_correction ? 1 - std::pow(options_.beta1, step_) : 1.0;
+  const double bc2 = options_.bias_correction ? 1 - std::pow(options_.beta2, step_) : 1.0;
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    auto& g = groups_[gi];
+    run_group(Kernel::lamb_step, *this, g, gi, {"exp_avg", "exp_avg_sq"},
+              [&](size_t a, size_t b, const std::string& n) -> Tensor& { return slot(a, b, n); },
+              {g.lr, options_.beta1, options_.beta2, options_.eps, g.weight_decay, bc1, bc2, options_.max_coeff,
+               options_.min_coeff});
+  }
+}
+
+double grad_norm(const std::vector<Tensor>& params) {
+  NoGradGuard no_grad;
+  double total = 0;
+  for (const Tensor& p : params) {
+    const Tensor g = p.grad();
+    if (!g.defined()) continue;
+    const double n = norm(g.to(DType::Float64)).item();
+    total += n * n;
+  }
+  return std::sqrt(total);
+}
+
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
+  TS_CHECK(max_norm > 0, "clip_grad_norm: max_norm must be > 0, got ", max_norm);
+  const double total = grad_norm(params);
+  if (!std::isfinite(total)) return total;
+  const double coef = max_norm / (total + 1e-6);
+  if (coef < 1.0) {
+    NoGradGuard no_grad;
+    for (const Tensor& p : params) {
+      Tensor g = p.grad();
+      if (g.defined()) g.mul_(coef);
+    }
+  }
+  return total;
+}
+
+}  // namespace tessera::optim

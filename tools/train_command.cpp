@@ -1,0 +1,293 @@
+// `tessera train CONFIG.json [--data PATH] [--steps N] [--save DIR] [--resume DIR] [--json]`
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "tessera/engine/engine.h"
+#include "tessera/grad_mode.h"
+#include "tessera/io/token_data.h"
+#include "tessera/models/bert.h"
+#include "tessera/models/generate.h"
+#include "tessera/models/gpt2.h"
+#include "tessera/ops.h"
+#include "tools/cli.h"
+
+namespace tessera::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+const char* kHelp = R"(usage: tessera train CONFIG.json [--data PATH] [--steps N] [--save DIR] [--resume DIR] [--json]
+
+Trains the GPT-2 or BERT reference model a DeepSpeed-style JSON config describes (see
+configs/). The corpus (data.path, or --data: a text file or a directory of text files) is
+tokenised once into a cache beside it. Prints a progress line (step, loss, learning rate,
+tokens/s, ETA), the validation loss every train.eval_interval steps, and for GPT a text
+sample at the end.
+
+--steps N     train until global step N (a resumed run continues from its checkpoint's step)
+--save DIR    write a checkpoint (tag "step<N>") there at the end
+--resume DIR  continue from the latest checkpoint in DIR (model, optimizer, schedule, loss
+              scaler, RNG and data position: the numbers continue exactly)
+--json        last line: {"step": S, "train_loss": L, "val_loss": V, "tokens_per_s": R}
+)";
+
+std::string fmt_duration(double secs) {
+  const int64_t s = static_cast<int64_t>(secs);
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%ld:%02ld", static_cast<long>(s / 60), static_cast<long>(s % 60));
+  return buf;
+}
+
+// DeepSpeed's CSV monitor: one file per event, "<output_path>/<job_name>/<event>.csv".
+class CsvMonitor {
+ public:
+  explicit CsvMonitor(const io::TrainConfig::CsvMonitor& c) : enabled_(c.enabled) {
+    if (!enabled_) return;
+    dir_ = fs::path(c.output_path) / c.job_name;
+    fs::create_directories(dir_);
+  }
+  void write(const std::string& event, int64_t step, double value) {
+    if (!enabled_) return;
+    std::string name = event;
+    for (char& ch : name)
+      if (ch == '/') ch = '_';
+    const fs::path p = dir_ / (name + ".csv");
+    const bool fresh = !fs::exists(p);
+    std::ofstream f(p, std::ios::app);
+    if (fresh) f << "step," << event << "\n";
+    f << step << "," << value << "\n";
+  }
+
+ private:
+  bool enabled_;
+  fs::path dir_;
+};
+
+struct Trainer {
+  io::TrainConfig cfg;
+  io::TokenizedCorpus corpus;
+  std::unique_ptr<models::PretrainedModel> model;
+  std::unique_ptr<engine::Engine> eng;
+  std::unique_ptr<io::GPTBatchSampler> gpt_sampler;
+  std::unique_ptr<io::BertBatchSampler> bert_sampler;
+  bool bert = false;
+
+  std::vector<int64_t> special_ids() const {
+    std::vector<int64_t> ids;
+    for (int64_t i = 0; i < 5; ++i) ids.push_back(corpus.vocab_size - 5 + i);
+    return ids;
+  }
+
+  void build_model() {
+    const auto& m = cfg.model;
+    manual_seed(cfg.train.seed);
+    if (bert) {
+      models::BertConfig c = m.size.empty() ? models::BertConfig() : models::BertConfig::named(m.size);
+      if (m.size.empty()) {
+        c.hidden_size = m.n_embd, c.num_hidden_layers = m.n_layer, c.num_attention_heads = m.n_head;
+        c.intermediate_size = m.intermediate_size ? m.intermediate_size : 4 * m.n_embd;
+      }
+      c.vocab_size = corpus.vocab_size;
+      c.max_position_embeddings = m.block_size;
+      c.hidden_dropout_prob = m.dropout;
+      model = std::make_unique<models::BertForPreTraining>(c, cfg.data.nsp);
+    } else {
+      models::GPT2Config c = m.size.empty() ? models::GPT2Config() : models::GPT2Config::named(m.size);
+      if (m.size.empty()) c.n_embd = m.n_embd, c.n_layer = m.n_layer, c.n_head = m.n_head;
+      c.vocab_size = corpus.vocab_size;
+      c.n_positions = m.block_size;
+      c.dropout = m.dropout;
+      c.bias = m.bias;
+      model = std::make_unique<models::GPT2LMHeadModel>(c);
+    }
+    if (!m.init_from.empty()) {
+      auto src = models::load_pretrained(m.init_from);
+      model->load_state_dict(src->state_dict());
+    }
+  }
+
+  Tensor train_loss() {
+    models::Batch b;
+    if (bert) {
+      const io::BertBatch bb = bert_sampler->next();
+      b = {bb.input_ids, bb.targets, bb.attention_mask, bb.token_type_ids, bb.next_sentence_label};
+    } else {
+      gpt_sampler->next(b.input_ids, b.targets);
+    }
+    return eng->forward(b);
+  }
+
+  double val_loss() {
+    NoGradGuard no_grad;
+    model->eval();
+    const int64_t B = cfg.micro_batch_size, T = cfg.model.block_size;
+    double total = 0;
+    // The same validation batches every time (a fixed seed), so values are comparable.
+    if (bert) {
+      io::BertBatchSampler s(*corpus.val, B, T, corpus.vocab_size, special_ids(), cfg.data.mask_prob, cfg.data.nsp, 424242);
+      for (int64_t i = 0; i < cfg.train.eval_iters; ++i) {
+        const io::BertBatch bb = s.next();
+        total += model->loss({bb.input_ids, bb.targets, bb.attention_mask, bb.token_type_ids, bb.next_sentence_label}).item();
+      }
+    } else {
+      io::GPTBatchSampler s(*corpus.val, B, T, 424242);
+      for (int64_t i = 0; i < cfg.train.eval_iters; ++i) {
+        models::Batch b;
+        s.next(b.input_ids, b.targets);
+        total += model->loss(b).item();
+      }
+    }
+    model->train();
+    return total / static_cast<double>(cfg.train.eval_iters);
+  }
+
+  nlohmann::json client_state() const {
+    const GeneratorState s = bert ? bert_sampler->state() : gpt_sampler->state();
+    return {{"sampler", {{"seed", s.seed}, {"offset", s.offset}}}, {"vocab_size", corpus.vocab_size}};
+  }
+
+  void save(const std::string& dir) {
+    const std::string tag = "step" + std::to_string(eng->global_steps());
+    eng->save_checkpoint(dir, tag, client_state());
+    std::cerr << "checkpoint: " << (fs::path(dir) / tag).string() << "\n";
+  }
+};
+
+}  // namespace
+
+int train_main(int argc, char** argv) {
+  const Args a(argc, argv, 2, {"json", "help"}, {"data", "steps", "save", "resume"});
+  if (a.has("help")) {
+    std::cout << kHelp;
+    return 0;
+  }
+  TS_CHECK(a.positional().size() == 1, "train: expected one CONFIG.json (see --help)");
+  Trainer t;
+  t.cfg = io::TrainConfig::from_file(a.positional()[0]);
+  for (const auto& w : t.cfg.warnings) std::cerr << "warning: " << w << "\n";
+  if (a.has("data")) t.cfg.data.path = a.get("data", "");
+  if (a.has("steps")) t.cfg.train.steps = a.get_int("steps", t.cfg.train.steps);
+  TS_CHECK(t.cfg.train.steps >= 0, "--steps must be >= 0");
+  const bool json = a.has("json");
+  t.bert = t.cfg.model.type == "bert";
+  t.corpus = io::prepare_corpus(t.cfg.data, t.bert, true);
+  t.build_model();
+  t.eng = engine::initialize(*t.model, t.cfg);
+  const int64_t B = t.cfg.micro_batch_size, T = t.cfg.model.block_size;
+  if (t.bert)
+    t.bert_sampler = std::make_unique<io::BertBatchSampler>(*t.corpus.train, B, T, t.corpus.vocab_size, t.special_ids(),
+                                                             t.cfg.data.mask_prob, t.cfg.data.nsp, t.cfg.train.seed + 1);
+  else
+    t.gpt_sampler = std::make_unique<io::GPTBatchSampler>(*t.corpus.train, B, T, t.cfg.train.seed + 1);
+  if (a.has("resume")) {
+    const nlohmann::json cs = t.eng->load_checkpoint(a.get("resume", ""));
+    TS_CHECK(cs.value("vocab_size", int64_t{-1}) == t.corpus.vocab_size, "train --resume: the checkpoint's vocabulary (",
+             cs.value("vocab_size", int64_t{-1}), ") differs from this corpus's (", t.corpus.vocab_size, ")");
+    const GeneratorState s{cs["sampler"]["seed"].get<uint64_t>(), cs["sampler"]["offset"].get<uint64_t>()};
+    if (t.bert) t.bert_sampler->set_state(s);
+    else t.gpt_sampler->set_state(s);
+    std::cerr << "resumed at step " << t.eng->global_steps() << "\n";
+  }
+  std::cerr << t.model->type_name() << ": " << t.model->num_parameters() << " parameters, vocab " << t.corpus.vocab_size
+            << ", block " << T << ", batch " << t.cfg.train_batch_size << " (" << B << " x "
+            << t.cfg.gradient_accumulation_steps << " accumulation), " << t.eng->optimizer().name() << ", "
+            << t.cfg.train.steps << " steps\n";
+
+  CsvMonitor csv(t.cfg.csv_monitor);
+  const bool tty = ::isatty(STDERR_FILENO);
+  const int64_t tokens_per_step = t.cfg.train_batch_size * T;
+  const int64_t start_step = t.eng->global_steps();
+  double last_loss = NAN, val = NAN;
+  const auto t0 = Clock::now();
+  while (t.eng->global_steps() < t.cfg.train.steps) {
+    double loss_sum = 0;
+    for (int64_t m = 0; m < t.cfg.gradient_accumulation_steps; ++m) {
+      const Tensor loss = t.train_loss();
+      const double lv = loss.item();
+      TS_CHECK(std::isfinite(lv) || t.cfg.fp16.enabled, "train: the loss is ", lv, " at step ", t.eng->global_steps(),
+               "; lower the learning rate or check the data");
+      loss_sum += lv;
+      t.eng->backward(loss);
+    }
+    const engine::StepStats st = t.eng->step();
+    last_loss = loss_sum / static_cast<double>(t.cfg.gradient_accumulation_steps);
+    const int64_t step = t.eng->global_steps();
+    csv.write("Train/Samples/train_loss", step, last_loss);
+    csv.write("Train/Samples/lr", step, st.lr);
+    if (t.cfg.fp16.enabled) csv.write("Train/Samples/loss_scale", step, st.loss_scale);
+    const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    const double rate = static_cast<double>((step - start_step) * tokens_per_step) / std::max(secs, 1e-9);
+    const double eta = static_cast<double>(t.cfg.train.steps - step) * secs / static_cast<double>(step - start_step);
+    if (tty || step % t.cfg.steps_per_print == 0 || step == t.cfg.train.steps) {
+      char line[200];
+      std::snprintf(line, sizeof line, "step %ld/%ld | loss %.4f | lr %.3e | %.0f tok/s | ETA %s%s",
+                    static_cast<long>(step), static_cast<long>(t.cfg.train.steps), last_loss, st.lr, rate,
+                    fmt_duration(eta).c_str(), st.overflow ? " | overflow: step skipped" : "");
+      std::cerr << (tty ? "\r" : "") << line << (tty ? "\033[K" : "\n") << std::flush;
+    }
+    const bool eval_now = t.cfg.train.eval_interval > 0 && step % t.cfg.train.eval_interval == 0;
+    if (eval_now && step < t.cfg.train.steps) {
+      val = t.val_loss();
+      csv.write("Eval/val_loss", step, val);
+      std::cerr << (tty ? "\n" : "") << "step " << step << ": val loss " << val << "\n";
+    }
+    if (t.cfg.train.checkpoint_interval > 0 && step % t.cfg.train.checkpoint_interval == 0 &&
+        !t.cfg.train.checkpoint_dir.empty()) {
+      if (tty) std::cerr << "\n";
+      t.save(t.cfg.train.checkpoint_dir);
+    }
+  }
+  if (tty) std::cerr << "\n";
+  const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  const int64_t trained = t.eng->global_steps() - start_step;
+  const double rate = trained > 0 ? static_cast<double>(trained * tokens_per_step) / secs : 0.0;
+  val = t.val_loss();
+  csv.write("Eval/val_loss", t.eng->global_steps(), val);
+  std::cerr << "step " << t.eng->global_steps() << ": val loss " << val << " (" << trained << " steps in "
+            << fmt_duration(secs) << ", " << static_cast<int64_t>(rate) << " tokens/s)\n";
+  if (a.has("save")) t.save(a.get("save", ""));
+  if (!t.bert && t.cfg.train.sample_tokens > 0 && !json) {
+    auto& gpt = dynamic_cast<models::GPT2LMHeadModel&>(*t.model);
+    models::GenerateOptions o;
+    o.max_new_tokens = std::min<int64_t>(t.cfg.train.sample_tokens, T - 1);
+    o.temperature = 0.8;
+    o.top_k = 40;
+    o.seed = t.cfg.train.seed;
+    std::vector<int64_t> prompt = t.corpus.tokenizer->encode("\n");
+    if (prompt.empty()) prompt = {0};
+    std::string text;
+    // Slide a window so samples can be longer than the context.
+    std::vector<int64_t> ctx = prompt;
+    int64_t left = t.cfg.train.sample_tokens;
+    while (left > 0) {
+      o.max_new_tokens = std::min<int64_t>(left, T - static_cast<int64_t>(ctx.size()));
+      const auto ids = models::generate(gpt, ctx, o);
+      text += t.corpus.tokenizer->decode(ids);
+      left -= static_cast<int64_t>(ids.size());
+      ctx.insert(ctx.end(), ids.begin(), ids.end());
+      if (static_cast<int64_t>(ctx.size()) > T / 2) ctx.erase(ctx.begin(), ctx.end() - T / 2);
+      ++o.seed;
+      if (ids.empty()) break;
+    }
+    std::cout << "---- sample ----\n" << text << "\n----------------\n";
+  }
+  if (json) {
+    char loss_text[64];
+    std::snprintf(loss_text, sizeof loss_text, "%.9g", last_loss);
+    std::cout << "{\"step\": " << t.eng->global_steps() << ", \"train_loss\": " << (std::isfinite(last_loss) ? loss_text : "null")
+              << ", \"val_loss\": " << nlohmann::json(val).dump() << ", \"tokens_per_s\": " << nlohmann::json(rate).dump()
+              << "}\n";
+  }
+  return 0;
+}
+
+}  // namespace tessera::cli
