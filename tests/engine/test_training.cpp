@@ -1,0 +1,206 @@
+// The engine against PyTorch (tests/fixtures/generate_training_fixture.py), exact resume,
+// fp16 loss scaling, and checkpoints that survive a kill mid-save.
+#include <doctest/doctest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "tessera/engine/engine.h"
+#include "tessera/io/files.h"
+#include "tessera/models/gpt2.h"
+#include "tessera/ops.h"
+
+using namespace tessera;
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kDir = TESSERA_FIXTURES_DIR "/training/";
+
+json read_json(const std::string& p) { return json::parse(io::read_text_file(p)); }
+
+Tensor ids(const json& j) {
+  std::vector<int64_t> v;
+  for (const auto& row : j)
+    for (const auto& x : row) v.push_back(x.get<int64_t>());
+  return from_vector(v, {static_cast<int64_t>(j.size()), static_cast<int64_t>(j[0].size())});
+}
+
+std::string tmp_dir(const std::string& name) {
+  const fs::path d = fs::temp_directory_path() / ("tessera-engine-" + std::to_string(::getpid()) + "-" + name);
+  fs::remove_all(d);
+  return d.string();
+}
+
+// A small GPT-2 and engine from a config, with a fixed seed.
+struct Setup {
+  std::unique_ptr<models::GPT2LMHeadModel> model;
+  std::unique_ptr<engine::Engine> engine;
+  explicit Setup(const std::string& config_json, double dropout = 0.1) {
+    manual_seed(5);
+    auto c = models::GPT2Config::named("tiny");
+    c.dropout = dropout;
+    model = std::make_unique<models::GPT2LMHeadModel>(c);
+    engine = engine::initialize(*model, io::TrainConfig::parse(config_json));
+  }
+  double train_step(int64_t k) {
+    Generator g(1000 + static_cast<uint64_t>(k));
+    const Tensor x = (rand({2, 8}, DType::Float32, Device::cpu(), &g) * 96.0).to(DType::Int64);
+    const Tensor y = (rand({2, 8}, DType::Float32, Device::cpu(), &g) * 96.0).to(DType::Int64);
+    const Tensor loss = engine->forward({x, y});
+    engine->backward(loss);
+    engine->step();
+    return loss.item();
+  }
+};
+
+const char* kConfig = R"({"train_batch_size": 2, "gradient_clipping": 1.0,
+  "optimizer": {"type": "AdamW", "params": {"lr": 0.003, "weight_decay": 0.1}},
+  "scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": 30, "warmup_num_steps": 5,
+                "warmup_max_lr": 0.003}}})";
+
+}  // namespace
+
+TEST_CASE("ten AdamW steps match PyTorch to 1e-5 relative on every loss") {
+  auto model = models::load_pretrained(kDir + "model");
+  auto eng = engine::initialize(*model, io::TrainConfig::from_file(kDir + "config.json"));
+  const json batches = read_json(kDir + "batches.json");
+  const std::vector<double> want = read_json(kDir + "losses.json")["losses"];
+  REQUIRE(batches.size() == want.size());
+  for (size_t k = 0; k < want.size(); ++k) {
+    const Tensor loss = eng->forward({ids(batches[k]["input_ids"]), ids(batches[k]["targets"])});
+    eng->backward(loss);
+    eng->step();
+    INFO("step ", k, ": tessera ", loss.item(), ", pytorch ", want[k]);
+    CHECK(std::fabs(loss.item() - want[k]) <= 1e-5 * std::fabs(want[k]));
+  }
+}
+
+TEST_CASE("gradient accumulation: two micro-batches of 1 step like one batch of 2") {
+  auto run = [](const char* cfg, int64_t micro) {
+    manual_seed(3);
+    auto c = models::GPT2Config::named("tiny");
+    c.dropout = 0.0;
+    models::GPT2LMHeadModel m(c);
+    auto e = engine::initialize(m, io::TrainConfig::parse(cfg));
+    Generator g(9);
+    const Tensor x = (rand({2, 8}, DType::Float32, Device::cpu(), &g) * 96.0).to(DType::Int64);
+    const Tensor y = (rand({2, 8}, DType::Float32, Device::cpu(), &g) * 96.0).to(DType::Int64);
+    for (int64_t i = 0; i < 2 / micro; ++i) {
+      CHECK_FALSE(e->is_gradient_accumulation_boundary());
+      e->backward(e->forward({x.narrow(0, i * micro, micro), y.narrow(0, i * micro, micro)}));
+      e->step();
+    }
+    CHECK(e->global_steps() == 1);
+    return m.transformer.wte.weight.to_vector();
+  };
+  const auto a = run(R"({"train_batch_size": 2, "optimizer": {"type": "SGD", "params": {"lr": 0.5}}})", 2);
+  const auto b = run(R"({"train_batch_size": 2, "train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "SGD", "params": {"lr": 0.5}}})", 1);
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(a[i] - b[i]));
+  CHECK(worst < 1e-6);
+}
+
+TEST_CASE("resume is exact: N steps, save, load into a fresh engine, M more == N+M straight") {
+  std::vector<double> straight;
+  {
+    Setup s(kConfig);
+    for (int k = 0; k < 8; ++k) straight.push_back(s.train_step(k));
+  }
+  const std::string dir = tmp_dir("resume");
+  {
+    Setup s(kConfig);
+    for (int k = 0; k < 4; ++k) CHECK(s.train_step(k) == straight[k]);
+    s.engine->save_checkpoint(dir, "step4", {{"note", "hello"}});
+  }
+  manual_seed(999);  // the checkpoint restores the RNG that dropout draws from
+  Setup fresh(kConfig);
+  const json client = fresh.engine->load_checkpoint(dir);
+  CHECK(client["note"] == "hello");
+  CHECK(fresh.engine->global_steps() == 4);
+  for (int k = 4; k < 8; ++k) CHECK(fresh.train_step(k) == straight[k]);  // bit for bit
+}
+
+TEST_CASE("fp16: an overflow skips the step and halves the scale (DeepSpeed semantics)") {
+  Setup s(R"({"train_batch_size": 2, "fp16": {"enabled": true, "initial_scale_power": 8, "hysteresis": 1},
+             "optimizer": {"type": "AdamW", "params": {"lr": 0.001}}})", 0.0);
+  CHECK(s.model->transformer.wte.weight.dtype() == DType::Float16);
+  CHECK(s.engine->loss_scale() == 256.0);
+  s.train_step(0);
+  const auto before = s.model->transformer.wte.weight.to_vector();
+  // A loss whose gradient overflows float16.
+  const Tensor huge = sum(s.model->transformer.wte.weight.to(DType::Float32)) * 1e30;
+  s.engine->backward(huge);
+  const auto st = s.engine->step();
+  CHECK(st.overflow);
+  CHECK_FALSE(st.stepped);
+  CHECK(s.engine->loss_scale() == 128.0);
+  CHECK(s.engine->skipped_steps() == 1);
+  CHECK(s.model->transformer.wte.weight.to_vector() == before);
+  s.train_step(1);
+  CHECK(s.engine->global_steps() == 3);
+}
+
+TEST_CASE("a process killed with SIGKILL while saving leaves a loadable checkpoint") {
+  const std::string dir = tmp_dir("kill");
+  {
+    Setup s(kConfig);
+    s.train_step(0);
+    s.engine->save_checkpoint(dir, "good");
+  }
+  for (int attempt = 0; attempt < 6; ++attempt) {
+    const pid_t child = fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      Setup s(kConfig);
+      for (int k = 0;; ++k) s.engine->save_checkpoint(dir, "step" + std::to_string(k % 3));
+    }
+    usleep(20000 + 15000 * attempt);
+    kill(child, SIGKILL);
+    int status = 0;
+    waitpid(child, &status, 0);
+    Setup reader(kConfig);
+    CHECK_NOTHROW(reader.engine->load_checkpoint(dir));  // whatever `latest` names is complete
+  }
+}
+
+TEST_CASE("bad configs stop with a message naming the key, the value and what is expected") {
+  auto err = [](const std::string& text) {
+    try {
+      io::TrainConfig::parse(text, 1, "cfg.json");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK(err(R"({"train_batch_size": 8, "train_micro_batch_size_per_gpu": 3, "gradient_accumulation_steps": 2})")
+            .find("batch sizes disagree: train_batch_size 8 != train_micro_batch_size_per_gpu 3 * gradient_accumulation_steps 2") !=
+        std::string::npos);
+  CHECK(err(R"({"optimizer": {"type": "AdamW"}})").find("set train_batch_size or train_micro_batch_size_per_gpu") != std::string::npos);
+  CHECK(err(R"({"train_batch_size": "8"})").find("'train_batch_size' must be an integer, found \"8\"") != std::string::npos);
+  CHECK(err(R"({"train_batch_size": 0})").find("'train_batch_size' is 0, expected a positive integer") != std::string::npos);
+  CHECK(err(R"({"train_batch_size": 8, "optimizer": {"type": "Adagrad"}})").find("'optimizer.type' is \"Adagrad\"") != std::string::npos);
+  CHECK(err(R"({"train_batch_size": 8, "optimizer": {"params": {"lr": -1}}})").find("'optimizer.params.lr' is -1, expected >= 0") != std::string::npos);
+  CHECK(err(R"({"train_batch_size": 8, "optimizer": {"params": {"betas": [0.9]}}})").find("'optimizer.params.betas' must be two numbers") != std::string::npos);
+  CHECK(err(R"({"train_batch_size": 8, "scheduler": {"type": "WarmupCosineLR", "params": {}}})").find("'scheduler.params.total_num_steps' is required") != std::string::npos);
+  CHECK(err(R"({"train_batch_size": 8, "fp16": {"enabled": true}, "bf16": {"enabled": true}})").find("cannot both be true") != std::string::npos);
+  CHECK(err(R"({"train_batch_size": 8, "zero_optimization": {"stage": 4}})").find("'zero_optimization.stage' is 4, expected 0, 1, 2 or 3") != std::string::npos);
+  CHECK(err(R"({"train_batch_size": 8, "gradient_clipping": -1})").find("'gradient_clipping' is -1") != std::string::npos);
+  CHECK(err(R"({"train_batch_size": 8, "model": {"n_embd": 130, "n_head": 4}})").find("'model.n_embd' (130) must be divisible by 'model.n_head' (4)") != std::string::npos);
+  CHECK(err(R"({"train_batch_size": 8,)").find("cfg.json: invalid JSON") != std::string::npos);
+  // The rule's other directions, and world size.
+  const auto c = io::TrainConfig::parse(R"({"train_batch_size": 32, "gradient_accumulation_steps": 2})", 4);
+  CHECK(c.micro_batch_size == 4);
+  CHECK(io::TrainConfig::parse(R"({"train_micro_batch_size_per_gpu": 3, "gradient_accumulation_steps": 2})", 2).train_batch_size == 12);
+  // Unknown keys warn by name and nothing stops.
+  const auto w = io::TrainConfig::parse(R"({"train_batch_size": 8, "optimizer": {"params": {"lr": 1, "foo": 2}}, "bar": 1})");
+  REQUIRE(w.warnings.size() == 2);
+  CHECK(w.warnings[0].find("'optimizer.params.foo'") != std::string::npos);
+  CHECK(w.warnings[1].find("'bar'") != std::string::npos);
+}

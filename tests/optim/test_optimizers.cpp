@@ -1,0 +1,123 @@
+// Optimizer updates and schedules against their formulas, written out in double here.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "tessera/engine/loss_scaler.h"
+#include "tessera/ops.h"
+#include "tessera/optim/lr_schedule.h"
+#include "tessera/optim/optimizer.h"
+
+using namespace tessera;
+
+namespace {
+Tensor param(std::vector<double> v, std::vector<double> g) {
+  Tensor p = from_vector(v, {static_cast<int64_t>(v.size())}, DType::Float64).requires_grad_();
+  p.set_grad(from_vector(g, {static_cast<int64_t>(g.size())}, DType::Float64));
+  return p;
+}
+}  // namespace
+
+TEST_CASE("AdamW: two steps against the formula") {
+  Tensor p = param({1.0, -2.0}, {0.5, -0.1});
+  optim::Adam opt({{{"p"}, {p}, 0.1, 0.01}}, optim::AdamOptions{0.9, 0.999, 1e-8, true});
+  double x[2] = {1.0, -2.0}, m[2] = {0, 0}, v[2] = {0, 0};
+  const double g[2] = {0.5, -0.1};
+  for (int t = 1; t <= 2; ++t) {
+    opt.step();
+    for (int i = 0; i < 2; ++i) {
+      x[i] -= 0.1 * 0.01 * x[i];
+      m[i] = 0.9 * m[i] + 0.1 * g[i];
+      v[i] = 0.999 * v[i] + 0.001 * g[i] * g[i];
+      x[i] -= 0.1 / (1 - std::pow(0.9, t)) * m[i] / (std::sqrt(v[i]) / std::sqrt(1 - std::pow(0.999, t)) + 1e-8);
+    }
+  }
+  const auto got = p.to_vector();
+  CHECK(got[0] == doctest::Approx(x[0]).epsilon(1e-12));
+  CHECK(got[1] == doctest::Approx(x[1]).epsilon(1e-12));
+  CHECK(opt.state_dict().count("p.exp_avg"));
+}
+
+TEST_CASE("Adam with L2 (adam_w_mode false) folds decay into the gradient") {
+  Tensor p = param({2.0}, {0.0});
+  optim::Adam opt({{{"p"}, {p}, 0.1, 0.5}}, optim::AdamOptions{0.9, 0.999, 1e-8, false});
+  opt.step();
+  // g = 0 + 0.5 * 2 = 1; m = 0.1, v = 0.001; step = lr * (m/bc1) / (sqrt(v/bc2) + eps) = 0.1 * 1 / (1 + 1e-8)
+  CHECK(p.item() == doctest::Approx(2.0 - 0.1 / (1 + 1e-8)).epsilon(1e-12));
+}
+
+TEST_CASE("SGD with momentum and Nesterov") {
+  Tensor p = param({1.0}, {2.0});
+  optim::SGD opt({{{"p"}, {p}, 0.1, 0.0}}, optim::SGDOptions{0.9, 0.0, true});
+  opt.step();  // buf = 2; d = 2 + 0.9 * 2 = 3.8
+  CHECK(p.item() == doctest::Approx(1.0 - 0.38));
+  opt.step();  // buf = 0.9*2 + 2 = 3.8; d = 2 + 0.9*3.8 = 5.42
+  CHECK(p.item() == doctest::Approx(0.62 - 0.542));
+}
+
+TEST_CASE("LAMB clamps the trust ratio") {
+  Tensor p = param({3.0, 4.0}, {1.0, 1.0});
+  optim::Lamb opt({{{"p"}, {p}, 0.1, 0.0}}, optim::LambOptions{0.9, 0.999, 1e-6, 10.0, 0.01});
+  opt.step();
+  // update = m_hat / (sqrt(v_hat) + eps) = 1/(1+1e-6) per element; ||p|| = 5, ||u|| = sqrt(2)/(1+1e-6)
+  const double u = 1.0 / (1 + 1e-6), ratio = 5.0 / (std::sqrt(2.0) * u);
+  CHECK(p.to_vector()[0] == doctest::Approx(3.0 - 0.1 * ratio * u));
+}
+
+TEST_CASE("global-norm clipping") {
+  Tensor a = param({0}, {3.0}), b = param({0}, {4.0});
+  const double n = optim::clip_grad_norm({a, b}, 1.0);
+  CHECK(n == doctest::Approx(5.0));
+  CHECK(a.grad().item() == doctest::Approx(3.0 / (5.0 + 1e-6)));
+  CHECK(optim::clip_grad_norm({a, b}, 10.0) == doctest::Approx(1.0).epsilon(1e-5));  // under the limit: unchanged
+}
+
+TEST_CASE("default param groups: no decay for biases and norm weights") {
+  Tensor w = zeros({2, 2}).requires_grad_(), b = zeros({2}).requires_grad_();
+  const auto groups = optim::default_param_groups({{"w", &w}, {"b", &b}}, 0.1, 0.2);
+  REQUIRE(groups.size() == 2);
+  CHECK(groups[0].names == std::vector<std::string>{"w"});
+  CHECK(groups[0].weight_decay == 0.2);
+  CHECK(groups[1].weight_decay == 0.0);
+}
+
+TEST_CASE("DeepSpeed schedules") {
+  const optim::WarmupLR log_w(0.0, 1.0, 10);
+  CHECK(log_w.lr(0) == 0.0);
+  CHECK(log_w.lr(4) == doctest::Approx(std::log(5.0) / std::log(10.0)));
+  CHECK(log_w.lr(10) == 1.0);
+  const optim::WarmupLR lin(0.0, 1.0, 10, optim::WarmupType::Linear);
+  CHECK(lin.lr(5) == doctest::Approx(0.5));
+  const optim::WarmupDecayLR decay(20, 0.0, 1.0, 10, optim::WarmupType::Linear);
+  CHECK(decay.lr(15) == doctest::Approx(0.5));
+  CHECK(decay.lr(25) == 0.0);
+  const optim::WarmupCosineLR cos(1e-3, 2000, 0.0, 100, 0.1, optim::WarmupType::Linear);
+  CHECK(cos.lr(50) == doctest::Approx(0.5e-3));
+  CHECK(cos.lr(1999) == doctest::Approx(1e-4));
+  CHECK(cos.lr(99 + 950) == doctest::Approx(1e-3 * (0.1 + 0.9 * 0.5)));  // half-way down the cosine
+  const optim::OneCycle one(0.1, 1.0, 0.5, 10, 10, 5);
+  CHECK(one.lr(5) == doctest::Approx(0.55));
+  CHECK(one.lr(10) == doctest::Approx(1.0));
+  CHECK(one.lr(15) == doctest::Approx(0.55));
+  CHECK(one.lr(25) == doctest::Approx(0.1 * (1 + 0.5 * 1)));
+  const optim::LRRangeTest range(0.01, 10, 1.0, true);
+  CHECK(range.lr(8) == doctest::Approx(0.01));
+  CHECK(range.lr(9) == doctest::Approx(0.02));
+}
+
+TEST_CASE("dynamic loss scaler follows DeepSpeed's hysteresis and window") {
+  engine::LossScaler s(true, 1024, 3, 2, false, 1);
+  s.update(true);  // first overflow: hysteresis 2 -> 1, scale kept
+  CHECK(s.scale() == 1024);
+  s.update(true);  // second: halves
+  CHECK(s.scale() == 512);
+  s.update(false);  // iter 2, last overflow 1: (2-1) % 3 != 0
+  s.update(false);  // iter 3: 2 % 3
+  CHECK(s.scale() == 512);
+  s.update(false);  // iter 4: 3 % 3 == 0 -> doubles
+  CHECK(s.scale() == 1024);
+  engine::LossScaler floor(true, 2, 10, 1, false, 1);
+  floor.update(true);
+  floor.update(true);
+  CHECK(floor.scale() == 1);  // never below min_loss_scale
+}
