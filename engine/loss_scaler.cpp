@@ -6,14 +6,21 @@ namespace tessera::engine {
 
 LossScaler::LossScaler(bool dynamic, double initial_scale, int64_t window, int64_t hysteresis,
                        bool consecutive_hysteresis, double min_scale)
-    : dynamic_(dynamic), scale_(initial_scale), window_(window), hysteresis_(hysteresis),
-      consecutive_(consecutive_hysteresis), min_scale_(min_scale), cur_hysteresis_(hysteresis) {}
+    : dynamic_(dynamic),
+      scale_(initial_scale),
+      window_(window),
+      hysteresis_(hysteresis),
+      consecutive_(consecutive_hysteresis),
+      min_scale_(min_scale),
+      cur_hysteresis_(hysteresis) {}
 
 void LossScaler::update(bool overflow) {
   if (!dynamic_) return;
   if (overflow) {
-    if (hysteresis_ == 1 || cur_hysteresis_ == 1) scale_ = std::max(scale_ / 2, min_scale_);
-    else --cur_hysteresis_;
+    if (hysteresis_ == 1 || cur_hysteresis_ == 1)
+      scale_ = std::max(scale_ / 2, min_scale_);
+    else
+      --cur_hysteresis_;
     last_overflow_iter_ = cur_iter_;
   } else {
     if (consecutive_) cur_hysteresis_ = hysteresis_;

@@ -13,12 +13,14 @@ namespace tessera::io {
 namespace fs = std::filesystem;
 
 std::string read_corpus(const std::string& path) {
-  TS_CHECK(!path.empty(), "data: no corpus given (set data.path in the config or pass --data PATH)");
+  TS_CHECK(!path.empty(),
+           "data: no corpus given (set data.path in the config or pass --data PATH)");
   TS_CHECK(fs::exists(path), "data: '", path, "' does not exist");
   if (!fs::is_directory(path)) return read_text_file(path);
   std::vector<fs::path> files;
   for (const auto& e : fs::directory_iterator(path))
-    if (e.is_regular_file() && !e.is_symlink() && e.path().extension() != ".dat") files.push_back(e.path());
+    if (e.is_regular_file() && !e.is_symlink() && e.path().extension() != ".dat")
+      files.push_back(e.path());
   std::sort(files.begin(), files.end());
   TS_CHECK(!files.empty(), "data: directory '", path, "' has no text files");
   std::string text;
@@ -27,15 +29,18 @@ std::string read_corpus(const std::string& path) {
 }
 
 TokenFile::TokenFile(const std::string& path) : file_(std::make_unique<MappedFile>(path)) {
-  TS_CHECK(file_->size() % 4 == 0, "token file '", path, "' has ", file_->size(), " bytes, not a multiple of 4");
+  TS_CHECK(file_->size() % 4 == 0, "token file '", path, "' has ", file_->size(),
+           " bytes, not a multiple of 4");
   size_ = static_cast<int64_t>(file_->size() / 4);
 }
 
 namespace {
 
-void write_tokens(const std::string& path, const std::vector<int32_t>& ids, size_t begin, size_t end) {
+void write_tokens(const std::string& path, const std::vector<int32_t>& ids, size_t begin,
+                  size_t end) {
   write_file_atomically(path, [&](std::ostream& os) {
-    os.write(reinterpret_cast<const char*>(ids.data() + begin), static_cast<std::streamsize>((end - begin) * 4));
+    os.write(reinterpret_cast<const char*>(ids.data() + begin),
+             static_cast<std::streamsize>((end - begin) * 4));
   });
 }
 
@@ -51,11 +56,12 @@ TokenizedCorpus prepare_corpus(const TrainConfig::Data& data, bool with_specials
   c.cache_dir = data.cache_dir.empty() ? src + ".tessera" : data.cache_dir;
   const std::string text = read_corpus(data.path);
   const std::string key = data.tokenizer + ":" + std::to_string(text.size()) + ":" +
-                          std::to_string(std::hash<std::string>{}(text)) + ":" + std::to_string(data.val_fraction) +
-                          (with_specials ? ":specials" : "");
+                          std::to_string(std::hash<std::string>{}(text)) + ":" +
+                          std::to_string(data.val_fraction) + (with_specials ? ":specials" : "");
   const fs::path meta_path = fs::path(c.cache_dir) / "meta.json";
   if (data.tokenizer == "gpt2") {
-    c.tokenizer = std::make_unique<GPT2Tokenizer>(GPT2Tokenizer::from_files(data.vocab, data.merges));
+    c.tokenizer =
+        std::make_unique<GPT2Tokenizer>(GPT2Tokenizer::from_files(data.vocab, data.merges));
   } else {
     auto chars = CharTokenizer::from_corpus(text).chars();
     c.chars = chars;
@@ -75,17 +81,25 @@ TokenizedCorpus prepare_corpus(const TrainConfig::Data& data, bool with_specials
     }
   }
   if (!fresh) {
-    if (verbose) std::cerr << "data: tokenising " << data.path << " (" << text.size() << " bytes) into " << c.cache_dir << "\n";
+    if (verbose)
+      std::cerr << "data: tokenising " << data.path << " (" << text.size() << " bytes) into "
+                << c.cache_dir << "\n";
     const std::vector<int64_t> ids64 = c.tokenizer->encode(text);
-    TS_CHECK(ids64.size() >= 16, "data: the corpus '", data.path, "' has only ", ids64.size(), " tokens");
+    TS_CHECK(ids64.size() >= 16, "data: the corpus '", data.path, "' has only ", ids64.size(),
+             " tokens");
     std::vector<int32_t> ids(ids64.begin(), ids64.end());
-    const size_t split = static_cast<size_t>(static_cast<double>(ids.size()) * (1.0 - data.val_fraction));
+    const size_t split =
+        static_cast<size_t>(static_cast<double>(ids.size()) * (1.0 - data.val_fraction));
     fs::create_directories(c.cache_dir);
     write_tokens((fs::path(c.cache_dir) / "train.bin").string(), ids, 0, split);
     write_tokens((fs::path(c.cache_dir) / "val.bin").string(), ids, split, ids.size());
     write_file_atomically(meta_path.string(), [&](std::ostream& os) {
-      os << nlohmann::json{{"key", key}, {"tokens", ids.size()}, {"train_tokens", split},
-                           {"vocab_size", c.vocab_size}, {"tokenizer", data.tokenizer}}.dump(2);
+      os << nlohmann::json{{"key", key},
+                           {"tokens", ids.size()},
+                           {"train_tokens", split},
+                           {"vocab_size", c.vocab_size},
+                           {"tokenizer", data.tokenizer}}
+                .dump(2);
     });
   }
   c.train = std::make_unique<TokenFile>((fs::path(c.cache_dir) / "train.bin").string());
@@ -93,9 +107,11 @@ TokenizedCorpus prepare_corpus(const TrainConfig::Data& data, bool with_specials
   return c;
 }
 
-GPTBatchSampler::GPTBatchSampler(const TokenFile& tokens, int64_t batch, int64_t block, uint64_t seed)
+GPTBatchSampler::GPTBatchSampler(const TokenFile& tokens, int64_t batch, int64_t block,
+                                 uint64_t seed)
     : tokens_(tokens), batch_(batch), block_(block), gen_(seed) {
-  TS_CHECK(tokens.size() > block + 1, "data: a split of ", tokens.size(), " tokens is too short for block_size ", block);
+  TS_CHECK(tokens.size() > block + 1, "data: a split of ", tokens.size(),
+           " tokens is too short for block_size ", block);
 }
 
 void GPTBatchSampler::next(Tensor& x, Tensor& y) {
@@ -107,7 +123,8 @@ void GPTBatchSampler::next(Tensor& x, Tensor& y) {
   const int64_t span = tokens_.size() - block_ - 1;
   for (int64_t b = 0; b < batch_; ++b) {
     const int64_t start = std::min<int64_t>(
-        span, static_cast<int64_t>(philox_uniform_f64(s.seed, s.offset + static_cast<uint64_t>(b)) * static_cast<double>(span + 1)));
+        span, static_cast<int64_t>(philox_uniform_f64(s.seed, s.offset + static_cast<uint64_t>(b)) *
+                                   static_cast<double>(span + 1)));
     const int32_t* t = tokens_.data() + start;
     for (int64_t i = 0; i < block_; ++i) {
       px[b * block_ + i] = t[i];
@@ -116,12 +133,20 @@ void GPTBatchSampler::next(Tensor& x, Tensor& y) {
   }
 }
 
-BertBatchSampler::BertBatchSampler(const TokenFile& tokens, int64_t batch, int64_t block, int64_t vocab,
-                                   const std::vector<int64_t>& special, double mask_prob, bool nsp, uint64_t seed)
-    : tokens_(tokens), batch_(batch), block_(block), vocab_(vocab), special_(special), mask_prob_(mask_prob), nsp_(nsp),
+BertBatchSampler::BertBatchSampler(const TokenFile& tokens, int64_t batch, int64_t block,
+                                   int64_t vocab, const std::vector<int64_t>& special,
+                                   double mask_prob, bool nsp, uint64_t seed)
+    : tokens_(tokens),
+      batch_(batch),
+      block_(block),
+      vocab_(vocab),
+      special_(special),
+      mask_prob_(mask_prob),
+      nsp_(nsp),
       gen_(seed) {
   TS_CHECK(special.size() == 5, "BertBatchSampler: need ids of [PAD] [UNK] [CLS] [SEP] [MASK]");
-  TS_CHECK(tokens.size() > 2 * block, "data: a split of ", tokens.size(), " tokens is too short for block_size ", block);
+  TS_CHECK(tokens.size() > 2 * block, "data: a split of ", tokens.size(),
+           " tokens is too short for block_size ", block);
 }
 
 double BertBatchSampler::uniform() {
@@ -162,8 +187,10 @@ BertBatch BertBatchSampler::next() {
       if (!special && uniform() < mask_prob_) {
         label = row[i];
         const double r = uniform();
-        if (r < 0.8) id = MASK;
-        else if (r < 0.9) id = static_cast<int64_t>(uniform() * static_cast<double>(n_regular));
+        if (r < 0.8)
+          id = MASK;
+        else if (r < 0.9)
+          id = static_cast<int64_t>(uniform() * static_cast<double>(n_regular));
       }
       ids.push_back(id);
       tgt.push_back(label);

@@ -16,7 +16,8 @@ using json = nlohmann::json;
 // can be reported as unknown.
 class Section {
  public:
-  Section(const json& j, std::string path, const std::string& source, std::vector<std::string>& warnings)
+  Section(const json& j, std::string path, const std::string& source,
+          std::vector<std::string>& warnings)
       : j_(j), path_(std::move(path)), source_(source), warnings_(warnings) {
     TS_CHECK(j.is_object(), source_, ": '", path_, "' must be an object, found ", j.dump());
   }
@@ -36,7 +37,8 @@ class Section {
       TS_CHECK(v.is_boolean(), source_, ": '", key(k), "' must be true or false, found ", v.dump());
       out = v.get<bool>();
     } else if constexpr (std::is_integral_v<T>) {
-      TS_CHECK(v.is_number_integer() || (v.is_number_float() && v.get<double>() == std::floor(v.get<double>())),
+      TS_CHECK(v.is_number_integer() ||
+                   (v.is_number_float() && v.get<double>() == std::floor(v.get<double>())),
                source_, ": '", key(k), "' must be an integer, found ", v.dump());
       out = static_cast<T>(v.get<double>());
     } else if constexpr (std::is_floating_point_v<T>) {
@@ -51,7 +53,8 @@ class Section {
   template <class T>
   void get_min(const std::string& k, T& out, T min, const char* expect) {
     get(k, out);
-    if (has(k)) TS_CHECK(out >= min, source_, ": '", key(k), "' is ", j_[k].dump(), ", expected ", expect);
+    if (has(k))
+      TS_CHECK(out >= min, source_, ": '", key(k), "' is ", j_[k].dump(), ", expected ", expect);
   }
 
   Section sub(const std::string& k) {
@@ -79,7 +82,8 @@ class Section {
   std::set<std::string> seen_;
 };
 
-void range(bool ok, const std::string& source, const std::string& key, double value, const char* expect) {
+void range(bool ok, const std::string& source, const std::string& key, double value,
+           const char* expect) {
   TS_CHECK(ok, source, ": '", key, "' is ", value, ", expected ", expect);
 }
 
@@ -101,23 +105,29 @@ TrainConfig TrainConfig::parse(const std::string& text, int64_t world, const std
   Section root(j, "", source, c.warnings);
 
   // ---- batch triple ----
-  const bool has_tbs = root.has("train_batch_size"), has_mb = root.has("train_micro_batch_size_per_gpu"),
+  const bool has_tbs = root.has("train_batch_size"),
+             has_mb = root.has("train_micro_batch_size_per_gpu"),
              has_ga = root.has("gradient_accumulation_steps");
   root.get_min<int64_t>("train_batch_size", c.train_batch_size, 1, "a positive integer");
-  root.get_min<int64_t>("train_micro_batch_size_per_gpu", c.micro_batch_size, 1, "a positive integer");
-  root.get_min<int64_t>("gradient_accumulation_steps", c.gradient_accumulation_steps, 1, "a positive integer");
+  root.get_min<int64_t>("train_micro_batch_size_per_gpu", c.micro_batch_size, 1,
+                        "a positive integer");
+  root.get_min<int64_t>("gradient_accumulation_steps", c.gradient_accumulation_steps, 1,
+                        "a positive integer");
   if (has_tbs && has_mb && has_ga) {
-    TS_CHECK(c.train_batch_size == c.micro_batch_size * c.gradient_accumulation_steps * world, source,
-             ": batch sizes disagree: train_batch_size ", c.train_batch_size, " != train_micro_batch_size_per_gpu ",
-             c.micro_batch_size, " * gradient_accumulation_steps ", c.gradient_accumulation_steps, " * world size ", world);
+    TS_CHECK(c.train_batch_size == c.micro_batch_size * c.gradient_accumulation_steps * world,
+             source, ": batch sizes disagree: train_batch_size ", c.train_batch_size,
+             " != train_micro_batch_size_per_gpu ", c.micro_batch_size,
+             " * gradient_accumulation_steps ", c.gradient_accumulation_steps, " * world size ",
+             world);
   } else if (has_tbs && has_mb) {
     TS_CHECK(c.train_batch_size % (c.micro_batch_size * world) == 0, source, ": train_batch_size ",
-             c.train_batch_size, " is not divisible by train_micro_batch_size_per_gpu ", c.micro_batch_size,
-             " * world size ", world);
+             c.train_batch_size, " is not divisible by train_micro_batch_size_per_gpu ",
+             c.micro_batch_size, " * world size ", world);
     c.gradient_accumulation_steps = c.train_batch_size / (c.micro_batch_size * world);
   } else if (has_tbs && has_ga) {
-    TS_CHECK(c.train_batch_size % (c.gradient_accumulation_steps * world) == 0, source, ": train_batch_size ",
-             c.train_batch_size, " is not divisible by gradient_accumulation_steps ", c.gradient_accumulation_steps,
+    TS_CHECK(c.train_batch_size % (c.gradient_accumulation_steps * world) == 0, source,
+             ": train_batch_size ", c.train_batch_size,
+             " is not divisible by gradient_accumulation_steps ", c.gradient_accumulation_steps,
              " * world size ", world);
     c.micro_batch_size = c.train_batch_size / (c.gradient_accumulation_steps * world);
   } else if (has_mb && has_ga) {
@@ -131,7 +141,8 @@ TrainConfig TrainConfig::parse(const std::string& text, int64_t world, const std
     c.gradient_accumulation_steps = 1;
     c.train_batch_size = c.micro_batch_size * world;
   } else {
-    fail(source, ": set train_batch_size or train_micro_batch_size_per_gpu (DeepSpeed needs at least one)");
+    fail(source,
+         ": set train_batch_size or train_micro_batch_size_per_gpu (DeepSpeed needs at least one)");
   }
 
   // ---- optimizer ----
@@ -157,7 +168,8 @@ TrainConfig TrainConfig::parse(const std::string& text, int64_t world, const std
     p.get("eps", c.optimizer.eps);
     range(c.optimizer.eps > 0, source, "optimizer.params.eps", c.optimizer.eps, "> 0");
     p.get("weight_decay", c.optimizer.weight_decay);
-    range(c.optimizer.weight_decay >= 0, source, "optimizer.params.weight_decay", c.optimizer.weight_decay, ">= 0");
+    range(c.optimizer.weight_decay >= 0, source, "optimizer.params.weight_decay",
+          c.optimizer.weight_decay, ">= 0");
     p.get("adam_w_mode", c.optimizer.adam_w_mode);
     p.get("momentum", c.optimizer.momentum);
     p.get("dampening", c.optimizer.dampening);
@@ -176,13 +188,18 @@ TrainConfig TrainConfig::parse(const std::string& text, int64_t world, const std
     s.get("type", c.scheduler.type);
     const std::map<std::string, std::vector<std::string>> params{
         {"WarmupLR", {"warmup_min_lr", "warmup_max_lr", "warmup_num_steps"}},
-        {"WarmupDecayLR", {"warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "total_num_steps"}},
-        {"WarmupCosineLR", {"warmup_min_ratio", "warmup_num_steps", "cos_min_ratio", "total_num_steps"}},
-        {"OneCycle", {"cycle_min_lr", "cycle_max_lr", "decay_lr_rate", "cycle_first_step_size", "cycle_second_step_size",
-                      "decay_step_size", "cycle_first_stair_count", "cycle_second_stair_count", "cycle_momentum",
-                      "cycle_min_mom", "cycle_max_mom", "decay_mom_rate"}},
-        {"LRRangeTest", {"lr_range_test_min_lr", "lr_range_test_step_size", "lr_range_test_step_rate",
-                         "lr_range_test_staircase"}}};
+        {"WarmupDecayLR",
+         {"warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "total_num_steps"}},
+        {"WarmupCosineLR",
+         {"warmup_min_ratio", "warmup_num_steps", "cos_min_ratio", "total_num_steps"}},
+        {"OneCycle",
+         {"cycle_min_lr", "cycle_max_lr", "decay_lr_rate", "cycle_first_step_size",
+          "cycle_second_step_size", "decay_step_size", "cycle_first_stair_count",
+          "cycle_second_stair_count", "cycle_momentum", "cycle_min_mom", "cycle_max_mom",
+          "decay_mom_rate"}},
+        {"LRRangeTest",
+         {"lr_range_test_min_lr", "lr_range_test_step_size", "lr_range_test_step_rate",
+          "lr_range_test_staircase"}}};
     auto it = params.find(c.scheduler.type);
     TS_CHECK(it != params.end(), source, ": 'scheduler.type' is \"", c.scheduler.type,
              "\", expected one of WarmupLR, WarmupDecayLR, WarmupCosineLR, OneCycle, LRRangeTest");
@@ -190,7 +207,8 @@ TrainConfig TrainConfig::parse(const std::string& text, int64_t world, const std
     for (const std::string& k : it->second) {
       if (!p.has(k)) continue;
       const json& v = p.raw(k);
-      if (v.is_boolean()) c.scheduler.params[k] = v.get<bool>() ? 1.0 : 0.0;
+      if (v.is_boolean())
+        c.scheduler.params[k] = v.get<bool>() ? 1.0 : 0.0;
       else {
         double d = 0;
         p.get(k, d);
@@ -199,22 +217,25 @@ TrainConfig TrainConfig::parse(const std::string& text, int64_t world, const std
     }
     p.get("warmup_type", c.scheduler.warmup_type);
     TS_CHECK(c.scheduler.warmup_type == "log" || c.scheduler.warmup_type == "linear", source,
-             ": 'scheduler.params.warmup_type' is \"", c.scheduler.warmup_type, "\", expected \"log\" or \"linear\"");
+             ": 'scheduler.params.warmup_type' is \"", c.scheduler.warmup_type,
+             "\", expected \"log\" or \"linear\"");
     if (c.scheduler.type == "WarmupDecayLR" || c.scheduler.type == "WarmupCosineLR")
-      TS_CHECK(c.scheduler.params.count("total_num_steps"), source, ": 'scheduler.params.total_num_steps' is required by ",
-               c.scheduler.type);
+      TS_CHECK(c.scheduler.params.count("total_num_steps"), source,
+               ": 'scheduler.params.total_num_steps' is required by ", c.scheduler.type);
     p.warn_unknown();
     s.warn_unknown();
   }
 
   root.get("gradient_clipping", c.gradient_clipping);
-  range(c.gradient_clipping >= 0, source, "gradient_clipping", c.gradient_clipping, ">= 0 (0 = off)");
+  range(c.gradient_clipping >= 0, source, "gradient_clipping", c.gradient_clipping,
+        ">= 0 (0 = off)");
 
   if (root.has("fp16")) {
     Section f = root.sub("fp16");
     f.get("enabled", c.fp16.enabled);
     f.get("loss_scale", c.fp16.loss_scale);
-    range(c.fp16.loss_scale >= 0, source, "fp16.loss_scale", c.fp16.loss_scale, ">= 0 (0 = dynamic)");
+    range(c.fp16.loss_scale >= 0, source, "fp16.loss_scale", c.fp16.loss_scale,
+          ">= 0 (0 = dynamic)");
     f.get_min<int64_t>("initial_scale_power", c.fp16.initial_scale_power, 0, ">= 0");
     f.get_min<int64_t>("loss_scale_window", c.fp16.loss_scale_window, 1, ">= 1");
     f.get_min<int64_t>("hysteresis", c.fp16.hysteresis, 1, ">= 1");
@@ -231,18 +252,21 @@ TrainConfig TrainConfig::parse(const std::string& text, int64_t world, const std
     b.get("enabled", c.bf16);
     b.warn_unknown();
   }
-  TS_CHECK(!(c.fp16.enabled && c.bf16), source, ": 'fp16.enabled' and 'bf16.enabled' cannot both be true");
+  TS_CHECK(!(c.fp16.enabled && c.bf16), source,
+           ": 'fp16.enabled' and 'bf16.enabled' cannot both be true");
 
   if (root.has("zero_optimization")) {
     Section z = root.sub("zero_optimization");
     z.get("stage", c.zero.stage);
-    range(c.zero.stage >= 0 && c.zero.stage <= 3, source, "zero_optimization.stage", static_cast<double>(c.zero.stage), "0, 1, 2 or 3");
+    range(c.zero.stage >= 0 && c.zero.stage <= 3, source, "zero_optimization.stage",
+          static_cast<double>(c.zero.stage), "0, 1, 2 or 3");
     if (z.has("offload_optimizer")) {
       Section off = z.sub("offload_optimizer");
       off.get("device", c.zero.offload_optimizer_device);
-      TS_CHECK(c.zero.offload_optimizer_device == "cpu" || c.zero.offload_optimizer_device == "none", source,
-               ": 'zero_optimization.offload_optimizer.device' is \"", c.zero.offload_optimizer_device,
-               "\", expected \"cpu\" or \"none\"");
+      TS_CHECK(
+          c.zero.offload_optimizer_device == "cpu" || c.zero.offload_optimizer_device == "none",
+          source, ": 'zero_optimization.offload_optimizer.device' is \"",
+          c.zero.offload_optimizer_device, "\", expected \"cpu\" or \"none\"");
       bool pin = false;
       off.get("pin_memory", pin);
       off.warn_unknown();
@@ -250,12 +274,14 @@ TrainConfig TrainConfig::parse(const std::string& text, int64_t world, const std
     z.get_min<int64_t>("reduce_bucket_size", c.zero.reduce_bucket_size, 1, ">= 1");
     z.get("overlap_comm", c.zero.overlap_comm);
     z.get("contiguous_gradients", c.zero.contiguous_gradients);
-    for (const char* k : {"allgather_bucket_size", "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold",
-                          "stage3_max_live_parameters", "stage3_max_reuse_distance"}) {
+    for (const char* k : {"allgather_bucket_size", "stage3_prefetch_bucket_size",
+                          "stage3_param_persistence_threshold", "stage3_max_live_parameters",
+                          "stage3_max_reuse_distance"}) {
       int64_t v = 0;
       z.get_min<int64_t>(k, v, 0, ">= 0");
     }
-    for (const char* k : {"allgather_partitions", "reduce_scatter", "stage3_gather_16bit_weights_on_model_save"}) {
+    for (const char* k :
+         {"allgather_partitions", "reduce_scatter", "stage3_gather_16bit_weights_on_model_save"}) {
       bool v = false;
       z.get(k, v);
     }
@@ -276,7 +302,8 @@ TrainConfig TrainConfig::parse(const std::string& text, int64_t world, const std
     k.get("tag_validation", c.checkpoint.tag_validation);
     TS_CHECK(c.checkpoint.tag_validation == "Warn" || c.checkpoint.tag_validation == "Ignore" ||
                  c.checkpoint.tag_validation == "Fail",
-             source, ": 'checkpoint.tag_validation' is \"", c.checkpoint.tag_validation, "\", expected Warn, Ignore or Fail");
+             source, ": 'checkpoint.tag_validation' is \"", c.checkpoint.tag_validation,
+             "\", expected Warn, Ignore or Fail");
     bool b = false;
     k.get("load_universal", b);
     k.get("use_node_local_storage", b);
@@ -287,8 +314,8 @@ TrainConfig TrainConfig::parse(const std::string& text, int64_t world, const std
   if (root.has("model")) {
     Section m = root.sub("model");
     m.get("type", c.model.type);
-    TS_CHECK(c.model.type == "gpt2" || c.model.type == "bert", source, ": 'model.type' is \"", c.model.type,
-             "\", expected \"gpt2\" or \"bert\"");
+    TS_CHECK(c.model.type == "gpt2" || c.model.type == "bert", source, ": 'model.type' is \"",
+             c.model.type, "\", expected \"gpt2\" or \"bert\"");
     m.get("size", c.model.size);
     m.get_min<int64_t>("n_layer", c.model.n_layer, 1, ">= 1");
     m.get_min<int64_t>("n_head", c.model.n_head, 1, ">= 1");
@@ -296,7 +323,8 @@ TrainConfig TrainConfig::parse(const std::string& text, int64_t world, const std
     m.get_min<int64_t>("block_size", c.model.block_size, 2, ">= 2");
     m.get_min<int64_t>("intermediate_size", c.model.intermediate_size, 0, ">= 0");
     m.get("dropout", c.model.dropout);
-    range(c.model.dropout >= 0 && c.model.dropout < 1, source, "model.dropout", c.model.dropout, "in [0, 1)");
+    range(c.model.dropout >= 0 && c.model.dropout < 1, source, "model.dropout", c.model.dropout,
+          "in [0, 1)");
     m.get("bias", c.model.bias);
     m.get("init_from", c.model.init_from);
     TS_CHECK(c.model.n_embd % c.model.n_head == 0, source, ": 'model.n_embd' (", c.model.n_embd,
@@ -307,18 +335,22 @@ TrainConfig TrainConfig::parse(const std::string& text, int64_t world, const std
     Section d = root.sub("data");
     d.get("path", c.data.path);
     d.get("tokenizer", c.data.tokenizer);
-    TS_CHECK(c.data.tokenizer == "char" || c.data.tokenizer == "gpt2", source, ": 'data.tokenizer' is \"",
-             c.data.tokenizer, "\", expected \"char\" or \"gpt2\"");
+    TS_CHECK(c.data.tokenizer == "char" || c.data.tokenizer == "gpt2", source,
+             ": 'data.tokenizer' is \"", c.data.tokenizer, "\", expected \"char\" or \"gpt2\"");
     d.get("vocab", c.data.vocab);
     d.get("merges", c.data.merges);
     d.get("val_fraction", c.data.val_fraction);
-    range(c.data.val_fraction > 0 && c.data.val_fraction < 1, source, "data.val_fraction", c.data.val_fraction, "in (0, 1)");
+    range(c.data.val_fraction > 0 && c.data.val_fraction < 1, source, "data.val_fraction",
+          c.data.val_fraction, "in (0, 1)");
     d.get("cache_dir", c.data.cache_dir);
     d.get("mask_prob", c.data.mask_prob);
-    range(c.data.mask_prob > 0 && c.data.mask_prob < 1, source, "data.mask_prob", c.data.mask_prob, "in (0, 1)");
+    range(c.data.mask_prob > 0 && c.data.mask_prob < 1, source, "data.mask_prob", c.data.mask_prob,
+          "in (0, 1)");
     d.get("nsp", c.data.nsp);
-    TS_CHECK(c.data.tokenizer != "gpt2" || (!c.data.vocab.empty() && !c.data.merges.empty()), source,
-             ": 'data.tokenizer' \"gpt2\" needs 'data.vocab' (vocab.json) and 'data.merges' (merges.txt)");
+    TS_CHECK(c.data.tokenizer != "gpt2" || (!c.data.vocab.empty() && !c.data.merges.empty()),
+             source,
+             ": 'data.tokenizer' \"gpt2\" needs 'data.vocab' (vocab.json) and 'data.merges' "
+             "(merges.txt)");
     d.warn_unknown();
   }
   if (root.has("train")) {

@@ -12,11 +12,15 @@ constexpr double kPi = 3.14159265358979323846;
 }
 
 WarmupLR::WarmupLR(double min_lr, double max_lr, int64_t warmup_num_steps, WarmupType type)
-    : min_lr_(min_lr), max_lr_(max_lr), warmup_(std::max<int64_t>(2, warmup_num_steps)), type_(type) {}
+    : min_lr_(min_lr),
+      max_lr_(max_lr),
+      warmup_(std::max<int64_t>(2, warmup_num_steps)),
+      type_(type) {}
 
 double WarmupLR::gamma_warmup(int64_t k) const {
-  return type_ == WarmupType::Log ? std::log(static_cast<double>(k + 1)) / std::log(static_cast<double>(warmup_))
-                                  : static_cast<double>(k) / static_cast<double>(warmup_);
+  return type_ == WarmupType::Log
+             ? std::log(static_cast<double>(k + 1)) / std::log(static_cast<double>(warmup_))
+             : static_cast<double>(k) / static_cast<double>(warmup_);
 }
 
 double WarmupLR::lr(int64_t k) const {
@@ -24,7 +28,8 @@ double WarmupLR::lr(int64_t k) const {
   return min_lr_ + (max_lr_ - min_lr_) * gamma;
 }
 
-WarmupDecayLR::WarmupDecayLR(int64_t total, double min_lr, double max_lr, int64_t warmup, WarmupType type)
+WarmupDecayLR::WarmupDecayLR(int64_t total, double min_lr, double max_lr, int64_t warmup,
+                             WarmupType type)
     : WarmupLR(min_lr, max_lr, warmup, type), total_(total) {
   TS_CHECK(total > 0, "WarmupDecayLR: total_num_steps must be > 0, got ", total);
 }
@@ -32,33 +37,42 @@ WarmupDecayLR::WarmupDecayLR(int64_t total, double min_lr, double max_lr, int64_
 double WarmupDecayLR::lr(int64_t k) const {
   const double gamma =
       k < warmup_ ? gamma_warmup(k)
-                  : std::max(0.0, static_cast<double>(total_ - k) / std::max(1.0, static_cast<double>(total_ - warmup_)));
+                  : std::max(0.0, static_cast<double>(total_ - k) /
+                                      std::max(1.0, static_cast<double>(total_ - warmup_)));
   return min_lr_ + (max_lr_ - min_lr_) * gamma;
 }
 
-WarmupCosineLR::WarmupCosineLR(double base_lr, int64_t total, double warmup_min_ratio, int64_t warmup,
-                               double cos_min_ratio, WarmupType type)
-    : base_(base_lr), warmup_min_ratio_(warmup_min_ratio), cos_min_ratio_(cos_min_ratio), total_(total),
-      warmup_(std::max<int64_t>(2, warmup)), type_(type) {
-  TS_CHECK(total > warmup_, "WarmupCosineLR: total_num_steps (", total, ") must exceed warmup_num_steps (",
-           warmup_, ")");
+WarmupCosineLR::WarmupCosineLR(double base_lr, int64_t total, double warmup_min_ratio,
+                               int64_t warmup, double cos_min_ratio, WarmupType type)
+    : base_(base_lr),
+      warmup_min_ratio_(warmup_min_ratio),
+      cos_min_ratio_(cos_min_ratio),
+      total_(total),
+      warmup_(std::max<int64_t>(2, warmup)),
+      type_(type) {
+  TS_CHECK(total > warmup_, "WarmupCosineLR: total_num_steps (", total,
+           ") must exceed warmup_num_steps (", warmup_, ")");
 }
 
 double WarmupCosineLR::lr(int64_t k) const {
   double ratio;
   if (k < warmup_) {
-    const double g = type_ == WarmupType::Log ? std::log(static_cast<double>(k + 1)) / std::log(static_cast<double>(warmup_))
-                                              : static_cast<double>(k) / static_cast<double>(warmup_);
+    const double g =
+        type_ == WarmupType::Log
+            ? std::log(static_cast<double>(k + 1)) / std::log(static_cast<double>(warmup_))
+            : static_cast<double>(k) / static_cast<double>(warmup_);
     ratio = warmup_min_ratio_ + g * (1.0 - warmup_min_ratio_);
   } else {
-    const double done = static_cast<double>(k - warmup_ + 1), span = static_cast<double>(total_ - warmup_);
+    const double done = static_cast<double>(k - warmup_ + 1),
+                 span = static_cast<double>(total_ - warmup_);
     const double c = (1 + std::cos(kPi * std::min(1.0, done / span))) / 2;
     ratio = std::max(0.0, cos_min_ratio_ + (1.0 - cos_min_ratio_) * c);
   }
   return base_ * ratio;
 }
 
-OneCycle::OneCycle(double min_lr, double max_lr, double decay_rate, int64_t first, int64_t second, int64_t decay_step)
+OneCycle::OneCycle(double min_lr, double max_lr, double decay_rate, int64_t first, int64_t second,
+                   int64_t decay_step)
     : min_lr_(min_lr), max_lr_(max_lr), decay_rate_(decay_rate), decay_step_size_(decay_step) {
   TS_CHECK(first > 0, "OneCycle: cycle_first_step_size must be > 0, got ", first);
   const double f = static_cast<double>(first), s = second > 0 ? static_cast<double>(second) : f;

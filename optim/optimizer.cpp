@@ -9,8 +9,8 @@
 
 namespace tessera::optim {
 
-std::vector<ParamGroup> default_param_groups(const std::vector<std::pair<std::string, Tensor*>>& named,
-                                             double lr, double weight_decay) {
+std::vector<ParamGroup> default_param_groups(
+    const std::vector<std::pair<std::string, Tensor*>>& named, double lr, double weight_decay) {
   ParamGroup decay{{}, {}, lr, weight_decay}, no_decay{{}, {}, lr, 0.0};
   for (auto& [name, t] : named) {
     ParamGroup& g = t->dim() >= 2 ? decay : no_decay;
@@ -30,10 +30,11 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups) : groups_(std::move(groups)
       for (size_t i = 0; i < g.params.size(); ++i) g.names.push_back("param" + std::to_string(i));
     }
     for (size_t i = 0; i < g.params.size(); ++i) {
-      TS_CHECK(g.params[i].is_leaf() && is_floating(g.params[i].dtype()), "optimizer: '", g.names[i],
-               "' must be a floating-point leaf tensor, got ", g.params[i].describe());
+      TS_CHECK(g.params[i].is_leaf() && is_floating(g.params[i].dtype()), "optimizer: '",
+               g.names[i], "' must be a floating-point leaf tensor, got ", g.params[i].describe());
     }
-    TS_CHECK(g.lr >= 0 && g.weight_decay >= 0, "optimizer: lr and weight_decay must be >= 0, got lr=", g.lr,
+    TS_CHECK(g.lr >= 0 && g.weight_decay >= 0,
+             "optimizer: lr and weight_decay must be >= 0, got lr=", g.lr,
              " weight_decay=", g.weight_decay);
   }
 }
@@ -72,12 +73,14 @@ void Optimizer::load_state_dict(const std::map<std::string, Tensor>& state) {
     for (auto& g : groups_)
       for (size_t i = 0; i < g.params.size(); ++i)
         if (dot != std::string::npos && k.substr(0, dot) == g.names[i]) {
-          TS_CHECK(v.shape() == g.params[i].shape(), name(), ".load_state_dict: '", k, "' has shape ",
-                   shape_str(v.shape()), ", parameter has ", shape_str(g.params[i].shape()));
+          TS_CHECK(v.shape() == g.params[i].shape(), name(), ".load_state_dict: '", k,
+                   "' has shape ", shape_str(v.shape()), ", parameter has ",
+                   shape_str(g.params[i].shape()));
           loaded[k] = v.to(g.params[i].dtype()).to(g.params[i].device()).contiguous().clone();
           known = true;
         }
-    TS_CHECK(known, name(), ".load_state_dict: '", k, "' belongs to no parameter of this optimizer");
+    TS_CHECK(known, name(), ".load_state_dict: '", k,
+             "' belongs to no parameter of this optimizer");
   }
   state_ = std::move(loaded);
 }
@@ -86,17 +89,19 @@ namespace {
 
 // Runs one fused optimizer kernel per (device, dtype) over the group's parameters that have
 // gradients; `slots` names the state tensors the kernel updates after the parameters.
-void run_group(Kernel k, Optimizer& opt, ParamGroup& g, size_t gi, const std::vector<std::string>& slots,
-                      const std::function<Tensor&(size_t, size_t, const std::string&)>& slot,
-                      const std::vector<double>& scalars) {
+void run_group(Kernel k, Optimizer& opt, ParamGroup& g, size_t gi,
+               const std::vector<std::string>& slots,
+               const std::function<Tensor&(size_t, size_t, const std::string&)>& slot,
+               const std::vector<double>& scalars) {
   // Group parameters by (device, dtype): one kernel call each.
   std::map<std::pair<int, int>, std::vector<size_t>> by_kind;
   for (size_t i = 0; i < g.params.size(); ++i) {
     const Tensor grad = g.params[i].grad();
     if (!grad.defined()) continue;
-    TS_CHECK(grad.shape() == g.params[i].shape(), opt.name(), ": gradient of '", g.names[i], "' is ",
-             grad.describe(), ", parameter is ", g.params[i].describe());
-    by_kind[{static_cast<int>(g.params[i].device().type), static_cast<int>(g.params[i].dtype())}].push_back(i);
+    TS_CHECK(grad.shape() == g.params[i].shape(), opt.name(), ": gradient of '", g.names[i],
+             "' is ", grad.describe(), ", parameter is ", g.params[i].describe());
+    by_kind[{static_cast<int>(g.params[i].device().type), static_cast<int>(g.params[i].dtype())}]
+        .push_back(i);
   }
   for (auto& [kind, idx] : by_kind) {
     std::vector<Tensor> outs, grads;
@@ -107,7 +112,8 @@ void run_group(Kernel k, Optimizer& opt, ParamGroup& g, size_t gi, const std::ve
     KernelAttrs a;
     a.scalars = scalars;
     const Tensor& first = g.params[idx[0]];
-    TS_CHECK(first.is_contiguous(), opt.name(), ": parameter '", g.names[idx[0]], "' is not contiguous");
+    TS_CHECK(first.is_contiguous(), opt.name(), ": parameter '", g.names[idx[0]],
+             "' is not contiguous");
     run_kernel(k, first.device(), first.dtype(), grads, outs, a);
     for (size_t i : idx) g.params[i].bump_version();
   }
@@ -115,7 +121,8 @@ void run_group(Kernel k, Optimizer& opt, ParamGroup& g, size_t gi, const std::ve
 
 }  // namespace
 
-Adam::Adam(std::vector<ParamGroup> groups, AdamOptions options) : Optimizer(std::move(groups)), options_(options) {
+Adam::Adam(std::vector<ParamGroup> groups, AdamOptions options)
+    : Optimizer(std::move(groups)), options_(options) {
   TS_CHECK(options.beta1 >= 0 && options.beta1 < 1 && options.beta2 >= 0 && options.beta2 < 1,
            "Adam: betas must be in [0, 1), got (", options.beta1, ", ", options.beta2, ")");
   TS_CHECK(options.eps > 0, "Adam: eps must be > 0, got ", options.eps);
@@ -135,7 +142,8 @@ void Adam::step() {
   }
 }
 
-SGD::SGD(std::vector<ParamGroup> groups, SGDOptions options) : Optimizer(std::move(groups)), options_(options) {
+SGD::SGD(std::vector<ParamGroup> groups, SGDOptions options)
+    : Optimizer(std::move(groups)), options_(options) {
   TS_CHECK(options.momentum >= 0, "SGD: momentum must be >= 0, got ", options.momentum);
   TS_CHECK(!options.nesterov || (options.momentum > 0 && options.dampening == 0),
            "SGD: nesterov needs momentum > 0 and dampening 0");
@@ -151,14 +159,16 @@ void SGD::step() {
     if (options_.momentum != 0) slots.push_back("momentum_buffer");
     run_group(Kernel::sgd_step, *this, g, gi, slots,
               [&](size_t a, size_t b, const std::string& n) -> Tensor& { return slot(a, b, n); },
-              {g.lr, options_.momentum, options_.dampening, g.weight_decay, options_.nesterov ? 1.0 : 0.0,
-               first ? 1.0 : 0.0});
+              {g.lr, options_.momentum, options_.dampening, g.weight_decay,
+               options_.nesterov ? 1.0 : 0.0, first ? 1.0 : 0.0});
   }
 }
 
-Lamb::Lamb(std::vector<ParamGroup> groups, LambOptions options) : Optimizer(std::move(groups)), options_(options) {
+Lamb::Lamb(std::vector<ParamGroup> groups, LambOptions options)
+    : Optimizer(std::move(groups)), options_(options) {
   TS_CHECK(options.min_coeff >= 0 && options.max_coeff >= options.min_coeff,
-           "Lamb: need 0 <= min_coeff <= max_coeff, got ", options.min_coeff, " and ", options.max_coeff);
+           "Lamb: need 0 <= min_coeff <= max_coeff, got ", options.min_coeff, " and ",
+           options.max_coeff);
 }
 
 void Lamb::step() {
@@ -170,8 +180,8 @@ void Lamb::step() {
     auto& g = groups_[gi];
     run_group(Kernel::lamb_step, *this, g, gi, {"exp_avg", "exp_avg_sq"},
               [&](size_t a, size_t b, const std::string& n) -> Tensor& { return slot(a, b, n); },
-              {g.lr, options_.beta1, options_.beta2, options_.eps, g.weight_decay, bc1, bc2, options_.max_coeff,
-               options_.min_coeff});
+              {g.lr, options_.beta1, options_.beta2, options_.eps, g.weight_decay, bc1, bc2,
+               options_.max_coeff, options_.min_coeff});
   }
 }
 

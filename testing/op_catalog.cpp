@@ -341,16 +341,22 @@ std::vector<OpSpec> build_catalog() {
                  }});
   // Optimizer updates, run as mixed precision does: on a float32 master copy of the parameter.
   for (const char* name : {"adamw_step", "sgd_step", "lamb_step"}) {
-    OpSpec s{name, name, {{"p[5,3] g[5,3]", {in({5, 3}), in({5, 3})}}, {"p[40] g[40]", {in({40}), in({40})}}},
+    OpSpec s{name,
+             name,
+             {{"p[5,3] g[5,3]", {in({5, 3}), in({5, 3})}}, {"p[40] g[40]", {in({40}), in({40})}}},
              [name = std::string(name)](const Inputs& x, const OpContext&) {
-               const DType master = x[0].dtype() == DType::Float64 ? DType::Float64 : DType::Float32;
+               const DType master =
+                   x[0].dtype() == DType::Float64 ? DType::Float64 : DType::Float32;
                Tensor p = x[0].to(master).detach().clone().requires_grad_(true);
                p.set_grad(x[1].to(master).contiguous());
                std::vector<optim::ParamGroup> groups{{{"p"}, {p}, 0.05, 0.01}};
                std::unique_ptr<optim::Optimizer> opt;
-               if (name == "adamw_step") opt = std::make_unique<optim::Adam>(groups);
-               else if (name == "sgd_step") opt = std::make_unique<optim::SGD>(groups, optim::SGDOptions{0.9, 0.0, true});
-               else opt = std::make_unique<optim::Lamb>(groups);
+               if (name == "adamw_step")
+                 opt = std::make_unique<optim::Adam>(groups);
+               else if (name == "sgd_step")
+                 opt = std::make_unique<optim::SGD>(groups, optim::SGDOptions{0.9, 0.0, true});
+               else
+                 opt = std::make_unique<optim::Lamb>(groups);
                opt->step();
                opt->step();
                return p.detach().to(x[0].dtype());

@@ -25,7 +25,8 @@ double median_ms(const std::function<void()>& f, int iters) {
   for (int i = 0; i < iters; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     f();
-    t.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    t.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
@@ -39,7 +40,11 @@ int bench_gemm(const Args& a) {
     TS_CHECK(s.size() == 3, "--shape: expected M,N,K");
     shapes.push_back({s[0], s[1], s[2]});
   } else {
-    shapes = {{512, 512, 512}, {1024, 1024, 1024}, {2048, 2048, 2048}, {256, 3072, 768}, {256, 768, 3072}};
+    shapes = {{512, 512, 512},
+              {1024, 1024, 1024},
+              {2048, 2048, 2048},
+              {256, 3072, 768},
+              {256, 768, 3072}};
   }
   const int iters = static_cast<int>(a.get_int("iters", 15));
   NoGradGuard no_grad;
@@ -53,8 +58,8 @@ int bench_gemm(const Args& a) {
   std::vector<double> t_ts, t_blas;
   for (const auto& [M, N, K] : shapes) {
     Generator gen(0);
-    ops.push_back({randn({M, K}, DType::Float32, Device::cpu(), &gen), randn({K, N}, DType::Float32, Device::cpu(), &gen),
-                   Tensor::empty({M, N})});
+    ops.push_back({randn({M, K}, DType::Float32, Device::cpu(), &gen),
+                   randn({K, N}, DType::Float32, Device::cpu(), &gen), Tensor::empty({M, N})});
     const Operands& o = ops.back();
     t_ts.push_back(median_ms([&] { matmul(o.A, o.B); }, iters));
   }
@@ -64,28 +69,37 @@ int bench_gemm(const Args& a) {
     Operands& o = ops[i];
     t_blas.push_back(median_ms(
         [&] {
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, o.A.data<float>(), K,
-                      o.B.data<float>(), N, 0.0f, o.C.data<float>(), N);
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, o.A.data<float>(),
+                      K, o.B.data<float>(), N, 0.0f, o.C.data<float>(), N);
         },
         iters));
   }
   openblas_set_num_threads(1);
   nlohmann::json rows = nlohmann::json::array();
   double min_ratio = 1e9;
-  if (!a.has("json")) std::cout << "     M      N      K   tessera GFLOP/s   OpenBLAS GFLOP/s   ratio\n";
+  if (!a.has("json"))
+    std::cout << "     M      N      K   tessera GFLOP/s   OpenBLAS GFLOP/s   ratio\n";
   for (size_t i = 0; i < shapes.size(); ++i) {
     const auto [M, N, K] = shapes[i];
     const double flop = 2.0 * M * N * K;
-    const double g_ts = flop / t_ts[i] / 1e6, g_blas = flop / t_blas[i] / 1e6, ratio = g_ts / g_blas;
+    const double g_ts = flop / t_ts[i] / 1e6, g_blas = flop / t_blas[i] / 1e6,
+                 ratio = g_ts / g_blas;
     min_ratio = std::min(min_ratio, ratio);
-    rows.push_back({{"m", M}, {"n", N}, {"k", K}, {"tessera_gflops", g_ts}, {"openblas_gflops", g_blas}, {"ratio", ratio}});
+    rows.push_back({{"m", M},
+                    {"n", N},
+                    {"k", K},
+                    {"tessera_gflops", g_ts},
+                    {"openblas_gflops", g_blas},
+                    {"ratio", ratio}});
     if (!a.has("json"))
-      std::cout << std::setw(6) << M << " " << std::setw(6) << N << " " << std::setw(6) << K << std::fixed
-                << std::setprecision(1) << std::setw(18) << g_ts << std::setw(19) << g_blas << std::setprecision(3)
-                << std::setw(8) << ratio << "\n";
+      std::cout << std::setw(6) << M << " " << std::setw(6) << N << " " << std::setw(6) << K
+                << std::fixed << std::setprecision(1) << std::setw(18) << g_ts << std::setw(19)
+                << g_blas << std::setprecision(3) << std::setw(8) << ratio << "\n";
   }
-  if (a.has("json")) std::cout << nlohmann::json{{"results", rows}, {"min_ratio", min_ratio}}.dump() << "\n";
-  else std::cout << "lowest ratio: " << std::setprecision(3) << min_ratio << " (target >= 0.90)\n";
+  if (a.has("json"))
+    std::cout << nlohmann::json{{"results", rows}, {"min_ratio", min_ratio}}.dump() << "\n";
+  else
+    std::cout << "lowest ratio: " << std::setprecision(3) << min_ratio << " (target >= 0.90)\n";
   return 0;
 }
 
@@ -94,12 +108,14 @@ int bench_gemm(const Args& a) {
 int bench_main(int argc, char** argv) {
   const Args a(argc, argv, 2, {"json", "help"}, {"shape", "iters", "preset"});
   if (a.has("help") || a.positional().empty()) {
-    std::cout << "usage: tessera bench gemm [--shape M,N,K] [--iters N] [--json]\n"
-                 "       tessera bench train --preset tiny|small|gpt2 [--json]\n\n"
-                 "gemm: Tessera's float32 matmul and OpenBLAS's cblas_sgemm (on its own thread pool) on the\n"
-                 "same shapes in one run, with their ratio.\n"
-                 "train: one GPT-2-style training step at ../shared/reference/gpt_bench.py's shapes\n"
-                 "(median of 10 after 3 warm-up steps); scripts/bench_train.sh runs PyTorch beside it.\n";
+    std::cout
+        << "usage: tessera bench gemm [--shape M,N,K] [--iters N] [--json]\n"
+           "       tessera bench train --preset tiny|small|gpt2 [--json]\n\n"
+           "gemm: Tessera's float32 matmul and OpenBLAS's cblas_sgemm (on its own thread pool) on "
+           "the\n"
+           "same shapes in one run, with their ratio.\n"
+           "train: one GPT-2-style training step at ../shared/reference/gpt_bench.py's shapes\n"
+           "(median of 10 after 3 warm-up steps); scripts/bench_train.sh runs PyTorch beside it.\n";
     return a.has("help") ? 0 : 2;
   }
   const std::string what = a.positional()[0];

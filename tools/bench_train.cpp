@@ -19,14 +19,19 @@ int bench_train(const Args& a) {
   };
   const std::string name = a.get("preset", "tiny");
   Preset p;
-  if (name == "tiny") p = {65, 64, 4, 4, 128, 12};
-  else if (name == "small") p = {65, 256, 6, 6, 384, 8};
-  else if (name == "gpt2") p = {50304, 64, 12, 12, 768, 4};
-  else fail("bench train: unknown preset '", name, "' (tiny, small or gpt2)");
+  if (name == "tiny")
+    p = {65, 64, 4, 4, 128, 12};
+  else if (name == "small")
+    p = {65, 256, 6, 6, 384, 8};
+  else if (name == "gpt2")
+    p = {50304, 64, 12, 12, 768, 4};
+  else
+    fail("bench train: unknown preset '", name, "' (tiny, small or gpt2)");
   const int64_t steps = a.get_int("iters", 10);
   manual_seed(0);
   models::GPT2Config c;
-  c.vocab_size = p.vocab, c.n_positions = p.block, c.n_layer = p.layers, c.n_head = p.heads, c.n_embd = p.dim;
+  c.vocab_size = p.vocab, c.n_positions = p.block, c.n_layer = p.layers, c.n_head = p.heads,
+  c.n_embd = p.dim;
   c.bias = false;
   c.dropout = 0.0;
   models::GPT2LMHeadModel model(c);
@@ -34,8 +39,12 @@ int bench_train(const Args& a) {
   std::vector<optim::ParamGroup> groups{{{}, model.parameters(), 1e-3, 0.1}};
   optim::Adam opt(groups, optim::AdamOptions{0.9, 0.99, 1e-8, true});
   Generator gen(1);
-  const Tensor x = (rand({p.batch, p.block}, DType::Float32, Device::cpu(), &gen) * static_cast<double>(p.vocab)).to(DType::Int64);
-  const Tensor y = (rand({p.batch, p.block}, DType::Float32, Device::cpu(), &gen) * static_cast<double>(p.vocab)).to(DType::Int64);
+  const Tensor x =
+      (rand({p.batch, p.block}, DType::Float32, Device::cpu(), &gen) * static_cast<double>(p.vocab))
+          .to(DType::Int64);
+  const Tensor y =
+      (rand({p.batch, p.block}, DType::Float32, Device::cpu(), &gen) * static_cast<double>(p.vocab))
+          .to(DType::Int64);
   auto step = [&] {
     const Tensor loss = model.loss({x, y});
     opt.zero_grad();
@@ -48,15 +57,21 @@ int bench_train(const Args& a) {
   for (int64_t i = 0; i < steps; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     step();
-    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    ms.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
   std::sort(ms.begin(), ms.end());
   const double med = ms[ms.size() / 2];
   const double tps = static_cast<double>(p.batch * p.block) / med * 1e3;
-  const nlohmann::json j{{"preset", name}, {"params", model.num_parameters()}, {"ms_per_step", med}, {"tokens_per_s", tps}};
-  if (a.has("json")) std::cout << j.dump() << "\n";
-  else std::cout << "bench train " << name << ": " << model.num_parameters() << " parameters, " << med << " ms/step, "
-                 << static_cast<int64_t>(tps) << " tokens/s\n";
+  const nlohmann::json j{{"preset", name},
+                         {"params", model.num_parameters()},
+                         {"ms_per_step", med},
+                         {"tokens_per_s", tps}};
+  if (a.has("json"))
+    std::cout << j.dump() << "\n";
+  else
+    std::cout << "bench train " << name << ": " << model.num_parameters() << " parameters, " << med
+              << " ms/step, " << static_cast<int64_t>(tps) << " tokens/s\n";
   return 0;
 }
 

@@ -25,7 +25,8 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-const char* kHelp = R"(usage: tessera train CONFIG.json [--data PATH] [--steps N] [--save DIR] [--resume DIR] [--json]
+const char* kHelp =
+    R"(usage: tessera train CONFIG.json [--data PATH] [--steps N] [--save DIR] [--resume DIR] [--json]
 
 Trains the GPT-2 or BERT reference model a DeepSpeed-style JSON config describes (see
 configs/). The corpus (data.path, or --data: a text file or a directory of text files) is
@@ -91,7 +92,8 @@ struct Trainer {
     const auto& m = cfg.model;
     manual_seed(cfg.train.seed);
     if (bert) {
-      models::BertConfig c = m.size.empty() ? models::BertConfig() : models::BertConfig::named(m.size);
+      models::BertConfig c =
+          m.size.empty() ? models::BertConfig() : models::BertConfig::named(m.size);
       if (m.size.empty()) {
         c.hidden_size = m.n_embd, c.num_hidden_layers = m.n_layer, c.num_attention_heads = m.n_head;
         c.intermediate_size = m.intermediate_size ? m.intermediate_size : 4 * m.n_embd;
@@ -101,7 +103,8 @@ struct Trainer {
       c.hidden_dropout_prob = m.dropout;
       model = std::make_unique<models::BertForPreTraining>(c, cfg.data.nsp);
     } else {
-      models::GPT2Config c = m.size.empty() ? models::GPT2Config() : models::GPT2Config::named(m.size);
+      models::GPT2Config c =
+          m.size.empty() ? models::GPT2Config() : models::GPT2Config::named(m.size);
       if (m.size.empty()) c.n_embd = m.n_embd, c.n_layer = m.n_layer, c.n_head = m.n_head;
       c.vocab_size = corpus.vocab_size;
       c.n_positions = m.block_size;
@@ -133,10 +136,14 @@ struct Trainer {
     double total = 0;
     // The same validation batches every time (a fixed seed), so values are comparable.
     if (bert) {
-      io::BertBatchSampler s(*corpus.val, B, T, corpus.vocab_size, special_ids(), cfg.data.mask_prob, cfg.data.nsp, 424242);
+      io::BertBatchSampler s(*corpus.val, B, T, corpus.vocab_size, special_ids(),
+                             cfg.data.mask_prob, cfg.data.nsp, 424242);
       for (int64_t i = 0; i < cfg.train.eval_iters; ++i) {
         const io::BertBatch bb = s.next();
-        total += model->loss({bb.input_ids, bb.targets, bb.attention_mask, bb.token_type_ids, bb.next_sentence_label}).item();
+        total += model
+                     ->loss({bb.input_ids, bb.targets, bb.attention_mask, bb.token_type_ids,
+                             bb.next_sentence_label})
+                     .item();
       }
     } else {
       io::GPTBatchSampler s(*corpus.val, B, T, 424242);
@@ -152,7 +159,8 @@ struct Trainer {
 
   nlohmann::json client_state() const {
     const GeneratorState s = bert ? bert_sampler->state() : gpt_sampler->state();
-    return {{"sampler", {{"seed", s.seed}, {"offset", s.offset}}}, {"vocab_size", corpus.vocab_size}};
+    return {{"sampler", {{"seed", s.seed}, {"offset", s.offset}}},
+            {"vocab_size", corpus.vocab_size}};
   }
 
   void save(const std::string& dir) {
@@ -184,23 +192,29 @@ int train_main(int argc, char** argv) {
   t.eng = engine::initialize(*t.model, t.cfg);
   const int64_t B = t.cfg.micro_batch_size, T = t.cfg.model.block_size;
   if (t.bert)
-    t.bert_sampler = std::make_unique<io::BertBatchSampler>(*t.corpus.train, B, T, t.corpus.vocab_size, t.special_ids(),
-                                                             t.cfg.data.mask_prob, t.cfg.data.nsp, t.cfg.train.seed + 1);
+    t.bert_sampler = std::make_unique<io::BertBatchSampler>(
+        *t.corpus.train, B, T, t.corpus.vocab_size, t.special_ids(), t.cfg.data.mask_prob,
+        t.cfg.data.nsp, t.cfg.train.seed + 1);
   else
-    t.gpt_sampler = std::make_unique<io::GPTBatchSampler>(*t.corpus.train, B, T, t.cfg.train.seed + 1);
+    t.gpt_sampler =
+        std::make_unique<io::GPTBatchSampler>(*t.corpus.train, B, T, t.cfg.train.seed + 1);
   if (a.has("resume")) {
     const nlohmann::json cs = t.eng->load_checkpoint(a.get("resume", ""));
-    TS_CHECK(cs.value("vocab_size", int64_t{-1}) == t.corpus.vocab_size, "train --resume: the checkpoint's vocabulary (",
-             cs.value("vocab_size", int64_t{-1}), ") differs from this corpus's (", t.corpus.vocab_size, ")");
-    const GeneratorState s{cs["sampler"]["seed"].get<uint64_t>(), cs["sampler"]["offset"].get<uint64_t>()};
-    if (t.bert) t.bert_sampler->set_state(s);
-    else t.gpt_sampler->set_state(s);
+    TS_CHECK(cs.value("vocab_size", int64_t{-1}) == t.corpus.vocab_size,
+             "train --resume: the checkpoint's vocabulary (", cs.value("vocab_size", int64_t{-1}),
+             ") differs from this corpus's (", t.corpus.vocab_size, ")");
+    const GeneratorState s{cs["sampler"]["seed"].get<uint64_t>(),
+                           cs["sampler"]["offset"].get<uint64_t>()};
+    if (t.bert)
+      t.bert_sampler->set_state(s);
+    else
+      t.gpt_sampler->set_state(s);
     std::cerr << "resumed at step " << t.eng->global_steps() << "\n";
   }
-  std::cerr << t.model->type_name() << ": " << t.model->num_parameters() << " parameters, vocab " << t.corpus.vocab_size
-            << ", block " << T << ", batch " << t.cfg.train_batch_size << " (" << B << " x "
-            << t.cfg.gradient_accumulation_steps << " accumulation), " << t.eng->optimizer().name() << ", "
-            << t.cfg.train.steps << " steps\n";
+  std::cerr << t.model->type_name() << ": " << t.model->num_parameters() << " parameters, vocab "
+            << t.corpus.vocab_size << ", block " << T << ", batch " << t.cfg.train_batch_size
+            << " (" << B << " x " << t.cfg.gradient_accumulation_steps << " accumulation), "
+            << t.eng->optimizer().name() << ", " << t.cfg.train.steps << " steps\n";
 
   CsvMonitor csv(t.cfg.csv_monitor);
   const bool tty = ::isatty(STDERR_FILENO);
@@ -213,8 +227,8 @@ int train_main(int argc, char** argv) {
     for (int64_t m = 0; m < t.cfg.gradient_accumulation_steps; ++m) {
       const Tensor loss = t.train_loss();
       const double lv = loss.item();
-      TS_CHECK(std::isfinite(lv) || t.cfg.fp16.enabled, "train: the loss is ", lv, " at step ", t.eng->global_steps(),
-               "; lower the learning rate or check the data");
+      TS_CHECK(std::isfinite(lv) || t.cfg.fp16.enabled, "train: the loss is ", lv, " at step ",
+               t.eng->global_steps(), "; lower the learning rate or check the data");
       loss_sum += lv;
       t.eng->backward(loss);
     }
@@ -225,13 +239,16 @@ int train_main(int argc, char** argv) {
     csv.write("Train/Samples/lr", step, st.lr);
     if (t.cfg.fp16.enabled) csv.write("Train/Samples/loss_scale", step, st.loss_scale);
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-    const double rate = static_cast<double>((step - start_step) * tokens_per_step) / std::max(secs, 1e-9);
-    const double eta = static_cast<double>(t.cfg.train.steps - step) * secs / static_cast<double>(step - start_step);
+    const double rate =
+        static_cast<double>((step - start_step) * tokens_per_step) / std::max(secs, 1e-9);
+    const double eta = static_cast<double>(t.cfg.train.steps - step) * secs /
+                       static_cast<double>(step - start_step);
     if (tty || step % t.cfg.steps_per_print == 0 || step == t.cfg.train.steps) {
       char line[200];
       std::snprintf(line, sizeof line, "step %ld/%ld | loss %.4f | lr %.3e | %.0f tok/s | ETA %s%s",
-                    static_cast<long>(step), static_cast<long>(t.cfg.train.steps), last_loss, st.lr, rate,
-                    fmt_duration(eta).c_str(), st.overflow ? " | overflow: step skipped" : "");
+                    static_cast<long>(step), static_cast<long>(t.cfg.train.steps), last_loss, st.lr,
+                    rate, fmt_duration(eta).c_str(),
+                    st.overflow ? " | overflow: step skipped" : "");
       std::cerr << (tty ? "\r" : "") << line << (tty ? "\033[K" : "\n") << std::flush;
     }
     const bool eval_now = t.cfg.train.eval_interval > 0 && step % t.cfg.train.eval_interval == 0;
@@ -252,8 +269,9 @@ int train_main(int argc, char** argv) {
   const double rate = trained > 0 ? static_cast<double>(trained * tokens_per_step) / secs : 0.0;
   val = t.val_loss();
   csv.write("Eval/val_loss", t.eng->global_steps(), val);
-  std::cerr << "step " << t.eng->global_steps() << ": val loss " << val << " (" << trained << " steps in "
-            << fmt_duration(secs) << ", " << static_cast<int64_t>(rate) << " tokens/s)\n";
+  std::cerr << "step " << t.eng->global_steps() << ": val loss " << val << " (" << trained
+            << " steps in " << fmt_duration(secs) << ", " << static_cast<int64_t>(rate)
+            << " tokens/s)\n";
   if (a.has("save")) t.save(a.get("save", ""));
   if (!t.bert && t.cfg.train.sample_tokens > 0 && !json) {
     auto& gpt = dynamic_cast<models::GPT2LMHeadModel&>(*t.model);
@@ -283,9 +301,10 @@ int train_main(int argc, char** argv) {
   if (json) {
     char loss_text[64];
     std::snprintf(loss_text, sizeof loss_text, "%.9g", last_loss);
-    std::cout << "{\"step\": " << t.eng->global_steps() << ", \"train_loss\": " << (std::isfinite(last_loss) ? loss_text : "null")
-              << ", \"val_loss\": " << nlohmann::json(val).dump() << ", \"tokens_per_s\": " << nlohmann::json(rate).dump()
-              << "}\n";
+    std::cout << "{\"step\": " << t.eng->global_steps()
+              << ", \"train_loss\": " << (std::isfinite(last_loss) ? loss_text : "null")
+              << ", \"val_loss\": " << nlohmann::json(val).dump()
+              << ", \"tokens_per_s\": " << nlohmann::json(rate).dump() << "}\n";
   }
   return 0;
 }

@@ -52,8 +52,8 @@ void gemm_blas(const T* a, const MatrixView& va, const T* b, const MatrixView& v
 
 // C = op(A) op(B) with C's rows (or columns) split across the OpenMP threads.
 template <class T>
-void gemm_parallel(const T* a, const MatrixView& va, const T* b, const MatrixView& vb, T* c, int64_t M,
-                   int64_t N, int64_t K) {
+void gemm_parallel(const T* a, const MatrixView& va, const T* b, const MatrixView& vb, T* c,
+                   int64_t M, int64_t N, int64_t K) {
   const int64_t threads = omp_in_parallel() ? 1 : omp_get_max_threads();
   if (threads <= 1 || 2.0 * M * N * K < 4e6) {
     gemm_blas(a, va, b, vb, c, M, N, K);
@@ -63,7 +63,7 @@ void gemm_parallel(const T* a, const MatrixView& va, const T* b, const MatrixVie
   const int64_t dim = split_rows ? M : N;
   const int64_t chunk = ((dim + threads - 1) / threads + 7) / 8 * 8;
   const int64_t pieces = (dim + chunk - 1) / chunk;
-#pragma omp parallel for num_threads(static_cast<int>(threads)) schedule(static, 1)
+#pragma omp parallel for num_threads(static_cast <int>(threads)) schedule(static, 1)
   for (int64_t p = 0; p < pieces; ++p) {
     const int64_t s = p * chunk, len = std::min(chunk, dim - s);
     if (split_rows) {

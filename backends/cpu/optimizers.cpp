@@ -47,8 +47,10 @@ struct AdamW {
       const T* g = c.inputs[t].data<T>();
       for (int64_t i = b; i < e; ++i) {
         T grad = g[i];
-        if (decoupled) p[i] -= lr * wd * p[i];
-        else grad += wd * p[i];
+        if (decoupled)
+          p[i] -= lr * wd * p[i];
+        else
+          grad += wd * p[i];
         m[i] = b1 * m[i] + (T(1) - b1) * grad;
         v[i] = b2 * v[i] + (T(1) - b2) * grad * grad;
         const T denom = std::sqrt(v[i]) / bc2_sqrt + eps;
@@ -119,9 +121,11 @@ struct Lamb {
 const bool registered = [] {
   for (DType d : {DType::Float32, DType::Float64}) {
     const bool f = d == DType::Float32;
-    register_kernel(Kernel::adamw_step, DeviceType::CPU, d, f ? &AdamW<float>::run : &AdamW<double>::run);
+    register_kernel(Kernel::adamw_step, DeviceType::CPU, d,
+                    f ? &AdamW<float>::run : &AdamW<double>::run);
     register_kernel(Kernel::sgd_step, DeviceType::CPU, d, f ? &Sgd<float>::run : &Sgd<double>::run);
-    register_kernel(Kernel::lamb_step, DeviceType::CPU, d, f ? &Lamb<float>::run : &Lamb<double>::run);
+    register_kernel(Kernel::lamb_step, DeviceType::CPU, d,
+                    f ? &Lamb<float>::run : &Lamb<double>::run);
   }
   return true;
 }();

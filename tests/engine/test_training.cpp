@@ -23,7 +23,9 @@ namespace {
 
 const std::string kDir = TESSERA_FIXTURES_DIR "/training/";
 
-json read_json(const std::string& p) { return json::parse(io::read_text_file(p)); }
+json read_json(const std::string& p) {
+  return json::parse(io::read_text_file(p));
+}
 
 Tensor ids(const json& j) {
   std::vector<int64_t> v;
@@ -33,7 +35,8 @@ Tensor ids(const json& j) {
 }
 
 std::string tmp_dir(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() / ("tessera-engine-" + std::to_string(::getpid()) + "-" + name);
+  const fs::path d =
+      fs::temp_directory_path() / ("tessera-engine-" + std::to_string(::getpid()) + "-" + name);
   fs::remove_all(d);
   return d.string();
 }
@@ -100,8 +103,11 @@ TEST_CASE("gradient accumulation: two micro-batches of 1 step like one batch of 
     CHECK(e->global_steps() == 1);
     return m.transformer.wte.weight.to_vector();
   };
-  const auto a = run(R"({"train_batch_size": 2, "optimizer": {"type": "SGD", "params": {"lr": 0.5}}})", 2);
-  const auto b = run(R"({"train_batch_size": 2, "train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "SGD", "params": {"lr": 0.5}}})", 1);
+  const auto a =
+      run(R"({"train_batch_size": 2, "optimizer": {"type": "SGD", "params": {"lr": 0.5}}})", 2);
+  const auto b = run(
+      R"({"train_batch_size": 2, "train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "SGD", "params": {"lr": 0.5}}})",
+      1);
   double worst = 0;
   for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(a[i] - b[i]));
   CHECK(worst < 1e-6);
@@ -128,8 +134,10 @@ TEST_CASE("resume is exact: N steps, save, load into a fresh engine, M more == N
 }
 
 TEST_CASE("fp16: an overflow skips the step and halves the scale (DeepSpeed semantics)") {
-  Setup s(R"({"train_batch_size": 2, "fp16": {"enabled": true, "initial_scale_power": 8, "hysteresis": 1},
-             "optimizer": {"type": "AdamW", "params": {"lr": 0.001}}})", 0.0);
+  Setup s(
+      R"({"train_batch_size": 2, "fp16": {"enabled": true, "initial_scale_power": 8, "hysteresis": 1},
+             "optimizer": {"type": "AdamW", "params": {"lr": 0.001}}})",
+      0.0);
   CHECK(s.model->transformer.wte.weight.dtype() == DType::Float16);
   CHECK(s.engine->loss_scale() == 256.0);
   s.train_step(0);
@@ -179,27 +187,44 @@ TEST_CASE("bad configs stop with a message naming the key, the value and what is
     }
     return std::string("no error");
   };
-  CHECK(err(R"({"train_batch_size": 8, "train_micro_batch_size_per_gpu": 3, "gradient_accumulation_steps": 2})")
-            .find("batch sizes disagree: train_batch_size 8 != train_micro_batch_size_per_gpu 3 * gradient_accumulation_steps 2") !=
+  CHECK(
+      err(R"({"train_batch_size": 8, "train_micro_batch_size_per_gpu": 3, "gradient_accumulation_steps": 2})")
+          .find("batch sizes disagree: train_batch_size 8 != train_micro_batch_size_per_gpu 3 * "
+                "gradient_accumulation_steps 2") != std::string::npos);
+  CHECK(err(R"({"optimizer": {"type": "AdamW"}})")
+            .find("set train_batch_size or train_micro_batch_size_per_gpu") != std::string::npos);
+  CHECK(err(R"({"train_batch_size": "8"})")
+            .find("'train_batch_size' must be an integer, found \"8\"") != std::string::npos);
+  CHECK(err(R"({"train_batch_size": 0})")
+            .find("'train_batch_size' is 0, expected a positive integer") != std::string::npos);
+  CHECK(err(R"({"train_batch_size": 8, "optimizer": {"type": "Adagrad"}})")
+            .find("'optimizer.type' is \"Adagrad\"") != std::string::npos);
+  CHECK(err(R"({"train_batch_size": 8, "optimizer": {"params": {"lr": -1}}})")
+            .find("'optimizer.params.lr' is -1, expected >= 0") != std::string::npos);
+  CHECK(err(R"({"train_batch_size": 8, "optimizer": {"params": {"betas": [0.9]}}})")
+            .find("'optimizer.params.betas' must be two numbers") != std::string::npos);
+  CHECK(err(R"({"train_batch_size": 8, "scheduler": {"type": "WarmupCosineLR", "params": {}}})")
+            .find("'scheduler.params.total_num_steps' is required") != std::string::npos);
+  CHECK(err(R"({"train_batch_size": 8, "fp16": {"enabled": true}, "bf16": {"enabled": true}})")
+            .find("cannot both be true") != std::string::npos);
+  CHECK(err(R"({"train_batch_size": 8, "zero_optimization": {"stage": 4}})")
+            .find("'zero_optimization.stage' is 4, expected 0, 1, 2 or 3") != std::string::npos);
+  CHECK(err(R"({"train_batch_size": 8, "gradient_clipping": -1})")
+            .find("'gradient_clipping' is -1") != std::string::npos);
+  CHECK(err(R"({"train_batch_size": 8, "model": {"n_embd": 130, "n_head": 4}})")
+            .find("'model.n_embd' (130) must be divisible by 'model.n_head' (4)") !=
         std::string::npos);
-  CHECK(err(R"({"optimizer": {"type": "AdamW"}})").find("set train_batch_size or train_micro_batch_size_per_gpu") != std::string::npos);
-  CHECK(err(R"({"train_batch_size": "8"})").find("'train_batch_size' must be an integer, found \"8\"") != std::string::npos);
-  CHECK(err(R"({"train_batch_size": 0})").find("'train_batch_size' is 0, expected a positive integer") != std::string::npos);
-  CHECK(err(R"({"train_batch_size": 8, "optimizer": {"type": "Adagrad"}})").find("'optimizer.type' is \"Adagrad\"") != std::string::npos);
-  CHECK(err(R"({"train_batch_size": 8, "optimizer": {"params": {"lr": -1}}})").find("'optimizer.params.lr' is -1, expected >= 0") != std::string::npos);
-  CHECK(err(R"({"train_batch_size": 8, "optimizer": {"params": {"betas": [0.9]}}})").find("'optimizer.params.betas' must be two numbers") != std::string::npos);
-  CHECK(err(R"({"train_batch_size": 8, "scheduler": {"type": "WarmupCosineLR", "params": {}}})").find("'scheduler.params.total_num_steps' is required") != std::string::npos);
-  CHECK(err(R"({"train_batch_size": 8, "fp16": {"enabled": true}, "bf16": {"enabled": true}})").find("cannot both be true") != std::string::npos);
-  CHECK(err(R"({"train_batch_size": 8, "zero_optimization": {"stage": 4}})").find("'zero_optimization.stage' is 4, expected 0, 1, 2 or 3") != std::string::npos);
-  CHECK(err(R"({"train_batch_size": 8, "gradient_clipping": -1})").find("'gradient_clipping' is -1") != std::string::npos);
-  CHECK(err(R"({"train_batch_size": 8, "model": {"n_embd": 130, "n_head": 4}})").find("'model.n_embd' (130) must be divisible by 'model.n_head' (4)") != std::string::npos);
   CHECK(err(R"({"train_batch_size": 8,)").find("cfg.json: invalid JSON") != std::string::npos);
   // The rule's other directions, and world size.
-  const auto c = io::TrainConfig::parse(R"({"train_batch_size": 32, "gradient_accumulation_steps": 2})", 4);
+  const auto c =
+      io::TrainConfig::parse(R"({"train_batch_size": 32, "gradient_accumulation_steps": 2})", 4);
   CHECK(c.micro_batch_size == 4);
-  CHECK(io::TrainConfig::parse(R"({"train_micro_batch_size_per_gpu": 3, "gradient_accumulation_steps": 2})", 2).train_batch_size == 12);
+  CHECK(io::TrainConfig::parse(
+            R"({"train_micro_batch_size_per_gpu": 3, "gradient_accumulation_steps": 2})", 2)
+            .train_batch_size == 12);
   // Unknown keys warn by name and nothing stops.
-  const auto w = io::TrainConfig::parse(R"({"train_batch_size": 8, "optimizer": {"params": {"lr": 1, "foo": 2}}, "bar": 1})");
+  const auto w = io::TrainConfig::parse(
+      R"({"train_batch_size": 8, "optimizer": {"params": {"lr": 1, "foo": 2}}, "bar": 1})");
   REQUIRE(w.warnings.size() == 2);
   CHECK(w.warnings[0].find("'optimizer.params.foo'") != std::string::npos);
   CHECK(w.warnings[1].find("'bar'") != std::string::npos);

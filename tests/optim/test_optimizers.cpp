@@ -29,7 +29,8 @@ TEST_CASE("AdamW: two steps against the formula") {
       x[i] -= 0.1 * 0.01 * x[i];
       m[i] = 0.9 * m[i] + 0.1 * g[i];
       v[i] = 0.999 * v[i] + 0.001 * g[i] * g[i];
-      x[i] -= 0.1 / (1 - std::pow(0.9, t)) * m[i] / (std::sqrt(v[i]) / std::sqrt(1 - std::pow(0.999, t)) + 1e-8);
+      x[i] -= 0.1 / (1 - std::pow(0.9, t)) * m[i] /
+              (std::sqrt(v[i]) / std::sqrt(1 - std::pow(0.999, t)) + 1e-8);
     }
   }
   const auto got = p.to_vector();
@@ -42,7 +43,8 @@ TEST_CASE("Adam with L2 (adam_w_mode false) folds decay into the gradient") {
   Tensor p = param({2.0}, {0.0});
   optim::Adam opt({{{"p"}, {p}, 0.1, 0.5}}, optim::AdamOptions{0.9, 0.999, 1e-8, false});
   opt.step();
-  // g = 0 + 0.5 * 2 = 1; m = 0.1, v = 0.001; step = lr * (m/bc1) / (sqrt(v/bc2) + eps) = 0.1 * 1 / (1 + 1e-8)
+  // g = 0 + 0.5 * 2 = 1; m = 0.1, v = 0.001; step = lr * (m/bc1) / (sqrt(v/bc2) + eps) = 0.1 * 1 /
+  // (1 + 1e-8)
   CHECK(p.item() == doctest::Approx(2.0 - 0.1 / (1 + 1e-8)).epsilon(1e-12));
 }
 
@@ -59,7 +61,8 @@ TEST_CASE("LAMB clamps the trust ratio") {
   Tensor p = param({3.0, 4.0}, {1.0, 1.0});
   optim::Lamb opt({{{"p"}, {p}, 0.1, 0.0}}, optim::LambOptions{0.9, 0.999, 1e-6, 10.0, 0.01});
   opt.step();
-  // update = m_hat / (sqrt(v_hat) + eps) = 1/(1+1e-6) per element; ||p|| = 5, ||u|| = sqrt(2)/(1+1e-6)
+  // update = m_hat / (sqrt(v_hat) + eps) = 1/(1+1e-6) per element; ||p|| = 5, ||u|| =
+  // sqrt(2)/(1+1e-6)
   const double u = 1.0 / (1 + 1e-6), ratio = 5.0 / (std::sqrt(2.0) * u);
   CHECK(p.to_vector()[0] == doctest::Approx(3.0 - 0.1 * ratio * u));
 }
@@ -69,7 +72,8 @@ TEST_CASE("global-norm clipping") {
   const double n = optim::clip_grad_norm({a, b}, 1.0);
   CHECK(n == doctest::Approx(5.0));
   CHECK(a.grad().item() == doctest::Approx(3.0 / (5.0 + 1e-6)));
-  CHECK(optim::clip_grad_norm({a, b}, 10.0) == doctest::Approx(1.0).epsilon(1e-5));  // under the limit: unchanged
+  CHECK(optim::clip_grad_norm({a, b}, 10.0) ==
+        doctest::Approx(1.0).epsilon(1e-5));  // under the limit: unchanged
 }
 
 TEST_CASE("default param groups: no decay for biases and norm weights") {

@@ -54,7 +54,8 @@ class Engine {
   // Writes DIR/TAG/{model.safetensors, optimizer.safetensors, engine.json} (into a temporary
   // directory renamed into place), then DIR/latest; a crash at any point leaves the previous
   // checkpoint loadable. client_state is stored verbatim and returned by load_checkpoint.
-  void save_checkpoint(const std::string& dir, const std::string& tag, const nlohmann::json& client_state = {});
+  void save_checkpoint(const std::string& dir, const std::string& tag,
+                       const nlohmann::json& client_state = {});
   // tag empty: the one DIR/latest names. Restores model, optimizer, schedule position, loss
   // scaler and the default RNG; returns client_state.
   nlohmann::json load_checkpoint(const std::string& dir, const std::string& tag = "");

@@ -9,8 +9,8 @@ namespace tessera::engine {
 class LossScaler {
  public:
   LossScaler() = default;  // static scale 1 (disabled)
-  LossScaler(bool dynamic, double initial_scale, int64_t window, int64_t hysteresis, bool consecutive_hysteresis,
-             double min_scale);
+  LossScaler(bool dynamic, double initial_scale, int64_t window, int64_t hysteresis,
+             bool consecutive_hysteresis, double min_scale);
   double scale() const { return scale_; }
   bool dynamic() const { return dynamic_; }
   // Records the outcome of one step (after the gradients were checked for inf/NaN).

@@ -33,8 +33,8 @@ struct TokenizedCorpus {
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<TokenFile> train, val;
   int64_t vocab_size = 0;
-  std::string tokenizer_kind;        // "char" or "gpt2"
-  std::vector<std::string> chars;    // char tokenizer's vocabulary (saved with checkpoints)
+  std::string tokenizer_kind;         // "char" or "gpt2"
+  std::vector<std::string> chars;     // char tokenizer's vocabulary (saved with checkpoints)
   std::vector<std::string> specials;  // appended ids for BERT: [PAD] [UNK] [CLS] [SEP] [MASK]
   std::string cache_dir;
 };
@@ -66,8 +66,8 @@ struct BertBatch {
 class BertBatchSampler {
  public:
   BertBatchSampler(const TokenFile& tokens, int64_t batch, int64_t block, int64_t vocab_size,
-                   const std::vector<int64_t>& special_ids /* PAD UNK CLS SEP MASK */, double mask_prob, bool nsp,
-                   uint64_t seed);
+                   const std::vector<int64_t>& special_ids /* PAD UNK CLS SEP MASK */,
+                   double mask_prob, bool nsp, uint64_t seed);
   BertBatch next();
   GeneratorState state() const { return gen_.state(); }
   void set_state(GeneratorState s) { gen_.set_state(s); }

@@ -78,13 +78,13 @@ struct TrainConfig {
   } model;
 
   struct Data {
-    std::string path;              // a text file or a directory of text files
+    std::string path;                // a text file or a directory of text files
     std::string tokenizer = "char";  // char, gpt2 (vocab/merges below)
     std::string vocab, merges;
     double val_fraction = 0.1;
-    std::string cache_dir;         // where token files go (default: <path>.tessera/)
-    double mask_prob = 0.15;       // BERT
-    bool nsp = false;              // BERT sentence pairs
+    std::string cache_dir;    // where token files go (default: <path>.tessera/)
+    double mask_prob = 0.15;  // BERT
+    bool nsp = false;         // BERT sentence pairs
   } data;
 
   struct Train {

@@ -18,7 +18,8 @@ enum class WarmupType { Log, Linear };
 // min + (max - min) * gamma; gamma = log(k+1)/log(W) ("log") or k/W ("linear") for k < W, then 1.
 class WarmupLR : public LRSchedule {
  public:
-  WarmupLR(double min_lr, double max_lr, int64_t warmup_num_steps, WarmupType type = WarmupType::Log);
+  WarmupLR(double min_lr, double max_lr, int64_t warmup_num_steps,
+           WarmupType type = WarmupType::Log);
   double lr(int64_t step) const override;
   std::string name() const override { return "WarmupLR"; }
 
@@ -45,8 +46,8 @@ class WarmupDecayLR : public WarmupLR {
 // to cos_min_ratio at total_num_steps.
 class WarmupCosineLR : public LRSchedule {
  public:
-  WarmupCosineLR(double base_lr, int64_t total_num_steps, double warmup_min_ratio, int64_t warmup_num_steps,
-                 double cos_min_ratio, WarmupType type = WarmupType::Log);
+  WarmupCosineLR(double base_lr, int64_t total_num_steps, double warmup_min_ratio,
+                 int64_t warmup_num_steps, double cos_min_ratio, WarmupType type = WarmupType::Log);
   double lr(int64_t step) const override;
   std::string name() const override { return "WarmupCosineLR"; }
 

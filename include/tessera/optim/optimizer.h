@@ -19,8 +19,8 @@ struct ParamGroup {
 
 // Splits named parameters into a decayed group (matrices and embeddings) and an undecayed one
 // (biases and norm weights: every parameter with fewer than 2 dims), as GPT-2/BERT recipes do.
-std::vector<ParamGroup> default_param_groups(const std::vector<std::pair<std::string, Tensor*>>& named,
-                                             double lr, double weight_decay);
+std::vector<ParamGroup> default_param_groups(
+    const std::vector<std::pair<std::string, Tensor*>>& named, double lr, double weight_decay);
 
 class Optimizer {
  public:
