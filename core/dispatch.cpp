@@ -1,6 +1,10 @@
 #include "tessera/dispatch.h"
 
 #include <array>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
 
 namespace tessera {
 
@@ -11,6 +15,28 @@ Table& table() {
   static Table t{};
   return t;
 }
+// TESSERA_PROFILE=1: time spent in each kernel, printed to stderr at exit.
+struct KernelProfile {
+  bool enabled = std::getenv("TESSERA_PROFILE") != nullptr;
+  std::mutex mutex;
+  std::array<double, kNumKernels> seconds{};
+  std::array<int64_t, kNumKernels> calls{};
+  ~KernelProfile() {
+    if (!enabled) return;
+    double total = 0;
+    for (double s : seconds) total += s;
+    std::fprintf(stderr, "kernel profile (%.3f s in kernels):\n", total);
+    for (int k = 0; k < kNumKernels; ++k)
+      if (calls[k])
+        std::fprintf(stderr, "  %-24s %8ld calls %10.3f ms %5.1f%%\n", kernel_name(static_cast<Kernel>(k)),
+                     static_cast<long>(calls[k]), seconds[k] * 1e3, 100 * seconds[k] / total);
+  }
+};
+KernelProfile& profile() {
+  static KernelProfile p;
+  return p;
+}
+
 }  // namespace
 
 const char* kernel_name(Kernel k) {
@@ -41,7 +67,17 @@ void run_kernel(Kernel k, Device device, DType dtype, std::span<const Tensor> in
     fail(kernel_name(k), ": no kernel for dtype ", dtype_name(dtype), " on ", device.str(),
          shapes.empty() ? "" : " (inputs: " + shapes + ")");
   }
+  KernelProfile& prof = profile();
+  if (!prof.enabled) {
+    fn(KernelCall{inputs, outputs, attrs});
+    return;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
   fn(KernelCall{inputs, outputs, attrs});
+  const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::lock_guard<std::mutex> lock(prof.mutex);
+  prof.seconds[static_cast<int>(k)] += dt;
+  ++prof.calls[static_cast<int>(k)];
 }
 
 }  // namespace tessera

@@ -187,7 +187,7 @@ BertLMPredictionHead::BertLMPredictionHead(Module* parent, const std::string& na
 
 Tensor BertLMPredictionHead::forward(const Tensor& x, const Tensor& word_embeddings) {
   const Tensor h = transform.LayerNorm(gelu(transform.dense(x), activation));
-  return matmul(h, word_embeddings.t()) + bias;
+  return linear(h, word_embeddings, bias);
 }
 
 BertForPreTraining::Cls::Cls(Module* parent, const std::string& name, const BertConfig& c, bool nsp)

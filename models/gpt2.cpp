@@ -170,7 +170,7 @@ GPT2LMHeadModel::GPT2LMHeadModel(const GPT2Config& c)
 }
 
 Tensor GPT2LMHeadModel::forward(const Tensor& input_ids, KVCache* cache) {
-  return matmul(transformer.forward(input_ids, cache), transformer.wte.weight.t());  // tied head
+  return linear(transformer.forward(input_ids, cache), transformer.wte.weight);  // tied head
 }
 
 Tensor GPT2LMHeadModel::loss(const Batch& b) {

@@ -31,8 +31,7 @@ void Linear::reset_parameters() {
 Tensor Linear::forward(const Tensor& x) {
   TS_CHECK(x.dim() >= 1 && x.shape().back() == in_features, "Linear '", name(),
            "': expected input [..., ", in_features, "], got ", x.describe());
-  const Tensor y = matmul(x, weight.t());
-  return bias.defined() ? y + bias : y;
+  return linear(x, weight, bias);
 }
 
 Embedding::Embedding(Module* parent, const std::string& name, int64_t n, int64_t dim)

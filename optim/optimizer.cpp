@@ -191,7 +191,7 @@ double grad_norm(const std::vector<Tensor>& params) {
   for (const Tensor& p : params) {
     const Tensor g = p.grad();
     if (!g.defined()) continue;
-    const double n = norm(g.to(DType::Float64)).item();
+    const double n = norm(g).item();  // the kernel accumulates in double
     total += n * n;
   }
   return std::sqrt(total);

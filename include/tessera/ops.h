@@ -93,6 +93,10 @@ Tensor norm(const Tensor& x, std::vector<int64_t> dims = {}, bool keepdim = fals
 // GEMM as transposed operands, never copied.
 Tensor matmul(const Tensor& a, const Tensor& b);
 
+// y = x W^T + b over the last dim of x (W [out, in], b [out] optional). One GEMM forward and
+// two backward (dx = dy W, dW = dy^T x), each written straight into its final layout.
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
+
 // ---- neural-network ops ----
 Tensor softmax(const Tensor& x, int64_t dim = -1);
 Tensor log_softmax(const Tensor& x, int64_t dim = -1);
