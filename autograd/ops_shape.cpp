@@ -331,11 +331,19 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
   TS_CHECK(total == x.shape()[dim], "split: sizes sum to ", total, " but dimension ", dim, " of ",
            x.describe(), " has size ", x.shape()[dim]);
   std::vector<Tensor> out;
-  int64_t at = 0;
-  for (int64_t s : sizes) {
-    out.push_back(x.narrow(dim, at, s));
-    at += s;
+  {
+    NoGradGuard no_grad;
+    int64_t at = 0;
+    for (int64_t s : sizes) {
+      out.push_back(x.detach().narrow(dim, at, s));
+      at += s;
+    }
   }
+  // One node for all pieces: backward concatenates their gradients (zeros for pieces no
+  // gradient reached) instead of scattering each into a zero tensor of the input's size.
+  record("SplitBackward", {x}, out, [dim](const std::vector<Tensor>& g) {
+    return std::vector<Tensor>{cat(g, dim)};
+  });
   return out;
 }
 

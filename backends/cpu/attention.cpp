@@ -32,26 +32,38 @@ struct AttentionShape {
         Dv(c.inputs[2].shape()[3]) {}
 };
 
-// Loads one head ([rows, cols] at `head`) as a matrix in the compute type.
+// One head ([rows, cols] at `head`) as a matrix in the compute type: a map over the tensor's
+// own memory when it already is that type, else a widened copy.
 template <class T, class A>
-RowMat<A> load_head(const Tensor& t, int64_t head, int64_t rows, int64_t cols) {
-  const T* p = t.data<T>() + head * rows * cols;
-  RowMat<A> m(rows, cols);
-  for (int64_t i = 0; i < rows * cols; ++i) m.data()[i] = A(load(p[i]));
-  return m;
-}
+struct Head {
+  RowMat<A> copy;
+  Eigen::Map<const RowMat<A>> m{nullptr, 0, 0};
+  Head(const Tensor& t, int64_t head, int64_t rows, int64_t cols) {
+    const T* p = t.data<T>() + head * rows * cols;
+    if constexpr (std::is_same_v<T, A>) {
+      new (&m) Eigen::Map<const RowMat<A>>(p, rows, cols);
+    } else {
+      copy.resize(rows, cols);
+      for (int64_t i = 0; i < rows * cols; ++i) copy.data()[i] = A(load(p[i]));
+      new (&m) Eigen::Map<const RowMat<A>>(copy.data(), rows, cols);
+    }
+  }
+};
 
 template <class T, class A>
 void store_head(const RowMat<A>& m, Tensor& t, int64_t head) {
   T* p = t.data<T>() + head * m.size();
-  for (int64_t i = 0; i < m.size(); ++i) p[i] = T(m.data()[i]);
+  if constexpr (std::is_same_v<T, A>) {
+    std::copy(m.data(), m.data() + m.size(), p);
+  } else {
+    for (int64_t i = 0; i < m.size(); ++i) p[i] = T(m.data()[i]);
+  }
 }
 
 // Scores of query rows [i0, i0 + rows) against keys [0, kmax), masked entries at -inf.
-template <class A>
-void block_scores(const KernelCall& c, const AttentionShape& s, int64_t b, int64_t h,
-                  const RowMat<A>& Q, const RowMat<A>& K, int64_t i0, int64_t rows, int64_t kmax,
-                  A scale, RowMat<A>& S) {
+template <class A, class QM, class KM>
+void block_scores(const KernelCall& c, const AttentionShape& s, int64_t b, int64_t h, const QM& Q,
+                  const KM& K, int64_t i0, int64_t rows, int64_t kmax, A scale, RowMat<A>& S) {
   S.noalias() = scale * Q.middleRows(i0, rows) * K.topRows(kmax).transpose();
   const Tensor& mask = c.inputs.size() > 6 ? c.inputs[6] : c.inputs[3];
   const bool causal = c.attrs.flag;
@@ -81,9 +93,11 @@ struct Attention {
       RowMat<A> S, O(s.Tq, s.Dv);
       for (int64_t bh = h0; bh < h1; ++bh) {
         const int64_t b = bh / s.H, h = bh % s.H;
-        const RowMat<A> Q = load_head<T, A>(c.inputs[0], bh, s.Tq, s.D);
-        const RowMat<A> K = load_head<T, A>(c.inputs[1], bh, s.Tk, s.D);
-        const RowMat<A> V = load_head<T, A>(c.inputs[2], bh, s.Tk, s.Dv);
+        const Head<T, A> hq(c.inputs[0], bh, s.Tq, s.D), hk(c.inputs[1], bh, s.Tk, s.D),
+            hv(c.inputs[2], bh, s.Tk, s.Dv);
+        const auto& Q = hq.m;
+        const auto& K = hk.m;
+        const auto& V = hv.m;
         for (int64_t i0 = 0; i0 < s.Tq; i0 += kQueryBlock) {
           const int64_t rows = std::min(kQueryBlock, s.Tq - i0);
           const int64_t kmax =
@@ -128,11 +142,13 @@ struct AttentionBackward {
       RowMat<A> S, dP;
       for (int64_t bh = h0; bh < h1; ++bh) {
         const int64_t b = bh / s.H, h = bh % s.H;
-        const RowMat<A> dO = load_head<T, A>(c.inputs[0], bh, s.Tq, s.Dv);
-        const RowMat<A> Q = load_head<T, A>(c.inputs[1], bh, s.Tq, s.D);
-        const RowMat<A> K = load_head<T, A>(c.inputs[2], bh, s.Tk, s.D);
-        const RowMat<A> V = load_head<T, A>(c.inputs[3], bh, s.Tk, s.Dv);
-        const RowMat<A> O = load_head<T, A>(c.inputs[4], bh, s.Tq, s.Dv);
+        const Head<T, A> hdo(c.inputs[0], bh, s.Tq, s.Dv), hq(c.inputs[1], bh, s.Tq, s.D),
+            hk(c.inputs[2], bh, s.Tk, s.D), hv(c.inputs[3], bh, s.Tk, s.Dv), ho(c.inputs[4], bh, s.Tq, s.Dv);
+        const auto& dO = hdo.m;
+        const auto& Q = hq.m;
+        const auto& K = hk.m;
+        const auto& V = hv.m;
+        const auto& O = ho.m;
         RowMat<A> dQ = RowMat<A>::Zero(s.Tq, s.D), dK = RowMat<A>::Zero(s.Tk, s.D);
         RowMat<A> dV = RowMat<A>::Zero(s.Tk, s.Dv);
         const Eigen::Matrix<A, Eigen::Dynamic, 1> Dvec = (dO.array() * O.array()).rowwise().sum();

@@ -84,24 +84,37 @@ struct GeluBackward {
                 x * inv_sqrt_2pi * (S(-0.5) * x * x).exp());
   }
 };
-// d/dx of 0.5 x (1 + tanh(u)), u = c (x + 0.044715 x^3). Returned as one expression (no
-// local arrays: the caller evaluates it after apply() returns).
-struct GeluTanhBackward {
-  template <class A, class B>
-  static auto apply(const A& g, const B& x) {
-    using S = typename A::Scalar;
-    const auto t = (S(kSqrt2OverPi) * (x + S(0.044715) * x * x * x)).tanh();
-    const auto du = S(kSqrt2OverPi) * (S(1) + S(3 * 0.044715) * x * x);
-    return g * (S(0.5) * (S(1) + t) + S(0.5) * x * (S(1) - t * t) * du);
-  }
-};
+// d/dx of 0.5 x (1 + tanh(u)), u = c (x + 0.044715 x^3), with tanh(u) computed once per block.
+template <class T>
+void gelu_tanh_backward(const KernelCall& c) {
+  using C = compute_t<T>;
+  using Arr = Eigen::Array<C, Eigen::Dynamic, 1>;
+  const int64_t n = c.outputs[0].numel();
+  const T* g = c.inputs[0].data<T>();
+  const T* x = c.inputs[1].data<T>();
+  T* y = c.outputs[0].data<T>();
+  parallel_for(n, 1 << 14, [&](int64_t b, int64_t e) {
+    Arr xs(kBlock), t(kBlock);
+    for (int64_t s = b; s < e; s += kBlock) {
+      const int64_t len = std::min(kBlock, e - s);
+      for (int64_t i = 0; i < len; ++i) xs[i] = load(x[s + i]);
+      auto xv = xs.head(len);
+      t.head(len) = (C(kSqrt2OverPi) * (xv + C(0.044715) * xv * xv * xv)).tanh();
+      for (int64_t i = 0; i < len; ++i) {
+        const C xi = xs[i], ti = t[i];
+        const C du = C(kSqrt2OverPi) * (C(1) + C(3 * 0.044715) * xi * xi);
+        y[s + i] = T(C(load(g[s + i])) * (C(0.5) * (C(1) + ti) + C(0.5) * xi * (C(1) - ti * ti) * du));
+      }
+    }
+  });
+}
 template <class T>
 struct GeluBackwardKernel {
   static void run(const KernelCall& c) { map_kernel<GeluBackward, T, 2>(c); }
 };
 template <class T>
 struct GeluTanhBackwardKernel {
-  static void run(const KernelCall& c) { map_kernel<GeluTanhBackward, T, 2>(c); }
+  static void run(const KernelCall& c) { gelu_tanh_backward<T>(c); }
 };
 
 // Integer neg/abs/relu: plain loops (Eigen's float-only functions do not apply).
