@@ -77,10 +77,11 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
 }
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  TS_CHECK(weight.dim() == 2 && x.dim() >= 1 && x.shape().back() == weight.shape()[1], "linear: input ",
-           x.describe(), " does not match weight ", weight.describe(), " (expected [..., ", weight.shape()[1], "])");
-  TS_CHECK(!bias.defined() || bias.shape() == Shape{weight.shape()[0]}, "linear: bias ", bias.describe(),
-           " does not match weight ", weight.describe());
+  TS_CHECK(weight.dim() == 2 && x.dim() >= 1 && x.shape().back() == weight.shape()[1],
+           "linear: input ", x.describe(), " does not match weight ", weight.describe(),
+           " (expected [..., ", weight.shape()[1], "])");
+  TS_CHECK(!bias.defined() || bias.shape() == Shape{weight.shape()[0]}, "linear: bias ",
+           bias.describe(), " does not match weight ", weight.describe());
   TS_CHECK(x.dtype() == weight.dtype() && is_floating(x.dtype()), "linear: input ", x.describe(),
            " and weight ", weight.describe(), " need one floating dtype");
   detail::check_same_device("linear", {x, weight, bias});
@@ -96,15 +97,21 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   Shape out_shape = x.shape();
   out_shape.back() = N;
   std::vector<Tensor> outs{y.view(out_shape)};
-  const bool gx = x.requires_grad(), gw = weight.requires_grad(), gb = bias.defined() && bias.requires_grad();
+  const bool gx = x.requires_grad(), gw = weight.requires_grad(),
+             gb = bias.defined() && bias.requires_grad();
   record("LinearBackward", {x, weight, bias}, outs,
          [x2, w, gx, gw, gb, xshape = x.shape()](const std::vector<Tensor>& g) {
            const int64_t M = x2.shape()[1], N = w.shape()[0], K = w.shape()[1];
            const Tensor dy = g[0].reshape({1, M, N});
            Tensor dx, dw, db;
-           if (gx) dx = detail::run1(Kernel::matmul, {dy, w.unsqueeze(0)}, {1, M, K}, dy.dtype(), dy.dtype()).view(xshape);
+           if (gx)
+             dx = detail::run1(Kernel::matmul, {dy, w.unsqueeze(0)}, {1, M, K}, dy.dtype(),
+                               dy.dtype())
+                      .view(xshape);
            if (gw)
-             dw = detail::run1(Kernel::matmul, {dy.transpose(1, 2), x2}, {1, N, K}, dy.dtype(), dy.dtype()).view({N, K});
+             dw = detail::run1(Kernel::matmul, {dy.transpose(1, 2), x2}, {1, N, K}, dy.dtype(),
+                               dy.dtype())
+                      .view({N, K});
            if (gb) db = sum(dy.view({M, N}), {0});
            return std::vector<Tensor>{dx, dw, db};
          },

@@ -341,9 +341,8 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
   }
   // One node for all pieces: backward concatenates their gradients (zeros for pieces no
   // gradient reached) instead of scattering each into a zero tensor of the input's size.
-  record("SplitBackward", {x}, out, [dim](const std::vector<Tensor>& g) {
-    return std::vector<Tensor>{cat(g, dim)};
-  });
+  record("SplitBackward", {x}, out,
+         [dim](const std::vector<Tensor>& g) { return std::vector<Tensor>{cat(g, dim)}; });
   return out;
 }
 

@@ -28,8 +28,9 @@ struct KernelProfile {
     std::fprintf(stderr, "kernel profile (%.3f s in kernels):\n", total);
     for (int k = 0; k < kNumKernels; ++k)
       if (calls[k])
-        std::fprintf(stderr, "  %-24s %8ld calls %10.3f ms %5.1f%%\n", kernel_name(static_cast<Kernel>(k)),
-                     static_cast<long>(calls[k]), seconds[k] * 1e3, 100 * seconds[k] / total);
+        std::fprintf(stderr, "  %-24s %8ld calls %10.3f ms %5.1f%%\n",
+                     kernel_name(static_cast<Kernel>(k)), static_cast<long>(calls[k]),
+                     seconds[k] * 1e3, 100 * seconds[k] / total);
   }
 };
 KernelProfile& profile() {

@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "models/config_field.h"
+
 #include "tessera/grad_mode.h"
 
 namespace tessera::models {
@@ -25,10 +27,7 @@ BertConfig BertConfig::named(const std::string& name) {
 BertConfig BertConfig::from_json(const std::string& text) {
   const json j = json::parse(text);
   BertConfig c;
-  auto get = [&](const char* key, auto& field) {
-    if (j.contains(key) && !j[key].is_null())
-      field = j[key].get<std::remove_reference_t<decltype(field)>>();
-  };
+  auto get = [&](const char* key, auto& field) { read_config_field(j, key, field); };
   get("vocab_size", c.vocab_size);
   get("hidden_size", c.hidden_size);
   get("num_hidden_layers", c.num_hidden_layers);

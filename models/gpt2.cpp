@@ -3,6 +3,8 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "models/config_field.h"
+
 #include "tessera/grad_mode.h"
 
 namespace tessera::models {
@@ -29,10 +31,7 @@ GPT2Config GPT2Config::named(const std::string& name) {
 GPT2Config GPT2Config::from_json(const std::string& text) {
   const json j = json::parse(text);
   GPT2Config c;
-  auto get = [&](const char* key, auto& field) {
-    if (j.contains(key) && !j[key].is_null())
-      field = j[key].get<std::remove_reference_t<decltype(field)>>();
-  };
+  auto get = [&](const char* key, auto& field) { read_config_field(j, key, field); };
   get("vocab_size", c.vocab_size);
   get("n_positions", c.n_positions);
   get("n_embd", c.n_embd);

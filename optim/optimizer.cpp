@@ -119,6 +119,13 @@ void run_group(Kernel k, Optimizer& opt, ParamGroup& g, size_t gi,
   }
 }
 
+// Adam's bias corrections 1 - beta^t (1 when disabled).
+std::pair<double, double> bias_corrections(double beta1, double beta2, int64_t step, bool enabled) {
+  if (!enabled) return {1.0, 1.0};
+  return {1 - std::pow(beta1, static_cast<double>(step)),
+          1 - std::pow(beta2, static_cast<double>(step))};
+}
+
 }  // namespace
 
 Adam::Adam(std::vector<ParamGroup> groups, AdamOptions options)
@@ -131,8 +138,8 @@ Adam::Adam(std::vector<ParamGroup> groups, AdamOptions options)
 void Adam::step() {
   NoGradGuard no_grad;
   ++step_;
-  const double bc1 = options_.bias_correction ? 1 - std::pow(options_.beta1, step_) : 1.0;
-  const double bc2 = options_.bias_correction ? 1 - std::pow(options_.beta2, step_) : 1.0;
+  const auto [bc1, bc2] =
+      bias_corrections(options_.beta1, options_.beta2, step_, options_.bias_correction);
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
     auto& g = groups_[gi];
     run_group(Kernel::adamw_step, *this, g, gi, {"exp_avg", "exp_avg_sq"},
@@ -174,8 +181,8 @@ Lamb::Lamb(std::vector<ParamGroup> groups, LambOptions options)
 void Lamb::step() {
   NoGradGuard no_grad;
   ++step_;
-  const double bc1 = options_.bias_correction ? 1 - std::pow(options_.beta1, step_) : 1.0;
-  const double bc2 = options_.bias_correction ? 1 - std::pow(options_.beta2, step_) : 1.0;
+  const auto [bc1, bc2] =
+      bias_corrections(options_.beta1, options_.beta2, step_, options_.bias_correction);
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
     auto& g = groups_[gi];
     run_group(Kernel::lamb_step, *this, g, gi, {"exp_avg", "exp_avg_sq"},

@@ -18,20 +18,6 @@ namespace tessera::cli {
 
 namespace {
 
-// Median milliseconds of `iters` calls after two warm-up calls.
-double median_ms(const std::function<void()>& f, int iters) {
-  for (int i = 0; i < 2; ++i) f();
-  std::vector<double> t;
-  for (int i = 0; i < iters; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    f();
-    t.push_back(
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
-
 int bench_gemm(const Args& a) {
   // Square sizes plus GPT-2 layer shapes (rows = batch*tokens, 768 -> 3072 and back).
   std::vector<std::array<int64_t, 3>> shapes;  // M, N, K

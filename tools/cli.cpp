@@ -1,5 +1,8 @@
 #include "tools/cli.h"
 
+#include <algorithm>
+#include <chrono>
+
 #include "tessera/error.h"
 
 namespace tessera::cli {
@@ -65,6 +68,20 @@ Shape parse_shape(const std::string& text) {
     }
   }
   return s;
+}
+
+double median_ms(const std::function<void()>& f, int iters, int warmup) {
+  TS_CHECK(iters > 0, "--iters must be positive, got ", iters);
+  for (int i = 0; i < warmup; ++i) f();
+  std::vector<double> t;
+  for (int i = 0; i < iters; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    t.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
 }
 
 }  // namespace tessera::cli

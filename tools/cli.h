@@ -1,6 +1,7 @@
 // Small argument parser shared by the `tessera` subcommands: positional words, --flag and
 // --key value options, with an error naming any option the subcommand does not know.
 #pragma once
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -27,6 +28,9 @@ class Args {
 };
 
 Shape parse_shape(const std::string& text);  // "512,512,512" or "512x512"
+
+// Median milliseconds of `iters` calls of f after `warmup` uncounted calls.
+double median_ms(const std::function<void()>& f, int iters, int warmup = 2);
 
 // Subcommands: each returns the process exit status.
 int kernels_main(int argc, char** argv);

@@ -152,17 +152,12 @@ int bench(const Args& a) {
   NoGradGuard no_grad;
   const Tensor probe = s->fn(inputs, ctx);
   bytes += static_cast<double>(probe.numel() * itemsize(probe.dtype()));
-  std::vector<double> ms;
-  for (int64_t i = 0; i < iters + 3; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    const Tensor out = s->fn(inputs, ctx);
-    if (device.is_cuda()) cuda_synchronize();
-    const double dt =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    if (i >= 3) ms.push_back(dt);
-  }
-  std::sort(ms.begin(), ms.end());
-  const double median = ms[ms.size() / 2];
+  const double median = median_ms(
+      [&] {
+        const Tensor out = s->fn(inputs, ctx);
+        if (device.is_cuda()) cuda_synchronize();
+      },
+      static_cast<int>(iters), 3);
   const double flops = s->flops ? s->flops(shape) : 0.0;
   nlohmann::json j{{"op", s->name},
                    {"shape", shape},

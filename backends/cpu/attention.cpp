@@ -143,7 +143,8 @@ struct AttentionBackward {
       for (int64_t bh = h0; bh < h1; ++bh) {
         const int64_t b = bh / s.H, h = bh % s.H;
         const Head<T, A> hdo(c.inputs[0], bh, s.Tq, s.Dv), hq(c.inputs[1], bh, s.Tq, s.D),
-            hk(c.inputs[2], bh, s.Tk, s.D), hv(c.inputs[3], bh, s.Tk, s.Dv), ho(c.inputs[4], bh, s.Tq, s.Dv);
+            hk(c.inputs[2], bh, s.Tk, s.D), hv(c.inputs[3], bh, s.Tk, s.Dv),
+            ho(c.inputs[4], bh, s.Tq, s.Dv);
         const auto& dO = hdo.m;
         const auto& Q = hq.m;
         const auto& K = hk.m;

@@ -103,7 +103,8 @@ void gelu_tanh_backward(const KernelCall& c) {
       for (int64_t i = 0; i < len; ++i) {
         const C xi = xs[i], ti = t[i];
         const C du = C(kSqrt2OverPi) * (C(1) + C(3 * 0.044715) * xi * xi);
-        y[s + i] = T(C(load(g[s + i])) * (C(0.5) * (C(1) + ti) + C(0.5) * xi * (C(1) - ti * ti) * du));
+        y[s + i] =
+            T(C(load(g[s + i])) * (C(0.5) * (C(1) + ti) + C(0.5) * xi * (C(1) - ti * ti) * du));
       }
     }
   });
