@@ -1,6 +1,8 @@
 #include "tessera/io/token_data.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -44,6 +46,20 @@ void write_tokens(const std::string& path, const std::vector<int32_t>& ids, size
   });
 }
 
+// ${XDG_CACHE_HOME:-~/.cache}/tessera/datasets/<name>-<hash of the absolute path>: always
+// writable by the user, unlike the corpus's own directory (e.g. /usr/share/games/fortunes).
+std::string default_cache_dir(const std::string& path) {
+  const std::string abs = fs::absolute(path).lexically_normal().string();
+  std::string name = fs::path(abs).filename().string();
+  if (name.empty()) name = fs::path(abs).parent_path().filename().string();
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  const fs::path base = xdg && *xdg ? fs::path(xdg) : home && *home ? fs::path(home) / ".cache" : fs::path(".cache");
+  char hash[17];
+  std::snprintf(hash, sizeof hash, "%016zx", std::hash<std::string>{}(abs));
+  return (base / "tessera" / "datasets" / (name + "-" + hash)).string();
+}
+
 const std::vector<std::string> kSpecials{"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"};
 
 }  // namespace
@@ -51,9 +67,7 @@ const std::vector<std::string> kSpecials{"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[M
 TokenizedCorpus prepare_corpus(const TrainConfig::Data& data, bool with_specials, bool verbose) {
   TokenizedCorpus c;
   c.tokenizer_kind = data.tokenizer;
-  std::string src = data.path;
-  while (src.size() > 1 && src.back() == '/') src.pop_back();
-  c.cache_dir = data.cache_dir.empty() ? src + ".tessera" : data.cache_dir;
+  c.cache_dir = data.cache_dir.empty() ? default_cache_dir(data.path) : data.cache_dir;
   const std::string text = read_corpus(data.path);
   const std::string key = data.tokenizer + ":" + std::to_string(text.size()) + ":" +
                           std::to_string(std::hash<std::string>{}(text)) + ":" +

@@ -42,15 +42,22 @@ struct EmbeddingBackward {
     check_indices(idx, n, V);
     const T* g = c.inputs[0].data<T>();
     T* dw = c.outputs[0].data<T>();
-    std::vector<A> acc(static_cast<size_t>(V * D), A(0));
+    // float/double accumulate straight into the output (one zeroing pass over the table);
+    // 16-bit types accumulate in a float scratch table first.
+    std::vector<A> scratch(std::is_same_v<T, A> ? 0 : static_cast<size_t>(V * D));
+    A* acc = std::is_same_v<T, A> ? reinterpret_cast<A*>(dw) : scratch.data();
+    parallel_for(V * D, 1 << 16, [&](int64_t b, int64_t e) { std::fill(acc + b, acc + e, A(0)); });
     parallel_for(D, 16, [&](int64_t b, int64_t e) {
       for (int64_t i = 0; i < n; ++i) {
-        A* row = acc.data() + idx[i] * D;
+        A* row = acc + idx[i] * D;
         const T* gi = g + i * D;
         for (int64_t j = b; j < e; ++j) row[j] += A(load(gi[j]));
       }
     });
-    for (int64_t i = 0; i < V * D; ++i) dw[i] = T(acc[i]);
+    if constexpr (!std::is_same_v<T, A>)
+      parallel_for(V * D, 1 << 16, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) dw[i] = T(acc[i]);
+      });
   }
 };
 

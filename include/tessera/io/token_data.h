@@ -39,8 +39,9 @@ struct TokenizedCorpus {
   std::string cache_dir;
 };
 
-// Tokenises data.path into data.cache_dir (default "<path>.tessera") unless an up-to-date
-// cache is there (same source size and tokenizer). with_specials adds BERT's special tokens.
+// Tokenises data.path into data.cache_dir (default ~/.cache/tessera/datasets/<name>-<hash>)
+// unless an up-to-date cache is there (same text, tokenizer and split). with_specials adds
+// BERT's special tokens.
 TokenizedCorpus prepare_corpus(const TrainConfig::Data& data, bool with_specials, bool verbose);
 
 // Random windows of T+1 tokens: x = tokens[i, i+T), y = tokens[i+1, i+T+1).
