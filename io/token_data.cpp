@@ -54,7 +54,9 @@ std::string default_cache_dir(const std::string& path) {
   if (name.empty()) name = fs::path(abs).parent_path().filename().string();
   const char* xdg = std::getenv("XDG_CACHE_HOME");
   const char* home = std::getenv("HOME");
-  const fs::path base = xdg && *xdg ? fs::path(xdg) : home && *home ? fs::path(home) / ".cache" : fs::path(".cache");
+  const fs::path base = xdg && *xdg     ? fs::path(xdg)
+                        : home && *home ? fs::path(home) / ".cache"
+                                        : fs::path(".cache");
   char hash[17];
   std::snprintf(hash, sizeof hash, "%016zx", std::hash<std::string>{}(abs));
   return (base / "tessera" / "datasets" / (name + "-" + hash)).string();

@@ -222,17 +222,28 @@ int train_main(int argc, char** argv) {
   const int64_t start_step = t.eng->global_steps();
   double last_loss = NAN, val = NAN;
   const auto t0 = Clock::now();
+  // wall_clock_breakdown: milliseconds in forward, backward and step since the last print.
+  double t_fwd = 0, t_bwd = 0, t_step = 0;
+  auto since = [](Clock::time_point a) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - a).count();
+  };
   while (t.eng->global_steps() < t.cfg.train.steps) {
     double loss_sum = 0;
     for (int64_t m = 0; m < t.cfg.gradient_accumulation_steps; ++m) {
+      auto c0 = Clock::now();
       const Tensor loss = t.train_loss();
       const double lv = loss.item();
+      t_fwd += since(c0);
       TS_CHECK(std::isfinite(lv) || t.cfg.fp16.enabled, "train: the loss is ", lv, " at step ",
                t.eng->global_steps(), "; lower the learning rate or check the data");
       loss_sum += lv;
+      c0 = Clock::now();
       t.eng->backward(loss);
+      t_bwd += since(c0);
     }
+    const auto c1 = Clock::now();
     const engine::StepStats st = t.eng->step();
+    t_step += since(c1);
     last_loss = loss_sum / static_cast<double>(t.cfg.gradient_accumulation_steps);
     const int64_t step = t.eng->global_steps();
     csv.write("Train/Samples/train_loss", step, last_loss);
@@ -250,6 +261,15 @@ int train_main(int argc, char** argv) {
                     rate, fmt_duration(eta).c_str(),
                     st.overflow ? " | overflow: step skipped" : "");
       std::cerr << (tty ? "\r" : "") << line << (tty ? "\033[K" : "\n") << std::flush;
+    }
+    if (t.cfg.wall_clock_breakdown && step % t.cfg.steps_per_print == 0) {
+      const double n = static_cast<double>(t.cfg.steps_per_print);
+      char line[160];
+      std::snprintf(line, sizeof line,
+                    "time (ms/step) | forward: %.2f | backward: %.2f | step: %.2f", t_fwd / n,
+                    t_bwd / n, t_step / n);
+      std::cerr << (tty ? "\n" : "") << line << "\n";
+      t_fwd = t_bwd = t_step = 0;
     }
     const bool eval_now = t.cfg.train.eval_interval > 0 && step % t.cfg.train.eval_interval == 0;
     if (eval_now && step < t.cfg.train.steps) {

@@ -1,0 +1,78 @@
+// Data pipeline: corpus splits, GPT windows, and BERT's masking statistics.
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "tessera/io/token_data.h"
+
+using namespace tessera;
+namespace fs = std::filesystem;
+
+namespace {
+struct Corpus {
+  fs::path dir = fs::temp_directory_path() / ("tessera-data-" + std::to_string(::getpid()));
+  io::TokenizedCorpus c;
+  explicit Corpus(bool specials) {
+    fs::create_directories(dir);
+    std::ofstream f(dir / "text.txt");
+    for (int i = 0; i < 400; ++i) f << "the quick brown fox jumps over the lazy dog " << i << "\n";
+    f.close();
+    io::TrainConfig::Data d;
+    d.path = (dir / "text.txt").string();
+    d.cache_dir = (dir / "cache").string();
+    c = io::prepare_corpus(d, specials, false);
+  }
+};
+}  // namespace
+
+TEST_CASE("corpus: char vocabulary, 90/10 split, windows shifted by one") {
+  Corpus corpus(false);
+  const auto& c = corpus.c;
+  const int64_t total = c.train->size() + c.val->size();
+  CHECK(c.val->size() == total - static_cast<int64_t>(static_cast<double>(total) * 0.9));
+  io::GPTBatchSampler s(*c.train, 3, 8, 1);
+  Tensor x, y;
+  s.next(x, y);
+  const auto xv = x.to_vector(), yv = y.to_vector();
+  for (int b = 0; b < 3; ++b)
+    for (int i = 0; i < 7; ++i) CHECK(yv[b * 8 + i] == xv[b * 8 + i + 1]);
+  // The sampler's position is a Philox state: restoring it replays the same batch.
+  io::GPTBatchSampler t(*c.train, 3, 8, 1);
+  Tensor x2, y2;
+  t.next(x2, y2);
+  CHECK(x2.to_vector() == xv);
+}
+
+TEST_CASE("BERT batches: 15% selected, 80/10/10 replacement, segments and NSP labels") {
+  Corpus corpus(true);
+  const auto& c = corpus.c;
+  const int64_t V = c.vocab_size;
+  const std::vector<int64_t> sp{V - 5, V - 4, V - 3, V - 2, V - 1};  // PAD UNK CLS SEP MASK
+  io::BertBatchSampler s(*c.train, 64, 32, V, sp, 0.15, true, 3);
+  int64_t candidates = 0, selected = 0, masked = 0, kept = 0, next = 0, pairs = 0;
+  for (int rep = 0; rep < 10; ++rep) {
+    const io::BertBatch b = s.next();
+    const auto ids = b.input_ids.to_int_vector(), tgt = b.targets.to_int_vector(),
+               tt = b.token_type_ids.to_int_vector();
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const bool special = tgt[i] == -100 && ids[i] >= V - 5 && ids[i] != V - 1;
+      if (!special) ++candidates;
+      if (tgt[i] == -100) continue;
+      ++selected;
+      CHECK(tgt[i] < V - 5);  // labels are real tokens, never specials
+      masked += ids[i] == V - 1;
+      kept += ids[i] == tgt[i];
+    }
+    CHECK(ids[0] == V - 3);  // [CLS] first
+    CHECK(tt[0] == 0);
+    CHECK(tt[31] == 1);  // second segment
+    for (int64_t l : b.next_sentence_label.to_int_vector()) next += l == 0, ++pairs;
+  }
+  const double sel = static_cast<double>(selected) / candidates;
+  CHECK(sel == doctest::Approx(0.15).epsilon(0.15));
+  CHECK(static_cast<double>(masked) / selected == doctest::Approx(0.8).epsilon(0.08));
+  CHECK(static_cast<double>(kept) / selected == doctest::Approx(0.1).epsilon(0.5));
+  CHECK(static_cast<double>(next) / pairs == doctest::Approx(0.5).epsilon(0.2));
+}
