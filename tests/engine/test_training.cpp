@@ -76,13 +76,16 @@ TEST_CASE("ten AdamW steps match PyTorch to 1e-5 relative on every loss") {
   const json batches = read_json(kDir + "batches.json");
   const std::vector<double> want = read_json(kDir + "losses.json")["losses"];
   REQUIRE(batches.size() == want.size());
+  double worst = 0;
   for (size_t k = 0; k < want.size(); ++k) {
     const Tensor loss = eng->forward({ids(batches[k]["input_ids"]), ids(batches[k]["targets"])});
     eng->backward(loss);
     eng->step();
     INFO("step ", k, ": tessera ", loss.item(), ", pytorch ", want[k]);
     CHECK(std::fabs(loss.item() - want[k]) <= 1e-5 * std::fabs(want[k]));
+    worst = std::max(worst, std::fabs(loss.item() - want[k]) / std::fabs(want[k]));
   }
+  MESSAGE("ten AdamW steps vs PyTorch: worst relative loss difference " << worst);
 }
 
 TEST_CASE("gradient accumulation: two micro-batches of 1 step like one batch of 2") {
