@@ -85,39 +85,40 @@ void Optimizer::load_state_dict(const std::map<std::string, Tensor>& state) {
   state_ = std::move(loaded);
 }
 
-namespace {
-
-// Runs one fused optimizer kernel per (device, dtype) over the group's parameters that have
+// Runs one fused optimizer kernel per (device, dtype) over each group's parameters that have
 // gradients; `slots` names the state tensors the kernel updates after the parameters.
-void run_group(Kernel k, Optimizer& opt, ParamGroup& g, size_t gi,
-               const std::vector<std::string>& slots,
-               const std::function<Tensor&(size_t, size_t, const std::string&)>& slot,
-               const std::vector<double>& scalars) {
-  // Group parameters by (device, dtype): one kernel call each.
-  std::map<std::pair<int, int>, std::vector<size_t>> by_kind;
-  for (size_t i = 0; i < g.params.size(); ++i) {
-    const Tensor grad = g.params[i].grad();
-    if (!grad.defined()) continue;
-    TS_CHECK(grad.shape() == g.params[i].shape(), opt.name(), ": gradient of '", g.names[i],
-             "' is ", grad.describe(), ", parameter is ", g.params[i].describe());
-    by_kind[{static_cast<int>(g.params[i].device().type), static_cast<int>(g.params[i].dtype())}]
-        .push_back(i);
-  }
-  for (auto& [kind, idx] : by_kind) {
-    std::vector<Tensor> outs, grads;
-    for (size_t i : idx) outs.push_back(g.params[i].detach());
-    for (const std::string& s : slots)
-      for (size_t i : idx) outs.push_back(slot(gi, i, s));
-    for (size_t i : idx) grads.push_back(g.params[i].grad().to(g.params[i].dtype()).contiguous());
-    KernelAttrs a;
-    a.scalars = scalars;
-    const Tensor& first = g.params[idx[0]];
-    TS_CHECK(first.is_contiguous(), opt.name(), ": parameter '", g.names[idx[0]],
-             "' is not contiguous");
-    run_kernel(k, first.device(), first.dtype(), grads, outs, a);
-    for (size_t i : idx) g.params[i].bump_version();
+void Optimizer::run_fused(Kernel k, const std::vector<std::string>& slots,
+                          const std::function<std::vector<double>(const ParamGroup&)>& scalars) {
+  NoGradGuard no_grad;
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    ParamGroup& g = groups_[gi];
+    std::map<std::pair<int, int>, std::vector<size_t>> by_kind;
+    for (size_t i = 0; i < g.params.size(); ++i) {
+      const Tensor grad = g.params[i].grad();
+      if (!grad.defined()) continue;
+      TS_CHECK(grad.shape() == g.params[i].shape(), name(), ": gradient of '", g.names[i], "' is ",
+               grad.describe(), ", parameter is ", g.params[i].describe());
+      by_kind[{static_cast<int>(g.params[i].device().type), static_cast<int>(g.params[i].dtype())}]
+          .push_back(i);
+    }
+    for (auto& [kind, idx] : by_kind) {
+      std::vector<Tensor> outs, grads;
+      for (size_t i : idx) outs.push_back(g.params[i].detach());
+      for (const std::string& s : slots)
+        for (size_t i : idx) outs.push_back(slot(gi, i, s));
+      for (size_t i : idx) grads.push_back(g.params[i].grad().to(g.params[i].dtype()).contiguous());
+      KernelAttrs a;
+      a.scalars = scalars(g);
+      const Tensor& first = g.params[idx[0]];
+      TS_CHECK(first.is_contiguous(), name(), ": parameter '", g.names[idx[0]],
+               "' is not contiguous");
+      run_kernel(k, first.device(), first.dtype(), grads, outs, a);
+      for (size_t i : idx) g.params[i].bump_version();
+    }
   }
 }
+
+namespace {
 
 // Adam's bias corrections 1 - beta^t (1 when disabled).
 std::pair<double, double> bias_corrections(double beta1, double beta2, int64_t step, bool enabled) {
@@ -136,17 +137,19 @@ Adam::Adam(std::vector<ParamGroup> groups, AdamOptions options)
 }
 
 void Adam::step() {
-  NoGradGuard no_grad;
   ++step_;
   const auto [bc1, bc2] =
       bias_corrections(options_.beta1, options_.beta2, step_, options_.bias_correction);
-  for (size_t gi = 0; gi < groups_.size(); ++gi) {
-    auto& g = groups_[gi];
-    run_group(Kernel::adamw_step, *this, g, gi, {"exp_avg", "exp_avg_sq"},
-              [&](size_t a, size_t b, const std::string& n) -> Tensor& { return slot(a, b, n); },
-              {g.lr, options_.beta1, options_.beta2, options_.eps, g.weight_decay, bc1, bc2,
-               options_.decoupled_weight_decay ? 1.0 : 0.0});
-  }
+  run_fused(Kernel::adamw_step, {"exp_avg", "exp_avg_sq"}, [&](const ParamGroup& g) {
+    return std::vector<double>{g.lr,
+                               options_.beta1,
+                               options_.beta2,
+                               options_.eps,
+                               g.weight_decay,
+                               bc1,
+                               bc2,
+                               options_.decoupled_weight_decay ? 1.0 : 0.0};
+  });
 }
 
 SGD::SGD(std::vector<ParamGroup> groups, SGDOptions options)
@@ -157,18 +160,18 @@ SGD::SGD(std::vector<ParamGroup> groups, SGDOptions options)
 }
 
 void SGD::step() {
-  NoGradGuard no_grad;
   const bool first = step_ == 0;
   ++step_;
-  for (size_t gi = 0; gi < groups_.size(); ++gi) {
-    auto& g = groups_[gi];
-    std::vector<std::string> slots;
-    if (options_.momentum != 0) slots.push_back("momentum_buffer");
-    run_group(Kernel::sgd_step, *this, g, gi, slots,
-              [&](size_t a, size_t b, const std::string& n) -> Tensor& { return slot(a, b, n); },
-              {g.lr, options_.momentum, options_.dampening, g.weight_decay,
-               options_.nesterov ? 1.0 : 0.0, first ? 1.0 : 0.0});
-  }
+  std::vector<std::string> slots;
+  if (options_.momentum != 0) slots.push_back("momentum_buffer");
+  run_fused(Kernel::sgd_step, slots, [&](const ParamGroup& g) {
+    return std::vector<double>{g.lr,
+                               options_.momentum,
+                               options_.dampening,
+                               g.weight_decay,
+                               options_.nesterov ? 1.0 : 0.0,
+                               first ? 1.0 : 0.0};
+  });
 }
 
 Lamb::Lamb(std::vector<ParamGroup> groups, LambOptions options)
@@ -179,17 +182,14 @@ Lamb::Lamb(std::vector<ParamGroup> groups, LambOptions options)
 }
 
 void Lamb::step() {
-  NoGradGuard no_grad;
   ++step_;
   const auto [bc1, bc2] =
       bias_corrections(options_.beta1, options_.beta2, step_, options_.bias_correction);
-  for (size_t gi = 0; gi < groups_.size(); ++gi) {
-    auto& g = groups_[gi];
-    run_group(Kernel::lamb_step, *this, g, gi, {"exp_avg", "exp_avg_sq"},
-              [&](size_t a, size_t b, const std::string& n) -> Tensor& { return slot(a, b, n); },
-              {g.lr, options_.beta1, options_.beta2, options_.eps, g.weight_decay, bc1, bc2,
-               options_.max_coeff, options_.min_coeff});
-  }
+  run_fused(Kernel::lamb_step, {"exp_avg", "exp_avg_sq"}, [&](const ParamGroup& g) {
+    return std::vector<double>{g.lr,         options_.beta1,     options_.beta2,
+                               options_.eps, g.weight_decay,     bc1,
+                               bc2,          options_.max_coeff, options_.min_coeff};
+  });
 }
 
 double grad_norm(const std::vector<Tensor>& params) {

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "fixture_util.h"
 #include "tessera/engine/engine.h"
 #include "tessera/io/files.h"
 #include "tessera/models/gpt2.h"
@@ -23,16 +24,8 @@ namespace {
 
 const std::string kDir = TESSERA_FIXTURES_DIR "/training/";
 
-json read_json(const std::string& p) {
-  return json::parse(io::read_text_file(p));
-}
-
-Tensor ids(const json& j) {
-  std::vector<int64_t> v;
-  for (const auto& row : j)
-    for (const auto& x : row) v.push_back(x.get<int64_t>());
-  return from_vector(v, {static_cast<int64_t>(j.size()), static_cast<int64_t>(j[0].size())});
-}
+using test::read_json;
+const auto ids = test::int_matrix;
 
 std::string tmp_dir(const std::string& name) {
   const fs::path d =

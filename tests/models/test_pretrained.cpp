@@ -7,6 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "fixture_util.h"
 #include "tessera/grad_mode.h"
 #include "tessera/io/safetensors.h"
 #include "tessera/models/bert.h"
@@ -22,18 +23,8 @@ namespace {
 
 const std::string kModels = TESSERA_FIXTURES_DIR "/models/";
 
-json read_json(const std::string& p) {
-  std::ifstream f(p);
-  REQUIRE_MESSAGE(f.good(), "cannot open " << p);
-  return json::parse(f);
-}
-
-Tensor ids(const json& j) {
-  std::vector<int64_t> v;
-  for (const auto& row : j)
-    for (const auto& x : row) v.push_back(x.get<int64_t>());
-  return from_vector(v, {static_cast<int64_t>(j.size()), static_cast<int64_t>(j[0].size())});
-}
+using test::read_json;
+const auto ids = test::int_matrix;
 
 models::Batch batch_of(const json& j) {
   models::Batch b;

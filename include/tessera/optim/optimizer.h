@@ -2,10 +2,12 @@
 // kernel call (per dtype), reading each parameter's .grad; parameters without a gradient are
 // skipped. State (moments, step counts) saves to and loads from named tensors.
 #pragma once
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "tessera/dispatch.h"
 #include "tessera/tensor.h"
 
 namespace tessera::optim {
@@ -42,6 +44,10 @@ class Optimizer {
  protected:
   // The named slot (e.g. "exp_avg") of group g's i-th parameter, created as zeros on first use.
   Tensor& slot(size_t g, size_t i, const std::string& name);
+  // One fused kernel call per (device, dtype) of each group: outputs are the parameters, then
+  // each named slot; inputs the gradients; scalars(group) the kernel's hyper-parameters.
+  void run_fused(Kernel k, const std::vector<std::string>& slots,
+                 const std::function<std::vector<double>(const ParamGroup&)>& scalars);
   std::vector<ParamGroup> groups_;
   std::map<std::string, Tensor> state_;
   int64_t step_ = 0;
