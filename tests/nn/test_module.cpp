@@ -94,3 +94,18 @@ TEST_CASE("Linear computes x W^T + b") {
   CHECK(lin(from_vector({3.0, 4.0}, {1, 2})).item() == 2.5);
   CHECK_THROWS_WITH_AS(lin(zeros({1, 3})), doctest::Contains("expected input [..., 2]"), Error);
 }
+
+TEST_CASE("Sequential applies its modules in order, named 0, 1, 2") {
+  nn::Module root;
+  nn::Sequential seq(&root, "seq");
+  auto& a = seq.emplace_back<nn::Linear>(3, 4);
+  seq.emplace_back<nn::GELU>();
+  auto& b = seq.emplace_back<nn::Linear>(4, 2);
+  CHECK(seq.size() == 3);
+  std::vector<std::string> names;
+  for (auto& [n, t] : root.named_parameters()) names.push_back(n);
+  CHECK(names ==
+        std::vector<std::string>{"seq.0.weight", "seq.0.bias", "seq.2.weight", "seq.2.bias"});
+  const Tensor x = randn({5, 3});
+  CHECK(seq(x).to_vector() == b(gelu(a(x))).to_vector());
+}

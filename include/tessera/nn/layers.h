@@ -105,10 +105,11 @@ class MultiHeadAttention : public Module {
 Tensor split_heads(const Tensor& x, int64_t num_heads);
 Tensor merge_heads(const Tensor& x);
 
-// Children named "0", "1", ...
-class ModuleList : public Module {
+// Children named "0", "1", ... appended in order (the storage of ModuleList and Sequential).
+template <class Base, class Item>
+class IndexedChildren : public Base {
  public:
-  using Module::Module;
+  using Base::Base;
   template <class M, class... Args>
   M& emplace_back(Args&&... args) {
     auto m = std::make_unique<M>(this, std::to_string(items_.size()), std::forward<Args>(args)...);
@@ -117,33 +118,28 @@ class ModuleList : public Module {
     return ref;
   }
   size_t size() const { return items_.size(); }
+
+ protected:
+  std::vector<std::unique_ptr<Item>> items_;
+};
+
+class ModuleList : public IndexedChildren<Module, Module> {
+ public:
+  using IndexedChildren::IndexedChildren;
   Module& operator[](size_t i) { return *items_.at(i); }
   template <class M>
   M& at(size_t i) {
     return dynamic_cast<M&>(*items_.at(i));
   }
   std::string type_name() const override { return "ModuleList"; }
-
- private:
-  std::vector<std::unique_ptr<Module>> items_;
 };
 
 // Applies UnaryModules in order.
-class Sequential : public UnaryModule {
+class Sequential : public IndexedChildren<UnaryModule, UnaryModule> {
  public:
-  using UnaryModule::UnaryModule;
-  template <class M, class... Args>
-  M& emplace_back(Args&&... args) {
-    auto m = std::make_unique<M>(this, std::to_string(items_.size()), std::forward<Args>(args)...);
-    M& ref = *m;
-    items_.push_back(std::move(m));
-    return ref;
-  }
+  using IndexedChildren::IndexedChildren;
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "Sequential"; }
-
- private:
-  std::vector<std::unique_ptr<UnaryModule>> items_;
 };
 
 }  // namespace tessera::nn
