@@ -72,9 +72,9 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
   auto& meta = *leaf_.impl()->autograd;
   if (g.dtype() != leaf_.dtype()) g = g.to(leaf_.dtype());
   if (!meta.grad.defined()) {
-    // Take ownership only when nothing else can see this tensor's memory.
-    const bool exclusive =
-        g.impl() && g.is_contiguous() && g.shape() == leaf_.shape() && g.storage().use_count() == 1;
+    // Take ownership only when nothing else can see this tensor or its memory: one gradient
+    // tensor can flow to several leaves (add's backward hands the same one to both inputs).
+    const bool exclusive = g.is_unique() && g.is_contiguous() && g.shape() == leaf_.shape();
     meta.grad = exclusive ? g : g.contiguous().clone();
     if (meta.grad.shape() != leaf_.shape()) meta.grad = meta.grad.reshape(leaf_.shape());
   } else {

@@ -44,6 +44,8 @@ class Tensor {
   bool defined() const { return impl_ != nullptr; }
   TensorImpl* impl() const { return impl_.get(); }
   bool same(const Tensor& other) const { return impl_ == other.impl_; }
+  // No other handle to this tensor and no other tensor on its storage.
+  bool is_unique() const { return impl_.use_count() == 1 && storage().use_count() == 1; }
 
   const Shape& shape() const { return checked().shape; }
   const Shape& strides() const { return checked().strides; }

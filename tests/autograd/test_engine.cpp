@@ -20,6 +20,20 @@ TEST_CASE("shared subexpressions accumulate: d/dx (x*x + x*x) = 4x") {
   CHECK(x.grad().to_vector() == std::vector<double>{4, -8, 12});
 }
 
+TEST_CASE("leaves that receive the same gradient tensor get separate .grad tensors") {
+  Tensor a = vec({1, 2}).requires_grad_(), b = vec({3, 4}).requires_grad_();
+  sum((a + b) * 2.0).backward();  // add's backward passes one fresh tensor to both inputs
+  CHECK_FALSE(a.grad().storage() == b.grad().storage());
+  {
+    NoGradGuard g;
+    a.grad().mul_(10.0);
+  }
+  CHECK(b.grad().to_vector() == std::vector<double>{2, 2});
+  sum((a + b) * 2.0).backward();
+  CHECK(a.grad().to_vector() == std::vector<double>{22, 22});
+  CHECK(b.grad().to_vector() == std::vector<double>{4, 4});
+}
+
 TEST_CASE("gradients accumulate across two backward calls") {
   Tensor x = vec({1, 2}).requires_grad_();
   sum(x * 3.0).backward();
