@@ -52,11 +52,10 @@ Tensor as_rows(const Tensor& x, const ReducePlan& p) {
   return x.permute(perm).contiguous().view({kept, p.reduced});
 }
 
-Tensor reduce_kernel(Kernel k, const char* op, const Tensor& x, const ReducePlan& p,
-                     DType out_dtype, const KernelAttrs& attrs = {}) {
+Tensor reduce_kernel(Kernel k, const Tensor& x, const ReducePlan& p, DType out_dtype,
+                     const KernelAttrs& attrs = {}) {
   const Tensor rows = as_rows(untracked(x), p);
   Tensor out = detail::run1(k, {rows}, {rows.shape()[0]}, out_dtype, x.dtype(), attrs);
-  (void)op;
   return out.view(p.out_shape);
 }
 
@@ -69,7 +68,7 @@ Tensor finish(Tensor out, const ReducePlan& p, bool keepdim) {
 Tensor sum(const Tensor& x, std::vector<int64_t> dims, bool keepdim) {
   const ReducePlan p = plan("sum", x, std::move(dims));
   const DType out_dtype = is_floating(x.dtype()) ? x.dtype() : DType::Int64;
-  std::vector<Tensor> outs{finish(reduce_kernel(Kernel::sum, "sum", x, p, out_dtype), p, keepdim)};
+  std::vector<Tensor> outs{finish(reduce_kernel(Kernel::sum, x, p, out_dtype), p, keepdim)};
   record("SumBackward", {x}, outs, [p, shape = x.shape()](const std::vector<Tensor>& g) {
     return std::vector<Tensor>{g[0].reshape(p.keep_shape).expand(shape)};
   });
@@ -86,7 +85,7 @@ namespace {
 Tensor extreme(Kernel k, const char* op, const Tensor& x, std::vector<int64_t> dims, bool keepdim) {
   const ReducePlan p = plan(op, x, std::move(dims));
   TS_CHECK(x.numel() > 0 || p.reduced > 0, op, ": cannot reduce an empty tensor ", x.describe());
-  std::vector<Tensor> outs{finish(reduce_kernel(k, op, x, p, x.dtype()), p, keepdim)};
+  std::vector<Tensor> outs{finish(reduce_kernel(k, x, p, x.dtype()), p, keepdim)};
   // Gradient shared evenly among tied extremes (torch.amax semantics).
   record(std::string(op) + "Backward", {x}, outs,
          [p, ux = untracked(x), y = untracked(outs[0])](const std::vector<Tensor>& g) {
@@ -108,7 +107,7 @@ Tensor amin(const Tensor& x, std::vector<int64_t> dims, bool keepdim) {
 
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
   const ReducePlan p = plan("argmax", x, {dim});
-  return finish(reduce_kernel(Kernel::argmax, "argmax", x, p, DType::Int64), p, keepdim);
+  return finish(reduce_kernel(Kernel::argmax, x, p, DType::Int64), p, keepdim);
 }
 
 Tensor var(const Tensor& x, std::vector<int64_t> dims, int64_t correction, bool keepdim) {
@@ -116,8 +115,7 @@ Tensor var(const Tensor& x, std::vector<int64_t> dims, int64_t correction, bool 
   const ReducePlan p = plan("var", x, std::move(dims));
   KernelAttrs a;
   a.index = correction;
-  std::vector<Tensor> outs{
-      finish(reduce_kernel(Kernel::var, "var", x, p, x.dtype(), a), p, keepdim)};
+  std::vector<Tensor> outs{finish(reduce_kernel(Kernel::var, x, p, x.dtype(), a), p, keepdim)};
   record("VarBackward", {x}, outs,
          [p, correction, ux = untracked(x)](const std::vector<Tensor>& g) {
            // d var / dx = 2 (x - mean) / (N - correction)
@@ -132,8 +130,7 @@ Tensor var(const Tensor& x, std::vector<int64_t> dims, int64_t correction, bool 
 Tensor norm(const Tensor& x, std::vector<int64_t> dims, bool keepdim) {
   detail::check_floating("norm", x);
   const ReducePlan p = plan("norm", x, std::move(dims));
-  std::vector<Tensor> outs{
-      finish(reduce_kernel(Kernel::norm, "norm", x, p, x.dtype()), p, keepdim)};
+  std::vector<Tensor> outs{finish(reduce_kernel(Kernel::norm, x, p, x.dtype()), p, keepdim)};
   record("NormBackward", {x}, outs,
          [p, ux = untracked(x), y = untracked(outs[0])](const std::vector<Tensor>& g) {
            // x / ||x||, taken as 0 where the norm is 0 (the subgradient torch uses)

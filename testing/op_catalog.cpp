@@ -43,10 +43,6 @@ std::vector<OpCase> binary_cases(InputKind kb = InputKind::Normal) {
           {"[]+[2,3]", {in({}), in({2, 3}, kb)}}};
 }
 
-double numel_flops(const Shape& s) {
-  return 0.0 * numel_of(s);
-}
-
 OpSpec unary(const std::string& name, Tensor (*f)(const Tensor&), InputKind k = InputKind::Normal) {
   OpSpec s{name, name, unary_cases(k), [f](const Inputs& x, const OpContext&) { return f(x[0]); }};
   s.bench_case = [k](const Shape& sh) {
@@ -54,7 +50,6 @@ OpSpec unary(const std::string& name, Tensor (*f)(const Tensor&), InputKind k = 
     c.inputs[0].kind = k;
     return c;
   };
-  s.flops = numel_flops;
   return s;
 }
 
@@ -68,7 +63,6 @@ OpSpec binary(const std::string& name, Tensor (*f)(const Tensor&, const Tensor&)
     c.inputs[1].kind = kb;
     return c;
   };
-  s.flops = numel_flops;
   return s;
 }
 
@@ -95,7 +89,6 @@ OpSpec reduction(const std::string& name,
     c.dims = {-1};
     return c;
   };
-  s.flops = numel_flops;
   return s;
 }
 
@@ -224,7 +217,6 @@ std::vector<OpSpec> build_catalog() {
                return log ? log_softmax(x[0], c.op_case.dims[0]) : softmax(x[0], c.op_case.dims[0]);
              }};
     s.bench_case = [](const Shape& sh) { return OpCase{"bench", {in(sh)}, {-1}}; };
-    s.flops = numel_flops;
     ops.push_back(s);
   }
   {
@@ -242,7 +234,6 @@ std::vector<OpSpec> build_catalog() {
     s.bench_case = [](const Shape& sh) {
       return OpCase{"bench", {in(sh), in({sh.back()}), in({sh.back()})}};
     };
-    s.flops = numel_flops;
     ops.push_back(s);
   }
   {
@@ -254,7 +245,6 @@ std::vector<OpSpec> build_catalog() {
       TS_CHECK(sh.size() == 3, "embedding bench: --shape V,D,N");
       return OpCase{"bench", {in({sh[0], sh[1]}), idx({sh[2]}, sh[0])}};
     };
-    s.flops = [](const Shape&) { return 0.0; };
     ops.push_back(s);
   }
   {
@@ -270,7 +260,6 @@ std::vector<OpSpec> build_catalog() {
       TS_CHECK(sh.size() == 2, "cross_entropy bench: --shape N,C");
       return OpCase{"bench", {in(sh), idx({sh[0]}, sh[1])}};
     };
-    s.flops = [](const Shape&) { return 0.0; };
     ops.push_back(s);
   }
   {
@@ -282,7 +271,6 @@ std::vector<OpSpec> build_catalog() {
                return dropout(x[0], c.op_case.flag ? 0.5 : 0.3, true, &gen);
              }};
     s.bench_case = [](const Shape& sh) { return elementwise_bench(sh, 1); };
-    s.flops = numel_flops;
     ops.push_back(s);
   }
   {

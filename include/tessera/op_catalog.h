@@ -51,7 +51,8 @@ struct OpSpec {
   bool differentiable = true;
   bool finite_differences = true;  // false where the op is not smooth at float64 (casts)
   bool exact_reference = false;    // creation/random ops: compare with cpu at the same dtype
-  // Benchmark: inputs for a --shape argument and the op's cost (flops, else bytes moved).
+  // Benchmark: inputs for a --shape argument, and the op's flops for GEMM-like ops (unset:
+  // the benchmark reports bytes moved instead).
   std::function<OpCase(const Shape&)> bench_case;
   std::function<double(const Shape&)> flops;
 };
