@@ -68,6 +68,25 @@ void run_kernel(Kernel k, Device device, DType dtype, std::span<const Tensor> in
     fail(kernel_name(k), ": no kernel for dtype ", dtype_name(dtype), " on ", device.str(),
          shapes.empty() ? "" : " (inputs: " + shapes + ")");
   }
+  // Released (ZeRO-3) storages are gathered before the kernel and may be released after it.
+  Storage* fetched[8];
+  size_t n_fetched = 0;
+  auto fetch = [&](const Tensor& t) {
+    if (!t.defined()) return;
+    Storage& s = *t.storage();
+    if (s.resident() || !s.fetcher()) return;
+    s.fetcher()->fetch(s);
+    if (n_fetched < std::size(fetched)) fetched[n_fetched++] = &s;
+  };
+  for (const Tensor& t : inputs) fetch(t);
+  for (const Tensor& t : outputs) fetch(t);
+  struct Release {
+    Storage** list;
+    size_t& n;
+    ~Release() {
+      for (size_t i = 0; i < n; ++i) list[i]->fetcher()->used(*list[i]);
+    }
+  } release{fetched, n_fetched};
   KernelProfile& prof = profile();
   if (!prof.enabled) {
     fn(KernelCall{inputs, outputs, attrs});

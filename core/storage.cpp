@@ -29,4 +29,8 @@ Storage::Storage(size_t nbytes, Device device)
       device_(device),
       data_(allocator_for(device.type).allocate(nbytes, device)) {}
 
+void Storage::make_resident() {
+  if (!resident()) data_ = allocator_for(device_.type).allocate(nbytes_, device_);
+}
+
 }  // namespace tessera

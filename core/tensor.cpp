@@ -45,7 +45,13 @@ bool Tensor::is_contiguous() const {
 }
 
 void* Tensor::data_ptr() const {
-  return static_cast<char*>(storage()->data()) + offset() * static_cast<int64_t>(itemsize(dtype()));
+  Storage& st = *storage();
+  if (!st.resident()) {
+    TS_CHECK(st.fetcher(), "tensor ", describe(), " has released storage");
+    // A released ZeRO-3 parameter read outside an op (item(), to_vector(), ...): gather it.
+    st.fetcher()->fetch(st);
+  }
+  return static_cast<char*>(st.data()) + offset() * static_cast<int64_t>(itemsize(dtype()));
 }
 
 namespace {

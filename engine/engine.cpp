@@ -1,20 +1,13 @@
 #include "tessera/engine/engine.h"
 
-#include <unistd.h>
-
 #include <cmath>
-#include <filesystem>
 #include <iostream>
 
 #include "tessera/grad_mode.h"
-#include "tessera/io/files.h"
-#include "tessera/io/safetensors.h"
 #include "tessera/ops.h"
 #include "tessera/rng.h"
 
 namespace tessera::engine {
-
-namespace fs = std::filesystem;
 
 std::unique_ptr<optim::LRSchedule> make_schedule(const io::TrainConfig& c) {
   const auto& s = c.scheduler;
@@ -49,33 +42,54 @@ std::unique_ptr<optim::LRSchedule> make_schedule(const io::TrainConfig& c) {
   fail("scheduler type '", s.type, "' is not supported");
 }
 
-Engine::Engine(nn::Module& model, io::TrainConfig config)
-    : model_(model), config_(std::move(config)) {
+std::unique_ptr<optim::Optimizer> make_optimizer(const io::TrainConfig& c,
+                                                 std::vector<optim::ParamGroup> groups) {
+  const auto& o = c.optimizer;
+  if (o.type == "SGD")
+    return std::make_unique<optim::SGD>(std::move(groups),
+                                        optim::SGDOptions{o.momentum, o.dampening, o.nesterov});
+  if (o.type == "Lamb")
+    return std::make_unique<optim::Lamb>(
+        std::move(groups), optim::LambOptions{o.beta1, o.beta2, o.eps, o.max_coeff, o.min_coeff});
+  return std::make_unique<optim::Adam>(std::move(groups),
+                                       optim::AdamOptions{o.beta1, o.beta2, o.eps, o.adam_w_mode});
+}
+
+Engine::Engine(nn::Module& model, io::TrainConfig config,
+               std::shared_ptr<parallel::ProcessGroup> group)
+    : model_(model), config_(std::move(config)), group_(group ? group : parallel::world()) {
   const auto& o = config_.optimizer;
+  const int64_t world = group_->size();
+  TS_CHECK(config_.train_batch_size ==
+               config_.micro_batch_size * config_.gradient_accumulation_steps * world,
+           "engine: train_batch_size ", config_.train_batch_size, " != micro batch ",
+           config_.micro_batch_size, " * gradient_accumulation_steps ",
+           config_.gradient_accumulation_steps, " * ", world,
+           " ranks (parse the config with this job's world size)");
+  group_->set_timeout(std::chrono::milliseconds(
+      static_cast<int64_t>(config_.distributed.timeout_s * 1000)));
+  group_->logger().enable(config_.comms_logger.enabled, config_.comms_logger.verbose,
+                          config_.comms_logger.prof_all ? std::vector<std::string>{}
+                                                        : config_.comms_logger.prof_ops);
   if (config_.fp16.enabled) compute_dtype_ = DType::Float16;
   if (config_.bf16) compute_dtype_ = DType::BFloat16;
-  std::vector<std::pair<std::string, Tensor*>> named = model_.named_parameters();
-  TS_CHECK(!named.empty(), "engine: the model has no parameters");
-  if (compute_dtype_ != DType::Float32) {
-    // float32 master weights for the optimizer; the model computes in 16 bits.
-    std::vector<Tensor> masters;
-    for (auto& [n, t] : named)
-      masters.push_back(t->detach().to(DType::Float32).contiguous().clone());
-    model_.to(compute_dtype_);
-    named = model_.named_parameters();
-    for (size_t i = 0; i < named.size(); ++i) master_.emplace_back(named[i].second, masters[i]);
-    for (size_t i = 0; i < named.size(); ++i) named[i].second = &master_[i].second;
-  }
-  auto groups = optim::default_param_groups(named, o.lr, o.weight_decay);
-  if (o.type == "SGD") {
-    optimizer_ = std::make_unique<optim::SGD>(
-        groups, optim::SGDOptions{o.momentum, o.dampening, o.nesterov});
-  } else if (o.type == "Lamb") {
-    optimizer_ = std::make_unique<optim::Lamb>(
-        groups, optim::LambOptions{o.beta1, o.beta2, o.eps, o.max_coeff, o.min_coeff});
+  TS_CHECK(!model_.named_parameters().empty(), "engine: the model has no parameters");
+  if (config_.zero.stage > 0) {
+    setup_parallel();
   } else {
-    optimizer_ = std::make_unique<optim::Adam>(
-        groups, optim::AdamOptions{o.beta1, o.beta2, o.eps, o.adam_w_mode});
+    std::vector<std::pair<std::string, Tensor*>> named = model_.named_parameters();
+    if (compute_dtype_ != DType::Float32) {
+      // float32 master weights for the optimizer; the model computes in 16 bits.
+      std::vector<Tensor> masters;
+      for (auto& [n, t] : named)
+        masters.push_back(t->detach().to(DType::Float32).contiguous().clone());
+      model_.to(compute_dtype_);
+      named = model_.named_parameters();
+      for (size_t i = 0; i < named.size(); ++i) master_.emplace_back(named[i].second, masters[i]);
+      for (size_t i = 0; i < named.size(); ++i) named[i].second = &master_[i].second;
+    }
+    optimizer_ = make_optimizer(config_, optim::default_param_groups(named, o.lr, o.weight_decay));
+    if (world > 1) setup_parallel();
   }
   schedule_ = make_schedule(config_);
   if (config_.fp16.enabled) {
@@ -89,8 +103,60 @@ Engine::Engine(nn::Module& model, io::TrainConfig config)
   model_.train();
 }
 
-std::unique_ptr<Engine> initialize(nn::Module& model, const io::TrainConfig& config) {
-  return std::make_unique<Engine>(model, config);
+Engine::~Engine() = default;
+
+void Engine::setup_parallel() {
+  const auto& c = config_;
+  const int world = group_->size();
+  DType comm = compute_dtype_;
+  if (c.communication_data_type == "fp32") comm = DType::Float32;
+  if (c.communication_data_type == "fp16") comm = DType::Float16;
+  if (c.communication_data_type == "bf16") comm = DType::BFloat16;
+  // DeepSpeed: prescale multiplies by 1/predivide before the sum and predivide/N after;
+  // otherwise the sum is divided by N.
+  const double pre = c.prescale_gradients ? 1.0 / c.gradient_predivide_factor : 1.0;
+  post_scale_ = c.prescale_gradients ? c.gradient_predivide_factor / world : 1.0 / world;
+  if (c.zero.stage == 0) {
+    // Every rank starts from rank 0's parameters (as DDP does).
+    NoGradGuard no_grad;
+    for (auto& [n, t] : model_.named_parameters()) group_->broadcast(*t, 0);
+    for (auto& [slot, master] : master_) master.copy_(*slot);
+    group_->logger().reset();
+    parallel::GradBuckets::Options bo;
+    bo.bucket_bytes = c.zero.reduce_bucket_size * static_cast<int64_t>(itemsize(comm));
+    bo.overlap = c.zero.overlap_comm;
+    bo.pre_scale = pre;
+    bo.post_scale = post_scale_;
+    bo.comm_dtype = comm;
+    std::vector<Tensor*> slots;
+    for (auto& [n, t] : model_.named_parameters()) slots.push_back(t);
+    dp_buckets_ = std::make_unique<parallel::GradBuckets>(
+        group_, slots, parallel::GradBuckets::Mode::AllReduce, bo);
+    post_scale_ = 1.0;  // applied by the buckets
+    return;
+  }
+  TS_CHECK(c.optimizer.type != "Lamb", "engine: zero_optimization.stage ", c.zero.stage,
+           " with optimizer Lamb is not supported (LAMB's trust ratio needs whole tensors); use "
+           "stage 0 or Adam/AdamW/SGD");
+  model_.to(compute_dtype_);
+  parallel::ZeroOptions zo;
+  zo.stage = static_cast<int>(c.zero.stage);
+  zo.offload_optimizer = c.zero.offload_optimizer_device == "cpu";
+  zo.reduce_bucket_size = c.zero.reduce_bucket_size;
+  zo.overlap_comm = c.zero.overlap_comm;
+  zo.pre_scale = pre;
+  zo.comm_dtype = comm;
+  zo.param_persistence_threshold = c.zero.stage3_param_persistence_threshold;
+  zo.prefetch_bucket_size = c.zero.stage3_prefetch_bucket_size;
+  zero_ = std::make_unique<parallel::ZeroOptimizer>(
+      model_, group_, zo,
+      [&](std::vector<optim::ParamGroup> g) { return make_optimizer(config_, std::move(g)); },
+      c.optimizer.lr, c.optimizer.weight_decay);
+}
+
+std::unique_ptr<Engine> initialize(nn::Module& model, const io::TrainConfig& config,
+                                   std::shared_ptr<parallel::ProcessGroup> group) {
+  return std::make_unique<Engine>(model, config, std::move(group));
 }
 
 Tensor Engine::forward(const models::Batch& batch) {
@@ -108,13 +174,18 @@ bool Engine::is_gradient_accumulation_boundary() const {
 void Engine::backward(const Tensor& loss) {
   TS_CHECK(loss.numel() == 1, "engine.backward: expected a scalar loss, got ", loss.describe());
   const double factor = scaler_.scale() / static_cast<double>(config_.gradient_accumulation_steps);
+  const bool boundary = (micro_steps_ + 1) % config_.gradient_accumulation_steps == 0;
+  if (zero_) zero_->begin_backward(boundary || zero_->stage() >= 2);
+  if (dp_buckets_) dp_buckets_->begin_backward(boundary);
   (factor == 1.0 ? loss : loss * factor).backward();
+  if (zero_) zero_->end_backward();
+  if (dp_buckets_) dp_buckets_->end_backward();
   ++micro_steps_;
 }
 
 std::vector<Tensor> Engine::master_params() {
   std::vector<Tensor> out;
-  for (auto& g : optimizer_->groups())
+  for (auto& g : optimizer().groups())
     for (auto& p : g.params) out.push_back(p);
   return out;
 }
@@ -130,23 +201,37 @@ StepStats Engine::step() {
   st.loss_scale = scaler_.scale();
   if (!is_gradient_accumulation_boundary()) return st;
   NoGradGuard no_grad;
-  if (!master_.empty()) {
-    const double unscale = 1.0 / scaler_.scale();
-    for (auto& [slot, master] : master_) {
-      const Tensor g = slot->grad();
-      master.set_grad(g.defined()
-                          ? (unscale == 1.0 ? g.to(DType::Float32) : g.to(DType::Float32) * unscale)
-                          : Tensor());
-      slot->set_grad(Tensor());
+  if (zero_) {
+    // Partition gradients are sums over ranks (and loss-scaled): average and unscale.
+    st.grad_norm = zero_->prepare_master_grads(post_scale_ / scaler_.scale());
+    st.overflow = !std::isfinite(st.grad_norm);
+    if (!st.overflow && config_.gradient_clipping > 0) {
+      const double coef = config_.gradient_clipping / (st.grad_norm + 1e-6);
+      if (coef < 1.0) zero_->scale_master_grads(coef);
+    }
+  } else {
+    if (!master_.empty()) {
+      const double unscale = 1.0 / scaler_.scale();
+      for (auto& [slot, master] : master_) {
+        const Tensor g = slot->grad();
+        master.set_grad(g.defined() ? (unscale == 1.0 ? g.to(DType::Float32)
+                                                      : g.to(DType::Float32) * unscale)
+                                    : Tensor());
+        slot->set_grad(Tensor());
+      }
+    }
+    const std::vector<Tensor> params = master_params();
+    if (config_.fp16.enabled || config_.gradient_clipping > 0) {
+      st.grad_norm = config_.gradient_clipping > 0
+                         ? optim::clip_grad_norm(params, config_.gradient_clipping)
+                         : optim::grad_norm(params);
+      st.overflow = !std::isfinite(st.grad_norm);
     }
   }
-  const std::vector<Tensor> params = master_params();
-  if (config_.fp16.enabled || config_.gradient_clipping > 0) {
-    st.grad_norm = config_.gradient_clipping > 0
-                       ? optim::clip_grad_norm(params, config_.gradient_clipping)
-                       : optim::grad_norm(params);
-    st.overflow = !std::isfinite(st.grad_norm);
-  }
+  return apply_step(st);
+}
+
+StepStats Engine::apply_step(StepStats st) {
   if (st.overflow && !config_.fp16.enabled)
     fail("engine.step: the gradient norm is ", st.grad_norm, " at step ", global_steps_,
          " (inf/NaN gradients); lower the learning rate or check the data");
@@ -154,105 +239,40 @@ StepStats Engine::step() {
     ++skipped_steps_;
     scaler_.update(true);
   } else {
-    optimizer_->set_lr(lr());
-    optimizer_->step();
+    optimizer().set_lr(lr());
+    optimizer().step();
     scaler_.update(false);
     ++schedule_step_;
     st.stepped = true;
+    if (zero_) zero_->publish();
     if (!master_.empty()) sync_master_to_model();
   }
-  optimizer_->zero_grad();
+  if (zero_) zero_->zero_grad();
+  else optimizer_->zero_grad();
   model_.zero_grad();
   ++global_steps_;
   st.loss_scale = scaler_.scale();
   return st;
 }
 
-void Engine::save_checkpoint(const std::string& dir, const std::string& tag,
-                             const nlohmann::json& client_state) {
-  TS_CHECK(!tag.empty() && tag.find('/') == std::string::npos && tag != "latest",
-           "save_checkpoint: invalid tag '", tag, "'");
-  fs::create_directories(dir);
-  const fs::path final_dir = fs::path(dir) / tag;
-  const fs::path tmp = fs::path(dir) / ("." + tag + ".tmp-" + std::to_string(::getpid()));
-  fs::remove_all(tmp);
-  fs::create_directories(tmp);
-  std::map<std::string, Tensor> weights;
-  if (master_.empty()) {
-    weights = model_.state_dict();
-  } else {
-    const auto named = model_.named_parameters();
-    for (size_t i = 0; i < named.size(); ++i) weights[named[i].first] = master_[i].second;
+parallel::MemoryStats Engine::memory() const {
+  if (zero_) return zero_->memory();
+  parallel::MemoryStats m;
+  auto bytes = [](const Tensor& t) {
+    return t.defined() ? t.numel() * static_cast<int64_t>(itemsize(t.dtype())) : 0;
+  };
+  int64_t param_elems = 0;
+  for (auto& [n, t] : model_.named_parameters()) {
+    m.params += bytes(*t);
+    param_elems += t->numel();
   }
-  io::save_safetensors((tmp / "model.safetensors").string(), weights);
-  io::save_safetensors((tmp / "optimizer.safetensors").string(), optimizer_->state_dict());
-  const GeneratorState rng = default_generator().state();
-  const auto sc = scaler_.state();
-  const nlohmann::json state{{"global_steps", global_steps_},
-                             {"micro_steps", micro_steps_},
-                             {"skipped_steps", skipped_steps_},
-                             {"schedule_step", schedule_step_},
-                             {"rng", {{"seed", rng.seed}, {"offset", rng.offset}}},
-                             {"loss_scaler",
-                              {{"scale", sc.scale},
-                               {"cur_iter", sc.cur_iter},
-                               {"last_overflow_iter", sc.last_overflow_iter},
-                               {"cur_hysteresis", sc.cur_hysteresis}}},
-                             {"optimizer", optimizer_->name()},
-                             {"dtype", dtype_name(compute_dtype_)},
-                             {"client_state", client_state}};
-  io::write_file_atomically((tmp / "engine.json").string(),
-                            [&](std::ostream& os) { os << state.dump(2); });
-  // Swap the finished directory into place, then point `latest` at it.
-  const fs::path old = fs::path(dir) / ("." + tag + ".old-" + std::to_string(::getpid()));
-  if (fs::exists(final_dir)) fs::rename(final_dir, old);
-  fs::rename(tmp, final_dir);
-  fs::remove_all(old);
-  io::write_file_atomically((fs::path(dir) / "latest").string(),
-                            [&](std::ostream& os) { os << tag; });
-}
-
-nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string& tag_in) {
-  std::string tag = tag_in;
-  if (tag.empty()) {
-    const fs::path latest = fs::path(dir) / "latest";
-    TS_CHECK(fs::exists(latest), "load_checkpoint: '", latest.string(),
-             "' does not exist (no checkpoint saved in '", dir, "'?)");
-    tag = io::read_text_file(latest.string());
-    while (!tag.empty() && (tag.back() == '\n' || tag.back() == ' ')) tag.pop_back();
-  }
-  const fs::path d = fs::path(dir) / tag;
-  TS_CHECK(fs::is_directory(d), "load_checkpoint: '", d.string(), "' does not exist");
-  nlohmann::json state;
-  try {
-    state = nlohmann::json::parse(io::read_text_file((d / "engine.json").string()));
-  } catch (const nlohmann::json::exception& e) {
-    fail("load_checkpoint: '", (d / "engine.json").string(), "': ", e.what());
-  }
-  const auto weights = io::load_safetensors((d / "model.safetensors").string());
-  NoGradGuard no_grad;
-  if (master_.empty()) {
-    model_.load_state_dict(weights);
-  } else {
-    const auto named = model_.named_parameters();
-    for (size_t i = 0; i < named.size(); ++i) {
-      auto it = weights.find(named[i].first);
-      TS_CHECK(it != weights.end(), "load_checkpoint: '", (d / "model.safetensors").string(),
-               "' has no '", named[i].first, "'");
-      master_[i].second.copy_(it->second);
-    }
-    sync_master_to_model();
-  }
-  optimizer_->load_state_dict(io::load_safetensors((d / "optimizer.safetensors").string()));
-  global_steps_ = state.at("global_steps");
-  micro_steps_ = state.at("micro_steps");
-  skipped_steps_ = state.at("skipped_steps");
-  schedule_step_ = state.at("schedule_step");
-  default_generator().set_state(
-      {state["rng"]["seed"].get<uint64_t>(), state["rng"]["offset"].get<uint64_t>()});
-  const auto& ls = state["loss_scaler"];
-  scaler_.set_state({ls["scale"], ls["cur_iter"], ls["last_overflow_iter"], ls["cur_hysteresis"]});
-  return state.value("client_state", nlohmann::json());
+  // Gradients in the model's dtype, one per parameter (DP: the flat bucket buffers).
+  m.grads = dp_buckets_ ? dp_buckets_->buffer_bytes()
+                        : param_elems * static_cast<int64_t>(itemsize(compute_dtype_));
+  for (auto& [slot, master] : master_) m.optimizer += bytes(master);
+  for (auto& [k, v] : optimizer_->state_dict())
+    if (k != "step") m.optimizer += bytes(v);
+  return m;
 }
 
 }  // namespace tessera::engine

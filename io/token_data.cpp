@@ -135,11 +135,12 @@ void GPTBatchSampler::next(Tensor& x, Tensor& y) {
   y = Tensor::empty({batch_, block_}, DType::Int64);
   int64_t* px = x.data<int64_t>();
   int64_t* py = y.data<int64_t>();
-  const GeneratorState s = gen_.reserve(static_cast<uint64_t>(batch_));
+  const GeneratorState s = gen_.reserve(static_cast<uint64_t>(batch_ * world_));
   const int64_t span = tokens_.size() - block_ - 1;
   for (int64_t b = 0; b < batch_; ++b) {
+    const uint64_t row = static_cast<uint64_t>(rank_ * batch_ + b);
     const int64_t start = std::min<int64_t>(
-        span, static_cast<int64_t>(philox_uniform_f64(s.seed, s.offset + static_cast<uint64_t>(b)) *
+        span, static_cast<int64_t>(philox_uniform_f64(s.seed, s.offset + row) *
                                    static_cast<double>(span + 1)));
     const int32_t* t = tokens_.data() + start;
     for (int64_t i = 0; i < block_; ++i) {
@@ -147,6 +148,18 @@ void GPTBatchSampler::next(Tensor& x, Tensor& y) {
       py[b * block_ + i] = t[i + 1];
     }
   }
+}
+
+void GPTBatchSampler::shard(int rank, int world) {
+  TS_CHECK(world >= 1 && rank >= 0 && rank < world, "sampler: rank ", rank, " of ", world);
+  rank_ = rank;
+  world_ = world;
+}
+
+void BertBatchSampler::shard(int rank, int world) {
+  TS_CHECK(world >= 1 && rank >= 0 && rank < world, "sampler: rank ", rank, " of ", world);
+  rank_ = rank;
+  world_ = world;
 }
 
 BertBatchSampler::BertBatchSampler(const TokenFile& tokens, int64_t batch, int64_t block,
@@ -175,7 +188,9 @@ BertBatch BertBatchSampler::next() {
   const int64_t n_regular = special_[0];  // specials follow the regular vocabulary
   std::vector<int64_t> ids, tgt, types, labels;
   const int64_t span = tokens_.size() - block_;
-  for (int64_t b = 0; b < batch_; ++b) {
+  // Every rank draws the whole global batch (the stream stays in step) and keeps its rows.
+  for (int64_t gb = 0; gb < batch_ * world_; ++gb) {
+    const bool mine = gb / batch_ == rank_;
     std::vector<int64_t> row{CLS}, row_types{0};
     auto take = [&](int64_t start, int64_t len, int64_t type) {
       for (int64_t i = 0; i < len; ++i) {
@@ -193,7 +208,7 @@ BertBatch BertBatchSampler::next() {
       const int64_t b_start = is_next ? std::min(a_start + len_a, span)
                                       : static_cast<int64_t>(uniform() * static_cast<double>(span));
       take(b_start, len_b, 1);
-      labels.push_back(is_next ? 0 : 1);  // HF: 0 = B continues A
+      if (mine) labels.push_back(is_next ? 0 : 1);  // HF: 0 = B continues A
     } else {
       take(a_start, block_ - 2, 0);
     }
@@ -208,6 +223,7 @@ BertBatch BertBatchSampler::next() {
         else if (r < 0.9)
           id = static_cast<int64_t>(uniform() * static_cast<double>(n_regular));
       }
+      if (!mine) continue;
       ids.push_back(id);
       tgt.push_back(label);
       types.push_back(row_types[i]);

@@ -102,6 +102,7 @@ TrainConfig TrainConfig::parse(const std::string& text, int64_t world, const std
     fail(source, ": invalid JSON: ", e.what());
   }
   TrainConfig c;
+  c.world_size = world;
   Section root(j, "", source, c.warnings);
 
   // ---- batch triple ----
@@ -274,9 +275,12 @@ TrainConfig TrainConfig::parse(const std::string& text, int64_t world, const std
     z.get_min<int64_t>("reduce_bucket_size", c.zero.reduce_bucket_size, 1, ">= 1");
     z.get("overlap_comm", c.zero.overlap_comm);
     z.get("contiguous_gradients", c.zero.contiguous_gradients);
-    for (const char* k : {"allgather_bucket_size", "stage3_prefetch_bucket_size",
-                          "stage3_param_persistence_threshold", "stage3_max_live_parameters",
-                          "stage3_max_reuse_distance"}) {
+    z.get_min<int64_t>("stage3_param_persistence_threshold",
+                       c.zero.stage3_param_persistence_threshold, 0, ">= 0");
+    z.get_min<int64_t>("stage3_prefetch_bucket_size", c.zero.stage3_prefetch_bucket_size, 0,
+                       ">= 0");
+    for (const char* k : {"allgather_bucket_size", "stage3_max_live_parameters",
+                          "stage3_max_reuse_distance", "sub_group_size"}) {
       int64_t v = 0;
       z.get_min<int64_t>(k, v, 0, ">= 0");
     }
@@ -288,6 +292,41 @@ TrainConfig TrainConfig::parse(const std::string& text, int64_t world, const std
     z.warn_unknown();
   }
 
+  root.get("prescale_gradients", c.prescale_gradients);
+  root.get("gradient_predivide_factor", c.gradient_predivide_factor);
+  range(c.gradient_predivide_factor > 0, source, "gradient_predivide_factor",
+        c.gradient_predivide_factor, "> 0");
+  root.get("communication_data_type", c.communication_data_type);
+  TS_CHECK(c.communication_data_type.empty() || c.communication_data_type == "fp32" ||
+               c.communication_data_type == "fp16" || c.communication_data_type == "bf16",
+           source, ": 'communication_data_type' is \"", c.communication_data_type,
+           "\", expected \"fp32\", \"fp16\" or \"bf16\"");
+  if (root.has("comms_logger")) {
+    Section m = root.sub("comms_logger");
+    m.get("enabled", c.comms_logger.enabled);
+    m.get("verbose", c.comms_logger.verbose);
+    m.get("prof_all", c.comms_logger.prof_all);
+    if (m.has("prof_ops")) {
+      const json& ops = m.raw("prof_ops");
+      TS_CHECK(ops.is_array(), source, ": 'comms_logger.prof_ops' must be a list of op names, found ",
+               ops.dump());
+      for (const auto& op : ops) {
+        TS_CHECK(op.is_string(), source, ": 'comms_logger.prof_ops' must hold strings, found ",
+                 op.dump());
+        c.comms_logger.prof_ops.push_back(op.get<std::string>());
+      }
+    }
+    bool debug = false;
+    m.get("debug", debug);
+    m.warn_unknown();
+  }
+  if (root.has("distributed")) {
+    Section d = root.sub("distributed");
+    d.get("timeout_s", c.distributed.timeout_s);
+    range(c.distributed.timeout_s > 0, source, "distributed.timeout_s", c.distributed.timeout_s,
+          "> 0 seconds");
+    d.warn_unknown();
+  }
   root.get_min<int64_t>("steps_per_print", c.steps_per_print, 1, ">= 1");
   root.get("wall_clock_breakdown", c.wall_clock_breakdown);
   if (root.has("csv_monitor")) {

@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "tessera/error.h"
+#include "tessera/parallel/process_group.h"
 #include "tools/cli.h"
 
 namespace {
@@ -42,6 +43,8 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const tessera::Error& e) {
     std::cerr << "tessera " << cmd << ": error: " << e.what() << "\n";
+    // Under mpirun the other ranks may be waiting in a collective: end them all now.
+    if (tessera::parallel::launched_distributed()) tessera::parallel::abort_job(1);
     return 1;
   }
 }

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "tessera/engine/engine.h"
@@ -16,6 +17,7 @@
 #include "tessera/models/generate.h"
 #include "tessera/models/gpt2.h"
 #include "tessera/ops.h"
+#include "tessera/parallel/process_group.h"
 #include "tools/cli.h"
 
 namespace tessera::cli {
@@ -38,7 +40,13 @@ sample at the end.
 --save DIR    write a checkpoint (tag "step<N>") there at the end
 --resume DIR  continue from the latest checkpoint in DIR (model, optimizer, schedule, loss
               scaler, RNG and data position: the numbers continue exactly)
---json        last line: {"step": S, "train_loss": L, "val_loss": V, "tokens_per_s": R}
+--json        last line: {"step": S, "train_loss": L, "val_loss": V, "tokens_per_s": R,
+              "rank": 0, "world_size": N, "memory": {"params": B, "grads": B, "optimizer": B}}
+              (under mpirun every rank prints its own line)
+
+On N processes: mpirun -np N tessera train CONFIG.json (CPU, MPI). The batch triple is
+resolved for N ranks; zero_optimization.stage picks plain data parallelism (0) or ZeRO 1-3.
+Only rank 0 prints progress, validation, checkpoints and the sample.
 )";
 
 std::string fmt_duration(double secs) {
@@ -129,15 +137,19 @@ struct Trainer {
     return eng->forward(b);
   }
 
+  // Mean loss over eval_iters global batches of the validation split, each rank taking its
+  // rows (the same batches, and the same number, at any rank count).
   double val_loss() {
     NoGradGuard no_grad;
     model->eval();
     const int64_t B = cfg.micro_batch_size, T = cfg.model.block_size;
+    const int rank = eng->rank(), world = eng->world_size();
     double total = 0;
     // The same validation batches every time (a fixed seed), so values are comparable.
     if (bert) {
       io::BertBatchSampler s(*corpus.val, B, T, corpus.vocab_size, special_ids(),
                              cfg.data.mask_prob, cfg.data.nsp, 424242);
+      s.shard(rank, world);
       for (int64_t i = 0; i < cfg.train.eval_iters; ++i) {
         const io::BertBatch bb = s.next();
         total += model
@@ -147,6 +159,7 @@ struct Trainer {
       }
     } else {
       io::GPTBatchSampler s(*corpus.val, B, T, 424242);
+      s.shard(rank, world);
       for (int64_t i = 0; i < cfg.train.eval_iters; ++i) {
         models::Batch b;
         s.next(b.input_ids, b.targets);
@@ -154,7 +167,8 @@ struct Trainer {
       }
     }
     model->train();
-    return total / static_cast<double>(cfg.train.eval_iters);
+    total /= static_cast<double>(cfg.train.eval_iters);
+    return world > 1 ? eng->group().all_reduce_scalar(total, parallel::ReduceOp::Avg) : total;
   }
 
   nlohmann::json client_state() const {
@@ -166,7 +180,7 @@ struct Trainer {
   void save(const std::string& dir) {
     const std::string tag = "step" + std::to_string(eng->global_steps());
     eng->save_checkpoint(dir, tag, client_state());
-    std::cerr << "checkpoint: " << (fs::path(dir) / tag).string() << "\n";
+    if (eng->rank() == 0) std::cerr << "checkpoint: " << (fs::path(dir) / tag).string() << "\n";
   }
 };
 
@@ -179,17 +193,23 @@ int train_main(int argc, char** argv) {
     return 0;
   }
   TS_CHECK(a.positional().size() == 1, "train: expected one CONFIG.json (see --help)");
+  auto world = parallel::world();
+  const bool lead = world->rank() == 0;  // prints and writes files for the job
   Trainer t;
-  t.cfg = io::TrainConfig::from_file(a.positional()[0]);
-  for (const auto& w : t.cfg.warnings) std::cerr << "warning: " << w << "\n";
+  t.cfg = io::TrainConfig::from_file(a.positional()[0], world->size());
+  if (lead)
+    for (const auto& w : t.cfg.warnings) std::cerr << "warning: " << w << "\n";
   if (a.has("data")) t.cfg.data.path = a.get("data", "");
   if (a.has("steps")) t.cfg.train.steps = a.get_int("steps", t.cfg.train.steps);
   TS_CHECK(t.cfg.train.steps >= 0, "--steps must be >= 0");
   const bool json = a.has("json");
   t.bert = t.cfg.model.type == "bert";
-  t.corpus = io::prepare_corpus(t.cfg.data, t.bert, true);
+  // Rank 0 tokenises (or finds the cache); the others then read its files.
+  if (lead) t.corpus = io::prepare_corpus(t.cfg.data, t.bert, true);
+  world->barrier();
+  if (!lead) t.corpus = io::prepare_corpus(t.cfg.data, t.bert, false);
   t.build_model();
-  t.eng = engine::initialize(*t.model, t.cfg);
+  t.eng = engine::initialize(*t.model, t.cfg, world);
   const int64_t B = t.cfg.micro_batch_size, T = t.cfg.model.block_size;
   if (t.bert)
     t.bert_sampler = std::make_unique<io::BertBatchSampler>(
@@ -198,6 +218,10 @@ int train_main(int argc, char** argv) {
   else
     t.gpt_sampler =
         std::make_unique<io::GPTBatchSampler>(*t.corpus.train, B, T, t.cfg.train.seed + 1);
+  if (t.bert)
+    t.bert_sampler->shard(world->rank(), world->size());
+  else
+    t.gpt_sampler->shard(world->rank(), world->size());
   if (a.has("resume")) {
     const nlohmann::json cs = t.eng->load_checkpoint(a.get("resume", ""));
     TS_CHECK(cs.value("vocab_size", int64_t{-1}) == t.corpus.vocab_size,
@@ -209,15 +233,22 @@ int train_main(int argc, char** argv) {
       t.bert_sampler->set_state(s);
     else
       t.gpt_sampler->set_state(s);
-    std::cerr << "resumed at step " << t.eng->global_steps() << "\n";
+    if (lead) std::cerr << "resumed at step " << t.eng->global_steps() << "\n";
   }
-  std::cerr << t.model->type_name() << ": " << t.model->num_parameters() << " parameters, vocab "
+  if (lead)
+    std::cerr << t.model->type_name() << ": " << t.model->num_parameters() << " parameters, vocab "
             << t.corpus.vocab_size << ", block " << T << ", batch " << t.cfg.train_batch_size
             << " (" << B << " x " << t.cfg.gradient_accumulation_steps << " accumulation), "
-            << t.eng->optimizer().name() << ", " << t.cfg.train.steps << " steps\n";
+            << t.eng->optimizer().name() << ", " << t.cfg.train.steps << " steps"
+              << (world->size() > 1 ? ", " + std::to_string(world->size()) + " ranks" : "")
+              << (t.eng->zero_stage() > 0 ? ", ZeRO stage " + std::to_string(t.eng->zero_stage())
+                                          : "")
+              << "\n";
 
-  CsvMonitor csv(t.cfg.csv_monitor);
-  const bool tty = ::isatty(STDERR_FILENO);
+  io::TrainConfig::CsvMonitor csv_cfg = t.cfg.csv_monitor;
+  csv_cfg.enabled &= lead;
+  CsvMonitor csv(csv_cfg);
+  const bool tty = lead && ::isatty(STDERR_FILENO);
   const int64_t tokens_per_step = t.cfg.train_batch_size * T;
   const int64_t start_step = t.eng->global_steps();
   double last_loss = NAN, val = NAN;
@@ -245,6 +276,7 @@ int train_main(int argc, char** argv) {
     const engine::StepStats st = t.eng->step();
     t_step += since(c1);
     last_loss = loss_sum / static_cast<double>(t.cfg.gradient_accumulation_steps);
+    if (world->size() > 1) last_loss = world->all_reduce_scalar(last_loss, parallel::ReduceOp::Avg);
     const int64_t step = t.eng->global_steps();
     csv.write("Train/Samples/train_loss", step, last_loss);
     csv.write("Train/Samples/lr", step, st.lr);
@@ -254,7 +286,7 @@ int train_main(int argc, char** argv) {
         static_cast<double>((step - start_step) * tokens_per_step) / std::max(secs, 1e-9);
     const double eta = static_cast<double>(t.cfg.train.steps - step) * secs /
                        static_cast<double>(step - start_step);
-    if (tty || step % t.cfg.steps_per_print == 0 || step == t.cfg.train.steps) {
+    if (lead && (tty || step % t.cfg.steps_per_print == 0 || step == t.cfg.train.steps)) {
       char line[200];
       std::snprintf(line, sizeof line, "step %ld/%ld | loss %.4f | lr %.3e | %.0f tok/s | ETA %s%s",
                     static_cast<long>(step), static_cast<long>(t.cfg.train.steps), last_loss, st.lr,
@@ -262,7 +294,7 @@ int train_main(int argc, char** argv) {
                     st.overflow ? " | overflow: step skipped" : "");
       std::cerr << (tty ? "\r" : "") << line << (tty ? "\033[K" : "\n") << std::flush;
     }
-    if (t.cfg.wall_clock_breakdown && step % t.cfg.steps_per_print == 0) {
+    if (lead && t.cfg.wall_clock_breakdown && step % t.cfg.steps_per_print == 0) {
       const double n = static_cast<double>(t.cfg.steps_per_print);
       char line[160];
       std::snprintf(line, sizeof line,
@@ -275,7 +307,7 @@ int train_main(int argc, char** argv) {
     if (eval_now && step < t.cfg.train.steps) {
       val = t.val_loss();
       csv.write("Eval/val_loss", step, val);
-      std::cerr << (tty ? "\n" : "") << "step " << step << ": val loss " << val << "\n";
+      if (lead) std::cerr << (tty ? "\n" : "") << "step " << step << ": val loss " << val << "\n";
     }
     if (t.cfg.train.checkpoint_interval > 0 && step % t.cfg.train.checkpoint_interval == 0 &&
         !t.cfg.train.checkpoint_dir.empty()) {
@@ -289,11 +321,16 @@ int train_main(int argc, char** argv) {
   const double rate = trained > 0 ? static_cast<double>(trained * tokens_per_step) / secs : 0.0;
   val = t.val_loss();
   csv.write("Eval/val_loss", t.eng->global_steps(), val);
-  std::cerr << "step " << t.eng->global_steps() << ": val loss " << val << " (" << trained
+  if (lead)
+    std::cerr << "step " << t.eng->global_steps() << ": val loss " << val << " (" << trained
             << " steps in " << fmt_duration(secs) << ", " << static_cast<int64_t>(rate)
             << " tokens/s)\n";
   if (a.has("save")) t.save(a.get("save", ""));
-  if (!t.bert && t.cfg.train.sample_tokens > 0 && !json) {
+  if (t.cfg.comms_logger.enabled && lead)
+    std::cerr << world->logger().summary(world->rank(), world->size());
+  // ZeRO-3 gathers parameters collectively, so every rank runs the sampler then.
+  const bool sample_here = lead || t.eng->zero_stage() == 3;
+  if (!t.bert && t.cfg.train.sample_tokens > 0 && !json && sample_here) {
     auto& gpt = dynamic_cast<models::GPT2LMHeadModel&>(*t.model);
     models::GenerateOptions o;
     o.max_new_tokens = std::min<int64_t>(t.cfg.train.sample_tokens, T - 1);
@@ -316,15 +353,33 @@ int train_main(int argc, char** argv) {
       ++o.seed;
       if (ids.empty()) break;
     }
-    std::cout << "---- sample ----\n" << text << "\n----------------\n";
+    if (lead) std::cout << "---- sample ----\n" << text << "\n----------------\n";
   }
   if (json) {
     char loss_text[64];
     std::snprintf(loss_text, sizeof loss_text, "%.9g", last_loss);
-    std::cout << "{\"step\": " << t.eng->global_steps()
-              << ", \"train_loss\": " << (std::isfinite(last_loss) ? loss_text : "null")
-              << ", \"val_loss\": " << nlohmann::json(val).dump()
-              << ", \"tokens_per_s\": " << nlohmann::json(rate).dump() << "}\n";
+    const parallel::MemoryStats mem = t.eng->memory();
+    std::ostringstream line;
+    line << "{\"step\": " << t.eng->global_steps()
+         << ", \"train_loss\": " << (std::isfinite(last_loss) ? loss_text : "null")
+         << ", \"val_loss\": " << nlohmann::json(val).dump()
+         << ", \"tokens_per_s\": " << nlohmann::json(rate).dump()
+         << ", \"rank\": " << world->rank() << ", \"world_size\": " << world->size()
+         << ", \"zero_stage\": " << t.eng->zero_stage() << ", \"memory\": "
+         << nlohmann::json{{"params", mem.params},
+                           {"grads", mem.grads},
+                           {"optimizer", mem.optimizer},
+                           {"buffers", mem.buffers}}
+                .dump();
+    if (t.cfg.comms_logger.enabled) {
+      nlohmann::json comms = nlohmann::json::object();
+      for (const auto& [op, st] : world->logger().totals())
+        comms[op] = {{"calls", st.calls}, {"message_bytes", st.message_bytes},
+                     {"bus_bytes", st.bus_bytes}, {"seconds", st.seconds}};
+      line << ", \"comms\": " << comms.dump();
+    }
+    line << "}\n";
+    std::cout << line.str() << std::flush;
   }
   return 0;
 }

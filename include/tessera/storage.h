@@ -20,6 +20,18 @@ class Allocator {
 void register_allocator(DeviceType type, Allocator* allocator);
 Allocator& allocator_for(DeviceType type);
 
+class Storage;
+
+// ZeRO-3 keeps only a shard of each parameter on a rank: the parameter's storage is released
+// between uses and re-gathered when an op needs it. The dispatcher calls fetch() before a
+// kernel reads or writes a released storage, and used() after the kernel ran.
+class StorageFetcher {
+ public:
+  virtual ~StorageFetcher() = default;
+  virtual void fetch(Storage& storage) = 0;  // must leave the storage resident
+  virtual void used(Storage& storage) = 0;   // may release it again
+};
+
 class Storage {
  public:
   Storage(size_t nbytes, Device device);
@@ -29,6 +41,14 @@ class Storage {
   void* data() { return data_.get(); }
   const void* data() const { return data_.get(); }
   size_t nbytes() const { return nbytes_; }
+
+  // Released storage keeps its size and identity (tensors and saved autograd values still
+  // point at it) but holds no bytes until it is made resident again.
+  bool resident() const { return data_ != nullptr || nbytes_ == 0; }
+  void release() { data_.reset(); }
+  void make_resident();  // allocates (uninitialised) bytes if released
+  StorageFetcher* fetcher() const { return fetcher_.get(); }
+  void set_fetcher(std::shared_ptr<StorageFetcher> f) { fetcher_ = std::move(f); }
   Device device() const { return device_; }
 
   // Bumped by every in-place write; autograd compares it with the value seen when it
@@ -40,6 +60,7 @@ class Storage {
   size_t nbytes_;
   Device device_;
   DataPtr data_;
+  std::shared_ptr<StorageFetcher> fetcher_;
   std::atomic<uint64_t> version_{0};
 };
 

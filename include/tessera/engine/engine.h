@@ -19,6 +19,9 @@
 #include "tessera/nn/module.h"
 #include "tessera/optim/lr_schedule.h"
 #include "tessera/optim/optimizer.h"
+#include "tessera/parallel/grad_buckets.h"
+#include "tessera/parallel/process_group.h"
+#include "tessera/parallel/zero.h"
 
 namespace tessera::engine {
 
@@ -30,9 +33,15 @@ struct StepStats {
   double loss_scale = 1.0;
 };
 
+// On N ranks (mpirun), every rank builds the same model and engine over the world group:
+// plain data parallelism averages gradients in buckets during backward; ZeRO stages 1-3
+// partition optimizer state, gradients and parameters (zero_optimization.stage).
 class Engine {
  public:
-  Engine(nn::Module& model, io::TrainConfig config);
+  // group: the data-parallel group (default: the job's world).
+  Engine(nn::Module& model, io::TrainConfig config,
+         std::shared_ptr<parallel::ProcessGroup> group = nullptr);
+  ~Engine();
 
   // Runs a built-in model's loss on the batch (its forward). Other models: call them directly.
   Tensor forward(const models::Batch& batch);
@@ -47,37 +56,56 @@ class Engine {
   int64_t skipped_steps() const { return skipped_steps_; }
   double lr() const { return schedule_->lr(schedule_step_); }
   double loss_scale() const { return scaler_.scale(); }
-  optim::Optimizer& optimizer() { return *optimizer_; }
+  optim::Optimizer& optimizer() { return zero_ ? zero_->optimizer() : *optimizer_; }
+  int rank() const { return group_->rank(); }
+  int world_size() const { return group_->size(); }
+  parallel::ProcessGroup& group() { return *group_; }
+  int zero_stage() const { return zero_ ? zero_->stage() : 0; }
+  // Bytes of parameters, gradients and optimizer state this rank holds (see README).
+  parallel::MemoryStats memory() const;
   const io::TrainConfig& config() const { return config_; }
   nn::Module& module() { return model_; }
 
-  // Writes DIR/TAG/{model.safetensors, optimizer.safetensors, engine.json} (into a temporary
-  // directory renamed into place), then DIR/latest; a crash at any point leaves the previous
-  // checkpoint loadable. client_state is stored verbatim and returned by load_checkpoint.
+  // Writes DIR/TAG/{model.safetensors, optimizer.safetensors, engine.json} (ZeRO: one
+  // zero_rank<R>.safetensors per rank with its shards instead of optimizer.safetensors) into
+  // a temporary directory renamed into place, then DIR/latest; a crash at any point leaves
+  // the previous checkpoint loadable. Collective: every rank calls it. client_state (rank
+  // 0's) is stored verbatim and returned by load_checkpoint.
   void save_checkpoint(const std::string& dir, const std::string& tag,
                        const nlohmann::json& client_state = {});
   // tag empty: the one DIR/latest names. Restores model, optimizer, schedule position, loss
-  // scaler and the default RNG; returns client_state.
+  // scaler and the default RNG; returns client_state. A checkpoint saved at any ZeRO stage
+  // and data-parallel size loads at any other.
   nlohmann::json load_checkpoint(const std::string& dir, const std::string& tag = "");
 
  private:
   void sync_master_to_model();
   std::vector<Tensor> master_params();
+  void setup_parallel();
+  StepStats apply_step(StepStats st);
 
   nn::Module& model_;
   io::TrainConfig config_;
   DType compute_dtype_ = DType::Float32;
   // With fp16/bf16 the optimizer updates float32 master copies; the model holds low precision.
   std::vector<std::pair<Tensor*, Tensor>> master_;  // (model slot, float32 master)
-  std::unique_ptr<optim::Optimizer> optimizer_;
+  std::unique_ptr<optim::Optimizer> optimizer_;  // stage 0 (ZeRO owns its own)
+  std::shared_ptr<parallel::ProcessGroup> group_;
+  std::unique_ptr<parallel::ZeroOptimizer> zero_;
+  std::unique_ptr<parallel::GradBuckets> dp_buckets_;  // stage 0 on more than one rank
   std::unique_ptr<optim::LRSchedule> schedule_;
   LossScaler scaler_;
   int64_t global_steps_ = 0, micro_steps_ = 0, skipped_steps_ = 0;
-  int64_t schedule_step_ = 0;  // DeepSpeed does not advance the schedule on skipped steps
+  int64_t schedule_step_ = 0;
+  double post_scale_ = 1.0;  // ZeRO: averages the summed gradient partitions  // DeepSpeed does not advance the schedule on skipped steps
 };
 
 // Builds the optimizer and schedule the config names (DeepSpeed's deepspeed.initialize).
-std::unique_ptr<Engine> initialize(nn::Module& model, const io::TrainConfig& config);
+std::unique_ptr<Engine> initialize(nn::Module& model, const io::TrainConfig& config,
+                                   std::shared_ptr<parallel::ProcessGroup> group = nullptr);
+// The optimizer the config names, over the given groups.
+std::unique_ptr<optim::Optimizer> make_optimizer(const io::TrainConfig& config,
+                                                 std::vector<optim::ParamGroup> groups);
 
 std::unique_ptr<optim::LRSchedule> make_schedule(const io::TrainConfig& config);
 

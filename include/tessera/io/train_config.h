@@ -49,9 +49,27 @@ struct TrainConfig {
     int64_t stage = 0;
     std::string offload_optimizer_device = "none";
     int64_t reduce_bucket_size = 500000000;
-    bool overlap_comm = false;
+    bool overlap_comm = true;  // DeepSpeed's default is false except at stage 3; ours overlaps
     bool contiguous_gradients = true;
+    int64_t stage3_param_persistence_threshold = 100000;
+    int64_t stage3_prefetch_bucket_size = 50000000;
   } zero;
+
+  // Data-parallel gradient averaging (DeepSpeed's top-level keys).
+  bool prescale_gradients = false;
+  double gradient_predivide_factor = 1.0;
+  std::string communication_data_type;  // "", "fp32", "fp16", "bf16" ("" = the model's dtype)
+
+  struct CommsLogger {
+    bool enabled = false, verbose = false, prof_all = true;
+    std::vector<std::string> prof_ops;
+  } comms_logger;
+
+  struct Distributed {  // Tessera's: how long a collective may take before the job ends
+    double timeout_s = 1800;
+  } distributed;
+
+  int64_t world_size = 1;  // the data-parallel size the batch triple was resolved for
 
   int64_t steps_per_print = 10;
   bool wall_clock_breakdown = false;

@@ -1,0 +1,158 @@
+// Engine checkpoints: save on every rank together, load at any rank count and ZeRO stage.
+#include <unistd.h>
+
+#include <filesystem>
+#include <set>
+
+#include "tessera/engine/engine.h"
+#include "tessera/grad_mode.h"
+#include "tessera/io/files.h"
+#include "tessera/io/safetensors.h"
+#include "tessera/ops.h"
+#include "tessera/parallel/zero_checkpoint.h"
+#include "tessera/rng.h"
+
+namespace tessera::engine {
+
+namespace fs = std::filesystem;
+
+void Engine::save_checkpoint(const std::string& dir, const std::string& tag,
+                             const nlohmann::json& client_state) {
+  TS_CHECK(!tag.empty() && tag.find('/') == std::string::npos && tag != "latest",
+           "save_checkpoint: invalid tag '", tag, "'");
+  const int rank = group_->rank();
+  const bool writer = rank == 0;
+  // Every rank writes into one temporary directory, named after rank 0's process.
+  Tensor pid = full({1}, writer ? static_cast<double>(::getpid()) : 0.0, DType::Int64);
+  group_->broadcast(pid, 0);
+  const std::string suffix = std::to_string(static_cast<int64_t>(pid.item()));
+  const fs::path final_dir = fs::path(dir) / tag;
+  const fs::path tmp = fs::path(dir) / ("." + tag + ".tmp-" + suffix);
+  if (writer) {
+    fs::create_directories(dir);
+    fs::remove_all(tmp);
+    fs::create_directories(tmp);
+  }
+  group_->barrier();
+  if (zero_) {
+    std::map<std::string, Tensor> shard = zero_->shard_state();
+    shard["step"] = full({}, static_cast<double>(zero_->optimizer().step_count()), DType::Int64);
+    io::save_safetensors((tmp / parallel::zero_shard_file(rank)).string(), shard);
+  }
+  if (writer) {
+    if (!zero_) {
+      std::map<std::string, Tensor> weights;
+      if (master_.empty()) {
+        weights = model_.state_dict();
+      } else {
+        const auto named = model_.named_parameters();
+        for (size_t i = 0; i < named.size(); ++i) weights[named[i].first] = master_[i].second;
+      }
+      io::save_safetensors((tmp / "model.safetensors").string(), weights);
+      io::save_safetensors((tmp / "optimizer.safetensors").string(), optimizer_->state_dict());
+    } else if (zero_->stage() < 3) {
+      // Whole weights (the model's dtype) for tools that read model.safetensors; ZeRO-3 has
+      // none on one rank: `tessera zero-to-fp32` rebuilds them from the shards.
+      io::save_safetensors((tmp / "model.safetensors").string(), model_.state_dict());
+    }
+    const GeneratorState rng = default_generator().state();
+    const auto sc = scaler_.state();
+    nlohmann::json state{{"global_steps", global_steps_},
+                         {"micro_steps", micro_steps_},
+                         {"skipped_steps", skipped_steps_},
+                         {"schedule_step", schedule_step_},
+                         {"rng", {{"seed", rng.seed}, {"offset", rng.offset}}},
+                         {"loss_scaler",
+                          {{"scale", sc.scale},
+                           {"cur_iter", sc.cur_iter},
+                           {"last_overflow_iter", sc.last_overflow_iter},
+                           {"cur_hysteresis", sc.cur_hysteresis}}},
+                         {"optimizer", optimizer().name()},
+                         {"dtype", dtype_name(compute_dtype_)},
+                         {"world_size", group_->size()},
+                         {"client_state", client_state}};
+    if (zero_) state["zero"] = parallel::zero_metadata(zero_->stage(), zero_->layout());
+    io::write_file_atomically((tmp / "engine.json").string(),
+                              [&](std::ostream& os) { os << state.dump(2); });
+  }
+  group_->barrier();
+  if (writer) {
+    // Swap the finished directory into place, then point `latest` at it.
+    const fs::path old = fs::path(dir) / ("." + tag + ".old-" + suffix);
+    if (fs::exists(final_dir)) fs::rename(final_dir, old);
+    fs::rename(tmp, final_dir);
+    fs::remove_all(old);
+    io::write_file_atomically((fs::path(dir) / "latest").string(),
+                              [&](std::ostream& os) { os << tag; });
+  }
+  group_->barrier();
+}
+
+nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string& tag_in) {
+  std::string tag = tag_in;
+  if (tag.empty()) {
+    const fs::path latest = fs::path(dir) / "latest";
+    TS_CHECK(fs::exists(latest), "load_checkpoint: '", latest.string(),
+             "' does not exist (no checkpoint saved in '", dir, "'?)");
+    tag = io::read_text_file(latest.string());
+    while (!tag.empty() && (tag.back() == '\n' || tag.back() == ' ')) tag.pop_back();
+  }
+  const fs::path d = fs::path(dir) / tag;
+  TS_CHECK(fs::is_directory(d), "load_checkpoint: '", d.string(), "' does not exist");
+  nlohmann::json state;
+  try {
+    state = nlohmann::json::parse(io::read_text_file((d / "engine.json").string()));
+  } catch (const nlohmann::json::exception& e) {
+    fail("load_checkpoint: '", (d / "engine.json").string(), "': ", e.what());
+  }
+  // Whole (unsharded) masters and optimizer state, whatever stage and size saved them.
+  std::map<std::string, Tensor> weights, opt_state;
+  if (state.contains("zero")) {
+    parallel::ConsolidatedState c = parallel::consolidate_zero_checkpoint(d.string());
+    opt_state["step"] = full({}, static_cast<double>(c.optimizer_step), DType::Int64);
+    std::set<std::string> names;
+    for (auto& [n, t] : model_.named_parameters()) names.insert(n);
+    for (auto& [k, v] : c.tensors) (names.count(k) ? weights : opt_state)[k] = v;
+  } else {
+    weights = io::load_safetensors((d / "model.safetensors").string());
+    opt_state = io::load_safetensors((d / "optimizer.safetensors").string());
+  }
+  NoGradGuard no_grad;
+  if (zero_) {
+    std::map<std::string, Tensor> all = weights;
+    int64_t step = 0;
+    for (auto& [k, v] : opt_state) {
+      if (k == "step")
+        step = static_cast<int64_t>(v.item());
+      else
+        all[k] = v;
+    }
+    zero_->load_full_state(all, step);
+  } else if (master_.empty()) {
+    model_.load_state_dict(weights, state.contains("zero") ? false : true);
+    optimizer_->load_state_dict(opt_state);
+  } else {
+    const auto named = model_.named_parameters();
+    for (size_t i = 0; i < named.size(); ++i) {
+      auto it = weights.find(named[i].first);
+      TS_CHECK(it != weights.end(), "load_checkpoint: '", d.string(), "' has no weights for '",
+               named[i].first, "'");
+      master_[i].second.copy_(it->second);
+    }
+    sync_master_to_model();
+    optimizer_->load_state_dict(opt_state);
+  }
+  global_steps_ = state.at("global_steps");
+  // Checkpoints are taken at accumulation boundaries; the accumulation count may differ now
+  // (another data-parallel size with the same global batch).
+  micro_steps_ = global_steps_ * config_.gradient_accumulation_steps;
+  skipped_steps_ = state.at("skipped_steps");
+  schedule_step_ = state.at("schedule_step");
+  default_generator().set_state(
+      {state["rng"]["seed"].get<uint64_t>(), state["rng"]["offset"].get<uint64_t>()});
+  const auto& ls = state["loss_scaler"];
+  scaler_.set_state({ls["scale"], ls["cur_iter"], ls["last_overflow_iter"], ls["cur_hysteresis"]});
+  return state.value("client_state", nlohmann::json());
+}
+
+}  // namespace tessera::engine

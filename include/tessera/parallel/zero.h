@@ -1,0 +1,98 @@
+// ZeRO (Rajbhandari et al., 2020) over a data-parallel group, DeepSpeed's
+// zero_optimization.stage:
+//   1: each rank keeps the optimizer state (float32 master weights and moments) of its
+//      partition only; gradients are reduce-scattered to their owners once per
+//      accumulation boundary; updated parameters are all-gathered after the step.
+//   2: also the gradients: buckets are reduce-scattered as backward produces them, every
+//      micro-step, and the full gradients are freed at once.
+//   3: also the parameters: a rank holds its shard; a parameter's storage is gathered just
+//      before an op uses it (forward and backward) and released right after. Parameters of
+//      at most stage3_param_persistence_threshold elements stay whole on every rank.
+// offload_optimizer {"device": "cpu"} keeps the optimizer state on the host and runs the
+// update there (for CPU training it is there already).
+#pragma once
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tessera/nn/module.h"
+#include "tessera/optim/optimizer.h"
+#include "tessera/parallel/grad_buckets.h"
+#include "tessera/parallel/shard_layout.h"
+
+namespace tessera::parallel {
+
+struct ZeroOptions {
+  int stage = 1;
+  bool offload_optimizer = false;
+  int64_t reduce_bucket_size = 500000000;  // elements, as in DeepSpeed
+  bool overlap_comm = true;
+  double pre_scale = 1.0;  // prescale_gradients: 1 / gradient_predivide_factor
+  DType comm_dtype = DType::Float32;
+  int64_t param_persistence_threshold = 100000;
+  int64_t prefetch_bucket_size = 50000000;  // elements gathered ahead of use (stage 3)
+};
+
+// Bytes of model state one rank holds.
+struct MemoryStats {
+  int64_t params = 0, grads = 0, optimizer = 0, buffers = 0;
+};
+
+using OptimizerFactory =
+    std::function<std::unique_ptr<optim::Optimizer>(std::vector<optim::ParamGroup>)>;
+
+class ZeroOptimizer {
+ public:
+  // Partitions `model`'s parameters (already in their compute dtype) over `group`. The
+  // float32 masters start from the model's values (identical on every rank).
+  ZeroOptimizer(nn::Module& model, std::shared_ptr<ProcessGroup> group, ZeroOptions options,
+                const OptimizerFactory& make_optimizer, double lr, double weight_decay);
+  ~ZeroOptimizer();
+
+  void begin_backward(bool reduce) { buckets_->begin_backward(reduce); }
+  void end_backward() { buckets_->end_backward(); }
+
+  // Gives every master shard its gradient: the reduced partition times `scale` (averaging
+  // over ranks and undoing the loss scale), in float32. Returns the global L2 norm.
+  double prepare_master_grads(double scale);
+  void scale_master_grads(double coef);
+  optim::Optimizer& optimizer() { return *optimizer_; }
+  // After an optimizer step: new parameter values reach the model (all-gather for stages
+  // 1-2 and persistent parameters; new shards for stage 3).
+  void publish();
+  void zero_grad();
+  // Stage 3: releases every gathered parameter (after a forward without backward, say).
+  void release_parameters();
+
+  const ShardLayout& layout() const { return layout_; }
+  int stage() const { return options_.stage; }
+  MemoryStats memory() const;
+
+  // This rank's shards: "<param>" (float32 master) and "<param>.<slot>" optimizer state.
+  std::map<std::string, Tensor> shard_state() const;
+  // Restores from full (unsharded) tensors of the same names, as consolidated from any
+  // number of saved shards; sets the model's parameters to the masters.
+  void load_full_state(const std::map<std::string, Tensor>& full, int64_t optimizer_step);
+
+  struct Fetcher;
+
+ private:
+  nn::Module& model_;
+  std::shared_ptr<ProcessGroup> group_;
+  ZeroOptions options_;
+  ShardLayout layout_;
+  std::vector<std::pair<std::string, Tensor*>> params_;
+  std::vector<bool> partitioned_;  // stage 3 and above the persistence threshold
+  DType model_dtype_ = DType::Float32;
+  Tensor master_;        // [partition] float32
+  Tensor param_shards_;  // [partition] model dtype (stage 3; is master_ when float32)
+  Tensor grad_partition_;
+  Tensor master_grads_;  // float32 gradients of master_ (a view of grad_partition_ if f32)
+  std::unique_ptr<GradBuckets> buckets_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  std::shared_ptr<Fetcher> fetcher_;
+};
+
+}  // namespace tessera::parallel

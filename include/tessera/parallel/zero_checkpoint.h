@@ -1,0 +1,26 @@
+// ZeRO checkpoints: each rank writes its shards (float32 master and optimizer state of its
+// partition) to zero_rank<R>.safetensors; engine.json's "zero" section records the stage,
+// the data-parallel size and every parameter's shape, so the shards can be put back
+// together at any other size (or by `tessera zero-to-fp32`).
+#pragma once
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "tessera/parallel/shard_layout.h"
+#include "tessera/tensor.h"
+
+namespace tessera::parallel {
+
+std::string zero_shard_file(int rank);  // "zero_rank<R>.safetensors"
+nlohmann::json zero_metadata(int stage, const ShardLayout& layout);
+
+struct ConsolidatedState {
+  std::map<std::string, Tensor> tensors;  // "<param>" float32 and "<param>.<slot>"
+  int64_t optimizer_step = 0;
+  int stage = 0, world_size = 1;
+};
+// Reads every shard file of a checkpoint directory (TAG dir) and rebuilds the full tensors.
+ConsolidatedState consolidate_zero_checkpoint(const std::string& tag_dir);
+
+}  // namespace tessera::parallel

@@ -1,0 +1,293 @@
+// The MPI process group (CPU tensors). MPI is initialised, used and finalised only on the
+// communication thread, so blocking MPI calls overlap the caller's compute.
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include "parallel/work_state.h"
+#include "tessera/parallel/process_group.h"
+
+namespace tessera::parallel {
+
+namespace {
+
+void mpi_check(int code, const char* call) {
+  if (code == MPI_SUCCESS) return;
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(code, msg, &len);
+  fail(call, " failed: ", std::string(msg, static_cast<size_t>(len)));
+}
+
+// float16/bfloat16 have no MPI type: 2-byte elements reduced by our own MPI_Op.
+float load16(uint16_t v, bool bf16) { return bf16 ? bf16_bits_to_float(v) : half_bits_to_float(v); }
+uint16_t store16(float v, bool bf16) { return bf16 ? float_to_bf16_bits(v) : float_to_half_bits(v); }
+
+template <bool kBF16, bool kMax>
+void half_reduce(void* in, void* inout, int* len, MPI_Datatype*) {
+  auto* a = static_cast<const uint16_t*>(in);
+  auto* b = static_cast<uint16_t*>(inout);
+  for (int i = 0; i < *len; ++i) {
+    const float x = load16(a[i], kBF16), y = load16(b[i], kBF16);
+    b[i] = store16(kMax ? std::max(x, y) : x + y, kBF16);
+  }
+}
+
+MPI_Datatype mpi_type(DType d) {
+  switch (d) {
+    case DType::Float32: return MPI_FLOAT;
+    case DType::Float64: return MPI_DOUBLE;
+    case DType::Int64: return MPI_INT64_T;
+    case DType::Int32: return MPI_INT32_T;
+    case DType::Float16:
+    case DType::BFloat16: return MPI_UINT16_T;
+    case DType::Bool: return MPI_UINT8_T;
+  }
+  fail("MPI: unsupported dtype ", dtype_name(d));
+}
+
+struct HalfOps {
+  MPI_Op f16_sum, f16_max, bf16_sum, bf16_max;
+};
+HalfOps& half_ops() {
+  static HalfOps ops;
+  return ops;
+}
+
+MPI_Op mpi_op(ReduceOp op, DType d) {
+  const bool max = op == ReduceOp::Max;
+  if (d == DType::Float16) return max ? half_ops().f16_max : half_ops().f16_sum;
+  if (d == DType::BFloat16) return max ? half_ops().bf16_max : half_ops().bf16_sum;
+  TS_CHECK(d != DType::Bool, "MPI: reductions of bool tensors are not supported");
+  return max ? MPI_MAX : MPI_SUM;
+}
+
+// Avg = Sum, then divide (on the communication thread, no kernel launch).
+void divide_in_place(const Tensor& t, double n) {
+  const int64_t count = t.numel();
+  switch (t.dtype()) {
+    case DType::Float32: {
+      float* p = t.data<float>();
+      const float inv = static_cast<float>(1.0 / n);
+      for (int64_t i = 0; i < count; ++i) p[i] *= inv;
+      return;
+    }
+    case DType::Float64: {
+      double* p = t.data<double>();
+      for (int64_t i = 0; i < count; ++i) p[i] /= n;
+      return;
+    }
+    case DType::Float16:
+    case DType::BFloat16: {
+      const bool bf16 = t.dtype() == DType::BFloat16;
+      auto* p = t.data<uint16_t>();
+      for (int64_t i = 0; i < count; ++i)
+        p[i] = store16(load16(p[i], bf16) / static_cast<float>(n), bf16);
+      return;
+    }
+    default: fail("all_reduce: Avg needs a floating-point tensor, got ", t.describe());
+  }
+}
+
+int checked_count(const Tensor& t, const char* op) {
+  TS_CHECK(t.is_contiguous(), op, ": tensor must be contiguous, got ", t.describe());
+  TS_CHECK(t.device().type == DeviceType::CPU, op, ": the MPI backend takes CPU tensors, got ",
+           t.describe(), " (CUDA tensors go through NCCL)");
+  TS_CHECK(t.numel() < (int64_t{1} << 31), op, ": ", t.describe(),
+           " is larger than one MPI message; split it");
+  return static_cast<int>(t.numel());
+}
+
+int64_t nbytes(const Tensor& t) { return t.numel() * static_cast<int64_t>(itemsize(t.dtype())); }
+
+class MpiProcessGroup : public ProcessGroup {
+ public:
+  MpiProcessGroup(std::shared_ptr<CommThread> thread, MPI_Comm comm, bool owns_world)
+      : thread_(std::move(thread)), comm_(comm), owns_world_(owns_world) {
+    thread_->run([&] {
+      MPI_Comm_rank(comm_, &rank_);
+      MPI_Comm_size(comm_, &size_);
+    });
+    const char* t = std::getenv("TESSERA_COMM_TIMEOUT_S");
+    if (t) timeout_ = std::chrono::milliseconds(static_cast<int64_t>(std::atof(t) * 1000));
+  }
+  ~MpiProcessGroup() override {
+    if (owns_world_) {
+      thread_->run([] { MPI_Finalize(); });
+    } else if (comm_ != MPI_COMM_NULL) {
+      MPI_Comm c = comm_;
+      thread_->post([c]() mutable { MPI_Comm_free(&c); });
+    }
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string backend() const override { return "mpi"; }
+
+  Work all_reduce_async(Tensor t, ReduceOp op) override {
+    const int n = checked_count(t, "all_reduce");
+    const double bus = 2.0 * (size_ - 1) / size_ * static_cast<double>(nbytes(t));
+    return submit("all_reduce", t, nbytes(t), bus, [=, this] {
+      mpi_check(MPI_Allreduce(MPI_IN_PLACE, t.data_ptr(), n, mpi_type(t.dtype()),
+                              mpi_op(op, t.dtype()), comm_),
+                "MPI_Allreduce");
+      if (op == ReduceOp::Avg) divide_in_place(t, size_);
+    });
+  }
+
+  Work reduce_scatter_async(Tensor out, Tensor in, ReduceOp op) override {
+    const int n = checked_count(out, "reduce_scatter");
+    checked_count(in, "reduce_scatter");
+    TS_CHECK(in.numel() == out.numel() * size_ && in.dtype() == out.dtype(),
+             "reduce_scatter: input ", in.describe(), " must hold ", size_, " chunks of output ",
+             out.describe());
+    const double bus = static_cast<double>(size_ - 1) / size_ * static_cast<double>(nbytes(in));
+    return submit("reduce_scatter", in, nbytes(in), bus, [=, this] {
+      mpi_check(MPI_Reduce_scatter_block(in.data_ptr(), out.data_ptr(), n, mpi_type(in.dtype()),
+                                         mpi_op(op, in.dtype()), comm_),
+                "MPI_Reduce_scatter_block");
+      if (op == ReduceOp::Avg) divide_in_place(out, size_);
+    });
+  }
+
+  Work all_gather_async(Tensor out, Tensor in) override {
+    const int n = checked_count(in, "all_gather");
+    checked_count(out, "all_gather");
+    TS_CHECK(out.numel() == in.numel() * size_ && in.dtype() == out.dtype(), "all_gather: output ",
+             out.describe(), " must hold ", size_, " chunks of input ", in.describe());
+    const auto* own = static_cast<const char*>(out.data_ptr()) +
+                      static_cast<int64_t>(rank_) * nbytes(in);
+    const bool in_place = in.data_ptr() == own;
+    const double bus = static_cast<double>(size_ - 1) / size_ * static_cast<double>(nbytes(out));
+    return submit("all_gather", out, nbytes(out), bus, [=, this] {
+      const MPI_Datatype ty = mpi_type(in.dtype());
+      mpi_check(MPI_Allgather(in_place ? MPI_IN_PLACE : in.data_ptr(), n, ty, out.data_ptr(), n,
+                              ty, comm_),
+                "MPI_Allgather");
+    });
+  }
+
+  Work broadcast_async(Tensor t, int root) override {
+    const int n = checked_count(t, "broadcast");
+    check_rank(root, "broadcast");
+    return submit("broadcast", t, nbytes(t), static_cast<double>(nbytes(t)), [=, this] {
+      mpi_check(MPI_Bcast(t.data_ptr(), n, mpi_type(t.dtype()), root, comm_), "MPI_Bcast");
+    });
+  }
+
+  Work send_async(Tensor t, int dst, int tag) override {
+    const int n = checked_count(t, "send");
+    check_rank(dst, "send");
+    return submit("send", t, nbytes(t), static_cast<double>(nbytes(t)), [=, this] {
+      mpi_check(MPI_Send(t.data_ptr(), n, mpi_type(t.dtype()), dst, tag, comm_), "MPI_Send");
+    });
+  }
+
+  Work recv_async(Tensor t, int src, int tag) override {
+    const int n = checked_count(t, "recv");
+    check_rank(src, "recv");
+    return submit("recv", t, nbytes(t), 0.0, [=, this] {
+      mpi_check(MPI_Recv(t.data_ptr(), n, mpi_type(t.dtype()), src, tag, comm_, MPI_STATUS_IGNORE),
+                "MPI_Recv");
+    });
+  }
+
+  Work barrier_async() override {
+    return submit("barrier", Tensor(), 0, 0.0,
+                  [this] { mpi_check(MPI_Barrier(comm_), "MPI_Barrier"); });
+  }
+
+  std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks) override {
+    bool member = false;
+    for (int r : ranks) {
+      check_rank(r, "new_group");
+      member |= r == rank_;
+    }
+    if (!member) return nullptr;
+    MPI_Comm sub = MPI_COMM_NULL;
+    thread_->run([&] {
+      MPI_Group all, part;
+      MPI_Comm_group(comm_, &all);
+      MPI_Group_incl(all, static_cast<int>(ranks.size()), ranks.data(), &part);
+      mpi_check(MPI_Comm_create_group(comm_, part, 0, &sub), "MPI_Comm_create_group");
+      MPI_Group_free(&part);
+      MPI_Group_free(&all);
+    });
+    auto g = std::make_shared<MpiProcessGroup>(thread_, sub, false);
+    g->set_timeout(timeout_);
+    return g;
+  }
+
+ private:
+  void check_rank(int r, const char* op) const {
+    TS_CHECK(r >= 0 && r < size_, op, ": rank ", r, " is outside this group of ", size_);
+  }
+
+  Work submit(const char* op, const Tensor& t, int64_t msg_bytes, double bus_bytes,
+              std::function<void()> call) {
+    auto s = std::make_shared<Work::State>();
+    s->what = std::string(op) + (t.defined() ? " of " + t.describe() : "");
+    s->rank = rank_;
+    s->timeout = timeout_;
+    thread_->post([this, s, op, msg_bytes, bus_bytes, call = std::move(call)] {
+      const auto t0 = std::chrono::steady_clock::now();
+      try {
+        call();
+      } catch (...) {
+        s->finish(std::current_exception());
+        return;
+      }
+      logger_.record(op, msg_bytes, bus_bytes,
+                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      s->finish();
+    });
+    return Work(s);
+  }
+
+  std::shared_ptr<CommThread> thread_;
+  MPI_Comm comm_;
+  bool owns_world_;
+  int rank_ = 0, size_ = 1;
+};
+
+std::mutex& world_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+}  // namespace
+
+std::shared_ptr<ProcessGroup> world() {
+  std::lock_guard<std::mutex> lock(world_mutex());
+  static std::shared_ptr<ProcessGroup> w;
+  if (w) return w;
+  if (!launched_distributed()) return w = make_local_group();
+  auto thread = std::make_shared<CommThread>();
+  thread->run([] {
+    int provided = 0;
+    mpi_check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided),
+              "MPI_Init_thread");
+    // Errors come back as codes (and become tessera Errors) instead of aborting inside MPI.
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    HalfOps& ops = half_ops();
+    MPI_Op_create(&half_reduce<false, false>, 1, &ops.f16_sum);
+    MPI_Op_create(&half_reduce<false, true>, 1, &ops.f16_max);
+    MPI_Op_create(&half_reduce<true, false>, 1, &ops.bf16_sum);
+    MPI_Op_create(&half_reduce<true, true>, 1, &ops.bf16_max);
+  });
+  return w = std::make_shared<MpiProcessGroup>(thread, MPI_COMM_WORLD, true);
+}
+
+void abort_job(int code) {
+  int init = 0, fin = 0;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  if (init && !fin) MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);
+}
+
+}  // namespace tessera::parallel
