@@ -72,6 +72,10 @@ void Engine::save_checkpoint(const std::string& dir, const std::string& tag,
                          {"world_size", group_->size()},
                          {"client_state", client_state}};
     if (zero_) state["zero"] = parallel::zero_metadata(zero_->stage(), zero_->layout());
+    // Built-in models: their HF config, so tools can rebuild the architecture (zero-to-fp32).
+    if (auto* pm = dynamic_cast<models::PretrainedModel*>(&model_))
+      io::write_file_atomically((tmp / "config.json").string(),
+                                [&](std::ostream& os) { os << pm->config_json() << "\n"; });
     io::write_file_atomically((tmp / "engine.json").string(),
                               [&](std::ostream& os) { os << state.dump(2); });
   }

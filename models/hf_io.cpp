@@ -12,6 +12,29 @@ namespace tessera::models {
 
 namespace fs = std::filesystem;
 
+std::unique_ptr<PretrainedModel> model_from_hf_config(const std::string& text,
+                                                      const std::string& source) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    fail("'", source, "': invalid JSON: ", e.what());
+  }
+  const std::string type = j.value("model_type", std::string());
+  try {
+    if (type == "gpt2") return std::make_unique<GPT2LMHeadModel>(GPT2Config::from_json(text));
+    if (type == "bert") {
+      bool nsp = false;
+      for (const auto& a : j.value("architectures", nlohmann::json::array()))
+        nsp = nsp || a.get<std::string>() == "BertForPreTraining";
+      return std::make_unique<BertForPreTraining>(BertConfig::from_json(text), nsp);
+    }
+  } catch (const std::exception& e) {
+    fail("'", source, "': ", e.what());
+  }
+  fail("'", source, "': model_type '", type, "' is not supported (gpt2 or bert)");
+}
+
 std::unique_ptr<PretrainedModel> load_pretrained(const std::string& dir,
                                                  std::map<std::string, std::string>* file_key_of) {
   const fs::path config_path = fs::path(dir) / "config.json";
@@ -22,29 +45,7 @@ std::unique_ptr<PretrainedModel> load_pretrained(const std::string& dir,
            fs::exists(fs::path(dir) / "pytorch_model.bin")
                ? " (pytorch_model.bin is not read: convert it to safetensors)"
                : "");
-  const std::string text = io::read_text_file(config_path.string());
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    fail("'", config_path.string(), "': invalid JSON: ", e.what());
-  }
-  const std::string type = j.value("model_type", std::string());
-  std::unique_ptr<PretrainedModel> model;
-  try {
-    if (type == "gpt2") {
-      model = std::make_unique<GPT2LMHeadModel>(GPT2Config::from_json(text));
-    } else if (type == "bert") {
-      bool nsp = false;
-      for (const auto& a : j.value("architectures", nlohmann::json::array()))
-        nsp = nsp || a.get<std::string>() == "BertForPreTraining";
-      model = std::make_unique<BertForPreTraining>(BertConfig::from_json(text), nsp);
-    } else {
-      fail("model_type '", type, "' is not supported (gpt2 or bert)");
-    }
-  } catch (const std::exception& e) {
-    fail("'", config_path.string(), "': ", e.what());
-  }
+  auto model = model_from_hf_config(io::read_text_file(config_path.string()), config_path.string());
   load_hf_weights(*model, weights_path.string(), file_key_of);
   model->eval();
   return model;

@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(meson ninja-build pkg-config g++ libeigen3-dev libopenblas-dev nlohmann-json3-dev doctest-dev
-          libpcre2-dev libutf8proc-dev fortunes)
+          libpcre2-dev libutf8proc-dev libopenmpi-dev openmpi-bin fortunes)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -7,6 +7,10 @@
 #include <string>
 #include <vector>
 
+#include <memory>
+
+#include "tessera/io/train_config.h"
+#include "tessera/models/pretrained.h"
 #include "tessera/shape.h"
 
 namespace tessera::cli {
@@ -32,6 +36,10 @@ Shape parse_shape(const std::string& text);  // "512,512,512" or "512x512"
 // Median milliseconds of `iters` calls of f after `warmup` uncounted calls.
 double median_ms(const std::function<void()>& f, int iters, int warmup = 2);
 
+// The GPT-2/BERT model a training config's "model" section describes (fresh weights).
+std::unique_ptr<models::PretrainedModel> model_from_train_config(const io::TrainConfig& cfg,
+                                                                 int64_t vocab_size);
+
 // Subcommands: each returns the process exit status.
 int kernels_main(int argc, char** argv);
 int report_main(int argc, char** argv);
@@ -40,5 +48,7 @@ int eval_main(int argc, char** argv);
 int generate_main(int argc, char** argv);
 int train_main(int argc, char** argv);
 int bench_train(const Args& a);
+int zero_to_fp32_main(int argc, char** argv);
+int estimate_memory_main(int argc, char** argv);
 
 }  // namespace tessera::cli

@@ -18,7 +18,11 @@ commands:
   train CONFIG.json          train GPT-2/BERT from a DeepSpeed-style config (configs/)
   eval MODEL_DIR             loss (and gradient norms) of a Hugging Face GPT-2/BERT on a batch
   generate MODEL_DIR         sample text from a GPT-2 model directory with a KV cache
+  zero-to-fp32 CKPT OUT      whole float32 weights (HF names) from a checkpoint of any ZeRO stage
+  estimate-memory CONFIG     per-rank parameter/gradient/optimizer bytes for N ranks, any stage
   report                     what this build has compiled in and which devices are visible
+
+Distributed: mpirun -np N tessera train CONFIG.json (see the README).
 
 Every command takes --help; with --json the last line on stdout is one JSON object.
 )";
@@ -39,6 +43,8 @@ int main(int argc, char** argv) {
     if (cmd == "eval") return tessera::cli::eval_main(argc, argv);
     if (cmd == "train") return tessera::cli::train_main(argc, argv);
     if (cmd == "generate") return tessera::cli::generate_main(argc, argv);
+    if (cmd == "zero-to-fp32") return tessera::cli::zero_to_fp32_main(argc, argv);
+    if (cmd == "estimate-memory") return tessera::cli::estimate_memory_main(argc, argv);
     std::cerr << "tessera: unknown command '" << cmd << "'\n\n" << kUsage;
     return 2;
   } catch (const tessera::Error& e) {

@@ -72,6 +72,7 @@ class CsvMonitor {
     const fs::path p = dir_ / (name + ".csv");
     const bool fresh = !fs::exists(p);
     std::ofstream f(p, std::ios::app);
+    f.precision(9);
     if (fresh) f << "step," << event << "\n";
     f << step << "," << value << "\n";
   }
@@ -97,31 +98,10 @@ struct Trainer {
   }
 
   void build_model() {
-    const auto& m = cfg.model;
     manual_seed(cfg.train.seed);
-    if (bert) {
-      models::BertConfig c =
-          m.size.empty() ? models::BertConfig() : models::BertConfig::named(m.size);
-      if (m.size.empty()) {
-        c.hidden_size = m.n_embd, c.num_hidden_layers = m.n_layer, c.num_attention_heads = m.n_head;
-        c.intermediate_size = m.intermediate_size ? m.intermediate_size : 4 * m.n_embd;
-      }
-      c.vocab_size = corpus.vocab_size;
-      c.max_position_embeddings = m.block_size;
-      c.hidden_dropout_prob = m.dropout;
-      model = std::make_unique<models::BertForPreTraining>(c, cfg.data.nsp);
-    } else {
-      models::GPT2Config c =
-          m.size.empty() ? models::GPT2Config() : models::GPT2Config::named(m.size);
-      if (m.size.empty()) c.n_embd = m.n_embd, c.n_layer = m.n_layer, c.n_head = m.n_head;
-      c.vocab_size = corpus.vocab_size;
-      c.n_positions = m.block_size;
-      c.dropout = m.dropout;
-      c.bias = m.bias;
-      model = std::make_unique<models::GPT2LMHeadModel>(c);
-    }
-    if (!m.init_from.empty()) {
-      auto src = models::load_pretrained(m.init_from);
+    model = model_from_train_config(cfg, corpus.vocab_size);
+    if (!cfg.model.init_from.empty()) {
+      auto src = models::load_pretrained(cfg.model.init_from);
       model->load_state_dict(src->state_dict());
     }
   }
@@ -316,6 +296,8 @@ int train_main(int argc, char** argv) {
     }
   }
   if (tty) std::cerr << "\n";
+  // Communication of the training steps alone (validation and sampling come after).
+  const auto train_comms = world->logger().totals();
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   const int64_t trained = t.eng->global_steps() - start_step;
   const double rate = trained > 0 ? static_cast<double>(trained * tokens_per_step) / secs : 0.0;
@@ -373,7 +355,7 @@ int train_main(int argc, char** argv) {
                 .dump();
     if (t.cfg.comms_logger.enabled) {
       nlohmann::json comms = nlohmann::json::object();
-      for (const auto& [op, st] : world->logger().totals())
+      for (const auto& [op, st] : train_comms)
         comms[op] = {{"calls", st.calls}, {"message_bytes", st.message_bytes},
                      {"bus_bytes", st.bus_bytes}, {"seconds", st.seconds}};
       line << ", \"comms\": " << comms.dump();

@@ -49,6 +49,10 @@ class PretrainedModel : public nn::Module {
 std::unique_ptr<PretrainedModel> load_pretrained(
     const std::string& dir, std::map<std::string, std::string>* file_key_of = nullptr);
 
+// An untrained model of the architecture an HF config.json describes (source names it).
+std::unique_ptr<PretrainedModel> model_from_hf_config(const std::string& config_json_text,
+                                                      const std::string& source);
+
 // Copies the weights of an HF safetensors file into `model` (strict: every parameter must be
 // present and every key known).
 void load_hf_weights(PretrainedModel& model, const std::string& safetensors_path,
