@@ -24,6 +24,10 @@ struct ZeroOptimizer::Fetcher : StorageFetcher {
   std::vector<Tensor> full;    // per partitioned parameter: [world * shard] over its storage
   std::vector<Tensor> shards;  // per partitioned parameter: this rank's shard
   bool enabled = true;
+  // The most recently used parameter stays gathered until another one is used, so an op
+  // that reuses it at once (the tied GPT-2 embedding: the head's forward, then its
+  // backward) costs no second gather. Holds at most one extra parameter.
+  Storage* last_used = nullptr;
 
   void fetch(Storage& s) override {
     const size_t i = index.at(&s);
@@ -31,7 +35,9 @@ struct ZeroOptimizer::Fetcher : StorageFetcher {
     group->all_gather(full[i], shards[i]);
   }
   void used(Storage& s) override {
-    if (enabled) s.release();
+    if (!enabled || last_used == &s) return;
+    if (last_used) last_used->release();
+    last_used = &s;
   }
 };
 
@@ -181,6 +187,7 @@ void ZeroOptimizer::zero_grad() {
 
 void ZeroOptimizer::release_parameters() {
   if (!fetcher_) return;
+  fetcher_->last_used = nullptr;
   for (auto& t : fetcher_->full) t.storage()->release();
 }
 
