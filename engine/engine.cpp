@@ -66,11 +66,11 @@ Engine::Engine(nn::Module& model, io::TrainConfig config,
            config_.micro_batch_size, " * gradient_accumulation_steps ",
            config_.gradient_accumulation_steps, " * ", world,
            " ranks (parse the config with this job's world size)");
-  group_->set_timeout(std::chrono::milliseconds(
-      static_cast<int64_t>(config_.distributed.timeout_s * 1000)));
-  group_->logger().enable(config_.comms_logger.enabled, config_.comms_logger.verbose,
-                          config_.comms_logger.prof_all ? std::vector<std::string>{}
-                                                        : config_.comms_logger.prof_ops);
+  group_->set_timeout(
+      std::chrono::milliseconds(static_cast<int64_t>(config_.distributed.timeout_s * 1000)));
+  group_->logger().enable(
+      config_.comms_logger.enabled, config_.comms_logger.verbose,
+      config_.comms_logger.prof_all ? std::vector<std::string>{} : config_.comms_logger.prof_ops);
   if (config_.fp16.enabled) compute_dtype_ = DType::Float16;
   if (config_.bf16) compute_dtype_ = DType::BFloat16;
   TS_CHECK(!model_.named_parameters().empty(), "engine: the model has no parameters");
@@ -214,9 +214,9 @@ StepStats Engine::step() {
       const double unscale = 1.0 / scaler_.scale();
       for (auto& [slot, master] : master_) {
         const Tensor g = slot->grad();
-        master.set_grad(g.defined() ? (unscale == 1.0 ? g.to(DType::Float32)
-                                                      : g.to(DType::Float32) * unscale)
-                                    : Tensor());
+        master.set_grad(
+            g.defined() ? (unscale == 1.0 ? g.to(DType::Float32) : g.to(DType::Float32) * unscale)
+                        : Tensor());
         slot->set_grad(Tensor());
       }
     }
@@ -247,8 +247,10 @@ StepStats Engine::apply_step(StepStats st) {
     if (zero_) zero_->publish();
     if (!master_.empty()) sync_master_to_model();
   }
-  if (zero_) zero_->zero_grad();
-  else optimizer_->zero_grad();
+  if (zero_)
+    zero_->zero_grad();
+  else
+    optimizer_->zero_grad();
   model_.zero_grad();
   ++global_steps_;
   st.loss_scale = scaler_.scale();

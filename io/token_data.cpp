@@ -139,9 +139,9 @@ void GPTBatchSampler::next(Tensor& x, Tensor& y) {
   const int64_t span = tokens_.size() - block_ - 1;
   for (int64_t b = 0; b < batch_; ++b) {
     const uint64_t row = static_cast<uint64_t>(rank_ * batch_ + b);
-    const int64_t start = std::min<int64_t>(
-        span, static_cast<int64_t>(philox_uniform_f64(s.seed, s.offset + row) *
-                                   static_cast<double>(span + 1)));
+    const int64_t start =
+        std::min<int64_t>(span, static_cast<int64_t>(philox_uniform_f64(s.seed, s.offset + row) *
+                                                     static_cast<double>(span + 1)));
     const int32_t* t = tokens_.data() + start;
     for (int64_t i = 0; i < block_; ++i) {
       px[b * block_ + i] = t[i];

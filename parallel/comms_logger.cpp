@@ -50,7 +50,8 @@ std::string CommsLogger::summary(int rank, int world_size) const {
   for (const auto& [op, s] : ops_) {
     std::snprintf(line, sizeof line, "%-16s %8lld %14lld %14.0f %12.2f %12.3f\n", op.c_str(),
                   static_cast<long long>(s.calls), static_cast<long long>(s.message_bytes),
-                  s.bus_bytes, s.seconds * 1e3, s.seconds > 0 ? s.bus_bytes / s.seconds / 1e9 : 0.0);
+                  s.bus_bytes, s.seconds * 1e3,
+                  s.seconds > 0 ? s.bus_bytes / s.seconds / 1e9 : 0.0);
     out += line;
   }
   return out;

@@ -52,7 +52,8 @@ struct GradBuckets::State {
     if (mode == Mode::AllReduce) {
       for (size_t i : b.params) {
         const Tensor g = params[i]->grad();
-        Tensor dst = b.flat.narrow(0, static_cast<int64_t>(offset_in_bucket[i]), params[i]->numel());
+        Tensor dst =
+            b.flat.narrow(0, static_cast<int64_t>(offset_in_bucket[i]), params[i]->numel());
         if (g.defined())
           dst.copy_(g.reshape({-1}));
         else
@@ -116,11 +117,11 @@ GradBuckets::GradBuckets(std::shared_ptr<ProcessGroup> group, std::vector<Tensor
   s.layout = layout;
   s.partition = std::move(grad_partition);
   const size_t n = s.params.size();
-  TS_CHECK(mode == Mode::AllReduce || (layout && layout->entries.size() == n &&
-                                       s.partition.defined() &&
-                                       s.partition.numel() == layout->partition_numel),
-           "GradBuckets: ReduceScatter needs a layout and a gradient partition that match the ",
-           n, " parameters");
+  TS_CHECK(
+      mode == Mode::AllReduce || (layout && layout->entries.size() == n && s.partition.defined() &&
+                                  s.partition.numel() == layout->partition_numel),
+      "GradBuckets: ReduceScatter needs a layout and a gradient partition that match the ", n,
+      " parameters");
   const int world = s.group->size();
   const int64_t item = static_cast<int64_t>(itemsize(options.comm_dtype));
   s.bucket_of.assign(n, 0);
@@ -206,7 +207,9 @@ void GradBuckets::end_backward() {
   }
 }
 
-int64_t GradBuckets::num_buckets() const { return static_cast<int64_t>(s_->buckets.size()); }
+int64_t GradBuckets::num_buckets() const {
+  return static_cast<int64_t>(s_->buckets.size());
+}
 
 int64_t GradBuckets::buffer_bytes() const {
   int64_t total = 0;

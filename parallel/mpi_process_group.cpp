@@ -24,8 +24,12 @@ void mpi_check(int code, const char* call) {
 }
 
 // float16/bfloat16 have no MPI type: 2-byte elements reduced by our own MPI_Op.
-float load16(uint16_t v, bool bf16) { return bf16 ? bf16_bits_to_float(v) : half_bits_to_float(v); }
-uint16_t store16(float v, bool bf16) { return bf16 ? float_to_bf16_bits(v) : float_to_half_bits(v); }
+float load16(uint16_t v, bool bf16) {
+  return bf16 ? bf16_bits_to_float(v) : half_bits_to_float(v);
+}
+uint16_t store16(float v, bool bf16) {
+  return bf16 ? float_to_bf16_bits(v) : float_to_half_bits(v);
+}
 
 template <bool kBF16, bool kMax>
 void half_reduce(void* in, void* inout, int* len, MPI_Datatype*) {
@@ -39,13 +43,19 @@ void half_reduce(void* in, void* inout, int* len, MPI_Datatype*) {
 
 MPI_Datatype mpi_type(DType d) {
   switch (d) {
-    case DType::Float32: return MPI_FLOAT;
-    case DType::Float64: return MPI_DOUBLE;
-    case DType::Int64: return MPI_INT64_T;
-    case DType::Int32: return MPI_INT32_T;
+    case DType::Float32:
+      return MPI_FLOAT;
+    case DType::Float64:
+      return MPI_DOUBLE;
+    case DType::Int64:
+      return MPI_INT64_T;
+    case DType::Int32:
+      return MPI_INT32_T;
     case DType::Float16:
-    case DType::BFloat16: return MPI_UINT16_T;
-    case DType::Bool: return MPI_UINT8_T;
+    case DType::BFloat16:
+      return MPI_UINT16_T;
+    case DType::Bool:
+      return MPI_UINT8_T;
   }
   fail("MPI: unsupported dtype ", dtype_name(d));
 }
@@ -89,7 +99,8 @@ void divide_in_place(const Tensor& t, double n) {
         p[i] = store16(load16(p[i], bf16) / static_cast<float>(n), bf16);
       return;
     }
-    default: fail("all_reduce: Avg needs a floating-point tensor, got ", t.describe());
+    default:
+      fail("all_reduce: Avg needs a floating-point tensor, got ", t.describe());
   }
 }
 
@@ -102,7 +113,9 @@ int checked_count(const Tensor& t, const char* op) {
   return static_cast<int>(t.numel());
 }
 
-int64_t nbytes(const Tensor& t) { return t.numel() * static_cast<int64_t>(itemsize(t.dtype())); }
+int64_t nbytes(const Tensor& t) {
+  return t.numel() * static_cast<int64_t>(itemsize(t.dtype()));
+}
 
 class MpiProcessGroup : public ProcessGroup {
  public:
@@ -159,14 +172,14 @@ class MpiProcessGroup : public ProcessGroup {
     checked_count(out, "all_gather");
     TS_CHECK(out.numel() == in.numel() * size_ && in.dtype() == out.dtype(), "all_gather: output ",
              out.describe(), " must hold ", size_, " chunks of input ", in.describe());
-    const auto* own = static_cast<const char*>(out.data_ptr()) +
-                      static_cast<int64_t>(rank_) * nbytes(in);
+    const auto* own =
+        static_cast<const char*>(out.data_ptr()) + static_cast<int64_t>(rank_) * nbytes(in);
     const bool in_place = in.data_ptr() == own;
     const double bus = static_cast<double>(size_ - 1) / size_ * static_cast<double>(nbytes(out));
     return submit("all_gather", out, nbytes(out), bus, [=, this] {
       const MPI_Datatype ty = mpi_type(in.dtype());
-      mpi_check(MPI_Allgather(in_place ? MPI_IN_PLACE : in.data_ptr(), n, ty, out.data_ptr(), n,
-                              ty, comm_),
+      mpi_check(MPI_Allgather(in_place ? MPI_IN_PLACE : in.data_ptr(), n, ty, out.data_ptr(), n, ty,
+                              comm_),
                 "MPI_Allgather");
     });
   }
@@ -269,8 +282,7 @@ std::shared_ptr<ProcessGroup> world() {
   auto thread = std::make_shared<CommThread>();
   thread->run([] {
     int provided = 0;
-    mpi_check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided),
-              "MPI_Init_thread");
+    mpi_check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
     // Errors come back as codes (and become tessera Errors) instead of aborting inside MPI.
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     HalfOps& ops = half_ops();

@@ -99,8 +99,9 @@ Work finished_work() {
 }
 
 void check_same(const Tensor& a, const Tensor& b, const char* op) {
-  TS_CHECK(a.numel() == b.numel() && a.dtype() == b.dtype(), op, ": expected tensors of equal size ",
-           "and dtype on one rank, got ", a.describe(), " and ", b.describe());
+  TS_CHECK(a.numel() == b.numel() && a.dtype() == b.dtype(), op,
+           ": expected tensors of equal size ", "and dtype on one rank, got ", a.describe(),
+           " and ", b.describe());
 }
 
 // One rank: collectives are identities, so code written for N ranks runs unchanged.
@@ -144,7 +145,9 @@ class LocalProcessGroup : public ProcessGroup {
 
 }  // namespace
 
-std::shared_ptr<ProcessGroup> make_local_group() { return std::make_shared<LocalProcessGroup>(); }
+std::shared_ptr<ProcessGroup> make_local_group() {
+  return std::make_shared<LocalProcessGroup>();
+}
 
 bool launched_distributed() {
   for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE"})

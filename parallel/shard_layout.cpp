@@ -10,8 +10,7 @@ int64_t ShardLayout::Entry::valid(int r) const {
   return std::clamp<int64_t>(numel - static_cast<int64_t>(r) * shard, 0, shard);
 }
 
-ShardLayout::ShardLayout(const std::vector<std::pair<std::string, Shape>>& params,
-                         int world_size)
+ShardLayout::ShardLayout(const std::vector<std::pair<std::string, Shape>>& params, int world_size)
     : world(world_size) {
   TS_CHECK(world_size >= 1, "ShardLayout: world size ", world_size);
   for (const auto& [name, shape] : params) {

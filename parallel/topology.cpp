@@ -24,7 +24,9 @@ size_t ProcessTopology::axis_index(const std::string& axis) const {
   fail("ProcessTopology: no axis '", axis, "' (axes: ", known, ")");
 }
 
-int ProcessTopology::dim(const std::string& axis) const { return dims_[axis_index(axis)]; }
+int ProcessTopology::dim(const std::string& axis) const {
+  return dims_[axis_index(axis)];
+}
 
 int ProcessTopology::rank_of(const std::map<std::string, int>& coords) const {
   TS_CHECK(coords.size() == axes_.size(), "ProcessTopology.rank_of: expected ", axes_.size(),

@@ -39,7 +39,8 @@ ConsolidatedState consolidate_zero_checkpoint(const std::string& tag_dir) {
   out.stage = z.at("stage").get<int>();
   out.world_size = z.at("world_size").get<int>();
   std::vector<std::pair<std::string, Shape>> shapes;
-  for (const auto& p : z.at("params")) shapes.emplace_back(p[0].get<std::string>(), p[1].get<Shape>());
+  for (const auto& p : z.at("params"))
+    shapes.emplace_back(p[0].get<std::string>(), p[1].get<Shape>());
   const ShardLayout layout(shapes, out.world_size);
 
   std::vector<std::map<std::string, Tensor>> shards;

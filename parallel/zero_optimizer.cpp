@@ -42,8 +42,8 @@ struct ZeroOptimizer::Fetcher : StorageFetcher {
 };
 
 ZeroOptimizer::ZeroOptimizer(nn::Module& model, std::shared_ptr<ProcessGroup> group,
-                             ZeroOptions options, const OptimizerFactory& make_optimizer,
-                             double lr, double weight_decay)
+                             ZeroOptions options, const OptimizerFactory& make_optimizer, double lr,
+                             double weight_decay)
     : model_(model), group_(std::move(group)), options_(options) {
   TS_CHECK(options.stage >= 1 && options.stage <= 3, "ZeRO: stage must be 1, 2 or 3, got ",
            options.stage);

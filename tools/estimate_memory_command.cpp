@@ -10,7 +10,8 @@ namespace tessera::cli {
 
 namespace {
 
-const char* kHelp = R"(usage: tessera estimate-memory CONFIG.json --ranks N [--vocab V] [--data PATH] [--json]
+const char* kHelp =
+    R"(usage: tessera estimate-memory CONFIG.json --ranks N [--vocab V] [--data PATH] [--json]
 
 Predicts the bytes of model state each of N data-parallel ranks will hold when training the
 config's model: parameters, gradients and optimizer state (float32 master weights and
@@ -105,21 +106,23 @@ int estimate_memory_main(int argc, char** argv) {
   const int stage = static_cast<int>(cfg.zero.stage);
   const Estimate mine = estimate(cfg, layout, stage, static_cast<int>(ranks), numels);
   std::cerr << model->type_name() << ": " << layout.total_numel() << " parameters, " << ranks
-            << " ranks, " << (cfg.bf16 ? "bf16" : cfg.fp16.enabled ? "fp16" : "fp32") << ", "
-            << cfg.optimizer.type << "\n";
-  std::printf("%-8s %14s %14s %14s %14s\n", "stage", "params", "grads", "optimizer",
-              "total/rank");
+            << " ranks, "
+            << (cfg.bf16           ? "bf16"
+                : cfg.fp16.enabled ? "fp16"
+                                   : "fp32")
+            << ", " << cfg.optimizer.type << "\n";
+  std::printf("%-8s %14s %14s %14s %14s\n", "stage", "params", "grads", "optimizer", "total/rank");
   for (int s = 0; s <= 3; ++s) {
     const Estimate e = estimate(cfg, layout, s, static_cast<int>(ranks), numels);
-    std::printf("%-8s %14s %14s %14s %14s\n", (std::to_string(s) + (s == stage ? " *" : "")).c_str(),
-                human(e.params).c_str(), human(e.grads).c_str(), human(e.optimizer).c_str(),
-                human(e.total()).c_str());
+    std::printf("%-8s %14s %14s %14s %14s\n",
+                (std::to_string(s) + (s == stage ? " *" : "")).c_str(), human(e.params).c_str(),
+                human(e.grads).c_str(), human(e.optimizer).c_str(), human(e.total()).c_str());
   }
   if (a.has("json"))
     std::cout << "{\"ranks\": " << ranks << ", \"zero_stage\": " << stage
-              << ", \"num_parameters\": " << layout.total_numel() << ", \"memory\": {\"params\": "
-              << mine.params << ", \"grads\": " << mine.grads << ", \"optimizer\": "
-              << mine.optimizer << "}}\n";
+              << ", \"num_parameters\": " << layout.total_numel()
+              << ", \"memory\": {\"params\": " << mine.params << ", \"grads\": " << mine.grads
+              << ", \"optimizer\": " << mine.optimizer << "}}\n";
   return 0;
 }
 

@@ -8,7 +8,8 @@ std::unique_ptr<models::PretrainedModel> model_from_train_config(const io::Train
                                                                  int64_t vocab_size) {
   const auto& m = cfg.model;
   if (m.type == "bert") {
-    models::BertConfig c = m.size.empty() ? models::BertConfig() : models::BertConfig::named(m.size);
+    models::BertConfig c =
+        m.size.empty() ? models::BertConfig() : models::BertConfig::named(m.size);
     if (m.size.empty()) {
       c.hidden_size = m.n_embd, c.num_hidden_layers = m.n_layer, c.num_attention_heads = m.n_head;
       c.intermediate_size = m.intermediate_size ? m.intermediate_size : 4 * m.n_embd;

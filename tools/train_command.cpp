@@ -7,8 +7,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <sstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "tessera/engine/engine.h"
 #include "tessera/grad_mode.h"
@@ -217,9 +217,9 @@ int train_main(int argc, char** argv) {
   }
   if (lead)
     std::cerr << t.model->type_name() << ": " << t.model->num_parameters() << " parameters, vocab "
-            << t.corpus.vocab_size << ", block " << T << ", batch " << t.cfg.train_batch_size
-            << " (" << B << " x " << t.cfg.gradient_accumulation_steps << " accumulation), "
-            << t.eng->optimizer().name() << ", " << t.cfg.train.steps << " steps"
+              << t.corpus.vocab_size << ", block " << T << ", batch " << t.cfg.train_batch_size
+              << " (" << B << " x " << t.cfg.gradient_accumulation_steps << " accumulation), "
+              << t.eng->optimizer().name() << ", " << t.cfg.train.steps << " steps"
               << (world->size() > 1 ? ", " + std::to_string(world->size()) + " ranks" : "")
               << (t.eng->zero_stage() > 0 ? ", ZeRO stage " + std::to_string(t.eng->zero_stage())
                                           : "")
@@ -305,8 +305,8 @@ int train_main(int argc, char** argv) {
   csv.write("Eval/val_loss", t.eng->global_steps(), val);
   if (lead)
     std::cerr << "step " << t.eng->global_steps() << ": val loss " << val << " (" << trained
-            << " steps in " << fmt_duration(secs) << ", " << static_cast<int64_t>(rate)
-            << " tokens/s)\n";
+              << " steps in " << fmt_duration(secs) << ", " << static_cast<int64_t>(rate)
+              << " tokens/s)\n";
   if (a.has("save")) t.save(a.get("save", ""));
   if (t.cfg.comms_logger.enabled && lead)
     std::cerr << world->logger().summary(world->rank(), world->size());
@@ -345,9 +345,9 @@ int train_main(int argc, char** argv) {
     line << "{\"step\": " << t.eng->global_steps()
          << ", \"train_loss\": " << (std::isfinite(last_loss) ? loss_text : "null")
          << ", \"val_loss\": " << nlohmann::json(val).dump()
-         << ", \"tokens_per_s\": " << nlohmann::json(rate).dump()
-         << ", \"rank\": " << world->rank() << ", \"world_size\": " << world->size()
-         << ", \"zero_stage\": " << t.eng->zero_stage() << ", \"memory\": "
+         << ", \"tokens_per_s\": " << nlohmann::json(rate).dump() << ", \"rank\": " << world->rank()
+         << ", \"world_size\": " << world->size() << ", \"zero_stage\": " << t.eng->zero_stage()
+         << ", \"memory\": "
          << nlohmann::json{{"params", mem.params},
                            {"grads", mem.grads},
                            {"optimizer", mem.optimizer},
@@ -356,8 +356,10 @@ int train_main(int argc, char** argv) {
     if (t.cfg.comms_logger.enabled) {
       nlohmann::json comms = nlohmann::json::object();
       for (const auto& [op, st] : train_comms)
-        comms[op] = {{"calls", st.calls}, {"message_bytes", st.message_bytes},
-                     {"bus_bytes", st.bus_bytes}, {"seconds", st.seconds}};
+        comms[op] = {{"calls", st.calls},
+                     {"message_bytes", st.message_bytes},
+                     {"bus_bytes", st.bus_bytes},
+                     {"seconds", st.seconds}};
       line << ", \"comms\": " << comms.dump();
     }
     line << "}\n";

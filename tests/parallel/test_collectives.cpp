@@ -32,7 +32,8 @@ TEST_CASE("all_reduce sum, avg and max, in float32, float64 and bfloat16") {
     Tensor t = ramp(5, r, d);
     w->all_reduce(t, ReduceOp::Sum);
     for (int64_t i = 0; i < 5; ++i)
-      CHECK(t.to_vector()[static_cast<size_t>(i)] == doctest::Approx(100 * rank_sum + n * i).epsilon(eps));
+      CHECK(t.to_vector()[static_cast<size_t>(i)] ==
+            doctest::Approx(100 * rank_sum + n * i).epsilon(eps));
     Tensor a = ramp(5, r, d);
     w->all_reduce(a, ReduceOp::Avg);
     CHECK(a.to_vector()[2] == doctest::Approx((100 * rank_sum + 2 * n) / n).epsilon(1e-2));
@@ -53,7 +54,8 @@ TEST_CASE("reduce_scatter, all_gather (also in place), broadcast, send/recv, bar
           doctest::Approx(100.0 * n * (n - 1) / 2 + n * (3.0 * r + i)));
   Tensor gathered = Tensor::empty({2 * n});
   w->all_gather(gathered, ramp(2, r));
-  for (int q = 0; q < n; ++q) CHECK(gathered.to_vector()[static_cast<size_t>(2 * q + 1)] == 100.0 * q + 1);
+  for (int q = 0; q < n; ++q)
+    CHECK(gathered.to_vector()[static_cast<size_t>(2 * q + 1)] == 100.0 * q + 1);
   Tensor buf = zeros({2 * n});
   buf.narrow(0, 2 * r, 2).copy_(ramp(2, r));
   w->all_gather(buf, buf.narrow(0, 2 * r, 2));  // MPI_IN_PLACE
@@ -108,8 +110,7 @@ TEST_CASE("sub-groups and topology") {
   CHECK(t.item() == topo.dim("data"));
   ProcessTopology three({"pipe", "data", "model"}, {2, 2, 2});
   CHECK(three.coords_of(5) == std::map<std::string, int>{{"pipe", 1}, {"data", 0}, {"model", 1}});
-  CHECK(three.axis_groups("data") ==
-        std::vector<std::vector<int>>{{0, 2}, {1, 3}, {4, 6}, {5, 7}});
+  CHECK(three.axis_groups("data") == std::vector<std::vector<int>>{{0, 2}, {1, 3}, {4, 6}, {5, 7}});
   CHECK_THROWS_WITH_AS(three.dim("tensor"), doctest::Contains("no axis 'tensor'"), Error);
 }
 
