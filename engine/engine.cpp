@@ -260,9 +260,7 @@ StepStats Engine::apply_step(StepStats st) {
 parallel::MemoryStats Engine::memory() const {
   if (zero_) return zero_->memory();
   parallel::MemoryStats m;
-  auto bytes = [](const Tensor& t) {
-    return t.defined() ? t.numel() * static_cast<int64_t>(itemsize(t.dtype())) : 0;
-  };
+  auto bytes = [](const Tensor& t) { return t.defined() ? t.nbytes() : 0; };
   int64_t param_elems = 0;
   for (auto& [n, t] : model_.named_parameters()) {
     m.params += bytes(*t);

@@ -236,7 +236,7 @@ void save_safetensors(const std::string& path, const std::map<std::string, Tenso
   for (auto& [name, t] : tensors) {
     TS_CHECK(t.defined(), "save_safetensors '", path, "': tensor '", name, "' is undefined");
     Tensor h = t.detach().to(Device::cpu()).contiguous();
-    const size_t bytes = static_cast<size_t>(h.numel()) * itemsize(h.dtype());
+    const size_t bytes = static_cast<size_t>(h.nbytes());
     header[name] = {{"dtype", file_dtype_of(h.dtype())},
                     {"shape", h.shape()},
                     {"data_offsets", {offset, offset + bytes}}};
@@ -250,8 +250,7 @@ void save_safetensors(const std::string& path, const std::map<std::string, Tenso
     out.write(reinterpret_cast<const char*>(&len), 8);
     out.write(text.data(), static_cast<std::streamsize>(text.size()));
     for (const Tensor& h : host)
-      out.write(static_cast<const char*>(h.data_ptr()),
-                static_cast<std::streamsize>(h.numel() * itemsize(h.dtype())));
+      out.write(static_cast<const char*>(h.data_ptr()), static_cast<std::streamsize>(h.nbytes()));
   });
 }
 

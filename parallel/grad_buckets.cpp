@@ -213,9 +213,7 @@ int64_t GradBuckets::num_buckets() const {
 
 int64_t GradBuckets::buffer_bytes() const {
   int64_t total = 0;
-  auto bytes = [](const Tensor& t) {
-    return t.defined() ? t.numel() * static_cast<int64_t>(itemsize(t.dtype())) : 0;
-  };
+  auto bytes = [](const Tensor& t) { return t.defined() ? t.nbytes() : 0; };
   for (const auto& b : s_->buckets) total += bytes(b.flat);
   for (const auto& sl : s_->slots) total += bytes(sl.in) + bytes(sl.out);
   return total;

@@ -113,10 +113,6 @@ int checked_count(const Tensor& t, const char* op) {
   return static_cast<int>(t.numel());
 }
 
-int64_t nbytes(const Tensor& t) {
-  return t.numel() * static_cast<int64_t>(itemsize(t.dtype()));
-}
-
 class MpiProcessGroup : public ProcessGroup {
  public:
   MpiProcessGroup(std::shared_ptr<CommThread> thread, MPI_Comm comm, bool owns_world)
@@ -143,8 +139,8 @@ class MpiProcessGroup : public ProcessGroup {
 
   Work all_reduce_async(Tensor t, ReduceOp op) override {
     const int n = checked_count(t, "all_reduce");
-    const double bus = 2.0 * (size_ - 1) / size_ * static_cast<double>(nbytes(t));
-    return submit("all_reduce", t, nbytes(t), bus, [=, this] {
+    const double bus = 2.0 * (size_ - 1) / size_ * static_cast<double>(t.nbytes());
+    return submit("all_reduce", t, t.nbytes(), bus, [=, this] {
       mpi_check(MPI_Allreduce(MPI_IN_PLACE, t.data_ptr(), n, mpi_type(t.dtype()),
                               mpi_op(op, t.dtype()), comm_),
                 "MPI_Allreduce");
@@ -158,8 +154,8 @@ class MpiProcessGroup : public ProcessGroup {
     TS_CHECK(in.numel() == out.numel() * size_ && in.dtype() == out.dtype(),
              "reduce_scatter: input ", in.describe(), " must hold ", size_, " chunks of output ",
              out.describe());
-    const double bus = static_cast<double>(size_ - 1) / size_ * static_cast<double>(nbytes(in));
-    return submit("reduce_scatter", in, nbytes(in), bus, [=, this] {
+    const double bus = static_cast<double>(size_ - 1) / size_ * static_cast<double>(in.nbytes());
+    return submit("reduce_scatter", in, in.nbytes(), bus, [=, this] {
       mpi_check(MPI_Reduce_scatter_block(in.data_ptr(), out.data_ptr(), n, mpi_type(in.dtype()),
                                          mpi_op(op, in.dtype()), comm_),
                 "MPI_Reduce_scatter_block");
@@ -173,10 +169,10 @@ class MpiProcessGroup : public ProcessGroup {
     TS_CHECK(out.numel() == in.numel() * size_ && in.dtype() == out.dtype(), "all_gather: output ",
              out.describe(), " must hold ", size_, " chunks of input ", in.describe());
     const auto* own =
-        static_cast<const char*>(out.data_ptr()) + static_cast<int64_t>(rank_) * nbytes(in);
+        static_cast<const char*>(out.data_ptr()) + static_cast<int64_t>(rank_) * in.nbytes();
     const bool in_place = in.data_ptr() == own;
-    const double bus = static_cast<double>(size_ - 1) / size_ * static_cast<double>(nbytes(out));
-    return submit("all_gather", out, nbytes(out), bus, [=, this] {
+    const double bus = static_cast<double>(size_ - 1) / size_ * static_cast<double>(out.nbytes());
+    return submit("all_gather", out, out.nbytes(), bus, [=, this] {
       const MPI_Datatype ty = mpi_type(in.dtype());
       mpi_check(MPI_Allgather(in_place ? MPI_IN_PLACE : in.data_ptr(), n, ty, out.data_ptr(), n, ty,
                               comm_),
@@ -187,7 +183,7 @@ class MpiProcessGroup : public ProcessGroup {
   Work broadcast_async(Tensor t, int root) override {
     const int n = checked_count(t, "broadcast");
     check_rank(root, "broadcast");
-    return submit("broadcast", t, nbytes(t), static_cast<double>(nbytes(t)), [=, this] {
+    return submit("broadcast", t, t.nbytes(), static_cast<double>(t.nbytes()), [=, this] {
       mpi_check(MPI_Bcast(t.data_ptr(), n, mpi_type(t.dtype()), root, comm_), "MPI_Bcast");
     });
   }
@@ -195,7 +191,7 @@ class MpiProcessGroup : public ProcessGroup {
   Work send_async(Tensor t, int dst, int tag) override {
     const int n = checked_count(t, "send");
     check_rank(dst, "send");
-    return submit("send", t, nbytes(t), static_cast<double>(nbytes(t)), [=, this] {
+    return submit("send", t, t.nbytes(), static_cast<double>(t.nbytes()), [=, this] {
       mpi_check(MPI_Send(t.data_ptr(), n, mpi_type(t.dtype()), dst, tag, comm_), "MPI_Send");
     });
   }
@@ -203,7 +199,7 @@ class MpiProcessGroup : public ProcessGroup {
   Work recv_async(Tensor t, int src, int tag) override {
     const int n = checked_count(t, "recv");
     check_rank(src, "recv");
-    return submit("recv", t, nbytes(t), 0.0, [=, this] {
+    return submit("recv", t, t.nbytes(), 0.0, [=, this] {
       mpi_check(MPI_Recv(t.data_ptr(), n, mpi_type(t.dtype()), src, tag, comm_, MPI_STATUS_IGNORE),
                 "MPI_Recv");
     });

@@ -111,19 +111,19 @@ class LocalProcessGroup : public ProcessGroup {
   int size() const override { return 1; }
   std::string backend() const override { return "local"; }
   Work all_reduce_async(Tensor t, ReduceOp) override {
-    logger_.record("all_reduce", t.numel() * static_cast<int64_t>(itemsize(t.dtype())), 0, 0);
+    logger_.record("all_reduce", t.nbytes(), 0, 0);
     return finished_work();
   }
   Work reduce_scatter_async(Tensor out, Tensor in, ReduceOp) override {
     check_same(out, in, "reduce_scatter");
     if (!out.same(in)) out.copy_(in.view(out.shape()));
-    logger_.record("reduce_scatter", in.numel() * static_cast<int64_t>(itemsize(in.dtype())), 0, 0);
+    logger_.record("reduce_scatter", in.nbytes(), 0, 0);
     return finished_work();
   }
   Work all_gather_async(Tensor out, Tensor in) override {
     check_same(out, in, "all_gather");
     if (out.data_ptr() != in.data_ptr()) out.copy_(in.view(out.shape()));
-    logger_.record("all_gather", out.numel() * static_cast<int64_t>(itemsize(out.dtype())), 0, 0);
+    logger_.record("all_gather", out.nbytes(), 0, 0);
     return finished_work();
   }
   Work broadcast_async(Tensor, int root) override {

@@ -10,7 +10,7 @@ namespace tessera::parallel {
 namespace {
 
 int64_t bytes_of(const Tensor& t) {
-  return t.defined() ? t.numel() * static_cast<int64_t>(itemsize(t.dtype())) : 0;
+  return t.defined() ? t.nbytes() : 0;
 }
 
 }  // namespace

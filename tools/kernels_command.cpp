@@ -145,13 +145,13 @@ int bench(const Args& a) {
   double bytes = 0;
   for (const Tensor& t : testing::make_inputs(c, 1)) {
     Tensor x = (is_floating(t.dtype()) ? t.to(dtype) : t).to(device);
-    bytes += static_cast<double>(x.numel() * itemsize(x.dtype()));
+    bytes += static_cast<double>(x.nbytes());
     inputs.push_back(x);
   }
   const testing::OpContext ctx{dtype, device, c};
   NoGradGuard no_grad;
   const Tensor probe = s->fn(inputs, ctx);
-  bytes += static_cast<double>(probe.numel() * itemsize(probe.dtype()));
+  bytes += static_cast<double>(probe.nbytes());
   const double median = median_ms(
       [&] {
         const Tensor out = s->fn(inputs, ctx);

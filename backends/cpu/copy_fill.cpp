@@ -26,7 +26,7 @@ void copy_kernel(const KernelCall& c) {
   TS_CHECK(src.shape() == dst.shape(), "copy: shape mismatch ", shape_str(src.shape()), " vs ",
            shape_str(dst.shape()));
   if (src.dtype() == dst.dtype() && src.is_contiguous() && dst.is_contiguous()) {
-    const size_t bytes = src.numel() * itemsize(src.dtype());
+    const size_t bytes = static_cast<size_t>(src.nbytes());
     char* d = static_cast<char*>(dst.data_ptr());
     const char* s = static_cast<const char*>(src.data_ptr());
     if (d != s) {

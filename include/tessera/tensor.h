@@ -53,6 +53,7 @@ class Tensor {
   int64_t dim() const { return static_cast<int64_t>(shape().size()); }
   int64_t size(int64_t d) const;
   int64_t numel() const { return numel_of(shape()); }
+  int64_t nbytes() const { return numel() * static_cast<int64_t>(itemsize(dtype())); }
   DType dtype() const { return checked().dtype; }
   Device device() const { return checked().storage->device(); }
   bool is_contiguous() const;
