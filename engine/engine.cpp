@@ -74,6 +74,17 @@ Engine::Engine(nn::Module& model, io::TrainConfig config,
   if (config_.fp16.enabled) compute_dtype_ = DType::Float16;
   if (config_.bf16) compute_dtype_ = DType::BFloat16;
   TS_CHECK(!model_.named_parameters().empty(), "engine: the model has no parameters");
+  if (world > 1) {
+    // Every rank starts from rank 0's float32 parameters (as DDP does), before any master
+    // copy or 16-bit cast is made from them; this start-up traffic is not counted.
+    NoGradGuard no_grad;
+    for (auto& [n, t] : model_.named_parameters()) {
+      Tensor c = t->contiguous();
+      group_->broadcast(c, 0);
+      if (!c.same(*t)) t->copy_(c);
+    }
+    group_->logger().reset();
+  }
   if (config_.zero.stage > 0) {
     setup_parallel();
   } else {
@@ -115,29 +126,24 @@ void Engine::setup_parallel() {
   // DeepSpeed: prescale multiplies by 1/predivide before the sum and predivide/N after;
   // otherwise the sum is divided by N.
   const double pre = c.prescale_gradients ? 1.0 / c.gradient_predivide_factor : 1.0;
-  post_scale_ = c.prescale_gradients ? c.gradient_predivide_factor / world : 1.0 / world;
+  const double post = c.prescale_gradients ? c.gradient_predivide_factor / world : 1.0 / world;
   if (c.zero.stage == 0) {
-    // Every rank starts from rank 0's parameters (as DDP does).
-    NoGradGuard no_grad;
-    for (auto& [n, t] : model_.named_parameters()) group_->broadcast(*t, 0);
-    for (auto& [slot, master] : master_) master.copy_(*slot);
-    group_->logger().reset();
     parallel::GradBuckets::Options bo;
     bo.bucket_bytes = c.zero.reduce_bucket_size * static_cast<int64_t>(itemsize(comm));
     bo.overlap = c.zero.overlap_comm;
     bo.pre_scale = pre;
-    bo.post_scale = post_scale_;
+    bo.post_scale = post;
     bo.comm_dtype = comm;
     std::vector<Tensor*> slots;
     for (auto& [n, t] : model_.named_parameters()) slots.push_back(t);
     dp_buckets_ = std::make_unique<parallel::GradBuckets>(
         group_, slots, parallel::GradBuckets::Mode::AllReduce, bo);
-    post_scale_ = 1.0;  // applied by the buckets
     return;
   }
   TS_CHECK(c.optimizer.type != "Lamb", "engine: zero_optimization.stage ", c.zero.stage,
            " with optimizer Lamb is not supported (LAMB's trust ratio needs whole tensors); use "
            "stage 0 or Adam/AdamW/SGD");
+  post_scale_ = post;  // ZeRO's partitions hold sums; the step averages them
   model_.to(compute_dtype_);
   parallel::ZeroOptions zo;
   zo.stage = static_cast<int>(c.zero.stage);

@@ -62,14 +62,6 @@ ZeroOptimizer::ZeroOptimizer(nn::Module& model, std::shared_ptr<ProcessGroup> gr
   layout_ = ShardLayout(shapes, world);
   const int64_t P = layout_.partition_numel;
 
-  // Every rank starts from rank 0's values (models initialised differently would diverge).
-  for (auto& [name, t] : params_) {
-    Tensor c = t->contiguous();
-    group_->broadcast(c, 0);
-    if (!c.same(*t)) t->copy_(c);
-  }
-  group_->logger().reset();
-
   master_ = zeros({P}, DType::Float32);
   for (size_t i = 0; i < params_.size(); ++i) {
     const auto& e = layout_.entries[i];

@@ -89,15 +89,15 @@ class Engine {
   DType compute_dtype_ = DType::Float32;
   // With fp16/bf16 the optimizer updates float32 master copies; the model holds low precision.
   std::vector<std::pair<Tensor*, Tensor>> master_;  // (model slot, float32 master)
-  std::unique_ptr<optim::Optimizer> optimizer_;  // stage 0 (ZeRO owns its own)
+  std::unique_ptr<optim::Optimizer> optimizer_;     // stage 0 (ZeRO owns its own)
   std::shared_ptr<parallel::ProcessGroup> group_;
   std::unique_ptr<parallel::ZeroOptimizer> zero_;
   std::unique_ptr<parallel::GradBuckets> dp_buckets_;  // stage 0 on more than one rank
   std::unique_ptr<optim::LRSchedule> schedule_;
   LossScaler scaler_;
   int64_t global_steps_ = 0, micro_steps_ = 0, skipped_steps_ = 0;
-  int64_t schedule_step_ = 0;
-  double post_scale_ = 1.0;  // ZeRO: averages the summed gradient partitions  // DeepSpeed does not advance the schedule on skipped steps
+  int64_t schedule_step_ = 0;  // DeepSpeed does not advance the schedule on skipped steps
+  double post_scale_ = 1.0;    // ZeRO: averages the summed gradient partitions
 };
 
 // Builds the optimizer and schedule the config names (DeepSpeed's deepspeed.initialize).

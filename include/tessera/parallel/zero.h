@@ -46,7 +46,8 @@ using OptimizerFactory =
 class ZeroOptimizer {
  public:
   // Partitions `model`'s parameters (already in their compute dtype) over `group`. The
-  // float32 masters start from the model's values (identical on every rank).
+  // float32 masters start from the model's values, which must be identical on every rank
+  // (the engine broadcasts rank 0's first).
   ZeroOptimizer(nn::Module& model, std::shared_ptr<ProcessGroup> group, ZeroOptions options,
                 const OptimizerFactory& make_optimizer, double lr, double weight_decay);
   ~ZeroOptimizer();
