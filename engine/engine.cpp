@@ -147,13 +147,11 @@ void Engine::setup_parallel() {
   model_.to(compute_dtype_);
   parallel::ZeroOptions zo;
   zo.stage = static_cast<int>(c.zero.stage);
-  zo.offload_optimizer = c.zero.offload_optimizer_device == "cpu";
   zo.reduce_bucket_size = c.zero.reduce_bucket_size;
   zo.overlap_comm = c.zero.overlap_comm;
   zo.pre_scale = pre;
   zo.comm_dtype = comm;
   zo.param_persistence_threshold = c.zero.stage3_param_persistence_threshold;
-  zo.prefetch_bucket_size = c.zero.stage3_prefetch_bucket_size;
   zero_ = std::make_unique<parallel::ZeroOptimizer>(
       model_, group_, zo,
       [&](std::vector<optim::ParamGroup> g) { return make_optimizer(config_, std::move(g)); },

@@ -207,10 +207,6 @@ void GradBuckets::end_backward() {
   }
 }
 
-int64_t GradBuckets::num_buckets() const {
-  return static_cast<int64_t>(s_->buckets.size());
-}
-
 int64_t GradBuckets::buffer_bytes() const {
   int64_t total = 0;
   auto bytes = [](const Tensor& t) { return t.defined() ? t.nbytes() : 0; };

@@ -44,11 +44,11 @@ struct ZeroOptimizer::Fetcher : StorageFetcher {
 ZeroOptimizer::ZeroOptimizer(nn::Module& model, std::shared_ptr<ProcessGroup> group,
                              ZeroOptions options, const OptimizerFactory& make_optimizer, double lr,
                              double weight_decay)
-    : model_(model), group_(std::move(group)), options_(options) {
+    : group_(std::move(group)), options_(options) {
   TS_CHECK(options.stage >= 1 && options.stage <= 3, "ZeRO: stage must be 1, 2 or 3, got ",
            options.stage);
   NoGradGuard no_grad;
-  params_ = model_.named_parameters();
+  params_ = model.named_parameters();
   TS_CHECK(!params_.empty(), "ZeRO: the model has no parameters");
   model_dtype_ = params_[0].second->dtype();
   std::vector<std::pair<std::string, Shape>> shapes;

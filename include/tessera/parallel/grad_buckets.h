@@ -42,7 +42,6 @@ class GradBuckets {
   // Launches what the hooks have not (unused parameters count as zero gradients), waits for
   // every reduction and delivers the results.
   void end_backward();
-  int64_t num_buckets() const;
   // Bytes of the flat buffers this object holds (AllReduce: the gradients themselves).
   int64_t buffer_bytes() const;
 

@@ -8,8 +8,9 @@
 //   3: also the parameters: a rank holds its shard; a parameter's storage is gathered just
 //      before an op uses it (forward and backward) and released right after. Parameters of
 //      at most stage3_param_persistence_threshold elements stay whole on every rank.
-// offload_optimizer {"device": "cpu"} keeps the optimizer state on the host and runs the
-// update there (for CPU training it is there already).
+// offload_optimizer {"device": "cpu"} asks for the optimizer state and update on the host:
+// with CPU tensors (the only ones ZeRO takes so far) they are there already, so it needs no
+// option here.
 #pragma once
 #include <functional>
 #include <map>
@@ -26,13 +27,11 @@ namespace tessera::parallel {
 
 struct ZeroOptions {
   int stage = 1;
-  bool offload_optimizer = false;
   int64_t reduce_bucket_size = 500000000;  // elements, as in DeepSpeed
   bool overlap_comm = true;
   double pre_scale = 1.0;  // prescale_gradients: 1 / gradient_predivide_factor
   DType comm_dtype = DType::Float32;
   int64_t param_persistence_threshold = 100000;
-  int64_t prefetch_bucket_size = 50000000;  // elements gathered ahead of use (stage 3)
 };
 
 // Bytes of model state one rank holds.
@@ -80,7 +79,6 @@ class ZeroOptimizer {
   struct Fetcher;
 
  private:
-  nn::Module& model_;
   std::shared_ptr<ProcessGroup> group_;
   ZeroOptions options_;
   ShardLayout layout_;
