@@ -129,7 +129,7 @@ void Engine::setup_parallel() {
   const double post = c.prescale_gradients ? c.gradient_predivide_factor / world : 1.0 / world;
   if (c.zero.stage == 0) {
     parallel::GradBuckets::Options bo;
-    bo.bucket_bytes = c.zero.reduce_bucket_size * static_cast<int64_t>(itemsize(comm));
+    bo.bucket_numel = c.zero.reduce_bucket_size;
     bo.overlap = c.zero.overlap_comm;
     bo.pre_scale = pre;
     bo.post_scale = post;

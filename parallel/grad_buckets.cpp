@@ -123,21 +123,20 @@ GradBuckets::GradBuckets(std::shared_ptr<ProcessGroup> group, std::vector<Tensor
       "GradBuckets: ReduceScatter needs a layout and a gradient partition that match the ", n,
       " parameters");
   const int world = s.group->size();
-  const int64_t item = static_cast<int64_t>(itemsize(options.comm_dtype));
   s.bucket_of.assign(n, 0);
   s.offset_in_bucket.assign(n, 0);
   s.ready.assign(n, false);
-  // Reverse registration order, cut at bucket_bytes (at least one parameter per bucket).
-  int64_t bytes = 0;
+  // Reverse registration order, cut at bucket_numel (at least one parameter per bucket).
+  int64_t filled = 0;
   for (size_t k = n; k-- > 0;) {
-    const int64_t cost = mode == Mode::AllReduce ? s.params[k]->numel() * item
-                                                 : layout->entries[k].shard * world * item;
-    if (s.buckets.empty() || (bytes + cost > options.bucket_bytes && bytes > 0)) {
+    const int64_t cost =
+        mode == Mode::AllReduce ? s.params[k]->numel() : layout->entries[k].shard * world;
+    if (s.buckets.empty() || (filled + cost > options.bucket_numel && filled > 0)) {
       s.buckets.emplace_back();
-      bytes = 0;
+      filled = 0;
     }
     s.buckets.back().params.insert(s.buckets.back().params.begin(), k);
-    bytes += cost;
+    filled += cost;
   }
   int64_t max_numel = 0;
   for (size_t bi = 0; bi < s.buckets.size(); ++bi) {

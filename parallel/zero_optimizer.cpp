@@ -97,7 +97,7 @@ ZeroOptimizer::ZeroOptimizer(nn::Module& model, std::shared_ptr<ProcessGroup> gr
 
   grad_partition_ = zeros({P}, options.comm_dtype);
   GradBuckets::Options bo;
-  bo.bucket_bytes = options.reduce_bucket_size * static_cast<int64_t>(itemsize(options.comm_dtype));
+  bo.bucket_numel = options.reduce_bucket_size;
   bo.overlap = options.overlap_comm;
   bo.pre_scale = options.pre_scale;
   bo.comm_dtype = options.comm_dtype;

@@ -131,7 +131,7 @@ TEST_CASE("bucketed averaging gives every rank the mean gradient") {
   // Rank r's loss: sum((r + 1) * x * y) over two leaves; gradients (r + 1) * y and (r + 1) * x.
   Tensor x = ramp(7, 0).requires_grad_(), y = ramp(3, 1).requires_grad_();
   GradBuckets::Options o;
-  o.bucket_bytes = 16;  // several buckets
+  o.bucket_numel = 4;  // several buckets
   o.post_scale = 1.0 / n;
   GradBuckets b(w, {&x, &y}, GradBuckets::Mode::AllReduce, o);
   b.begin_backward(true);
