@@ -2,7 +2,6 @@
 #include <unistd.h>
 
 #include <filesystem>
-#include <set>
 
 #include "tessera/engine/engine.h"
 #include "tessera/grad_mode.h"
@@ -113,25 +112,15 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
   std::map<std::string, Tensor> weights, opt_state;
   if (state.contains("zero")) {
     parallel::ConsolidatedState c = parallel::consolidate_zero_checkpoint(d.string());
-    opt_state["step"] = full({}, static_cast<double>(c.optimizer_step), DType::Int64);
-    std::set<std::string> names;
-    for (auto& [n, t] : model_.named_parameters()) names.insert(n);
-    for (auto& [k, v] : c.tensors) (names.count(k) ? weights : opt_state)[k] = v;
+    weights = std::move(c.masters);
+    opt_state = std::move(c.optimizer);
   } else {
     weights = io::load_safetensors((d / "model.safetensors").string());
     opt_state = io::load_safetensors((d / "optimizer.safetensors").string());
   }
   NoGradGuard no_grad;
   if (zero_) {
-    std::map<std::string, Tensor> all = weights;
-    int64_t step = 0;
-    for (auto& [k, v] : opt_state) {
-      if (k == "step")
-        step = static_cast<int64_t>(v.item());
-      else
-        all[k] = v;
-    }
-    zero_->load_full_state(all, step);
+    zero_->load_full_state(weights, opt_state);
   } else if (master_.empty()) {
     model_.load_state_dict(weights, state.contains("zero") ? false : true);
     optimizer_->load_state_dict(opt_state);

@@ -52,21 +52,21 @@ ConsolidatedState consolidate_zero_checkpoint(const std::string& tag_dir) {
   }
   auto it = shards[0].find("step");
   TS_CHECK(it != shards[0].end(), "'", (dir / zero_shard_file(0)).string(), "' has no 'step'");
-  out.optimizer_step = static_cast<int64_t>(it->second.item());
-  // Every key of rank 0's file names a parameter or "<parameter>.<slot>".
+  out.optimizer["step"] = it->second;
+  // Every other key of rank 0's file names a parameter or "<parameter>.<slot>".
   std::map<std::string, const ShardLayout::Entry*> by_name;
   for (const auto& e : layout.entries) by_name[e.name] = &e;
   for (const auto& [key, first] : shards[0]) {
     if (key == "step") continue;
-    const ShardLayout::Entry* e = nullptr;
-    if (auto p = by_name.find(key); p != by_name.end()) e = p->second;
-    if (!e) {
+    auto p = by_name.find(key);
+    const bool master = p != by_name.end();
+    if (!master) {
       const size_t dot = key.rfind('.');
-      auto p = dot == std::string::npos ? by_name.end() : by_name.find(key.substr(0, dot));
+      if (dot != std::string::npos) p = by_name.find(key.substr(0, dot));
       TS_CHECK(p != by_name.end(), "'", (dir / zero_shard_file(0)).string(), "': tensor '", key,
                "' belongs to no parameter in engine.json");
-      e = p->second;
     }
+    const ShardLayout::Entry* e = p->second;
     Tensor full_padded = Tensor::empty({e->shard * out.world_size}, first.dtype());
     for (int r = 0; r < out.world_size; ++r) {
       auto s = shards[static_cast<size_t>(r)].find(key);
@@ -75,10 +75,11 @@ ConsolidatedState consolidate_zero_checkpoint(const std::string& tag_dir) {
                " elements");
       full_padded.narrow(0, r * e->shard, e->shard).copy_(s->second);
     }
-    out.tensors[key] = full_padded.narrow(0, 0, e->numel).view(e->shape).contiguous();
+    (master ? out.masters : out.optimizer)[key] =
+        full_padded.narrow(0, 0, e->numel).view(e->shape).contiguous();
   }
   for (const auto& e : layout.entries)
-    TS_CHECK(out.tensors.count(e.name), "'", (dir / zero_shard_file(0)).string(),
+    TS_CHECK(out.masters.count(e.name), "'", (dir / zero_shard_file(0)).string(),
              "' has no master values for '", e.name, "'");
   return out;
 }

@@ -13,6 +13,14 @@ int64_t bytes_of(const Tensor& t) {
   return t.defined() ? t.nbytes() : 0;
 }
 
+// Rank r's shard of a whole tensor: float32, zero-padded to the shard size.
+Tensor shard_of(const Tensor& whole, const ShardLayout::Entry& e, int rank) {
+  Tensor s = zeros({e.shard}, DType::Float32);
+  const int64_t len = e.valid(rank);
+  if (len > 0) s.narrow(0, 0, len).copy_(whole.reshape({-1}).narrow(0, rank * e.shard, len));
+  return s;
+}
+
 }  // namespace
 
 // Stage 3: gathers a released parameter's shards into its storage before an op runs, and
@@ -65,10 +73,7 @@ ZeroOptimizer::ZeroOptimizer(nn::Module& model, std::shared_ptr<ProcessGroup> gr
   master_ = zeros({P}, DType::Float32);
   for (size_t i = 0; i < params_.size(); ++i) {
     const auto& e = layout_.entries[i];
-    const int64_t len = e.valid(rank);
-    if (len > 0)
-      master_.narrow(0, e.offset, len)
-          .copy_(params_[i].second->reshape({-1}).narrow(0, rank * e.shard, len));
+    master_.narrow(0, e.offset, e.shard).copy_(shard_of(*params_[i].second, e, rank));
   }
 
   partitioned_.assign(params_.size(), false);
@@ -210,35 +215,32 @@ std::map<std::string, Tensor> ZeroOptimizer::shard_state() const {
   return out;
 }
 
-void ZeroOptimizer::load_full_state(const std::map<std::string, Tensor>& full,
-                                    int64_t optimizer_step) {
+void ZeroOptimizer::load_full_state(const std::map<std::string, Tensor>& masters,
+                                    const std::map<std::string, Tensor>& optimizer_state) {
   NoGradGuard no_grad;
   const int rank = group_->rank();
-  // The shard of a full tensor for this rank (zero-padded).
-  auto shard_of = [&](const Tensor& t, const ShardLayout::Entry& e) {
-    Tensor s = zeros({e.shard}, DType::Float32);
-    const int64_t len = e.valid(rank);
-    if (len > 0)
-      s.narrow(0, 0, len).copy_(t.to(DType::Float32).reshape({-1}).narrow(0, rank * e.shard, len));
-    return s;
-  };
-  std::map<std::string, Tensor> opt_state;
-  opt_state["step"] = tessera::full({}, static_cast<double>(optimizer_step), DType::Int64);
+  std::map<std::string, const ShardLayout::Entry*> by_name;
   for (const auto& e : layout_.entries) {
-    auto it = full.find(e.name);
-    TS_CHECK(it != full.end(), "ZeRO checkpoint: no values for parameter '", e.name, "'");
+    by_name[e.name] = &e;
+    auto it = masters.find(e.name);
+    TS_CHECK(it != masters.end(), "ZeRO checkpoint: no values for parameter '", e.name, "'");
     TS_CHECK(it->second.numel() == e.numel, "ZeRO checkpoint: '", e.name, "' has ",
              it->second.numel(), " elements, the model's parameter ", e.numel);
-    master_.narrow(0, e.offset, e.shard).copy_(shard_of(it->second, e));
-    for (const auto& [k, v] : full) {
-      if (k.size() > e.name.size() + 1 && k.compare(0, e.name.size(), e.name) == 0 &&
-          k[e.name.size()] == '.' && k.find('.', e.name.size() + 1) == std::string::npos) {
-        // "<name>.<slot>" where <slot> has no dot: optimizer state of this parameter.
-        opt_state[k] = shard_of(v, e);
-      }
-    }
+    master_.narrow(0, e.offset, e.shard).copy_(shard_of(it->second, e, rank));
   }
-  optimizer_->load_state_dict(opt_state);
+  std::map<std::string, Tensor> sharded;
+  for (const auto& [k, v] : optimizer_state) {
+    if (k == "step") {
+      sharded[k] = v;
+      continue;
+    }
+    const size_t dot = k.rfind('.');  // "<param>.<slot>"; slot names have no dot
+    auto e = dot == std::string::npos ? by_name.end() : by_name.find(k.substr(0, dot));
+    TS_CHECK(e != by_name.end(), "ZeRO checkpoint: optimizer state '", k,
+             "' belongs to no parameter of this model");
+    sharded[k] = shard_of(v, *e->second, rank);
+  }
+  optimizer_->load_state_dict(sharded);
   publish();
 }
 

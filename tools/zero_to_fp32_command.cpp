@@ -50,13 +50,8 @@ int zero_to_fp32_main(int argc, char** argv) {
   }
   std::map<std::string, Tensor> weights;
   if (fs::exists(dir / parallel::zero_shard_file(0))) {
-    const parallel::ConsolidatedState c = parallel::consolidate_zero_checkpoint(dir.string());
-    // Master weights only: optimizer slots are "<param>.<slot>" with a known parameter.
-    for (const auto& [k, v] : c.tensors) {
-      const size_t dot = k.rfind('.');
-      if (dot != std::string::npos && c.tensors.count(k.substr(0, dot))) continue;
-      weights[k] = v;
-    }
+    parallel::ConsolidatedState c = parallel::consolidate_zero_checkpoint(dir.string());
+    weights = std::move(c.masters);
     std::cerr << "zero-to-fp32: ZeRO stage " << c.stage << " checkpoint of " << c.world_size
               << " ranks, " << weights.size() << " parameters\n";
   } else {

@@ -72,9 +72,11 @@ class ZeroOptimizer {
 
   // This rank's shards: "<param>" (float32 master) and "<param>.<slot>" optimizer state.
   std::map<std::string, Tensor> shard_state() const;
-  // Restores from full (unsharded) tensors of the same names, as consolidated from any
-  // number of saved shards; sets the model's parameters to the masters.
-  void load_full_state(const std::map<std::string, Tensor>& full, int64_t optimizer_step);
+  // Restores from whole (unsharded) tensors, as consolidated from any number of saved shards
+  // or saved without ZeRO: masters by parameter name, optimizer state as state_dict() names
+  // it ("<param>.<slot>" and "step"); sets the model's parameters to the masters.
+  void load_full_state(const std::map<std::string, Tensor>& masters,
+                       const std::map<std::string, Tensor>& optimizer_state);
 
   struct Fetcher;
 

@@ -16,8 +16,8 @@ std::string zero_shard_file(int rank);  // "zero_rank<R>.safetensors"
 nlohmann::json zero_metadata(int stage, const ShardLayout& layout);
 
 struct ConsolidatedState {
-  std::map<std::string, Tensor> tensors;  // "<param>" float32 and "<param>.<slot>"
-  int64_t optimizer_step = 0;
+  std::map<std::string, Tensor> masters;    // "<param>": float32 master weights
+  std::map<std::string, Tensor> optimizer;  // "<param>.<slot>" and "step", as state_dict()
   int stage = 0, world_size = 1;
 };
 // Reads every shard file of a checkpoint directory (TAG dir) and rebuilds the full tensors.
