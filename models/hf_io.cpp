@@ -115,15 +115,24 @@ void load_hf_weights(PretrainedModel& model, const std::string& path,
   }
 }
 
-void save_pretrained(PretrainedModel& model, const std::string& dir) {
-  fs::create_directories(dir);
+std::map<std::string, Tensor> to_hf_layout(PretrainedModel& model,
+                                           const std::map<std::string, Tensor>& ours,
+                                           const std::string& source) {
   std::map<std::string, Tensor> out;
-  std::map<std::string, Tensor*> slots;
-  for (auto& [n, t] : model.named_parameters()) slots[n] = t;
   for (const HFWeight& w : model.hf_weights()) {
-    const Tensor t = slots.at(w.ours)->detach();
+    auto it = ours.find(w.ours);
+    TS_CHECK(it != ours.end(), source, " has no '", w.ours, "'");
+    const Tensor t = it->second.detach();
     out[w.hf] = w.transpose ? t.t().contiguous() : t;
   }
+  return out;
+}
+
+void save_pretrained(PretrainedModel& model, const std::string& dir) {
+  fs::create_directories(dir);
+  std::map<std::string, Tensor> ours;
+  for (auto& [n, t] : model.named_parameters()) ours[n] = *t;
+  const std::map<std::string, Tensor> out = to_hf_layout(model, ours, "the model");
   io::save_safetensors((fs::path(dir) / "model.safetensors").string(), out, {{"format", "pt"}});
   io::write_file_atomically((fs::path(dir) / "config.json").string(),
                             [&](std::ostream& os) { os << model.config_json() << "\n"; });

@@ -59,24 +59,15 @@ int zero_to_fp32_main(int argc, char** argv) {
     std::cerr << "zero-to-fp32: checkpoint without ZeRO, " << weights.size() << " tensors\n";
   }
   NoGradGuard no_grad;
-  std::map<std::string, Tensor> file;
-  int64_t count = 0;
+  for (auto& [k, v] : weights) v = v.to(DType::Float32).contiguous();
+  std::map<std::string, Tensor> file = weights;
   if (fs::exists(dir / "config.json")) {
     auto model = models::model_from_hf_config(io::read_text_file((dir / "config.json").string()),
                                               (dir / "config.json").string());
-    for (const models::HFWeight& w : model->hf_weights()) {
-      auto it = weights.find(w.ours);
-      TS_CHECK(it != weights.end(), "zero-to-fp32: the checkpoint has no '", w.ours, "'");
-      const Tensor t = it->second.to(DType::Float32);
-      file[w.hf] = w.transpose ? t.t().contiguous() : t.contiguous();
-      count += t.numel();
-    }
-  } else {
-    for (auto& [k, v] : weights) {
-      file[k] = v.to(DType::Float32).contiguous();
-      count += v.numel();
-    }
+    file = models::to_hf_layout(*model, weights, "zero-to-fp32: the checkpoint");
   }
+  int64_t count = 0;
+  for (const auto& [k, v] : file) count += v.numel();
   io::save_safetensors(out, file, {{"format", "pt"}});
   std::cerr << "wrote " << out << ": " << file.size() << " tensors, " << count
             << " float32 values\n";

@@ -58,6 +58,13 @@ std::unique_ptr<PretrainedModel> model_from_hf_config(const std::string& config_
 void load_hf_weights(PretrainedModel& model, const std::string& safetensors_path,
                      std::map<std::string, std::string>* file_key_of = nullptr);
 
+// Tessera-named tensors (named_parameters' names) under HF's names and layouts (GPT-2's
+// Conv1D weights transposed), for every weight the model maps; `source` names the map in
+// the error for a missing one.
+std::map<std::string, Tensor> to_hf_layout(PretrainedModel& model,
+                                           const std::map<std::string, Tensor>& ours,
+                                           const std::string& source);
+
 // Writes config.json and model.safetensors in HF's layout (atomically, each file).
 void save_pretrained(PretrainedModel& model, const std::string& dir);
 
