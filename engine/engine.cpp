@@ -144,9 +144,9 @@ void Engine::setup_parallel() {
            " with optimizer Lamb is not supported (LAMB's trust ratio needs whole tensors); use "
            "stage 0 or Adam/AdamW/SGD");
   post_scale_ = post;  // ZeRO's partitions hold sums; the step averages them
-  model_.to(compute_dtype_);
   parallel::ZeroOptions zo;
   zo.stage = static_cast<int>(c.zero.stage);
+  zo.compute_dtype = compute_dtype_;
   zo.reduce_bucket_size = c.zero.reduce_bucket_size;
   zo.overlap_comm = c.zero.overlap_comm;
   zo.pre_scale = pre;

@@ -75,6 +75,11 @@ ZeroOptimizer::ZeroOptimizer(nn::Module& model, std::shared_ptr<ProcessGroup> gr
     const auto& e = layout_.entries[i];
     master_.narrow(0, e.offset, e.shard).copy_(shard_of(*params_[i].second, e, rank));
   }
+  if (options.compute_dtype != model_dtype_) {
+    model.to(options.compute_dtype);
+    params_ = model.named_parameters();
+    model_dtype_ = options.compute_dtype;
+  }
 
   partitioned_.assign(params_.size(), false);
   if (options.stage == 3) {

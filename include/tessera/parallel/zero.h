@@ -27,6 +27,7 @@ namespace tessera::parallel {
 
 struct ZeroOptions {
   int stage = 1;
+  DType compute_dtype = DType::Float32;    // the model computes in this (16-bit: mixed precision)
   int64_t reduce_bucket_size = 500000000;  // elements, as in DeepSpeed
   bool overlap_comm = true;
   double pre_scale = 1.0;  // prescale_gradients: 1 / gradient_predivide_factor
@@ -44,9 +45,9 @@ using OptimizerFactory =
 
 class ZeroOptimizer {
  public:
-  // Partitions `model`'s parameters (already in their compute dtype) over `group`. The
-  // float32 masters start from the model's values, which must be identical on every rank
-  // (the engine broadcasts rank 0's first).
+  // Partitions `model`'s parameters over `group` and casts the model to
+  // options.compute_dtype. The float32 masters start from the model's values before the
+  // cast, which must be identical on every rank (the engine broadcasts rank 0's first).
   ZeroOptimizer(nn::Module& model, std::shared_ptr<ProcessGroup> group, ZeroOptions options,
                 const OptimizerFactory& make_optimizer, double lr, double weight_decay);
   ~ZeroOptimizer();
