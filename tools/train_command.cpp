@@ -148,7 +148,7 @@ struct Trainer {
     }
     model->train();
     total /= static_cast<double>(cfg.train.eval_iters);
-    return world > 1 ? eng->group().all_reduce_scalar(total, parallel::ReduceOp::Avg) : total;
+    return eng->group().all_reduce_scalar(total, parallel::ReduceOp::Avg);
   }
 
   nlohmann::json client_state() const {
@@ -191,17 +191,16 @@ int train_main(int argc, char** argv) {
   t.build_model();
   t.eng = engine::initialize(*t.model, t.cfg, world);
   const int64_t B = t.cfg.micro_batch_size, T = t.cfg.model.block_size;
-  if (t.bert)
+  if (t.bert) {
     t.bert_sampler = std::make_unique<io::BertBatchSampler>(
         *t.corpus.train, B, T, t.corpus.vocab_size, t.special_ids(), t.cfg.data.mask_prob,
         t.cfg.data.nsp, t.cfg.train.seed + 1);
-  else
+    t.bert_sampler->shard(world->rank(), world->size());
+  } else {
     t.gpt_sampler =
         std::make_unique<io::GPTBatchSampler>(*t.corpus.train, B, T, t.cfg.train.seed + 1);
-  if (t.bert)
-    t.bert_sampler->shard(world->rank(), world->size());
-  else
     t.gpt_sampler->shard(world->rank(), world->size());
+  }
   if (a.has("resume")) {
     const nlohmann::json cs = t.eng->load_checkpoint(a.get("resume", ""));
     TS_CHECK(cs.value("vocab_size", int64_t{-1}) == t.corpus.vocab_size,
@@ -256,7 +255,7 @@ int train_main(int argc, char** argv) {
     const engine::StepStats st = t.eng->step();
     t_step += since(c1);
     last_loss = loss_sum / static_cast<double>(t.cfg.gradient_accumulation_steps);
-    if (world->size() > 1) last_loss = world->all_reduce_scalar(last_loss, parallel::ReduceOp::Avg);
+    last_loss = world->all_reduce_scalar(last_loss, parallel::ReduceOp::Avg);  // mean over ranks
     const int64_t step = t.eng->global_steps();
     csv.write("Train/Samples/train_loss", step, last_loss);
     csv.write("Train/Samples/lr", step, st.lr);
