@@ -57,8 +57,8 @@ for n in (2, 4):
         print(f"{v:6s} N={n}: 20 losses, worst relative difference {worst:.2e} {'ok' if ok else 'FAIL'}")
         lines = [json.loads(l) for l in open(f"{work}/{v}-{n}.jsonl")]
         assert sorted(l["rank"] for l in lines) == list(range(n)), lines
-        est = json.load(open(f"{work}/{v}-{n}.est"))["memory"]
-        psi = est and json.load(open(f"{work}/{v}-{n}.est"))["num_parameters"]
+        estimate = json.load(open(f"{work}/{v}-{n}.est"))
+        est, psi = estimate["memory"], estimate["num_parameters"]
         stage = lines[0]["zero_stage"]
         # float32 Adam: (params, grads, optimizer) bytes per rank by the ZeRO paper's reasoning
         paper = {0: (4*psi, 4*psi, 8*psi), 1: (4*psi, 4*psi, 12*psi/n),
