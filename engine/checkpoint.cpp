@@ -122,7 +122,7 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
   if (zero_) {
     zero_->load_full_state(weights, opt_state);
   } else if (master_.empty()) {
-    model_.load_state_dict(weights, state.contains("zero") ? false : true);
+    model_.load_state_dict(weights, /*strict=*/!state.contains("zero"));  // ZeRO: no buffers
     optimizer_->load_state_dict(opt_state);
   } else {
     const auto named = model_.named_parameters();
