@@ -1,63 +1,171 @@
-// Copies between host and device (contiguous, same dtype, or casts done on the host side)
-// and fill for every dtype. The full CUDA op set is tracked by the CUDA-backend issue.
-#include <cuda_runtime.h>
-
-#include "backends/cuda/cuda_check.h"
-#include "tessera/dispatch.h"
+// copy (any strides, any dtype pair, host<->device), fill, arange and the Philox random
+// fills, which draw the same numbers as the CPU for the same (seed, offset).
+#include "backends/cuda/kernel_util.cuh"
+#include "core/philox.h"
 
 namespace tessera::cuda {
 namespace {
 
-template <class T>
-__global__ void fill_kernel(T* p, int64_t n, T v) {
-  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i < n) p[i] = v;
+template <class D, class S>
+__global__ void strided_copy_kernel(D* dst, const S* src, int64_t n, StridedIndexer<2> ix) {
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i >= n) return;
+  int64_t off[2];
+  ix.offsets(i, off);
+  dst[off[0]] = convert<D>(src[off[1]]);
 }
 
-// inputs: src; outputs: dst. Needs matching dtypes and contiguous tensors on both sides;
-// anything else is staged through a contiguous host copy by the caller.
+// dst and src on the same CUDA device, same shape, any strides and dtypes.
+void device_copy(const Tensor& src, Tensor& dst) {
+  const int64_t n = dst.numel();
+  if (n == 0) return;
+  cudaStream_t stream = stream_of(dst);
+  if (src.dtype() == dst.dtype() && src.is_contiguous() && dst.is_contiguous()) {
+    if (src.data_ptr() != dst.data_ptr())
+      TS_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), dst.nbytes(),
+                                    cudaMemcpyDeviceToDevice, stream));
+    return;
+  }
+  const auto ix = make_indexer<2>(dst.shape(), {&dst.strides(), &src.strides()});
+  visit_dtype(src.dtype(), [&]<class S>() {
+    visit_dtype(dst.dtype(), [&]<class D>() {
+      strided_copy_kernel<D, S><<<grid_for(n), kThreads, 0, stream>>>(
+          static_cast<D*>(dst.data_ptr()), static_cast<const S*>(src.data_ptr()), n, ix);
+    });
+  });
+  TS_CUDA_LAUNCH_CHECK("copy");
+}
+
+// A contiguous host copy of `t` in `dtype` (t itself when it already is one).
+Tensor host_contiguous(const Tensor& t, DType dtype) {
+  if (t.dtype() == dtype && t.is_contiguous()) return t;
+  Tensor h = Tensor::empty(t.shape(), dtype, Device::cpu());
+  const Tensor ins[1] = {t};
+  Tensor outs[1] = {h};
+  run_kernel(Kernel::copy, Device::cpu(), dtype, ins, outs);
+  return h;
+}
+
+// inputs: src; outputs: dst (same shape). Either side may be on the host.
 void copy_kernel(const KernelCall& c) {
   const Tensor& src = c.inputs[0];
   Tensor& dst = c.outputs[0];
-  TS_CHECK(src.dtype() == dst.dtype() && src.is_contiguous() && dst.is_contiguous(),
-           "cuda copy: only contiguous same-dtype copies are implemented so far (got ",
-           src.describe(), " -> ", dst.describe(), ")");
-  const size_t bytes = src.numel() * itemsize(src.dtype());
-  cudaMemcpyKind kind = cudaMemcpyDeviceToDevice;
-  if (src.device().is_cpu())
-    kind = cudaMemcpyHostToDevice;
-  else if (dst.device().is_cpu())
-    kind = cudaMemcpyDeviceToHost;
-  TS_CUDA_CHECK(cudaMemcpy(dst.data_ptr(), src.data_ptr(), bytes, kind));
+  TS_CHECK(src.shape() == dst.shape(), "copy: shape mismatch ", shape_str(src.shape()), " vs ",
+           shape_str(dst.shape()));
+  if (dst.numel() == 0) return;
+  if (src.device().is_cuda() && dst.device().is_cuda()) {
+    if (src.device() == dst.device()) return device_copy(src, dst);
+    // Across devices: a contiguous peer copy, then a strided/casting copy on the target.
+    const Tensor s = src.is_contiguous() ? src : src.contiguous();
+    Tensor staged = Tensor::empty(dst.shape(), s.dtype(), dst.device());
+    TS_CUDA_CHECK(cudaStreamSynchronize(stream_of(s)));
+    TS_CUDA_CHECK(cudaMemcpyPeerAsync(staged.data_ptr(), dst.device().index, s.data_ptr(),
+                                      s.device().index, s.nbytes(), stream_of(dst)));
+    return device_copy(staged, dst);
+  }
+  if (dst.device().is_cuda()) {  // host -> device
+    const Tensor h = host_contiguous(src, dst.dtype());
+    Tensor target = dst.is_contiguous() ? dst : Tensor::empty(dst.shape(), dst.dtype(), dst.device());
+    // From pageable memory the call returns once the bytes are staged, so `h` may go.
+    TS_CUDA_CHECK(cudaMemcpyAsync(target.data_ptr(), h.data_ptr(), h.nbytes(),
+                                  cudaMemcpyHostToDevice, stream_of(dst)));
+    if (!dst.is_contiguous()) device_copy(target, dst);
+    return;
+  }
+  // device -> host
+  const Tensor s = src.is_contiguous() ? src : src.contiguous();
+  const bool direct = dst.is_contiguous() && dst.dtype() == s.dtype();
+  Tensor h = direct ? dst : Tensor::empty(dst.shape(), s.dtype(), Device::cpu());
+  TS_CUDA_CHECK(cudaMemcpyAsync(h.data_ptr(), s.data_ptr(), s.nbytes(), cudaMemcpyDeviceToHost,
+                                stream_of(s)));
+  TS_CUDA_CHECK(cudaStreamSynchronize(stream_of(s)));
+  if (!direct) {
+    const Tensor ins[1] = {h};
+    Tensor outs[1] = {dst};
+    run_kernel(Kernel::copy, Device::cpu(), dst.dtype(), ins, outs);
+  }
 }
 
 template <class T>
-void fill(const KernelCall& c) {
-  Tensor& dst = c.outputs[0];
-  const int64_t n = dst.numel();
-  if (n == 0) return;
-  T v;
-  if constexpr (sizeof(T) == 2) {
-    // 16-bit floats: bit patterns computed on the host.
-    v = dst.dtype() == DType::Float16 ? float_to_half_bits(static_cast<float>(c.attrs.scalar))
-                                      : float_to_bf16_bits(static_cast<float>(c.attrs.scalar));
-  } else {
-    v = static_cast<T>(c.attrs.scalar);
-  }
-  fill_kernel<T><<<static_cast<unsigned>((n + 255) / 256), 256>>>(dst.data<T>(), n, v);
-  TS_CUDA_CHECK(cudaGetLastError());
+__global__ void fill_kernel(T* p, int64_t n, T v) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x)
+    p[i] = v;
 }
+
+// outputs: dst (contiguous); attrs.scalar: value.
+template <class T>
+struct Fill {
+  static void run(const KernelCall& c) {
+    Tensor& dst = c.outputs[0];
+    const int64_t n = dst.numel();
+    if (n == 0) return;
+    const T v = convert<T>(c.attrs.scalar);
+    fill_kernel<T><<<std::min(grid_for(n), 65535u), kThreads, 0, stream_of(dst)>>>(
+        static_cast<T*>(dst.data_ptr()), n, v);
+    TS_CUDA_LAUNCH_CHECK("fill");
+  }
+};
+
+template <class T>
+__global__ void arange_kernel(T* p, int64_t n, double start, double step) {
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i < n) p[i] = convert<T>(start + static_cast<double>(i) * step);
+}
+
+// outputs: dst (contiguous); attrs.scalar: start, attrs.scalar2: step.
+template <class T>
+struct Arange {
+  static void run(const KernelCall& c) {
+    Tensor& dst = c.outputs[0];
+    const int64_t n = dst.numel();
+    if (n == 0) return;
+    arange_kernel<T><<<grid_for(n), kThreads, 0, stream_of(dst)>>>(
+        static_cast<T*>(dst.data_ptr()), n, c.attrs.scalar, c.attrs.scalar2);
+    TS_CUDA_LAUNCH_CHECK("arange");
+  }
+};
+
+template <class T, bool kNormal>
+__global__ void random_kernel(T* p, int64_t n, uint64_t seed, uint64_t base, double a, double b) {
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i >= n) return;
+  const uint64_t idx = base + static_cast<uint64_t>(i);
+  double r;
+  if constexpr (std::is_same_v<T, double>) {
+    r = kNormal ? philox::normal_f64(seed, idx) : philox::uniform_f64(seed, idx);
+  } else {
+    r = kNormal ? static_cast<double>(static_cast<float>(philox::normal_f64(seed, idx)))
+                : static_cast<double>(philox::uniform(seed, idx));
+  }
+  p[i] = convert<T>(kNormal ? a + b * r : a + (b - a) * r);
+}
+
+// outputs: dst (contiguous); attrs: seed, offset; scalar/scalar2: low/high or mean/std.
+template <class T, bool kNormal>
+struct RandomFill {
+  static void run(const KernelCall& c) {
+    Tensor& dst = c.outputs[0];
+    const int64_t n = dst.numel();
+    if (n == 0) return;
+    random_kernel<T, kNormal><<<grid_for(n), kThreads, 0, stream_of(dst)>>>(
+        static_cast<T*>(dst.data_ptr()), n, c.attrs.seed, c.attrs.offset, c.attrs.scalar,
+        c.attrs.scalar2);
+    TS_CUDA_LAUNCH_CHECK("random");
+  }
+};
+template <class T>
+using Uniform = RandomFill<T, false>;
+template <class T>
+using Normal = RandomFill<T, true>;
 
 const bool registered = [] {
   for (int d = 0; d < kNumDTypes; ++d)
     register_kernel(Kernel::copy, DeviceType::CUDA, static_cast<DType>(d), &copy_kernel);
-  register_kernel(Kernel::fill, DeviceType::CUDA, DType::Bool, &fill<bool>);
-  register_kernel(Kernel::fill, DeviceType::CUDA, DType::Int32, &fill<int32_t>);
-  register_kernel(Kernel::fill, DeviceType::CUDA, DType::Int64, &fill<int64_t>);
-  register_kernel(Kernel::fill, DeviceType::CUDA, DType::Float16, &fill<uint16_t>);
-  register_kernel(Kernel::fill, DeviceType::CUDA, DType::BFloat16, &fill<uint16_t>);
-  register_kernel(Kernel::fill, DeviceType::CUDA, DType::Float32, &fill<float>);
-  register_kernel(Kernel::fill, DeviceType::CUDA, DType::Float64, &fill<double>);
+  register_all<Fill>(Kernel::fill);
+  register_numeric<Arange>(Kernel::arange);
+  register_floating<Uniform>(Kernel::uniform);
+  register_floating<Normal>(Kernel::normal);
   return true;
 }();
 

@@ -1,5 +1,7 @@
-// Turns every CUDA runtime status into a tessera::Error naming the call and file:line.
+// Turns every CUDA runtime, cuBLAS and cuDNN status into a tessera::Error naming the call and
+// file:line.
 #pragma once
+#include <cublasLt.h>
 #include <cuda_runtime.h>
 
 #include "tessera/error.h"
@@ -10,4 +12,16 @@
     if (ts_status != cudaSuccess)                                                             \
       ::tessera::fail(#call, " failed at ", __FILE__, ":", __LINE__, ": ",                    \
                       cudaGetErrorName(ts_status), " (", cudaGetErrorString(ts_status), ")"); \
+  } while (0)
+
+// After a kernel launch: a bad configuration surfaces here, a fault at the next sync.
+#define TS_CUDA_LAUNCH_CHECK(name) TS_CUDA_CHECK(cudaGetLastError())
+
+#define TS_CUBLAS_CHECK(call)                                                              \
+  do {                                                                                     \
+    const cublasStatus_t ts_status = (call);                                               \
+    if (ts_status != CUBLAS_STATUS_SUCCESS)                                                \
+      ::tessera::fail(#call, " failed at ", __FILE__, ":", __LINE__, ": ",                 \
+                      cublasGetStatusName(ts_status), " (", cublasGetStatusString(ts_status), \
+                      ")");                                                                \
   } while (0)

@@ -17,5 +17,17 @@ void cuda_synchronize() {}
 std::string cuda_unavailable_reason() {
   return "this build of Tessera has no CUDA backend (configure with -Dcuda=enabled and nvcc)";
 }
+CudaMemoryStats cuda_memory_stats(int) {
+  return {};
+}
+void cuda_reset_peak_memory_stats(int) {}
+void cuda_empty_cache() {}
+void cuda_set_allow_tf32(bool) {}
+bool cuda_allow_tf32() {
+  return false;
+}
+std::string cuda_library_versions() {
+  return "";
+}
 
 }  // namespace tessera

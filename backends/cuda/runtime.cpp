@@ -1,10 +1,11 @@
-// Device queries and the device allocator. A simple cudaMalloc-backed allocator for now;
-// the caching allocator is tracked by the CUDA-backend issue.
+// Device queries, the TF32 switch and library versions.
 #include <cuda_runtime.h>
 
 #include "backends/cuda/cuda_check.h"
 #include "tessera/cuda.h"
-#include "tessera/storage.h"
+#include <cstdlib>
+
+#include "backends/cuda/stream.h"
 
 namespace tessera {
 
@@ -32,7 +33,38 @@ std::string cuda_unavailable_reason() {
 }
 
 void cuda_synchronize() {
+  int device = 0;
+  TS_CUDA_CHECK(cudaGetDevice(&device));
+  cuda::synchronize_stream(device);
   TS_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+namespace {
+bool& allow_tf32_flag() {
+  static bool flag = [] {
+    const char* e = std::getenv("TESSERA_ALLOW_TF32");
+    return e && std::string(e) == "1";
+  }();
+  return flag;
+}
+}  // namespace
+
+void cuda_set_allow_tf32(bool allow) {
+  allow_tf32_flag() = allow;
+}
+bool cuda_allow_tf32() {
+  return allow_tf32_flag();
+}
+
+std::string cuda_library_versions() {
+  auto dotted = [](size_t v, size_t major_div, size_t minor_div) {
+    return std::to_string(v / major_div) + "." + std::to_string(v % major_div / minor_div) + "." +
+           std::to_string(v % minor_div);
+  };
+  int runtime = 0;
+  cudaRuntimeGetVersion(&runtime);
+  return "CUDA runtime " + std::to_string(runtime / 1000) + "." + std::to_string(runtime % 1000 / 10) +
+         ", cuBLASLt " + dotted(cublasLtGetVersion(), 10000, 100);
 }
 
 std::string cuda_device_name(int index) {
@@ -41,38 +73,4 @@ std::string cuda_device_name(int index) {
   return prop.name;
 }
 
-namespace cuda {
-namespace {
-
-class DeviceAllocator final : public Allocator {
- public:
-  DataPtr allocate(size_t nbytes, Device device) override {
-    TS_CHECK(device.index < cuda_device_count(), "cuda: device ", device.str(),
-             " is not available (", cuda_device_count(), " visible)");
-    TS_CUDA_CHECK(cudaSetDevice(device.index));
-    void* p = nullptr;
-    if (nbytes > 0) {
-      const cudaError_t s = cudaMalloc(&p, nbytes);
-      if (s != cudaSuccess) {
-        size_t free_b = 0, total_b = 0;
-        cudaGetLastError();
-        cudaMemGetInfo(&free_b, &total_b);
-        fail("cuda: out of memory on ", device.str(), ": asked for ", nbytes, " bytes, ", free_b,
-             " of ", total_b, " bytes free");
-      }
-    }
-    return DataPtr(p, [](void* q) {
-      if (q) cudaFree(q);
-    });
-  }
-};
-
-const bool registered = [] {
-  static DeviceAllocator allocator;
-  register_allocator(DeviceType::CUDA, &allocator);
-  return true;
-}();
-
-}  // namespace
-}  // namespace cuda
 }  // namespace tessera

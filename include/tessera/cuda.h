@@ -1,6 +1,7 @@
 // CUDA runtime queries. Always available: in a build without the CUDA backend, or on a
 // machine without a GPU, cuda_device_count() is 0 and cuda_unavailable_reason() says why.
 #pragma once
+#include <cstdint>
 #include <string>
 
 namespace tessera {
@@ -10,5 +11,24 @@ int cuda_device_count();
 std::string cuda_device_name(int index);
 std::string cuda_unavailable_reason();  // empty when a device is usable
 void cuda_synchronize();                // waits for all work on the current device
+
+// The caching allocator's figures for one device, in bytes (allocated = handed out to
+// tensors; reserved = held from the driver, allocated plus cached free blocks).
+struct CudaMemoryStats {
+  int64_t allocated = 0, reserved = 0, peak_allocated = 0, peak_reserved = 0;
+  int64_t device_allocations = 0;  // cudaMalloc calls so far (0 more in a steady state)
+  int64_t cache_hits = 0;
+};
+CudaMemoryStats cuda_memory_stats(int device = 0);
+void cuda_reset_peak_memory_stats(int device = 0);
+void cuda_empty_cache();  // returns cached free blocks to the driver
+
+// float32 matmuls on tensor cores in TF32 (10-bit mantissa): off unless asked for, as in
+// torch.backends.cuda.matmul.allow_tf32; TESSERA_ALLOW_TF32=1 also turns it on.
+void cuda_set_allow_tf32(bool allow);
+bool cuda_allow_tf32();
+
+// "cuBLAS 13.1.0, cuDNN 9.14.0, ..." for reports; empty without the CUDA backend.
+std::string cuda_library_versions();
 
 }  // namespace tessera

@@ -1,0 +1,109 @@
+// Cross-entropy fused with log-softmax over contiguous logits [N, C] and int64 targets [N],
+// one block per row. Same contract as the CPU kernel:
+// forward  outputs: loss [N] (0 where ignored), lse [N] (compute type)
+//          attrs.index = ignore_index, attrs.scalar = label smoothing
+// backward inputs: logits, targets, lse, scale [N]; outputs: dlogits [N, C]
+// An out-of-range target is reported by position, read back as one word after the launch.
+#include "backends/cuda/kernel_util.cuh"
+
+namespace tessera::cuda {
+namespace {
+
+template <class T>
+__global__ void cross_entropy_kernel(const T* x, const int64_t* tgt, compute_t<T>* loss,
+                                     compute_t<T>* lse_out, int64_t C, int64_t ignore,
+                                     compute_t<T> eps, unsigned long long* bad) {
+  using A = compute_t<T>;
+  const int64_t r = blockIdx.x;
+  const T* xr = x + r * C;
+  const int64_t t = tgt[r];
+  const bool valid = t == ignore || (t >= 0 && t < C);
+  if (!valid && threadIdx.x == 0) atomicMin(bad, static_cast<unsigned long long>(r));
+  A m = -INFINITY, sx = 0;
+  for (int64_t j = threadIdx.x; j < C; j += kThreads) {
+    const A v = load(xr[j]);
+    m = max(m, v);
+    sx += v;
+  }
+  m = block_reduce<kThreads>(m, MaxOp{});
+  sx = block_reduce<kThreads>(sx, SumOp{});
+  A s = 0;
+  for (int64_t j = threadIdx.x; j < C; j += kThreads) s += exp(A(load(xr[j])) - m);
+  s = block_reduce<kThreads>(s, SumOp{});
+  if (threadIdx.x != 0) return;
+  const A lse = m + log(s);
+  lse_out[r] = lse;
+  if (t == ignore || !valid) {
+    loss[r] = 0;
+    return;
+  }
+  const A nll = lse - A(load(xr[t]));
+  loss[r] = eps == A(0) ? nll : (A(1) - eps) * nll + eps * (lse - sx / A(C));
+}
+
+template <class T>
+__global__ void cross_entropy_backward_kernel(const T* x, const int64_t* tgt,
+                                              const compute_t<T>* lse, const compute_t<T>* scale,
+                                              T* dx, int64_t C, int64_t ignore, compute_t<T> eps) {
+  using A = compute_t<T>;
+  const int64_t r = blockIdx.x;
+  const int64_t t = tgt[r];
+  T* dr = dx + r * C;
+  if (t == ignore) {
+    for (int64_t j = threadIdx.x; j < C; j += kThreads) dr[j] = convert<T>(A(0));
+    return;
+  }
+  const T* xr = x + r * C;
+  const A sc = scale[r], uniform = eps / A(C), l = lse[r];
+  for (int64_t j = threadIdx.x; j < C; j += kThreads) {
+    const A p = exp(A(load(xr[j])) - l);
+    const A target = (j == t ? A(1) - eps : A(0)) + uniform;
+    dr[j] = convert<T>(sc * (p - target));
+  }
+}
+
+template <class T>
+struct CrossEntropy {
+  static void run(const KernelCall& c) {
+    using A = compute_t<T>;
+    const Tensor& x = c.inputs[0];
+    const int64_t N = x.shape()[0], C = x.shape()[1];
+    if (N == 0) return;
+    IndexCheck check(x.device());
+    cross_entropy_kernel<T><<<static_cast<unsigned>(N), kThreads, 0, stream_of(x)>>>(
+        static_cast<const T*>(x.data_ptr()), static_cast<const int64_t*>(c.inputs[1].data_ptr()),
+        static_cast<A*>(c.outputs[0].data_ptr()), static_cast<A*>(c.outputs[1].data_ptr()), C,
+        c.attrs.index, static_cast<A>(c.attrs.scalar), check.flag());
+    TS_CUDA_LAUNCH_CHECK("cross_entropy");
+    const int64_t bad = check.first_bad();
+    if (bad >= 0) {
+      const int64_t t = c.inputs[1].narrow(0, bad, 1).to(Device::cpu()).to_int_vector()[0];
+      fail("cross_entropy: target ", t, " at position ", bad, " is out of range for ", C,
+           " classes (ignore_index is ", c.attrs.index, ")");
+    }
+  }
+};
+
+template <class T>
+struct CrossEntropyBackward {
+  static void run(const KernelCall& c) {
+    using A = compute_t<T>;
+    const Tensor& x = c.inputs[0];
+    const int64_t N = x.shape()[0], C = x.shape()[1];
+    if (N == 0) return;
+    cross_entropy_backward_kernel<T><<<static_cast<unsigned>(N), kThreads, 0, stream_of(x)>>>(
+        static_cast<const T*>(x.data_ptr()), static_cast<const int64_t*>(c.inputs[1].data_ptr()),
+        static_cast<const A*>(c.inputs[2].data_ptr()), static_cast<const A*>(c.inputs[3].data_ptr()),
+        static_cast<T*>(c.outputs[0].data_ptr()), C, c.attrs.index, static_cast<A>(c.attrs.scalar));
+    TS_CUDA_LAUNCH_CHECK("cross_entropy_backward");
+  }
+};
+
+const bool registered = [] {
+  register_floating<CrossEntropy>(Kernel::cross_entropy);
+  register_floating<CrossEntropyBackward>(Kernel::cross_entropy_backward);
+  return true;
+}();
+
+}  // namespace
+}  // namespace tessera::cuda

@@ -1,0 +1,32 @@
+// Batched GEMM through cuBLASLt, shared by the matmul kernel and attention.
+// Row-major semantics: C[b] (M x N) = alpha * op(A[b]) (M x K) * op(B[b]) (K x N) + beta * C[b].
+#pragma once
+#include <library_types.h>
+
+#include <cstdint>
+
+#include "tessera/tensor.h"
+
+namespace tessera::cuda {
+
+// A logical row-major [rows, cols] operand: element (r, c) at r * ld + c, or at c * ld + r
+// when `transposed` (a transposed view handed to cuBLAS as such, never copied).
+struct GemmOperand {
+  const void* ptr;
+  int64_t ld;
+  int64_t batch_stride;  // 0: the same matrix for every batch entry
+  bool transposed;
+};
+
+// ab: type of A and B; c: type of C (float32 C with 16-bit A/B is allowed). Accumulates in
+// float32 (float64 for float64; TF32 for float32 only when cuda_allow_tf32()).
+void gemm(Device device, cudaDataType_t ab, cudaDataType_t c, int64_t batch, int64_t M, int64_t N,
+          int64_t K, const GemmOperand& a, const GemmOperand& b, void* out, int64_t ldc,
+          int64_t c_batch_stride, double alpha = 1.0, double beta = 0.0);
+
+cudaDataType_t cuda_type(DType dtype);
+
+// Describes a [batch, rows, cols] view as a GEMM operand; false when it needs a copy.
+bool describe_operand(const Tensor& t, GemmOperand& op);
+
+}  // namespace tessera::cuda

@@ -1,0 +1,193 @@
+// Shared pieces of the CUDA kernels: element types per DType, the accumulation type, value
+// conversion, strided indexing, launch sizes, fixed-order block reductions and per-dtype
+// registration. Reductions combine in a fixed tree order, so results are bit-identical run
+// to run (no float atomics anywhere in the backend).
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/stream.h"
+#include "tessera/dispatch.h"
+
+namespace tessera::cuda {
+
+using Half = __half;
+using BFloat16 = __nv_bfloat16;
+
+template <class T>
+inline constexpr bool is_16bit_float_v =
+    std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
+
+// Arithmetic type: float for 16-bit floats and float, double for double, int64 for integers.
+template <class T>
+using acc_t = std::conditional_t<
+    is_16bit_float_v<T>, float,
+    std::conditional_t<std::is_floating_point_v<T>, T,
+                       std::conditional_t<std::is_same_v<T, bool>, int64_t, int64_t>>>;
+// Compute type of elementwise math: float for 16-bit floats, else the type itself.
+template <class T>
+using compute_t = std::conditional_t<is_16bit_float_v<T>, float, T>;
+
+template <class D, class S>
+__host__ __device__ inline D convert(const S& s) {
+  if constexpr (std::is_same_v<D, S>) {
+    return s;
+  } else if constexpr (is_16bit_float_v<S>) {
+    float f;
+    if constexpr (std::is_same_v<S, Half>)
+      f = __half2float(s);
+    else
+      f = __bfloat162float(s);
+    return convert<D>(f);
+  } else if constexpr (std::is_same_v<D, Half>) {
+    return __float2half_rn(static_cast<float>(s));
+  } else if constexpr (std::is_same_v<D, BFloat16>) {
+    return __float2bfloat16_rn(static_cast<float>(s));
+  } else if constexpr (std::is_same_v<D, bool>) {
+    return s != S(0);
+  } else {
+    return static_cast<D>(s);
+  }
+}
+template <class T>
+__device__ inline compute_t<T> load(const T& v) {
+  return convert<compute_t<T>>(v);
+}
+
+// Up to kMaxDims dims; offsets of element `linear` (row-major over shape) for N operands.
+constexpr int kMaxDims = 8;
+template <int N>
+struct StridedIndexer {
+  int dims = 0;
+  int64_t shape[kMaxDims];
+  int64_t strides[N][kMaxDims];
+  __device__ void offsets(int64_t linear, int64_t (&off)[N]) const {
+#pragma unroll
+    for (int k = 0; k < N; ++k) off[k] = 0;
+    for (int d = dims - 1; d >= 0; --d) {
+      const int64_t i = linear % shape[d];
+      linear /= shape[d];
+#pragma unroll
+      for (int k = 0; k < N; ++k) off[k] += i * strides[k][d];
+    }
+  }
+};
+// Builds an indexer over `shape` for tensors given with their strides (same rank).
+template <int N>
+StridedIndexer<N> make_indexer(const Shape& shape, const std::array<const Shape*, N>& strides) {
+  StridedIndexer<N> ix{};
+  TS_CHECK(shape.size() <= static_cast<size_t>(kMaxDims), "cuda: tensors of more than ",
+           kMaxDims, " dims are not supported (got ", shape.size(), ")");
+  ix.dims = static_cast<int>(shape.size());
+  for (int d = 0; d < ix.dims; ++d) {
+    ix.shape[d] = shape[d];
+    for (int k = 0; k < N; ++k) ix.strides[k][d] = (*strides[k])[d];
+  }
+  return ix;
+}
+
+constexpr int kThreads = 256;
+inline unsigned grid_for(int64_t n, int per_thread = 1) {
+  const int64_t per_block = int64_t{kThreads} * per_thread;
+  const int64_t blocks = (n + per_block - 1) / per_block;
+  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > 0x7fffffff ? 0x7fffffff : blocks));
+}
+
+inline cudaStream_t stream_of(const Tensor& t) {
+  return compute_stream(t.device().index);
+}
+
+// Fixed-order sum over a block of kBlock threads; every thread gets the result.
+template <int kBlock, class A, class Op>
+__device__ A block_reduce(A v, Op op) {
+  __shared__ A shared[kBlock];
+  shared[threadIdx.x] = v;
+  __syncthreads();
+#pragma unroll
+  for (int s = kBlock / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) shared[threadIdx.x] = op(shared[threadIdx.x], shared[threadIdx.x + s]);
+    __syncthreads();
+  }
+  const A r = shared[0];
+  __syncthreads();
+  return r;
+}
+struct SumOp {
+  template <class A>
+  __device__ A operator()(A a, A b) const {
+    return a + b;
+  }
+};
+struct MaxOp {
+  template <class A>
+  __device__ A operator()(A a, A b) const {
+    return a > b ? a : b;
+  }
+};
+
+// Registration for the CUDA device, mirroring the CPU helpers.
+template <template <class> class Fn>
+void register_floating(Kernel k) {
+  register_kernel(k, DeviceType::CUDA, DType::Float16, &Fn<Half>::run);
+  register_kernel(k, DeviceType::CUDA, DType::BFloat16, &Fn<BFloat16>::run);
+  register_kernel(k, DeviceType::CUDA, DType::Float32, &Fn<float>::run);
+  register_kernel(k, DeviceType::CUDA, DType::Float64, &Fn<double>::run);
+}
+template <template <class> class Fn>
+void register_numeric(Kernel k) {
+  register_floating<Fn>(k);
+  register_kernel(k, DeviceType::CUDA, DType::Int32, &Fn<int32_t>::run);
+  register_kernel(k, DeviceType::CUDA, DType::Int64, &Fn<int64_t>::run);
+}
+template <template <class> class Fn>
+void register_all(Kernel k) {
+  register_numeric<Fn>(k);
+  register_kernel(k, DeviceType::CUDA, DType::Bool, &Fn<bool>::run);
+}
+
+// Calls f.template operator()<T>() with T the device element type of `dtype`.
+template <class F>
+decltype(auto) visit_dtype(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::Bool:
+      return f.template operator()<bool>();
+    case DType::Int32:
+      return f.template operator()<int32_t>();
+    case DType::Int64:
+      return f.template operator()<int64_t>();
+    case DType::Float16:
+      return f.template operator()<Half>();
+    case DType::BFloat16:
+      return f.template operator()<BFloat16>();
+    case DType::Float32:
+      return f.template operator()<float>();
+    case DType::Float64:
+      return f.template operator()<double>();
+  }
+  return f.template operator()<float>();
+}
+
+// A device scratch buffer from the caching allocator (freed stream-ordered like a tensor).
+Tensor scratch(int64_t nbytes, Device device);
+
+// Out-of-range index check without a per-element host copy: kernels atomicMin the first bad
+// position into a device word; check() copies that one word back and fails naming it.
+class IndexCheck {
+ public:
+  explicit IndexCheck(Device device);
+  unsigned long long* flag() const { return flag_; }
+  // Returns the first offending position, or -1 when every index was in range.
+  int64_t first_bad() const;
+
+ private:
+  Tensor buffer_;
+  unsigned long long* flag_;
+  Device device_;
+};
+
+}  // namespace tessera::cuda

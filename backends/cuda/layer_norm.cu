@@ -1,0 +1,150 @@
+// Fused layer_norm over the last dim of a contiguous [N, C] input, one block per row.
+// forward  inputs: x, weight (optional), bias (optional); attrs.scalar = eps
+//          outputs: y [N, C], mean [N], rstd [N] (in the compute type)
+// backward inputs: dy, x, mean, rstd, weight (optional); outputs: dx, dweight, dbias
+//          (optional). dweight/dbias: each block of kRowsPerBlock rows writes its own partial
+//          row, then one thread per column sums the partials in order (deterministic).
+#include "backends/cuda/kernel_util.cuh"
+
+namespace tessera::cuda {
+namespace {
+
+constexpr int64_t kRowsPerBlock = 32;
+
+template <class T>
+__global__ void layer_norm_kernel(const T* x, const T* w, const T* b, T* y, compute_t<T>* mean,
+                                  compute_t<T>* rstd, int64_t C, compute_t<T> eps) {
+  using A = compute_t<T>;
+  const int64_t base = blockIdx.x * C;
+  A s = 0;
+  for (int64_t j = threadIdx.x; j < C; j += kThreads) s += A(load(x[base + j]));
+  const A m = block_reduce<kThreads>(s, SumOp{}) / A(C);
+  A v = 0;
+  for (int64_t j = threadIdx.x; j < C; j += kThreads) {
+    const A d = A(load(x[base + j])) - m;
+    v += d * d;
+  }
+  const A rs = A(1) / sqrt(block_reduce<kThreads>(v, SumOp{}) / A(C) + eps);
+  if (threadIdx.x == 0) {
+    mean[blockIdx.x] = m;
+    rstd[blockIdx.x] = rs;
+  }
+  for (int64_t j = threadIdx.x; j < C; j += kThreads) {
+    A o = (A(load(x[base + j])) - m) * rs;
+    if (w) o *= A(load(w[j]));
+    if (b) o += A(load(b[j]));
+    y[base + j] = convert<T>(o);
+  }
+}
+
+template <class T>
+__global__ void layer_norm_backward_kernel(const T* dy, const T* x, const compute_t<T>* mean,
+                                           const compute_t<T>* rstd, const T* w, T* dx,
+                                           compute_t<T>* part_dw, compute_t<T>* part_db,
+                                           int64_t N, int64_t C) {
+  using A = compute_t<T>;
+  const int64_t r0 = blockIdx.x * kRowsPerBlock, r1 = min(N, r0 + kRowsPerBlock);
+  A* pdw = part_dw ? part_dw + blockIdx.x * C : nullptr;
+  A* pdb = part_db ? part_db + blockIdx.x * C : nullptr;
+  for (int64_t j = threadIdx.x; j < C; j += kThreads) {
+    if (pdw) pdw[j] = 0;
+    if (pdb) pdb[j] = 0;
+  }
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t base = r * C;
+    const A m = mean[r], rs = rstd[r];
+    // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * w
+    A sg = 0, sgx = 0;
+    for (int64_t j = threadIdx.x; j < C; j += kThreads) {
+      const A xhat = (A(load(x[base + j])) - m) * rs;
+      const A d = load(dy[base + j]);
+      const A g = d * (w ? A(load(w[j])) : A(1));
+      sg += g;
+      sgx += g * xhat;
+      if (pdw) pdw[j] += d * xhat;  // each thread owns its columns: no race
+      if (pdb) pdb[j] += d;
+    }
+    sg = block_reduce<kThreads>(sg, SumOp{}) / A(C);
+    sgx = block_reduce<kThreads>(sgx, SumOp{}) / A(C);
+    for (int64_t j = threadIdx.x; j < C; j += kThreads) {
+      const A xhat = (A(load(x[base + j])) - m) * rs;
+      const A g = A(load(dy[base + j])) * (w ? A(load(w[j])) : A(1));
+      dx[base + j] = convert<T>(rs * (g - sg - xhat * sgx));
+    }
+  }
+}
+
+template <class T>
+__global__ void sum_partials_kernel(const compute_t<T>* part, int64_t blocks, int64_t C, T* out) {
+  const int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (j >= C) return;
+  compute_t<T> s = 0;
+  for (int64_t b = 0; b < blocks; ++b) s += part[b * C + j];
+  out[j] = convert<T>(s);
+}
+
+template <class T>
+const T* optional_ptr(const Tensor& t) {
+  return t.defined() ? static_cast<const T*>(t.data_ptr()) : nullptr;
+}
+
+template <class T>
+struct LayerNorm {
+  static void run(const KernelCall& c) {
+    using A = compute_t<T>;
+    const Tensor& x = c.inputs[0];
+    const int64_t N = x.shape()[0], C = x.shape()[1];
+    if (N == 0) return;
+    layer_norm_kernel<T><<<static_cast<unsigned>(N), kThreads, 0, stream_of(x)>>>(
+        static_cast<const T*>(x.data_ptr()), optional_ptr<T>(c.inputs[1]),
+        optional_ptr<T>(c.inputs[2]), static_cast<T*>(c.outputs[0].data_ptr()),
+        static_cast<A*>(c.outputs[1].data_ptr()), static_cast<A*>(c.outputs[2].data_ptr()), C,
+        static_cast<A>(c.attrs.scalar));
+    TS_CUDA_LAUNCH_CHECK("layer_norm");
+  }
+};
+
+template <class T>
+struct LayerNormBackward {
+  static void run(const KernelCall& c) {
+    using A = compute_t<T>;
+    const Tensor& x = c.inputs[1];
+    const int64_t N = x.shape()[0], C = x.shape()[1];
+    const bool want_dw = c.outputs.size() > 1 && c.outputs[1].defined();
+    const bool want_db = c.outputs.size() > 2 && c.outputs[2].defined();
+    const int64_t blocks = (N + kRowsPerBlock - 1) / kRowsPerBlock;
+    cudaStream_t stream = stream_of(x);
+    if (N == 0) {
+      for (int k = 1; k <= 2; ++k)
+        if (c.outputs.size() > static_cast<size_t>(k) && c.outputs[k].defined())
+          TS_CUDA_CHECK(cudaMemsetAsync(c.outputs[k].data_ptr(), 0, c.outputs[k].nbytes(), stream));
+      return;
+    }
+    const int64_t part_bytes = blocks * C * static_cast<int64_t>(sizeof(A));
+    Tensor pdw = want_dw ? scratch(part_bytes, x.device()) : Tensor();
+    Tensor pdb = want_db ? scratch(part_bytes, x.device()) : Tensor();
+    layer_norm_backward_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+        static_cast<const T*>(c.inputs[0].data_ptr()), static_cast<const T*>(x.data_ptr()),
+        static_cast<const A*>(c.inputs[2].data_ptr()), static_cast<const A*>(c.inputs[3].data_ptr()),
+        optional_ptr<T>(c.inputs[4]), static_cast<T*>(c.outputs[0].data_ptr()),
+        want_dw ? static_cast<A*>(pdw.data_ptr()) : nullptr,
+        want_db ? static_cast<A*>(pdb.data_ptr()) : nullptr, N, C);
+    TS_CUDA_LAUNCH_CHECK("layer_norm_backward");
+    if (want_dw)
+      sum_partials_kernel<T><<<grid_for(C), kThreads, 0, stream>>>(
+          static_cast<const A*>(pdw.data_ptr()), blocks, C, static_cast<T*>(c.outputs[1].data_ptr()));
+    if (want_db)
+      sum_partials_kernel<T><<<grid_for(C), kThreads, 0, stream>>>(
+          static_cast<const A*>(pdb.data_ptr()), blocks, C, static_cast<T*>(c.outputs[2].data_ptr()));
+    TS_CUDA_LAUNCH_CHECK("layer_norm_backward");
+  }
+};
+
+const bool registered = [] {
+  register_floating<LayerNorm>(Kernel::layer_norm);
+  register_floating<LayerNormBackward>(Kernel::layer_norm_backward);
+  return true;
+}();
+
+}  // namespace
+}  // namespace tessera::cuda

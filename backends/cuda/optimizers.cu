@@ -1,0 +1,246 @@
+// Fused multi-tensor optimizer updates: one launch updates every parameter of a group. The
+// host cuts all tensors into fixed chunks and uploads one table of pointers; each block
+// updates one chunk. Same contracts (and per-element formulas) as the CPU kernels:
+//   adamw_step outputs params, exp_avg, exp_avg_sq; inputs grads; scalars lr, beta1, beta2,
+//              eps, weight_decay, bias_correction1, bias_correction2, decoupled
+//   sgd_step   outputs params, momentum_buffers; inputs grads; scalars lr, momentum,
+//              dampening, weight_decay, nesterov, first_step
+//   lamb_step  as adamw plus max_coeff, min_coeff; the per-tensor trust ratio comes from
+//              per-chunk partial norms summed in chunk order (deterministic).
+#include <vector>
+
+#include "backends/cuda/kernel_util.cuh"
+
+namespace tessera::cuda {
+namespace {
+
+constexpr int64_t kChunkElems = 1 << 16;
+
+template <class T>
+struct TensorSlots {
+  T* p;
+  T* m;  // exp_avg or momentum buffer (may be null)
+  T* v;  // exp_avg_sq (may be null)
+  const T* g;
+  int64_t n;
+};
+struct Chunk {
+  int32_t tensor;
+  int64_t begin, end;
+};
+
+// Uploads the slot and chunk tables into one device buffer.
+template <class T>
+struct Table {
+  Tensor buffer;
+  const TensorSlots<T>* slots = nullptr;
+  const Chunk* chunks = nullptr;
+  int64_t nchunks = 0;
+
+  Table(const KernelCall& c, int state_tensors) {
+    const size_t n = c.inputs.size();
+    std::vector<TensorSlots<T>> slots_h(n);
+    std::vector<Chunk> chunks_h;
+    for (size_t t = 0; t < n; ++t) {
+      const int64_t len = c.outputs[t].numel();
+      slots_h[t] = {static_cast<T*>(c.outputs[t].data_ptr()),
+                    state_tensors >= 1 && c.outputs.size() > n ? static_cast<T*>(c.outputs[n + t].data_ptr()) : nullptr,
+                    state_tensors >= 2 ? static_cast<T*>(c.outputs[2 * n + t].data_ptr()) : nullptr,
+                    static_cast<const T*>(c.inputs[t].data_ptr()), len};
+      for (int64_t b = 0; b < len; b += kChunkElems)
+        chunks_h.push_back({static_cast<int32_t>(t), b, std::min(len, b + kChunkElems)});
+    }
+    nchunks = static_cast<int64_t>(chunks_h.size());
+    const size_t slot_bytes = (n * sizeof(TensorSlots<T>) + 255) / 256 * 256;
+    const size_t bytes = slot_bytes + chunks_h.size() * sizeof(Chunk);
+    const Device dev = c.outputs[0].device();
+    buffer = scratch(static_cast<int64_t>(bytes), dev);
+    char* base = static_cast<char*>(buffer.data_ptr());
+    cudaStream_t stream = stream_for(dev);
+    TS_CUDA_CHECK(cudaMemcpyAsync(base, slots_h.data(), n * sizeof(TensorSlots<T>),
+                                  cudaMemcpyHostToDevice, stream));
+    if (!chunks_h.empty())
+      TS_CUDA_CHECK(cudaMemcpyAsync(base + slot_bytes, chunks_h.data(),
+                                    chunks_h.size() * sizeof(Chunk), cudaMemcpyHostToDevice, stream));
+    slots = reinterpret_cast<const TensorSlots<T>*>(base);
+    chunks = reinterpret_cast<const Chunk*>(base + slot_bytes);
+  }
+};
+
+template <class T>
+struct AdamParams {
+  T lr, b1, b2, eps, wd, bc1, bc2_sqrt;
+  bool decoupled;
+};
+
+template <class T>
+__global__ void adamw_kernel(const TensorSlots<T>* slots, const Chunk* chunks, AdamParams<T> h) {
+  const Chunk ch = chunks[blockIdx.x];
+  const TensorSlots<T> s = slots[ch.tensor];
+  for (int64_t i = ch.begin + threadIdx.x; i < ch.end; i += kThreads) {
+    T p = s.p[i], grad = s.g[i];
+    if (h.decoupled)
+      p -= h.lr * h.wd * p;
+    else
+      grad += h.wd * p;
+    const T m = h.b1 * s.m[i] + (T(1) - h.b1) * grad;
+    const T v = h.b2 * s.v[i] + (T(1) - h.b2) * grad * grad;
+    s.m[i] = m;
+    s.v[i] = v;
+    const T denom = sqrt(v) / h.bc2_sqrt + h.eps;
+    s.p[i] = p - (h.lr / h.bc1) * m / denom;
+  }
+}
+
+template <class T>
+struct AdamW {
+  static void run(const KernelCall& c) {
+    if (c.inputs.empty()) return;
+    const auto& s = c.attrs.scalars;
+    const Table<T> table(c, 2);
+    if (table.nchunks == 0) return;
+    const AdamParams<T> h{T(s[0]), T(s[1]), T(s[2]), T(s[3]), T(s[4]), T(s[5]),
+                          T(std::sqrt(s[6])), s[7] != 0.0};
+    adamw_kernel<T><<<static_cast<unsigned>(table.nchunks), kThreads, 0,
+                      stream_of(c.outputs[0])>>>(table.slots, table.chunks, h);
+    TS_CUDA_LAUNCH_CHECK("adamw_step");
+  }
+};
+
+template <class T>
+struct SgdParams {
+  T lr, mom, damp, wd;
+  bool nesterov, first;
+};
+
+template <class T>
+__global__ void sgd_kernel(const TensorSlots<T>* slots, const Chunk* chunks, SgdParams<T> h) {
+  const Chunk ch = chunks[blockIdx.x];
+  const TensorSlots<T> s = slots[ch.tensor];
+  for (int64_t i = ch.begin + threadIdx.x; i < ch.end; i += kThreads) {
+    T d = s.g[i] + h.wd * s.p[i];
+    if (s.m) {
+      const T b = h.first ? d : h.mom * s.m[i] + (T(1) - h.damp) * d;
+      s.m[i] = b;
+      d = h.nesterov ? d + h.mom * b : b;
+    }
+    s.p[i] -= h.lr * d;
+  }
+}
+
+template <class T>
+struct Sgd {
+  static void run(const KernelCall& c) {
+    if (c.inputs.empty()) return;
+    const auto& s = c.attrs.scalars;
+    const bool momentum = s[1] != 0.0;
+    const Table<T> table(c, momentum ? 1 : 0);
+    if (table.nchunks == 0) return;
+    const SgdParams<T> h{T(s[0]), T(s[1]), T(s[2]), T(s[3]), s[4] != 0.0, s[5] != 0.0};
+    sgd_kernel<T><<<static_cast<unsigned>(table.nchunks), kThreads, 0, stream_of(c.outputs[0])>>>(
+        table.slots, table.chunks, h);
+    TS_CUDA_LAUNCH_CHECK("sgd_step");
+  }
+};
+
+template <class T>
+struct LambParams {
+  T lr, b1, b2, eps, wd, bc1, bc2, max_c, min_c;
+};
+
+template <class T>
+__device__ T lamb_update(const TensorSlots<T>& s, int64_t i, const LambParams<T>& h) {
+  return (s.m[i] / h.bc1) / (sqrt(s.v[i] / h.bc2) + h.eps) + h.wd * s.p[i];
+}
+
+// Moments, then per-chunk partial sums of ||p||^2 and ||update||^2 (in double).
+template <class T>
+__global__ void lamb_moments_kernel(const TensorSlots<T>* slots, const Chunk* chunks,
+                                    LambParams<T> h, double* partial) {
+  const Chunk ch = chunks[blockIdx.x];
+  const TensorSlots<T> s = slots[ch.tensor];
+  double pn = 0, un = 0;
+  for (int64_t i = ch.begin + threadIdx.x; i < ch.end; i += kThreads) {
+    const T g = s.g[i];
+    s.m[i] = h.b1 * s.m[i] + (T(1) - h.b1) * g;
+    s.v[i] = h.b2 * s.v[i] + (T(1) - h.b2) * g * g;
+    const T u = lamb_update(s, i, h);
+    pn += double(s.p[i]) * double(s.p[i]);
+    un += double(u) * double(u);
+  }
+  pn = block_reduce<kThreads>(pn, SumOp{});
+  un = block_reduce<kThreads>(un, SumOp{});
+  if (threadIdx.x == 0) {
+    partial[2 * blockIdx.x] = pn;
+    partial[2 * blockIdx.x + 1] = un;
+  }
+}
+
+// One thread per tensor: its chunks' partials in order -> clamped trust ratio.
+template <class T>
+__global__ void lamb_ratio_kernel(const Chunk* chunks, int64_t nchunks, const double* partial,
+                                  int64_t ntensors, LambParams<T> h, T* ratio) {
+  const int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (t >= ntensors) return;
+  double pn = 0, un = 0;
+  for (int64_t k = 0; k < nchunks; ++k)
+    if (chunks[k].tensor == t) {
+      pn += partial[2 * k];
+      un += partial[2 * k + 1];
+    }
+  pn = sqrt(pn);
+  un = sqrt(un);
+  T r = (pn > 0 && un > 0) ? T(pn / un) : T(1);
+  ratio[t] = min(h.max_c, max(h.min_c, r));
+}
+
+template <class T>
+__global__ void lamb_apply_kernel(const TensorSlots<T>* slots, const Chunk* chunks,
+                                  LambParams<T> h, const T* ratio) {
+  const Chunk ch = chunks[blockIdx.x];
+  const TensorSlots<T> s = slots[ch.tensor];
+  const T r = ratio[ch.tensor];
+  for (int64_t i = ch.begin + threadIdx.x; i < ch.end; i += kThreads)
+    s.p[i] -= h.lr * r * lamb_update(s, i, h);
+}
+
+template <class T>
+struct Lamb {
+  static void run(const KernelCall& c) {
+    if (c.inputs.empty()) return;
+    const auto& s = c.attrs.scalars;
+    const Table<T> table(c, 2);
+    if (table.nchunks == 0) return;
+    const LambParams<T> h{T(s[0]), T(s[1]), T(s[2]), T(s[3]), T(s[4]),
+                          T(s[5]), T(s[6]), T(s[7]), T(s[8])};
+    const Device dev = c.outputs[0].device();
+    cudaStream_t stream = stream_for(dev);
+    const int64_t nt = static_cast<int64_t>(c.inputs.size());
+    Tensor partial = scratch(table.nchunks * 16, dev);
+    Tensor ratio = scratch(nt * static_cast<int64_t>(sizeof(T)), dev);
+    const auto blocks = static_cast<unsigned>(table.nchunks);
+    lamb_moments_kernel<T><<<blocks, kThreads, 0, stream>>>(
+        table.slots, table.chunks, h, static_cast<double*>(partial.data_ptr()));
+    lamb_ratio_kernel<T><<<grid_for(nt), kThreads, 0, stream>>>(
+        table.chunks, table.nchunks, static_cast<const double*>(partial.data_ptr()), nt, h,
+        static_cast<T*>(ratio.data_ptr()));
+    lamb_apply_kernel<T><<<blocks, kThreads, 0, stream>>>(table.slots, table.chunks, h,
+                                                         static_cast<const T*>(ratio.data_ptr()));
+    TS_CUDA_LAUNCH_CHECK("lamb_step");
+  }
+};
+
+const bool registered = [] {
+  for (DType d : {DType::Float32, DType::Float64}) {
+    const bool f = d == DType::Float32;
+    register_kernel(Kernel::adamw_step, DeviceType::CUDA, d,
+                    f ? &AdamW<float>::run : &AdamW<double>::run);
+    register_kernel(Kernel::sgd_step, DeviceType::CUDA, d, f ? &Sgd<float>::run : &Sgd<double>::run);
+    register_kernel(Kernel::lamb_step, DeviceType::CUDA, d,
+                    f ? &Lamb<float>::run : &Lamb<double>::run);
+  }
+  return true;
+}();
+
+}  // namespace
+}  // namespace tessera::cuda

@@ -1,0 +1,93 @@
+// softmax / log_softmax over the last dim of a contiguous [rows, C] input (one block per
+// row), and their backward passes from the saved output.
+#include "backends/cuda/kernel_util.cuh"
+
+namespace tessera::cuda {
+namespace {
+
+template <class T, bool kLog>
+__global__ void softmax_kernel(const T* x, T* y, int64_t C) {
+  using A = compute_t<T>;
+  const T* xr = x + blockIdx.x * C;
+  T* yr = y + blockIdx.x * C;
+  A m = -INFINITY;
+  for (int64_t j = threadIdx.x; j < C; j += kThreads) m = max(m, A(load(xr[j])));
+  m = block_reduce<kThreads>(m, MaxOp{});
+  if (isinf(m) && m < 0) m = 0;  // an all -inf row: avoid inf - inf
+  A s = 0;
+  for (int64_t j = threadIdx.x; j < C; j += kThreads) s += exp(A(load(xr[j])) - m);
+  s = block_reduce<kThreads>(s, SumOp{});
+  if constexpr (kLog) {
+    const A lse = m + log(s);
+    for (int64_t j = threadIdx.x; j < C; j += kThreads) yr[j] = convert<T>(A(load(xr[j])) - lse);
+  } else {
+    const A inv = A(1) / s;
+    for (int64_t j = threadIdx.x; j < C; j += kThreads)
+      yr[j] = convert<T>(exp(A(load(xr[j])) - m) * inv);
+  }
+}
+
+// softmax: y * (g - sum(g * y)); log_softmax: g - exp(y) * sum(g).
+template <class T, bool kLog>
+__global__ void softmax_backward_kernel(const T* g, const T* y, T* dx, int64_t C) {
+  using A = compute_t<T>;
+  const int64_t base = blockIdx.x * C;
+  A s = 0;
+  for (int64_t j = threadIdx.x; j < C; j += kThreads)
+    s += kLog ? A(load(g[base + j])) : A(load(g[base + j])) * A(load(y[base + j]));
+  s = block_reduce<kThreads>(s, SumOp{});
+  for (int64_t j = threadIdx.x; j < C; j += kThreads) {
+    const A gj = load(g[base + j]), yj = load(y[base + j]);
+    dx[base + j] = convert<T>(kLog ? gj - exp(yj) * s : yj * (gj - s));
+  }
+}
+
+int64_t rows_of(const Tensor& x, int64_t& C) {
+  C = x.shape().empty() ? 1 : x.shape().back();
+  return C == 0 ? 0 : x.numel() / C;
+}
+
+template <class T, bool kLog>
+struct Softmax {
+  static void run(const KernelCall& c) {
+    int64_t C;
+    const int64_t rows = rows_of(c.inputs[0], C);
+    if (rows == 0) return;
+    softmax_kernel<T, kLog><<<static_cast<unsigned>(rows), kThreads, 0, stream_of(c.outputs[0])>>>(
+        static_cast<const T*>(c.inputs[0].data_ptr()), static_cast<T*>(c.outputs[0].data_ptr()), C);
+    TS_CUDA_LAUNCH_CHECK("softmax");
+  }
+};
+template <class T, bool kLog>
+struct SoftmaxBackward {
+  static void run(const KernelCall& c) {
+    int64_t C;
+    const int64_t rows = rows_of(c.inputs[0], C);
+    if (rows == 0) return;
+    softmax_backward_kernel<T, kLog>
+        <<<static_cast<unsigned>(rows), kThreads, 0, stream_of(c.outputs[0])>>>(
+            static_cast<const T*>(c.inputs[0].data_ptr()),
+            static_cast<const T*>(c.inputs[1].data_ptr()), static_cast<T*>(c.outputs[0].data_ptr()),
+            C);
+    TS_CUDA_LAUNCH_CHECK("softmax_backward");
+  }
+};
+template <class T>
+using SoftmaxK = Softmax<T, false>;
+template <class T>
+using LogSoftmaxK = Softmax<T, true>;
+template <class T>
+using SoftmaxBackwardK = SoftmaxBackward<T, false>;
+template <class T>
+using LogSoftmaxBackwardK = SoftmaxBackward<T, true>;
+
+const bool registered = [] {
+  register_floating<SoftmaxK>(Kernel::softmax);
+  register_floating<LogSoftmaxK>(Kernel::log_softmax);
+  register_floating<SoftmaxBackwardK>(Kernel::softmax_backward);
+  register_floating<LogSoftmaxBackwardK>(Kernel::log_softmax_backward);
+  return true;
+}();
+
+}  // namespace
+}  // namespace tessera::cuda

@@ -1,0 +1,44 @@
+// Streams and events. Every kernel, copy and library call of the backend runs on its device's
+// compute stream, so work is ordered without host synchronisation and a freed block can be
+// reused by the next allocation at once (stream-ordered reuse).
+#pragma once
+#include <cuda_runtime.h>
+
+#include "tessera/device.h"
+
+namespace tessera::cuda {
+
+cudaStream_t compute_stream(int device);
+inline cudaStream_t stream_for(Device d) {
+  return compute_stream(d.index);
+}
+// Makes `device` current for the scope (kernels launch on the current device).
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+
+// A timing event; elapsed_ms(a, b) waits for b.
+class Event {
+ public:
+  Event();
+  ~Event();
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  void record(cudaStream_t stream);
+  void synchronize();
+  static float elapsed_ms(const Event& start, const Event& end);
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
+void synchronize_stream(int device);
+
+}  // namespace tessera::cuda

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Runs on a GPU machine from the repository root: unpacks .gpu/bundle.tar.xz (made here by
+# scripts/gpu_bundle.sh), finds the CUDA libraries wherever that machine keeps them, then runs
+# the stages named (default: all): probe, tests, check, bench, train. Logs go to $OUT if set.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root="$(pwd)"
+out="${OUT:-/tmp/tessera-gpu-out}"
+mkdir -p "$out"
+work=/tmp/tessera-gpu
+rm -rf "$work" && mkdir -p "$work" && tar -C "$work" -xJf .gpu/bundle.tar.xz || exit 1
+libdirs="$work/lib"
+for lib in libcublasLt.so.13 libcudnn.so.9 libnccl.so.2; do
+  found="$( (ldconfig -p | awk -v l="$lib" '$1 == l {print $NF; exit}'; \
+            find /usr/local/cuda/lib64 /usr/local/cuda/targets /usr/lib /opt /usr/local/lib -name "$lib" 2>/dev/null) | head -1)"
+  [ -n "$found" ] && libdirs="$libdirs:$(dirname "$found")"
+  echo "located $lib: ${found:-NOT FOUND}"
+done
+export LD_LIBRARY_PATH="$libdirs:${LD_LIBRARY_PATH:-}"
+export TESSERA_FIXTURES_DIR="$root/tests/fixtures"
+ts="$work/build/tools/tessera"
+stages="${*:-probe tests check bench train}"
+status=0
+for stage in $stages; do
+  echo "=== $stage"
+  case "$stage" in
+    probe)
+      nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv
+      nvcc --version | tail -1; python3 -c 'import torch; print("torch", torch.__version__, torch.version.cuda)'
+      ldd "$work/build/libtessera.so" | grep -E "not found|cuda|cublas|cudnn|nccl"
+      "$ts" report --json | tee "$out/report.json" ;;
+    tests)
+      # The CUDA suite, then every other suite's CUDA cases (named "...cuda...").
+      "$work/build/tests/test-backends-cuda" 2>&1 | tee "$out/test-backends-cuda.log" | tail -30
+      [ "${PIPESTATUS[0]}" = 0 ] || status=1
+      for t in "$work"/build/tests/test-*; do
+        [ "$(basename "$t")" = test-backends-cuda ] && continue
+        "$t" -tc='*cuda*' 2>&1 | tee "$out/$(basename "$t").log" | grep -E "FAIL|ERROR|test cases" | tail -30
+        [ "${PIPESTATUS[0]}" = 0 ] || status=1
+      done ;;
+    check)
+      "$ts" kernels check --device cuda 2>&1 | tee "$out/kernels_check.log" | tail -80
+      [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
+    bench) [ -x scripts/gpu_bench.sh ] && bash scripts/gpu_bench.sh "$ts" "$out" ;;
+    train) [ -x scripts/gpu_train.sh ] && bash scripts/gpu_train.sh "$ts" "$out" ;;
+  esac
+done
+exit $status
