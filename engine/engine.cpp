@@ -74,6 +74,11 @@ Engine::Engine(nn::Module& model, io::TrainConfig config,
   if (config_.fp16.enabled) compute_dtype_ = DType::Float16;
   if (config_.bf16) compute_dtype_ = DType::BFloat16;
   TS_CHECK(!model_.named_parameters().empty(), "engine: the model has no parameters");
+  TS_CHECK(world == 1 || model_.named_parameters().front().second->device().is_cpu(),
+           "engine: training on ", model_.named_parameters().front().second->device().str(),
+           " with ", world,
+           " ranks needs the NCCL process group, which is not built yet; run one process per "
+           "GPU job, or train on the CPU with MPI");
   if (world > 1) {
     // Every rank starts from rank 0's float32 parameters (as DDP does), before any master
     // copy or 16-bit cast is made from them; this start-up traffic is not counted.
@@ -168,7 +173,8 @@ Tensor Engine::forward(const models::Batch& batch) {
   TS_CHECK(m,
            "engine.forward: the model is not a built-in one; call your model's forward and pass "
            "its loss to backward");
-  return m->loss(batch);
+  // Samplers produce host batches; the model may live on a GPU.
+  return m->loss(batch.to(model_.named_parameters().front().second->device()));
 }
 
 bool Engine::is_gradient_accumulation_boundary() const {

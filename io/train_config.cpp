@@ -403,6 +403,11 @@ TrainConfig TrainConfig::parse(const std::string& text, int64_t world, const std
     t.get_min<int64_t>("sample_tokens", c.train.sample_tokens, 0, ">= 0");
     t.get("checkpoint_dir", c.train.checkpoint_dir);
     t.get_min<int64_t>("checkpoint_interval", c.train.checkpoint_interval, 0, ">= 0 (0 = off)");
+    t.get("device", c.train.device);
+    TS_CHECK(c.train.device == "cpu" || c.train.device == "cuda" ||
+                 c.train.device.rfind("cuda:", 0) == 0,
+             source, ": 'train.device' is \"", c.train.device,
+             "\", expected \"cpu\", \"cuda\" or \"cuda:N\"");
     t.warn_unknown();
   }
   root.warn_unknown();

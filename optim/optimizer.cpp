@@ -194,14 +194,15 @@ void Lamb::step() {
 
 double grad_norm(const std::vector<Tensor>& params) {
   NoGradGuard no_grad;
-  double total = 0;
+  // One norm per gradient (each accumulated in double by the kernel), then the norm of those
+  // in float64: a single value comes back to the host, so a GPU step syncs once, not per tensor.
+  std::vector<Tensor> norms;
   for (const Tensor& p : params) {
     const Tensor g = p.grad();
-    if (!g.defined()) continue;
-    const double n = norm(g).item();  // the kernel accumulates in double
-    total += n * n;
+    if (g.defined()) norms.push_back(norm(g).reshape({1}).to(DType::Float64));
   }
-  return std::sqrt(total);
+  if (norms.empty()) return 0.0;
+  return norm(cat(norms, 0)).item();
 }
 
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {

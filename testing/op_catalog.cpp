@@ -153,6 +153,16 @@ std::vector<OpSpec> build_catalog() {
     ops.push_back(s);
   }
   {
+    // A plain copy: its bench figure is the memory-bandwidth ceiling other kernels are
+    // compared with.
+    OpSpec s{"clone",
+             "copy",
+             {{"[3,4]", {in({3, 4})}}, {"[4,3]T", {tin({4, 3})}}},
+             [](const Inputs& x, const OpContext&) { return x[0].clone(); }};
+    s.bench_case = [](const Shape& sh) { return elementwise_bench(sh, 1); };
+    ops.push_back(s);
+  }
+  {
     OpSpec s{
         "cast_int",
         "copy",

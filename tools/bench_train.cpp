@@ -1,14 +1,21 @@
-// `tessera bench train --preset tiny|small|gpt2`: the training step of
+// `tessera bench train --preset P [--device D] [--dtype T]`: the training step of
 // ../shared/reference/gpt_bench.py (tied embeddings, pre-LN blocks without biases, causal
-// attention, tanh-GELU MLP, cross-entropy, AdamW lr 1e-3 betas (0.9, 0.99) wd 0.1, clip 1.0).
+// attention, tanh-GELU MLP, cross-entropy, AdamW lr 1e-3 betas (0.9, 0.99) wd 0.1, clip 1.0),
+// run through the engine so 16-bit dtypes train as DeepSpeed's bf16/fp16 do (float32 masters).
+// Model FLOPs per token (PaLM appendix B): 6 N + 12 L T d, N = non-embedding-position
+// parameters counted once (tied head included once), L layers, T context, d width; MFU is
+// that rate over the device's peak for the dtype (--peak-tflops, default 989 for an H100's
+// dense bf16/fp16, 495 for TF32, 67 for float32; 0 on the CPU).
 #include <algorithm>
 #include <chrono>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "tessera/cuda.h"
+#include "tessera/engine/engine.h"
+#include "tessera/io/train_config.h"
 #include "tessera/models/gpt2.h"
 #include "tessera/ops.h"
-#include "tessera/optim/optimizer.h"
 #include "tools/cli.h"
 
 namespace tessera::cli {
@@ -25,9 +32,22 @@ int bench_train(const Args& a) {
     p = {65, 256, 6, 6, 384, 8};
   else if (name == "gpt2")
     p = {50304, 64, 12, 12, 768, 4};
+  else if (name == "gpt2-1024")  // GPT-2 124M at its full context: the GPU benchmark
+    p = {50304, 1024, 12, 12, 768, 8};
   else
-    fail("bench train: unknown preset '", name, "' (tiny, small or gpt2)");
+    fail("bench train: unknown preset '", name, "' (tiny, small, gpt2 or gpt2-1024)");
+  if (a.has("batch")) p.batch = a.get_int("batch", p.batch);
+  TS_CHECK(p.batch > 0, "--batch must be positive");
+  const Device device = Device::parse(a.get("device", "cpu"));
+  if (device.is_cuda())
+    TS_CHECK(device.index < cuda_device_count(), "--device ", device.str(), ": ",
+             cuda_unavailable_reason().empty() ? "not visible" : cuda_unavailable_reason());
+  const DType dtype = dtype_from_name(a.get("dtype", "float32"));
+  TS_CHECK(dtype == DType::Float32 || dtype == DType::BFloat16 || dtype == DType::Float16,
+           "--dtype: expected float32, bfloat16 or float16, got ", dtype_name(dtype));
   const int64_t steps = a.get_int("iters", 10);
+  TS_CHECK(steps > 0, "--iters must be positive");
+
   manual_seed(0);
   models::GPT2Config c;
   c.vocab_size = p.vocab, c.n_positions = p.block, c.n_layer = p.layers, c.n_head = p.heads,
@@ -35,22 +55,31 @@ int bench_train(const Args& a) {
   c.bias = false;
   c.dropout = 0.0;
   models::GPT2LMHeadModel model(c);
-  // Weight decay on every parameter, as gpt_bench.py's single AdamW group does.
-  std::vector<optim::ParamGroup> groups{{{}, model.parameters(), 1e-3, 0.1}};
-  optim::Adam opt(groups, optim::AdamOptions{0.9, 0.99, 1e-8, true});
+  model.to(device);
+  nlohmann::json cfg = {
+      {"train_micro_batch_size_per_gpu", p.batch},
+      {"gradient_accumulation_steps", 1},
+      {"gradient_clipping", 1.0},
+      {"optimizer",
+       {{"type", "AdamW"}, {"params", {{"lr", 1e-3}, {"betas", {0.9, 0.99}}, {"weight_decay", 0.1}}}}}};
+  if (dtype == DType::BFloat16) cfg["bf16"] = {{"enabled", true}};
+  if (dtype == DType::Float16) cfg["fp16"] = {{"enabled", true}, {"loss_scale", 1024}};
+  auto engine = engine::initialize(model, io::TrainConfig::parse(cfg.dump(), 1, "bench config"));
+
   Generator gen(1);
-  const Tensor x =
-      (rand({p.batch, p.block}, DType::Float32, Device::cpu(), &gen) * static_cast<double>(p.vocab))
-          .to(DType::Int64);
-  const Tensor y =
-      (rand({p.batch, p.block}, DType::Float32, Device::cpu(), &gen) * static_cast<double>(p.vocab))
-          .to(DType::Int64);
+  auto tokens = [&] {
+    return (rand({p.batch, p.block}, DType::Float32, Device::cpu(), &gen) *
+            static_cast<double>(p.vocab))
+        .to(DType::Int64)
+        .to(device);
+  };
+  const models::Batch batch{tokens(), tokens()};
+  double last_loss = 0;
   auto step = [&] {
-    const Tensor loss = model.loss({x, y});
-    opt.zero_grad();
-    loss.backward();
-    optim::clip_grad_norm(model.parameters(), 1.0);
-    opt.step();
+    const Tensor loss = engine->forward(batch);
+    engine->backward(loss);
+    engine->step();
+    last_loss = loss.item();  // also waits for the device
   };
   for (int i = 0; i < 3; ++i) step();
   std::vector<double> ms;
@@ -63,15 +92,37 @@ int bench_train(const Args& a) {
   std::sort(ms.begin(), ms.end());
   const double med = ms[ms.size() / 2];
   const double tps = static_cast<double>(p.batch * p.block) / med * 1e3;
-  const nlohmann::json j{{"preset", name},
-                         {"params", model.num_parameters()},
-                         {"ms_per_step", med},
-                         {"tokens_per_s", tps}};
+  const double n_params = static_cast<double>(model.num_parameters() - p.block * p.dim);
+  const double flops_per_token =
+      6.0 * n_params + 12.0 * static_cast<double>(p.layers * p.block * p.dim);
+  const double peak_default = device.is_cpu() ? 0.0
+                              : dtype != DType::Float32 ? 989.0
+                              : cuda_allow_tf32()       ? 495.0
+                                                        : 67.0;
+  const double peak = a.has("peak-tflops") ? std::stod(a.get("peak-tflops", "0")) : peak_default;
+  nlohmann::json j{{"preset", name},
+                   {"device", device.str()},
+                   {"dtype", dtype_name(dtype)},
+                   {"batch", p.batch},
+                   {"block", p.block},
+                   {"params", model.num_parameters()},
+                   {"ms_per_step", med},
+                   {"tokens_per_s", tps},
+                   {"model_tflops", flops_per_token * tps / 1e12},
+                   {"loss", last_loss}};
+  if (peak > 0) j["mfu"] = flops_per_token * tps / (peak * 1e12);
+  if (device.is_cuda()) {
+    const CudaMemoryStats m = cuda_memory_stats(device.index);
+    j["peak_allocated_bytes"] = m.peak_allocated;
+  }
   if (a.has("json"))
     std::cout << j.dump() << "\n";
   else
-    std::cout << "bench train " << name << ": " << model.num_parameters() << " parameters, " << med
-              << " ms/step, " << static_cast<int64_t>(tps) << " tokens/s\n";
+    std::cout << "bench train " << name << " on " << device.str() << " (" << dtype_name(dtype)
+              << "): " << model.num_parameters() << " parameters, " << med << " ms/step, "
+              << static_cast<int64_t>(tps) << " tokens/s"
+              << (peak > 0 ? ", MFU " + std::to_string(j["mfu"].get<double>()) : std::string())
+              << "\n";
   return 0;
 }
 

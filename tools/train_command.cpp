@@ -18,6 +18,7 @@
 #include "tessera/models/gpt2.h"
 #include "tessera/ops.h"
 #include "tessera/parallel/process_group.h"
+#include "tessera/cuda.h"
 #include "tools/cli.h"
 
 namespace tessera::cli {
@@ -28,7 +29,8 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 const char* kHelp =
-    R"(usage: tessera train CONFIG.json [--data PATH] [--steps N] [--save DIR] [--resume DIR] [--json]
+    R"(usage: tessera train CONFIG.json [--data PATH] [--steps N] [--device D] [--save DIR]
+                     [--resume DIR] [--json]
 
 Trains the GPT-2 or BERT reference model a DeepSpeed-style JSON config describes (see
 configs/). The corpus (data.path, or --data: a text file or a directory of text files) is
@@ -37,6 +39,8 @@ tokens/s, ETA), the validation loss every train.eval_interval steps, and for GPT
 sample at the end.
 
 --steps N     train until global step N (a resumed run continues from its checkpoint's step)
+--device D    cpu, cuda or cuda:N (overrides train.device; default cpu). On a GPU, bf16 or
+              fp16 in the config trains in 16 bits with float32 master weights.
 --save DIR    write a checkpoint (tag "step<N>") there at the end
 --resume DIR  continue from the latest checkpoint in DIR (model, optimizer, schedule, loss
               scaler, RNG and data position: the numbers continue exactly)
@@ -90,6 +94,7 @@ struct Trainer {
   std::unique_ptr<io::GPTBatchSampler> gpt_sampler;
   std::unique_ptr<io::BertBatchSampler> bert_sampler;
   bool bert = false;
+  Device device = Device::cpu();
 
   std::vector<int64_t> special_ids() const {
     std::vector<int64_t> ids;
@@ -103,6 +108,14 @@ struct Trainer {
     if (!cfg.model.init_from.empty()) {
       auto src = models::load_pretrained(cfg.model.init_from);
       model->load_state_dict(src->state_dict());
+    }
+    device = Device::parse(cfg.train.device);
+    if (device.is_cuda()) {
+      TS_CHECK(device.index < cuda_device_count(), "train.device \"", cfg.train.device, "\": ",
+               cuda_unavailable_reason().empty()
+                   ? std::to_string(cuda_device_count()) + " CUDA devices visible"
+                   : cuda_unavailable_reason());
+      model->to(device);
     }
   }
 
@@ -132,10 +145,9 @@ struct Trainer {
       s.shard(rank, world);
       for (int64_t i = 0; i < cfg.train.eval_iters; ++i) {
         const io::BertBatch bb = s.next();
-        total += model
-                     ->loss({bb.input_ids, bb.targets, bb.attention_mask, bb.token_type_ids,
-                             bb.next_sentence_label})
-                     .item();
+        const models::Batch b{bb.input_ids, bb.targets, bb.attention_mask, bb.token_type_ids,
+                              bb.next_sentence_label};
+        total += model->loss(b.to(device)).item();
       }
     } else {
       io::GPTBatchSampler s(*corpus.val, B, T, 424242);
@@ -143,7 +155,7 @@ struct Trainer {
       for (int64_t i = 0; i < cfg.train.eval_iters; ++i) {
         models::Batch b;
         s.next(b.input_ids, b.targets);
-        total += model->loss(b).item();
+        total += model->loss(b.to(device)).item();
       }
     }
     model->train();
@@ -167,7 +179,7 @@ struct Trainer {
 }  // namespace
 
 int train_main(int argc, char** argv) {
-  const Args a(argc, argv, 2, {"json", "help"}, {"data", "steps", "save", "resume"});
+  const Args a(argc, argv, 2, {"json", "help"}, {"data", "steps", "save", "resume", "device"});
   if (a.has("help")) {
     std::cout << kHelp;
     return 0;
@@ -180,6 +192,7 @@ int train_main(int argc, char** argv) {
   if (lead)
     for (const auto& w : t.cfg.warnings) std::cerr << "warning: " << w << "\n";
   if (a.has("data")) t.cfg.data.path = a.get("data", "");
+  if (a.has("device")) t.cfg.train.device = a.get("device", "cpu");
   if (a.has("steps")) t.cfg.train.steps = a.get_int("steps", t.cfg.train.steps);
   TS_CHECK(t.cfg.train.steps >= 0, "--steps must be >= 0");
   const bool json = a.has("json");

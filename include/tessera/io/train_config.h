@@ -113,6 +113,7 @@ struct TrainConfig {
     int64_t sample_tokens = 300;
     std::string checkpoint_dir;
     int64_t checkpoint_interval = 0;
+    std::string device = "cpu";  // cpu, cuda or cuda:N
   } train;
 
   std::vector<std::string> warnings;

@@ -19,6 +19,9 @@ struct Batch {
   Tensor attention_mask;       // [B, T], 1 = real token (BERT; optional)
   Tensor token_type_ids;       // int64 [B, T] (BERT; optional)
   Tensor next_sentence_label;  // int64 [B] (BERT pretraining; optional)
+
+  // The same batch with every tensor on `device` (samplers produce host tensors).
+  Batch to(Device device) const;
 };
 
 // One parameter's name in Tessera and in HF's files. `transpose`: HF stores it as [in, out]
