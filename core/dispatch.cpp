@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "tessera/cuda.h"
+
 namespace tessera {
 
 namespace {
@@ -15,7 +17,8 @@ Table& table() {
   static Table t{};
   return t;
 }
-// TESSERA_PROFILE=1: time spent in each kernel, printed to stderr at exit.
+// TESSERA_PROFILE=1: time spent in each kernel, printed to stderr at exit (on a GPU each
+// kernel is waited for, so the figures are device time but the run is slower).
 struct KernelProfile {
   bool enabled = std::getenv("TESSERA_PROFILE") != nullptr;
   std::mutex mutex;
@@ -92,8 +95,11 @@ void run_kernel(Kernel k, Device device, DType dtype, std::span<const Tensor> in
     fn(KernelCall{inputs, outputs, attrs});
     return;
   }
+  // GPU kernels run asynchronously: wait before and after so the time is the kernel's own.
+  if (device.is_cuda()) cuda_synchronize();
   const auto t0 = std::chrono::steady_clock::now();
   fn(KernelCall{inputs, outputs, attrs});
+  if (device.is_cuda()) cuda_synchronize();
   const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::lock_guard<std::mutex> lock(prof.mutex);
   prof.seconds[static_cast<int>(k)] += dt;

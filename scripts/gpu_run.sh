@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on a GPU machine from the repository root: unpacks .gpu/bundle.tar.xz (made here by
 # scripts/gpu_bundle.sh), finds the CUDA libraries wherever that machine keeps them, then runs
-# the stages named (default: all): probe, tests, check, bench, train. Logs go to $OUT if set.
+# the stages named (default: all but profile): probe, tests, check, bench, train, profile. Logs go to $OUT if set.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root="$(pwd)"
@@ -41,8 +41,11 @@ for stage in $stages; do
     check)
       "$ts" kernels check --device cuda 2>&1 | tee "$out/kernels_check.log" | tail -80
       [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
-    bench) [ -x scripts/gpu_bench.sh ] && bash scripts/gpu_bench.sh "$ts" "$out" ;;
-    train) [ -x scripts/gpu_train.sh ] && bash scripts/gpu_train.sh "$ts" "$out" ;;
+    bench) bash scripts/gpu_bench.sh "$ts" "$out" ;;
+    profile)  # device time per kernel in a GPT-2 124M bf16 step (each kernel waited for)
+      TESSERA_PROFILE=1 "$ts" bench train --preset gpt2-1024 --device cuda --dtype bfloat16 \
+        --iters 3 2>&1 | tee "$out/profile.log" | tail -40 ;;
+    train) bash scripts/gpu_train.sh "$ts" "$out" ;;
   esac
 done
 exit $status

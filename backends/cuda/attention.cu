@@ -60,6 +60,41 @@ __global__ void attention_probs_kernel(const A* S, T* P, A* lse, MaskView mask, 
   if (threadIdx.x == 0) lse[row] = l;
 }
 
+// The same with one warp per row when 8 rows fit in 48 KB: the row of S is read once.
+constexpr int64_t kWarpSmemMax = 48 * 1024;  // default dynamic shared memory per block
+constexpr int kWarpsPerBlock = 8;
+
+template <class T, class A>
+__global__ void attention_probs_warp_kernel(const A* S, T* P, A* lse, MaskView mask, bool causal,
+                                            int64_t rows, int64_t Tq, int64_t Tk) {
+  extern __shared__ unsigned char smem_raw[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  A* cache = reinterpret_cast<A*>(smem_raw) + warp * Tk;
+  const int64_t row = blockIdx.x * int64_t{kWarpsPerBlock} + warp;
+  if (row >= rows) return;
+  const int64_t bh = row / Tq, i = row % Tq;
+  const A* s = S + row * Tk;
+  T* p = P + row * Tk;
+  A m = -INFINITY;
+  for (int64_t j = lane; j < Tk; j += 32) {
+    const A v = visible(mask, causal, bh, i, j, Tq, Tk) ? s[j] : A(-INFINITY);
+    cache[j] = v;
+    m = max(m, v);
+  }
+  m = warp_reduce(m, MaxOp{});
+  if (isinf(m) && m < 0) {
+    for (int64_t j = lane; j < Tk; j += 32) p[j] = convert<T>(A(0));
+    if (lane == 0) lse[row] = -INFINITY;
+    return;
+  }
+  A sum = 0;
+  for (int64_t j = lane; j < Tk; j += 32) sum += exp(cache[j] - m);  // exp(-inf) = 0
+  sum = warp_reduce(sum, SumOp{});
+  const A l = m + log(sum);
+  for (int64_t j = lane; j < Tk; j += 32) p[j] = convert<T>(exp(cache[j] - l));
+  if (lane == 0) lse[row] = l;
+}
+
 // Backward, one block per query row: P from S and lse; dS = P * (dP - sum(dO * O)) * scale.
 template <class T, class A>
 __global__ void attention_grad_scores_kernel(const A* S, const A* dP, const A* lse, const T* dO,
@@ -133,9 +168,19 @@ struct Attention {
     gemm(dev, t, ta, BH, s.Tq, s.Tk, s.D, plain(q.data_ptr(), s.Tq, s.D),
          transposed(k.data_ptr(), s.Tk, s.D), S.data_ptr(), s.Tk, s.Tq * s.Tk, c.attrs.scalar);
     const Tensor mask = c.inputs.size() > 3 ? c.inputs[3] : Tensor();
-    attention_probs_kernel<T, A><<<static_cast<unsigned>(BH * s.Tq), kThreads, 0, stream>>>(
-        static_cast<const A*>(S.data_ptr()), static_cast<T*>(P.data_ptr()),
-        static_cast<A*>(c.outputs[1].data_ptr()), mask_of(mask, s.H), c.attrs.flag, s.Tq, s.Tk);
+    if (s.Tk * static_cast<int64_t>(sizeof(A)) * kWarpsPerBlock <= kWarpSmemMax) {
+      const int64_t rows = BH * s.Tq;
+      attention_probs_warp_kernel<T, A>
+          <<<static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock),
+             kWarpsPerBlock * 32, kWarpsPerBlock * s.Tk * sizeof(A), stream>>>(
+              static_cast<const A*>(S.data_ptr()), static_cast<T*>(P.data_ptr()),
+              static_cast<A*>(c.outputs[1].data_ptr()), mask_of(mask, s.H), c.attrs.flag, rows,
+              s.Tq, s.Tk);
+    } else {
+      attention_probs_kernel<T, A><<<static_cast<unsigned>(BH * s.Tq), kThreads, 0, stream>>>(
+          static_cast<const A*>(S.data_ptr()), static_cast<T*>(P.data_ptr()),
+          static_cast<A*>(c.outputs[1].data_ptr()), mask_of(mask, s.H), c.attrs.flag, s.Tq, s.Tk);
+    }
     TS_CUDA_LAUNCH_CHECK("attention");
     gemm(dev, t, t, BH, s.Tq, s.Dv, s.Tk, plain(P.data_ptr(), s.Tq, s.Tk),
          plain(v.data_ptr(), s.Tk, s.Dv), c.outputs[0].data_ptr(), s.Dv, s.Tq * s.Dv);

@@ -9,6 +9,24 @@
 namespace tessera::cuda {
 namespace {
 
+// Running max and sum of exp(x - max), merged with rescaling (Milakov & Gimelshein 2018).
+template <class A>
+struct OnlineLse {
+  A m, s;
+  __device__ OnlineLse add(A v) const {
+    return v > m ? OnlineLse{v, s * exp(m - v) + A(1)} : OnlineLse{m, s + exp(v - m)};
+  }
+};
+struct MergeLse {
+  template <class A>
+  __device__ OnlineLse<A> operator()(OnlineLse<A> a, OnlineLse<A> b) const {
+    if (isinf(a.m) && a.m < 0) return b;
+    if (isinf(b.m) && b.m < 0) return a;
+    const A m = max(a.m, b.m);
+    return {m, a.s * exp(a.m - m) + b.s * exp(b.m - m)};
+  }
+};
+
 template <class T>
 __global__ void cross_entropy_kernel(const T* x, const int64_t* tgt, compute_t<T>* loss,
                                      compute_t<T>* lse_out, int64_t C, int64_t ignore,
@@ -19,17 +37,17 @@ __global__ void cross_entropy_kernel(const T* x, const int64_t* tgt, compute_t<T
   const int64_t t = tgt[r];
   const bool valid = t == ignore || (t >= 0 && t < C);
   if (!valid && threadIdx.x == 0) atomicMin(bad, static_cast<unsigned long long>(r));
-  A m = -INFINITY, sx = 0;
+  // One pass: an online (max, sum of exp) pair per thread, merged across the block.
+  OnlineLse<A> acc{-INFINITY, 0};
+  A sx = 0;
   for (int64_t j = threadIdx.x; j < C; j += kThreads) {
     const A v = load(xr[j]);
-    m = max(m, v);
+    acc = acc.add(v);
     sx += v;
   }
-  m = block_reduce<kThreads>(m, MaxOp{});
-  sx = block_reduce<kThreads>(sx, SumOp{});
-  A s = 0;
-  for (int64_t j = threadIdx.x; j < C; j += kThreads) s += exp(A(load(xr[j])) - m);
-  s = block_reduce<kThreads>(s, SumOp{});
+  acc = block_reduce<kThreads>(acc, MergeLse{});
+  sx = block_reduce_fast<kThreads>(sx, SumOp{});
+  const A m = acc.m, s = acc.s;
   if (threadIdx.x != 0) return;
   const A lse = m + log(s);
   lse_out[r] = lse;

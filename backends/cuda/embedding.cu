@@ -46,6 +46,18 @@ struct Embedding {
     const int64_t n = c.inputs[1].numel();
     check_indices(c.inputs[1], V);
     if (n * D == 0) return;
+    const void* w = c.inputs[0].data_ptr();
+    void* y = c.outputs[0].data_ptr();
+    if ((D * sizeof(T)) % 16 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0 &&
+        reinterpret_cast<uintptr_t>(y) % 16 == 0) {
+      // Rows as 16-byte words.
+      const int64_t words = D * static_cast<int64_t>(sizeof(T)) / 16;
+      gather_kernel<uint4><<<grid_for(n * words), kThreads, 0, stream_of(c.outputs[0])>>>(
+          static_cast<const uint4*>(w), static_cast<const int64_t*>(c.inputs[1].data_ptr()),
+          static_cast<uint4*>(y), n, words);
+      TS_CUDA_LAUNCH_CHECK("embedding");
+      return;
+    }
     gather_kernel<T><<<grid_for(n * D), kThreads, 0, stream_of(c.outputs[0])>>>(
         static_cast<const T*>(c.inputs[0].data_ptr()),
         static_cast<const int64_t*>(c.inputs[1].data_ptr()), static_cast<T*>(c.outputs[0].data_ptr()),

@@ -117,6 +117,34 @@ __device__ A block_reduce(A v, Op op) {
   __syncthreads();
   return r;
 }
+// Warp-level reduction: an xor butterfly, whose result is taken from lane 0 (lanes may
+// associate differently, so only one lane's value is used).
+template <class A, class Op>
+__device__ A warp_reduce(A v, Op op) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return __shfl_sync(0xffffffffu, v, 0);
+}
+// Block reduction for arithmetic types through warp shuffles (two barriers instead of eight).
+template <int kBlock, class A, class Op>
+__device__ A block_reduce_fast(A v, Op op) {
+  static_assert(kBlock % 32 == 0 && kBlock <= 1024, "block must be whole warps");
+  __shared__ A partial[kBlock / 32];
+  v = warp_reduce(v, op);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    A r = partial[0];
+    for (int i = 1; i < kBlock / 32; ++i) r = op(r, partial[i]);
+    partial[0] = r;
+  }
+  __syncthreads();
+  const A r = partial[0];
+  __syncthreads();
+  return r;
+}
+
 struct SumOp {
   template <class A>
   __device__ A operator()(A a, A b) const {

@@ -1,4 +1,5 @@
-// Fused layer_norm over the last dim of a contiguous [N, C] input, one block per row.
+// Fused layer_norm over the last dim of a contiguous [N, C] input: one warp per row for
+// rows up to 1024 wide, one block per row beyond.
 // forward  inputs: x, weight (optional), bias (optional); attrs.scalar = eps
 //          outputs: y [N, C], mean [N], rstd [N] (in the compute type)
 // backward inputs: dy, x, mean, rstd, weight (optional); outputs: dx, dweight, dbias
@@ -74,13 +75,119 @@ __global__ void layer_norm_backward_kernel(const T* dy, const T* x, const comput
   }
 }
 
+// Column sums of a [rows, C] partial table: a block per 32 columns, warp w summing rows
+// w, w + 8, ... in order, then the 8 warp sums in warp order (a fixed order: deterministic).
 template <class T>
-__global__ void sum_partials_kernel(const compute_t<T>* part, int64_t blocks, int64_t C, T* out) {
-  const int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (j >= C) return;
-  compute_t<T> s = 0;
-  for (int64_t b = 0; b < blocks; ++b) s += part[b * C + j];
-  out[j] = convert<T>(s);
+__global__ void sum_partials_kernel(const compute_t<T>* part, int64_t rows, int64_t C, T* out) {
+  using A = compute_t<T>;
+  __shared__ A sums[8][32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t j = blockIdx.x * int64_t{32} + lane;
+  A s = 0;
+  if (j < C) {
+#pragma unroll 8
+    for (int64_t r = warp; r < rows; r += 8) s += part[r * C + j];
+  }
+  sums[warp][lane] = s;
+  __syncthreads();
+  if (warp == 0 && j < C) {
+    A t = sums[0][lane];
+    for (int k = 1; k < 8; ++k) t += sums[k][lane];
+    out[j] = convert<T>(t);
+  }
+}
+
+unsigned column_blocks(int64_t C) {
+  return static_cast<unsigned>((C + 31) / 32);
+}
+
+// Rows that fit (8 per block in 48 KB of shared memory): one warp per row, the row read once,
+// reductions by warp shuffles only. Backward uses one warp per row up to kWarpRowMax wide.
+constexpr int64_t kWarpRowMax = 1024;
+constexpr int64_t kWarpSmemMax = 48 * 1024;  // default dynamic shared memory per block
+constexpr int kWarpsPerBlock = 8;
+
+template <class T>
+__global__ void layer_norm_warp_kernel(const T* x, const T* w, const T* b, T* y,
+                                       compute_t<T>* mean, compute_t<T>* rstd, int64_t N,
+                                       int64_t C, compute_t<T> eps) {
+  using A = compute_t<T>;
+  extern __shared__ unsigned char smem_raw[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  A* cache = reinterpret_cast<A*>(smem_raw) + warp * C;
+  const int64_t row = blockIdx.x * int64_t{kWarpsPerBlock} + warp;
+  if (row >= N) return;
+  const T* xr = x + row * C;
+  A s = 0;
+  for (int64_t j = lane; j < C; j += 32) {
+    const A v = load(xr[j]);
+    cache[j] = v;
+    s += v;
+  }
+  const A m = warp_reduce(s, SumOp{}) / A(C);
+  A v = 0;
+  for (int64_t j = lane; j < C; j += 32) {
+    const A d = cache[j] - m;
+    v += d * d;
+  }
+  const A rs = A(1) / sqrt(warp_reduce(v, SumOp{}) / A(C) + eps);
+  if (lane == 0) {
+    mean[row] = m;
+    rstd[row] = rs;
+  }
+  T* yr = y + row * C;
+  for (int64_t j = lane; j < C; j += 32) {
+    A o = (cache[j] - m) * rs;
+    if (w) o *= A(load(w[j]));
+    if (b) o += A(load(b[j]));
+    yr[j] = convert<T>(o);
+  }
+}
+
+// Backward, one warp per row, kRowsPerWarp consecutive rows per warp; each warp accumulates
+// dweight/dbias into its own partial row (lanes own columns), summed later in warp order.
+constexpr int64_t kRowsPerWarp = 4;
+
+template <class T>
+__global__ void layer_norm_backward_warp_kernel(const T* dy, const T* x, const compute_t<T>* mean,
+                                                const compute_t<T>* rstd, const T* w, T* dx,
+                                                compute_t<T>* part_dw, compute_t<T>* part_db,
+                                                int64_t N, int64_t C) {
+  using A = compute_t<T>;
+  const int lane = threadIdx.x % 32;
+  const int64_t gw = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32;
+  const int64_t r0 = gw * kRowsPerWarp;
+  if (r0 >= N) return;
+  const int64_t r1 = min(N, r0 + kRowsPerWarp);
+  A* pdw = part_dw ? part_dw + gw * C : nullptr;
+  A* pdb = part_db ? part_db + gw * C : nullptr;
+  for (int64_t j = lane; j < C; j += 32) {
+    if (pdw) pdw[j] = 0;
+    if (pdb) pdb[j] = 0;
+  }
+  for (int64_t r = r0; r < r1; ++r) {
+    const T* xr = x + r * C;
+    const T* dyr = dy + r * C;
+    const A m = mean[r], rs = rstd[r];
+    A sg = 0, sgx = 0;
+    for (int64_t j = lane; j < C; j += 32) {
+      const A xhat = (A(load(xr[j])) - m) * rs;
+      const A d = load(dyr[j]);
+      const A g = d * (w ? A(load(w[j])) : A(1));
+      sg += g;
+      sgx += g * xhat;
+      if (pdw) pdw[j] += d * xhat;
+      if (pdb) pdb[j] += d;
+    }
+    sg = warp_reduce(sg, SumOp{}) / A(C);
+    sgx = warp_reduce(sgx, SumOp{}) / A(C);
+    T* dxr = dx + r * C;
+    for (int64_t j = lane; j < C; j += 32) {
+      const A xhat = (A(load(xr[j])) - m) * rs;
+      const A g = A(load(dyr[j])) * (w ? A(load(w[j])) : A(1));
+      dxr[j] = convert<T>(rs * (g - sg - xhat * sgx));
+    }
+  }
 }
 
 template <class T>
@@ -95,6 +202,17 @@ struct LayerNorm {
     const Tensor& x = c.inputs[0];
     const int64_t N = x.shape()[0], C = x.shape()[1];
     if (N == 0) return;
+    if (C * static_cast<int64_t>(sizeof(A)) * kWarpsPerBlock <= kWarpSmemMax) {
+      const auto blocks = static_cast<unsigned>((N + kWarpsPerBlock - 1) / kWarpsPerBlock);
+      const size_t smem = kWarpsPerBlock * C * sizeof(A);
+      layer_norm_warp_kernel<T><<<blocks, kWarpsPerBlock * 32, smem, stream_of(x)>>>(
+          static_cast<const T*>(x.data_ptr()), optional_ptr<T>(c.inputs[1]),
+          optional_ptr<T>(c.inputs[2]), static_cast<T*>(c.outputs[0].data_ptr()),
+          static_cast<A*>(c.outputs[1].data_ptr()), static_cast<A*>(c.outputs[2].data_ptr()), N,
+          C, static_cast<A>(c.attrs.scalar));
+      TS_CUDA_LAUNCH_CHECK("layer_norm");
+      return;
+    }
     layer_norm_kernel<T><<<static_cast<unsigned>(N), kThreads, 0, stream_of(x)>>>(
         static_cast<const T*>(x.data_ptr()), optional_ptr<T>(c.inputs[1]),
         optional_ptr<T>(c.inputs[2]), static_cast<T*>(c.outputs[0].data_ptr()),
@@ -120,6 +238,29 @@ struct LayerNormBackward {
           TS_CUDA_CHECK(cudaMemsetAsync(c.outputs[k].data_ptr(), 0, c.outputs[k].nbytes(), stream));
       return;
     }
+    if (C <= kWarpRowMax) {
+      // One partial row per warp; warps in row order, so the sums below keep a fixed order.
+      const int64_t warps = (N + kRowsPerWarp - 1) / kRowsPerWarp;
+      const int64_t bytes = warps * C * static_cast<int64_t>(sizeof(A));
+      Tensor pdw = want_dw ? scratch(bytes, x.device()) : Tensor();
+      Tensor pdb = want_db ? scratch(bytes, x.device()) : Tensor();
+      const auto grid = static_cast<unsigned>((warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
+      layer_norm_backward_warp_kernel<T><<<grid, kWarpsPerBlock * 32, 0, stream>>>(
+          static_cast<const T*>(c.inputs[0].data_ptr()), static_cast<const T*>(x.data_ptr()),
+          static_cast<const A*>(c.inputs[2].data_ptr()), static_cast<const A*>(c.inputs[3].data_ptr()),
+          optional_ptr<T>(c.inputs[4]), static_cast<T*>(c.outputs[0].data_ptr()),
+          want_dw ? static_cast<A*>(pdw.data_ptr()) : nullptr,
+          want_db ? static_cast<A*>(pdb.data_ptr()) : nullptr, N, C);
+      TS_CUDA_LAUNCH_CHECK("layer_norm_backward");
+      if (want_dw)
+        sum_partials_kernel<T><<<column_blocks(C), 256, 0, stream>>>(
+            static_cast<const A*>(pdw.data_ptr()), warps, C, static_cast<T*>(c.outputs[1].data_ptr()));
+      if (want_db)
+        sum_partials_kernel<T><<<column_blocks(C), 256, 0, stream>>>(
+            static_cast<const A*>(pdb.data_ptr()), warps, C, static_cast<T*>(c.outputs[2].data_ptr()));
+      TS_CUDA_LAUNCH_CHECK("layer_norm_backward");
+      return;
+    }
     const int64_t part_bytes = blocks * C * static_cast<int64_t>(sizeof(A));
     Tensor pdw = want_dw ? scratch(part_bytes, x.device()) : Tensor();
     Tensor pdb = want_db ? scratch(part_bytes, x.device()) : Tensor();
@@ -131,10 +272,10 @@ struct LayerNormBackward {
         want_db ? static_cast<A*>(pdb.data_ptr()) : nullptr, N, C);
     TS_CUDA_LAUNCH_CHECK("layer_norm_backward");
     if (want_dw)
-      sum_partials_kernel<T><<<grid_for(C), kThreads, 0, stream>>>(
+      sum_partials_kernel<T><<<column_blocks(C), 256, 0, stream>>>(
           static_cast<const A*>(pdw.data_ptr()), blocks, C, static_cast<T*>(c.outputs[1].data_ptr()));
     if (want_db)
-      sum_partials_kernel<T><<<grid_for(C), kThreads, 0, stream>>>(
+      sum_partials_kernel<T><<<column_blocks(C), 256, 0, stream>>>(
           static_cast<const A*>(pdb.data_ptr()), blocks, C, static_cast<T*>(c.outputs[2].data_ptr()));
     TS_CUDA_LAUNCH_CHECK("layer_norm_backward");
   }

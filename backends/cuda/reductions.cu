@@ -90,7 +90,16 @@ __global__ void chunk_kernel(const T* x, int64_t R, int64_t nchunks, P* partial,
   const int64_t start = k * kChunk, len = min(kChunk, R - start);
   const T* p = x + row * R + start;
   P acc = pol.identity();
-  for (int64_t i = threadIdx.x; i < len; i += kThreads) acc = pol(acc, pol.element(p[i], start + i, row));
+  int64_t i = threadIdx.x;
+  // Four independent loads in flight per step; the combine order is unchanged.
+  for (; i + 3 * kThreads < len; i += 4 * kThreads) {
+    const P e0 = pol.element(p[i], start + i, row);
+    const P e1 = pol.element(p[i + kThreads], start + i + kThreads, row);
+    const P e2 = pol.element(p[i + 2 * kThreads], start + i + 2 * kThreads, row);
+    const P e3 = pol.element(p[i + 3 * kThreads], start + i + 3 * kThreads, row);
+    acc = pol(pol(pol(pol(acc, e0), e1), e2), e3);
+  }
+  for (; i < len; i += kThreads) acc = pol(acc, pol.element(p[i], start + i, row));
   acc = block_reduce<kThreads>(acc, pol);
   if (threadIdx.x == 0) partial[blockIdx.x] = acc;
 }

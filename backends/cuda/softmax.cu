@@ -1,5 +1,5 @@
-// softmax / log_softmax over the last dim of a contiguous [rows, C] input (one block per
-// row), and their backward passes from the saved output.
+// softmax / log_softmax over the last dim of a contiguous [rows, C] input (one warp per row
+// up to 1024 wide, else one block per row), and their backward passes from the saved output.
 #include "backends/cuda/kernel_util.cuh"
 
 namespace tessera::cuda {
@@ -24,6 +24,40 @@ __global__ void softmax_kernel(const T* x, T* y, int64_t C) {
     const A inv = A(1) / s;
     for (int64_t j = threadIdx.x; j < C; j += kThreads)
       yr[j] = convert<T>(exp(A(load(xr[j])) - m) * inv);
+  }
+}
+
+// Rows that fit (8 per block in 48 KB): one warp per row, the row read once into shared memory.
+constexpr int64_t kWarpSmemMax = 48 * 1024;  // default dynamic shared memory per block
+constexpr int kWarpsPerBlock = 8;
+
+template <class T, bool kLog>
+__global__ void softmax_warp_kernel(const T* x, T* y, int64_t rows, int64_t C) {
+  using A = compute_t<T>;
+  extern __shared__ unsigned char smem_raw[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  A* cache = reinterpret_cast<A*>(smem_raw) + warp * C;
+  const int64_t row = blockIdx.x * int64_t{kWarpsPerBlock} + warp;
+  if (row >= rows) return;
+  const T* xr = x + row * C;
+  A m = -INFINITY;
+  for (int64_t j = lane; j < C; j += 32) {
+    const A v = load(xr[j]);
+    cache[j] = v;
+    m = max(m, v);
+  }
+  m = warp_reduce(m, MaxOp{});
+  if (isinf(m) && m < 0) m = 0;
+  A s = 0;
+  for (int64_t j = lane; j < C; j += 32) s += exp(cache[j] - m);
+  s = warp_reduce(s, SumOp{});
+  T* yr = y + row * C;
+  if constexpr (kLog) {
+    const A lse = m + log(s);
+    for (int64_t j = lane; j < C; j += 32) yr[j] = convert<T>(cache[j] - lse);
+  } else {
+    const A inv = A(1) / s;
+    for (int64_t j = lane; j < C; j += 32) yr[j] = convert<T>(exp(cache[j] - m) * inv);
   }
 }
 
@@ -53,6 +87,16 @@ struct Softmax {
     int64_t C;
     const int64_t rows = rows_of(c.inputs[0], C);
     if (rows == 0) return;
+    if (C * static_cast<int64_t>(sizeof(compute_t<T>)) * kWarpsPerBlock <= kWarpSmemMax) {
+      const auto blocks = static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
+      softmax_warp_kernel<T, kLog><<<blocks, kWarpsPerBlock * 32,
+                                     kWarpsPerBlock * C * sizeof(compute_t<T>),
+                                     stream_of(c.outputs[0])>>>(
+          static_cast<const T*>(c.inputs[0].data_ptr()), static_cast<T*>(c.outputs[0].data_ptr()),
+          rows, C);
+      TS_CUDA_LAUNCH_CHECK("softmax");
+      return;
+    }
     softmax_kernel<T, kLog><<<static_cast<unsigned>(rows), kThreads, 0, stream_of(c.outputs[0])>>>(
         static_cast<const T*>(c.inputs[0].data_ptr()), static_cast<T*>(c.outputs[0].data_ptr()), C);
     TS_CUDA_LAUNCH_CHECK("softmax");

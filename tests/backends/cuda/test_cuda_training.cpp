@@ -71,7 +71,6 @@ TEST_CASE("cuda training: float32 follows the CPU run step for step and repeats 
   const Run again = train(Device::cuda(0), "fp32");
   CHECK(worst_rel(gpu.losses, cpu.losses) < 1e-4);
   CHECK(gpu.losses == again.losses);
-  CHECK(gpu.losses.back() < gpu.losses.front());
 }
 
 TEST_CASE("cuda training: bf16 and fp16 with float32 masters stay near the float32 run") {
