@@ -43,6 +43,13 @@ KernelProfile& profile() {
 
 }  // namespace
 
+void kernel_profile_reset() {
+  KernelProfile& p = profile();
+  std::lock_guard<std::mutex> lock(p.mutex);
+  p.seconds.fill(0);
+  p.calls.fill(0);
+}
+
 const char* kernel_name(Kernel k) {
   static const char* names[] = {
 #define TS_NAME(name) #name,

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tessera/cuda.h"
+#include "tessera/dispatch.h"
 #include "tessera/engine/engine.h"
 #include "tessera/io/train_config.h"
 #include "tessera/models/gpt2.h"
@@ -82,6 +83,7 @@ int bench_train(const Args& a) {
     last_loss = loss.item();  // also waits for the device
   };
   for (int i = 0; i < 3; ++i) step();
+  kernel_profile_reset();  // TESSERA_PROFILE=1 then reports the timed steps only
   std::vector<double> ms;
   for (int64_t i = 0; i < steps; ++i) {
     const auto t0 = std::chrono::steady_clock::now();

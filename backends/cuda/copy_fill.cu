@@ -1,18 +1,82 @@
 // copy (any strides, any dtype pair, host<->device), fill, arange and the Philox random
 // fills, which draw the same numbers as the CPU for the same (seed, offset).
-#include "backends/cuda/kernel_util.cuh"
+#include "backends/cuda/elementwise.cuh"
 #include "core/philox.h"
 
 namespace tessera::cuda {
 namespace {
 
-template <class D, class S>
-__global__ void strided_copy_kernel(D* dst, const S* src, int64_t n, StridedIndexer<2> ix) {
-  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+template <class D, class S, class I>
+__global__ void strided_copy_kernel(D* dst, const S* src, I n, StridedIndexer<2, I> ix) {
+  const I i = blockIdx.x * I(blockDim.x) + threadIdx.x;
   if (i >= n) return;
-  int64_t off[2];
+  I off[2];
   ix.offsets(i, off);
   dst[off[0]] = convert<D>(src[off[1]]);
+}
+
+template <class D, class S>
+struct CastFn {
+  __device__ D operator()(int64_t, S x, S) const { return convert<D>(x); }
+};
+
+template <int kBytes>
+struct Word;
+template <>
+struct Word<16> {
+  using type = uint4;
+};
+template <>
+struct Word<8> {
+  using type = uint2;
+};
+template <>
+struct Word<4> {
+  using type = uint32_t;
+};
+template <>
+struct Word<2> {
+  using type = uint16_t;
+};
+template <>
+struct Word<1> {
+  using type = uint8_t;
+};
+
+template <class D, class S>
+void launch_strided(D* dst, const S* src, Shape shape, std::array<Shape, 2> st, cudaStream_t stream) {
+  const int64_t n = numel_of(shape);
+  if (fits_int32<2>(shape, {&st[0], &st[1]})) {
+    const auto ix = make_indexer<2, int32_t>(shape, {&st[0], &st[1]});
+    strided_copy_kernel<D, S, int32_t><<<grid_for(n), kThreads, 0, stream>>>(
+        dst, src, static_cast<int32_t>(n), ix);
+  } else {
+    const auto ix = make_indexer<2, int64_t>(shape, {&st[0], &st[1]});
+    strided_copy_kernel<D, S, int64_t><<<grid_for(n), kThreads, 0, stream>>>(dst, src, n, ix);
+  }
+  TS_CUDA_LAUNCH_CHECK("copy");
+}
+
+// Same-dtype strided copy moved in the widest word (up to 16 bytes) that the innermost
+// contiguous run, every other stride and both base pointers allow: a transpose of
+// [B, T, H, 64] bf16 heads moves 16 bytes per thread instead of 2.
+template <int kBytes>
+bool try_wide_copy(void* dst, const void* src, Shape shape, std::array<Shape, 2> st, int64_t item,
+                   cudaStream_t stream) {
+  if (shape.empty() || kBytes < item || kBytes % item) return false;
+  const int64_t per = kBytes / item;
+  const size_t last = shape.size() - 1;
+  if (st[0][last] != 1 || st[1][last] != 1 || shape[last] % per) return false;
+  if (reinterpret_cast<uintptr_t>(dst) % kBytes || reinterpret_cast<uintptr_t>(src) % kBytes)
+    return false;
+  for (size_t d = 0; d < last; ++d)
+    if (st[0][d] % per || st[1][d] % per) return false;
+  shape[last] /= per;
+  for (auto& s : st)
+    for (size_t d = 0; d < last; ++d) s[d] /= per;
+  using W = typename Word<kBytes>::type;
+  launch_strided(static_cast<W*>(dst), static_cast<const W*>(src), shape, st, stream);
+  return true;
 }
 
 // dst and src on the same CUDA device, same shape, any strides and dtypes.
@@ -20,20 +84,38 @@ void device_copy(const Tensor& src, Tensor& dst) {
   const int64_t n = dst.numel();
   if (n == 0) return;
   cudaStream_t stream = stream_of(dst);
-  if (src.dtype() == dst.dtype() && src.is_contiguous() && dst.is_contiguous()) {
+  const bool contiguous = src.is_contiguous() && dst.is_contiguous();
+  if (src.dtype() == dst.dtype() && contiguous) {
     if (src.data_ptr() != dst.data_ptr())
       TS_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), dst.nbytes(),
                                     cudaMemcpyDeviceToDevice, stream));
     return;
   }
-  const auto ix = make_indexer<2>(dst.shape(), {&dst.strides(), &src.strides()});
+  if (contiguous) {  // a cast: vectorised elementwise map
+    visit_dtype(src.dtype(), [&]<class S>() {
+      visit_dtype(dst.dtype(), [&]<class D>() {
+        launch_contiguous(static_cast<D*>(dst.data_ptr()), static_cast<const S*>(src.data_ptr()),
+                          static_cast<const S*>(nullptr), n, CastFn<D, S>{}, stream);
+      });
+    });
+    return;
+  }
+  Shape shape = dst.shape();
+  std::array<Shape, 2> st{dst.strides(), src.strides()};
+  coalesce(shape, st);
+  if (src.dtype() == dst.dtype()) {
+    const int64_t item = static_cast<int64_t>(itemsize(src.dtype()));
+    if (try_wide_copy<16>(dst.data_ptr(), src.data_ptr(), shape, st, item, stream) ||
+        try_wide_copy<8>(dst.data_ptr(), src.data_ptr(), shape, st, item, stream) ||
+        try_wide_copy<4>(dst.data_ptr(), src.data_ptr(), shape, st, item, stream))
+      return;
+  }
   visit_dtype(src.dtype(), [&]<class S>() {
     visit_dtype(dst.dtype(), [&]<class D>() {
-      strided_copy_kernel<D, S><<<grid_for(n), kThreads, 0, stream>>>(
-          static_cast<D*>(dst.data_ptr()), static_cast<const S*>(src.data_ptr()), n, ix);
+      launch_strided(static_cast<D*>(dst.data_ptr()), static_cast<const S*>(src.data_ptr()), shape,
+                     st, stream);
     });
   });
-  TS_CUDA_LAUNCH_CHECK("copy");
 }
 
 // A contiguous host copy of `t` in `dtype` (t itself when it already is one).

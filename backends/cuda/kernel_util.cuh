@@ -60,17 +60,18 @@ __device__ inline compute_t<T> load(const T& v) {
 }
 
 // Up to kMaxDims dims; offsets of element `linear` (row-major over shape) for N operands.
+// I = int32_t when every index and offset fits, which makes the divisions much cheaper.
 constexpr int kMaxDims = 8;
-template <int N>
+template <int N, class I = int64_t>
 struct StridedIndexer {
   int dims = 0;
-  int64_t shape[kMaxDims];
-  int64_t strides[N][kMaxDims];
-  __device__ void offsets(int64_t linear, int64_t (&off)[N]) const {
+  I shape[kMaxDims];
+  I strides[N][kMaxDims];
+  __device__ void offsets(I linear, I (&off)[N]) const {
 #pragma unroll
     for (int k = 0; k < N; ++k) off[k] = 0;
     for (int d = dims - 1; d >= 0; --d) {
-      const int64_t i = linear % shape[d];
+      const I i = linear % shape[d];
       linear /= shape[d];
 #pragma unroll
       for (int k = 0; k < N; ++k) off[k] += i * strides[k][d];
@@ -78,17 +79,30 @@ struct StridedIndexer {
   }
 };
 // Builds an indexer over `shape` for tensors given with their strides (same rank).
-template <int N>
-StridedIndexer<N> make_indexer(const Shape& shape, const std::array<const Shape*, N>& strides) {
-  StridedIndexer<N> ix{};
+template <int N, class I = int64_t>
+StridedIndexer<N, I> make_indexer(const Shape& shape, const std::array<const Shape*, N>& strides) {
+  StridedIndexer<N, I> ix{};
   TS_CHECK(shape.size() <= static_cast<size_t>(kMaxDims), "cuda: tensors of more than ",
            kMaxDims, " dims are not supported (got ", shape.size(), ")");
   ix.dims = static_cast<int>(shape.size());
   for (int d = 0; d < ix.dims; ++d) {
-    ix.shape[d] = shape[d];
-    for (int k = 0; k < N; ++k) ix.strides[k][d] = (*strides[k])[d];
+    ix.shape[d] = static_cast<I>(shape[d]);
+    for (int k = 0; k < N; ++k) ix.strides[k][d] = static_cast<I>((*strides[k])[d]);
   }
   return ix;
+}
+// True when every element index and offset of these operands fits in int32.
+template <size_t N>
+bool fits_int32(const Shape& shape, const std::array<const Shape*, N>& strides) {
+  int64_t numel = 1;
+  for (int64_t s : shape) numel *= s;
+  if (numel >= (int64_t{1} << 31)) return false;
+  for (const Shape* st : strides) {
+    int64_t far = 0;
+    for (size_t d = 0; d < shape.size(); ++d) far += (shape[d] - 1) * std::abs((*st)[d]);
+    if (far >= (int64_t{1} << 31)) return false;
+  }
+  return true;
 }
 
 constexpr int kThreads = 256;

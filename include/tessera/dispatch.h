@@ -32,6 +32,8 @@ enum class Kernel : uint16_t {
 };
 inline constexpr int kNumKernels = static_cast<int>(Kernel::Count);
 const char* kernel_name(Kernel k);
+// Clears the TESSERA_PROFILE=1 counters (benchmarks call it after their warm-up).
+void kernel_profile_reset();
 
 // Non-tensor arguments of a kernel call; each kernel documents which fields it reads.
 struct KernelAttrs {
