@@ -6,33 +6,19 @@
 //          bool, broadcast view of [B,H,Tq,Tk], true = attend); attrs.flag = causal,
 //          attrs.scalar = scale; outputs: o, lse [B,H,Tq] (compute type; -inf when fully masked)
 // backward inputs: dO, q, k, v, o, lse, mask; outputs: dq, dk, dv
-// The score matrices take B*H*Tq*Tk elements each while a step runs (about 1 GB for GPT-2
-// small at batch 8, context 1024); the fused flash-style path is tracked on the CUDA issue.
+// float16/bfloat16 with head size 64 or 128 take the fused path (flash_attention.cu) instead;
+// here the score matrices take B*H*Tq*Tk elements each while a step runs.
+#include "backends/cuda/attention_mask.cuh"
+#include "backends/cuda/flash_attention.h"
 #include "backends/cuda/gemm.h"
 #include "backends/cuda/kernel_util.cuh"
 
 namespace tessera::cuda {
 namespace {
 
-struct MaskView {
-  const bool* ptr = nullptr;
-  int64_t sb = 0, sh = 0, sq = 0, sk = 0;
-  int64_t H = 1;
-};
-
 struct Dims {
   int64_t B, H, Tq, Tk, D, Dv;
 };
-
-__device__ inline bool visible(const MaskView& m, bool causal, int64_t bh, int64_t i, int64_t j,
-                               int64_t Tq, int64_t Tk) {
-  if (causal && j > i + Tk - Tq) return false;
-  if (m.ptr) {
-    const int64_t b = bh / m.H, h = bh % m.H;
-    return m.ptr[b * m.sb + h * m.sh + i * m.sq + j * m.sk];
-  }
-  return true;
-}
 
 // One block per query row: P = softmax(S) over visible keys, lse = log-sum-exp.
 template <class T, class A>
@@ -124,19 +110,6 @@ Dims dims_of(const Tensor& q, const Tensor& k, const Tensor& v) {
   return {q.shape()[0], q.shape()[1], q.shape()[2], k.shape()[2], q.shape()[3], v.shape()[3]};
 }
 
-MaskView mask_of(const Tensor& mask, int64_t H) {
-  MaskView m;
-  if (!mask.defined()) return m;
-  const auto& st = mask.strides();
-  m.ptr = static_cast<const bool*>(mask.data_ptr());
-  m.sb = st[0];
-  m.sh = st[1];
-  m.sq = st[2];
-  m.sk = st[3];
-  m.H = H;
-  return m;
-}
-
 GemmOperand plain(const void* p, int64_t rows, int64_t cols) {
   return {p, cols, rows * cols, false};
 }
@@ -162,24 +135,29 @@ struct Attention {
       TS_CUDA_LAUNCH_CHECK("attention");
       return;
     }
+    const Tensor mask = c.inputs.size() > 3 ? c.inputs[3] : Tensor();
+    if (flash_attention_supported(q, k, v)) {
+      flash_attention_forward(q, k, v, mask_view(mask, s.H), c.attrs.flag,
+                              static_cast<float>(c.attrs.scalar), c.outputs[0], c.outputs[1]);
+      return;
+    }
     const cudaDataType_t t = cuda_type(q.dtype()), ta = sizeof(A) == 8 ? CUDA_R_64F : CUDA_R_32F;
     Tensor S = scratch(BH * s.Tq * s.Tk * static_cast<int64_t>(sizeof(A)), dev);
     Tensor P = scratch(BH * s.Tq * s.Tk * static_cast<int64_t>(sizeof(T)), dev);
     gemm(dev, t, ta, BH, s.Tq, s.Tk, s.D, plain(q.data_ptr(), s.Tq, s.D),
          transposed(k.data_ptr(), s.Tk, s.D), S.data_ptr(), s.Tk, s.Tq * s.Tk, c.attrs.scalar);
-    const Tensor mask = c.inputs.size() > 3 ? c.inputs[3] : Tensor();
     if (s.Tk * static_cast<int64_t>(sizeof(A)) * kWarpsPerBlock <= kWarpSmemMax) {
       const int64_t rows = BH * s.Tq;
       attention_probs_warp_kernel<T, A>
           <<<static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock),
              kWarpsPerBlock * 32, kWarpsPerBlock * s.Tk * sizeof(A), stream>>>(
               static_cast<const A*>(S.data_ptr()), static_cast<T*>(P.data_ptr()),
-              static_cast<A*>(c.outputs[1].data_ptr()), mask_of(mask, s.H), c.attrs.flag, rows,
+              static_cast<A*>(c.outputs[1].data_ptr()), mask_view(mask, s.H), c.attrs.flag, rows,
               s.Tq, s.Tk);
     } else {
       attention_probs_kernel<T, A><<<static_cast<unsigned>(BH * s.Tq), kThreads, 0, stream>>>(
           static_cast<const A*>(S.data_ptr()), static_cast<T*>(P.data_ptr()),
-          static_cast<A*>(c.outputs[1].data_ptr()), mask_of(mask, s.H), c.attrs.flag, s.Tq, s.Tk);
+          static_cast<A*>(c.outputs[1].data_ptr()), mask_view(mask, s.H), c.attrs.flag, s.Tq, s.Tk);
     }
     TS_CUDA_LAUNCH_CHECK("attention");
     gemm(dev, t, t, BH, s.Tq, s.Dv, s.Tk, plain(P.data_ptr(), s.Tq, s.Tk),
@@ -204,6 +182,11 @@ struct AttentionBackward {
         TS_CUDA_CHECK(cudaMemsetAsync(t->data_ptr(), 0, t->nbytes(), stream));
       return;
     }
+    if (flash_attention_supported(q, k, v)) {
+      flash_attention_backward(dO, q, k, v, o, lse, mask_view(mask, s.H), c.attrs.flag,
+                               static_cast<float>(c.attrs.scalar), dq, dk, dv);
+      return;
+    }
     const cudaDataType_t t = cuda_type(q.dtype()), ta = sizeof(A) == 8 ? CUDA_R_64F : CUDA_R_32F;
     const int64_t n = BH * s.Tq * s.Tk;
     Tensor S = scratch(n * static_cast<int64_t>(sizeof(A)), dev);
@@ -218,7 +201,7 @@ struct AttentionBackward {
         static_cast<const A*>(S.data_ptr()), static_cast<const A*>(dP.data_ptr()),
         static_cast<const A*>(lse.data_ptr()), static_cast<const T*>(dO.data_ptr()),
         static_cast<const T*>(o.data_ptr()), static_cast<T*>(P.data_ptr()),
-        static_cast<T*>(dS.data_ptr()), mask_of(mask, s.H), c.attrs.flag, s.Tq, s.Tk, s.Dv,
+        static_cast<T*>(dS.data_ptr()), mask_view(mask, s.H), c.attrs.flag, s.Tq, s.Tk, s.Dv,
         static_cast<A>(c.attrs.scalar));
     TS_CUDA_LAUNCH_CHECK("attention_backward");
     // dV = P^T dO, dQ = dS K, dK = dS^T Q

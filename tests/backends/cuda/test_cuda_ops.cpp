@@ -157,6 +157,28 @@ TEST_CASE("cuda ops at scale: attention over many blocks, causal and masked") {
   }
 }
 
+TEST_CASE("cuda ops at scale: fused flash attention (16-bit, head size 64 and 128)") {
+  REQUIRE_GPU_OR_SKIP();
+  for (DType dt : {DType::BFloat16, DType::Float16}) {
+    const double tol = 3e-2;
+    compare("flash [2,3,300,64] causal",
+            [](const auto& x) { return scaled_dot_product_attention(x[0], x[1], x[2], {}, true); },
+            {normal({2, 3, 300, 64}, 1), normal({2, 3, 300, 64}, 2), normal({2, 3, 300, 64}, 3)},
+            dt, tol);
+    compare("flash q[1,2,100,128] kv[1,2,260,128] causal",
+            [](const auto& x) { return scaled_dot_product_attention(x[0], x[1], x[2], {}, true); },
+            {normal({1, 2, 100, 128}, 4), normal({1, 2, 260, 128}, 5), normal({1, 2, 260, 128}, 6)},
+            dt, tol);
+    const Tensor mask = ne(indices({2, 1, 1, 130}, 4, 7), zeros({}, DType::Int64));
+    compare("flash [2,2,130,64] padding mask",
+            [mask](const auto& x) {
+              return scaled_dot_product_attention(x[0], x[1], x[2], mask.to(x[0].device()), false);
+            },
+            {normal({2, 2, 130, 64}, 8), normal({2, 2, 130, 64}, 9), normal({2, 2, 130, 64}, 10)},
+            dt, tol);
+  }
+}
+
 TEST_CASE("cuda ops at scale: GEMMs batched, broadcast and transposed") {
   REQUIRE_GPU_OR_SKIP();
   for (DType dt : kDTypes) {

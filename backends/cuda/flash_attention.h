@@ -1,0 +1,23 @@
+// Fused (flash-style) attention for float16/bfloat16 on tensor cores: scores never leave
+// shared memory. Covers head sizes 64 and 128 with Dv == D; returns false for anything else,
+// and the caller takes the cuBLASLt math path.
+#pragma once
+#include "backends/cuda/attention_mask.cuh"
+#include "tessera/tensor.h"
+
+namespace tessera::cuda {
+
+bool flash_attention_supported(const Tensor& q, const Tensor& k, const Tensor& v);
+
+// o [B,H,Tq,D] (q's dtype), lse [B,H,Tq] float32.
+void flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                             const MaskView& mask, bool causal, float scale, Tensor& o,
+                             Tensor& lse);
+
+// dq, dk, dv in q's dtype. Deterministic: dK/dV and dQ are separate passes, no atomics.
+void flash_attention_backward(const Tensor& dO, const Tensor& q, const Tensor& k,
+                              const Tensor& v, const Tensor& o, const Tensor& lse,
+                              const MaskView& mask, bool causal, float scale, Tensor& dq,
+                              Tensor& dk, Tensor& dv);
+
+}  // namespace tessera::cuda
