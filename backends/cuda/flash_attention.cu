@@ -21,6 +21,15 @@ constexpr int kTile = 64;  // rows of a query tile and keys of a key tile
 constexpr int kWarps = 4;
 constexpr int kBlockThreads = kWarps * 32;
 
+// Shared-memory rows are padded (8 halves, 4 floats) so that the fragment loads and the
+// column-per-lane loops below do not hit one bank from many lanes.
+template <int D>
+constexpr int ld_tile = D + 8;            // Q, K, V, dO tiles (16-bit)
+constexpr int kLdScore = kTile + 4;       // S, dP (float)
+constexpr int kLdProb = kTile + 8;        // P, dS (16-bit)
+template <int D>
+constexpr int ld_acc = D + 4;             // O and the output staging (float)
+
 template <class T>
 using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major>;
 template <class T>
@@ -41,16 +50,20 @@ struct Args {
   float scale;
 };
 
-// Loads rows [r0, r0 + 64) of a [rows, D] matrix into shared memory, zeros past `rows`.
+// Loads rows [r0, r0 + 64) of a contiguous [rows, D] matrix into a padded shared tile in
+// 16-byte words, zeros past `rows`.
 template <class T, int D>
 __device__ void load_tile(T* dst, const T* src, int64_t r0, int64_t rows) {
-  for (int idx = threadIdx.x; idx < kTile * D; idx += kBlockThreads) {
-    const int r = idx / D;
-    dst[idx] = r0 + r < rows ? src[(r0 + r) * D + idx % D] : convert<T>(0.0f);
+  constexpr int kWords = D * sizeof(T) / 16;
+  for (int idx = threadIdx.x; idx < kTile * kWords; idx += kBlockThreads) {
+    const int r = idx / kWords, w = idx % kWords;
+    uint4 val = make_uint4(0, 0, 0, 0);
+    if (r0 + r < rows) val = reinterpret_cast<const uint4*>(src + (r0 + r) * D)[w];
+    reinterpret_cast<uint4*>(dst + r * ld_tile<D>)[w] = val;
   }
 }
 
-// C[16 x 64] (float, ld 64) = A[16 x D] (row-major, ld D) * B^T where B is [64 x D] row-major.
+// C[16 x 64] (float, ld kLdScore) = A[16 x D] * B^T, A and B [64 x D] padded tiles.
 template <class T, int D>
 __device__ void mm_abt(float* C, const T* A, const T* B) {
 #pragma unroll
@@ -61,15 +74,15 @@ __device__ void mm_abt(float* C, const T* A, const T* B) {
     for (int kk = 0; kk < D / 16; ++kk) {
       FragA<T> a;
       FragBCol<T> b;
-      wmma::load_matrix_sync(a, A + kk * 16, D);
-      wmma::load_matrix_sync(b, B + n * 16 * D + kk * 16, D);
+      wmma::load_matrix_sync(a, A + kk * 16, ld_tile<D>);
+      wmma::load_matrix_sync(b, B + n * 16 * ld_tile<D> + kk * 16, ld_tile<D>);
       wmma::mma_sync(acc, a, b, acc);
     }
-    wmma::store_matrix_sync(C + n * 16, acc, kTile, wmma::mem_row_major);
+    wmma::store_matrix_sync(C + n * 16, acc, kLdScore, wmma::mem_row_major);
   }
 }
 
-// acc[n] += P[16 x 64] (row-major, ld 64) * V[64 x D] (row-major, ld D), for D/16 column blocks.
+// acc[n] += P[16 x 64] (ld kLdProb) * V[64 x D] (padded tile), for D/16 column blocks.
 template <class T, int D>
 __device__ void mm_acc(FragC (&acc)[D / 16], const T* P, const T* V) {
 #pragma unroll
@@ -78,37 +91,36 @@ __device__ void mm_acc(FragC (&acc)[D / 16], const T* P, const T* V) {
     for (int kk = 0; kk < kTile / 16; ++kk) {
       FragA<T> a;
       FragBRow<T> b;
-      wmma::load_matrix_sync(a, P + kk * 16, kTile);
-      wmma::load_matrix_sync(b, V + kk * 16 * D + n * 16, D);
+      wmma::load_matrix_sync(a, P + kk * 16, kLdProb);
+      wmma::load_matrix_sync(b, V + kk * 16 * ld_tile<D> + n * 16, ld_tile<D>);
       wmma::mma_sync(acc[n], a, b, acc[n]);
     }
   }
 }
 
+// Writes a warp's 16 accumulated rows (from r0) through a float staging area.
 template <class T, int D>
-__device__ void store_rows(T* dst, int64_t r0, int64_t rows, FragC (&acc)[D / 16], float* stage) {
+__device__ void store_rows(T* dst, int64_t r0, int64_t rows, FragC (&acc)[D / 16], float* stage,
+                           float factor = 1.0f) {
 #pragma unroll
   for (int n = 0; n < D / 16; ++n)
-    wmma::store_matrix_sync(stage + n * 16, acc[n], D, wmma::mem_row_major);
+    wmma::store_matrix_sync(stage + n * 16, acc[n], ld_acc<D>, wmma::mem_row_major);
   __syncwarp();
   const int lane = threadIdx.x % 32;
-  for (int idx = lane; idx < 16 * D; idx += 32) {
-    const int r = idx / D;
-    if (r0 + r < rows) dst[(r0 + r) * D + idx % D] = convert<T>(stage[idx]);
-  }
+  for (int r = 0; r < 16; ++r)
+    if (r0 + r < rows)
+      for (int c = lane; c < D; c += 32)
+        dst[(r0 + r) * D + c] = convert<T>(stage[r * ld_acc<D> + c] * factor);
 }
 
-// Forward shared memory: Q, K, V tiles; per warp S (float), P (T), O (float) for its 16 rows
-// and their running max and sum.
+// Forward shared memory: Q, K, V tiles; per warp S (float), P (T) and O (float) for its rows.
 template <class T, int D>
 struct FwdSmem {
-  static constexpr size_t q = 0, k = q + kTile * D * sizeof(T), v = k + kTile * D * sizeof(T);
-  static constexpr size_t s = v + kTile * D * sizeof(T);
-  static constexpr size_t p = s + kWarps * 16 * kTile * sizeof(float);
-  static constexpr size_t o = p + kWarps * 16 * kTile * sizeof(T);
-  static constexpr size_t m = o + kWarps * 16 * D * sizeof(float);
-  static constexpr size_t l = m + kWarps * 16 * sizeof(float);
-  static constexpr size_t bytes = l + kWarps * 16 * sizeof(float);
+  static constexpr size_t tile = size_t{kTile} * ld_tile<D> * sizeof(T);
+  static constexpr size_t q = 0, k = tile, v = 2 * tile, s = 3 * tile;
+  static constexpr size_t p = s + size_t{kWarps} * 16 * kLdScore * sizeof(float);
+  static constexpr size_t o = p + size_t{kWarps} * 16 * kLdProb * sizeof(T);
+  static constexpr size_t bytes = o + size_t{kWarps} * 16 * ld_acc<D> * sizeof(float);
 };
 
 template <class T, int D>
@@ -119,77 +131,69 @@ __global__ void __launch_bounds__(kBlockThreads) flash_fwd_kernel(Args a) {
   T* Ks = reinterpret_cast<T*>(smem + L::k);
   T* Vs = reinterpret_cast<T*>(smem + L::v);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  float* Sw = reinterpret_cast<float*>(smem + L::s) + warp * 16 * kTile;
-  T* Pw = reinterpret_cast<T*>(smem + L::p) + warp * 16 * kTile;
-  float* Ow = reinterpret_cast<float*>(smem + L::o) + warp * 16 * D;
-  float* mw = reinterpret_cast<float*>(smem + L::m) + warp * 16;
-  float* lw = reinterpret_cast<float*>(smem + L::l) + warp * 16;
+  float* Sw = reinterpret_cast<float*>(smem + L::s) + warp * 16 * kLdScore;
+  T* Pw = reinterpret_cast<T*>(smem + L::p) + warp * 16 * kLdProb;
+  float* Ow = reinterpret_cast<float*>(smem + L::o) + warp * 16 * ld_acc<D>;
 
   const int64_t bh = blockIdx.y, q0 = int64_t{blockIdx.x} * kTile, Tq = a.Tq, Tk = a.Tk;
   const T* Q = static_cast<const T*>(a.q) + bh * Tq * D;
   const T* K = static_cast<const T*>(a.k) + bh * Tk * D;
   const T* V = static_cast<const T*>(a.v) + bh * Tk * D;
   load_tile<T, D>(Qs, Q, q0, Tq);
-  for (int idx = lane; idx < 16 * D; idx += 32) Ow[idx] = 0.0f;
-  if (lane < 16) {
-    mw[lane] = -INFINITY;
-    lw[lane] = 0.0f;
-  }
+  for (int idx = lane; idx < 16 * ld_acc<D>; idx += 32) Ow[idx] = 0.0f;
+  float m[16], l[16];  // per row of this warp, the same in every lane
+#pragma unroll
+  for (int r = 0; r < 16; ++r) m[r] = -INFINITY, l[r] = 0.0f;
   int64_t kend = Tk;
   if (a.causal) kend = max(int64_t{0}, min(Tk, q0 + kTile + Tk - Tq));
-  const int r = lane >> 1, half = lane & 1;
-  const int64_t i = q0 + warp * 16 + r;
+  const int64_t row0 = q0 + warp * 16;
   for (int64_t k0 = 0; k0 < kend; k0 += kTile) {
     __syncthreads();
     load_tile<T, D>(Ks, K, k0, Tk);
     load_tile<T, D>(Vs, V, k0, Tk);
     __syncthreads();
-    mm_abt<T, D>(Sw, Qs + warp * 16 * D, Ks);
+    mm_abt<T, D>(Sw, Qs + warp * 16 * ld_tile<D>, Ks);
     __syncwarp();
-    // Online softmax: two lanes per row, 32 columns each.
-    float s[32];
-    float mx = -INFINITY;
+    // Online softmax; each lane owns key columns lane and lane + 32.
 #pragma unroll
-    for (int c = 0; c < 32; ++c) {
-      const int64_t j = k0 + half * 32 + c;
-      float v = Sw[r * kTile + half * 32 + c] * a.scale;
-      if (i >= Tq || j >= Tk || !visible(a.mask, a.causal, bh, i, j, Tq, Tk)) v = -INFINITY;
-      s[c] = v;
-      mx = fmaxf(mx, v);
-    }
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    const float m_old = mw[r], m_new = fmaxf(m_old, mx);
-    const bool none = m_new == -INFINITY;
-    const float alpha = none ? 1.0f : __expf(m_old - m_new);
-    float sum = 0.0f;
-#pragma unroll
-    for (int c = 0; c < 32; ++c) {
-      const float p = none ? 0.0f : __expf(s[c] - m_new);
-      Pw[r * kTile + half * 32 + c] = convert<T>(p);
-      sum += p;
-    }
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    for (int c = 0; c < D / 2; ++c) Ow[r * D + half * (D / 2) + c] *= alpha;
-    __syncwarp();
-    if (half == 0) {
-      mw[r] = m_new;
-      lw[r] = lw[r] * alpha + sum;
+    for (int r = 0; r < 16; ++r) {
+      const int64_t i = row0 + r;
+      float s0 = Sw[r * kLdScore + lane] * a.scale, s1 = Sw[r * kLdScore + lane + 32] * a.scale;
+      if (i >= Tq || k0 + lane >= Tk || !visible(a.mask, a.causal, bh, i, k0 + lane, Tq, Tk))
+        s0 = -INFINITY;
+      if (i >= Tq || k0 + lane + 32 >= Tk ||
+          !visible(a.mask, a.causal, bh, i, k0 + lane + 32, Tq, Tk))
+        s1 = -INFINITY;
+      const float mx = warp_reduce(fmaxf(s0, s1), MaxOp{});
+      const float m_new = fmaxf(m[r], mx);
+      const bool none = m_new == -INFINITY;
+      const float alpha = none ? 1.0f : __expf(m[r] - m_new);
+      const float p0 = none ? 0.0f : __expf(s0 - m_new), p1 = none ? 0.0f : __expf(s1 - m_new);
+      Pw[r * kLdProb + lane] = convert<T>(p0);
+      Pw[r * kLdProb + lane + 32] = convert<T>(p1);
+      l[r] = l[r] * alpha + warp_reduce(p0 + p1, SumOp{});
+      m[r] = m_new;
+      for (int c = lane; c < D; c += 32) Ow[r * ld_acc<D> + c] *= alpha;
     }
     __syncwarp();
     FragC acc[D / 16];
 #pragma unroll
-    for (int n = 0; n < D / 16; ++n) wmma::load_matrix_sync(acc[n], Ow + n * 16, D, wmma::mem_row_major);
+    for (int n = 0; n < D / 16; ++n)
+      wmma::load_matrix_sync(acc[n], Ow + n * 16, ld_acc<D>, wmma::mem_row_major);
     mm_acc<T, D>(acc, Pw, Vs);
 #pragma unroll
-    for (int n = 0; n < D / 16; ++n) wmma::store_matrix_sync(Ow + n * 16, acc[n], D, wmma::mem_row_major);
+    for (int n = 0; n < D / 16; ++n)
+      wmma::store_matrix_sync(Ow + n * 16, acc[n], ld_acc<D>, wmma::mem_row_major);
     __syncwarp();
   }
-  if (i < Tq) {
-    const float l = lw[r];
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    T* O = static_cast<T*>(a.out) + (bh * Tq + i) * D;
-    for (int c = 0; c < D / 2; ++c) O[half * (D / 2) + c] = convert<T>(Ow[r * D + half * (D / 2) + c] * inv);
-    if (half == 0) a.lse[bh * Tq + i] = l > 0.0f ? mw[r] + logf(l) : -INFINITY;
+  T* O = static_cast<T*>(a.out) + bh * Tq * D;
+#pragma unroll
+  for (int r = 0; r < 16; ++r) {
+    const int64_t i = row0 + r;
+    if (i >= Tq) continue;
+    const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+    for (int c = lane; c < D; c += 32) O[i * D + c] = convert<T>(Ow[r * ld_acc<D> + c] * inv);
+    if (lane == 0) a.lse[bh * Tq + i] = l[r] > 0.0f ? m[r] + logf(l[r]) : -INFINITY;
   }
 }
 
@@ -205,35 +209,41 @@ __global__ void dvec_kernel(const T* dO, const T* O, float* dvec, int64_t rows, 
   if (lane == 0) dvec[row] = s;
 }
 
-// p and dS for score (already in S), dP, query i, key j.
+// P and dS of one score: P = exp(scale S - lse) where visible, dS = P (dP - dvec) scale.
 __device__ inline void grad_entry(float sc, float dp, float lse, float dv, bool vis, float scale,
                                   float& p, float& ds) {
   p = (vis && isfinite(lse)) ? __expf(sc * scale - lse) : 0.0f;
   ds = p * (dp - dv) * scale;
 }
 
+// Backward shared memory: four tiles, per warp S and dP (float) and P and dS (T), and the
+// log-sum-exp and dvec of the 64 query rows in play.
 template <class T, int D>
 struct BwdSmem {
-  // four [64 x D] tiles, per warp two float [16 x 64] and two T [16 x 64], lse/dvec per row
-  static constexpr size_t bytes = 4 * kTile * D * sizeof(T) + kWarps * 2 * 16 * kTile * 4 +
-                                  kWarps * 2 * 16 * kTile * sizeof(T) + 2 * kTile * 4;
+  static constexpr size_t tile = size_t{kTile} * ld_tile<D> * sizeof(T);
+  static constexpr size_t f = 4 * tile;
+  static constexpr size_t per_warp_f = 2 * 16 * kLdScore;  // floats
+  static constexpr size_t t = f + size_t{kWarps} * per_warp_f * sizeof(float);
+  static constexpr size_t per_warp_t = 2 * 16 * kLdProb;  // T elements
+  static constexpr size_t stats = t + size_t{kWarps} * per_warp_t * sizeof(T);
+  static constexpr size_t bytes = stats + 2 * kTile * sizeof(float);
+  static_assert(per_warp_f >= 16 * (D + 4), "staging must fit in a warp's float area");
 };
 
 template <class T, int D>
 __global__ void __launch_bounds__(kBlockThreads) flash_bwd_dkdv_kernel(Args a) {
   extern __shared__ __align__(128) unsigned char smem[];
+  using L = BwdSmem<T, D>;
   T* Ks = reinterpret_cast<T*>(smem);
-  T* Vs = Ks + kTile * D;
-  T* Qs = Vs + kTile * D;
-  T* dOs = Qs + kTile * D;
+  T* Vs = Ks + kTile * ld_tile<D>;
+  T* Qs = Vs + kTile * ld_tile<D>;
+  T* dOs = Qs + kTile * ld_tile<D>;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  float* fbase = reinterpret_cast<float*>(dOs + kTile * D);
-  float* Sw = fbase + warp * 2 * 16 * kTile;  // S^T, then dP^T beside it
-  float* dPw = Sw + 16 * kTile;
-  T* tbase = reinterpret_cast<T*>(fbase + kWarps * 2 * 16 * kTile);
-  T* Pw = tbase + warp * 2 * 16 * kTile;
-  T* dSw = Pw + 16 * kTile;
-  float* lse_s = reinterpret_cast<float*>(tbase + kWarps * 2 * 16 * kTile);
+  float* Sw = reinterpret_cast<float*>(smem + L::f) + warp * L::per_warp_f;  // S^T
+  float* dPw = Sw + 16 * kLdScore;                                            // dP^T
+  T* Pw = reinterpret_cast<T*>(smem + L::t) + warp * L::per_warp_t;
+  T* dSw = Pw + 16 * kLdProb;
+  float* lse_s = reinterpret_cast<float*>(smem + L::stats);
   float* dvec_s = lse_s + kTile;
 
   const int64_t bh = blockIdx.y, k0 = int64_t{blockIdx.x} * kTile, Tq = a.Tq, Tk = a.Tk;
@@ -251,8 +261,7 @@ __global__ void __launch_bounds__(kBlockThreads) flash_bwd_dkdv_kernel(Args a) {
   }
   int64_t qstart = 0;
   if (a.causal) qstart = max(int64_t{0}, k0 - (Tk - Tq)) / kTile * kTile;
-  const int r = lane >> 1, half = lane & 1;
-  const int64_t j = k0 + warp * 16 + r;
+  const int64_t key0 = k0 + warp * 16;
   for (int64_t q0 = qstart; q0 < Tq; q0 += kTile) {
     __syncthreads();
     load_tile<T, D>(Qs, Q, q0, Tq);
@@ -263,44 +272,47 @@ __global__ void __launch_bounds__(kBlockThreads) flash_bwd_dkdv_kernel(Args a) {
       dvec_s[t] = in ? a.dvec[bh * Tq + q0 + t] : 0.0f;
     }
     __syncthreads();
-    mm_abt<T, D>(Sw, Ks + warp * 16 * D, Qs);    // S^T rows = keys
-    mm_abt<T, D>(dPw, Vs + warp * 16 * D, dOs);  // dP^T
+    mm_abt<T, D>(Sw, Ks + warp * 16 * ld_tile<D>, Qs);    // S^T: rows are keys
+    mm_abt<T, D>(dPw, Vs + warp * 16 * ld_tile<D>, dOs);  // dP^T
     __syncwarp();
-#pragma unroll 4
-    for (int c = 0; c < 32; ++c) {
-      const int q = half * 32 + c;
-      const int64_t i = q0 + q;
-      const bool vis = i < Tq && j < Tk && visible(a.mask, a.causal, bh, i, j, Tq, Tk);
-      float p, ds;
-      grad_entry(Sw[r * kTile + q], dPw[r * kTile + q], lse_s[q], dvec_s[q], vis, a.scale, p, ds);
-      Pw[r * kTile + q] = convert<T>(p);
-      dSw[r * kTile + q] = convert<T>(ds);
+    // Each lane owns query columns lane and lane + 32.
+    for (int r = 0; r < 16; ++r) {
+      const int64_t j = key0 + r;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int q = lane + 32 * h;
+        const int64_t i = q0 + q;
+        const bool vis = i < Tq && j < Tk && visible(a.mask, a.causal, bh, i, j, Tq, Tk);
+        float p, ds;
+        grad_entry(Sw[r * kLdScore + q], dPw[r * kLdScore + q], lse_s[q], dvec_s[q], vis,
+                   a.scale, p, ds);
+        Pw[r * kLdProb + q] = convert<T>(p);
+        dSw[r * kLdProb + q] = convert<T>(ds);
+      }
     }
     __syncwarp();
     mm_acc<T, D>(dv, Pw, dOs);  // dV += P^T dO
     mm_acc<T, D>(dk, dSw, Qs);  // dK += dS^T Q
   }
   __syncwarp();
-  const int64_t r0 = k0 + warp * 16;
-  store_rows<T, D>(static_cast<T*>(a.dk) + bh * Tk * D, r0, Tk, dk, Sw);
+  store_rows<T, D>(static_cast<T*>(a.dk) + bh * Tk * D, key0, Tk, dk, Sw);
   __syncwarp();
-  store_rows<T, D>(static_cast<T*>(a.dv) + bh * Tk * D, r0, Tk, dv, Sw);
+  store_rows<T, D>(static_cast<T*>(a.dv) + bh * Tk * D, key0, Tk, dv, Sw);
 }
 
 template <class T, int D>
 __global__ void __launch_bounds__(kBlockThreads) flash_bwd_dq_kernel(Args a) {
   extern __shared__ __align__(128) unsigned char smem[];
+  using L = BwdSmem<T, D>;
   T* Qs = reinterpret_cast<T*>(smem);
-  T* dOs = Qs + kTile * D;
-  T* Ks = dOs + kTile * D;
-  T* Vs = Ks + kTile * D;
+  T* dOs = Qs + kTile * ld_tile<D>;
+  T* Ks = dOs + kTile * ld_tile<D>;
+  T* Vs = Ks + kTile * ld_tile<D>;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  float* fbase = reinterpret_cast<float*>(Vs + kTile * D);
-  float* Sw = fbase + warp * 2 * 16 * kTile;
-  float* dPw = Sw + 16 * kTile;
-  T* tbase = reinterpret_cast<T*>(fbase + kWarps * 2 * 16 * kTile);
-  T* dSw = tbase + warp * 2 * 16 * kTile;
-  float* lse_s = reinterpret_cast<float*>(tbase + kWarps * 2 * 16 * kTile);
+  float* Sw = reinterpret_cast<float*>(smem + L::f) + warp * L::per_warp_f;
+  float* dPw = Sw + 16 * kLdScore;
+  T* dSw = reinterpret_cast<T*>(smem + L::t) + warp * L::per_warp_t;
+  float* lse_s = reinterpret_cast<float*>(smem + L::stats);
   float* dvec_s = lse_s + kTile;
 
   const int64_t bh = blockIdx.y, q0 = int64_t{blockIdx.x} * kTile, Tq = a.Tq, Tk = a.Tk;
@@ -320,31 +332,34 @@ __global__ void __launch_bounds__(kBlockThreads) flash_bwd_dq_kernel(Args a) {
   for (int n = 0; n < D / 16; ++n) wmma::fill_fragment(dq[n], 0.0f);
   int64_t kend = Tk;
   if (a.causal) kend = max(int64_t{0}, min(Tk, q0 + kTile + Tk - Tq));
-  const int r = lane >> 1, half = lane & 1;
-  const int64_t i = q0 + warp * 16 + r;
+  const int64_t row0 = q0 + warp * 16;
   for (int64_t k0 = 0; k0 < kend; k0 += kTile) {
     __syncthreads();
     load_tile<T, D>(Ks, K, k0, Tk);
     load_tile<T, D>(Vs, V, k0, Tk);
     __syncthreads();
-    mm_abt<T, D>(Sw, Qs + warp * 16 * D, Ks);
-    mm_abt<T, D>(dPw, dOs + warp * 16 * D, Vs);
+    mm_abt<T, D>(Sw, Qs + warp * 16 * ld_tile<D>, Ks);
+    mm_abt<T, D>(dPw, dOs + warp * 16 * ld_tile<D>, Vs);
     __syncwarp();
-    const float l = lse_s[warp * 16 + r], dvv = dvec_s[warp * 16 + r];
-#pragma unroll 4
-    for (int c = 0; c < 32; ++c) {
-      const int kc = half * 32 + c;
-      const int64_t j = k0 + kc;
-      const bool vis = i < Tq && j < Tk && visible(a.mask, a.causal, bh, i, j, Tq, Tk);
-      float p, ds;
-      grad_entry(Sw[r * kTile + kc], dPw[r * kTile + kc], l, dvv, vis, a.scale, p, ds);
-      dSw[r * kTile + kc] = convert<T>(ds);
+    // Each lane owns key columns lane and lane + 32.
+    for (int r = 0; r < 16; ++r) {
+      const int64_t i = row0 + r;
+      const float l = lse_s[warp * 16 + r], dvv = dvec_s[warp * 16 + r];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int kc = lane + 32 * h;
+        const int64_t j = k0 + kc;
+        const bool vis = i < Tq && j < Tk && visible(a.mask, a.causal, bh, i, j, Tq, Tk);
+        float p, ds;
+        grad_entry(Sw[r * kLdScore + kc], dPw[r * kLdScore + kc], l, dvv, vis, a.scale, p, ds);
+        dSw[r * kLdProb + kc] = convert<T>(ds);
+      }
     }
     __syncwarp();
     mm_acc<T, D>(dq, dSw, Ks);  // dQ += dS K
   }
   __syncwarp();
-  store_rows<T, D>(static_cast<T*>(a.dq) + bh * Tq * D, q0 + warp * 16, Tq, dq, Sw);
+  store_rows<T, D>(static_cast<T*>(a.dq) + bh * Tq * D, row0, Tq, dq, Sw);
 }
 
 template <class Kernel>
