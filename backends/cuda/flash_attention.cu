@@ -1,9 +1,9 @@
-// Flash-style attention (Dao et al., FlashAttention-2) with WMMA tensor-core fragments.
-// A block is 4 warps; each warp owns 16 rows of a 64-row tile. Forward: per query tile, loop
-// over key tiles keeping a running max and sum per row; S and P live in shared memory only.
-// Backward, deterministically without atomics: one kernel per key tile accumulates dK and dV
-// over query tiles; a second per query tile accumulates dQ over key tiles (scores rebuilt
-// from the saved log-sum-exp in both). P and dS are rounded to the input type before their
+// Flash-style attention (Dao et al., FlashAttention-2) on tensor cores. A block is 4 warps;
+// each warp owns 16 rows of a 64-row tile. Forward (mma.sync, registers only): per query
+// tile, loop over key tiles keeping a running max and sum per row. Backward (WMMA fragments
+// through shared memory), deterministic without atomics: one kernel per key tile accumulates
+// dK and dV over query tiles; a second per query tile accumulates dQ over key tiles (scores
+// rebuilt from the saved log-sum-exp in both). P and dS are rounded to the input type before their
 // products, as in FlashAttention; every sum is in float32.
 #include <mma.h>
 
@@ -113,87 +113,175 @@ __device__ void store_rows(T* dst, int64_t r0, int64_t rows, FragC (&acc)[D / 16
         dst[(r0 + r) * D + c] = convert<T>(stage[r * ld_acc<D> + c] * factor);
 }
 
-// Forward shared memory: Q, K, V tiles; per warp S (float), P (T) and O (float) for its rows.
+// ---- forward: FlashAttention-2 in registers with mma.sync m16n8k16 ----
+// Fragment layouts (PTX ISA, "Matrix fragments for mma.m16n8k16"): with g = lane / 4 and
+// t = lane % 4, an accumulator holds rows g and g + 8, columns 2t and 2t + 1 of a 16x8 tile;
+// two adjacent accumulator tiles of P are exactly the A operand of the next product, so S
+// and P never leave registers, and a row's max and sum need two shuffles within its quad.
+
+__device__ inline uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ inline void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+__device__ inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+template <class T>
+__device__ inline void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same_v<T, BFloat16>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+template <class T>
+__device__ inline uint32_t pack2(float lo, float hi) {
+  if constexpr (std::is_same_v<T, BFloat16>) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  } else {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  }
+}
+
 template <class T, int D>
 struct FwdSmem {
   static constexpr size_t tile = size_t{kTile} * ld_tile<D> * sizeof(T);
-  static constexpr size_t q = 0, k = tile, v = 2 * tile, s = 3 * tile;
-  static constexpr size_t p = s + size_t{kWarps} * 16 * kLdScore * sizeof(float);
-  static constexpr size_t o = p + size_t{kWarps} * 16 * kLdProb * sizeof(T);
-  static constexpr size_t bytes = o + size_t{kWarps} * 16 * ld_acc<D> * sizeof(float);
+  static constexpr size_t bytes = 3 * tile;  // Q, K, V
 };
 
 template <class T, int D>
 __global__ void __launch_bounds__(kBlockThreads) flash_fwd_kernel(Args a) {
   extern __shared__ __align__(128) unsigned char smem[];
-  using L = FwdSmem<T, D>;
-  T* Qs = reinterpret_cast<T*>(smem + L::q);
-  T* Ks = reinterpret_cast<T*>(smem + L::k);
-  T* Vs = reinterpret_cast<T*>(smem + L::v);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  float* Sw = reinterpret_cast<float*>(smem + L::s) + warp * 16 * kLdScore;
-  T* Pw = reinterpret_cast<T*>(smem + L::p) + warp * 16 * kLdProb;
-  float* Ow = reinterpret_cast<float*>(smem + L::o) + warp * 16 * ld_acc<D>;
-
+  constexpr int ld = ld_tile<D>;
+  T* Qs = reinterpret_cast<T*>(smem);
+  T* Ks = Qs + kTile * ld;
+  T* Vs = Ks + kTile * ld;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t bh = blockIdx.y, q0 = int64_t{blockIdx.x} * kTile, Tq = a.Tq, Tk = a.Tk;
   const T* Q = static_cast<const T*>(a.q) + bh * Tq * D;
   const T* K = static_cast<const T*>(a.k) + bh * Tk * D;
   const T* V = static_cast<const T*>(a.v) + bh * Tk * D;
   load_tile<T, D>(Qs, Q, q0, Tq);
-  for (int idx = lane; idx < 16 * ld_acc<D>; idx += 32) Ow[idx] = 0.0f;
-  float m[16], l[16];  // per row of this warp, the same in every lane
+  __syncthreads();
+  uint32_t qf[D / 16][4];
 #pragma unroll
-  for (int r = 0; r < 16; ++r) m[r] = -INFINITY, l[r] = 0.0f;
+  for (int kk = 0; kk < D / 16; ++kk)
+    ldmatrix_x4(qf[kk], Qs + (warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * ld + kk * 16 +
+                            (lane >> 4) * 8);
+  float o[D / 8][4];
+#pragma unroll
+  for (int dt = 0; dt < D / 8; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  const int64_t i_row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
   int64_t kend = Tk;
   if (a.causal) kend = max(int64_t{0}, min(Tk, q0 + kTile + Tk - Tq));
-  const int64_t row0 = q0 + warp * 16;
   for (int64_t k0 = 0; k0 < kend; k0 += kTile) {
     __syncthreads();
     load_tile<T, D>(Ks, K, k0, Tk);
     load_tile<T, D>(Vs, V, k0, Tk);
     __syncthreads();
-    mm_abt<T, D>(Sw, Qs + warp * 16 * ld_tile<D>, Ks);
-    __syncwarp();
-    // Online softmax; each lane owns key columns lane and lane + 32.
+    float sc[kTile / 8][4];
 #pragma unroll
-    for (int r = 0; r < 16; ++r) {
-      const int64_t i = row0 + r;
-      float s0 = Sw[r * kLdScore + lane] * a.scale, s1 = Sw[r * kLdScore + lane + 32] * a.scale;
-      if (i >= Tq || k0 + lane >= Tk || !visible(a.mask, a.causal, bh, i, k0 + lane, Tq, Tk))
-        s0 = -INFINITY;
-      if (i >= Tq || k0 + lane + 32 >= Tk ||
-          !visible(a.mask, a.causal, bh, i, k0 + lane + 32, Tq, Tk))
-        s1 = -INFINITY;
-      const float mx = warp_reduce(fmaxf(s0, s1), MaxOp{});
-      const float m_new = fmaxf(m[r], mx);
-      const bool none = m_new == -INFINITY;
-      const float alpha = none ? 1.0f : __expf(m[r] - m_new);
-      const float p0 = none ? 0.0f : __expf(s0 - m_new), p1 = none ? 0.0f : __expf(s1 - m_new);
-      Pw[r * kLdProb + lane] = convert<T>(p0);
-      Pw[r * kLdProb + lane + 32] = convert<T>(p1);
-      l[r] = l[r] * alpha + warp_reduce(p0 + p1, SumOp{});
-      m[r] = m_new;
-      for (int c = lane; c < D; c += 32) Ow[r * ld_acc<D> + c] *= alpha;
+    for (int nt = 0; nt < kTile / 8; ++nt) {
+      sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.0f;
+#pragma unroll
+      for (int kk = 0; kk < D / 16; kk += 2) {
+        uint32_t b[4];
+        ldmatrix_x4(b, Ks + (nt * 8 + (lane & 7)) * ld + kk * 16 + (lane >> 3) * 8);
+        mma16816<T>(sc[nt], qf[kk], b[0], b[1]);
+        mma16816<T>(sc[nt], qf[kk + 1], b[2], b[3]);
+      }
     }
-    __syncwarp();
-    FragC acc[D / 16];
+    // scale, mask, running max and sum per row (rows g and g + 8 of this warp)
+    float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-    for (int n = 0; n < D / 16; ++n)
-      wmma::load_matrix_sync(acc[n], Ow + n * 16, ld_acc<D>, wmma::mem_row_major);
-    mm_acc<T, D>(acc, Pw, Vs);
+    for (int nt = 0; nt < kTile / 8; ++nt)
 #pragma unroll
-    for (int n = 0; n < D / 16; ++n)
-      wmma::store_matrix_sync(Ow + n * 16, acc[n], ld_acc<D>, wmma::mem_row_major);
-    __syncwarp();
+      for (int e = 0; e < 4; ++e) {
+        const int hr = e >> 1;
+        const int64_t j = k0 + nt * 8 + 2 * t + (e & 1);
+        float v = sc[nt][e] * a.scale;
+        if (i_row[hr] >= Tq || j >= Tk || !visible(a.mask, a.causal, bh, i_row[hr], j, Tq, Tk))
+          v = -INFINITY;
+        sc[nt][e] = v;
+        mx[hr] = fmaxf(mx[hr], v);
+      }
+    float alpha[2], m_new[2];
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
+      mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
+      m_new[hr] = fmaxf(m[hr], mx[hr]);
+      alpha[hr] = m_new[hr] == -INFINITY ? 1.0f : __expf(m[hr] - m_new[hr]);
+    }
+    float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int nt = 0; nt < kTile / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int hr = e >> 1;
+        const float p = m_new[hr] == -INFINITY ? 0.0f : __expf(sc[nt][e] - m_new[hr]);
+        sc[nt][e] = p;
+        sum[hr] += p;
+      }
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      sum[hr] += __shfl_xor_sync(0xffffffffu, sum[hr], 1);
+      sum[hr] += __shfl_xor_sync(0xffffffffu, sum[hr], 2);
+      l[hr] = l[hr] * alpha[hr] + sum[hr];
+      m[hr] = m_new[hr];
+    }
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) {
+      o[dt][0] *= alpha[0];
+      o[dt][1] *= alpha[0];
+      o[dt][2] *= alpha[1];
+      o[dt][3] *= alpha[1];
+    }
+    // O += P V, P taken straight from the score registers
+#pragma unroll
+    for (int kc = 0; kc < kTile / 16; ++kc) {
+      const uint32_t pa[4] = {pack2<T>(sc[2 * kc][0], sc[2 * kc][1]),
+                              pack2<T>(sc[2 * kc][2], sc[2 * kc][3]),
+                              pack2<T>(sc[2 * kc + 1][0], sc[2 * kc + 1][1]),
+                              pack2<T>(sc[2 * kc + 1][2], sc[2 * kc + 1][3])};
+#pragma unroll
+      for (int dt = 0; dt < D / 8; dt += 2) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, Vs + (kc * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * ld +
+                                 (dt + (lane >> 4)) * 8);
+        mma16816<T>(o[dt], pa, b[0], b[1]);
+        mma16816<T>(o[dt + 1], pa, b[2], b[3]);
+      }
+    }
   }
   T* O = static_cast<T*>(a.out) + bh * Tq * D;
 #pragma unroll
-  for (int r = 0; r < 16; ++r) {
-    const int64_t i = row0 + r;
+  for (int hr = 0; hr < 2; ++hr) {
+    const int64_t i = i_row[hr];
     if (i >= Tq) continue;
-    const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
-    for (int c = lane; c < D; c += 32) O[i * D + c] = convert<T>(Ow[r * ld_acc<D> + c] * inv);
-    if (lane == 0) a.lse[bh * Tq + i] = l[r] > 0.0f ? m[r] + logf(l[r]) : -INFINITY;
+    const float inv = l[hr] > 0.0f ? 1.0f / l[hr] : 0.0f;
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt)
+      *reinterpret_cast<uint32_t*>(O + i * D + dt * 8 + 2 * t) =
+          pack2<T>(o[dt][2 * hr] * inv, o[dt][2 * hr + 1] * inv);
+    if (t == 0) a.lse[bh * Tq + i] = l[hr] > 0.0f ? m[hr] + logf(l[hr]) : -INFINITY;
   }
 }
 
