@@ -1,12 +1,10 @@
 // Flash-style attention (Dao et al., FlashAttention-2) on tensor cores. A block is 4 warps;
 // each warp owns 16 rows of a 64-row tile. Forward (mma.sync, registers only): per query
-// tile, loop over key tiles keeping a running max and sum per row. Backward (WMMA fragments
-// through shared memory), deterministic without atomics: one kernel per key tile accumulates
-// dK and dV over query tiles; a second per query tile accumulates dQ over key tiles (scores
-// rebuilt from the saved log-sum-exp in both). P and dS are rounded to the input type before their
+// tile, loop over key tiles keeping a running max and sum per row. Backward, deterministic
+// without atomics: one kernel per key tile accumulates dK and dV over query tiles; a second
+// per query tile accumulates dQ over key tiles (scores rebuilt from the saved log-sum-exp in
+// both). Scores, P and dS stay in registers throughout. P and dS are rounded to the input type before their
 // products, as in FlashAttention; every sum is in float32.
-#include <mma.h>
-
 #include <cstdlib>
 
 #include "backends/cuda/flash_attention.h"
@@ -15,28 +13,14 @@
 namespace tessera::cuda {
 namespace {
 
-using namespace nvcuda;
-
 constexpr int kTile = 64;  // rows of a query tile and keys of a key tile
 constexpr int kWarps = 4;
 constexpr int kBlockThreads = kWarps * 32;
 
-// Shared-memory rows are padded (8 halves, 4 floats) so that the fragment loads and the
-// column-per-lane loops below do not hit one bank from many lanes.
+// Shared-memory rows are padded by 8 elements (16 bytes), so the 8 rows an ldmatrix reads
+// fall in different banks.
 template <int D>
 constexpr int ld_tile = D + 8;            // Q, K, V, dO tiles (16-bit)
-constexpr int kLdScore = kTile + 4;       // S, dP (float)
-constexpr int kLdProb = kTile + 8;        // P, dS (16-bit)
-template <int D>
-constexpr int ld_acc = D + 4;             // O and the output staging (float)
-
-template <class T>
-using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major>;
-template <class T>
-using FragBRow = wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major>;
-template <class T>
-using FragBCol = wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major>;
-using FragC = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
 
 struct Args {
   const void *q, *k, *v, *o, *dO;
@@ -61,56 +45,6 @@ __device__ void load_tile(T* dst, const T* src, int64_t r0, int64_t rows) {
     if (r0 + r < rows) val = reinterpret_cast<const uint4*>(src + (r0 + r) * D)[w];
     reinterpret_cast<uint4*>(dst + r * ld_tile<D>)[w] = val;
   }
-}
-
-// C[16 x 64] (float, ld kLdScore) = A[16 x D] * B^T, A and B [64 x D] padded tiles.
-template <class T, int D>
-__device__ void mm_abt(float* C, const T* A, const T* B) {
-#pragma unroll
-  for (int n = 0; n < kTile / 16; ++n) {
-    FragC acc;
-    wmma::fill_fragment(acc, 0.0f);
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      FragA<T> a;
-      FragBCol<T> b;
-      wmma::load_matrix_sync(a, A + kk * 16, ld_tile<D>);
-      wmma::load_matrix_sync(b, B + n * 16 * ld_tile<D> + kk * 16, ld_tile<D>);
-      wmma::mma_sync(acc, a, b, acc);
-    }
-    wmma::store_matrix_sync(C + n * 16, acc, kLdScore, wmma::mem_row_major);
-  }
-}
-
-// acc[n] += P[16 x 64] (ld kLdProb) * V[64 x D] (padded tile), for D/16 column blocks.
-template <class T, int D>
-__device__ void mm_acc(FragC (&acc)[D / 16], const T* P, const T* V) {
-#pragma unroll
-  for (int n = 0; n < D / 16; ++n) {
-#pragma unroll
-    for (int kk = 0; kk < kTile / 16; ++kk) {
-      FragA<T> a;
-      FragBRow<T> b;
-      wmma::load_matrix_sync(a, P + kk * 16, kLdProb);
-      wmma::load_matrix_sync(b, V + kk * 16 * ld_tile<D> + n * 16, ld_tile<D>);
-      wmma::mma_sync(acc[n], a, b, acc[n]);
-    }
-  }
-}
-
-// Writes a warp's 16 accumulated rows (from r0) through a float staging area.
-template <class T, int D>
-__device__ void store_rows(T* dst, int64_t r0, int64_t rows, FragC (&acc)[D / 16], float* stage,
-                           float factor = 1.0f) {
-#pragma unroll
-  for (int n = 0; n < D / 16; ++n)
-    wmma::store_matrix_sync(stage + n * 16, acc[n], ld_acc<D>, wmma::mem_row_major);
-  __syncwarp();
-  const int lane = threadIdx.x % 32;
-  for (int r = 0; r < 16; ++r)
-    if (r0 + r < rows)
-      for (int c = lane; c < D; c += 32)
-        dst[(r0 + r) * D + c] = convert<T>(stage[r * ld_acc<D> + c] * factor);
 }
 
 // ---- forward: FlashAttention-2 in registers with mma.sync m16n8k16 ----
@@ -304,36 +238,84 @@ __device__ inline void grad_entry(float sc, float dp, float lse, float dv, bool 
   ds = p * (dp - dv) * scale;
 }
 
-// Backward shared memory: four tiles, per warp S and dP (float) and P and dS (T), and the
-// log-sum-exp and dvec of the 64 query rows in play.
+// acc[16 x 64] = rows (16 rows of tile A from `a_rows`) times the rows of tile B transposed:
+// the score-like products S = Q K^T, dP = dO V^T, S^T = K Q^T, dP^T = V dO^T.
+template <class T, int D>
+__device__ void mm_rows_bt(float (&acc)[kTile / 8][4], const T* a_rows, const T* b_tile) {
+  constexpr int ld = ld_tile<D>;
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int nt = 0; nt < kTile / 8; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    uint32_t af[4];
+    ldmatrix_x4(af, a_rows + ((lane & 7) + ((lane >> 3) & 1) * 8) * ld + kk * 16 + (lane >> 4) * 8);
+#pragma unroll
+    for (int nt = 0; nt < kTile / 8; ++nt) {
+      uint32_t b[4];
+      // two 8x8 matrices (d kk*16.., kk*16+8..) of rows nt*8..: lanes 16-31 repeat 0-15
+      ldmatrix_x4(b, b_tile + (nt * 8 + (lane & 7)) * ld + kk * 16 + ((lane >> 3) & 1) * 8);
+      mma16816<T>(acc[nt], af, b[0], b[1]);
+    }
+  }
+}
+
+// out[D/8][4] += P (16 x 64, in score registers) times tile B (64 x D, rows = the 64 columns
+// of P): dV += P^T dO, dK += dS^T Q, dQ += dS K.
+template <class T, int D>
+__device__ void mm_acc_regs(float (&out)[D / 8][4], const float (&p)[kTile / 8][4], const T* b_tile) {
+  constexpr int ld = ld_tile<D>;
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int kc = 0; kc < kTile / 16; ++kc) {
+    const uint32_t pa[4] = {pack2<T>(p[2 * kc][0], p[2 * kc][1]), pack2<T>(p[2 * kc][2], p[2 * kc][3]),
+                            pack2<T>(p[2 * kc + 1][0], p[2 * kc + 1][1]),
+                            pack2<T>(p[2 * kc + 1][2], p[2 * kc + 1][3])};
+#pragma unroll
+    for (int dt = 0; dt < D / 8; dt += 2) {
+      uint32_t b[4];
+      ldmatrix_x4_trans(b, b_tile + (kc * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * ld +
+                               (dt + (lane >> 4)) * 8);
+      mma16816<T>(out[dt], pa, b[0], b[1]);
+      mma16816<T>(out[dt + 1], pa, b[2], b[3]);
+    }
+  }
+}
+
+// Writes accumulator rows r0 + g and r0 + g + 8 (below `rows`) of a [rows, D] matrix.
+template <class T, int D>
+__device__ void store_acc(T* dst, int64_t r0, int64_t rows, const float (&acc)[D / 8][4]) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int64_t r = r0 + g + 8 * hr;
+    if (r >= rows) continue;
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt)
+      *reinterpret_cast<uint32_t*>(dst + r * D + dt * 8 + 2 * t) =
+          pack2<T>(acc[dt][2 * hr], acc[dt][2 * hr + 1]);
+  }
+}
+
+// Backward shared memory: four [64 x D] tiles and the log-sum-exp and dvec of 64 query rows.
 template <class T, int D>
 struct BwdSmem {
   static constexpr size_t tile = size_t{kTile} * ld_tile<D> * sizeof(T);
-  static constexpr size_t f = 4 * tile;
-  static constexpr size_t per_warp_f = 2 * 16 * kLdScore;  // floats
-  static constexpr size_t t = f + size_t{kWarps} * per_warp_f * sizeof(float);
-  static constexpr size_t per_warp_t = 2 * 16 * kLdProb;  // T elements
-  static constexpr size_t stats = t + size_t{kWarps} * per_warp_t * sizeof(T);
+  static constexpr size_t stats = 4 * tile;
   static constexpr size_t bytes = stats + 2 * kTile * sizeof(float);
-  static_assert(per_warp_f >= 16 * (D + 4), "staging must fit in a warp's float area");
 };
 
 template <class T, int D>
 __global__ void __launch_bounds__(kBlockThreads) flash_bwd_dkdv_kernel(Args a) {
   extern __shared__ __align__(128) unsigned char smem[];
-  using L = BwdSmem<T, D>;
+  constexpr int ld = ld_tile<D>;
   T* Ks = reinterpret_cast<T*>(smem);
-  T* Vs = Ks + kTile * ld_tile<D>;
-  T* Qs = Vs + kTile * ld_tile<D>;
-  T* dOs = Qs + kTile * ld_tile<D>;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  float* Sw = reinterpret_cast<float*>(smem + L::f) + warp * L::per_warp_f;  // S^T
-  float* dPw = Sw + 16 * kLdScore;                                            // dP^T
-  T* Pw = reinterpret_cast<T*>(smem + L::t) + warp * L::per_warp_t;
-  T* dSw = Pw + 16 * kLdProb;
-  float* lse_s = reinterpret_cast<float*>(smem + L::stats);
+  T* Vs = Ks + kTile * ld;
+  T* Qs = Vs + kTile * ld;
+  T* dOs = Qs + kTile * ld;
+  float* lse_s = reinterpret_cast<float*>(smem + BwdSmem<T, D>::stats);
   float* dvec_s = lse_s + kTile;
-
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t bh = blockIdx.y, k0 = int64_t{blockIdx.x} * kTile, Tq = a.Tq, Tk = a.Tk;
   const T* Q = static_cast<const T*>(a.q) + bh * Tq * D;
   const T* K = static_cast<const T*>(a.k) + bh * Tk * D;
@@ -341,12 +323,11 @@ __global__ void __launch_bounds__(kBlockThreads) flash_bwd_dkdv_kernel(Args a) {
   const T* dO = static_cast<const T*>(a.dO) + bh * Tq * D;
   load_tile<T, D>(Ks, K, k0, Tk);
   load_tile<T, D>(Vs, V, k0, Tk);
-  FragC dk[D / 16], dv[D / 16];
+  float dk[D / 8][4], dv[D / 8][4];
 #pragma unroll
-  for (int n = 0; n < D / 16; ++n) {
-    wmma::fill_fragment(dk[n], 0.0f);
-    wmma::fill_fragment(dv[n], 0.0f);
-  }
+  for (int dt = 0; dt < D / 8; ++dt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dk[dt][e] = dv[dt][e] = 0.0f;
   int64_t qstart = 0;
   if (a.causal) qstart = max(int64_t{0}, k0 - (Tk - Tq)) / kTile * kTile;
   const int64_t key0 = k0 + warp * 16;
@@ -354,55 +335,42 @@ __global__ void __launch_bounds__(kBlockThreads) flash_bwd_dkdv_kernel(Args a) {
     __syncthreads();
     load_tile<T, D>(Qs, Q, q0, Tq);
     load_tile<T, D>(dOs, dO, q0, Tq);
-    for (int t = threadIdx.x; t < kTile; t += kBlockThreads) {
-      const bool in = q0 + t < Tq;
-      lse_s[t] = in ? a.lse_in[bh * Tq + q0 + t] : INFINITY;
-      dvec_s[t] = in ? a.dvec[bh * Tq + q0 + t] : 0.0f;
+    for (int i = threadIdx.x; i < kTile; i += kBlockThreads) {
+      const bool in = q0 + i < Tq;
+      lse_s[i] = in ? a.lse_in[bh * Tq + q0 + i] : INFINITY;
+      dvec_s[i] = in ? a.dvec[bh * Tq + q0 + i] : 0.0f;
     }
     __syncthreads();
-    mm_abt<T, D>(Sw, Ks + warp * 16 * ld_tile<D>, Qs);    // S^T: rows are keys
-    mm_abt<T, D>(dPw, Vs + warp * 16 * ld_tile<D>, dOs);  // dP^T
-    __syncwarp();
-    // Each lane owns query columns lane and lane + 32.
-    for (int r = 0; r < 16; ++r) {
-      const int64_t j = key0 + r;
+    float st[kTile / 8][4], dpt[kTile / 8][4];  // S^T and dP^T: rows keys, columns queries
+    mm_rows_bt<T, D>(st, Ks + warp * 16 * ld, Qs);
+    mm_rows_bt<T, D>(dpt, Vs + warp * 16 * ld, dOs);
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int q = lane + 32 * h;
-        const int64_t i = q0 + q;
+    for (int nt = 0; nt < kTile / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t j = key0 + g + 8 * (e >> 1);
+        const int qc = nt * 8 + 2 * t + (e & 1);
+        const int64_t i = q0 + qc;
         const bool vis = i < Tq && j < Tk && visible(a.mask, a.causal, bh, i, j, Tq, Tk);
-        float p, ds;
-        grad_entry(Sw[r * kLdScore + q], dPw[r * kLdScore + q], lse_s[q], dvec_s[q], vis,
-                   a.scale, p, ds);
-        Pw[r * kLdProb + q] = convert<T>(p);
-        dSw[r * kLdProb + q] = convert<T>(ds);
+        grad_entry(st[nt][e], dpt[nt][e], lse_s[qc], dvec_s[qc], vis, a.scale, st[nt][e],
+                   dpt[nt][e]);
       }
-    }
-    __syncwarp();
-    mm_acc<T, D>(dv, Pw, dOs);  // dV += P^T dO
-    mm_acc<T, D>(dk, dSw, Qs);  // dK += dS^T Q
+    mm_acc_regs<T, D>(dv, st, dOs);  // dV += P^T dO
+    mm_acc_regs<T, D>(dk, dpt, Qs);  // dK += dS^T Q
   }
-  __syncwarp();
-  store_rows<T, D>(static_cast<T*>(a.dk) + bh * Tk * D, key0, Tk, dk, Sw);
-  __syncwarp();
-  store_rows<T, D>(static_cast<T*>(a.dv) + bh * Tk * D, key0, Tk, dv, Sw);
+  store_acc<T, D>(static_cast<T*>(a.dk) + bh * Tk * D, key0, Tk, dk);
+  store_acc<T, D>(static_cast<T*>(a.dv) + bh * Tk * D, key0, Tk, dv);
 }
 
 template <class T, int D>
 __global__ void __launch_bounds__(kBlockThreads) flash_bwd_dq_kernel(Args a) {
   extern __shared__ __align__(128) unsigned char smem[];
-  using L = BwdSmem<T, D>;
+  constexpr int ld = ld_tile<D>;
   T* Qs = reinterpret_cast<T*>(smem);
-  T* dOs = Qs + kTile * ld_tile<D>;
-  T* Ks = dOs + kTile * ld_tile<D>;
-  T* Vs = Ks + kTile * ld_tile<D>;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  float* Sw = reinterpret_cast<float*>(smem + L::f) + warp * L::per_warp_f;
-  float* dPw = Sw + 16 * kLdScore;
-  T* dSw = reinterpret_cast<T*>(smem + L::t) + warp * L::per_warp_t;
-  float* lse_s = reinterpret_cast<float*>(smem + L::stats);
-  float* dvec_s = lse_s + kTile;
-
+  T* dOs = Qs + kTile * ld;
+  T* Ks = dOs + kTile * ld;
+  T* Vs = Ks + kTile * ld;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t bh = blockIdx.y, q0 = int64_t{blockIdx.x} * kTile, Tq = a.Tq, Tk = a.Tk;
   const T* Q = static_cast<const T*>(a.q) + bh * Tq * D;
   const T* K = static_cast<const T*>(a.k) + bh * Tk * D;
@@ -410,44 +378,40 @@ __global__ void __launch_bounds__(kBlockThreads) flash_bwd_dq_kernel(Args a) {
   const T* dO = static_cast<const T*>(a.dO) + bh * Tq * D;
   load_tile<T, D>(Qs, Q, q0, Tq);
   load_tile<T, D>(dOs, dO, q0, Tq);
-  for (int t = threadIdx.x; t < kTile; t += kBlockThreads) {
-    const bool in = q0 + t < Tq;
-    lse_s[t] = in ? a.lse_in[bh * Tq + q0 + t] : INFINITY;
-    dvec_s[t] = in ? a.dvec[bh * Tq + q0 + t] : 0.0f;
-  }
-  FragC dq[D / 16];
+  const int64_t row0 = q0 + warp * 16;
+  float lse[2], dvv[2];
 #pragma unroll
-  for (int n = 0; n < D / 16; ++n) wmma::fill_fragment(dq[n], 0.0f);
+  for (int hr = 0; hr < 2; ++hr) {
+    const int64_t i = row0 + g + 8 * hr;
+    lse[hr] = i < Tq ? a.lse_in[bh * Tq + i] : INFINITY;
+    dvv[hr] = i < Tq ? a.dvec[bh * Tq + i] : 0.0f;
+  }
+  float dq[D / 8][4];
+#pragma unroll
+  for (int dt = 0; dt < D / 8; ++dt) dq[dt][0] = dq[dt][1] = dq[dt][2] = dq[dt][3] = 0.0f;
   int64_t kend = Tk;
   if (a.causal) kend = max(int64_t{0}, min(Tk, q0 + kTile + Tk - Tq));
-  const int64_t row0 = q0 + warp * 16;
   for (int64_t k0 = 0; k0 < kend; k0 += kTile) {
     __syncthreads();
     load_tile<T, D>(Ks, K, k0, Tk);
     load_tile<T, D>(Vs, V, k0, Tk);
     __syncthreads();
-    mm_abt<T, D>(Sw, Qs + warp * 16 * ld_tile<D>, Ks);
-    mm_abt<T, D>(dPw, dOs + warp * 16 * ld_tile<D>, Vs);
-    __syncwarp();
-    // Each lane owns key columns lane and lane + 32.
-    for (int r = 0; r < 16; ++r) {
-      const int64_t i = row0 + r;
-      const float l = lse_s[warp * 16 + r], dvv = dvec_s[warp * 16 + r];
+    float sc[kTile / 8][4], dp[kTile / 8][4];
+    mm_rows_bt<T, D>(sc, Qs + warp * 16 * ld, Ks);
+    mm_rows_bt<T, D>(dp, dOs + warp * 16 * ld, Vs);
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int kc = lane + 32 * h;
-        const int64_t j = k0 + kc;
+    for (int nt = 0; nt < kTile / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int hr = e >> 1;
+        const int64_t i = row0 + g + 8 * hr, j = k0 + nt * 8 + 2 * t + (e & 1);
         const bool vis = i < Tq && j < Tk && visible(a.mask, a.causal, bh, i, j, Tq, Tk);
-        float p, ds;
-        grad_entry(Sw[r * kLdScore + kc], dPw[r * kLdScore + kc], l, dvv, vis, a.scale, p, ds);
-        dSw[r * kLdProb + kc] = convert<T>(ds);
+        float p;
+        grad_entry(sc[nt][e], dp[nt][e], lse[hr], dvv[hr], vis, a.scale, p, sc[nt][e]);
       }
-    }
-    __syncwarp();
-    mm_acc<T, D>(dq, dSw, Ks);  // dQ += dS K
+    mm_acc_regs<T, D>(dq, sc, Ks);  // dQ += dS K
   }
-  __syncwarp();
-  store_rows<T, D>(static_cast<T*>(a.dq) + bh * Tq * D, row0, Tq, dq, Sw);
+  store_acc<T, D>(static_cast<T*>(a.dq) + bh * Tq * D, row0, Tq, dq);
 }
 
 template <class Kernel>
