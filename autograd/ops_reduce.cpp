@@ -143,3 +143,25 @@ Tensor norm(const Tensor& x, std::vector<int64_t> dims, bool keepdim) {
 }
 
 }  // namespace tessera
+
+namespace tessera {
+
+Tensor sum_squares(const std::vector<Tensor>& tensors) {
+  TS_CHECK(!tensors.empty(), "sum_squares: expected at least one tensor");
+  detail::check_same_device("sum_squares", tensors);
+  const DType dt = tensors[0].dtype();
+  std::vector<Tensor> ins;
+  for (const Tensor& t : tensors) {
+    detail::check_floating("sum_squares", t);
+    TS_CHECK(t.dtype() == dt, "sum_squares: tensors must share one dtype, got ",
+             tensors[0].describe(), " and ", t.describe());
+    ins.push_back(untracked(t).contiguous());
+  }
+  Tensor out =
+      Tensor::empty({static_cast<int64_t>(ins.size())}, DType::Float64, tensors[0].device());
+  Tensor outs[1] = {out};
+  run_kernel(Kernel::sum_squares, out.device(), dt, ins, outs);
+  return out;
+}
+
+}  // namespace tessera

@@ -308,8 +308,8 @@ TrainConfig TrainConfig::parse(const std::string& text, int64_t world, const std
     m.get("prof_all", c.comms_logger.prof_all);
     if (m.has("prof_ops")) {
       const json& ops = m.raw("prof_ops");
-      TS_CHECK(ops.is_array(), source, ": 'comms_logger.prof_ops' must be a list of op names, found ",
-               ops.dump());
+      TS_CHECK(ops.is_array(), source,
+               ": 'comms_logger.prof_ops' must be a list of op names, found ", ops.dump());
       for (const auto& op : ops) {
         TS_CHECK(op.is_string(), source, ": 'comms_logger.prof_ops' must hold strings, found ",
                  op.dump());

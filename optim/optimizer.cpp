@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <functional>
+#include <map>
 
 #include "tessera/dispatch.h"
 #include "tessera/grad_mode.h"
@@ -194,15 +195,16 @@ void Lamb::step() {
 
 double grad_norm(const std::vector<Tensor>& params) {
   NoGradGuard no_grad;
-  // One norm per gradient (each accumulated in double by the kernel), then the norm of those
-  // in float64: a single value comes back to the host, so a GPU step syncs once, not per tensor.
-  std::vector<Tensor> norms;
+  // Sums of squares of all gradients of one device and dtype in one multi-tensor launch
+  // (accumulated in double); one value per group comes back to the host.
+  std::map<std::pair<std::string, DType>, std::vector<Tensor>> groups;
   for (const Tensor& p : params) {
     const Tensor g = p.grad();
-    if (g.defined()) norms.push_back(norm(g).reshape({1}).to(DType::Float64));
+    if (g.defined()) groups[{g.device().str(), g.dtype()}].push_back(g);
   }
-  if (norms.empty()) return 0.0;
-  return norm(cat(norms, 0)).item();
+  double total = 0.0;
+  for (const auto& [key, grads] : groups) total += sum(sum_squares(grads)).item();
+  return std::sqrt(total);
 }
 
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {

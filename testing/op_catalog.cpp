@@ -337,6 +337,14 @@ std::vector<OpSpec> build_catalog() {
                    t = t.unsqueeze(0).expand({2, 3, 3}).contiguous().view({2, 9}).slice(1, 1, 9, 2);
                    return t.reshape({8}).squeeze();
                  }});
+  {
+    OpSpec s{"sum_squares",
+             "sum_squares",
+             {{"[3,4] [5] [2,3]T", {in({3, 4}), in({5}), tin({2, 3})}}},
+             [](const Inputs& x, const OpContext&) { return sum_squares(x).to(x[0].dtype()); }};
+    s.differentiable = false;
+    ops.push_back(s);
+  }
   // Optimizer updates, run as mixed precision does: on a float32 master copy of the parameter.
   for (const char* name : {"adamw_step", "sgd_step", "lamb_step"}) {
     OpSpec s{name,

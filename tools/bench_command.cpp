@@ -92,11 +92,13 @@ int bench_gemm(const Args& a) {
 }  // namespace
 
 int bench_main(int argc, char** argv) {
-  const Args a(argc, argv, 2, {"json", "help"}, {"shape", "iters", "preset", "device", "dtype", "batch", "peak-tflops"});
+  const Args a(argc, argv, 2, {"json", "help"},
+               {"shape", "iters", "preset", "device", "dtype", "batch", "peak-tflops"});
   if (a.has("help") || a.positional().empty()) {
     std::cout
         << "usage: tessera bench gemm [--shape M,N,K] [--iters N] [--json]\n"
-           "       tessera bench train --preset tiny|small|gpt2|gpt2-1024 [--device D] [--dtype T]\n"
+           "       tessera bench train --preset tiny|small|gpt2|gpt2-1024 [--device D] [--dtype "
+           "T]\n"
            "                           [--batch B] [--iters N] [--peak-tflops F] [--json]\n\n"
            "gemm: Tessera's float32 matmul and OpenBLAS's cblas_sgemm (on its own thread pool) on "
            "the\n"
@@ -104,7 +106,8 @@ int bench_main(int argc, char** argv) {
            "train: one GPT-2-style training step at ../shared/reference/gpt_bench.py's shapes\n"
            "(median of 10 after 3 warm-up steps); scripts/bench_train.sh runs PyTorch beside it.\n"
            "--device cuda --dtype bfloat16 trains in bf16 with float32 masters and reports model\n"
-           "TFLOP/s and MFU (6N + 12LTd FLOPs per token); scripts/gpu_bench.sh runs PyTorch beside it.\n";
+           "TFLOP/s and MFU (6N + 12LTd FLOPs per token); scripts/gpu_bench.sh runs PyTorch beside "
+           "it.\n";
     return a.has("help") ? 0 : 2;
   }
   const std::string what = a.positional()[0];

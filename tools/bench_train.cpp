@@ -62,7 +62,8 @@ int bench_train(const Args& a) {
       {"gradient_accumulation_steps", 1},
       {"gradient_clipping", 1.0},
       {"optimizer",
-       {{"type", "AdamW"}, {"params", {{"lr", 1e-3}, {"betas", {0.9, 0.99}}, {"weight_decay", 0.1}}}}}};
+       {{"type", "AdamW"},
+        {"params", {{"lr", 1e-3}, {"betas", {0.9, 0.99}}, {"weight_decay", 0.1}}}}}};
   if (dtype == DType::BFloat16) cfg["bf16"] = {{"enabled", true}};
   if (dtype == DType::Float16) cfg["fp16"] = {{"enabled", true}, {"loss_scale", 1024}};
   auto engine = engine::initialize(model, io::TrainConfig::parse(cfg.dump(), 1, "bench config"));
@@ -97,7 +98,7 @@ int bench_train(const Args& a) {
   const double n_params = static_cast<double>(model.num_parameters() - p.block * p.dim);
   const double flops_per_token =
       6.0 * n_params + 12.0 * static_cast<double>(p.layers * p.block * p.dim);
-  const double peak_default = device.is_cpu() ? 0.0
+  const double peak_default = device.is_cpu()           ? 0.0
                               : dtype != DType::Float32 ? 989.0
                               : cuda_allow_tf32()       ? 495.0
                                                         : 67.0;

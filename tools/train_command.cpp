@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "tessera/cuda.h"
 #include "tessera/engine/engine.h"
 #include "tessera/grad_mode.h"
 #include "tessera/io/token_data.h"
@@ -18,7 +19,6 @@
 #include "tessera/models/gpt2.h"
 #include "tessera/ops.h"
 #include "tessera/parallel/process_group.h"
-#include "tessera/cuda.h"
 #include "tools/cli.h"
 
 namespace tessera::cli {

@@ -118,6 +118,24 @@ struct Lamb {
   }
 };
 
+template <class T>
+struct SumSquares {
+  static void run(const KernelCall& c) {
+    double* out = c.outputs[0].data<double>();
+    parallel_for(static_cast<int64_t>(c.inputs.size()), 1, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        const T* p = c.inputs[t].data<T>();
+        double s = 0;
+        for (int64_t i = 0, n = c.inputs[t].numel(); i < n; ++i) {
+          const double v = static_cast<double>(load(p[i]));
+          s += v * v;
+        }
+        out[t] = s;
+      }
+    });
+  }
+};
+
 const bool registered = [] {
   for (DType d : {DType::Float32, DType::Float64}) {
     const bool f = d == DType::Float32;
@@ -127,6 +145,7 @@ const bool registered = [] {
     register_kernel(Kernel::lamb_step, DeviceType::CPU, d,
                     f ? &Lamb<float>::run : &Lamb<double>::run);
   }
+  register_floating<SumSquares>(Kernel::sum_squares);
   return true;
 }();
 

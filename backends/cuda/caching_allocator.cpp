@@ -74,7 +74,8 @@ class CachingAllocator final : public Allocator {
   }
   void empty_cache() {
     std::lock_guard<std::mutex> lock(mutex_);
-    for (size_t dev = 0; dev < devices_.size(); ++dev) free_cached(devices_[dev], static_cast<int>(dev));
+    for (size_t dev = 0; dev < devices_.size(); ++dev)
+      free_cached(devices_[dev], static_cast<int>(dev));
   }
 
   static CachingAllocator& instance() {
@@ -108,10 +109,9 @@ class CachingAllocator final : public Allocator {
       size_t free_b = 0, total_b = 0;
       cudaMemGetInfo(&free_b, &total_b);
       fail("cuda: out of memory on cuda:", dev, ": tried to allocate ", asked, " bytes (",
-           asked / kMiB, " MiB); the device has ", free_b / kMiB, " MiB free of ",
-           total_b / kMiB, " MiB; Tessera holds ", d.stats.allocated / kMiB,
-           " MiB in tensors and ", (d.stats.reserved - d.stats.allocated) / kMiB,
-           " MiB cached");
+           asked / kMiB, " MiB); the device has ", free_b / kMiB, " MiB free of ", total_b / kMiB,
+           " MiB; Tessera holds ", d.stats.allocated / kMiB, " MiB in tensors and ",
+           (d.stats.reserved - d.stats.allocated) / kMiB, " MiB cached");
     }
     ++d.stats.device_allocations;
     return p;

@@ -44,12 +44,13 @@ struct Word<1> {
 };
 
 template <class D, class S>
-void launch_strided(D* dst, const S* src, Shape shape, std::array<Shape, 2> st, cudaStream_t stream) {
+void launch_strided(D* dst, const S* src, Shape shape, std::array<Shape, 2> st,
+                    cudaStream_t stream) {
   const int64_t n = numel_of(shape);
   if (fits_int32<2>(shape, {&st[0], &st[1]})) {
     const auto ix = make_indexer<2, int32_t>(shape, {&st[0], &st[1]});
-    strided_copy_kernel<D, S, int32_t><<<grid_for(n), kThreads, 0, stream>>>(
-        dst, src, static_cast<int32_t>(n), ix);
+    strided_copy_kernel<D, S, int32_t>
+        <<<grid_for(n), kThreads, 0, stream>>>(dst, src, static_cast<int32_t>(n), ix);
   } else {
     const auto ix = make_indexer<2, int64_t>(shape, {&st[0], &st[1]});
     strided_copy_kernel<D, S, int64_t><<<grid_for(n), kThreads, 0, stream>>>(dst, src, n, ix);
@@ -147,7 +148,8 @@ void copy_kernel(const KernelCall& c) {
   }
   if (dst.device().is_cuda()) {  // host -> device
     const Tensor h = host_contiguous(src, dst.dtype());
-    Tensor target = dst.is_contiguous() ? dst : Tensor::empty(dst.shape(), dst.dtype(), dst.device());
+    Tensor target =
+        dst.is_contiguous() ? dst : Tensor::empty(dst.shape(), dst.dtype(), dst.device());
     // From pageable memory the call returns once the bytes are staged, so `h` may go.
     TS_CUDA_CHECK(cudaMemcpyAsync(target.data_ptr(), h.data_ptr(), h.nbytes(),
                                   cudaMemcpyHostToDevice, stream_of(dst)));

@@ -111,8 +111,9 @@ struct CrossEntropyBackward {
     if (N == 0) return;
     cross_entropy_backward_kernel<T><<<static_cast<unsigned>(N), kThreads, 0, stream_of(x)>>>(
         static_cast<const T*>(x.data_ptr()), static_cast<const int64_t*>(c.inputs[1].data_ptr()),
-        static_cast<const A*>(c.inputs[2].data_ptr()), static_cast<const A*>(c.inputs[3].data_ptr()),
-        static_cast<T*>(c.outputs[0].data_ptr()), C, c.attrs.index, static_cast<A>(c.attrs.scalar));
+        static_cast<const A*>(c.inputs[2].data_ptr()),
+        static_cast<const A*>(c.inputs[3].data_ptr()), static_cast<T*>(c.outputs[0].data_ptr()), C,
+        c.attrs.index, static_cast<A>(c.attrs.scalar));
     TS_CUDA_LAUNCH_CHECK("cross_entropy_backward");
   }
 };

@@ -17,11 +17,11 @@
 // After a kernel launch: a bad configuration surfaces here, a fault at the next sync.
 #define TS_CUDA_LAUNCH_CHECK(name) TS_CUDA_CHECK(cudaGetLastError())
 
-#define TS_CUBLAS_CHECK(call)                                                              \
-  do {                                                                                     \
-    const cublasStatus_t ts_status = (call);                                               \
-    if (ts_status != CUBLAS_STATUS_SUCCESS)                                                \
-      ::tessera::fail(#call, " failed at ", __FILE__, ":", __LINE__, ": ",                 \
+#define TS_CUBLAS_CHECK(call)                                                                 \
+  do {                                                                                        \
+    const cublasStatus_t ts_status = (call);                                                  \
+    if (ts_status != CUBLAS_STATUS_SUCCESS)                                                   \
+      ::tessera::fail(#call, " failed at ", __FILE__, ":", __LINE__, ": ",                    \
                       cublasGetStatusName(ts_status), " (", cublasGetStatusString(ts_status), \
-                      ")");                                                                \
+                      ")");                                                                   \
   } while (0)

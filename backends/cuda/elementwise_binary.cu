@@ -5,12 +5,12 @@
 namespace tessera::cuda {
 namespace {
 
-#define TS_CUDA_BINARY(Name, expr)     \
-  struct Name {                        \
-    template <class C>                 \
+#define TS_CUDA_BINARY(Name, expr)       \
+  struct Name {                          \
+    template <class C>                   \
     __device__ static auto f(C a, C b) { \
-      return expr;                     \
-    }                                  \
+      return expr;                       \
+    }                                    \
   };
 TS_CUDA_BINARY(Add, a + b)
 TS_CUDA_BINARY(Sub, a - b)
@@ -61,7 +61,7 @@ void binary(const KernelCall& c) {
   coalesce(shape, st);
   const auto ix = make_indexer<2>(shape, {&st[0], &st[1]});
   binary_strided<<<grid_for(n), kThreads, 0, stream_of(y)>>>(py, pa, pb, n, ix,
-                                                              BinaryFn<T, Out, Op>{});
+                                                             BinaryFn<T, Out, Op>{});
   TS_CUDA_LAUNCH_CHECK("binary");
 }
 
@@ -103,8 +103,8 @@ struct Where {
     const auto ix = make_indexer<3>(shape, {&st[0], &st[1], &st[2]});
     where_kernel<T><<<grid_for(n), kThreads, 0, stream_of(y)>>>(
         static_cast<T*>(y.data_ptr()), static_cast<const bool*>(c.inputs[0].data_ptr()),
-        static_cast<const T*>(c.inputs[1].data_ptr()), static_cast<const T*>(c.inputs[2].data_ptr()),
-        n, ix);
+        static_cast<const T*>(c.inputs[1].data_ptr()),
+        static_cast<const T*>(c.inputs[2].data_ptr()), n, ix);
     TS_CUDA_LAUNCH_CHECK("where");
   }
 };

@@ -10,12 +10,12 @@ constexpr double kSqrt2OverPi = 0.79788456080286535588;
 constexpr double kInvSqrt2Pi = 0.39894228040143267794;
 
 // Each functor maps one value in the compute type C.
-#define TS_CUDA_UNARY(Name, expr)              \
-  struct Name {                                \
-    template <class C>                         \
-    __device__ static C f(C x) {               \
-      return expr;                             \
-    }                                          \
+#define TS_CUDA_UNARY(Name, expr) \
+  struct Name {                   \
+    template <class C>            \
+    __device__ static C f(C x) {  \
+      return expr;                \
+    }                             \
   };
 TS_CUDA_UNARY(Neg, -x)
 TS_CUDA_UNARY(Exp, exp(x))
@@ -27,22 +27,20 @@ TS_CUDA_UNARY(Tanh, tanh(x))
 TS_CUDA_UNARY(Sigmoid, C(1) / (C(1) + exp(-x)))
 TS_CUDA_UNARY(Relu, x > C(0) ? x : C(0))
 TS_CUDA_UNARY(Gelu, C(0.5) * x * (C(1) + erf(x * C(kSqrtHalf))))
-TS_CUDA_UNARY(GeluTanh,
-              C(0.5) * x * (C(1) + tanh(C(kSqrt2OverPi) * (x + C(0.044715) * x * x * x))))
+TS_CUDA_UNARY(GeluTanh, C(0.5) * x * (C(1) + tanh(C(kSqrt2OverPi) * (x + C(0.044715) * x * x * x))))
 #undef TS_CUDA_UNARY
 
 template <class T, class Op>
 struct UnaryFn {
-  __device__ T operator()(int64_t, T x, T) const {
-    return convert<T>(Op::f(load(x)));
-  }
+  __device__ T operator()(int64_t, T x, T) const { return convert<T>(Op::f(load(x))); }
 };
 
 // gelu'(x) = Phi(x) + x * phi(x)
 struct GeluGrad {
   template <class C>
   __device__ static C f(C g, C x) {
-    return g * (C(0.5) * (C(1) + erf(x * C(kSqrtHalf))) + x * C(kInvSqrt2Pi) * exp(C(-0.5) * x * x));
+    return g *
+           (C(0.5) * (C(1) + erf(x * C(kSqrtHalf))) + x * C(kInvSqrt2Pi) * exp(C(-0.5) * x * x));
   }
 };
 // d/dx of 0.5 x (1 + tanh(u)), u = c (x + 0.044715 x^3)
@@ -56,9 +54,7 @@ struct GeluTanhGrad {
 };
 template <class T, class Op>
 struct BinaryMapFn {
-  __device__ T operator()(int64_t, T g, T x) const {
-    return convert<T>(Op::f(load(g), load(x)));
-  }
+  __device__ T operator()(int64_t, T g, T x) const { return convert<T>(Op::f(load(g), load(x))); }
 };
 
 template <class Op>
@@ -67,7 +63,8 @@ struct Unary {
   struct K {
     static void run(const KernelCall& c) {
       Tensor& y = c.outputs[0];
-      launch_contiguous(static_cast<T*>(y.data_ptr()), static_cast<const T*>(c.inputs[0].data_ptr()),
+      launch_contiguous(static_cast<T*>(y.data_ptr()),
+                        static_cast<const T*>(c.inputs[0].data_ptr()),
                         static_cast<const T*>(nullptr), y.numel(), UnaryFn<T, Op>{}, stream_of(y));
     }
   };
@@ -78,7 +75,8 @@ struct GradMap {
   struct K {
     static void run(const KernelCall& c) {
       Tensor& y = c.outputs[0];
-      launch_contiguous(static_cast<T*>(y.data_ptr()), static_cast<const T*>(c.inputs[0].data_ptr()),
+      launch_contiguous(static_cast<T*>(y.data_ptr()),
+                        static_cast<const T*>(c.inputs[0].data_ptr()),
                         static_cast<const T*>(c.inputs[1].data_ptr()), y.numel(),
                         BinaryMapFn<T, Op>{}, stream_of(y));
     }

@@ -60,8 +60,8 @@ struct Embedding {
     }
     gather_kernel<T><<<grid_for(n * D), kThreads, 0, stream_of(c.outputs[0])>>>(
         static_cast<const T*>(c.inputs[0].data_ptr()),
-        static_cast<const int64_t*>(c.inputs[1].data_ptr()), static_cast<T*>(c.outputs[0].data_ptr()),
-        n, D);
+        static_cast<const int64_t*>(c.inputs[1].data_ptr()),
+        static_cast<T*>(c.outputs[0].data_ptr()), n, D);
     TS_CUDA_LAUNCH_CHECK("embedding");
   }
 };
@@ -99,7 +99,8 @@ struct EmbeddingBackward {
     TS_CUDA_CHECK(cudaMemsetAsync(dw.data_ptr(), 0, dw.nbytes(), stream));
     if (n == 0 || D == 0) return;
     Tensor keys_out = Tensor::empty({n}, DType::Int64, dev);
-    Tensor pos_in = Tensor::empty({n}, DType::Int64, dev), pos_out = Tensor::empty({n}, DType::Int64, dev);
+    Tensor pos_in = Tensor::empty({n}, DType::Int64, dev),
+           pos_out = Tensor::empty({n}, DType::Int64, dev);
     iota_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<int64_t*>(pos_in.data_ptr()), n);
     TS_CUDA_LAUNCH_CHECK("embedding_backward");
     int end_bit = 1;
@@ -116,7 +117,8 @@ struct EmbeddingBackward {
         static_cast<const int64_t*>(pos_in.data_ptr()), static_cast<int64_t*>(pos_out.data_ptr()),
         n, 0, end_bit, stream));
     segment_sum_kernel<T><<<static_cast<unsigned>(n), kThreads, 0, stream>>>(
-        static_cast<const T*>(c.inputs[0].data_ptr()), static_cast<const int64_t*>(keys_out.data_ptr()),
+        static_cast<const T*>(c.inputs[0].data_ptr()),
+        static_cast<const int64_t*>(keys_out.data_ptr()),
         static_cast<const int64_t*>(pos_out.data_ptr()), static_cast<T*>(dw.data_ptr()), n, D);
     TS_CUDA_LAUNCH_CHECK("embedding_backward");
   }

@@ -3,8 +3,8 @@
 // tile, loop over key tiles keeping a running max and sum per row. Backward, deterministic
 // without atomics: one kernel per key tile accumulates dK and dV over query tiles; a second
 // per query tile accumulates dQ over key tiles (scores rebuilt from the saved log-sum-exp in
-// both). Scores, P and dS stay in registers throughout. P and dS are rounded to the input type before their
-// products, as in FlashAttention; every sum is in float32.
+// both). Scores, P and dS stay in registers throughout. P and dS are rounded to the input type
+// before their products, as in FlashAttention; every sum is in float32.
 #include <cstdlib>
 
 #include "backends/cuda/flash_attention.h"
@@ -20,7 +20,7 @@ constexpr int kBlockThreads = kWarps * 32;
 // Shared-memory rows are padded by 8 elements (16 bytes), so the 8 rows an ldmatrix reads
 // fall in different banks.
 template <int D>
-constexpr int ld_tile = D + 8;            // Q, K, V, dO tiles (16-bit)
+constexpr int ld_tile = D + 8;  // Q, K, V, dO tiles (16-bit)
 
 struct Args {
   const void *q, *k, *v, *o, *dO;
@@ -198,8 +198,8 @@ __global__ void __launch_bounds__(kBlockThreads) flash_fwd_kernel(Args a) {
 #pragma unroll
       for (int dt = 0; dt < D / 8; dt += 2) {
         uint32_t b[4];
-        ldmatrix_x4_trans(b, Vs + (kc * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * ld +
-                                 (dt + (lane >> 4)) * 8);
+        ldmatrix_x4_trans(
+            b, Vs + (kc * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * ld + (dt + (lane >> 4)) * 8);
         mma16816<T>(o[dt], pa, b[0], b[1]);
         mma16816<T>(o[dt + 1], pa, b[2], b[3]);
       }
@@ -226,7 +226,8 @@ __global__ void dvec_kernel(const T* dO, const T* O, float* dvec, int64_t rows, 
   if (row >= rows) return;
   const int lane = threadIdx.x % 32;
   float s = 0.0f;
-  for (int64_t c = lane; c < D; c += 32) s += float(load(dO[row * D + c])) * float(load(O[row * D + c]));
+  for (int64_t c = lane; c < D; c += 32)
+    s += float(load(dO[row * D + c])) * float(load(O[row * D + c]));
   s = warp_reduce(s, SumOp{});
   if (lane == 0) dvec[row] = s;
 }
@@ -263,19 +264,20 @@ __device__ void mm_rows_bt(float (&acc)[kTile / 8][4], const T* a_rows, const T*
 // out[D/8][4] += P (16 x 64, in score registers) times tile B (64 x D, rows = the 64 columns
 // of P): dV += P^T dO, dK += dS^T Q, dQ += dS K.
 template <class T, int D>
-__device__ void mm_acc_regs(float (&out)[D / 8][4], const float (&p)[kTile / 8][4], const T* b_tile) {
+__device__ void mm_acc_regs(float (&out)[D / 8][4], const float (&p)[kTile / 8][4],
+                            const T* b_tile) {
   constexpr int ld = ld_tile<D>;
   const int lane = threadIdx.x % 32;
 #pragma unroll
   for (int kc = 0; kc < kTile / 16; ++kc) {
-    const uint32_t pa[4] = {pack2<T>(p[2 * kc][0], p[2 * kc][1]), pack2<T>(p[2 * kc][2], p[2 * kc][3]),
-                            pack2<T>(p[2 * kc + 1][0], p[2 * kc + 1][1]),
-                            pack2<T>(p[2 * kc + 1][2], p[2 * kc + 1][3])};
+    const uint32_t pa[4] = {
+        pack2<T>(p[2 * kc][0], p[2 * kc][1]), pack2<T>(p[2 * kc][2], p[2 * kc][3]),
+        pack2<T>(p[2 * kc + 1][0], p[2 * kc + 1][1]), pack2<T>(p[2 * kc + 1][2], p[2 * kc + 1][3])};
 #pragma unroll
     for (int dt = 0; dt < D / 8; dt += 2) {
       uint32_t b[4];
-      ldmatrix_x4_trans(b, b_tile + (kc * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * ld +
-                               (dt + (lane >> 4)) * 8);
+      ldmatrix_x4_trans(
+          b, b_tile + (kc * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * ld + (dt + (lane >> 4)) * 8);
       mma16816<T>(out[dt], pa, b[0], b[1]);
       mma16816<T>(out[dt + 1], pa, b[2], b[3]);
     }
@@ -433,8 +435,8 @@ void forward(const Args& a, int64_t BH, cudaStream_t stream) {
 template <class T, int D>
 void backward(const Args& a, int64_t BH, cudaStream_t stream) {
   constexpr size_t bytes = BwdSmem<T, D>::bytes;
-  static const bool ready =
-      (allow_smem(flash_bwd_dkdv_kernel<T, D>, bytes), allow_smem(flash_bwd_dq_kernel<T, D>, bytes), true);
+  static const bool ready = (allow_smem(flash_bwd_dkdv_kernel<T, D>, bytes),
+                             allow_smem(flash_bwd_dq_kernel<T, D>, bytes), true);
   (void)ready;
   const dim3 gk(static_cast<unsigned>((a.Tk + kTile - 1) / kTile), static_cast<unsigned>(BH));
   flash_bwd_dkdv_kernel<T, D><<<gk, kBlockThreads, bytes, stream>>>(a);
@@ -471,22 +473,20 @@ void flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
   a.lse = static_cast<float*>(lse.data_ptr());
   a.mask = mask, a.causal = causal, a.Tq = q.shape()[2], a.Tk = k.shape()[2], a.scale = scale;
   const int64_t BH = q.shape()[0] * q.shape()[1];
-  dispatch(q.dtype(), q.shape()[3],
-           [&]<class T, int D>() { forward<T, D>(a, BH, stream_of(q)); });
+  dispatch(q.dtype(), q.shape()[3], [&]<class T, int D>() { forward<T, D>(a, BH, stream_of(q)); });
 }
 
-void flash_attention_backward(const Tensor& dO, const Tensor& q, const Tensor& k,
-                              const Tensor& v, const Tensor& o, const Tensor& lse,
-                              const MaskView& mask, bool causal, float scale, Tensor& dq,
-                              Tensor& dk, Tensor& dv) {
+void flash_attention_backward(const Tensor& dO, const Tensor& q, const Tensor& k, const Tensor& v,
+                              const Tensor& o, const Tensor& lse, const MaskView& mask, bool causal,
+                              float scale, Tensor& dq, Tensor& dk, Tensor& dv) {
   const int64_t BH = q.shape()[0] * q.shape()[1], Tq = q.shape()[2], D = q.shape()[3];
   Tensor dvec = Tensor::empty({BH * Tq}, DType::Float32, q.device());
   cudaStream_t stream = stream_of(q);
   dispatch(q.dtype(), D, [&]<class T, int Dt>() {
-    dvec_kernel<T><<<static_cast<unsigned>((BH * Tq + kWarps - 1) / kWarps), kBlockThreads, 0,
-                     stream>>>(static_cast<const T*>(dO.data_ptr()),
-                               static_cast<const T*>(o.data_ptr()),
-                               static_cast<float*>(dvec.data_ptr()), BH * Tq, Dt);
+    dvec_kernel<T>
+        <<<static_cast<unsigned>((BH * Tq + kWarps - 1) / kWarps), kBlockThreads, 0, stream>>>(
+            static_cast<const T*>(dO.data_ptr()), static_cast<const T*>(o.data_ptr()),
+            static_cast<float*>(dvec.data_ptr()), BH * Tq, Dt);
     TS_CUDA_LAUNCH_CHECK("flash attention backward");
     Args a{};
     a.q = q.data_ptr(), a.k = k.data_ptr(), a.v = v.data_ptr(), a.o = o.data_ptr();

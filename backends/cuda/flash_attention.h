@@ -15,9 +15,8 @@ void flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                              Tensor& lse);
 
 // dq, dk, dv in q's dtype. Deterministic: dK/dV and dQ are separate passes, no atomics.
-void flash_attention_backward(const Tensor& dO, const Tensor& q, const Tensor& k,
-                              const Tensor& v, const Tensor& o, const Tensor& lse,
-                              const MaskView& mask, bool causal, float scale, Tensor& dq,
-                              Tensor& dk, Tensor& dv);
+void flash_attention_backward(const Tensor& dO, const Tensor& q, const Tensor& k, const Tensor& v,
+                              const Tensor& o, const Tensor& lse, const MaskView& mask, bool causal,
+                              float scale, Tensor& dq, Tensor& dk, Tensor& dv);
 
 }  // namespace tessera::cuda

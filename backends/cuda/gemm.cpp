@@ -12,9 +12,9 @@
 #include <string>
 
 #include "backends/cuda/cuda_check.h"
-#include "tessera/dispatch.h"
 #include "backends/cuda/stream.h"
 #include "tessera/cuda.h"
+#include "tessera/dispatch.h"
 
 namespace tessera::cuda {
 namespace {
@@ -54,8 +54,8 @@ DeviceState& state(int device) {
   if (!s.handle) {
     DeviceGuard guard(device);
     TS_CUBLAS_CHECK(cublasLtCreate(&s.handle));
-    s.workspace = Tensor::empty({static_cast<int64_t>(kWorkspaceBytes)}, DType::Bool,
-                                Device::cuda(device));
+    s.workspace =
+        Tensor::empty({static_cast<int64_t>(kWorkspaceBytes)}, DType::Bool, Device::cuda(device));
   }
   return s;
 }
@@ -68,8 +68,8 @@ cublasLtMatrixLayout_t layout(cudaDataType_t type, int64_t rows, int64_t cols, i
     const int32_t count = static_cast<int32_t>(batch);
     TS_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
                                                      sizeof(count)));
-    TS_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
-        l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
+    TS_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                     &stride, sizeof(stride)));
   }
   return l;
 }
@@ -114,7 +114,8 @@ void gemm(Device device, cudaDataType_t ab, cudaDataType_t c, int64_t batch, int
   const bool f64 = ab == CUDA_R_64F;
   const cublasComputeType_t compute =
       f64 ? CUBLAS_COMPUTE_64F
-          : (ab == CUDA_R_32F && cuda_allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F);
+          : (ab == CUDA_R_32F && cuda_allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                   : CUBLAS_COMPUTE_32F);
   const int al_a = alignment_of(a.ptr), al_b = alignment_of(b.ptr), al_c = alignment_of(out);
   char key[512];
   std::snprintf(key, sizeof(key), "%d %d %d %ld %ld %ld %ld|%ld %ld %d|%ld %ld %d|%ld %ld|%d %d %d",
@@ -122,8 +123,8 @@ void gemm(Device device, cudaDataType_t ab, cudaDataType_t c, int64_t batch, int
                 static_cast<long>(batch), static_cast<long>(M), static_cast<long>(N),
                 static_cast<long>(K), static_cast<long>(a.ld), static_cast<long>(a.batch_stride),
                 a.transposed, static_cast<long>(b.ld), static_cast<long>(b.batch_stride),
-                b.transposed, static_cast<long>(ldc), static_cast<long>(c_batch_stride), al_a,
-                al_b, al_c);
+                b.transposed, static_cast<long>(ldc), static_cast<long>(c_batch_stride), al_a, al_b,
+                al_c);
   cudaStream_t stream = compute_stream(device.index);
   DeviceGuard guard(device.index);
   auto it = s.plans.find(key);
@@ -146,19 +147,24 @@ void gemm(Device device, cudaDataType_t ab, cudaDataType_t c, int64_t batch, int
     TS_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     const uint64_t ws = kWorkspaceBytes;
     const uint32_t ua = al_b, ub = al_a, uc = al_c;  // cuBLAS's A is our B and vice versa
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &ua, sizeof(ua));
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ub, sizeof(ub));
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &uc, sizeof(uc));
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &uc, sizeof(uc));
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                         sizeof(ws));
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &ua,
+                                         sizeof(ua));
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ub,
+                                         sizeof(ub));
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &uc,
+                                         sizeof(uc));
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &uc,
+                                         sizeof(uc));
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
     const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
         s.handle, plan->desc, plan->a, plan->b, plan->c, plan->c, pref, 1, &result, &found);
     cublasLtMatmulPreferenceDestroy(pref);
     if (st != CUBLAS_STATUS_SUCCESS || found == 0)
-      fail("cuda matmul: cuBLASLt has no algorithm for [", batch, " x ", M, " x ", K, "] @ [",
-           K, " x ", N, "] (", cublasGetStatusName(st), ")");
+      fail("cuda matmul: cuBLASLt has no algorithm for [", batch, " x ", M, " x ", K, "] @ [", K,
+           " x ", N, "] (", cublasGetStatusName(st), ")");
     plan->algo = result.algo;
     it = s.plans.emplace(key, std::move(plan)).first;
   }

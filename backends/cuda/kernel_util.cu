@@ -19,8 +19,7 @@ IndexCheck::IndexCheck(Device device)
 
 int64_t IndexCheck::first_bad() const {
   unsigned long long v = 0;
-  TS_CUDA_CHECK(
-      cudaMemcpyAsync(&v, flag_, sizeof(v), cudaMemcpyDeviceToHost, stream_for(device_)));
+  TS_CUDA_CHECK(cudaMemcpyAsync(&v, flag_, sizeof(v), cudaMemcpyDeviceToHost, stream_for(device_)));
   TS_CUDA_CHECK(cudaStreamSynchronize(stream_for(device_)));
   return v == std::numeric_limits<unsigned long long>::max() ? -1 : static_cast<int64_t>(v);
 }

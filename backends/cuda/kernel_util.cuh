@@ -20,8 +20,7 @@ using Half = __half;
 using BFloat16 = __nv_bfloat16;
 
 template <class T>
-inline constexpr bool is_16bit_float_v =
-    std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
+inline constexpr bool is_16bit_float_v = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
 
 // Arithmetic type: float for 16-bit floats and float, double for double, int64 for integers.
 template <class T>
@@ -82,8 +81,8 @@ struct StridedIndexer {
 template <int N, class I = int64_t>
 StridedIndexer<N, I> make_indexer(const Shape& shape, const std::array<const Shape*, N>& strides) {
   StridedIndexer<N, I> ix{};
-  TS_CHECK(shape.size() <= static_cast<size_t>(kMaxDims), "cuda: tensors of more than ",
-           kMaxDims, " dims are not supported (got ", shape.size(), ")");
+  TS_CHECK(shape.size() <= static_cast<size_t>(kMaxDims), "cuda: tensors of more than ", kMaxDims,
+           " dims are not supported (got ", shape.size(), ")");
   ix.dims = static_cast<int>(shape.size());
   for (int d = 0; d < ix.dims; ++d) {
     ix.shape[d] = static_cast<I>(shape[d]);

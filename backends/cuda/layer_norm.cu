@@ -41,8 +41,8 @@ __global__ void layer_norm_kernel(const T* x, const T* w, const T* b, T* y, comp
 template <class T>
 __global__ void layer_norm_backward_kernel(const T* dy, const T* x, const compute_t<T>* mean,
                                            const compute_t<T>* rstd, const T* w, T* dx,
-                                           compute_t<T>* part_dw, compute_t<T>* part_db,
-                                           int64_t N, int64_t C) {
+                                           compute_t<T>* part_dw, compute_t<T>* part_db, int64_t N,
+                                           int64_t C) {
   using A = compute_t<T>;
   const int64_t r0 = blockIdx.x * kRowsPerBlock, r1 = min(N, r0 + kRowsPerBlock);
   A* pdw = part_dw ? part_dw + blockIdx.x * C : nullptr;
@@ -108,9 +108,8 @@ constexpr int64_t kWarpSmemMax = 48 * 1024;  // default dynamic shared memory pe
 constexpr int kWarpsPerBlock = 8;
 
 template <class T>
-__global__ void layer_norm_warp_kernel(const T* x, const T* w, const T* b, T* y,
-                                       compute_t<T>* mean, compute_t<T>* rstd, int64_t N,
-                                       int64_t C, compute_t<T> eps) {
+__global__ void layer_norm_warp_kernel(const T* x, const T* w, const T* b, T* y, compute_t<T>* mean,
+                                       compute_t<T>* rstd, int64_t N, int64_t C, compute_t<T> eps) {
   using A = compute_t<T>;
   extern __shared__ unsigned char smem_raw[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -208,8 +207,8 @@ struct LayerNorm {
       layer_norm_warp_kernel<T><<<blocks, kWarpsPerBlock * 32, smem, stream_of(x)>>>(
           static_cast<const T*>(x.data_ptr()), optional_ptr<T>(c.inputs[1]),
           optional_ptr<T>(c.inputs[2]), static_cast<T*>(c.outputs[0].data_ptr()),
-          static_cast<A*>(c.outputs[1].data_ptr()), static_cast<A*>(c.outputs[2].data_ptr()), N,
-          C, static_cast<A>(c.attrs.scalar));
+          static_cast<A*>(c.outputs[1].data_ptr()), static_cast<A*>(c.outputs[2].data_ptr()), N, C,
+          static_cast<A>(c.attrs.scalar));
       TS_CUDA_LAUNCH_CHECK("layer_norm");
       return;
     }
@@ -247,17 +246,20 @@ struct LayerNormBackward {
       const auto grid = static_cast<unsigned>((warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
       layer_norm_backward_warp_kernel<T><<<grid, kWarpsPerBlock * 32, 0, stream>>>(
           static_cast<const T*>(c.inputs[0].data_ptr()), static_cast<const T*>(x.data_ptr()),
-          static_cast<const A*>(c.inputs[2].data_ptr()), static_cast<const A*>(c.inputs[3].data_ptr()),
-          optional_ptr<T>(c.inputs[4]), static_cast<T*>(c.outputs[0].data_ptr()),
+          static_cast<const A*>(c.inputs[2].data_ptr()),
+          static_cast<const A*>(c.inputs[3].data_ptr()), optional_ptr<T>(c.inputs[4]),
+          static_cast<T*>(c.outputs[0].data_ptr()),
           want_dw ? static_cast<A*>(pdw.data_ptr()) : nullptr,
           want_db ? static_cast<A*>(pdb.data_ptr()) : nullptr, N, C);
       TS_CUDA_LAUNCH_CHECK("layer_norm_backward");
       if (want_dw)
-        sum_partials_kernel<T><<<column_blocks(C), 256, 0, stream>>>(
-            static_cast<const A*>(pdw.data_ptr()), warps, C, static_cast<T*>(c.outputs[1].data_ptr()));
+        sum_partials_kernel<T>
+            <<<column_blocks(C), 256, 0, stream>>>(static_cast<const A*>(pdw.data_ptr()), warps, C,
+                                                   static_cast<T*>(c.outputs[1].data_ptr()));
       if (want_db)
-        sum_partials_kernel<T><<<column_blocks(C), 256, 0, stream>>>(
-            static_cast<const A*>(pdb.data_ptr()), warps, C, static_cast<T*>(c.outputs[2].data_ptr()));
+        sum_partials_kernel<T>
+            <<<column_blocks(C), 256, 0, stream>>>(static_cast<const A*>(pdb.data_ptr()), warps, C,
+                                                   static_cast<T*>(c.outputs[2].data_ptr()));
       TS_CUDA_LAUNCH_CHECK("layer_norm_backward");
       return;
     }
@@ -266,17 +268,20 @@ struct LayerNormBackward {
     Tensor pdb = want_db ? scratch(part_bytes, x.device()) : Tensor();
     layer_norm_backward_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
         static_cast<const T*>(c.inputs[0].data_ptr()), static_cast<const T*>(x.data_ptr()),
-        static_cast<const A*>(c.inputs[2].data_ptr()), static_cast<const A*>(c.inputs[3].data_ptr()),
-        optional_ptr<T>(c.inputs[4]), static_cast<T*>(c.outputs[0].data_ptr()),
+        static_cast<const A*>(c.inputs[2].data_ptr()),
+        static_cast<const A*>(c.inputs[3].data_ptr()), optional_ptr<T>(c.inputs[4]),
+        static_cast<T*>(c.outputs[0].data_ptr()),
         want_dw ? static_cast<A*>(pdw.data_ptr()) : nullptr,
         want_db ? static_cast<A*>(pdb.data_ptr()) : nullptr, N, C);
     TS_CUDA_LAUNCH_CHECK("layer_norm_backward");
     if (want_dw)
-      sum_partials_kernel<T><<<column_blocks(C), 256, 0, stream>>>(
-          static_cast<const A*>(pdw.data_ptr()), blocks, C, static_cast<T*>(c.outputs[1].data_ptr()));
+      sum_partials_kernel<T>
+          <<<column_blocks(C), 256, 0, stream>>>(static_cast<const A*>(pdw.data_ptr()), blocks, C,
+                                                 static_cast<T*>(c.outputs[1].data_ptr()));
     if (want_db)
-      sum_partials_kernel<T><<<column_blocks(C), 256, 0, stream>>>(
-          static_cast<const A*>(pdb.data_ptr()), blocks, C, static_cast<T*>(c.outputs[2].data_ptr()));
+      sum_partials_kernel<T>
+          <<<column_blocks(C), 256, 0, stream>>>(static_cast<const A*>(pdb.data_ptr()), blocks, C,
+                                                 static_cast<T*>(c.outputs[2].data_ptr()));
     TS_CUDA_LAUNCH_CHECK("layer_norm_backward");
   }
 };

@@ -7,6 +7,8 @@
 //              dampening, weight_decay, nesterov, first_step
 //   lamb_step  as adamw plus max_coeff, min_coeff; the per-tensor trust ratio comes from
 //              per-chunk partial norms summed in chunk order (deterministic).
+//   sum_squares inputs tensors[n]; outputs [n] float64 sums of squares (per-chunk partials in
+//              double, then each tensor's chunks summed in order: deterministic).
 #include <vector>
 
 #include "backends/cuda/kernel_util.cuh"
@@ -44,7 +46,9 @@ struct Table {
     for (size_t t = 0; t < n; ++t) {
       const int64_t len = c.outputs[t].numel();
       slots_h[t] = {static_cast<T*>(c.outputs[t].data_ptr()),
-                    state_tensors >= 1 && c.outputs.size() > n ? static_cast<T*>(c.outputs[n + t].data_ptr()) : nullptr,
+                    state_tensors >= 1 && c.outputs.size() > n
+                        ? static_cast<T*>(c.outputs[n + t].data_ptr())
+                        : nullptr,
                     state_tensors >= 2 ? static_cast<T*>(c.outputs[2 * n + t].data_ptr()) : nullptr,
                     static_cast<const T*>(c.inputs[t].data_ptr()), len};
       for (int64_t b = 0; b < len; b += kChunkElems)
@@ -61,7 +65,8 @@ struct Table {
                                   cudaMemcpyHostToDevice, stream));
     if (!chunks_h.empty())
       TS_CUDA_CHECK(cudaMemcpyAsync(base + slot_bytes, chunks_h.data(),
-                                    chunks_h.size() * sizeof(Chunk), cudaMemcpyHostToDevice, stream));
+                                    chunks_h.size() * sizeof(Chunk), cudaMemcpyHostToDevice,
+                                    stream));
     slots = reinterpret_cast<const TensorSlots<T>*>(base);
     chunks = reinterpret_cast<const Chunk*>(base + slot_bytes);
   }
@@ -99,10 +104,10 @@ struct AdamW {
     const auto& s = c.attrs.scalars;
     const Table<T> table(c, 2);
     if (table.nchunks == 0) return;
-    const AdamParams<T> h{T(s[0]), T(s[1]), T(s[2]), T(s[3]), T(s[4]), T(s[5]),
-                          T(std::sqrt(s[6])), s[7] != 0.0};
-    adamw_kernel<T><<<static_cast<unsigned>(table.nchunks), kThreads, 0,
-                      stream_of(c.outputs[0])>>>(table.slots, table.chunks, h);
+    const AdamParams<T> h{
+        T(s[0]), T(s[1]), T(s[2]), T(s[3]), T(s[4]), T(s[5]), T(std::sqrt(s[6])), s[7] != 0.0};
+    adamw_kernel<T><<<static_cast<unsigned>(table.nchunks), kThreads, 0, stream_of(c.outputs[0])>>>(
+        table.slots, table.chunks, h);
     TS_CUDA_LAUNCH_CHECK("adamw_step");
   }
 };
@@ -195,8 +200,8 @@ __global__ void lamb_ratio_kernel(const Chunk* chunks, int64_t nchunks, const do
 }
 
 template <class T>
-__global__ void lamb_apply_kernel(const TensorSlots<T>* slots, const Chunk* chunks,
-                                  LambParams<T> h, const T* ratio) {
+__global__ void lamb_apply_kernel(const TensorSlots<T>* slots, const Chunk* chunks, LambParams<T> h,
+                                  const T* ratio) {
   const Chunk ch = chunks[blockIdx.x];
   const TensorSlots<T> s = slots[ch.tensor];
   const T r = ratio[ch.tensor];
@@ -225,8 +230,76 @@ struct Lamb {
         table.chunks, table.nchunks, static_cast<const double*>(partial.data_ptr()), nt, h,
         static_cast<T*>(ratio.data_ptr()));
     lamb_apply_kernel<T><<<blocks, kThreads, 0, stream>>>(table.slots, table.chunks, h,
-                                                         static_cast<const T*>(ratio.data_ptr()));
+                                                          static_cast<const T*>(ratio.data_ptr()));
     TS_CUDA_LAUNCH_CHECK("lamb_step");
+  }
+};
+
+struct ReadChunk {
+  const void* ptr;
+  int64_t begin, end;
+  int32_t tensor;
+};
+
+template <class T>
+__global__ void sum_squares_chunks_kernel(const ReadChunk* chunks, double* partial) {
+  const ReadChunk ch = chunks[blockIdx.x];
+  const T* p = static_cast<const T*>(ch.ptr);
+  double s = 0;
+  for (int64_t i = ch.begin + threadIdx.x; i < ch.end; i += kThreads) {
+    const double v = static_cast<double>(load(p[i]));
+    s += v * v;
+  }
+  s = block_reduce_fast<kThreads>(s, SumOp{});
+  if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
+// One thread per tensor: its chunks are consecutive in the table.
+__global__ void sum_squares_combine_kernel(const int64_t* first_chunk, int64_t ntensors,
+                                           const double* partial, double* out) {
+  const int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (t >= ntensors) return;
+  double s = 0;
+  for (int64_t k = first_chunk[t]; k < first_chunk[t + 1]; ++k) s += partial[k];
+  out[t] = s;
+}
+
+template <class T>
+struct SumSquares {
+  static void run(const KernelCall& c) {
+    const int64_t n = static_cast<int64_t>(c.inputs.size());
+    const Device dev = c.outputs[0].device();
+    cudaStream_t stream = stream_for(dev);
+    std::vector<ReadChunk> chunks;
+    std::vector<int64_t> first(static_cast<size_t>(n) + 1, 0);
+    for (int64_t t = 0; t < n; ++t) {
+      first[t] = static_cast<int64_t>(chunks.size());
+      const int64_t len = c.inputs[t].numel();
+      for (int64_t b = 0; b < len; b += kChunkElems)
+        chunks.push_back(
+            {c.inputs[t].data_ptr(), b, std::min(len, b + kChunkElems), static_cast<int32_t>(t)});
+    }
+    first[n] = static_cast<int64_t>(chunks.size());
+    const int64_t nchunks = first[n];
+    const int64_t table_bytes = nchunks * static_cast<int64_t>(sizeof(ReadChunk));
+    const int64_t first_bytes = (n + 1) * 8;
+    Tensor buf = scratch(table_bytes + first_bytes + std::max<int64_t>(nchunks, 1) * 8 + 16, dev);
+    char* base = static_cast<char*>(buf.data_ptr());
+    auto* d_first = reinterpret_cast<int64_t*>(base);
+    auto* d_partial = reinterpret_cast<double*>(base + first_bytes);
+    auto* d_chunks =
+        reinterpret_cast<ReadChunk*>(base + first_bytes + std::max<int64_t>(nchunks, 1) * 8);
+    TS_CUDA_CHECK(
+        cudaMemcpyAsync(d_first, first.data(), first_bytes, cudaMemcpyHostToDevice, stream));
+    if (nchunks > 0) {
+      TS_CUDA_CHECK(
+          cudaMemcpyAsync(d_chunks, chunks.data(), table_bytes, cudaMemcpyHostToDevice, stream));
+      sum_squares_chunks_kernel<T>
+          <<<static_cast<unsigned>(nchunks), kThreads, 0, stream>>>(d_chunks, d_partial);
+    }
+    sum_squares_combine_kernel<<<grid_for(n), kThreads, 0, stream>>>(
+        d_first, n, d_partial, static_cast<double*>(c.outputs[0].data_ptr()));
+    TS_CUDA_LAUNCH_CHECK("sum_squares");
   }
 };
 
@@ -235,10 +308,12 @@ const bool registered = [] {
     const bool f = d == DType::Float32;
     register_kernel(Kernel::adamw_step, DeviceType::CUDA, d,
                     f ? &AdamW<float>::run : &AdamW<double>::run);
-    register_kernel(Kernel::sgd_step, DeviceType::CUDA, d, f ? &Sgd<float>::run : &Sgd<double>::run);
+    register_kernel(Kernel::sgd_step, DeviceType::CUDA, d,
+                    f ? &Sgd<float>::run : &Sgd<double>::run);
     register_kernel(Kernel::lamb_step, DeviceType::CUDA, d,
                     f ? &Lamb<float>::run : &Lamb<double>::run);
   }
+  register_floating<SumSquares>(Kernel::sum_squares);
   return true;
 }();
 

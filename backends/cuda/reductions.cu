@@ -145,8 +145,7 @@ struct Sum {
   static void run(const KernelCall& c) {
     Tensor& out = c.outputs[0];
     visit_dtype(out.dtype(), [&]<class O>() {
-      reduce_rows<T>(c, SumPolicy<T>{},
-                     StoreSum<O, sum_t<T>>{static_cast<O*>(out.data_ptr())});
+      reduce_rows<T>(c, SumPolicy<T>{}, StoreSum<O, sum_t<T>>{static_cast<O*>(out.data_ptr())});
     });
   }
 };

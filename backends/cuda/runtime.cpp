@@ -1,9 +1,9 @@
 // Device queries, the TF32 switch and library versions.
 #include <cuda_runtime.h>
 
+#include <cstdlib>
 #include "backends/cuda/cuda_check.h"
 #include "tessera/cuda.h"
-#include <cstdlib>
 
 #include "backends/cuda/stream.h"
 
@@ -63,8 +63,9 @@ std::string cuda_library_versions() {
   };
   int runtime = 0;
   cudaRuntimeGetVersion(&runtime);
-  return "CUDA runtime " + std::to_string(runtime / 1000) + "." + std::to_string(runtime % 1000 / 10) +
-         ", cuBLASLt " + dotted(cublasLtGetVersion(), 10000, 100);
+  return "CUDA runtime " + std::to_string(runtime / 1000) + "." +
+         std::to_string(runtime % 1000 / 10) + ", cuBLASLt " +
+         dotted(cublasLtGetVersion(), 10000, 100);
 }
 
 std::string cuda_device_name(int index) {

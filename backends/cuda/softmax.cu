@@ -89,11 +89,10 @@ struct Softmax {
     if (rows == 0) return;
     if (C * static_cast<int64_t>(sizeof(compute_t<T>)) * kWarpsPerBlock <= kWarpSmemMax) {
       const auto blocks = static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
-      softmax_warp_kernel<T, kLog><<<blocks, kWarpsPerBlock * 32,
-                                     kWarpsPerBlock * C * sizeof(compute_t<T>),
-                                     stream_of(c.outputs[0])>>>(
-          static_cast<const T*>(c.inputs[0].data_ptr()), static_cast<T*>(c.outputs[0].data_ptr()),
-          rows, C);
+      softmax_warp_kernel<T, kLog>
+          <<<blocks, kWarpsPerBlock * 32, kWarpsPerBlock * C * sizeof(compute_t<T>),
+             stream_of(c.outputs[0])>>>(static_cast<const T*>(c.inputs[0].data_ptr()),
+                                        static_cast<T*>(c.outputs[0].data_ptr()), rows, C);
       TS_CUDA_LAUNCH_CHECK("softmax");
       return;
     }

@@ -87,6 +87,9 @@ Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor var(const Tensor& x, std::vector<int64_t> dims = {}, int64_t correction = 1,
            bool keepdim = false);
 Tensor norm(const Tensor& x, std::vector<int64_t> dims = {}, bool keepdim = false);  // L2
+// float64 [n]: the sum of squares of each tensor (one floating dtype, one device), in one
+// multi-tensor launch; gradient-norm clipping uses it. Not differentiable.
+Tensor sum_squares(const std::vector<Tensor>& tensors);
 
 // ---- linear algebra ----
 // 1-D/2-D/batched matmul with broadcasting batch dims. Transposed views are passed to the

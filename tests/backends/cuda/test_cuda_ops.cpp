@@ -89,15 +89,19 @@ const DType kDTypes[] = {DType::Float32, DType::BFloat16, DType::Float64};
 TEST_CASE("cuda ops at scale: reductions over many chunks") {
   REQUIRE_GPU_OR_SKIP();
   for (DType dt : kDTypes) {
-    compare("sum of 200003", [](const auto& x) { return sum(x[0]); }, {normal({200003}, 1)}, dt);
-    compare("sum dim 0 of [3000,70]", [](const auto& x) { return sum(x[0], {0}); },
-            {normal({3000, 70}, 2)}, dt);
-    compare("var of [5, 70001]", [](const auto& x) { return var(x[0], {1}, 1); },
-            {normal({5, 70001}, 3)}, dt);
-    compare("norm of [100000]", [](const auto& x) { return norm(x[0]); }, {normal({100000}, 4)},
-            dt);
-    compare("amax of [7, 40000]", [](const auto& x) { return amax(x[0], {1}); },
-            {normal({7, 40000}, 5)}, dt);
+    compare(
+        "sum of 200003", [](const auto& x) { return sum(x[0]); }, {normal({200003}, 1)}, dt);
+    compare(
+        "sum dim 0 of [3000,70]", [](const auto& x) { return sum(x[0], {0}); },
+        {normal({3000, 70}, 2)}, dt);
+    compare(
+        "var of [5, 70001]", [](const auto& x) { return var(x[0], {1}, 1); },
+        {normal({5, 70001}, 3)}, dt);
+    compare(
+        "norm of [100000]", [](const auto& x) { return norm(x[0]); }, {normal({100000}, 4)}, dt);
+    compare(
+        "amax of [7, 40000]", [](const auto& x) { return amax(x[0], {1}); },
+        {normal({7, 40000}, 5)}, dt);
   }
   const Tensor x = normal({4, 90000}, 6);
   CHECK(argmax(x.to(Device::cuda(0)), 1).to_int_vector() == argmax(x, 1).to_int_vector());
@@ -106,23 +110,27 @@ TEST_CASE("cuda ops at scale: reductions over many chunks") {
 TEST_CASE("cuda ops at scale: softmax, layer_norm, cross_entropy over wide rows") {
   REQUIRE_GPU_OR_SKIP();
   for (DType dt : kDTypes) {
-    compare("softmax [33, 50257]", [](const auto& x) { return softmax(x[0], -1); },
-            {normal({33, 50257}, 1)}, dt);
-    compare("log_softmax [40, 3001]", [](const auto& x) { return log_softmax(x[0], -1); },
-            {normal({40, 3001}, 2)}, dt);
-    compare("layer_norm [1000, 768]",
-            [](const auto& x) { return layer_norm(x[0], {768}, x[1], x[2]); },
-            {normal({1000, 768}, 3), normal({768}, 4), normal({768}, 5)}, dt);
-    compare("cross_entropy [130, 50304]", [](const auto& x) { return cross_entropy(x[0], x[1]); },
-            {normal({130, 50304}, 6), indices({130}, 50304, 7)}, dt);
+    compare(
+        "softmax [33, 50257]", [](const auto& x) { return softmax(x[0], -1); },
+        {normal({33, 50257}, 1)}, dt);
+    compare(
+        "log_softmax [40, 3001]", [](const auto& x) { return log_softmax(x[0], -1); },
+        {normal({40, 3001}, 2)}, dt);
+    compare(
+        "layer_norm [1000, 768]", [](const auto& x) { return layer_norm(x[0], {768}, x[1], x[2]); },
+        {normal({1000, 768}, 3), normal({768}, 4), normal({768}, 5)}, dt);
+    compare(
+        "cross_entropy [130, 50304]", [](const auto& x) { return cross_entropy(x[0], x[1]); },
+        {normal({130, 50304}, 6), indices({130}, 50304, 7)}, dt);
   }
 }
 
 TEST_CASE("cuda ops at scale: embedding backward with repeated indices is exact and stable") {
   REQUIRE_GPU_OR_SKIP();
   for (DType dt : kDTypes)
-    compare("embedding [500, 64] x 6000", [](const auto& x) { return embedding(x[0], x[1]); },
-            {normal({500, 64}, 1), indices({6000}, 500, 2)}, dt);
+    compare(
+        "embedding [500, 64] x 6000", [](const auto& x) { return embedding(x[0], x[1]); },
+        {normal({500, 64}, 1), indices({6000}, 500, 2)}, dt);
   // float32: the rows of one index are summed in position order, as on the CPU: same bits,
   // and the same bits on every run.
   const Tensor w = normal({300, 32}, 3).to(DType::Float32), idx = indices({5000}, 300, 4);
@@ -143,17 +151,19 @@ TEST_CASE("cuda ops at scale: attention over many blocks, causal and masked") {
   REQUIRE_GPU_OR_SKIP();
   for (DType dt : kDTypes) {
     const double tol = dt == DType::BFloat16 ? 3e-2 : -1;
-    compare("attention [2,3,200,64] causal",
-            [](const auto& x) { return scaled_dot_product_attention(x[0], x[1], x[2], {}, true); },
-            {normal({2, 3, 200, 64}, 1), normal({2, 3, 200, 64}, 2), normal({2, 3, 200, 64}, 3)},
-            dt, tol);
+    compare(
+        "attention [2,3,200,64] causal",
+        [](const auto& x) { return scaled_dot_product_attention(x[0], x[1], x[2], {}, true); },
+        {normal({2, 3, 200, 64}, 1), normal({2, 3, 200, 64}, 2), normal({2, 3, 200, 64}, 3)}, dt,
+        tol);
     const Tensor mask = ne(indices({2, 1, 1, 150}, 4, 4), zeros({}, DType::Int64));
-    compare("attention q[2,2,70,32] kv[2,2,150,32] padding mask",
-            [mask](const auto& x) {
-              return scaled_dot_product_attention(x[0], x[1], x[2], mask.to(x[0].device()), false);
-            },
-            {normal({2, 2, 70, 32}, 5), normal({2, 2, 150, 32}, 6), normal({2, 2, 150, 32}, 7)},
-            dt, tol);
+    compare(
+        "attention q[2,2,70,32] kv[2,2,150,32] padding mask",
+        [mask](const auto& x) {
+          return scaled_dot_product_attention(x[0], x[1], x[2], mask.to(x[0].device()), false);
+        },
+        {normal({2, 2, 70, 32}, 5), normal({2, 2, 150, 32}, 6), normal({2, 2, 150, 32}, 7)}, dt,
+        tol);
   }
 }
 
@@ -161,33 +171,39 @@ TEST_CASE("cuda ops at scale: fused flash attention (16-bit, head size 64 and 12
   REQUIRE_GPU_OR_SKIP();
   for (DType dt : {DType::BFloat16, DType::Float16}) {
     const double tol = 3e-2;
-    compare("flash [2,3,300,64] causal",
-            [](const auto& x) { return scaled_dot_product_attention(x[0], x[1], x[2], {}, true); },
-            {normal({2, 3, 300, 64}, 1), normal({2, 3, 300, 64}, 2), normal({2, 3, 300, 64}, 3)},
-            dt, tol);
-    compare("flash q[1,2,100,128] kv[1,2,260,128] causal",
-            [](const auto& x) { return scaled_dot_product_attention(x[0], x[1], x[2], {}, true); },
-            {normal({1, 2, 100, 128}, 4), normal({1, 2, 260, 128}, 5), normal({1, 2, 260, 128}, 6)},
-            dt, tol);
+    compare(
+        "flash [2,3,300,64] causal",
+        [](const auto& x) { return scaled_dot_product_attention(x[0], x[1], x[2], {}, true); },
+        {normal({2, 3, 300, 64}, 1), normal({2, 3, 300, 64}, 2), normal({2, 3, 300, 64}, 3)}, dt,
+        tol);
+    compare(
+        "flash q[1,2,100,128] kv[1,2,260,128] causal",
+        [](const auto& x) { return scaled_dot_product_attention(x[0], x[1], x[2], {}, true); },
+        {normal({1, 2, 100, 128}, 4), normal({1, 2, 260, 128}, 5), normal({1, 2, 260, 128}, 6)}, dt,
+        tol);
     const Tensor mask = ne(indices({2, 1, 1, 130}, 4, 7), zeros({}, DType::Int64));
-    compare("flash [2,2,130,64] padding mask",
-            [mask](const auto& x) {
-              return scaled_dot_product_attention(x[0], x[1], x[2], mask.to(x[0].device()), false);
-            },
-            {normal({2, 2, 130, 64}, 8), normal({2, 2, 130, 64}, 9), normal({2, 2, 130, 64}, 10)},
-            dt, tol);
+    compare(
+        "flash [2,2,130,64] padding mask",
+        [mask](const auto& x) {
+          return scaled_dot_product_attention(x[0], x[1], x[2], mask.to(x[0].device()), false);
+        },
+        {normal({2, 2, 130, 64}, 8), normal({2, 2, 130, 64}, 9), normal({2, 2, 130, 64}, 10)}, dt,
+        tol);
   }
 }
 
 TEST_CASE("cuda ops at scale: GEMMs batched, broadcast and transposed") {
   REQUIRE_GPU_OR_SKIP();
   for (DType dt : kDTypes) {
-    compare("[3,257,129] @ [129,65]", [](const auto& x) { return matmul(x[0], x[1]); },
-            {normal({3, 257, 129}, 1), normal({129, 65}, 2)}, dt);
-    compare("[130,70]T @ [130,90]", [](const auto& x) { return matmul(x[0].t(), x[1]); },
-            {normal({130, 70}, 3), normal({130, 90}, 4)}, dt);
-    compare("[4,1,33,40] @ [5,40,17]", [](const auto& x) { return matmul(x[0], x[1]); },
-            {normal({4, 1, 33, 40}, 5), normal({5, 40, 17}, 6)}, dt);
+    compare(
+        "[3,257,129] @ [129,65]", [](const auto& x) { return matmul(x[0], x[1]); },
+        {normal({3, 257, 129}, 1), normal({129, 65}, 2)}, dt);
+    compare(
+        "[130,70]T @ [130,90]", [](const auto& x) { return matmul(x[0].t(), x[1]); },
+        {normal({130, 70}, 3), normal({130, 90}, 4)}, dt);
+    compare(
+        "[4,1,33,40] @ [5,40,17]", [](const auto& x) { return matmul(x[0], x[1]); },
+        {normal({4, 1, 33, 40}, 5), normal({5, 40, 17}, 6)}, dt);
   }
 }
 
