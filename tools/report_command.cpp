@@ -21,8 +21,15 @@ int report_main(int argc, char** argv) {
   }
   nlohmann::json devices = nlohmann::json::array();
   devices.push_back({{"device", "cpu"}, {"threads", omp_get_max_threads()}});
-  for (int i = 0; i < cuda_device_count(); ++i)
-    devices.push_back({{"device", "cuda:" + std::to_string(i)}, {"name", cuda_device_name(i)}});
+  for (int i = 0; i < cuda_device_count(); ++i) {
+    const CudaDeviceInfo d = cuda_device_info(i);
+    devices.push_back({{"device", "cuda:" + std::to_string(i)},
+                       {"name", d.name},
+                       {"memory_bytes", d.total_bytes},
+                       {"compute_capability", std::to_string(d.capability_major) + "." +
+                                                  std::to_string(d.capability_minor)},
+                       {"multiprocessors", d.multiprocessors}});
+  }
   const std::string eigen = std::to_string(EIGEN_WORLD_VERSION) + "." +
                             std::to_string(EIGEN_MAJOR_VERSION) + "." +
                             std::to_string(EIGEN_MINOR_VERSION);
@@ -36,11 +43,12 @@ int report_main(int argc, char** argv) {
        {{"compiled", cuda_compiled()},
         {"devices", cuda_device_count()},
         {"status", cuda_unavailable_reason().empty() ? "ok" : cuda_unavailable_reason()}}},
-      // Not yet built: tracked by the CUDA-backend and distributed-training issues.
-      {"cublas", false},
+      {"cuda_libraries", cuda_library_versions()},
+      // cuDNN attention and the NCCL process group are not built yet (CUDA and
+      // distributed-training issues); MPI is the CPU process group.
       {"cudnn", false},
       {"nccl", false},
-      {"mpi", false},
+      {"mpi", true},
       {"devices", devices}};
   if (a.has("json")) {
     std::cout << j.dump() << "\n";
@@ -53,9 +61,14 @@ int report_main(int argc, char** argv) {
                       ? std::to_string(cuda_device_count()) + " device(s)"
                       : cuda_unavailable_reason())
               << "\n"
-              << "  cuBLAS, cuDNN, NCCL, MPI: not yet built into this version\n";
-    for (int i = 0; i < cuda_device_count(); ++i)
-      std::cout << "  cuda:" << i << " " << cuda_device_name(i) << "\n";
+              << "  libraries: " << (cuda_compiled() ? cuda_library_versions() : "none")
+              << "; MPI process group; cuDNN and NCCL not built yet\n";
+    for (int i = 0; i < cuda_device_count(); ++i) {
+      const CudaDeviceInfo d = cuda_device_info(i);
+      std::cout << "  cuda:" << i << " " << d.name << ", " << (d.total_bytes >> 20) << " MiB, sm_"
+                << d.capability_major << d.capability_minor << ", " << d.multiprocessors
+                << " SMs\n";
+    }
   }
   return 0;
 }

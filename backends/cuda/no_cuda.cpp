@@ -13,6 +13,9 @@ int cuda_device_count() {
 std::string cuda_device_name(int) {
   fail("cuda: this build of Tessera has no CUDA backend");
 }
+CudaDeviceInfo cuda_device_info(int) {
+  fail("cuda: this build of Tessera has no CUDA backend");
+}
 void cuda_synchronize() {}
 std::string cuda_unavailable_reason() {
   return "this build of Tessera has no CUDA backend (configure with -Dcuda=enabled and nvcc)";

@@ -68,6 +68,13 @@ std::string cuda_library_versions() {
          dotted(cublasLtGetVersion(), 10000, 100);
 }
 
+CudaDeviceInfo cuda_device_info(int index) {
+  cudaDeviceProp prop{};
+  TS_CUDA_CHECK(cudaGetDeviceProperties(&prop, index));
+  return {prop.name, static_cast<int64_t>(prop.totalGlobalMem), prop.major, prop.minor,
+          prop.multiProcessorCount};
+}
+
 std::string cuda_device_name(int index) {
   cudaDeviceProp prop{};
   TS_CUDA_CHECK(cudaGetDeviceProperties(&prop, index));

@@ -9,6 +9,12 @@ namespace tessera {
 bool cuda_compiled();
 int cuda_device_count();
 std::string cuda_device_name(int index);
+struct CudaDeviceInfo {
+  std::string name;
+  int64_t total_bytes = 0;
+  int capability_major = 0, capability_minor = 0, multiprocessors = 0;
+};
+CudaDeviceInfo cuda_device_info(int index);
 std::string cuda_unavailable_reason();  // empty when a device is usable
 void cuda_synchronize();                // waits for all work on the current device
 
