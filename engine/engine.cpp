@@ -105,6 +105,17 @@ Engine::Engine(nn::Module& model, io::TrainConfig config,
       for (size_t i = 0; i < named.size(); ++i) named[i].second = &master_[i].second;
     }
     optimizer_ = make_optimizer(config_, optim::default_param_groups(named, o.lr, o.weight_decay));
+    if (!master_.empty()) {
+      // The fused update reads the model's 16-bit gradients and writes its 16-bit weights.
+      std::vector<std::vector<Tensor*>> copies;
+      for (const auto& g : optimizer_->groups()) {
+        copies.emplace_back();
+        for (const Tensor& p : g.params)
+          for (auto& [slot, master] : master_)
+            if (master.same(p)) copies.back().push_back(slot);
+      }
+      optimizer_->set_model_copies(std::move(copies));
+    }
     if (world > 1) setup_parallel();
   }
   schedule_ = make_schedule(config_);
@@ -220,23 +231,23 @@ StepStats Engine::step() {
       if (coef < 1.0) zero_->scale_master_grads(coef);
     }
   } else {
-    if (!master_.empty()) {
-      const double unscale = 1.0 / scaler_.scale();
-      for (auto& [slot, master] : master_) {
-        const Tensor g = slot->grad();
-        master.set_grad(
-            g.defined() ? (unscale == 1.0 ? g.to(DType::Float32) : g.to(DType::Float32) * unscale)
-                        : Tensor());
-        slot->set_grad(Tensor());
-      }
-    }
-    const std::vector<Tensor> params = master_params();
+    // Unscaling and clipping become one factor applied inside the fused update; with
+    // mixed precision the norm is taken over the model's 16-bit gradients.
+    const double unscale = 1.0 / scaler_.scale();
+    double coef = 1.0;
     if (config_.fp16.enabled || config_.gradient_clipping > 0) {
-      st.grad_norm = config_.gradient_clipping > 0
-                         ? optim::clip_grad_norm(params, config_.gradient_clipping)
-                         : optim::grad_norm(params);
+      std::vector<Tensor> holders;
+      if (master_.empty()) {
+        holders = master_params();
+      } else {
+        for (auto& [slot, master] : master_) holders.push_back(*slot);
+      }
+      st.grad_norm = optim::grad_norm(holders) * unscale;
       st.overflow = !std::isfinite(st.grad_norm);
+      if (!st.overflow && config_.gradient_clipping > 0)
+        coef = std::min(1.0, config_.gradient_clipping / (st.grad_norm + 1e-6));
     }
+    optimizer().set_grad_scale(unscale * coef);
   }
   return apply_step(st);
 }
@@ -255,7 +266,6 @@ StepStats Engine::apply_step(StepStats st) {
     ++schedule_step_;
     st.stepped = true;
     if (zero_) zero_->publish();
-    if (!master_.empty()) sync_master_to_model();
   }
   if (zero_)
     zero_->zero_grad();

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <tuple>
 
 #include "tessera/dispatch.h"
 #include "tessera/grad_mode.h"
@@ -88,18 +89,32 @@ void Optimizer::load_state_dict(const std::map<std::string, Tensor>& state) {
 
 // Runs one fused optimizer kernel per (device, dtype) over each group's parameters that have
 // gradients; `slots` names the state tensors the kernel updates after the parameters.
+void Optimizer::set_model_copies(std::vector<std::vector<Tensor*>> copies) {
+  TS_CHECK(copies.size() == groups_.size(), name(), ": model copies for ", copies.size(),
+           " groups, the optimizer has ", groups_.size());
+  for (size_t g = 0; g < copies.size(); ++g)
+    TS_CHECK(copies[g].size() == groups_[g].params.size(), name(), ": group ", g, " has ",
+             groups_[g].params.size(), " parameters but ", copies[g].size(), " model copies");
+  model_copies_ = std::move(copies);
+}
+
 void Optimizer::run_fused(Kernel k, const std::vector<std::string>& slots,
                           const std::function<std::vector<double>(const ParamGroup&)>& scalars) {
   NoGradGuard no_grad;
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
     ParamGroup& g = groups_[gi];
-    std::map<std::pair<int, int>, std::vector<size_t>> by_kind;
+    Tensor* const* copies = model_copies_.empty() ? nullptr : model_copies_[gi].data();
+    auto grad_of = [&](size_t i) { return copies ? copies[i]->grad() : g.params[i].grad(); };
+    // One call per (device, parameter dtype, gradient dtype).
+    std::map<std::tuple<int, int, int>, std::vector<size_t>> by_kind;
     for (size_t i = 0; i < g.params.size(); ++i) {
-      const Tensor grad = g.params[i].grad();
+      const Tensor grad = grad_of(i);
       if (!grad.defined()) continue;
       TS_CHECK(grad.shape() == g.params[i].shape(), name(), ": gradient of '", g.names[i], "' is ",
                grad.describe(), ", parameter is ", g.params[i].describe());
-      by_kind[{static_cast<int>(g.params[i].device().type), static_cast<int>(g.params[i].dtype())}]
+      const DType gd = copies ? grad.dtype() : g.params[i].dtype();
+      by_kind[{static_cast<int>(g.params[i].device().type), static_cast<int>(g.params[i].dtype()),
+               static_cast<int>(gd)}]
           .push_back(i);
     }
     for (auto& [kind, idx] : by_kind) {
@@ -107,14 +122,21 @@ void Optimizer::run_fused(Kernel k, const std::vector<std::string>& slots,
       for (size_t i : idx) outs.push_back(g.params[i].detach());
       for (const std::string& s : slots)
         for (size_t i : idx) outs.push_back(slot(gi, i, s));
-      for (size_t i : idx) grads.push_back(g.params[i].grad().to(g.params[i].dtype()).contiguous());
+      if (copies)
+        for (size_t i : idx) outs.push_back(copies[i]->detach());
+      for (size_t i : idx)
+        grads.push_back(copies ? grad_of(i).contiguous()
+                               : grad_of(i).to(g.params[i].dtype()).contiguous());
       KernelAttrs a;
       a.scalars = scalars(g);
+      a.scalars.push_back(grad_scale_);
       const Tensor& first = g.params[idx[0]];
       TS_CHECK(first.is_contiguous(), name(), ": parameter '", g.names[idx[0]],
                "' is not contiguous");
       run_kernel(k, first.device(), first.dtype(), grads, outs, a);
       for (size_t i : idx) g.params[i].bump_version();
+      if (copies)
+        for (size_t i : idx) copies[i]->bump_version();
     }
   }
 }

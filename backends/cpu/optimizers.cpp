@@ -1,13 +1,18 @@
 // Fused optimizer updates: one call updates every parameter of a group in place, each
 // element independently (so any work split gives the same bits).
-//   adamw_step  outputs: params[n], exp_avg[n], exp_avg_sq[n]; inputs: grads[n]
+//   adamw_step  outputs: params[n], exp_avg[n], exp_avg_sq[n], [copies[n]]; inputs: grads[n]
 //               scalars: lr, beta1, beta2, eps, weight_decay, bias_correction1,
-//                        bias_correction2, decoupled (1 = AdamW, 0 = Adam with L2)
-//   sgd_step    outputs: params[n], momentum_buffers[n]; inputs: grads[n]
-//               scalars: lr, momentum, dampening, weight_decay, nesterov, first_step
-//   lamb_step   outputs: params[n], exp_avg[n], exp_avg_sq[n]; inputs: grads[n]
+//                        bias_correction2, decoupled (1 = AdamW, 0 = Adam with L2), grad_scale
+//   sgd_step    outputs: params[n], [momentum_buffers[n]], [copies[n]]; inputs: grads[n]
+//               scalars: lr, momentum, dampening, weight_decay, nesterov, first_step,
+//                        grad_scale (momentum buffers present when momentum != 0)
+//   lamb_step   outputs: params[n], exp_avg[n], exp_avg_sq[n], [copies[n]]; inputs: grads[n]
 //               scalars: lr, beta1, beta2, eps, weight_decay, bias_correction1,
-//                        bias_correction2, max_coeff, min_coeff
+//                        bias_correction2, max_coeff, min_coeff, grad_scale
+// Mixed precision: grads may be 16-bit (the model's), each multiplied by grad_scale as it is
+// read; `copies` (16-bit model tensors) then receive the updated parameters, cast.
+//   sum_squares inputs tensors[n] (contiguous, one dtype); outputs [n] float64: each tensor's
+//               sum of squares, accumulated in double in element order
 #include <cmath>
 #include <vector>
 
@@ -32,30 +37,53 @@ void for_each_block(const KernelCall& c, size_t n, F f) {
   });
 }
 
+// Calls f.template operator()<G>() with G the gradients' element type: the parameter's own
+// type, or a 16-bit float (mixed precision).
+template <class T, class F>
+void with_grad_type(const KernelCall& c, F&& f) {
+  const DType d = c.inputs[0].dtype();
+  if (d == DType::Float16) return f.template operator()<Half>();
+  if (d == DType::BFloat16) return f.template operator()<BFloat16>();
+  TS_CHECK(d == c.outputs[0].dtype(), "optimizer step: gradients of dtype ", dtype_name(d),
+           " for parameters of dtype ", dtype_name(c.outputs[0].dtype()));
+  return f.template operator()<T>();
+}
+
+// The 16-bit model copy of tensor t (null when none), and its write.
+template <class G>
+G* copy_of(const KernelCall& c, size_t first_copy, size_t t) {
+  return c.outputs.size() > first_copy ? c.outputs[first_copy + t].template data<G>() : nullptr;
+}
+
 template <class T>
 struct AdamW {
   static void run(const KernelCall& c) {
-    const size_t n = c.inputs.size();
-    const auto& s = c.attrs.scalars;
-    const T lr = T(s[0]), b1 = T(s[1]), b2 = T(s[2]), eps = T(s[3]), wd = T(s[4]);
-    const T bc1 = T(s[5]), bc2_sqrt = T(std::sqrt(s[6]));
-    const bool decoupled = s[7] != 0.0;
-    for_each_block(c, n, [&](size_t t, int64_t b, int64_t e) {
-      T* p = c.outputs[t].data<T>();
-      T* m = c.outputs[n + t].data<T>();
-      T* v = c.outputs[2 * n + t].data<T>();
-      const T* g = c.inputs[t].data<T>();
-      for (int64_t i = b; i < e; ++i) {
-        T grad = g[i];
-        if (decoupled)
-          p[i] -= lr * wd * p[i];
-        else
-          grad += wd * p[i];
-        m[i] = b1 * m[i] + (T(1) - b1) * grad;
-        v[i] = b2 * v[i] + (T(1) - b2) * grad * grad;
-        const T denom = std::sqrt(v[i]) / bc2_sqrt + eps;
-        p[i] -= (lr / bc1) * m[i] / denom;
-      }
+    with_grad_type<T>(c, [&]<class G>() {
+      const size_t n = c.inputs.size();
+      const auto& s = c.attrs.scalars;
+      const T lr = T(s[0]), b1 = T(s[1]), b2 = T(s[2]), eps = T(s[3]), wd = T(s[4]);
+      const T bc1 = T(s[5]), bc2_sqrt = T(std::sqrt(s[6]));
+      const bool decoupled = s[7] != 0.0;
+      const T scale = T(s[8]);
+      for_each_block(c, n, [&](size_t t, int64_t b, int64_t e) {
+        T* p = c.outputs[t].data<T>();
+        T* m = c.outputs[n + t].data<T>();
+        T* v = c.outputs[2 * n + t].data<T>();
+        G* copy = copy_of<G>(c, 3 * n, t);
+        const G* g = c.inputs[t].data<G>();
+        for (int64_t i = b; i < e; ++i) {
+          T grad = T(load(g[i])) * scale;
+          if (decoupled)
+            p[i] -= lr * wd * p[i];
+          else
+            grad += wd * p[i];
+          m[i] = b1 * m[i] + (T(1) - b1) * grad;
+          v[i] = b2 * v[i] + (T(1) - b2) * grad * grad;
+          const T denom = std::sqrt(v[i]) / bc2_sqrt + eps;
+          p[i] -= (lr / bc1) * m[i] / denom;
+          if (copy) copy[i] = G(p[i]);
+        }
+      });
     });
   }
 };
@@ -63,22 +91,28 @@ struct AdamW {
 template <class T>
 struct Sgd {
   static void run(const KernelCall& c) {
-    const size_t n = c.inputs.size();
-    const auto& s = c.attrs.scalars;
-    const T lr = T(s[0]), mom = T(s[1]), damp = T(s[2]), wd = T(s[3]);
-    const bool nesterov = s[4] != 0.0, first = s[5] != 0.0;
-    for_each_block(c, n, [&](size_t t, int64_t b, int64_t e) {
-      T* p = c.outputs[t].data<T>();
-      T* buf = mom != T(0) ? c.outputs[n + t].data<T>() : nullptr;
-      const T* g = c.inputs[t].data<T>();
-      for (int64_t i = b; i < e; ++i) {
-        T d = g[i] + wd * p[i];
-        if (buf) {
-          buf[i] = first ? d : mom * buf[i] + (T(1) - damp) * d;
-          d = nesterov ? d + mom * buf[i] : buf[i];
+    with_grad_type<T>(c, [&]<class G>() {
+      const size_t n = c.inputs.size();
+      const auto& s = c.attrs.scalars;
+      const T lr = T(s[0]), mom = T(s[1]), damp = T(s[2]), wd = T(s[3]);
+      const bool nesterov = s[4] != 0.0, first = s[5] != 0.0;
+      const T scale = T(s[6]);
+      const size_t first_copy = mom != T(0) ? 2 * n : n;
+      for_each_block(c, n, [&](size_t t, int64_t b, int64_t e) {
+        T* p = c.outputs[t].data<T>();
+        T* buf = mom != T(0) ? c.outputs[n + t].data<T>() : nullptr;
+        G* copy = copy_of<G>(c, first_copy, t);
+        const G* g = c.inputs[t].data<G>();
+        for (int64_t i = b; i < e; ++i) {
+          T d = T(load(g[i])) * scale + wd * p[i];
+          if (buf) {
+            buf[i] = first ? d : mom * buf[i] + (T(1) - damp) * d;
+            d = nesterov ? d + mom * buf[i] : buf[i];
+          }
+          p[i] -= lr * d;
+          if (copy) copy[i] = G(p[i]);
         }
-        p[i] -= lr * d;
-      }
+      });
     });
   }
 };
@@ -88,32 +122,40 @@ struct Sgd {
 template <class T>
 struct Lamb {
   static void run(const KernelCall& c) {
-    const size_t n = c.inputs.size();
-    const auto& s = c.attrs.scalars;
-    const T lr = T(s[0]), b1 = T(s[1]), b2 = T(s[2]), eps = T(s[3]), wd = T(s[4]);
-    const T bc1 = T(s[5]), bc2 = T(s[6]), max_c = T(s[7]), min_c = T(s[8]);
-    parallel_for(static_cast<int64_t>(n), 1, [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; ++t) {
-        T* p = c.outputs[t].data<T>();
-        T* m = c.outputs[n + t].data<T>();
-        T* v = c.outputs[2 * n + t].data<T>();
-        const T* g = c.inputs[t].data<T>();
-        const int64_t len = c.outputs[t].numel();
-        std::vector<T> update(static_cast<size_t>(len));
-        double p_norm = 0, u_norm = 0;
-        for (int64_t i = 0; i < len; ++i) {
-          m[i] = b1 * m[i] + (T(1) - b1) * g[i];
-          v[i] = b2 * v[i] + (T(1) - b2) * g[i] * g[i];
-          update[i] = (m[i] / bc1) / (std::sqrt(v[i] / bc2) + eps) + wd * p[i];
-          p_norm += double(p[i]) * double(p[i]);
-          u_norm += double(update[i]) * double(update[i]);
+    with_grad_type<T>(c, [&]<class G>() {
+      const size_t n = c.inputs.size();
+      const auto& s = c.attrs.scalars;
+      const T lr = T(s[0]), b1 = T(s[1]), b2 = T(s[2]), eps = T(s[3]), wd = T(s[4]);
+      const T bc1 = T(s[5]), bc2 = T(s[6]), max_c = T(s[7]), min_c = T(s[8]);
+      const T scale = T(s[9]);
+      parallel_for(static_cast<int64_t>(n), 1, [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) {
+          T* p = c.outputs[t].data<T>();
+          T* m = c.outputs[n + t].data<T>();
+          T* v = c.outputs[2 * n + t].data<T>();
+          G* copy = copy_of<G>(c, 3 * n, t);
+          const G* g = c.inputs[t].data<G>();
+          const int64_t len = c.outputs[t].numel();
+          std::vector<T> update(static_cast<size_t>(len));
+          double p_norm = 0, u_norm = 0;
+          for (int64_t i = 0; i < len; ++i) {
+            const T gi = T(load(g[i])) * scale;
+            m[i] = b1 * m[i] + (T(1) - b1) * gi;
+            v[i] = b2 * v[i] + (T(1) - b2) * gi * gi;
+            update[i] = (m[i] / bc1) / (std::sqrt(v[i] / bc2) + eps) + wd * p[i];
+            p_norm += double(p[i]) * double(p[i]);
+            u_norm += double(update[i]) * double(update[i]);
+          }
+          p_norm = std::sqrt(p_norm);
+          u_norm = std::sqrt(u_norm);
+          T ratio = (p_norm > 0 && u_norm > 0) ? T(p_norm / u_norm) : T(1);
+          ratio = std::min(max_c, std::max(min_c, ratio));
+          for (int64_t i = 0; i < len; ++i) {
+            p[i] -= lr * ratio * update[i];
+            if (copy) copy[i] = G(p[i]);
+          }
         }
-        p_norm = std::sqrt(p_norm);
-        u_norm = std::sqrt(u_norm);
-        T ratio = (p_norm > 0 && u_norm > 0) ? T(p_norm / u_norm) : T(1);
-        ratio = std::min(max_c, std::max(min_c, ratio));
-        for (int64_t i = 0; i < len; ++i) p[i] -= lr * ratio * update[i];
-      }
+      });
     });
   }
 };

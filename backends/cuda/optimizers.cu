@@ -1,12 +1,10 @@
 // Fused multi-tensor optimizer updates: one launch updates every parameter of a group. The
 // host cuts all tensors into fixed chunks and uploads one table of pointers; each block
-// updates one chunk. Same contracts (and per-element formulas) as the CPU kernels:
-//   adamw_step outputs params, exp_avg, exp_avg_sq; inputs grads; scalars lr, beta1, beta2,
-//              eps, weight_decay, bias_correction1, bias_correction2, decoupled
-//   sgd_step   outputs params, momentum_buffers; inputs grads; scalars lr, momentum,
-//              dampening, weight_decay, nesterov, first_step
-//   lamb_step  as adamw plus max_coeff, min_coeff; the per-tensor trust ratio comes from
-//              per-chunk partial norms summed in chunk order (deterministic).
+// updates one chunk. Same contracts (and per-element formulas) as the CPU kernels
+// (backends/cpu/optimizers.cpp), including 16-bit gradients scaled by grad_scale and the
+// 16-bit model copies written in the same pass:
+//   adamw_step, sgd_step, lamb_step; lamb's per-tensor trust ratio comes from per-chunk
+//              partial norms summed in chunk order (deterministic).
 //   sum_squares inputs tensors[n]; outputs [n] float64 sums of squares (per-chunk partials in
 //              double, then each tensor's chunks summed in order: deterministic).
 #include <vector>
@@ -18,12 +16,13 @@ namespace {
 
 constexpr int64_t kChunkElems = 1 << 16;
 
-template <class T>
+template <class T, class G>
 struct TensorSlots {
   T* p;
   T* m;  // exp_avg or momentum buffer (may be null)
   T* v;  // exp_avg_sq (may be null)
-  const T* g;
+  const G* g;
+  G* copy;  // 16-bit model copy (may be null)
   int64_t n;
 };
 struct Chunk {
@@ -31,59 +30,73 @@ struct Chunk {
   int64_t begin, end;
 };
 
-// Uploads the slot and chunk tables into one device buffer.
-template <class T>
+// Uploads the slot and chunk tables into one device buffer. state_tensors: how many state
+// blocks of n outputs follow the parameters (the model copies, if any, come after them).
+template <class T, class G>
 struct Table {
   Tensor buffer;
-  const TensorSlots<T>* slots = nullptr;
+  const TensorSlots<T, G>* slots = nullptr;
   const Chunk* chunks = nullptr;
   int64_t nchunks = 0;
 
   Table(const KernelCall& c, int state_tensors) {
     const size_t n = c.inputs.size();
-    std::vector<TensorSlots<T>> slots_h(n);
+    const size_t first_copy = n * (1 + state_tensors);
+    const bool copies = c.outputs.size() > first_copy;
+    std::vector<TensorSlots<T, G>> slots_h(n);
     std::vector<Chunk> chunks_h;
     for (size_t t = 0; t < n; ++t) {
       const int64_t len = c.outputs[t].numel();
       slots_h[t] = {static_cast<T*>(c.outputs[t].data_ptr()),
-                    state_tensors >= 1 && c.outputs.size() > n
-                        ? static_cast<T*>(c.outputs[n + t].data_ptr())
-                        : nullptr,
+                    state_tensors >= 1 ? static_cast<T*>(c.outputs[n + t].data_ptr()) : nullptr,
                     state_tensors >= 2 ? static_cast<T*>(c.outputs[2 * n + t].data_ptr()) : nullptr,
-                    static_cast<const T*>(c.inputs[t].data_ptr()), len};
+                    static_cast<const G*>(c.inputs[t].data_ptr()),
+                    copies ? static_cast<G*>(c.outputs[first_copy + t].data_ptr()) : nullptr,
+                    len};
       for (int64_t b = 0; b < len; b += kChunkElems)
         chunks_h.push_back({static_cast<int32_t>(t), b, std::min(len, b + kChunkElems)});
     }
     nchunks = static_cast<int64_t>(chunks_h.size());
-    const size_t slot_bytes = (n * sizeof(TensorSlots<T>) + 255) / 256 * 256;
+    const size_t slot_bytes = (n * sizeof(TensorSlots<T, G>) + 255) / 256 * 256;
     const size_t bytes = slot_bytes + chunks_h.size() * sizeof(Chunk);
     const Device dev = c.outputs[0].device();
     buffer = scratch(static_cast<int64_t>(bytes), dev);
     char* base = static_cast<char*>(buffer.data_ptr());
     cudaStream_t stream = stream_for(dev);
-    TS_CUDA_CHECK(cudaMemcpyAsync(base, slots_h.data(), n * sizeof(TensorSlots<T>),
+    TS_CUDA_CHECK(cudaMemcpyAsync(base, slots_h.data(), n * sizeof(TensorSlots<T, G>),
                                   cudaMemcpyHostToDevice, stream));
     if (!chunks_h.empty())
       TS_CUDA_CHECK(cudaMemcpyAsync(base + slot_bytes, chunks_h.data(),
                                     chunks_h.size() * sizeof(Chunk), cudaMemcpyHostToDevice,
                                     stream));
-    slots = reinterpret_cast<const TensorSlots<T>*>(base);
+    slots = reinterpret_cast<const TensorSlots<T, G>*>(base);
     chunks = reinterpret_cast<const Chunk*>(base + slot_bytes);
   }
 };
 
+// Calls f.template operator()<G>() with G the gradients' element type.
+template <class T, class F>
+void with_grad_type(const KernelCall& c, F&& f) {
+  const DType d = c.inputs[0].dtype();
+  if (d == DType::Float16) return f.template operator()<Half>();
+  if (d == DType::BFloat16) return f.template operator()<BFloat16>();
+  TS_CHECK(d == c.outputs[0].dtype(), "optimizer step: gradients of dtype ", dtype_name(d),
+           " for parameters of dtype ", dtype_name(c.outputs[0].dtype()));
+  return f.template operator()<T>();
+}
+
 template <class T>
 struct AdamParams {
-  T lr, b1, b2, eps, wd, bc1, bc2_sqrt;
+  T lr, b1, b2, eps, wd, bc1, bc2_sqrt, scale;
   bool decoupled;
 };
 
-template <class T>
-__global__ void adamw_kernel(const TensorSlots<T>* slots, const Chunk* chunks, AdamParams<T> h) {
+template <class T, class G>
+__global__ void adamw_kernel(const TensorSlots<T, G>* slots, const Chunk* chunks, AdamParams<T> h) {
   const Chunk ch = chunks[blockIdx.x];
-  const TensorSlots<T> s = slots[ch.tensor];
+  const TensorSlots<T, G> s = slots[ch.tensor];
   for (int64_t i = ch.begin + threadIdx.x; i < ch.end; i += kThreads) {
-    T p = s.p[i], grad = s.g[i];
+    T p = s.p[i], grad = T(load(s.g[i])) * h.scale;
     if (h.decoupled)
       p -= h.lr * h.wd * p;
     else
@@ -93,7 +106,9 @@ __global__ void adamw_kernel(const TensorSlots<T>* slots, const Chunk* chunks, A
     s.m[i] = m;
     s.v[i] = v;
     const T denom = sqrt(v) / h.bc2_sqrt + h.eps;
-    s.p[i] = p - (h.lr / h.bc1) * m / denom;
+    p -= (h.lr / h.bc1) * m / denom;
+    s.p[i] = p;
+    if (s.copy) s.copy[i] = convert<G>(p);
   }
 }
 
@@ -101,35 +116,41 @@ template <class T>
 struct AdamW {
   static void run(const KernelCall& c) {
     if (c.inputs.empty()) return;
-    const auto& s = c.attrs.scalars;
-    const Table<T> table(c, 2);
-    if (table.nchunks == 0) return;
-    const AdamParams<T> h{
-        T(s[0]), T(s[1]), T(s[2]), T(s[3]), T(s[4]), T(s[5]), T(std::sqrt(s[6])), s[7] != 0.0};
-    adamw_kernel<T><<<static_cast<unsigned>(table.nchunks), kThreads, 0, stream_of(c.outputs[0])>>>(
-        table.slots, table.chunks, h);
-    TS_CUDA_LAUNCH_CHECK("adamw_step");
+    with_grad_type<T>(c, [&]<class G>() {
+      const auto& s = c.attrs.scalars;
+      const Table<T, G> table(c, 2);
+      if (table.nchunks == 0) return;
+      const AdamParams<T> h{
+          T(s[0]), T(s[1]),    T(s[2]), T(s[3]), T(s[4]), T(s[5]), T(std::sqrt(s[6])),
+          T(s[8]), s[7] != 0.0};
+      adamw_kernel<T, G>
+          <<<static_cast<unsigned>(table.nchunks), kThreads, 0, stream_of(c.outputs[0])>>>(
+              table.slots, table.chunks, h);
+      TS_CUDA_LAUNCH_CHECK("adamw_step");
+    });
   }
 };
 
 template <class T>
 struct SgdParams {
-  T lr, mom, damp, wd;
+  T lr, mom, damp, wd, scale;
   bool nesterov, first;
 };
 
-template <class T>
-__global__ void sgd_kernel(const TensorSlots<T>* slots, const Chunk* chunks, SgdParams<T> h) {
+template <class T, class G>
+__global__ void sgd_kernel(const TensorSlots<T, G>* slots, const Chunk* chunks, SgdParams<T> h) {
   const Chunk ch = chunks[blockIdx.x];
-  const TensorSlots<T> s = slots[ch.tensor];
+  const TensorSlots<T, G> s = slots[ch.tensor];
   for (int64_t i = ch.begin + threadIdx.x; i < ch.end; i += kThreads) {
-    T d = s.g[i] + h.wd * s.p[i];
+    T d = T(load(s.g[i])) * h.scale + h.wd * s.p[i];
     if (s.m) {
       const T b = h.first ? d : h.mom * s.m[i] + (T(1) - h.damp) * d;
       s.m[i] = b;
       d = h.nesterov ? d + h.mom * b : b;
     }
-    s.p[i] -= h.lr * d;
+    const T p = s.p[i] - h.lr * d;
+    s.p[i] = p;
+    if (s.copy) s.copy[i] = convert<G>(p);
   }
 }
 
@@ -137,36 +158,39 @@ template <class T>
 struct Sgd {
   static void run(const KernelCall& c) {
     if (c.inputs.empty()) return;
-    const auto& s = c.attrs.scalars;
-    const bool momentum = s[1] != 0.0;
-    const Table<T> table(c, momentum ? 1 : 0);
-    if (table.nchunks == 0) return;
-    const SgdParams<T> h{T(s[0]), T(s[1]), T(s[2]), T(s[3]), s[4] != 0.0, s[5] != 0.0};
-    sgd_kernel<T><<<static_cast<unsigned>(table.nchunks), kThreads, 0, stream_of(c.outputs[0])>>>(
-        table.slots, table.chunks, h);
-    TS_CUDA_LAUNCH_CHECK("sgd_step");
+    with_grad_type<T>(c, [&]<class G>() {
+      const auto& s = c.attrs.scalars;
+      const bool momentum = s[1] != 0.0;
+      const Table<T, G> table(c, momentum ? 1 : 0);
+      if (table.nchunks == 0) return;
+      const SgdParams<T> h{T(s[0]), T(s[1]), T(s[2]), T(s[3]), T(s[6]), s[4] != 0.0, s[5] != 0.0};
+      sgd_kernel<T, G>
+          <<<static_cast<unsigned>(table.nchunks), kThreads, 0, stream_of(c.outputs[0])>>>(
+              table.slots, table.chunks, h);
+      TS_CUDA_LAUNCH_CHECK("sgd_step");
+    });
   }
 };
 
 template <class T>
 struct LambParams {
-  T lr, b1, b2, eps, wd, bc1, bc2, max_c, min_c;
+  T lr, b1, b2, eps, wd, bc1, bc2, max_c, min_c, scale;
 };
 
-template <class T>
-__device__ T lamb_update(const TensorSlots<T>& s, int64_t i, const LambParams<T>& h) {
+template <class T, class G>
+__device__ T lamb_update(const TensorSlots<T, G>& s, int64_t i, const LambParams<T>& h) {
   return (s.m[i] / h.bc1) / (sqrt(s.v[i] / h.bc2) + h.eps) + h.wd * s.p[i];
 }
 
 // Moments, then per-chunk partial sums of ||p||^2 and ||update||^2 (in double).
-template <class T>
-__global__ void lamb_moments_kernel(const TensorSlots<T>* slots, const Chunk* chunks,
+template <class T, class G>
+__global__ void lamb_moments_kernel(const TensorSlots<T, G>* slots, const Chunk* chunks,
                                     LambParams<T> h, double* partial) {
   const Chunk ch = chunks[blockIdx.x];
-  const TensorSlots<T> s = slots[ch.tensor];
+  const TensorSlots<T, G> s = slots[ch.tensor];
   double pn = 0, un = 0;
   for (int64_t i = ch.begin + threadIdx.x; i < ch.end; i += kThreads) {
-    const T g = s.g[i];
+    const T g = T(load(s.g[i])) * h.scale;
     s.m[i] = h.b1 * s.m[i] + (T(1) - h.b1) * g;
     s.v[i] = h.b2 * s.v[i] + (T(1) - h.b2) * g * g;
     const T u = lamb_update(s, i, h);
@@ -199,39 +223,44 @@ __global__ void lamb_ratio_kernel(const Chunk* chunks, int64_t nchunks, const do
   ratio[t] = min(h.max_c, max(h.min_c, r));
 }
 
-template <class T>
-__global__ void lamb_apply_kernel(const TensorSlots<T>* slots, const Chunk* chunks, LambParams<T> h,
-                                  const T* ratio) {
+template <class T, class G>
+__global__ void lamb_apply_kernel(const TensorSlots<T, G>* slots, const Chunk* chunks,
+                                  LambParams<T> h, const T* ratio) {
   const Chunk ch = chunks[blockIdx.x];
-  const TensorSlots<T> s = slots[ch.tensor];
+  const TensorSlots<T, G> s = slots[ch.tensor];
   const T r = ratio[ch.tensor];
-  for (int64_t i = ch.begin + threadIdx.x; i < ch.end; i += kThreads)
-    s.p[i] -= h.lr * r * lamb_update(s, i, h);
+  for (int64_t i = ch.begin + threadIdx.x; i < ch.end; i += kThreads) {
+    const T p = s.p[i] - h.lr * r * lamb_update(s, i, h);
+    s.p[i] = p;
+    if (s.copy) s.copy[i] = convert<G>(p);
+  }
 }
 
 template <class T>
 struct Lamb {
   static void run(const KernelCall& c) {
     if (c.inputs.empty()) return;
-    const auto& s = c.attrs.scalars;
-    const Table<T> table(c, 2);
-    if (table.nchunks == 0) return;
-    const LambParams<T> h{T(s[0]), T(s[1]), T(s[2]), T(s[3]), T(s[4]),
-                          T(s[5]), T(s[6]), T(s[7]), T(s[8])};
-    const Device dev = c.outputs[0].device();
-    cudaStream_t stream = stream_for(dev);
-    const int64_t nt = static_cast<int64_t>(c.inputs.size());
-    Tensor partial = scratch(table.nchunks * 16, dev);
-    Tensor ratio = scratch(nt * static_cast<int64_t>(sizeof(T)), dev);
-    const auto blocks = static_cast<unsigned>(table.nchunks);
-    lamb_moments_kernel<T><<<blocks, kThreads, 0, stream>>>(
-        table.slots, table.chunks, h, static_cast<double*>(partial.data_ptr()));
-    lamb_ratio_kernel<T><<<grid_for(nt), kThreads, 0, stream>>>(
-        table.chunks, table.nchunks, static_cast<const double*>(partial.data_ptr()), nt, h,
-        static_cast<T*>(ratio.data_ptr()));
-    lamb_apply_kernel<T><<<blocks, kThreads, 0, stream>>>(table.slots, table.chunks, h,
-                                                          static_cast<const T*>(ratio.data_ptr()));
-    TS_CUDA_LAUNCH_CHECK("lamb_step");
+    with_grad_type<T>(c, [&]<class G>() {
+      const auto& s = c.attrs.scalars;
+      const Table<T, G> table(c, 2);
+      if (table.nchunks == 0) return;
+      const LambParams<T> h{T(s[0]), T(s[1]), T(s[2]), T(s[3]), T(s[4]),
+                            T(s[5]), T(s[6]), T(s[7]), T(s[8]), T(s[9])};
+      const Device dev = c.outputs[0].device();
+      cudaStream_t stream = stream_for(dev);
+      const int64_t nt = static_cast<int64_t>(c.inputs.size());
+      Tensor partial = scratch(table.nchunks * 16, dev);
+      Tensor ratio = scratch(nt * static_cast<int64_t>(sizeof(T)), dev);
+      const auto blocks = static_cast<unsigned>(table.nchunks);
+      lamb_moments_kernel<T, G><<<blocks, kThreads, 0, stream>>>(
+          table.slots, table.chunks, h, static_cast<double*>(partial.data_ptr()));
+      lamb_ratio_kernel<T><<<grid_for(nt), kThreads, 0, stream>>>(
+          table.chunks, table.nchunks, static_cast<const double*>(partial.data_ptr()), nt, h,
+          static_cast<T*>(ratio.data_ptr()));
+      lamb_apply_kernel<T, G><<<blocks, kThreads, 0, stream>>>(
+          table.slots, table.chunks, h, static_cast<const T*>(ratio.data_ptr()));
+      TS_CUDA_LAUNCH_CHECK("lamb_step");
+    });
   }
 };
 

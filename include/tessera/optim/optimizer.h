@@ -36,6 +36,13 @@ class Optimizer {
   void set_lr(double lr);
   double lr() const { return groups_.empty() ? 0.0 : groups_[0].lr; }
   int64_t step_count() const { return step_; }
+  // Mixed precision in the same fused kernel: `copies[g][i]` is the 16-bit model tensor of
+  // group g's i-th (float32) parameter. step() then reads that tensor's gradient instead of
+  // the parameter's and writes the updated value back into it, cast: no separate cast passes.
+  void set_model_copies(std::vector<std::vector<Tensor*>> copies);
+  // Every gradient is multiplied by this in the update (loss-scale unscaling times the
+  // clipping coefficient); 1 by default.
+  void set_grad_scale(double scale) { grad_scale_ = scale; }
   // "<param name>.<slot>" -> tensor, plus "step" (a 0-dim int64).
   virtual std::map<std::string, Tensor> state_dict() const;
   // Restores state saved by state_dict; errors name any missing or mis-shaped entry.
@@ -45,10 +52,13 @@ class Optimizer {
   // The named slot (e.g. "exp_avg") of group g's i-th parameter, created as zeros on first use.
   Tensor& slot(size_t g, size_t i, const std::string& name);
   // One fused kernel call per (device, dtype) of each group: outputs are the parameters, then
-  // each named slot; inputs the gradients; scalars(group) the kernel's hyper-parameters.
+  // each named slot, then the model copies (if set); inputs the gradients; scalars(group) the
+  // kernel's hyper-parameters, to which the gradient scale is appended.
   void run_fused(Kernel k, const std::vector<std::string>& slots,
                  const std::function<std::vector<double>(const ParamGroup&)>& scalars);
   std::vector<ParamGroup> groups_;
+  std::vector<std::vector<Tensor*>> model_copies_;
+  double grad_scale_ = 1.0;
   std::map<std::string, Tensor> state_;
   int64_t step_ = 0;
 };
