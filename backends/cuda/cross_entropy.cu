@@ -4,7 +4,7 @@
 //          attrs.index = ignore_index, attrs.scalar = label smoothing
 // backward inputs: logits, targets, lse, scale [N]; outputs: dlogits [N, C]
 // An out-of-range target is reported by position, read back as one word after the launch.
-#include "backends/cuda/kernel_util.cuh"
+#include "backends/cuda/elementwise.cuh"
 
 namespace tessera::cuda {
 namespace {
@@ -40,7 +40,23 @@ __global__ void cross_entropy_kernel(const T* x, const int64_t* tgt, compute_t<T
   // One pass: an online (max, sum of exp) pair per thread, merged across the block.
   OnlineLse<A> acc{-INFINITY, 0};
   A sx = 0;
-  for (int64_t j = threadIdx.x; j < C; j += kThreads) {
+  constexpr int N = 16 / sizeof(T);
+  int64_t tail = 0;
+  if (reinterpret_cast<uintptr_t>(xr) % 16 == 0) {  // 16-byte loads, then the tail
+    const int64_t packs = C / N;
+    const auto* pv = reinterpret_cast<const Pack<T, N>*>(xr);
+    for (int64_t v = threadIdx.x; v < packs; v += kThreads) {
+      const Pack<T, N> x = pv[v];
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        const A e = load(x.v[k]);
+        acc = acc.add(e);
+        sx += e;
+      }
+    }
+    tail = packs * N;
+  }
+  for (int64_t j = tail + threadIdx.x; j < C; j += kThreads) {
     const A v = load(xr[j]);
     acc = acc.add(v);
     sx += v;
@@ -73,11 +89,27 @@ __global__ void cross_entropy_backward_kernel(const T* x, const int64_t* tgt,
   }
   const T* xr = x + r * C;
   const A sc = scale[r], uniform = eps / A(C), l = lse[r];
-  for (int64_t j = threadIdx.x; j < C; j += kThreads) {
-    const A p = exp(A(load(xr[j])) - l);
+  auto grad = [&](int64_t j, T x) {
+    const A p = exp(A(load(x)) - l);
     const A target = (j == t ? A(1) - eps : A(0)) + uniform;
-    dr[j] = convert<T>(sc * (p - target));
+    return convert<T>(sc * (p - target));
+  };
+  constexpr int N = 16 / sizeof(T);
+  int64_t tail = 0;
+  if (reinterpret_cast<uintptr_t>(xr) % 16 == 0 && reinterpret_cast<uintptr_t>(dr) % 16 == 0) {
+    const int64_t packs = C / N;
+    const auto* pv = reinterpret_cast<const Pack<T, N>*>(xr);
+    auto* pd = reinterpret_cast<Pack<T, N>*>(dr);
+    for (int64_t v = threadIdx.x; v < packs; v += kThreads) {
+      const Pack<T, N> x = pv[v];
+      Pack<T, N> y;
+#pragma unroll
+      for (int k = 0; k < N; ++k) y.v[k] = grad(v * N + k, x.v[k]);
+      pd[v] = y;
+    }
+    tail = packs * N;
   }
+  for (int64_t j = tail + threadIdx.x; j < C; j += kThreads) dr[j] = grad(j, xr[j]);
 }
 
 template <class T>

@@ -4,7 +4,7 @@
 // Floating sums accumulate in double, as on the CPU.
 #include <cmath>
 
-#include "backends/cuda/kernel_util.cuh"
+#include "backends/cuda/elementwise.cuh"
 
 namespace tessera::cuda {
 namespace {
@@ -91,7 +91,24 @@ __global__ void chunk_kernel(const T* x, int64_t R, int64_t nchunks, P* partial,
   const T* p = x + row * R + start;
   P acc = pol.identity();
   int64_t i = threadIdx.x;
-  // Four independent loads in flight per step; the combine order is unchanged.
+  constexpr int N = 16 / sizeof(T) > 0 ? 16 / sizeof(T) : 1;
+  if (N > 1 && reinterpret_cast<uintptr_t>(p) % 16 == 0) {
+    // 16-byte loads: each thread takes whole packs, then the tail one by one.
+    const int64_t packs = len / N;
+    const auto* pv = reinterpret_cast<const Pack<T, N>*>(p);
+#pragma unroll 2
+    for (int64_t v = threadIdx.x; v < packs; v += kThreads) {
+      const Pack<T, N> x = pv[v];
+#pragma unroll
+      for (int k = 0; k < N; ++k) acc = pol(acc, pol.element(x.v[k], start + v * N + k, row));
+    }
+    for (i = packs * N + threadIdx.x; i < len; i += kThreads)
+      acc = pol(acc, pol.element(p[i], start + i, row));
+    acc = block_reduce<kThreads>(acc, pol);
+    if (threadIdx.x == 0) partial[blockIdx.x] = acc;
+    return;
+  }
+  // Four independent loads in flight per step.
   for (; i + 3 * kThreads < len; i += 4 * kThreads) {
     const P e0 = pol.element(p[i], start + i, row);
     const P e1 = pol.element(p[i + kThreads], start + i + kThreads, row);
