@@ -22,12 +22,6 @@ using BFloat16 = __nv_bfloat16;
 template <class T>
 inline constexpr bool is_16bit_float_v = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
 
-// Arithmetic type: float for 16-bit floats and float, double for double, int64 for integers.
-template <class T>
-using acc_t = std::conditional_t<
-    is_16bit_float_v<T>, float,
-    std::conditional_t<std::is_floating_point_v<T>, T,
-                       std::conditional_t<std::is_same_v<T, bool>, int64_t, int64_t>>>;
 // Compute type of elementwise math: float for 16-bit floats, else the type itself.
 template <class T>
 using compute_t = std::conditional_t<is_16bit_float_v<T>, float, T>;
