@@ -12,7 +12,7 @@
 // Mixed precision: grads may be 16-bit (the model's), each multiplied by grad_scale as it is
 // read; `copies` (16-bit model tensors) then receive the updated parameters, cast.
 //   sum_squares inputs tensors[n] (contiguous, one dtype); outputs [n] float64: each tensor's
-//               sum of squares, accumulated in double in element order
+//               sum of squares in double (fixed chunks, combined in order)
 #include <cmath>
 #include <vector>
 
@@ -160,21 +160,46 @@ struct Lamb {
   }
 };
 
+// Each tensor is cut into fixed chunks summed in parallel (double), then each tensor's chunks
+// are added in order: the same bits at any thread count.
 template <class T>
 struct SumSquares {
   static void run(const KernelCall& c) {
-    double* out = c.outputs[0].data<double>();
-    parallel_for(static_cast<int64_t>(c.inputs.size()), 1, [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; ++t) {
+    constexpr int64_t kChunk = 1 << 15;
+    std::vector<std::pair<size_t, int64_t>> chunks;
+    std::vector<size_t> first(c.inputs.size() + 1, 0);
+    for (size_t t = 0; t < c.inputs.size(); ++t) {
+      first[t] = chunks.size();
+      for (int64_t b = 0; b < c.inputs[t].numel(); b += kChunk) chunks.emplace_back(t, b);
+    }
+    first[c.inputs.size()] = chunks.size();
+    std::vector<double> partial(chunks.size(), 0.0);
+    parallel_for(static_cast<int64_t>(chunks.size()), 1, [&](int64_t k0, int64_t k1) {
+      for (int64_t k = k0; k < k1; ++k) {
+        const auto [t, b] = chunks[k];
         const T* p = c.inputs[t].data<T>();
-        double s = 0;
-        for (int64_t i = 0, n = c.inputs[t].numel(); i < n; ++i) {
-          const double v = static_cast<double>(load(p[i]));
-          s += v * v;
+        const int64_t e = std::min(c.inputs[t].numel(), b + kChunk);
+        if constexpr (std::is_floating_point_v<T>) {  // Eigen's vectorised (fixed-order) sum
+          partial[k] = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(p + b, e - b)
+                           .template cast<double>()
+                           .square()
+                           .sum();
+        } else {
+          double s = 0;
+          for (int64_t i = b; i < e; ++i) {
+            const double v = static_cast<double>(load(p[i]));
+            s += v * v;
+          }
+          partial[k] = s;
         }
-        out[t] = s;
       }
     });
+    double* out = c.outputs[0].data<double>();
+    for (size_t t = 0; t < c.inputs.size(); ++t) {
+      double s = 0;
+      for (size_t k = first[t]; k < first[t + 1]; ++k) s += partial[k];
+      out[t] = s;
+    }
   }
 };
 
