@@ -88,6 +88,7 @@ void run_kernel(Kernel k, Device device, DType dtype, std::span<const Tensor> in
     s.fetcher()->fetch(s);
     if (n_fetched < std::size(fetched)) fetched[n_fetched++] = &s;
   };
+  if (device.is_cuda()) cuda_set_current_device(device.index);
   for (const Tensor& t : inputs) fetch(t);
   for (const Tensor& t : outputs) fetch(t);
   struct Release {

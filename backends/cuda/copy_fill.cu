@@ -144,6 +144,7 @@ void copy_kernel(const KernelCall& c) {
     TS_CUDA_CHECK(cudaStreamSynchronize(stream_of(s)));
     TS_CUDA_CHECK(cudaMemcpyPeerAsync(staged.data_ptr(), dst.device().index, s.data_ptr(),
                                       s.device().index, s.nbytes(), stream_of(dst)));
+    DeviceGuard on_target(dst.device().index);
     return device_copy(staged, dst);
   }
   if (dst.device().is_cuda()) {  // host -> device

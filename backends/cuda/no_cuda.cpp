@@ -17,6 +17,7 @@ CudaDeviceInfo cuda_device_info(int) {
   fail("cuda: this build of Tessera has no CUDA backend");
 }
 void cuda_synchronize() {}
+void cuda_set_current_device(int) {}
 std::string cuda_unavailable_reason() {
   return "this build of Tessera has no CUDA backend (configure with -Dcuda=enabled and nvcc)";
 }

@@ -39,6 +39,12 @@ void cuda_synchronize() {
   TS_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
+void cuda_set_current_device(int index) {
+  int now = -1;
+  TS_CUDA_CHECK(cudaGetDevice(&now));
+  if (now != index) TS_CUDA_CHECK(cudaSetDevice(index));
+}
+
 namespace {
 bool& allow_tf32_flag() {
   static bool flag = [] {

@@ -17,6 +17,9 @@ struct CudaDeviceInfo {
 CudaDeviceInfo cuda_device_info(int index);
 std::string cuda_unavailable_reason();  // empty when a device is usable
 void cuda_synchronize();                // waits for all work on the current device
+// Makes device `index` current for this thread (the dispatcher calls it before every CUDA
+// kernel, so tensors on cuda:1 run on cuda:1 whatever was current before).
+void cuda_set_current_device(int index);
 
 // The caching allocator's figures for one device, in bytes (allocated = handed out to
 // tensors; reserved = held from the driver, allocated plus cached free blocks).
