@@ -158,7 +158,12 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   TS_CHECK(p >= 0.0 && p <= 1.0, "dropout: probability must be in [0, 1], got ", p);
   if (!training || p == 0.0) return x;
   detail::check_floating("dropout", x);
-  const GeneratorState s = (gen ? *gen : default_generator()).reserve(x.numel());
+  // Under data parallelism: the counters of the whole global batch, this rank's slice of them.
+  const DataParallelShard shard = data_parallel_shard();
+  GeneratorState s =
+      (gen ? *gen : default_generator())
+          .reserve(static_cast<uint64_t>(x.numel()) * static_cast<uint64_t>(shard.world));
+  s.offset += static_cast<uint64_t>(shard.rank) * static_cast<uint64_t>(x.numel());
   KernelAttrs a;
   a.scalar = p;
   a.seed = s.seed;

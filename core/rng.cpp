@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/philox.h"
+#include "tessera/error.h"
 
 namespace tessera {
 
@@ -44,6 +45,23 @@ GeneratorState Generator::reserve(uint64_t n) {
   const GeneratorState s = state_;
   state_.offset += n;
   return s;
+}
+
+namespace {
+DataParallelShard& shard_state() {
+  static DataParallelShard s;
+  return s;
+}
+}  // namespace
+
+void set_data_parallel_shard(int rank, int world) {
+  TS_CHECK(world >= 1 && rank >= 0 && rank < world, "data-parallel shard: rank ", rank, " of ",
+           world);
+  shard_state() = {rank, world};
+}
+
+DataParallelShard data_parallel_shard() {
+  return shard_state();
 }
 
 Generator& default_generator() {

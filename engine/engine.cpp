@@ -79,6 +79,8 @@ Engine::Engine(nn::Module& model, io::TrainConfig config,
            " with ", world,
            " ranks needs the NCCL process group, which is not built yet; run one process per "
            "GPU job, or train on the CPU with MPI");
+  // Dropout masks as one process would draw them for the global batch (see rng.h).
+  set_data_parallel_shard(group_->rank(), static_cast<int>(world));
   if (world > 1) {
     // Every rank starts from rank 0's float32 parameters (as DDP does), before any master
     // copy or 16-bit cast is made from them; this start-up traffic is not counted.

@@ -225,8 +225,16 @@ double grad_norm(const std::vector<Tensor>& params) {
     if (g.defined()) groups[{g.device().str(), g.dtype()}].push_back(g);
   }
   double total = 0.0;
-  for (const auto& [key, grads] : groups) total += sum(sum_squares(grads)).item();
-  return std::sqrt(total);
+  bool all_double = true;
+  for (const auto& [key, grads] : groups) {
+    total += sum(sum_squares(grads)).item();
+    all_double = all_double && key.second == DType::Float64;
+  }
+  // Like torch's clip_grad_norm_, the norm has the gradients' precision (float32 for float32
+  // and 16-bit gradients): data-parallel ranks whose gradients differ in the last bits then
+  // agree on the clipping coefficient instead of drifting apart through it.
+  const double norm = std::sqrt(total);
+  return all_double ? norm : static_cast<double>(static_cast<float>(norm));
 }
 
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {

@@ -35,6 +35,16 @@ class Generator {
   GeneratorState state_;
 };
 
+// Data parallelism: this process is rank `rank` of `world`, each holding the next block of
+// rows of one global batch. Dropout then reserves counters for the whole global batch and
+// uses its own slice, so N ranks apply exactly the masks one process applies to the global
+// batch (for batch-major activations, which every built-in model uses). Default: 0 of 1.
+struct DataParallelShard {
+  int rank = 0, world = 1;
+};
+void set_data_parallel_shard(int rank, int world);
+DataParallelShard data_parallel_shard();
+
 // The process-wide default generator, used when an op is given none (torch.manual_seed).
 Generator& default_generator();
 void manual_seed(uint64_t seed);
