@@ -54,10 +54,14 @@ DataParallelShard& shard_state() {
 }
 }  // namespace
 
-void set_data_parallel_shard(int rank, int world) {
+DataParallelShard make_data_parallel_shard(int rank, int world) {
   TS_CHECK(world >= 1 && rank >= 0 && rank < world, "data-parallel shard: rank ", rank, " of ",
            world);
-  shard_state() = {rank, world};
+  return {rank, world};
+}
+
+void set_data_parallel_shard(int rank, int world) {
+  shard_state() = make_data_parallel_shard(rank, world);
 }
 
 DataParallelShard data_parallel_shard() {

@@ -135,10 +135,10 @@ void GPTBatchSampler::next(Tensor& x, Tensor& y) {
   y = Tensor::empty({batch_, block_}, DType::Int64);
   int64_t* px = x.data<int64_t>();
   int64_t* py = y.data<int64_t>();
-  const GeneratorState s = gen_.reserve(static_cast<uint64_t>(batch_ * world_));
+  const GeneratorState s = gen_.reserve(static_cast<uint64_t>(batch_ * shard_.world));
   const int64_t span = tokens_.size() - block_ - 1;
   for (int64_t b = 0; b < batch_; ++b) {
-    const uint64_t row = static_cast<uint64_t>(rank_ * batch_ + b);
+    const uint64_t row = static_cast<uint64_t>(shard_.rank * batch_ + b);
     const int64_t start =
         std::min<int64_t>(span, static_cast<int64_t>(philox_uniform_f64(s.seed, s.offset + row) *
                                                      static_cast<double>(span + 1)));
@@ -148,18 +148,6 @@ void GPTBatchSampler::next(Tensor& x, Tensor& y) {
       py[b * block_ + i] = t[i + 1];
     }
   }
-}
-
-void GPTBatchSampler::shard(int rank, int world) {
-  TS_CHECK(world >= 1 && rank >= 0 && rank < world, "sampler: rank ", rank, " of ", world);
-  rank_ = rank;
-  world_ = world;
-}
-
-void BertBatchSampler::shard(int rank, int world) {
-  TS_CHECK(world >= 1 && rank >= 0 && rank < world, "sampler: rank ", rank, " of ", world);
-  rank_ = rank;
-  world_ = world;
 }
 
 BertBatchSampler::BertBatchSampler(const TokenFile& tokens, int64_t batch, int64_t block,
@@ -189,8 +177,8 @@ BertBatch BertBatchSampler::next() {
   std::vector<int64_t> ids, tgt, types, labels;
   const int64_t span = tokens_.size() - block_;
   // Every rank draws the whole global batch (the stream stays in step) and keeps its rows.
-  for (int64_t gb = 0; gb < batch_ * world_; ++gb) {
-    const bool mine = gb / batch_ == rank_;
+  for (int64_t gb = 0; gb < batch_ * shard_.world; ++gb) {
+    const bool mine = gb / batch_ == shard_.rank;
     std::vector<int64_t> row{CLS}, row_types{0};
     auto take = [&](int64_t start, int64_t len, int64_t type) {
       for (int64_t i = 0; i < len; ++i) {

@@ -42,6 +42,8 @@ class Generator {
 struct DataParallelShard {
   int rank = 0, world = 1;
 };
+// Checks 0 <= rank < world (naming both) and returns the pair.
+DataParallelShard make_data_parallel_shard(int rank, int world);
 void set_data_parallel_shard(int rank, int world);
 DataParallelShard data_parallel_shard();
 

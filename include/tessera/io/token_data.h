@@ -54,12 +54,12 @@ class GPTBatchSampler {
   // Data parallelism: the stream draws world * batch rows per call and this rank keeps rows
   // [rank * batch, (rank + 1) * batch), so N ranks see exactly the rows one process with
   // an N times larger batch would (and the position is the same on every rank).
-  void shard(int rank, int world);
+  void shard(int rank, int world) { shard_ = make_data_parallel_shard(rank, world); }
 
  private:
   const TokenFile& tokens_;
   int64_t batch_, block_;
-  int rank_ = 0, world_ = 1;
+  DataParallelShard shard_;
   Generator gen_;
 };
 
@@ -77,10 +77,10 @@ class BertBatchSampler {
   BertBatch next();
   GeneratorState state() const { return gen_.state(); }
   void set_state(GeneratorState s) { gen_.set_state(s); }
-  void shard(int rank, int world);  // as GPTBatchSampler::shard
+  void shard(int rank, int world) { shard_ = make_data_parallel_shard(rank, world); }  // as GPT's
 
  private:
-  int rank_ = 0, world_ = 1;
+  DataParallelShard shard_;
   double uniform();
   const TokenFile& tokens_;
   int64_t batch_, block_, vocab_;
