@@ -93,6 +93,53 @@ __device__ inline uint32_t pack2(float lo, float hi) {
   }
 }
 
+// acc[16 x 64] = rows (16 rows of tile A from `a_rows`) times the rows of tile B transposed:
+// the score-like products S = Q K^T, dP = dO V^T, S^T = K Q^T, dP^T = V dO^T.
+template <class T, int D>
+__device__ void mm_rows_bt(float (&acc)[kTile / 8][4], const T* a_rows, const T* b_tile) {
+  constexpr int ld = ld_tile<D>;
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int nt = 0; nt < kTile / 8; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+#pragma unroll
+  for (int kk = 0; kk < D / 16; kk += 2) {
+    uint32_t a0[4], a1[4];
+    const T* a_at = a_rows + ((lane & 7) + ((lane >> 3) & 1) * 8) * ld + (lane >> 4) * 8;
+    ldmatrix_x4(a0, a_at + kk * 16);
+    ldmatrix_x4(a1, a_at + (kk + 1) * 16);
+#pragma unroll
+    for (int nt = 0; nt < kTile / 8; ++nt) {
+      uint32_t b[4];  // rows nt*8.. of B at columns kk*16, +8, +16, +24
+      ldmatrix_x4(b, b_tile + (nt * 8 + (lane & 7)) * ld + kk * 16 + (lane >> 3) * 8);
+      mma16816<T>(acc[nt], a0, b[0], b[1]);
+      mma16816<T>(acc[nt], a1, b[2], b[3]);
+    }
+  }
+}
+
+// out[D/8][4] += P (16 x 64, in score registers) times tile B (64 x D, rows = the 64 columns
+// of P): dV += P^T dO, dK += dS^T Q, dQ += dS K.
+template <class T, int D>
+__device__ void mm_acc_regs(float (&out)[D / 8][4], const float (&p)[kTile / 8][4],
+                            const T* b_tile) {
+  constexpr int ld = ld_tile<D>;
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int kc = 0; kc < kTile / 16; ++kc) {
+    const uint32_t pa[4] = {
+        pack2<T>(p[2 * kc][0], p[2 * kc][1]), pack2<T>(p[2 * kc][2], p[2 * kc][3]),
+        pack2<T>(p[2 * kc + 1][0], p[2 * kc + 1][1]), pack2<T>(p[2 * kc + 1][2], p[2 * kc + 1][3])};
+#pragma unroll
+    for (int dt = 0; dt < D / 8; dt += 2) {
+      uint32_t b[4];
+      ldmatrix_x4_trans(
+          b, b_tile + (kc * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * ld + (dt + (lane >> 4)) * 8);
+      mma16816<T>(out[dt], pa, b[0], b[1]);
+      mma16816<T>(out[dt + 1], pa, b[2], b[3]);
+    }
+  }
+}
+
 template <class T, int D>
 struct FwdSmem {
   static constexpr size_t tile = size_t{kTile} * ld_tile<D> * sizeof(T);
@@ -112,12 +159,6 @@ __global__ void __launch_bounds__(kBlockThreads) flash_fwd_kernel(Args a) {
   const T* K = static_cast<const T*>(a.k) + bh * Tk * D;
   const T* V = static_cast<const T*>(a.v) + bh * Tk * D;
   load_tile<T, D>(Qs, Q, q0, Tq);
-  __syncthreads();
-  uint32_t qf[D / 16][4];
-#pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk)
-    ldmatrix_x4(qf[kk], Qs + (warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * ld + kk * 16 +
-                            (lane >> 4) * 8);
   float o[D / 8][4];
 #pragma unroll
   for (int dt = 0; dt < D / 8; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
@@ -131,17 +172,7 @@ __global__ void __launch_bounds__(kBlockThreads) flash_fwd_kernel(Args a) {
     load_tile<T, D>(Vs, V, k0, Tk);
     __syncthreads();
     float sc[kTile / 8][4];
-#pragma unroll
-    for (int nt = 0; nt < kTile / 8; ++nt) {
-      sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.0f;
-#pragma unroll
-      for (int kk = 0; kk < D / 16; kk += 2) {
-        uint32_t b[4];
-        ldmatrix_x4(b, Ks + (nt * 8 + (lane & 7)) * ld + kk * 16 + (lane >> 3) * 8);
-        mma16816<T>(sc[nt], qf[kk], b[0], b[1]);
-        mma16816<T>(sc[nt], qf[kk + 1], b[2], b[3]);
-      }
-    }
+    mm_rows_bt<T, D>(sc, Qs + warp * 16 * ld, Ks);
     // scale, mask, running max and sum per row (rows g and g + 8 of this warp)
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -188,22 +219,7 @@ __global__ void __launch_bounds__(kBlockThreads) flash_fwd_kernel(Args a) {
       o[dt][2] *= alpha[1];
       o[dt][3] *= alpha[1];
     }
-    // O += P V, P taken straight from the score registers
-#pragma unroll
-    for (int kc = 0; kc < kTile / 16; ++kc) {
-      const uint32_t pa[4] = {pack2<T>(sc[2 * kc][0], sc[2 * kc][1]),
-                              pack2<T>(sc[2 * kc][2], sc[2 * kc][3]),
-                              pack2<T>(sc[2 * kc + 1][0], sc[2 * kc + 1][1]),
-                              pack2<T>(sc[2 * kc + 1][2], sc[2 * kc + 1][3])};
-#pragma unroll
-      for (int dt = 0; dt < D / 8; dt += 2) {
-        uint32_t b[4];
-        ldmatrix_x4_trans(
-            b, Vs + (kc * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * ld + (dt + (lane >> 4)) * 8);
-        mma16816<T>(o[dt], pa, b[0], b[1]);
-        mma16816<T>(o[dt + 1], pa, b[2], b[3]);
-      }
-    }
+    mm_acc_regs<T, D>(o, sc, Vs);  // O += P V, P taken straight from the score registers
   }
   T* O = static_cast<T*>(a.out) + bh * Tq * D;
 #pragma unroll
@@ -237,51 +253,6 @@ __device__ inline void grad_entry(float sc, float dp, float lse, float dv, bool 
                                   float& p, float& ds) {
   p = (vis && isfinite(lse)) ? __expf(sc * scale - lse) : 0.0f;
   ds = p * (dp - dv) * scale;
-}
-
-// acc[16 x 64] = rows (16 rows of tile A from `a_rows`) times the rows of tile B transposed:
-// the score-like products S = Q K^T, dP = dO V^T, S^T = K Q^T, dP^T = V dO^T.
-template <class T, int D>
-__device__ void mm_rows_bt(float (&acc)[kTile / 8][4], const T* a_rows, const T* b_tile) {
-  constexpr int ld = ld_tile<D>;
-  const int lane = threadIdx.x % 32;
-#pragma unroll
-  for (int nt = 0; nt < kTile / 8; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
-#pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk) {
-    uint32_t af[4];
-    ldmatrix_x4(af, a_rows + ((lane & 7) + ((lane >> 3) & 1) * 8) * ld + kk * 16 + (lane >> 4) * 8);
-#pragma unroll
-    for (int nt = 0; nt < kTile / 8; ++nt) {
-      uint32_t b[4];
-      // two 8x8 matrices (d kk*16.., kk*16+8..) of rows nt*8..: lanes 16-31 repeat 0-15
-      ldmatrix_x4(b, b_tile + (nt * 8 + (lane & 7)) * ld + kk * 16 + ((lane >> 3) & 1) * 8);
-      mma16816<T>(acc[nt], af, b[0], b[1]);
-    }
-  }
-}
-
-// out[D/8][4] += P (16 x 64, in score registers) times tile B (64 x D, rows = the 64 columns
-// of P): dV += P^T dO, dK += dS^T Q, dQ += dS K.
-template <class T, int D>
-__device__ void mm_acc_regs(float (&out)[D / 8][4], const float (&p)[kTile / 8][4],
-                            const T* b_tile) {
-  constexpr int ld = ld_tile<D>;
-  const int lane = threadIdx.x % 32;
-#pragma unroll
-  for (int kc = 0; kc < kTile / 16; ++kc) {
-    const uint32_t pa[4] = {
-        pack2<T>(p[2 * kc][0], p[2 * kc][1]), pack2<T>(p[2 * kc][2], p[2 * kc][3]),
-        pack2<T>(p[2 * kc + 1][0], p[2 * kc + 1][1]), pack2<T>(p[2 * kc + 1][2], p[2 * kc + 1][3])};
-#pragma unroll
-    for (int dt = 0; dt < D / 8; dt += 2) {
-      uint32_t b[4];
-      ldmatrix_x4_trans(
-          b, b_tile + (kc * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * ld + (dt + (lane >> 4)) * 8);
-      mma16816<T>(out[dt], pa, b[0], b[1]);
-      mma16816<T>(out[dt + 1], pa, b[2], b[3]);
-    }
-  }
 }
 
 // Writes accumulator rows r0 + g and r0 + g + 8 (below `rows`) of a [rows, D] matrix.

@@ -229,7 +229,6 @@ struct LayerNormBackward {
     const int64_t N = x.shape()[0], C = x.shape()[1];
     const bool want_dw = c.outputs.size() > 1 && c.outputs[1].defined();
     const bool want_db = c.outputs.size() > 2 && c.outputs[2].defined();
-    const int64_t blocks = (N + kRowsPerBlock - 1) / kRowsPerBlock;
     cudaStream_t stream = stream_of(x);
     if (N == 0) {
       for (int k = 1; k <= 2; ++k)
@@ -237,51 +236,36 @@ struct LayerNormBackward {
           TS_CUDA_CHECK(cudaMemsetAsync(c.outputs[k].data_ptr(), 0, c.outputs[k].nbytes(), stream));
       return;
     }
-    if (C <= kWarpRowMax) {
-      // One partial row per warp; warps in row order, so the sums below keep a fixed order.
-      const int64_t warps = (N + kRowsPerWarp - 1) / kRowsPerWarp;
-      const int64_t bytes = warps * C * static_cast<int64_t>(sizeof(A));
-      Tensor pdw = want_dw ? scratch(bytes, x.device()) : Tensor();
-      Tensor pdb = want_db ? scratch(bytes, x.device()) : Tensor();
-      const auto grid = static_cast<unsigned>((warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
+    // One partial dweight/dbias row per warp (rows up to kWarpRowMax wide) or per block of
+    // kRowsPerBlock rows, in row order, so the column sums below keep a fixed order.
+    const bool per_warp = C <= kWarpRowMax;
+    const int64_t rows_per_partial = per_warp ? kRowsPerWarp : kRowsPerBlock;
+    const int64_t partials = (N + rows_per_partial - 1) / rows_per_partial;
+    const int64_t bytes = partials * C * static_cast<int64_t>(sizeof(A));
+    Tensor pdw = want_dw ? scratch(bytes, x.device()) : Tensor();
+    Tensor pdb = want_db ? scratch(bytes, x.device()) : Tensor();
+    const T* dy = static_cast<const T*>(c.inputs[0].data_ptr());
+    const T* px = static_cast<const T*>(x.data_ptr());
+    const A* mean = static_cast<const A*>(c.inputs[2].data_ptr());
+    const A* rstd = static_cast<const A*>(c.inputs[3].data_ptr());
+    T* dx = static_cast<T*>(c.outputs[0].data_ptr());
+    A* part_dw = want_dw ? static_cast<A*>(pdw.data_ptr()) : nullptr;
+    A* part_db = want_db ? static_cast<A*>(pdb.data_ptr()) : nullptr;
+    if (per_warp) {
+      const auto grid = static_cast<unsigned>((partials + kWarpsPerBlock - 1) / kWarpsPerBlock);
       layer_norm_backward_warp_kernel<T><<<grid, kWarpsPerBlock * 32, 0, stream>>>(
-          static_cast<const T*>(c.inputs[0].data_ptr()), static_cast<const T*>(x.data_ptr()),
-          static_cast<const A*>(c.inputs[2].data_ptr()),
-          static_cast<const A*>(c.inputs[3].data_ptr()), optional_ptr<T>(c.inputs[4]),
-          static_cast<T*>(c.outputs[0].data_ptr()),
-          want_dw ? static_cast<A*>(pdw.data_ptr()) : nullptr,
-          want_db ? static_cast<A*>(pdb.data_ptr()) : nullptr, N, C);
-      TS_CUDA_LAUNCH_CHECK("layer_norm_backward");
-      if (want_dw)
-        sum_partials_kernel<T>
-            <<<column_blocks(C), 256, 0, stream>>>(static_cast<const A*>(pdw.data_ptr()), warps, C,
-                                                   static_cast<T*>(c.outputs[1].data_ptr()));
-      if (want_db)
-        sum_partials_kernel<T>
-            <<<column_blocks(C), 256, 0, stream>>>(static_cast<const A*>(pdb.data_ptr()), warps, C,
-                                                   static_cast<T*>(c.outputs[2].data_ptr()));
-      TS_CUDA_LAUNCH_CHECK("layer_norm_backward");
-      return;
+          dy, px, mean, rstd, optional_ptr<T>(c.inputs[4]), dx, part_dw, part_db, N, C);
+    } else {
+      layer_norm_backward_kernel<T><<<static_cast<unsigned>(partials), kThreads, 0, stream>>>(
+          dy, px, mean, rstd, optional_ptr<T>(c.inputs[4]), dx, part_dw, part_db, N, C);
     }
-    const int64_t part_bytes = blocks * C * static_cast<int64_t>(sizeof(A));
-    Tensor pdw = want_dw ? scratch(part_bytes, x.device()) : Tensor();
-    Tensor pdb = want_db ? scratch(part_bytes, x.device()) : Tensor();
-    layer_norm_backward_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-        static_cast<const T*>(c.inputs[0].data_ptr()), static_cast<const T*>(x.data_ptr()),
-        static_cast<const A*>(c.inputs[2].data_ptr()),
-        static_cast<const A*>(c.inputs[3].data_ptr()), optional_ptr<T>(c.inputs[4]),
-        static_cast<T*>(c.outputs[0].data_ptr()),
-        want_dw ? static_cast<A*>(pdw.data_ptr()) : nullptr,
-        want_db ? static_cast<A*>(pdb.data_ptr()) : nullptr, N, C);
     TS_CUDA_LAUNCH_CHECK("layer_norm_backward");
-    if (want_dw)
-      sum_partials_kernel<T>
-          <<<column_blocks(C), 256, 0, stream>>>(static_cast<const A*>(pdw.data_ptr()), blocks, C,
-                                                 static_cast<T*>(c.outputs[1].data_ptr()));
-    if (want_db)
-      sum_partials_kernel<T>
-          <<<column_blocks(C), 256, 0, stream>>>(static_cast<const A*>(pdb.data_ptr()), blocks, C,
-                                                 static_cast<T*>(c.outputs[2].data_ptr()));
+    auto column_sums = [&](const A* part, Tensor& out) {
+      sum_partials_kernel<T><<<column_blocks(C), 256, 0, stream>>>(part, partials, C,
+                                                                   static_cast<T*>(out.data_ptr()));
+    };
+    if (want_dw) column_sums(part_dw, c.outputs[1]);
+    if (want_db) column_sums(part_db, c.outputs[2]);
     TS_CUDA_LAUNCH_CHECK("layer_norm_backward");
   }
 };
