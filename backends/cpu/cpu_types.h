@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "tessera/dispatch.h"
+#include "backends/element_types.h"
 
 namespace tessera::cpu {
 
@@ -52,46 +52,23 @@ struct CppType<DType::Float64> {
   using type = double;
 };
 
-// Calls f.template operator()<T>() with T the C++ type of `dtype`.
+// Dtype visiting and registration (shared with the CUDA backend: backends/element_types.h).
+using Types = backend::ElementTypes<DeviceType::CPU, Half, BFloat16>;
 template <class F>
 decltype(auto) visit_dtype(DType dtype, F&& f) {
-  switch (dtype) {
-    case DType::Bool:
-      return f.template operator()<bool>();
-    case DType::Int32:
-      return f.template operator()<int32_t>();
-    case DType::Int64:
-      return f.template operator()<int64_t>();
-    case DType::Float16:
-      return f.template operator()<Half>();
-    case DType::BFloat16:
-      return f.template operator()<BFloat16>();
-    case DType::Float32:
-      return f.template operator()<float>();
-    case DType::Float64:
-      return f.template operator()<double>();
-  }
-  return f.template operator()<float>();
+  return Types::visit(dtype, std::forward<F>(f));
 }
-
-// Registers Fn<T>::run for every floating dtype (and optionally the integer ones).
 template <template <class> class Fn>
 void register_floating(Kernel k) {
-  register_kernel(k, DeviceType::CPU, DType::Float16, &Fn<Half>::run);
-  register_kernel(k, DeviceType::CPU, DType::BFloat16, &Fn<BFloat16>::run);
-  register_kernel(k, DeviceType::CPU, DType::Float32, &Fn<float>::run);
-  register_kernel(k, DeviceType::CPU, DType::Float64, &Fn<double>::run);
+  Types::register_floating<Fn>(k);
 }
 template <template <class> class Fn>
 void register_numeric(Kernel k) {
-  register_floating<Fn>(k);
-  register_kernel(k, DeviceType::CPU, DType::Int32, &Fn<int32_t>::run);
-  register_kernel(k, DeviceType::CPU, DType::Int64, &Fn<int64_t>::run);
+  Types::register_numeric<Fn>(k);
 }
 template <template <class> class Fn>
 void register_all(Kernel k) {
-  register_numeric<Fn>(k);
-  register_kernel(k, DeviceType::CPU, DType::Bool, &Fn<bool>::run);
+  Types::register_all<Fn>(k);
 }
 
 }  // namespace tessera::cpu

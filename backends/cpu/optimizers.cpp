@@ -37,19 +37,7 @@ void for_each_block(const KernelCall& c, size_t n, F f) {
   });
 }
 
-// Calls f.template operator()<G>() with G the gradients' element type: the parameter's own
-// type, or a 16-bit float (mixed precision).
-template <class T, class F>
-void with_grad_type(const KernelCall& c, F&& f) {
-  const DType d = c.inputs[0].dtype();
-  if (d == DType::Float16) return f.template operator()<Half>();
-  if (d == DType::BFloat16) return f.template operator()<BFloat16>();
-  TS_CHECK(d == c.outputs[0].dtype(), "optimizer step: gradients of dtype ", dtype_name(d),
-           " for parameters of dtype ", dtype_name(c.outputs[0].dtype()));
-  return f.template operator()<T>();
-}
-
-// The 16-bit model copy of tensor t (null when none), and its write.
+// The 16-bit model copy of tensor t (null when none).
 template <class G>
 G* copy_of(const KernelCall& c, size_t first_copy, size_t t) {
   return c.outputs.size() > first_copy ? c.outputs[first_copy + t].template data<G>() : nullptr;
@@ -58,7 +46,7 @@ G* copy_of(const KernelCall& c, size_t first_copy, size_t t) {
 template <class T>
 struct AdamW {
   static void run(const KernelCall& c) {
-    with_grad_type<T>(c, [&]<class G>() {
+    Types::visit_grad<T>(c, [&]<class G>() {
       const size_t n = c.inputs.size();
       const auto& s = c.attrs.scalars;
       const T lr = T(s[0]), b1 = T(s[1]), b2 = T(s[2]), eps = T(s[3]), wd = T(s[4]);
@@ -91,7 +79,7 @@ struct AdamW {
 template <class T>
 struct Sgd {
   static void run(const KernelCall& c) {
-    with_grad_type<T>(c, [&]<class G>() {
+    Types::visit_grad<T>(c, [&]<class G>() {
       const size_t n = c.inputs.size();
       const auto& s = c.attrs.scalars;
       const T lr = T(s[0]), mom = T(s[1]), damp = T(s[2]), wd = T(s[3]);
@@ -122,7 +110,7 @@ struct Sgd {
 template <class T>
 struct Lamb {
   static void run(const KernelCall& c) {
-    with_grad_type<T>(c, [&]<class G>() {
+    Types::visit_grad<T>(c, [&]<class G>() {
       const size_t n = c.inputs.size();
       const auto& s = c.attrs.scalars;
       const T lr = T(s[0]), b1 = T(s[1]), b2 = T(s[2]), eps = T(s[3]), wd = T(s[4]);

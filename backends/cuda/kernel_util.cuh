@@ -12,7 +12,7 @@
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/stream.h"
-#include "tessera/dispatch.h"
+#include "backends/element_types.h"
 
 namespace tessera::cuda {
 
@@ -165,46 +165,23 @@ struct MaxOp {
   }
 };
 
-// Registration for the CUDA device, mirroring the CPU helpers.
+// Dtype visiting and registration (shared with the CUDA backend: backends/element_types.h).
+using Types = backend::ElementTypes<DeviceType::CUDA, Half, BFloat16>;
+template <class F>
+decltype(auto) visit_dtype(DType dtype, F&& f) {
+  return Types::visit(dtype, std::forward<F>(f));
+}
 template <template <class> class Fn>
 void register_floating(Kernel k) {
-  register_kernel(k, DeviceType::CUDA, DType::Float16, &Fn<Half>::run);
-  register_kernel(k, DeviceType::CUDA, DType::BFloat16, &Fn<BFloat16>::run);
-  register_kernel(k, DeviceType::CUDA, DType::Float32, &Fn<float>::run);
-  register_kernel(k, DeviceType::CUDA, DType::Float64, &Fn<double>::run);
+  Types::register_floating<Fn>(k);
 }
 template <template <class> class Fn>
 void register_numeric(Kernel k) {
-  register_floating<Fn>(k);
-  register_kernel(k, DeviceType::CUDA, DType::Int32, &Fn<int32_t>::run);
-  register_kernel(k, DeviceType::CUDA, DType::Int64, &Fn<int64_t>::run);
+  Types::register_numeric<Fn>(k);
 }
 template <template <class> class Fn>
 void register_all(Kernel k) {
-  register_numeric<Fn>(k);
-  register_kernel(k, DeviceType::CUDA, DType::Bool, &Fn<bool>::run);
-}
-
-// Calls f.template operator()<T>() with T the device element type of `dtype`.
-template <class F>
-decltype(auto) visit_dtype(DType dtype, F&& f) {
-  switch (dtype) {
-    case DType::Bool:
-      return f.template operator()<bool>();
-    case DType::Int32:
-      return f.template operator()<int32_t>();
-    case DType::Int64:
-      return f.template operator()<int64_t>();
-    case DType::Float16:
-      return f.template operator()<Half>();
-    case DType::BFloat16:
-      return f.template operator()<BFloat16>();
-    case DType::Float32:
-      return f.template operator()<float>();
-    case DType::Float64:
-      return f.template operator()<double>();
-  }
-  return f.template operator()<float>();
+  Types::register_all<Fn>(k);
 }
 
 // A device scratch buffer from the caching allocator (freed stream-ordered like a tensor).

@@ -74,17 +74,6 @@ struct Table {
   }
 };
 
-// Calls f.template operator()<G>() with G the gradients' element type.
-template <class T, class F>
-void with_grad_type(const KernelCall& c, F&& f) {
-  const DType d = c.inputs[0].dtype();
-  if (d == DType::Float16) return f.template operator()<Half>();
-  if (d == DType::BFloat16) return f.template operator()<BFloat16>();
-  TS_CHECK(d == c.outputs[0].dtype(), "optimizer step: gradients of dtype ", dtype_name(d),
-           " for parameters of dtype ", dtype_name(c.outputs[0].dtype()));
-  return f.template operator()<T>();
-}
-
 template <class T>
 struct AdamParams {
   T lr, b1, b2, eps, wd, bc1, bc2_sqrt, scale;
@@ -116,7 +105,7 @@ template <class T>
 struct AdamW {
   static void run(const KernelCall& c) {
     if (c.inputs.empty()) return;
-    with_grad_type<T>(c, [&]<class G>() {
+    Types::visit_grad<T>(c, [&]<class G>() {
       const auto& s = c.attrs.scalars;
       const Table<T, G> table(c, 2);
       if (table.nchunks == 0) return;
@@ -158,7 +147,7 @@ template <class T>
 struct Sgd {
   static void run(const KernelCall& c) {
     if (c.inputs.empty()) return;
-    with_grad_type<T>(c, [&]<class G>() {
+    Types::visit_grad<T>(c, [&]<class G>() {
       const auto& s = c.attrs.scalars;
       const bool momentum = s[1] != 0.0;
       const Table<T, G> table(c, momentum ? 1 : 0);
@@ -240,7 +229,7 @@ template <class T>
 struct Lamb {
   static void run(const KernelCall& c) {
     if (c.inputs.empty()) return;
-    with_grad_type<T>(c, [&]<class G>() {
+    Types::visit_grad<T>(c, [&]<class G>() {
       const auto& s = c.attrs.scalars;
       const Table<T, G> table(c, 2);
       if (table.nchunks == 0) return;
