@@ -33,4 +33,11 @@ void Storage::make_resident() {
   if (!resident()) data_ = allocator_for(device_.type).allocate(nbytes_, device_);
 }
 
+void Storage::adopt(Storage& other) {
+  TS_CHECK(other.nbytes_ == nbytes_ && other.device_ == device_ && other.data_,
+           "Storage::adopt: expected resident storage of ", nbytes_, " bytes on ", device_.str(),
+           ", got ", other.nbytes_, " bytes on ", other.device_.str());
+  data_ = std::move(other.data_);
+}
+
 }  // namespace tessera

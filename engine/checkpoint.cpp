@@ -108,6 +108,14 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
   } catch (const nlohmann::json::exception& e) {
     fail("load_checkpoint: '", (d / "engine.json").string(), "': ", e.what());
   }
+  NoGradGuard no_grad;
+  if (zero_ && state.contains("zero")) {
+    // Each rank reads only the parts of the saved shards that make up its own partition.
+    const parallel::ConsolidatedState c =
+        parallel::load_zero_partition(d.string(), zero_->layout(), group_->rank());
+    zero_->load_partition_state(c.masters, c.optimizer);
+    return restore_engine_state(state);
+  }
   // Whole (unsharded) masters and optimizer state, whatever stage and size saved them.
   std::map<std::string, Tensor> weights, opt_state;
   if (state.contains("zero")) {
@@ -118,7 +126,6 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
     weights = io::load_safetensors((d / "model.safetensors").string());
     opt_state = io::load_safetensors((d / "optimizer.safetensors").string());
   }
-  NoGradGuard no_grad;
   if (zero_) {
     zero_->load_full_state(weights, opt_state);
   } else if (master_.empty()) {
@@ -135,6 +142,10 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
     sync_master_to_model();
     optimizer_->load_state_dict(opt_state);
   }
+  return restore_engine_state(state);
+}
+
+nlohmann::json Engine::restore_engine_state(const nlohmann::json& state) {
   global_steps_ = state.at("global_steps");
   // Checkpoints are taken at accumulation boundaries; the accumulation count may differ now
   // (another data-parallel size with the same global batch).

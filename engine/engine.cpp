@@ -170,6 +170,7 @@ void Engine::setup_parallel() {
   zo.pre_scale = pre;
   zo.comm_dtype = comm;
   zo.param_persistence_threshold = c.zero.stage3_param_persistence_threshold;
+  zo.prefetch_bucket_size = c.zero.stage3_prefetch_bucket_size;
   zero_ = std::make_unique<parallel::ZeroOptimizer>(
       model_, group_, zo,
       [&](std::vector<optim::ParamGroup> g) { return make_optimizer(config_, std::move(g)); },

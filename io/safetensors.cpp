@@ -220,6 +220,23 @@ Tensor SafetensorsFile::get(const std::string& name) const {
   return t;
 }
 
+Tensor SafetensorsFile::get_range(const std::string& name, int64_t first, int64_t count) const {
+  const SafetensorsEntry& e = entry(name);
+  const size_t item = itemsize(e.dtype);
+  const int64_t numel = numel_of(e.shape);
+  TS_CHECK(item * static_cast<size_t>(numel) == e.end - e.begin, "safetensors '", path(),
+           "': tensor '", name, "' is stored as ", e.file_dtype,
+           ", which is widened on load; read it whole with get()");
+  TS_CHECK(first >= 0 && count >= 0 && first + count <= numel, "safetensors '", path(),
+           "': elements [", first, ", ", first + count, ") of tensor '", name,
+           "' are out of range (it has ", numel, ")");
+  Tensor t = Tensor::empty({count}, e.dtype);
+  if (count > 0)
+    std::memcpy(t.data_ptr(), file_->data() + data_start_ + e.begin + item * first,
+                item * static_cast<size_t>(count));
+  return t;
+}
+
 std::map<std::string, Tensor> load_safetensors(const std::string& path) {
   const SafetensorsFile f(path);
   std::map<std::string, Tensor> out;

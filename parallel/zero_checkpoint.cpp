@@ -1,5 +1,6 @@
 #include "tessera/parallel/zero_checkpoint.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "tessera/error.h"
@@ -21,8 +22,14 @@ nlohmann::json zero_metadata(int stage, const ShardLayout& layout) {
   return {{"stage", stage}, {"world_size", layout.world}, {"params", params}};
 }
 
-ConsolidatedState consolidate_zero_checkpoint(const std::string& tag_dir) {
-  const fs::path dir(tag_dir);
+namespace {
+
+struct SavedLayout {
+  int stage = 0;
+  ShardLayout layout;
+};
+
+SavedLayout read_saved_layout(const fs::path& dir) {
   const fs::path meta_path = dir / "engine.json";
   TS_CHECK(fs::exists(meta_path), "'", meta_path.string(), "' does not exist (not a checkpoint?)");
   nlohmann::json meta;
@@ -35,38 +42,61 @@ ConsolidatedState consolidate_zero_checkpoint(const std::string& tag_dir) {
            "' has no \"zero\" section: the checkpoint was saved without ZeRO (its "
            "model.safetensors is already whole)");
   const auto& z = meta["zero"];
-  ConsolidatedState out;
-  out.stage = z.at("stage").get<int>();
-  out.world_size = z.at("world_size").get<int>();
   std::vector<std::pair<std::string, Shape>> shapes;
   for (const auto& p : z.at("params"))
     shapes.emplace_back(p[0].get<std::string>(), p[1].get<Shape>());
-  const ShardLayout layout(shapes, out.world_size);
+  return {z.at("stage").get<int>(), ShardLayout(shapes, z.at("world_size").get<int>())};
+}
+
+fs::path shard_path(const fs::path& dir, int rank, int world) {
+  const fs::path f = dir / zero_shard_file(rank);
+  TS_CHECK(fs::exists(f), "'", f.string(), "' is missing: the checkpoint was saved by ", world,
+           " ranks and needs every rank's shard file");
+  return f;
+}
+
+// The parameter a saved key belongs to: "<param>" (a master) or "<param>.<slot>".
+const ShardLayout::Entry* owner(const std::map<std::string, const ShardLayout::Entry*>& by_name,
+                                const std::string& key, bool& master, const fs::path& file) {
+  auto p = by_name.find(key);
+  master = p != by_name.end();
+  if (!master) {
+    const size_t dot = key.rfind('.');
+    if (dot != std::string::npos) p = by_name.find(key.substr(0, dot));
+    TS_CHECK(p != by_name.end(), "'", file.string(), "': tensor '", key,
+             "' belongs to no parameter in engine.json");
+  }
+  return p->second;
+}
+
+std::map<std::string, const ShardLayout::Entry*> entries_by_name(const ShardLayout& layout) {
+  std::map<std::string, const ShardLayout::Entry*> by_name;
+  for (const auto& e : layout.entries) by_name[e.name] = &e;
+  return by_name;
+}
+
+}  // namespace
+
+ConsolidatedState consolidate_zero_checkpoint(const std::string& tag_dir) {
+  const fs::path dir(tag_dir);
+  const SavedLayout saved = read_saved_layout(dir);
+  const ShardLayout& layout = saved.layout;
+  ConsolidatedState out;
+  out.stage = saved.stage;
+  out.world_size = layout.world;
 
   std::vector<std::map<std::string, Tensor>> shards;
-  for (int r = 0; r < out.world_size; ++r) {
-    const fs::path f = dir / zero_shard_file(r);
-    TS_CHECK(fs::exists(f), "'", f.string(), "' is missing: the checkpoint was saved by ",
-             out.world_size, " ranks and needs every rank's shard file");
-    shards.push_back(io::load_safetensors(f.string()));
-  }
+  for (int r = 0; r < out.world_size; ++r)
+    shards.push_back(io::load_safetensors(shard_path(dir, r, out.world_size).string()));
   auto it = shards[0].find("step");
   TS_CHECK(it != shards[0].end(), "'", (dir / zero_shard_file(0)).string(), "' has no 'step'");
   out.optimizer["step"] = it->second;
   // Every other key of rank 0's file names a parameter or "<parameter>.<slot>".
-  std::map<std::string, const ShardLayout::Entry*> by_name;
-  for (const auto& e : layout.entries) by_name[e.name] = &e;
+  const auto by_name = entries_by_name(layout);
   for (const auto& [key, first] : shards[0]) {
     if (key == "step") continue;
-    auto p = by_name.find(key);
-    const bool master = p != by_name.end();
-    if (!master) {
-      const size_t dot = key.rfind('.');
-      if (dot != std::string::npos) p = by_name.find(key.substr(0, dot));
-      TS_CHECK(p != by_name.end(), "'", (dir / zero_shard_file(0)).string(), "': tensor '", key,
-               "' belongs to no parameter in engine.json");
-    }
-    const ShardLayout::Entry* e = p->second;
+    bool master = false;
+    const ShardLayout::Entry* e = owner(by_name, key, master, dir / zero_shard_file(0));
     Tensor full_padded = Tensor::empty({e->shard * out.world_size}, first.dtype());
     for (int r = 0; r < out.world_size; ++r) {
       auto s = shards[static_cast<size_t>(r)].find(key);
@@ -81,6 +111,65 @@ ConsolidatedState consolidate_zero_checkpoint(const std::string& tag_dir) {
   for (const auto& e : layout.entries)
     TS_CHECK(out.masters.count(e.name), "'", (dir / zero_shard_file(0)).string(),
              "' has no master values for '", e.name, "'");
+  return out;
+}
+
+ConsolidatedState load_zero_partition(const std::string& tag_dir, const ShardLayout& layout,
+                                      int rank) {
+  const fs::path dir(tag_dir);
+  const SavedLayout saved = read_saved_layout(dir);
+  const ShardLayout& old = saved.layout;
+  ConsolidatedState out;
+  out.stage = saved.stage;
+  out.world_size = old.world;
+  // Saved files are opened (mapped) only when a part of this rank's partition is in them.
+  std::map<int, io::SafetensorsFile> files;
+  auto file = [&](int q) -> const io::SafetensorsFile& {
+    auto it = files.find(q);
+    if (it == files.end())
+      it = files.emplace(q, io::SafetensorsFile(shard_path(dir, q, old.world).string())).first;
+    return it->second;
+  };
+  const auto old_by_name = entries_by_name(old);
+  const auto new_by_name = entries_by_name(layout);
+  // Every shard file lists the same keys: take them from one this rank needs anyway (its
+  // own when the sizes agree).
+  const io::SafetensorsFile& index =
+      file(static_cast<int>(static_cast<int64_t>(rank) * old.world / layout.world));
+  TS_CHECK(index.contains("step"), "'", index.path(), "' has no 'step'");
+  out.optimizer["step"] = index.get("step");
+  for (const std::string& key : index.names()) {
+    if (key == "step") continue;
+    bool master = false;
+    const ShardLayout::Entry* e_old = owner(old_by_name, key, master, index.path());
+    auto it = new_by_name.find(e_old->name);
+    TS_CHECK(it != new_by_name.end(), "ZeRO checkpoint '", tag_dir, "': parameter '", e_old->name,
+             "' is not in this model");
+    const ShardLayout::Entry& e = *it->second;
+    TS_CHECK(e.numel == e_old->numel, "ZeRO checkpoint: '", e.name, "' has ", e_old->numel,
+             " elements, the model's parameter ", e.numel);
+    // This rank's elements [lo, hi) of the whole parameter, taken from the saved shards that
+    // hold them.
+    const int64_t lo = rank * e.shard, hi = lo + e.valid(rank);
+    Tensor shard;
+    for (int q = static_cast<int>(lo / std::max<int64_t>(e_old->shard, 1));
+         lo < hi && q < old.world; ++q) {
+      const int64_t q_lo = q * e_old->shard, q_hi = q_lo + e_old->valid(q);
+      const int64_t a = std::max(lo, q_lo), b = std::min(hi, q_hi);
+      if (a >= b) break;
+      const io::SafetensorsFile& f = file(q);
+      TS_CHECK(f.contains(key) && f.entry(key).shape == Shape{e_old->shard}, "'", f.path(), "': '",
+               key, "' is missing or not ", e_old->shard, " elements");
+      Tensor part = f.get_range(key, a - q_lo, b - a);
+      if (!shard.defined()) shard = zeros({e.shard}, part.dtype());
+      shard.narrow(0, a - lo, b - a).copy_(part);
+    }
+    if (!shard.defined()) shard = zeros({e.shard}, index.entry(key).dtype);
+    (master ? out.masters : out.optimizer)[key] = shard;
+  }
+  for (const auto& e : layout.entries)
+    TS_CHECK(out.masters.count(e.name), "'", index.path(), "' has no master values for '", e.name,
+             "'");
   return out;
 }
 

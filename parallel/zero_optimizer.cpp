@@ -1,6 +1,7 @@
 #include <cmath>
 #include <unordered_map>
 
+#include "parallel/zero3_fetcher.h"
 #include "tessera/grad_mode.h"
 #include "tessera/ops.h"
 #include "tessera/parallel/zero.h"
@@ -22,32 +23,6 @@ Tensor shard_of(const Tensor& whole, const ShardLayout::Entry& e, int rank) {
 }
 
 }  // namespace
-
-// Stage 3: gathers a released parameter's shards into its storage before an op runs, and
-// releases the storage after. Every rank runs the same ops in the same order, so the
-// gathers match across ranks.
-struct ZeroOptimizer::Fetcher : StorageFetcher {
-  std::shared_ptr<ProcessGroup> group;
-  std::unordered_map<const Storage*, size_t> index;
-  std::vector<Tensor> full;    // per partitioned parameter: [world * shard] over its storage
-  std::vector<Tensor> shards;  // per partitioned parameter: this rank's shard
-  bool enabled = true;
-  // The most recently used parameter stays gathered until another one is used, so an op
-  // that reuses it at once (the tied GPT-2 embedding: the head's forward, then its
-  // backward) costs no second gather. Holds at most one extra parameter.
-  Storage* last_used = nullptr;
-
-  void fetch(Storage& s) override {
-    const size_t i = index.at(&s);
-    s.make_resident();
-    group->all_gather(full[i], shards[i]);
-  }
-  void used(Storage& s) override {
-    if (!enabled || last_used == &s) return;
-    if (last_used) last_used->release();
-    last_used = &s;
-  }
-};
 
 ZeroOptimizer::ZeroOptimizer(nn::Module& model, std::shared_ptr<ProcessGroup> group,
                              ZeroOptions options, const OptimizerFactory& make_optimizer, double lr,
@@ -84,8 +59,7 @@ ZeroOptimizer::ZeroOptimizer(nn::Module& model, std::shared_ptr<ProcessGroup> gr
   partitioned_.assign(params_.size(), false);
   if (options.stage == 3) {
     param_shards_ = model_dtype_ == DType::Float32 ? master_ : master_.to(model_dtype_);
-    fetcher_ = std::make_shared<Fetcher>();
-    fetcher_->group = group_;
+    fetcher_ = std::make_shared<Zero3Fetcher>(group_, options.prefetch_bucket_size);
     for (size_t i = 0; i < params_.size(); ++i) {
       const auto& e = layout_.entries[i];
       if (e.numel <= options.param_persistence_threshold) continue;
@@ -96,12 +70,9 @@ ZeroOptimizer::ZeroOptimizer(nn::Module& model, std::shared_ptr<ProcessGroup> gr
       Tensor param = Tensor::make_view(padded, e.shape, contiguous_strides(e.shape), 0);
       param.requires_grad_(true);
       *params_[i].second = param;
-      Storage& st = *padded.storage();
-      fetcher_->index[&st] = fetcher_->full.size();
-      fetcher_->full.push_back(padded);
-      fetcher_->shards.push_back(param_shards_.narrow(0, e.offset, e.shard));
-      st.set_fetcher(fetcher_);
-      st.release();
+      fetcher_->add(padded, param_shards_.narrow(0, e.offset, e.shard));
+      padded.storage()->set_fetcher(fetcher_);
+      padded.storage()->release();
     }
   }
 
@@ -134,14 +105,14 @@ ZeroOptimizer::ZeroOptimizer(nn::Module& model, std::shared_ptr<ProcessGroup> gr
 ZeroOptimizer::~ZeroOptimizer() {
   if (!fetcher_) return;
   // Leave the model usable on its own: gather every parameter for good.
-  fetcher_->enabled = false;
-  NoGradGuard no_grad;
-  for (auto& t : fetcher_->full) t.data_ptr();
-  for (auto& t : fetcher_->full) t.storage()->set_fetcher(nullptr);
+  fetcher_->materialize_all();
 }
 
 double ZeroOptimizer::prepare_master_grads(double scale) {
   NoGradGuard no_grad;
+  // The update writes the shards (the masters themselves in float32 stage 3): no gather
+  // may still be reading them.
+  if (fetcher_) fetcher_->drain();
   if (grad_partition_.dtype() == DType::Float32 && scale == 1.0) {
     master_grads_ = grad_partition_;
   } else {
@@ -166,15 +137,33 @@ void ZeroOptimizer::scale_master_grads(double coef) {
 void ZeroOptimizer::publish() {
   NoGradGuard no_grad;
   const int world = group_->size();
+  if (fetcher_) fetcher_->drain();
   if (param_shards_.defined() && !param_shards_.same(master_)) param_shards_.copy_(master_);
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (partitioned_[i]) continue;
+  // Every whole-kept parameter's new values in one all-gather: this rank's shards side by
+  // side (the partition itself when no parameter is partitioned), then each parameter is
+  // cut out of the [world, packed] result.
+  std::vector<size_t> whole;
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (!partitioned_[i]) whole.push_back(i);
+  if (whole.empty()) return;
+  Tensor mine = master_;
+  if (whole.size() != params_.size()) {
+    std::vector<Tensor> parts;
+    for (size_t i : whole)
+      parts.push_back(master_.narrow(0, layout_.entries[i].offset, layout_.entries[i].shard));
+    mine = cat(parts);
+  }
+  if (model_dtype_ != DType::Float32) mine = mine.to(model_dtype_);
+  const int64_t packed = mine.numel();
+  Tensor gathered = Tensor::empty({packed * world}, model_dtype_, master_.device());
+  group_->all_gather(gathered, mine.contiguous());
+  const Tensor by_rank = gathered.view({world, packed});
+  int64_t offset = 0;
+  for (size_t i : whole) {
     const auto& e = layout_.entries[i];
-    Tensor gathered = Tensor::empty({e.shard * world}, model_dtype_);
-    Tensor mine = master_.narrow(0, e.offset, e.shard);
-    if (model_dtype_ != DType::Float32) mine = mine.to(model_dtype_);
-    group_->all_gather(gathered, mine);
-    params_[i].second->copy_(gathered.narrow(0, 0, e.numel).view(e.shape));
+    const Tensor full = by_rank.narrow(1, offset, e.shard).reshape({world * e.shard});
+    params_[i].second->copy_(full.narrow(0, 0, e.numel).view(e.shape));
+    offset += e.shard;
   }
 }
 
@@ -188,9 +177,11 @@ void ZeroOptimizer::zero_grad() {
 }
 
 void ZeroOptimizer::release_parameters() {
-  if (!fetcher_) return;
-  fetcher_->last_used = nullptr;
-  for (auto& t : fetcher_->full) t.storage()->release();
+  if (fetcher_) fetcher_->end_step();
+}
+
+PrefetchStats ZeroOptimizer::prefetch_stats() const {
+  return fetcher_ ? fetcher_->stats() : PrefetchStats{};
 }
 
 MemoryStats ZeroOptimizer::memory() const {
@@ -222,30 +213,41 @@ std::map<std::string, Tensor> ZeroOptimizer::shard_state() const {
 
 void ZeroOptimizer::load_full_state(const std::map<std::string, Tensor>& masters,
                                     const std::map<std::string, Tensor>& optimizer_state) {
-  NoGradGuard no_grad;
   const int rank = group_->rank();
   std::map<std::string, const ShardLayout::Entry*> by_name;
+  for (const auto& e : layout_.entries) by_name[e.name] = &e;
+  std::map<std::string, Tensor> master_shards, state_shards;
   for (const auto& e : layout_.entries) {
-    by_name[e.name] = &e;
     auto it = masters.find(e.name);
     TS_CHECK(it != masters.end(), "ZeRO checkpoint: no values for parameter '", e.name, "'");
     TS_CHECK(it->second.numel() == e.numel, "ZeRO checkpoint: '", e.name, "' has ",
              it->second.numel(), " elements, the model's parameter ", e.numel);
-    master_.narrow(0, e.offset, e.shard).copy_(shard_of(it->second, e, rank));
+    master_shards[e.name] = shard_of(it->second, e, rank);
   }
-  std::map<std::string, Tensor> sharded;
   for (const auto& [k, v] : optimizer_state) {
     if (k == "step") {
-      sharded[k] = v;
+      state_shards[k] = v;
       continue;
     }
     const size_t dot = k.rfind('.');  // "<param>.<slot>"; slot names have no dot
     auto e = dot == std::string::npos ? by_name.end() : by_name.find(k.substr(0, dot));
     TS_CHECK(e != by_name.end(), "ZeRO checkpoint: optimizer state '", k,
              "' belongs to no parameter of this model");
-    sharded[k] = shard_of(v, *e->second, rank);
+    state_shards[k] = shard_of(v, *e->second, rank);
   }
-  optimizer_->load_state_dict(sharded);
+  load_partition_state(master_shards, state_shards);
+}
+
+void ZeroOptimizer::load_partition_state(const std::map<std::string, Tensor>& masters,
+                                         const std::map<std::string, Tensor>& optimizer_state) {
+  NoGradGuard no_grad;
+  for (const auto& e : layout_.entries) {
+    auto it = masters.find(e.name);
+    TS_CHECK(it != masters.end() && it->second.numel() == e.shard, "ZeRO checkpoint: no shard of ",
+             e.shard, " elements for parameter '", e.name, "'");
+    master_.narrow(0, e.offset, e.shard).copy_(it->second);
+  }
+  optimizer_->load_state_dict(optimizer_state);
   publish();
 }
 

@@ -47,6 +47,9 @@ class Storage {
   bool resident() const { return data_ != nullptr || nbytes_ == 0; }
   void release() { data_.reset(); }
   void make_resident();  // allocates (uninitialised) bytes if released
+  // Takes `other`'s bytes (same size and device), leaving it released: a ZeRO-3 parameter
+  // gathered ahead of use into a separate buffer becomes resident without a copy.
+  void adopt(Storage& other);
   StorageFetcher* fetcher() const { return fetcher_.get(); }
   void set_fetcher(std::shared_ptr<StorageFetcher> f) { fetcher_ = std::move(f); }
   Device device() const { return device_; }

@@ -6,7 +6,7 @@
 #  - per-rank model-state bytes: equal to `tessera estimate-memory`, and to the ZeRO paper's
 #    formulas within 5% plus the gradient partition stage 1 keeps;
 #  - communication per step (comms logger) against 2(N-1)/N * Psi * 4 bytes (ZeRO-3: 1.5x);
-#  - a checkpoint saved by 4 ranks at ZeRO-3 resumes at 2 ranks (ZeRO-1) and on 1 process,
+#  - a checkpoint saved by 4 ranks at ZeRO-3 resumes at 4 ranks, at 2 ranks (ZeRO-1) and on 1 process,
 #    and zero-to-fp32 gives the same weights from either;
 #  - a killed rank ends the job; a stopped rank makes the others time out naming the op.
 set -euo pipefail
@@ -102,6 +102,15 @@ print(f"resume 4 ranks (ZeRO-3) -> 2 ranks (ZeRO-1): step {b['step']} loss {b['t
 assert b["step"] == 20 and rel <= 1e-6
 PY
 grep -q "resumed at step 10" "$work/res2.err"
+# At the size it was saved with, each rank reads only its own shard file.
+resumed4=$(mpi 4 "$tessera" train "$work/z3.json" --data "$work/corpus.txt" --resume "$work/ck4" --json 2>/dev/null | grep '"rank": 0')
+python3 - "$straight" "$resumed4" <<'PY'
+import json, sys
+a, b = (json.loads(x) for x in sys.argv[1:3])
+rel = abs(a["train_loss"] - b["train_loss"]) / a["train_loss"]
+print(f"resume 4 ranks (ZeRO-3) -> 4 ranks (ZeRO-3): step {b['step']} loss {b['train_loss']} vs {a['train_loss']} straight, rel {rel:.1e}")
+assert b["step"] == 20 and rel <= 1e-6
+PY
 "$tessera" train "$work/dp.json" --data "$work/corpus.txt" --resume "$work/ck4" --steps 10 --save "$work/ck1" >/dev/null 2>&1
 "$tessera" zero-to-fp32 "$work/ck4" "$work/a.safetensors" 2>/dev/null
 "$tessera" zero-to-fp32 "$work/ck1" "$work/b.safetensors" 2>/dev/null

@@ -61,6 +61,7 @@ class Engine {
   int world_size() const { return group_->size(); }
   parallel::ProcessGroup& group() { return *group_; }
   int zero_stage() const { return zero_ ? zero_->stage() : 0; }
+  parallel::ZeroOptimizer* zero_optimizer() { return zero_.get(); }  // null at stage 0
   // Bytes of parameters, gradients and optimizer state this rank holds (see README).
   parallel::MemoryStats memory() const;
   const io::TrainConfig& config() const { return config_; }
@@ -83,6 +84,8 @@ class Engine {
   std::vector<Tensor> master_params();
   void setup_parallel();
   StepStats apply_step(StepStats st);
+  // Steps, schedule, loss scaler and RNG from engine.json; returns its client_state.
+  nlohmann::json restore_engine_state(const nlohmann::json& state);
 
   nn::Module& model_;
   io::TrainConfig config_;

@@ -29,6 +29,10 @@ class SafetensorsFile {
   bool contains(const std::string& name) const { return entries_.count(name) > 0; }
   const SafetensorsEntry& entry(const std::string& name) const;
   Tensor get(const std::string& name) const;  // a new CPU tensor holding a copy
+  // Elements [first, first + count) of the flattened tensor, copied: only those bytes of the
+  // file are read. For tensors stored in a dtype Tessera holds as is (F16/BF16/F32/F64/I32/
+  // I64/BOOL).
+  Tensor get_range(const std::string& name, int64_t first, int64_t count) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
  private:

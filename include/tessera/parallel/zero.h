@@ -8,6 +8,8 @@
 //   3: also the parameters: a rank holds its shard; a parameter's storage is gathered just
 //      before an op uses it (forward and backward) and released right after. Parameters of
 //      at most stage3_param_persistence_threshold elements stay whole on every rank.
+//      Gathers start ahead of use, up to stage3_prefetch_bucket_size elements, in the order
+//      the previous step used the parameters (parallel/zero3_fetcher.h).
 // offload_optimizer {"device": "cpu"} asks for the optimizer state and update on the host:
 // with CPU tensors (the only ones ZeRO takes so far) they are there already, so it needs no
 // option here.
@@ -33,7 +35,16 @@ struct ZeroOptions {
   double pre_scale = 1.0;  // prescale_gradients: 1 / gradient_predivide_factor
   DType comm_dtype = DType::Float32;
   int64_t param_persistence_threshold = 100000;
+  int64_t prefetch_bucket_size = 50000000;  // elements gathered ahead of use; 0: none
 };
+
+// Stage-3 parameter gathers so far, and how many of them were started ahead of use.
+struct PrefetchStats {
+  int64_t gathers = 0;
+  int64_t prefetched = 0;
+};
+
+class Zero3Fetcher;
 
 // Bytes of model state one rank holds.
 struct MemoryStats {
@@ -64,8 +75,10 @@ class ZeroOptimizer {
   // 1-2 and persistent parameters; new shards for stage 3).
   void publish();
   void zero_grad();
-  // Stage 3: releases every gathered parameter (after a forward without backward, say).
+  // Stage 3: ends a step: releases every gathered parameter (also after a forward without
+  // backward) and starts the next step's first gathers.
   void release_parameters();
+  PrefetchStats prefetch_stats() const;
 
   const ShardLayout& layout() const { return layout_; }
   int stage() const { return options_.stage; }
@@ -78,8 +91,10 @@ class ZeroOptimizer {
   // it ("<param>.<slot>" and "step"); sets the model's parameters to the masters.
   void load_full_state(const std::map<std::string, Tensor>& masters,
                        const std::map<std::string, Tensor>& optimizer_state);
-
-  struct Fetcher;
+  // Restores from this rank's shards (parallel::load_zero_partition): "<param>" and
+  // "<param>.<slot>" of [shard] elements, and "step".
+  void load_partition_state(const std::map<std::string, Tensor>& masters,
+                            const std::map<std::string, Tensor>& optimizer_state);
 
  private:
   std::shared_ptr<ProcessGroup> group_;
@@ -94,7 +109,7 @@ class ZeroOptimizer {
   Tensor master_grads_;  // float32 gradients of master_ (a view of grad_partition_ if f32)
   std::unique_ptr<GradBuckets> buckets_;
   std::unique_ptr<optim::Optimizer> optimizer_;
-  std::shared_ptr<Fetcher> fetcher_;
+  std::shared_ptr<Zero3Fetcher> fetcher_;
 };
 
 }  // namespace tessera::parallel

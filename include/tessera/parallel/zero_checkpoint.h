@@ -23,4 +23,10 @@ struct ConsolidatedState {
 // Reads every shard file of a checkpoint directory (TAG dir) and rebuilds the full tensors.
 ConsolidatedState consolidate_zero_checkpoint(const std::string& tag_dir);
 
+// `rank`'s partition in `layout` (any data-parallel size): masters and optimizer state as
+// [shard] tensors zero-padded like ShardLayout's, read only from the parts of the saved
+// shard files that overlap it (at the size it was saved with: this rank's own file only).
+ConsolidatedState load_zero_partition(const std::string& tag_dir, const ShardLayout& layout,
+                                      int rank);
+
 }  // namespace tessera::parallel
