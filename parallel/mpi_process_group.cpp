@@ -275,6 +275,11 @@ std::shared_ptr<ProcessGroup> world() {
   static std::shared_ptr<ProcessGroup> w;
   if (w) return w;
   if (!launched_distributed()) return w = make_local_group();
+  // Our communication thread waits inside MPI while the rank computes; OpenMPI's default
+  // busy-polling takes a core from the compute threads (measured: with ZeRO-3 prefetch, 2
+  // ranks x 1 thread on 2 cores ran 17% slower than gathering on use; yielding, as fast).
+  // The user's setting, if any, wins.
+  ::setenv("OMPI_MCA_mpi_yield_when_idle", "1", /*overwrite=*/0);
   auto thread = std::make_shared<CommThread>();
   thread->run([] {
     int provided = 0;
