@@ -1,6 +1,7 @@
 #include "tessera/engine/engine.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <iostream>
 
 #include "tessera/grad_mode.h"
@@ -74,11 +75,19 @@ Engine::Engine(nn::Module& model, io::TrainConfig config,
   if (config_.fp16.enabled) compute_dtype_ = DType::Float16;
   if (config_.bf16) compute_dtype_ = DType::BFloat16;
   TS_CHECK(!model_.named_parameters().empty(), "engine: the model has no parameters");
-  TS_CHECK(world == 1 || model_.named_parameters().front().second->device().is_cpu(),
-           "engine: training on ", model_.named_parameters().front().second->device().str(),
-           " with ", world,
-           " ranks needs the NCCL process group, which is not built yet; run one process per "
-           "GPU job, or train on the CPU with MPI");
+  const Device device = model_.named_parameters().front().second->device();
+  // CUDA tensors communicate over NCCL (bootstrapped over the MPI world); CPU ones over MPI.
+  // (TESSERA_DIST_BACKEND=nccl uses NCCL on one rank too: a single GPU can test it.)
+  const char* backend = std::getenv("TESSERA_DIST_BACKEND");
+  const bool want_nccl = world > 1 || (backend && std::string(backend) == "nccl");
+  if (device.is_cuda() && want_nccl && group_->backend() != "nccl")
+    group_ = parallel::make_nccl_group(group_, device);
+  TS_CHECK(!(device.is_cuda() && config_.zero.stage > 0 &&
+             config_.zero.offload_optimizer_device == "cpu"),
+           "engine: zero_optimization.offload_optimizer.device \"cpu\" with the model on ",
+           device.str(),
+           " is not supported yet (the update would need host copies of the gradients); drop "
+           "offload_optimizer to keep the optimizer state on the GPU, sharded by ZeRO");
   // Dropout masks as one process would draw them for the global batch (see rng.h).
   set_data_parallel_shard(group_->rank(), static_cast<int>(world));
   if (world > 1) {

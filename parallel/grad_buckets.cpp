@@ -123,6 +123,7 @@ GradBuckets::GradBuckets(std::shared_ptr<ProcessGroup> group, std::vector<Tensor
       "GradBuckets: ReduceScatter needs a layout and a gradient partition that match the ", n,
       " parameters");
   const int world = s.group->size();
+  const Device device = n > 0 ? s.params[0]->device() : Device::cpu();
   s.bucket_of.assign(n, 0);
   s.offset_in_bucket.assign(n, 0);
   s.ready.assign(n, false);
@@ -152,14 +153,14 @@ GradBuckets::GradBuckets(std::shared_ptr<ProcessGroup> group, std::vector<Tensor
         b.numel += layout->entries[i].shard;
       }
     }
-    if (mode == Mode::AllReduce) b.flat = zeros({b.numel}, options.comm_dtype);
+    if (mode == Mode::AllReduce) b.flat = zeros({b.numel}, options.comm_dtype, device);
     max_numel = std::max(max_numel, b.numel);
   }
   if (mode == Mode::ReduceScatter) {
     s.slots.resize(std::min<size_t>(2, s.buckets.size()));
     for (auto& slot : s.slots) {
-      slot.in = Tensor::empty({max_numel * world}, options.comm_dtype);
-      slot.out = Tensor::empty({max_numel}, options.comm_dtype);
+      slot.in = Tensor::empty({max_numel * world}, options.comm_dtype, device);
+      slot.out = Tensor::empty({max_numel}, options.comm_dtype, device);
     }
   }
   std::weak_ptr<State> weak = s_;

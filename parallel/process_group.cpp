@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "parallel/work_state.h"
+#include "tessera/cuda.h"
 #include "tessera/ops.h"
 
 namespace tessera::parallel {
@@ -12,6 +13,12 @@ namespace tessera::parallel {
 
 void Work::wait() {
   if (!state_) return;
+  if (state_->device_wait) {
+    state_->device_wait();
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    if (state_->error) std::rethrow_exception(state_->error);
+    return;
+  }
   std::unique_lock<std::mutex> lock(state_->mutex);
   if (!state_->cv.wait_for(lock, state_->timeout, [&] { return state_->finished; })) {
     std::fprintf(stderr,
@@ -147,6 +154,14 @@ class LocalProcessGroup : public ProcessGroup {
 
 std::shared_ptr<ProcessGroup> make_local_group() {
   return std::make_shared<LocalProcessGroup>();
+}
+
+int local_device_index() {
+  const int devices = cuda_device_count();
+  for (const char* v :
+       {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID", "LOCAL_RANK"})
+    if (const char* s = std::getenv(v)) return devices > 0 ? std::atoi(s) % devices : 0;
+  return 0;
 }
 
 bool launched_distributed() {

@@ -21,6 +21,9 @@ struct Work::State {
   std::string what;  // "all_reduce of float32[4096]" for the timeout message
   int rank = 0;
   std::chrono::milliseconds timeout{0};
+  // Device collectives (NCCL): wait() orders the caller's GPU stream after the collective
+  // instead of blocking the host; the group's watchdog enforces the timeout.
+  std::function<void()> device_wait;
 
   void finish(std::exception_ptr e = nullptr) {
     {

@@ -16,7 +16,7 @@ int64_t bytes_of(const Tensor& t) {
 
 // Rank r's shard of a whole tensor: float32, zero-padded to the shard size.
 Tensor shard_of(const Tensor& whole, const ShardLayout::Entry& e, int rank) {
-  Tensor s = zeros({e.shard}, DType::Float32);
+  Tensor s = zeros({e.shard}, DType::Float32, whole.device());
   const int64_t len = e.valid(rank);
   if (len > 0) s.narrow(0, 0, len).copy_(whole.reshape({-1}).narrow(0, rank * e.shard, len));
   return s;
@@ -34,18 +34,19 @@ ZeroOptimizer::ZeroOptimizer(nn::Module& model, std::shared_ptr<ProcessGroup> gr
   params_ = model.named_parameters();
   TS_CHECK(!params_.empty(), "ZeRO: the model has no parameters");
   model_dtype_ = params_[0].second->dtype();
+  const Device device = params_[0].second->device();
   std::vector<std::pair<std::string, Shape>> shapes;
   for (auto& [name, t] : params_) {
-    TS_CHECK(t->dtype() == model_dtype_ && t->device().type == DeviceType::CPU, "ZeRO: parameter '",
-             name, "' is ", t->describe(), "; every parameter must be ", dtype_name(model_dtype_),
-             " on cpu (the MPI backend)");
+    TS_CHECK(t->dtype() == model_dtype_ && t->device() == device, "ZeRO: parameter '", name,
+             "' is ", t->describe(), "; every parameter must be ", dtype_name(model_dtype_), " on ",
+             device.str());
     shapes.emplace_back(name, t->shape());
   }
   const int world = group_->size(), rank = group_->rank();
   layout_ = ShardLayout(shapes, world);
   const int64_t P = layout_.partition_numel;
 
-  master_ = zeros({P}, DType::Float32);
+  master_ = zeros({P}, DType::Float32, device);
   for (size_t i = 0; i < params_.size(); ++i) {
     const auto& e = layout_.entries[i];
     master_.narrow(0, e.offset, e.shard).copy_(shard_of(*params_[i].second, e, rank));
@@ -66,7 +67,7 @@ ZeroOptimizer::ZeroOptimizer(nn::Module& model, std::shared_ptr<ProcessGroup> gr
       partitioned_[i] = true;
       // The parameter becomes a view of a padded [world * shard] storage that is gathered
       // on use; autograd, hooks and the model keep the same tensor.
-      Tensor padded = Tensor::empty({e.shard * world}, model_dtype_);
+      Tensor padded = Tensor::empty({e.shard * world}, model_dtype_, device);
       Tensor param = Tensor::make_view(padded, e.shape, contiguous_strides(e.shape), 0);
       param.requires_grad_(true);
       *params_[i].second = param;
@@ -76,7 +77,7 @@ ZeroOptimizer::ZeroOptimizer(nn::Module& model, std::shared_ptr<ProcessGroup> gr
     }
   }
 
-  grad_partition_ = zeros({P}, options.comm_dtype);
+  grad_partition_ = zeros({P}, options.comm_dtype, device);
   GradBuckets::Options bo;
   bo.bucket_numel = options.reduce_bucket_size;
   bo.overlap = options.overlap_comm;

@@ -30,12 +30,13 @@ for stage in $stages; do
       ldd "$work/build/libtessera.so" | grep -E "not found|cuda|cublas|cudnn|nccl"
       "$ts" report --json | tee "$out/report.json" ;;
     tests)
-      # The CUDA suite, then every other suite's CUDA cases (named "...cuda...").
+      # The CUDA suite, then every other suite's CUDA and NCCL cases (named "...cuda...",
+      # "NCCL: ..."; NCCL runs as one rank on one GPU there).
       "$work/build/tests/test-backends-cuda" 2>&1 | tee "$out/test-backends-cuda.log" | tail -30
       [ "${PIPESTATUS[0]}" = 0 ] || status=1
       for t in "$work"/build/tests/test-*; do
         [ "$(basename "$t")" = test-backends-cuda ] && continue
-        "$t" -tc='*cuda*' 2>&1 | tee "$out/$(basename "$t").log" | grep -E "FAIL|ERROR|test cases" | tail -30
+        "$t" -tc='*cuda*,*NCCL*' 2>&1 | tee "$out/$(basename "$t").log" | grep -E "FAIL|ERROR|test cases" | tail -30
         [ "${PIPESTATUS[0]}" = 0 ] || status=1
       done ;;
     check)

@@ -110,6 +110,9 @@ struct Trainer {
       model->load_state_dict(src->state_dict());
     }
     device = Device::parse(cfg.train.device);
+    // "cuda" under a launcher: one GPU per rank on each machine, by local rank.
+    if (cfg.train.device == "cuda" && parallel::launched_distributed())
+      device = Device::cuda(parallel::local_device_index());
     if (device.is_cuda()) {
       TS_CHECK(device.index < cuda_device_count(), "train.device \"", cfg.train.device, "\": ",
                cuda_unavailable_reason().empty()

@@ -42,6 +42,15 @@ void Event::record(cudaStream_t stream) {
 void Event::synchronize() {
   TS_CUDA_CHECK(cudaEventSynchronize(event_));
 }
+bool Event::done() const {
+  const cudaError_t status = cudaEventQuery(event_);
+  if (status == cudaErrorNotReady) return false;
+  TS_CUDA_CHECK(status);
+  return true;
+}
+void Event::block(cudaStream_t stream) const {
+  TS_CUDA_CHECK(cudaStreamWaitEvent(stream, event_, 0));
+}
 float Event::elapsed_ms(const Event& start, const Event& end) {
   TS_CUDA_CHECK(cudaEventSynchronize(end.event_));
   float ms = 0;

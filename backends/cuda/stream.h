@@ -33,6 +33,8 @@ class Event {
   Event& operator=(const Event&) = delete;
   void record(cudaStream_t stream);
   void synchronize();
+  bool done() const;                      // has the recorded work finished? (never blocks)
+  void block(cudaStream_t stream) const;  // later work on `stream` waits for it
   static float elapsed_ms(const Event& start, const Event& end);
 
  private:

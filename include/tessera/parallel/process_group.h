@@ -29,6 +29,8 @@ class Work {
   Work() = default;
   explicit Work(std::shared_ptr<State> s) : state_(std::move(s)) {}
   // Blocks until done; past the group's timeout, aborts the job naming the rank and the op.
+  // For a collective on CUDA tensors (NCCL) the host does not block: the caller's GPU work
+  // is ordered after the collective, as torch.distributed's Work.wait() does.
   void wait();
   bool done() const;
 
@@ -89,5 +91,17 @@ bool launched_distributed();
 
 // A single-process group: collectives are identities, so one code path serves 1..N ranks.
 std::shared_ptr<ProcessGroup> make_local_group();
+
+// NCCL over the ranks of `bootstrap` (which carries NCCL's unique id from rank 0), for CUDA
+// tensors on `device`; CPU tensors given to it go through `bootstrap`. Collectives run on a
+// communication stream of their own after the work already queued on the device's compute
+// stream. A watchdog thread ends the job when one is unfinished after the timeout or NCCL
+// reports an asynchronous error. Fails with the reason in builds without NCCL.
+std::shared_ptr<ProcessGroup> make_nccl_group(std::shared_ptr<ProcessGroup> bootstrap,
+                                              Device device);
+bool nccl_compiled();
+// The device a rank should use when told only "cuda": its rank among the job's processes on
+// this machine (launcher's local rank), modulo the visible devices.
+int local_device_index();
 
 }  // namespace tessera::parallel

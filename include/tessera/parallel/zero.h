@@ -11,8 +11,8 @@
 //      Gathers start ahead of use, up to stage3_prefetch_bucket_size elements, in the order
 //      the previous step used the parameters (parallel/zero3_fetcher.h).
 // offload_optimizer {"device": "cpu"} asks for the optimizer state and update on the host:
-// with CPU tensors (the only ones ZeRO takes so far) they are there already, so it needs no
-// option here.
+// with CPU tensors they are there already, so it needs no option here (the engine refuses it
+// for CUDA tensors, whose state stays sharded on the GPU).
 #pragma once
 #include <functional>
 #include <map>
