@@ -27,8 +27,8 @@ bool skip_without_gpus() {
   if (cuda_device_count() < n) {
     const std::string why = cuda_unavailable_reason();
     MESSAGE("SKIPPED: NCCL needs one GPU per rank: " << cuda_device_count() << " visible for " << n
-                                                      << " rank(s)"
-                                                      << (why.empty() ? "" : " (" + why + ")")));
+                                                     << " rank(s)"
+                                                     << (why.empty() ? "" : " (" + why + ")"));
     return true;
   }
   return false;
