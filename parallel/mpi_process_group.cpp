@@ -113,6 +113,41 @@ int checked_count(const Tensor& t, const char* op) {
   return static_cast<int>(t.numel());
 }
 
+// Non-blocking sends and receives in flight, completed by the communication thread's poller
+// (touched only on that thread). Posting them as MPI_Isend/MPI_Irecv rather than running
+// blocking calls in order lets two ranks exchange messages (each sends, then receives)
+// without deadlocking on a large message.
+struct PendingP2P {
+  MPI_Request request;
+  std::shared_ptr<Work::State> state;
+  std::function<void()> on_done;
+};
+std::vector<PendingP2P>& pending_p2p() {
+  static std::vector<PendingP2P> pending;
+  return pending;
+}
+
+bool poll_p2p() {
+  auto& pending = pending_p2p();
+  for (size_t i = 0; i < pending.size();) {
+    int done = 0;
+    const int code = MPI_Test(&pending[i].request, &done, MPI_STATUS_IGNORE);
+    if (code != MPI_SUCCESS || done) {
+      try {
+        mpi_check(code, "MPI_Test");
+        pending[i].on_done();
+        pending[i].state->finish();
+      } catch (...) {
+        pending[i].state->finish(std::current_exception());
+      }
+      pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
+    } else {
+      ++i;
+    }
+  }
+  return !pending.empty();
+}
+
 class MpiProcessGroup : public ProcessGroup {
  public:
   MpiProcessGroup(std::shared_ptr<CommThread> thread, MPI_Comm comm, bool owns_world)
@@ -191,17 +226,16 @@ class MpiProcessGroup : public ProcessGroup {
   Work send_async(Tensor t, int dst, int tag) override {
     const int n = checked_count(t, "send");
     check_rank(dst, "send");
-    return submit("send", t, t.nbytes(), static_cast<double>(t.nbytes()), [=, this] {
-      mpi_check(MPI_Send(t.data_ptr(), n, mpi_type(t.dtype()), dst, tag, comm_), "MPI_Send");
+    return submit_p2p("send", t, static_cast<double>(t.nbytes()), [=, this](MPI_Request* r) {
+      mpi_check(MPI_Isend(t.data_ptr(), n, mpi_type(t.dtype()), dst, tag, comm_, r), "MPI_Isend");
     });
   }
 
   Work recv_async(Tensor t, int src, int tag) override {
     const int n = checked_count(t, "recv");
     check_rank(src, "recv");
-    return submit("recv", t, t.nbytes(), 0.0, [=, this] {
-      mpi_check(MPI_Recv(t.data_ptr(), n, mpi_type(t.dtype()), src, tag, comm_, MPI_STATUS_IGNORE),
-                "MPI_Recv");
+    return submit_p2p("recv", t, 0.0, [=, this](MPI_Request* r) {
+      mpi_check(MPI_Irecv(t.data_ptr(), n, mpi_type(t.dtype()), src, tag, comm_, r), "MPI_Irecv");
     });
   }
 
@@ -257,6 +291,33 @@ class MpiProcessGroup : public ProcessGroup {
     return Work(s);
   }
 
+  // Posts the non-blocking call on the communication thread; its poller finishes the Work.
+  Work submit_p2p(const char* op, const Tensor& t, double bus_bytes,
+                  std::function<void(MPI_Request*)> start) {
+    auto s = std::make_shared<Work::State>();
+    s->what = std::string(op) + " of " + t.describe();
+    s->rank = rank_;
+    s->timeout = timeout_;
+    const int64_t bytes = t.nbytes();
+    thread_->post([this, s, op, t, bytes, bus_bytes, start = std::move(start)] {
+      PendingP2P p{MPI_REQUEST_NULL, s, nullptr};
+      try {
+        start(&p.request);
+      } catch (...) {
+        s->finish(std::current_exception());
+        return;
+      }
+      const auto t0 = std::chrono::steady_clock::now();
+      p.on_done = [this, op, bytes, bus_bytes, t0, keep = t] {
+        logger_.record(
+            op, bytes, bus_bytes,
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      };
+      pending_p2p().push_back(std::move(p));
+    });
+    return Work(s);
+  }
+
   std::shared_ptr<CommThread> thread_;
   MPI_Comm comm_;
   bool owns_world_;
@@ -292,6 +353,7 @@ std::shared_ptr<ProcessGroup> world() {
     MPI_Op_create(&half_reduce<true, false>, 1, &ops.bf16_sum);
     MPI_Op_create(&half_reduce<true, true>, 1, &ops.bf16_max);
   });
+  thread->set_poller(poll_p2p);
   return w = std::make_shared<MpiProcessGroup>(thread, MPI_COMM_WORLD, true);
 }
 

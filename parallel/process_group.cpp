@@ -74,17 +74,32 @@ void CommThread::run(const std::function<void()>& job) {
   if (done->error) std::rethrow_exception(done->error);
 }
 
+void CommThread::set_poller(std::function<bool()> poll) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  poll_ = std::move(poll);
+}
+
 void CommThread::loop() {
+  bool polling = false;
   for (;;) {
     std::function<void()> job;
+    std::function<bool()> poll;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      cv_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
-      if (jobs_.empty()) return;
-      job = std::move(jobs_.front());
-      jobs_.pop_front();
+      const auto ready = [&] { return stop_ || !jobs_.empty(); };
+      if (polling)
+        cv_.wait_for(lock, std::chrono::microseconds(50), ready);
+      else
+        cv_.wait(lock, ready);
+      if (jobs_.empty() && stop_) return;
+      if (!jobs_.empty()) {
+        job = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      poll = poll_;
     }
-    job();
+    if (job) job();
+    polling = poll && poll();
   }
 }
 

@@ -46,9 +46,13 @@ class CommThread {
   void post(std::function<void()> job);
   // Runs `job` on the thread and waits for it (setup calls such as MPI_Init).
   void run(const std::function<void()>& job);
+  // `poll` runs on the thread after every job and, while it returns true (requests still
+  // outstanding, such as non-blocking sends), every 50 us when there is no job.
+  void set_poller(std::function<bool()> poll);
 
  private:
   void loop();
+  std::function<bool()> poll_;
   std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> jobs_;

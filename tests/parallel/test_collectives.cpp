@@ -141,3 +141,23 @@ TEST_CASE("bucketed averaging gives every rank the mean gradient") {
   CHECK(x.grad().to_vector()[0] == doctest::Approx(mean_factor * (300 + 3)));
   CHECK(y.grad().to_vector()[2] == doctest::Approx(mean_factor * 21));
 }
+
+TEST_CASE("ring exchange: every rank sends to the next and receives from the previous at once") {
+  // 4 MB messages go by rendezvous: run in call order as blocking calls, every rank's send
+  // would wait for a receive its peer has not posted yet.
+  auto w = world();
+  const int n = w->size(), r = w->rank();
+  if (n == 1) return;
+  const auto saved = w->timeout();
+  w->set_timeout(std::chrono::seconds(60));
+  const int64_t count = 1 << 20;
+  Tensor out = full({count}, r + 1.0), in = zeros({count});
+  Work s = w->send_async(out, (r + 1) % n, 3);
+  Work v = w->recv_async(in, (r + n - 1) % n, 3);
+  v.wait();
+  s.wait();
+  const int prev = (r + n - 1) % n;
+  CHECK(in.to_vector()[0] == prev + 1.0);
+  CHECK(in.to_vector()[static_cast<size_t>(count - 1)] == prev + 1.0);
+  w->set_timeout(saved);
+}
