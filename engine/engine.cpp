@@ -197,7 +197,20 @@ Tensor Engine::forward(const models::Batch& batch) {
            "engine.forward: the model is not a built-in one; call your model's forward and pass "
            "its loss to backward");
   // Samplers produce host batches; the model may live on a GPU.
-  return m->loss(batch.to(model_.named_parameters().front().second->device()));
+  models::Batch b = batch.to(model_.named_parameters().front().second->device());
+  b.token_loss_scale = token_loss_scale(batch.targets);
+  return m->loss(b);
+}
+
+double Engine::token_loss_scale(const Tensor& targets) {
+  const int world = group_->size();
+  if (world == 1 || !targets.defined()) return 1.0;
+  const Tensor host = targets.to(Device::cpu()).to(DType::Int64).contiguous();
+  const int64_t* t = host.data<int64_t>();
+  int64_t mine = 0;
+  for (int64_t i = 0; i < host.numel(); ++i) mine += t[i] != -100;
+  const double all = group_->all_reduce_scalar(static_cast<double>(mine));
+  return all > 0 ? world * static_cast<double>(mine) / all : 1.0;
 }
 
 bool Engine::is_gradient_accumulation_boundary() const {

@@ -216,6 +216,7 @@ Tensor BertForPreTraining::loss(const Batch& b) {
   const Tensor seq = bert.forward(b);
   const Tensor lg = cls.predictions.forward(seq, bert.embeddings.word_embeddings.weight);
   Tensor loss = cross_entropy(lg.view({-1, config.vocab_size}), b.targets.reshape({-1}), -100);
+  if (b.token_loss_scale != 1.0) loss = loss * b.token_loss_scale;
   if (with_nsp && b.next_sentence_label.defined())
     loss = loss + cross_entropy((*cls.seq_relationship)(bert.pool(seq)),
                                 b.next_sentence_label.reshape({-1}));

@@ -177,7 +177,9 @@ Tensor GPT2LMHeadModel::loss(const Batch& b) {
   TS_CHECK(b.targets.shape() == b.input_ids.shape(), "GPT-2 loss: targets ", b.targets.describe(),
            " must match input_ids ", b.input_ids.describe());
   const Tensor lg = forward(b.input_ids);
-  return cross_entropy(lg.view({-1, config.vocab_size}), b.targets.reshape({-1}), -100);
+  const Tensor loss =
+      cross_entropy(lg.view({-1, config.vocab_size}), b.targets.reshape({-1}), -100);
+  return b.token_loss_scale == 1.0 ? loss : loss * b.token_loss_scale;
 }
 
 std::vector<HFWeight> GPT2LMHeadModel::hf_weights() {

@@ -150,7 +150,7 @@ struct Trainer {
         const io::BertBatch bb = s.next();
         const models::Batch b{bb.input_ids, bb.targets, bb.attention_mask, bb.token_type_ids,
                               bb.next_sentence_label};
-        total += model->loss(b.to(device)).item();
+        total += eng->forward(b).item();
       }
     } else {
       io::GPTBatchSampler s(*corpus.val, B, T, 424242);
@@ -158,7 +158,7 @@ struct Trainer {
       for (int64_t i = 0; i < cfg.train.eval_iters; ++i) {
         models::Batch b;
         s.next(b.input_ids, b.targets);
-        total += model->loss(b.to(device)).item();
+        total += eng->forward(b).item();
       }
     }
     model->train();

@@ -2,7 +2,8 @@
 # Distributed training as users launch it: mpirun -np N tessera train. Checks, at N = 2 and 4:
 #  - plain DP, ZeRO-1/2/3 and ZeRO-2 with CPU offload: every one of 20 steps' losses equals
 #    the single-process run with the same global batch to 1e-6 (relative); so does plain DP
-#    with dropout 0.1 (each rank applies its slice of the global batch's masks);
+#    with dropout 0.1 (each rank applies its slice of the global batch's masks), and BERT
+#    (masked LM + NSP: each rank's loss weighted by its share of the masked tokens);
 #  - per-rank model-state bytes: equal to `tessera estimate-memory`, and to the ZeRO paper's
 #    formulas within 5% plus the gradient partition stage 1 keeps;
 #  - communication per step (comms logger) against 2(N-1)/N * Psi * 4 bytes (ZeRO-3: 1.5x);
@@ -21,12 +22,17 @@ python3 - "$fixtures/train_dist.json" "$work" <<'PY'
 import json, sys
 base = json.load(open(sys.argv[1])); work = sys.argv[2]
 variants = {"dp": {"stage": 0}, "z1": {"stage": 1}, "z2": {"stage": 2}, "z3": {"stage": 3},
-            "z2off": {"stage": 2, "offload_optimizer": {"device": "cpu"}}, "dpdrop": {"stage": 0}}
+            "z2off": {"stage": 2, "offload_optimizer": {"device": "cpu"}}, "dpdrop": {"stage": 0},
+            "bert": {"stage": 0}}
 for name, z in variants.items():
     c = json.loads(json.dumps(base))
     c["zero_optimization"].update(z)
     if name == "dpdrop":
         c["model"]["dropout"] = 0.1
+    if name == "bert":  # masked LM + NSP: ranks hold different numbers of masked tokens
+        c["model"] = {"type": "bert", "n_layer": 2, "n_head": 2, "n_embd": 32,
+                      "intermediate_size": 64, "block_size": 16, "dropout": 0.0}
+        c["data"] = {"tokenizer": "char", "mask_prob": 0.15, "nsp": True}
     c["csv_monitor"]["output_path"] = work + "/csv"
     json.dump(c, open(f"{work}/{name}.json", "w"))
 PY
@@ -40,7 +46,8 @@ run() {  # name ranks -> per-rank json lines in $work/<name>-<ranks>.jsonl, loss
 }
 run dp 1
 run dpdrop 1
-for n in 2 4; do for v in dp z1 z2 z3 z2off dpdrop; do run $v $n; done; done
+run bert 1
+for n in 2 4; do for v in dp z1 z2 z3 z2off dpdrop bert; do run $v $n; done; done
 
 python3 - "$work" <<'PY'
 import csv, json, sys
@@ -48,12 +55,12 @@ work = sys.argv[1]
 def losses(tag):
     with open(f"{work}/csv/{tag}/Train_Samples_train_loss.csv") as f:
         return [float(r["Train/Samples/train_loss"]) for r in csv.DictReader(f)]
-refs = {"dp": losses("dp-1"), "dpdrop": losses("dpdrop-1")}
+refs = {"dp": losses("dp-1"), "dpdrop": losses("dpdrop-1"), "bert": losses("bert-1")}
 assert len(refs["dp"]) == 20 and refs["dp"] != refs["dpdrop"], refs
 fails = 0
 for n in (2, 4):
     dp_bytes = None
-    for v in ("dp", "z1", "z2", "z3", "z2off", "dpdrop"):
+    for v in ("dp", "z1", "z2", "z3", "z2off", "dpdrop", "bert"):
         ref = refs.get(v, refs["dp"])
         got = losses(f"{v}-{n}")
         worst = max(abs(a - b) / abs(b) for a, b in zip(got, ref))
