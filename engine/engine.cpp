@@ -82,12 +82,6 @@ Engine::Engine(nn::Module& model, io::TrainConfig config,
   const bool want_nccl = world > 1 || (backend && std::string(backend) == "nccl");
   if (device.is_cuda() && want_nccl && group_->backend() != "nccl")
     group_ = parallel::make_nccl_group(group_, device);
-  TS_CHECK(!(device.is_cuda() && config_.zero.stage > 0 &&
-             config_.zero.offload_optimizer_device == "cpu"),
-           "engine: zero_optimization.offload_optimizer.device \"cpu\" with the model on ",
-           device.str(),
-           " is not supported yet (the update would need host copies of the gradients); drop "
-           "offload_optimizer to keep the optimizer state on the GPU, sharded by ZeRO");
   // Dropout masks as one process would draw them for the global batch (see rng.h).
   set_data_parallel_shard(group_->rank(), static_cast<int>(world));
   if (world > 1) {
@@ -180,6 +174,7 @@ void Engine::setup_parallel() {
   zo.comm_dtype = comm;
   zo.param_persistence_threshold = c.zero.stage3_param_persistence_threshold;
   zo.prefetch_bucket_size = c.zero.stage3_prefetch_bucket_size;
+  zo.offload_optimizer = c.zero.offload_optimizer_device == "cpu";
   zero_ = std::make_unique<parallel::ZeroOptimizer>(
       model_, group_, zo,
       [&](std::vector<optim::ParamGroup> g) { return make_optimizer(config_, std::move(g)); },

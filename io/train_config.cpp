@@ -268,6 +268,10 @@ TrainConfig TrainConfig::parse(const std::string& text, int64_t world, const std
           c.zero.offload_optimizer_device == "cpu" || c.zero.offload_optimizer_device == "none",
           source, ": 'zero_optimization.offload_optimizer.device' is \"",
           c.zero.offload_optimizer_device, "\", expected \"cpu\" or \"none\"");
+      TS_CHECK(c.zero.offload_optimizer_device == "none" || c.zero.stage >= 1, source,
+               ": 'zero_optimization.offload_optimizer' needs ZeRO stage 1, 2 or 3 (the "
+               "offloaded optimizer works on a rank's partition), but 'zero_optimization.stage' "
+               "is 0");
       bool pin = false;
       off.get("pin_memory", pin);
       off.warn_unknown();

@@ -34,7 +34,11 @@ ZeroOptimizer::ZeroOptimizer(nn::Module& model, std::shared_ptr<ProcessGroup> gr
   params_ = model.named_parameters();
   TS_CHECK(!params_.empty(), "ZeRO: the model has no parameters");
   model_dtype_ = params_[0].second->dtype();
-  const Device device = params_[0].second->device();
+  device_ = params_[0].second->device();
+  const Device device = device_;
+  // offload_optimizer: the float32 masters, their gradients and the optimizer state live on
+  // the host and the update runs there; only parameters and gradients stay on the GPU.
+  state_device_ = options.offload_optimizer ? Device::cpu() : device_;
   std::vector<std::pair<std::string, Shape>> shapes;
   for (auto& [name, t] : params_) {
     TS_CHECK(t->dtype() == model_dtype_ && t->device() == device, "ZeRO: parameter '", name,
@@ -46,7 +50,7 @@ ZeroOptimizer::ZeroOptimizer(nn::Module& model, std::shared_ptr<ProcessGroup> gr
   layout_ = ShardLayout(shapes, world);
   const int64_t P = layout_.partition_numel;
 
-  master_ = zeros({P}, DType::Float32, device);
+  master_ = zeros({P}, DType::Float32, state_device_);
   for (size_t i = 0; i < params_.size(); ++i) {
     const auto& e = layout_.entries[i];
     master_.narrow(0, e.offset, e.shard).copy_(shard_of(*params_[i].second, e, rank));
@@ -59,7 +63,9 @@ ZeroOptimizer::ZeroOptimizer(nn::Module& model, std::shared_ptr<ProcessGroup> gr
 
   partitioned_.assign(params_.size(), false);
   if (options.stage == 3) {
-    param_shards_ = model_dtype_ == DType::Float32 ? master_ : master_.to(model_dtype_);
+    param_shards_ = model_dtype_ == DType::Float32 && state_device_ == device_
+                        ? master_
+                        : master_.to(device_).to(model_dtype_);
     fetcher_ = std::make_shared<Zero3Fetcher>(group_, options.prefetch_bucket_size);
     for (size_t i = 0; i < params_.size(); ++i) {
       const auto& e = layout_.entries[i];
@@ -114,10 +120,11 @@ double ZeroOptimizer::prepare_master_grads(double scale) {
   // The update writes the shards (the masters themselves in float32 stage 3): no gather
   // may still be reading them.
   if (fetcher_) fetcher_->drain();
-  if (grad_partition_.dtype() == DType::Float32 && scale == 1.0) {
+  if (grad_partition_.dtype() == DType::Float32 && scale == 1.0 && state_device_ == device_) {
     master_grads_ = grad_partition_;
   } else {
-    master_grads_ = grad_partition_.to(DType::Float32);
+    // Offloaded: the reduced partition crosses to the host in the communication dtype.
+    master_grads_ = grad_partition_.to(state_device_).to(DType::Float32);
     if (scale != 1.0) master_grads_.mul_(scale);
   }
   for (auto& g : optimizer_->groups())
@@ -156,8 +163,8 @@ void ZeroOptimizer::publish() {
   }
   if (model_dtype_ != DType::Float32) mine = mine.to(model_dtype_);
   const int64_t packed = mine.numel();
-  Tensor gathered = Tensor::empty({packed * world}, model_dtype_, master_.device());
-  group_->all_gather(gathered, mine.contiguous());
+  Tensor gathered = Tensor::empty({packed * world}, model_dtype_, device_);
+  group_->all_gather(gathered, mine.to(device_).contiguous());
   const Tensor by_rank = gathered.view({world, packed});
   int64_t offset = 0;
   for (size_t i : whole) {

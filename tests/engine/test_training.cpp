@@ -223,6 +223,10 @@ TEST_CASE("bad configs stop with a message naming the key, the value and what is
             .find("cannot both be true") != std::string::npos);
   CHECK(err(R"({"train_batch_size": 8, "zero_optimization": {"stage": 4}})")
             .find("'zero_optimization.stage' is 4, expected 0, 1, 2 or 3") != std::string::npos);
+  CHECK(
+      err(R"({"train_batch_size": 8, "zero_optimization": {"offload_optimizer": {"device": "cpu"}}})")
+          .find("'zero_optimization.offload_optimizer' needs ZeRO stage 1, 2 or 3") !=
+      std::string::npos);
   CHECK(err(R"({"train_batch_size": 8, "gradient_clipping": -1})")
             .find("'gradient_clipping' is -1") != std::string::npos);
   CHECK(err(R"({"train_batch_size": 8, "model": {"n_embd": 130, "n_head": 4}})")

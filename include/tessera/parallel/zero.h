@@ -10,9 +10,10 @@
 //      at most stage3_param_persistence_threshold elements stay whole on every rank.
 //      Gathers start ahead of use, up to stage3_prefetch_bucket_size elements, in the order
 //      the previous step used the parameters (parallel/zero3_fetcher.h).
-// offload_optimizer {"device": "cpu"} asks for the optimizer state and update on the host:
-// with CPU tensors they are there already, so it needs no option here (the engine refuses it
-// for CUDA tensors, whose state stays sharded on the GPU).
+// offload_optimizer {"device": "cpu"} (ZeRO-Offload) keeps a GPU model's float32 masters,
+// their gradients and the optimizer state on the host and runs the update there (the CPU's
+// vectorised fused kernel); each step moves the reduced gradient partition to the host and
+// the updated parameters back. With CPU tensors everything is on the host already.
 #pragma once
 #include <functional>
 #include <map>
@@ -36,6 +37,7 @@ struct ZeroOptions {
   DType comm_dtype = DType::Float32;
   int64_t param_persistence_threshold = 100000;
   int64_t prefetch_bucket_size = 50000000;  // elements gathered ahead of use; 0: none
+  bool offload_optimizer = false;           // masters and optimizer state on the host (GPU models)
 };
 
 // Stage-3 parameter gathers so far, and how many of them were started ahead of use.
@@ -99,6 +101,8 @@ class ZeroOptimizer {
  private:
   std::shared_ptr<ProcessGroup> group_;
   ZeroOptions options_;
+  Device device_ = Device::cpu();        // the model's parameters and gradients
+  Device state_device_ = Device::cpu();  // masters and optimizer state
   ShardLayout layout_;
   std::vector<std::pair<std::string, Tensor*>> params_;
   std::vector<bool> partitioned_;  // stage 3 and above the persistence threshold
