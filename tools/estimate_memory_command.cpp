@@ -118,8 +118,13 @@ int estimate_memory_main(int argc, char** argv) {
                 (std::to_string(s) + (s == stage ? " *" : "")).c_str(), human(e.params).c_str(),
                 human(e.grads).c_str(), human(e.optimizer).c_str(), human(e.total()).c_str());
   }
+  const bool offload = cfg.zero.offload_optimizer_device == "cpu";
+  if (offload)
+    std::printf("offload_optimizer cpu (stages 1-3): the optimizer column is host memory; a GPU "
+                "holds params + grads\n");
   if (a.has("json"))
     std::cout << "{\"ranks\": " << ranks << ", \"zero_stage\": " << stage
+              << ", \"optimizer_offloaded\": " << (offload ? "true" : "false")
               << ", \"num_parameters\": " << layout.total_numel()
               << ", \"memory\": {\"params\": " << mine.params << ", \"grads\": " << mine.grads
               << ", \"optimizer\": " << mine.optimizer << "}}\n";
