@@ -188,6 +188,34 @@ class NcclProcessGroup : public ProcessGroup {
     });
   }
 
+  std::vector<Work> batch_send_recv(const std::vector<P2POp>& ops) override {
+    if (ops.empty()) return {};
+    if (ops.front().tensor.device().is_cpu()) return bootstrap_->batch_send_recv(ops);
+    std::vector<Tensor> tensors;
+    int64_t bytes = 0;
+    for (const P2POp& op : ops) {
+      checked(op.tensor, op.kind == P2POp::Kind::Send ? "send" : "recv");
+      check_rank(op.peer, "batch_send_recv");
+      TS_CHECK(op.tag == 0, "batch_send_recv: NCCL has no message tags (got tag ", op.tag, ")");
+      tensors.push_back(op.tensor);
+      if (op.kind == P2POp::Kind::Send) bytes += op.tensor.nbytes();
+    }
+    Work w = submit("send_recv", tensors, bytes, static_cast<double>(bytes), [&, this] {
+      // One NCCL group: every send and receive of the batch progresses together.
+      nccl_check(ncclGroupStart(), "ncclGroupStart");
+      for (const P2POp& op : ops) {
+        const auto n = static_cast<size_t>(op.tensor.numel());
+        const ncclDataType_t type = nccl_type(op.tensor.dtype());
+        if (op.kind == P2POp::Kind::Send)
+          nccl_check(ncclSend(op.tensor.data_ptr(), n, type, op.peer, comm_, stream_), "ncclSend");
+        else
+          nccl_check(ncclRecv(op.tensor.data_ptr(), n, type, op.peer, comm_, stream_), "ncclRecv");
+      }
+      nccl_check(ncclGroupEnd(), "ncclGroupEnd");
+    });
+    return std::vector<Work>(ops.size(), w);
+  }
+
   // A device barrier: a one-element all-reduce the host waits for, so every rank's queued
   // GPU work before it has been reached.
   Work barrier_async() override {

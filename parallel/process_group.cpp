@@ -105,6 +105,14 @@ void CommThread::loop() {
 
 // ---- ProcessGroup ----
 
+std::vector<Work> ProcessGroup::batch_send_recv(const std::vector<P2POp>& ops) {
+  std::vector<Work> works;
+  for (const P2POp& op : ops)
+    works.push_back(op.kind == P2POp::Kind::Send ? send_async(op.tensor, op.peer, op.tag)
+                                                 : recv_async(op.tensor, op.peer, op.tag));
+  return works;
+}
+
 double ProcessGroup::all_reduce_scalar(double v, ReduceOp op) {
   if (size() == 1) return v;
   Tensor t = full({1}, v, DType::Float64);

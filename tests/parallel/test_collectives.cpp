@@ -159,5 +159,11 @@ TEST_CASE("ring exchange: every rank sends to the next and receives from the pre
   const int prev = (r + n - 1) % n;
   CHECK(in.to_vector()[0] == prev + 1.0);
   CHECK(in.to_vector()[static_cast<size_t>(count - 1)] == prev + 1.0);
+  // The same exchange as one batch (the form NCCL needs).
+  Tensor again = zeros({count});
+  for (Work& k : w->batch_send_recv(
+           {{P2POp::Kind::Send, out, (r + 1) % n, 4}, {P2POp::Kind::Recv, again, prev, 4}}))
+    k.wait();
+  CHECK(again.to_vector()[0] == prev + 1.0);
   w->set_timeout(saved);
 }

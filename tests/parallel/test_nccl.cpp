@@ -93,6 +93,13 @@ TEST_CASE("NCCL: all_reduce, reduce_scatter, all_gather, broadcast, send/recv, b
       CHECK(host(got)[2] == 902.0);
     }
   }
+  if (n > 1) {  // a ring exchange: every rank sends and receives at once (one NCCL group)
+    Tensor mine = ramp(1 << 20, r), from_prev = zeros({1 << 20}, DType::Float32, my_gpu());
+    for (Work& k : g->batch_send_recv({{P2POp::Kind::Send, mine, (r + 1) % n},
+                                       {P2POp::Kind::Recv, from_prev, (r + n - 1) % n}}))
+      k.wait();
+    CHECK(host(from_prev)[5] == 100.0 * ((r + n - 1) % n) + 5);
+  }
   g->barrier();
   // CPU tensors go through the bootstrap (MPI) group.
   Tensor c = full({2}, r + 1.0);

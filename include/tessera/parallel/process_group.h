@@ -22,6 +22,14 @@ namespace tessera::parallel {
 
 enum class ReduceOp { Sum, Avg, Max };
 
+// One point-to-point transfer of a batch (ProcessGroup::batch_send_recv).
+struct P2POp {
+  enum class Kind { Send, Recv } kind;
+  Tensor tensor;
+  int peer;
+  int tag = 0;
+};
+
 // Completion of an asynchronous collective.
 class Work {
  public:
@@ -55,6 +63,11 @@ class ProcessGroup {
   virtual Work send_async(Tensor t, int dst, int tag = 0) = 0;
   virtual Work recv_async(Tensor t, int src, int tag = 0) = 0;
   virtual Work barrier_async() = 0;
+  // Posts the sends and receives together, so transfers that must progress at the same time
+  // (ranks exchanging data, each sending and receiving) cannot wait on each other. One Work
+  // per op. Plain send_async/recv_async pairs suffice on MPI; on NCCL a send blocks the GPU
+  // until its receive is posted, so exchanges must go through here.
+  virtual std::vector<Work> batch_send_recv(const std::vector<P2POp>& ops);
 
   void all_reduce(Tensor t, ReduceOp op = ReduceOp::Sum) { all_reduce_async(t, op).wait(); }
   void reduce_scatter(Tensor out, Tensor in, ReduceOp op = ReduceOp::Sum) {
