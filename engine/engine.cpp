@@ -69,9 +69,6 @@ Engine::Engine(nn::Module& model, io::TrainConfig config,
            " ranks (parse the config with this job's world size)");
   group_->set_timeout(
       std::chrono::milliseconds(static_cast<int64_t>(config_.distributed.timeout_s * 1000)));
-  group_->logger().enable(
-      config_.comms_logger.enabled, config_.comms_logger.verbose,
-      config_.comms_logger.prof_all ? std::vector<std::string>{} : config_.comms_logger.prof_ops);
   if (config_.fp16.enabled) compute_dtype_ = DType::Float16;
   if (config_.bf16) compute_dtype_ = DType::BFloat16;
   TS_CHECK(!model_.named_parameters().empty(), "engine: the model has no parameters");
@@ -82,6 +79,9 @@ Engine::Engine(nn::Module& model, io::TrainConfig config,
   const bool want_nccl = world > 1 || (backend && std::string(backend) == "nccl");
   if (device.is_cuda() && want_nccl && group_->backend() != "nccl")
     group_ = parallel::make_nccl_group(group_, device);
+  group_->logger().enable(
+      config_.comms_logger.enabled, config_.comms_logger.verbose,
+      config_.comms_logger.prof_all ? std::vector<std::string>{} : config_.comms_logger.prof_ops);
   // Dropout masks as one process would draw them for the global batch (see rng.h).
   set_data_parallel_shard(group_->rank(), static_cast<int>(world));
   if (world > 1) {

@@ -324,17 +324,20 @@ class NcclProcessGroup : public ProcessGroup {
         try {
           finished = p.done->done();
         } catch (const Error& e) {
-          die(p, e.what());
+          die(p, std::string("failed: ") + e.what());
         }
         if (!finished) {
           ncclResult_t async = ncclSuccess;
           ncclCommGetAsyncError(comm_, &async);
           if (async != ncclSuccess && async != ncclInProgress)
-            die(p, std::string("NCCL reported ") + ncclGetErrorString(async));
-          if (std::chrono::steady_clock::now() > p.deadline)
-            die(p, "it did not finish within " +
-                       std::to_string(std::chrono::duration<double>(timeout_).count()) +
-                       " s: another rank is stuck or has died");
+            die(p, std::string("failed: NCCL reported ") + ncclGetErrorString(async));
+          if (std::chrono::steady_clock::now() > p.deadline) {
+            char why[96];
+            std::snprintf(why, sizeof why,
+                          "did not finish within %.0f s: another rank is stuck or has died",
+                          std::chrono::duration<double>(p.state->timeout).count());
+            die(p, why);
+          }
           break;
         }
         logger_.record(p.op, p.msg_bytes, p.bus_bytes,
@@ -347,7 +350,7 @@ class NcclProcessGroup : public ProcessGroup {
   }
 
   [[noreturn]] void die(const Pending& p, const std::string& why) {
-    std::fprintf(stderr, "tessera: rank %d: %s on %s: %s; ending the job\n", rank_,
+    std::fprintf(stderr, "tessera: rank %d: %s (NCCL, %s) %s; ending the job\n", rank_,
                  p.state->what.c_str(), device_.str().c_str(), why.c_str());
     std::fflush(stderr);
     ncclCommAbort(comm_);
