@@ -385,4 +385,11 @@ bool nccl_compiled() {
   return true;
 }
 
+std::string nccl_version() {
+  int v = 0;
+  if (ncclGetVersion(&v) != ncclSuccess) return "unknown";
+  return std::to_string(v / 10000) + "." + std::to_string(v % 10000 / 100) + "." +
+         std::to_string(v % 100);
+}
+
 }  // namespace tessera::parallel

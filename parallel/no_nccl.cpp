@@ -14,4 +14,8 @@ bool nccl_compiled() {
   return false;
 }
 
+std::string nccl_version() {
+  return "";
+}
+
 }  // namespace tessera::parallel

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tessera/cuda.h"
+#include "tessera/parallel/process_group.h"
 #include "tools/cli.h"
 
 extern "C" char* openblas_get_config(void);
@@ -44,10 +45,11 @@ int report_main(int argc, char** argv) {
         {"devices", cuda_device_count()},
         {"status", cuda_unavailable_reason().empty() ? "ok" : cuda_unavailable_reason()}}},
       {"cuda_libraries", cuda_library_versions()},
-      // cuDNN attention and the NCCL process group are not built yet (CUDA and
-      // distributed-training issues); MPI is the CPU process group.
+      // cuDNN attention is not used (own fused kernel); MPI is the CPU process group, NCCL
+      // the GPU one (its version, or false when not built).
       {"cudnn", false},
-      {"nccl", false},
+      {"nccl", parallel::nccl_compiled() ? nlohmann::json(parallel::nccl_version())
+                                         : nlohmann::json(false)},
       {"mpi", true},
       {"devices", devices}};
   if (a.has("json")) {
@@ -62,7 +64,10 @@ int report_main(int argc, char** argv) {
                       : cuda_unavailable_reason())
               << "\n"
               << "  libraries: " << (cuda_compiled() ? cuda_library_versions() : "none")
-              << "; MPI process group; cuDNN and NCCL not built yet\n";
+              << "; process groups: MPI"
+              << (parallel::nccl_compiled() ? ", NCCL " + parallel::nccl_version()
+                                            : " (NCCL not built)")
+              << "\n";
     for (int i = 0; i < cuda_device_count(); ++i) {
       const CudaDeviceInfo d = cuda_device_info(i);
       std::cout << "  cuda:" << i << " " << d.name << ", " << (d.total_bytes >> 20) << " MiB, sm_"

@@ -113,6 +113,7 @@ std::shared_ptr<ProcessGroup> make_local_group();
 std::shared_ptr<ProcessGroup> make_nccl_group(std::shared_ptr<ProcessGroup> bootstrap,
                                               Device device);
 bool nccl_compiled();
+std::string nccl_version();  // "2.28.3" (the library loaded), empty without NCCL
 // The device a rank should use when told only "cuda": its rank among the job's processes on
 // this machine (launcher's local rank), modulo the visible devices.
 int local_device_index();
