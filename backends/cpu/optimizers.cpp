@@ -148,6 +148,24 @@ struct Lamb {
   }
 };
 
+// Sum of v*v in double over n values, in a fixed order: eight independent accumulators (the
+// compiler keeps them in two AVX registers, so the FMA chains overlap), then added in order.
+// Eigen's cast<double>().square().sum() ran at ~7 GB/s here.
+template <class T>
+double sum_of_squares(const T* p, int64_t n) {
+  double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int k = 0; k < 8; ++k) {
+      const double v = static_cast<double>(p[i + k]);
+      acc[k] += v * v;
+    }
+  double s = 0;
+  for (; i < n; ++i) s += static_cast<double>(p[i]) * static_cast<double>(p[i]);
+  for (double a : acc) s += a;
+  return s;
+}
+
 // Each tensor is cut into fixed chunks summed in parallel (double), then each tensor's chunks
 // are added in order: the same bits at any thread count.
 template <class T>
@@ -167,11 +185,8 @@ struct SumSquares {
         const auto [t, b] = chunks[k];
         const T* p = c.inputs[t].data<T>();
         const int64_t e = std::min(c.inputs[t].numel(), b + kChunk);
-        if constexpr (std::is_floating_point_v<T>) {  // Eigen's vectorised (fixed-order) sum
-          partial[k] = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(p + b, e - b)
-                           .template cast<double>()
-                           .square()
-                           .sum();
+        if constexpr (std::is_floating_point_v<T>) {
+          partial[k] = sum_of_squares(p + b, e - b);
         } else {
           double s = 0;
           for (int64_t i = b; i < e; ++i) {
