@@ -192,6 +192,7 @@ Tensor Engine::forward(const models::Batch& batch) {
            "engine.forward: the model is not a built-in one; call your model's forward and pass "
            "its loss to backward");
   // Samplers produce host batches; the model may live on a GPU.
+  if (zero_) zero_->set_evaluating(!model_.is_training());
   models::Batch b = batch.to(model_.named_parameters().front().second->device());
   b.token_loss_scale = token_loss_scale(batch.targets);
   return m->loss(b);

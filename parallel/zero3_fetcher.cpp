@@ -17,6 +17,11 @@ void Zero3Fetcher::add(Tensor full, Tensor shard) {
 
 void Zero3Fetcher::fetch(Storage& s) {
   const size_t i = index_.at(&s);
+  if (evaluating_) {
+    s.make_resident();
+    group_->all_gather(full_[i], shards_[i]);
+    return;
+  }
   ++stats_.gathers;
   current_.push_back(i);
   if (on_trace_) {
@@ -76,6 +81,17 @@ void Zero3Fetcher::drain() {
   ahead_.clear();
   ahead_numel_ = 0;
   next_ahead_ = cursor_;
+}
+
+void Zero3Fetcher::set_evaluating(bool on) {
+  if (on == evaluating_) return;
+  if (on) {
+    drain();
+  } else {
+    last_used_ = nullptr;
+    for (Tensor& t : full_) t.storage()->release();
+  }
+  evaluating_ = on;
 }
 
 void Zero3Fetcher::end_step() {

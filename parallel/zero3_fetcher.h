@@ -5,9 +5,10 @@
 // fetches parameters is recorded (the trace); in later steps, each fetch starts
 // asynchronous all-gathers for the parameters the trace says come next, up to the bucket
 // size in elements, into separate buffers that the parameter adopts when it is reached. A
-// step that leaves the trace (an evaluation pass, a different model path) stops prefetching
-// for that step, waits for what was started, and becomes the new trace. Every rank runs the
-// same ops in the same order, so the collectives match across ranks either way.
+// step that leaves the trace (a different model path) stops prefetching for that step,
+// waits for what was started, and becomes the new trace. Evaluation passes (the model in
+// eval mode) gather on use and leave the trace alone. Every rank runs the same ops in the
+// same order, so the collectives match across ranks either way.
 #pragma once
 #include <deque>
 #include <memory>
@@ -35,6 +36,9 @@ class Zero3Fetcher : public StorageFetcher {
   void end_step();
   // Waits for prefetches in flight (before this rank's shards are overwritten).
   void drain();
+  // Evaluation passes gather on use outside the trace; leaving one releases what it gathered
+  // so the next training step fetches as the trace expects.
+  void set_evaluating(bool on);
   // Gathers every parameter for good and detaches from their storages.
   void materialize_all();
 
@@ -60,7 +64,7 @@ class Zero3Fetcher : public StorageFetcher {
   Storage* last_used_ = nullptr;
 
   std::vector<size_t> trace_, current_;  // parameter indices in fetch order
-  bool trace_valid_ = false, on_trace_ = false;
+  bool trace_valid_ = false, on_trace_ = false, evaluating_ = false;
   size_t cursor_ = 0;      // next trace position expected
   size_t next_ahead_ = 0;  // next trace position to prefetch
   int64_t ahead_numel_ = 0;

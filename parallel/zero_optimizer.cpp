@@ -188,6 +188,10 @@ void ZeroOptimizer::release_parameters() {
   if (fetcher_) fetcher_->end_step();
 }
 
+void ZeroOptimizer::set_evaluating(bool on) {
+  if (fetcher_) fetcher_->set_evaluating(on);
+}
+
 PrefetchStats ZeroOptimizer::prefetch_stats() const {
   return fetcher_ ? fetcher_->stats() : PrefetchStats{};
 }

@@ -1,11 +1,13 @@
 // ZeRO-3 prefetching (stage3_prefetch_bucket_size) on 1, 2 and 4 ranks: gathers started ahead
 // of use give exactly the numbers of gathers made on use, and after the first (traced) step
-// every gather is a prefetch when the bucket holds the whole model.
+// every gather but the first of each step is a prefetch when the bucket holds the whole
+// model, also after an evaluation pass between steps.
 #include <doctest/doctest.h>
 
 #include <string>
 
 #include "tessera/engine/engine.h"
+#include "tessera/grad_mode.h"
 #include "tessera/models/gpt2.h"
 #include "tessera/ops.h"
 
@@ -43,6 +45,12 @@ Run train(int64_t prefetch_bucket, int steps) {
     eng->step();
     r.losses.push_back(loss.item());
     r.stats.push_back(eng->zero_optimizer()->prefetch_stats());
+    if (k == 1) {  // an evaluation pass between steps gathers on use, off the trace
+      NoGradGuard no_grad;
+      model.eval();
+      r.losses.push_back(eng->forward({x, y}).item());
+      model.train();
+    }
   }
   eng.reset();  // gathers every parameter back for good
   for (auto& [n, t] : model.named_parameters())

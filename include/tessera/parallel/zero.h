@@ -40,7 +40,8 @@ struct ZeroOptions {
   bool offload_optimizer = false;           // masters and optimizer state on the host (GPU models)
 };
 
-// Stage-3 parameter gathers so far, and how many of them were started ahead of use.
+// Stage-3 parameter gathers of training passes so far, and how many of them were started
+// ahead of use.
 struct PrefetchStats {
   int64_t gathers = 0;
   int64_t prefetched = 0;
@@ -81,6 +82,8 @@ class ZeroOptimizer {
   // backward) and starts the next step's first gathers.
   void release_parameters();
   PrefetchStats prefetch_stats() const;
+  // Stage 3: forwards of a model in eval mode gather on use, outside the prefetch order.
+  void set_evaluating(bool on);
 
   const ShardLayout& layout() const { return layout_; }
   int stage() const { return options_.stage; }
