@@ -43,6 +43,44 @@ G* copy_of(const KernelCall& c, size_t first_copy, size_t t) {
   return c.outputs.size() > first_copy ? c.outputs[first_copy + t].template data<G>() : nullptr;
 }
 
+// Sum of v*v in double over n values, in a fixed order: eight independent accumulators (the
+// compiler keeps them in two AVX registers, so the FMA chains overlap), then added in order.
+// Eigen's cast<double>().square().sum() ran at ~7 GB/s here.
+template <class T>
+double sum_of_squares(const T* p, int64_t n) {
+  double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int k = 0; k < 8; ++k) {
+      const double v = static_cast<double>(p[i + k]);
+      acc[k] += v * v;
+    }
+  double s = 0;
+  for (; i < n; ++i) s += static_cast<double>(p[i]) * static_cast<double>(p[i]);
+  for (double a : acc) s += a;
+  return s;
+}
+
+// One block of the AdamW/Adam update. The two switches are template parameters so the loop
+// has no branches and the compiler vectorises it (with them as runtime tests it did not).
+template <bool kDecoupled, bool kCopy, class T, class G>
+void adam_block(T* p, T* m, T* v, G* copy, const G* g, int64_t b, int64_t e, T lr, T b1, T b2,
+                T eps, T wd, T bc1, T bc2_sqrt, T scale) {
+  const T step = lr / bc1;
+  for (int64_t i = b; i < e; ++i) {
+    T grad = T(load(g[i])) * scale;
+    if constexpr (kDecoupled)
+      p[i] -= lr * wd * p[i];
+    else
+      grad += wd * p[i];
+    m[i] = b1 * m[i] + (T(1) - b1) * grad;
+    v[i] = b2 * v[i] + (T(1) - b2) * grad * grad;
+    const T denom = std::sqrt(v[i]) / bc2_sqrt + eps;
+    p[i] -= step * m[i] / denom;
+    if constexpr (kCopy) copy[i] = G(p[i]);
+  }
+}
+
 template <class T>
 struct AdamW {
   static void run(const KernelCall& c) {
@@ -59,18 +97,14 @@ struct AdamW {
         T* v = c.outputs[2 * n + t].data<T>();
         G* copy = copy_of<G>(c, 3 * n, t);
         const G* g = c.inputs[t].data<G>();
-        for (int64_t i = b; i < e; ++i) {
-          T grad = T(load(g[i])) * scale;
-          if (decoupled)
-            p[i] -= lr * wd * p[i];
-          else
-            grad += wd * p[i];
-          m[i] = b1 * m[i] + (T(1) - b1) * grad;
-          v[i] = b2 * v[i] + (T(1) - b2) * grad * grad;
-          const T denom = std::sqrt(v[i]) / bc2_sqrt + eps;
-          p[i] -= (lr / bc1) * m[i] / denom;
-          if (copy) copy[i] = G(p[i]);
-        }
+        const auto run = [&]<bool kDecoupled, bool kCopy>() {
+          adam_block<kDecoupled, kCopy>(p, m, v, copy, g, b, e, lr, b1, b2, eps, wd, bc1, bc2_sqrt,
+                                        scale);
+        };
+        if (decoupled)
+          copy ? run.template operator()<true, true>() : run.template operator()<true, false>();
+        else
+          copy ? run.template operator()<false, true>() : run.template operator()<false, false>();
       });
     });
   }
@@ -125,46 +159,24 @@ struct Lamb {
           const G* g = c.inputs[t].data<G>();
           const int64_t len = c.outputs[t].numel();
           std::vector<T> update(static_cast<size_t>(len));
-          double p_norm = 0, u_norm = 0;
           for (int64_t i = 0; i < len; ++i) {
             const T gi = T(load(g[i])) * scale;
             m[i] = b1 * m[i] + (T(1) - b1) * gi;
             v[i] = b2 * v[i] + (T(1) - b2) * gi * gi;
             update[i] = (m[i] / bc1) / (std::sqrt(v[i] / bc2) + eps) + wd * p[i];
-            p_norm += double(p[i]) * double(p[i]);
-            u_norm += double(update[i]) * double(update[i]);
           }
-          p_norm = std::sqrt(p_norm);
-          u_norm = std::sqrt(u_norm);
+          const double p_norm = std::sqrt(sum_of_squares(p, len));
+          const double u_norm = std::sqrt(sum_of_squares(update.data(), len));
           T ratio = (p_norm > 0 && u_norm > 0) ? T(p_norm / u_norm) : T(1);
           ratio = std::min(max_c, std::max(min_c, ratio));
-          for (int64_t i = 0; i < len; ++i) {
-            p[i] -= lr * ratio * update[i];
-            if (copy) copy[i] = G(p[i]);
-          }
+          for (int64_t i = 0; i < len; ++i) p[i] -= lr * ratio * update[i];
+          if (copy)
+            for (int64_t i = 0; i < len; ++i) copy[i] = G(p[i]);
         }
       });
     });
   }
 };
-
-// Sum of v*v in double over n values, in a fixed order: eight independent accumulators (the
-// compiler keeps them in two AVX registers, so the FMA chains overlap), then added in order.
-// Eigen's cast<double>().square().sum() ran at ~7 GB/s here.
-template <class T>
-double sum_of_squares(const T* p, int64_t n) {
-  double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int k = 0; k < 8; ++k) {
-      const double v = static_cast<double>(p[i + k]);
-      acc[k] += v * v;
-    }
-  double s = 0;
-  for (; i < n; ++i) s += static_cast<double>(p[i]) * static_cast<double>(p[i]);
-  for (double a : acc) s += a;
-  return s;
-}
 
 // Each tensor is cut into fixed chunks summed in parallel (double), then each tensor's chunks
 // are added in order: the same bits at any thread count.
