@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backends/cpu/cpu_types.h"
+#include "backends/cpu/lane_sum.h"
 #include "backends/cpu/parallel.h"
 
 namespace tessera::cpu {
@@ -29,22 +30,28 @@ struct LayerNorm {
                  [&](int64_t s, int64_t e) {
                    for (int64_t r = s; r < e; ++r) {
                      const T* xr = px + r * C;
-                     A m = 0;
-                     for (int64_t j = 0; j < C; ++j) m += load(xr[j]);
-                     m /= A(C);
-                     A v = 0;
-                     for (int64_t j = 0; j < C; ++j) {
+                     const A m = lane_sum<A>(C, [&](int64_t j) { return A(load(xr[j])); }) / A(C);
+                     const A v = lane_sum<A>(C, [&](int64_t j) {
                        const A d = A(load(xr[j])) - m;
-                       v += d * d;
-                     }
+                       return d * d;
+                     });
                      const A rs = A(1) / std::sqrt(v / A(C) + eps);
                      mean[r] = m;
                      rstd[r] = rs;
-                     for (int64_t j = 0; j < C; ++j) {
-                       A o = (A(load(xr[j])) - m) * rs;
-                       if (w) o *= A(load(w[j]));
-                       if (b) o += A(load(b[j]));
-                       y[r * C + j] = T(o);
+                     T* yr = y + r * C;
+                     // Branch-free loops (so they vectorise) for each weight/bias case.
+                     if (w && b) {
+                       for (int64_t j = 0; j < C; ++j)
+                         yr[j] = T((A(load(xr[j])) - m) * rs * A(load(w[j])) + A(load(b[j])));
+                     } else if (w) {
+                       for (int64_t j = 0; j < C; ++j)
+                         yr[j] = T((A(load(xr[j])) - m) * rs * A(load(w[j])));
+                     } else {
+                       for (int64_t j = 0; j < C; ++j) {
+                         A o = (A(load(xr[j])) - m) * rs;
+                         if (b) o += A(load(b[j]));
+                         yr[j] = T(o);
+                       }
                      }
                    }
                  });
@@ -76,23 +83,26 @@ struct LayerNormBackward {
           const T* dyr = dy + r * C;
           const T* xr = x + r * C;
           const A m = mean[r], rs = rstd[r];
-          // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * w
-          A sum_g = 0, sum_gx = 0;
-          for (int64_t j = 0; j < C; ++j) {
-            const A xhat = (A(load(xr[j])) - m) * rs;
-            const A g = A(load(dyr[j])) * (w ? A(load(w[j])) : A(1));
-            sum_g += g;
-            sum_gx += g * xhat;
-            if (pdw) pdw[j] += A(load(dyr[j])) * xhat;
-            if (pdb) pdb[j] += A(load(dyr[j]));
-          }
-          sum_g /= A(C);
-          sum_gx /= A(C);
-          for (int64_t j = 0; j < C; ++j) {
-            const A xhat = (A(load(xr[j])) - m) * rs;
-            const A g = A(load(dyr[j])) * (w ? A(load(w[j])) : A(1));
-            dx[r * C + j] = T(rs * (g - sum_g - xhat * sum_gx));
-          }
+          // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * w; one branch-free
+          // body per weight case, so the loops vectorise.
+          const auto row = [&]<bool kW>() {
+            const auto xhat = [&](int64_t j) { return (A(load(xr[j])) - m) * rs; };
+            const auto g = [&](int64_t j) {
+              if constexpr (kW)
+                return A(load(dyr[j])) * A(load(w[j]));
+              else
+                return A(load(dyr[j]));
+            };
+            const A mean_g = lane_sum<A>(C, g) / A(C);
+            const A mean_gx = lane_sum<A>(C, [&](int64_t j) { return g(j) * xhat(j); }) / A(C);
+            if (pdw)
+              for (int64_t j = 0; j < C; ++j) pdw[j] += A(load(dyr[j])) * xhat(j);
+            if (pdb)
+              for (int64_t j = 0; j < C; ++j) pdb[j] += A(load(dyr[j]));
+            T* dxr = dx + r * C;
+            for (int64_t j = 0; j < C; ++j) dxr[j] = T(rs * (g(j) - mean_g - xhat(j) * mean_gx));
+          };
+          w ? row.template operator()<true>() : row.template operator()<false>();
         }
       }
     });
