@@ -21,6 +21,7 @@ ShardLayout::ShardLayout(const std::vector<std::pair<std::string, Shape>>& param
     e.shard = (e.numel + world - 1) / world;
     e.offset = partition_numel;
     partition_numel += e.shard;
+    index_[e.name] = entries.size();
     entries.push_back(std::move(e));
   }
 }
@@ -29,6 +30,19 @@ int64_t ShardLayout::total_numel() const {
   int64_t n = 0;
   for (const auto& e : entries) n += e.numel;
   return n;
+}
+
+const ShardLayout::Entry* ShardLayout::find(const std::string& name) const {
+  auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &entries[it->second];
+}
+
+const ShardLayout::Entry* ShardLayout::owner_of(const std::string& key, bool* is_param) const {
+  const Entry* e = find(key);
+  if (is_param) *is_param = e != nullptr;
+  if (e) return e;
+  const size_t dot = key.rfind('.');
+  return dot == std::string::npos ? nullptr : find(key.substr(0, dot));
 }
 
 }  // namespace tessera::parallel

@@ -55,24 +55,13 @@ fs::path shard_path(const fs::path& dir, int rank, int world) {
   return f;
 }
 
-// The parameter a saved key belongs to: "<param>" (a master) or "<param>.<slot>".
-const ShardLayout::Entry* owner(const std::map<std::string, const ShardLayout::Entry*>& by_name,
-                                const std::string& key, bool& master, const fs::path& file) {
-  auto p = by_name.find(key);
-  master = p != by_name.end();
-  if (!master) {
-    const size_t dot = key.rfind('.');
-    if (dot != std::string::npos) p = by_name.find(key.substr(0, dot));
-    TS_CHECK(p != by_name.end(), "'", file.string(), "': tensor '", key,
-             "' belongs to no parameter in engine.json");
-  }
-  return p->second;
-}
-
-std::map<std::string, const ShardLayout::Entry*> entries_by_name(const ShardLayout& layout) {
-  std::map<std::string, const ShardLayout::Entry*> by_name;
-  for (const auto& e : layout.entries) by_name[e.name] = &e;
-  return by_name;
+// The parameter a saved key belongs to ("<param>" or "<param>.<slot>"), or an error naming
+// the file.
+const ShardLayout::Entry* owner(const ShardLayout& layout, const std::string& key, bool& master,
+                                const fs::path& file) {
+  const ShardLayout::Entry* e = layout.owner_of(key, &master);
+  TS_CHECK(e, "'", file.string(), "': tensor '", key, "' belongs to no parameter in engine.json");
+  return e;
 }
 
 }  // namespace
@@ -92,11 +81,10 @@ ConsolidatedState consolidate_zero_checkpoint(const std::string& tag_dir) {
   TS_CHECK(it != shards[0].end(), "'", (dir / zero_shard_file(0)).string(), "' has no 'step'");
   out.optimizer["step"] = it->second;
   // Every other key of rank 0's file names a parameter or "<parameter>.<slot>".
-  const auto by_name = entries_by_name(layout);
   for (const auto& [key, first] : shards[0]) {
     if (key == "step") continue;
     bool master = false;
-    const ShardLayout::Entry* e = owner(by_name, key, master, dir / zero_shard_file(0));
+    const ShardLayout::Entry* e = owner(layout, key, master, dir / zero_shard_file(0));
     Tensor full_padded = Tensor::empty({e->shard * out.world_size}, first.dtype());
     for (int r = 0; r < out.world_size; ++r) {
       auto s = shards[static_cast<size_t>(r)].find(key);
@@ -130,8 +118,6 @@ ConsolidatedState load_zero_partition(const std::string& tag_dir, const ShardLay
       it = files.emplace(q, io::SafetensorsFile(shard_path(dir, q, old.world).string())).first;
     return it->second;
   };
-  const auto old_by_name = entries_by_name(old);
-  const auto new_by_name = entries_by_name(layout);
   // Every shard file lists the same keys: take them from one this rank needs anyway (its
   // own when the sizes agree).
   const io::SafetensorsFile& index =
@@ -141,11 +127,11 @@ ConsolidatedState load_zero_partition(const std::string& tag_dir, const ShardLay
   for (const std::string& key : index.names()) {
     if (key == "step") continue;
     bool master = false;
-    const ShardLayout::Entry* e_old = owner(old_by_name, key, master, index.path());
-    auto it = new_by_name.find(e_old->name);
-    TS_CHECK(it != new_by_name.end(), "ZeRO checkpoint '", tag_dir, "': parameter '", e_old->name,
+    const ShardLayout::Entry* e_old = owner(old, key, master, index.path());
+    const ShardLayout::Entry* mine = layout.find(e_old->name);
+    TS_CHECK(mine, "ZeRO checkpoint '", tag_dir, "': parameter '", e_old->name,
              "' is not in this model");
-    const ShardLayout::Entry& e = *it->second;
+    const ShardLayout::Entry& e = *mine;
     TS_CHECK(e.numel == e_old->numel, "ZeRO checkpoint: '", e.name, "' has ", e_old->numel,
              " elements, the model's parameter ", e.numel);
     // This rank's elements [lo, hi) of the whole parameter, taken from the saved shards that

@@ -35,15 +35,14 @@ ZeroOptimizer::ZeroOptimizer(nn::Module& model, std::shared_ptr<ProcessGroup> gr
   TS_CHECK(!params_.empty(), "ZeRO: the model has no parameters");
   model_dtype_ = params_[0].second->dtype();
   device_ = params_[0].second->device();
-  const Device device = device_;
   // offload_optimizer: the float32 masters, their gradients and the optimizer state live on
   // the host and the update runs there; only parameters and gradients stay on the GPU.
   state_device_ = options.offload_optimizer ? Device::cpu() : device_;
   std::vector<std::pair<std::string, Shape>> shapes;
   for (auto& [name, t] : params_) {
-    TS_CHECK(t->dtype() == model_dtype_ && t->device() == device, "ZeRO: parameter '", name,
+    TS_CHECK(t->dtype() == model_dtype_ && t->device() == device_, "ZeRO: parameter '", name,
              "' is ", t->describe(), "; every parameter must be ", dtype_name(model_dtype_), " on ",
-             device.str());
+             device_.str());
     shapes.emplace_back(name, t->shape());
   }
   const int world = group_->size(), rank = group_->rank();
@@ -73,7 +72,7 @@ ZeroOptimizer::ZeroOptimizer(nn::Module& model, std::shared_ptr<ProcessGroup> gr
       partitioned_[i] = true;
       // The parameter becomes a view of a padded [world * shard] storage that is gathered
       // on use; autograd, hooks and the model keep the same tensor.
-      Tensor padded = Tensor::empty({e.shard * world}, model_dtype_, device);
+      Tensor padded = Tensor::empty({e.shard * world}, model_dtype_, device_);
       Tensor param = Tensor::make_view(padded, e.shape, contiguous_strides(e.shape), 0);
       param.requires_grad_(true);
       *params_[i].second = param;
@@ -83,7 +82,7 @@ ZeroOptimizer::ZeroOptimizer(nn::Module& model, std::shared_ptr<ProcessGroup> gr
     }
   }
 
-  grad_partition_ = zeros({P}, options.comm_dtype, device);
+  grad_partition_ = zeros({P}, options.comm_dtype, device_);
   GradBuckets::Options bo;
   bo.bucket_numel = options.reduce_bucket_size;
   bo.overlap = options.overlap_comm;
@@ -226,8 +225,6 @@ std::map<std::string, Tensor> ZeroOptimizer::shard_state() const {
 void ZeroOptimizer::load_full_state(const std::map<std::string, Tensor>& masters,
                                     const std::map<std::string, Tensor>& optimizer_state) {
   const int rank = group_->rank();
-  std::map<std::string, const ShardLayout::Entry*> by_name;
-  for (const auto& e : layout_.entries) by_name[e.name] = &e;
   std::map<std::string, Tensor> master_shards, state_shards;
   for (const auto& e : layout_.entries) {
     auto it = masters.find(e.name);
@@ -241,11 +238,11 @@ void ZeroOptimizer::load_full_state(const std::map<std::string, Tensor>& masters
       state_shards[k] = v;
       continue;
     }
-    const size_t dot = k.rfind('.');  // "<param>.<slot>"; slot names have no dot
-    auto e = dot == std::string::npos ? by_name.end() : by_name.find(k.substr(0, dot));
-    TS_CHECK(e != by_name.end(), "ZeRO checkpoint: optimizer state '", k,
+    bool is_param = false;  // optimizer keys are "<param>.<slot>", never a bare parameter
+    const ShardLayout::Entry* e = layout_.owner_of(k, &is_param);
+    TS_CHECK(e && !is_param, "ZeRO checkpoint: optimizer state '", k,
              "' belongs to no parameter of this model");
-    state_shards[k] = shard_of(v, *e->second, rank);
+    state_shards[k] = shard_of(v, *e, rank);
   }
   load_partition_state(master_shards, state_shards);
 }

@@ -123,6 +123,15 @@ TEST_CASE("shard layout pads every parameter to world equal shards") {
   CHECK(l.entries[0].valid(2) == 1);
   CHECK(l.entries[0].valid(3) == 0);
   CHECK(l.total_numel() == 11);
+  bool is_param = false;
+  CHECK(l.find("b") == &l.entries[1]);
+  CHECK(l.find("c") == nullptr);
+  CHECK(l.owner_of("a", &is_param) == &l.entries[0]);
+  CHECK(is_param);
+  CHECK(l.owner_of("b.exp_avg", &is_param) == &l.entries[1]);
+  CHECK_FALSE(is_param);
+  CHECK(l.owner_of("c.exp_avg") == nullptr);
+  CHECK(l.owner_of("exp_avg") == nullptr);
 }
 
 TEST_CASE("bucketed averaging gives every rank the mean gradient") {

@@ -3,6 +3,7 @@
 // a rank's partition is its shard of every parameter, one after another, in one flat buffer.
 // Layouts of different world sizes convert through the full tensors (checkpoint resharding).
 #pragma once
+#include <map>
 #include <string>
 #include <vector>
 
@@ -26,7 +27,14 @@ struct ShardLayout {
 
   ShardLayout() = default;
   ShardLayout(const std::vector<std::pair<std::string, Shape>>& params, int world_size);
-  int64_t total_numel() const;  // Ψ, without padding
+  int64_t total_numel() const;                       // Ψ, without padding
+  const Entry* find(const std::string& name) const;  // null when no parameter has that name
+  // The parameter a state key belongs to: the parameter itself ("<param>", *is_param set)
+  // or one of its optimizer slots ("<param>.<slot>"; slot names have no dot); null if none.
+  const Entry* owner_of(const std::string& key, bool* is_param = nullptr) const;
+
+ private:
+  std::map<std::string, size_t> index_;  // name -> position in entries
 };
 
 }  // namespace tessera::parallel
