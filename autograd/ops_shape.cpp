@@ -250,6 +250,19 @@ Tensor Tensor::clone() const {
   return outs[0];
 }
 
+Tensor Tensor::pin_memory() const {
+  TS_CHECK(device().is_cpu(), "pin_memory: ", describe(),
+           " is not in host memory; only host tensors can be pinned");
+  if (is_pinned()) return *this;
+  Tensor out = Tensor::empty_pinned(shape(), dtype());
+  const Tensor ins[1] = {*this};
+  Tensor outs1[1] = {out};
+  run_kernel(Kernel::copy, Device::cpu(), dtype(), ins, outs1);
+  std::vector<Tensor> outs{out};
+  record("PinMemoryBackward", {*this}, outs, [](const std::vector<Tensor>& g) { return g; });
+  return out;
+}
+
 Tensor cast(const Tensor& x, DType dtype) {
   if (x.dtype() == dtype) return x;
   std::vector<Tensor> outs{copy_to(x, dtype, x.device())};

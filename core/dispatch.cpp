@@ -90,7 +90,11 @@ void run_kernel(Kernel k, Device device, DType dtype, std::span<const Tensor> in
   };
   if (device.is_cuda()) cuda_set_current_device(device.index);
   for (const Tensor& t : inputs) fetch(t);
-  for (const Tensor& t : outputs) fetch(t);
+  for (const Tensor& t : outputs) {
+    fetch(t);
+    // A host->GPU copy from pinned memory may still be reading what this kernel overwrites.
+    if (device.is_cpu() && t.defined() && t.is_pinned()) t.storage()->wait_for_copies();
+  }
   struct Release {
     Storage** list;
     size_t& n;

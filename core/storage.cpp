@@ -11,6 +11,10 @@ std::array<Allocator*, kNumDeviceTypes>& allocators() {
   static std::array<Allocator*, kNumDeviceTypes> table{};
   return table;
 }
+PinnedAllocator*& pinned_slot() {
+  static PinnedAllocator* slot = nullptr;
+  return slot;
+}
 }  // namespace
 
 void register_allocator(DeviceType type, Allocator* allocator) {
@@ -24,13 +28,41 @@ Allocator& allocator_for(DeviceType type) {
   return *a;
 }
 
+void register_pinned_allocator(PinnedAllocator* allocator) {
+  pinned_slot() = allocator;
+}
+
+PinnedAllocator& pinned_allocator() {
+  TS_CHECK(pinned_slot() != nullptr,
+           "pinned host memory needs the CUDA backend, and this build has none");
+  return *pinned_slot();
+}
+
 Storage::Storage(size_t nbytes, Device device)
     : nbytes_(nbytes),
       device_(device),
       data_(allocator_for(device.type).allocate(nbytes, device)) {}
 
+Storage::Storage(size_t nbytes, PinnedTag)
+    : nbytes_(nbytes),
+      device_(Device::cpu()),
+      pinned_(true),
+      data_(pinned_allocator().allocate(nbytes, Device::cpu())) {}
+
+std::shared_ptr<Storage> Storage::pinned(size_t nbytes) {
+  return std::shared_ptr<Storage>(new Storage(nbytes, PinnedTag{}));
+}
+
+Allocator& Storage::allocator() const {
+  return pinned_ ? pinned_allocator() : allocator_for(device_.type);
+}
+
 void Storage::make_resident() {
-  if (!resident()) data_ = allocator_for(device_.type).allocate(nbytes_, device_);
+  if (!resident()) data_ = allocator().allocate(nbytes_, device_);
+}
+
+void Storage::wait_for_copies() const {
+  if (pinned_ && data_) pinned_allocator().wait_for_copies(data_.get());
 }
 
 void Storage::adopt(Storage& other) {

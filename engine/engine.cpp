@@ -175,6 +175,7 @@ void Engine::setup_parallel() {
   zo.param_persistence_threshold = c.zero.stage3_param_persistence_threshold;
   zo.prefetch_bucket_size = c.zero.stage3_prefetch_bucket_size;
   zo.offload_optimizer = c.zero.offload_optimizer_device == "cpu";
+  zo.pin_memory = zo.offload_optimizer && c.zero.offload_pin_memory;
   zero_ = std::make_unique<parallel::ZeroOptimizer>(
       model_, group_, zo,
       [&](std::vector<optim::ParamGroup> g) { return make_optimizer(config_, std::move(g)); },

@@ -272,8 +272,7 @@ TrainConfig TrainConfig::parse(const std::string& text, int64_t world, const std
                ": 'zero_optimization.offload_optimizer' needs ZeRO stage 1, 2 or 3 (the "
                "offloaded optimizer works on a rank's partition), but 'zero_optimization.stage' "
                "is 0");
-      bool pin = false;
-      off.get("pin_memory", pin);
+      off.get("pin_memory", c.zero.offload_pin_memory);
       off.warn_unknown();
     }
     z.get_min<int64_t>("reduce_bucket_size", c.zero.reduce_bucket_size, 1, ">= 1");

@@ -38,6 +38,7 @@ ZeroOptimizer::ZeroOptimizer(nn::Module& model, std::shared_ptr<ProcessGroup> gr
   // offload_optimizer: the float32 masters, their gradients and the optimizer state live on
   // the host and the update runs there; only parameters and gradients stay on the GPU.
   state_device_ = options.offload_optimizer ? Device::cpu() : device_;
+  pin_ = options.pin_memory && device_.is_cuda() && state_device_ != device_;
   std::vector<std::pair<std::string, Shape>> shapes;
   for (auto& [name, t] : params_) {
     TS_CHECK(t->dtype() == model_dtype_ && t->device() == device_, "ZeRO: parameter '", name,
@@ -108,6 +109,15 @@ ZeroOptimizer::ZeroOptimizer(nn::Module& model, std::shared_ptr<ProcessGroup> gr
   optimizer_ = make_optimizer(std::move(groups));
 }
 
+Tensor ZeroOptimizer::staged_for_device(const Tensor& host) const {
+  if (!pin_) return host.to(model_dtype_);
+  // Offloaded with pin_memory: cast straight into page-locked memory, so the copy to the
+  // GPU that follows runs at full bus speed without the host waiting for it.
+  Tensor staged = Tensor::empty_pinned(host.shape(), model_dtype_);
+  staged.copy_(host);
+  return staged;
+}
+
 ZeroOptimizer::~ZeroOptimizer() {
   if (!fetcher_) return;
   // Leave the model usable on its own: gather every parameter for good.
@@ -123,7 +133,12 @@ double ZeroOptimizer::prepare_master_grads(double scale) {
     master_grads_ = grad_partition_;
   } else {
     // Offloaded: the reduced partition crosses to the host in the communication dtype.
-    master_grads_ = grad_partition_.to(state_device_).to(DType::Float32);
+    Tensor host = grad_partition_;
+    if (pin_) {
+      host = Tensor::empty_pinned(grad_partition_.shape(), grad_partition_.dtype());
+      host.copy_(grad_partition_);
+    }
+    master_grads_ = host.to(state_device_).to(DType::Float32);
     if (scale != 1.0) master_grads_.mul_(scale);
   }
   for (auto& g : optimizer_->groups())
@@ -145,7 +160,8 @@ void ZeroOptimizer::publish() {
   NoGradGuard no_grad;
   const int world = group_->size();
   if (fetcher_) fetcher_->drain();
-  if (param_shards_.defined() && !param_shards_.same(master_)) param_shards_.copy_(master_);
+  if (param_shards_.defined() && !param_shards_.same(master_))
+    param_shards_.copy_(pin_ ? staged_for_device(master_) : master_);
   // Every whole-kept parameter's new values in one all-gather: this rank's shards side by
   // side (the partition itself when no parameter is partitioned), then each parameter is
   // cut out of the [world, packed] result.
@@ -160,7 +176,7 @@ void ZeroOptimizer::publish() {
       parts.push_back(master_.narrow(0, layout_.entries[i].offset, layout_.entries[i].shard));
     mine = cat(parts);
   }
-  if (model_dtype_ != DType::Float32) mine = mine.to(model_dtype_);
+  mine = staged_for_device(mine);
   const int64_t packed = mine.numel();
   Tensor gathered = Tensor::empty({packed * world}, model_dtype_, device_);
   group_->all_gather(gathered, mine.to(device_).contiguous());

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/pinned_allocator.h"
 #include "backends/cuda/stream.h"
 #include "tessera/cuda.h"
 #include "tessera/storage.h"
@@ -163,6 +164,7 @@ void cuda_reset_peak_memory_stats(int device) {
 }
 void cuda_empty_cache() {
   cuda::CachingAllocator::instance().empty_cache();
+  cuda::empty_pinned_cache();
 }
 
 }  // namespace tessera

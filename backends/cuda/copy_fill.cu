@@ -1,6 +1,7 @@
 // copy (any strides, any dtype pair, host<->device), fill, arange and the Philox random
 // fills, which draw the same numbers as the CPU for the same (seed, offset).
 #include "backends/cuda/elementwise.cuh"
+#include "backends/cuda/pinned_allocator.h"
 #include "core/philox.h"
 
 namespace tessera::cuda {
@@ -148,16 +149,25 @@ void copy_kernel(const KernelCall& c) {
     return device_copy(staged, dst);
   }
   if (dst.device().is_cuda()) {  // host -> device
-    const Tensor h = host_contiguous(src, dst.dtype());
     Tensor target =
         dst.is_contiguous() ? dst : Tensor::empty(dst.shape(), dst.dtype(), dst.device());
-    // From pageable memory the call returns once the bytes are staged, so `h` may go.
-    TS_CUDA_CHECK(cudaMemcpyAsync(target.data_ptr(), h.data_ptr(), h.nbytes(),
-                                  cudaMemcpyHostToDevice, stream_of(dst)));
+    if (src.is_pinned() && src.is_contiguous() && src.dtype() == dst.dtype()) {
+      // The GPU reads pinned bytes after the call returns: the recorded event holds back
+      // host writes to them and reuse of the block until it has.
+      TS_CUDA_CHECK(cudaMemcpyAsync(target.data_ptr(), src.data_ptr(), src.nbytes(),
+                                    cudaMemcpyHostToDevice, stream_of(dst)));
+      record_pinned_copy(src, stream_of(dst));
+    } else {
+      const Tensor h = host_contiguous(src, dst.dtype());
+      // From pageable memory the call returns once the bytes are staged, so `h` may go.
+      TS_CUDA_CHECK(cudaMemcpyAsync(target.data_ptr(), h.data_ptr(), h.nbytes(),
+                                    cudaMemcpyHostToDevice, stream_of(dst)));
+    }
     if (!dst.is_contiguous()) device_copy(target, dst);
     return;
   }
-  // device -> host
+  // device -> host (into pinned memory at full bus speed; either way the host waits)
+  if (dst.is_pinned()) dst.storage()->wait_for_copies();
   const Tensor s = src.is_contiguous() ? src : src.contiguous();
   const bool direct = dst.is_contiguous() && dst.dtype() == s.dtype();
   Tensor h = direct ? dst : Tensor::empty(dst.shape(), s.dtype(), Device::cpu());

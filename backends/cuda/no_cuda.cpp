@@ -26,6 +26,9 @@ CudaMemoryStats cuda_memory_stats(int) {
 }
 void cuda_reset_peak_memory_stats(int) {}
 void cuda_empty_cache() {}
+CudaPinnedMemoryStats cuda_pinned_memory_stats() {
+  return {};
+}
 void cuda_set_allow_tf32(bool) {}
 bool cuda_allow_tf32() {
   return false;

@@ -30,7 +30,15 @@ struct CudaMemoryStats {
 };
 CudaMemoryStats cuda_memory_stats(int device = 0);
 void cuda_reset_peak_memory_stats(int device = 0);
-void cuda_empty_cache();  // returns cached free blocks to the driver
+void cuda_empty_cache();  // returns cached free blocks (device and pinned host) to the driver
+
+// Pinned (page-locked) host memory held by Tensor::pin_memory/empty_pinned, in bytes.
+struct CudaPinnedMemoryStats {
+  int64_t allocated = 0, reserved = 0, peak_allocated = 0;
+  int64_t host_allocations = 0;  // cudaHostAlloc calls so far
+  int64_t cache_hits = 0;
+};
+CudaPinnedMemoryStats cuda_pinned_memory_stats();
 
 // float32 matmuls on tensor cores in TF32 (10-bit mantissa): off unless asked for, as in
 // torch.backends.cuda.matmul.allow_tf32; TESSERA_ALLOW_TF32=1 also turns it on.

@@ -20,6 +20,17 @@ class Allocator {
 void register_allocator(DeviceType type, Allocator* allocator);
 Allocator& allocator_for(DeviceType type);
 
+// Page-locked ("pinned") host memory, which the GPU reads and writes directly, so host<->GPU
+// copies run at full bus speed and a host->GPU copy returns before it is done. The CUDA
+// backend provides it. Because such a copy may still be reading a block after the call
+// returned, the dispatcher calls wait_for_copies before a CPU kernel writes pinned memory.
+class PinnedAllocator : public Allocator {
+ public:
+  virtual void wait_for_copies(const void* base) = 0;
+};
+void register_pinned_allocator(PinnedAllocator* allocator);
+PinnedAllocator& pinned_allocator();  // fails, saying why, where there is none
+
 class Storage;
 
 // ZeRO-3 keeps only a shard of each parameter on a rank: the parameter's storage is released
@@ -35,6 +46,8 @@ class StorageFetcher {
 class Storage {
  public:
   Storage(size_t nbytes, Device device);
+  // Host bytes from the pinned allocator (device must be the CPU).
+  static std::shared_ptr<Storage> pinned(size_t nbytes);
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
 
@@ -53,6 +66,9 @@ class Storage {
   StorageFetcher* fetcher() const { return fetcher_.get(); }
   void set_fetcher(std::shared_ptr<StorageFetcher> f) { fetcher_ = std::move(f); }
   Device device() const { return device_; }
+  bool is_pinned() const { return pinned_; }
+  // Blocks until no asynchronous copy still reads these (pinned) bytes; a no-op otherwise.
+  void wait_for_copies() const;
 
   // Bumped by every in-place write; autograd compares it with the value seen when it
   // saved a tensor, so a tensor modified after being saved is an error at backward time.
@@ -60,8 +76,13 @@ class Storage {
   void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
 
  private:
+  struct PinnedTag {};
+  Storage(size_t nbytes, PinnedTag);
+  Allocator& allocator() const;
+
   size_t nbytes_;
   Device device_;
+  bool pinned_ = false;
   DataPtr data_;
   std::shared_ptr<StorageFetcher> fetcher_;
   std::atomic<uint64_t> version_{0};

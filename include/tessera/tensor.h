@@ -38,6 +38,8 @@ class Tensor {
   // Uninitialised contiguous memory.
   static Tensor empty(const Shape& shape, DType dtype = DType::Float32,
                       Device device = Device::cpu());
+  // Uninitialised contiguous host memory that is page-locked (see pin_memory).
+  static Tensor empty_pinned(const Shape& shape, DType dtype = DType::Float32);
   // A view sharing `base`'s storage with the given geometry (no autograd recording).
   static Tensor make_view(const Tensor& base, Shape shape, Shape strides, int64_t offset);
 
@@ -57,6 +59,7 @@ class Tensor {
   DType dtype() const { return checked().dtype; }
   Device device() const { return checked().storage->device(); }
   bool is_contiguous() const;
+  bool is_pinned() const { return storage()->is_pinned(); }
   const std::shared_ptr<Storage>& storage() const { return checked().storage; }
   uint64_t version() const { return storage()->version(); }
   void bump_version() const { storage()->bump_version(); }
@@ -91,6 +94,10 @@ class Tensor {
   Tensor clone() const;
   Tensor to(DType dtype) const;
   Tensor to(Device device) const;
+  // A contiguous copy in page-locked host memory (this tensor when it already is pinned), as
+  // torch.Tensor.pin_memory: copies from it to a GPU run at full bus speed and return before
+  // they finish. Needs the CUDA backend and a GPU.
+  Tensor pin_memory() const;
 
   // ---- autograd ----
   bool requires_grad() const;

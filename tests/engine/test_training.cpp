@@ -240,6 +240,20 @@ TEST_CASE("bad configs stop with a message naming the key, the value and what is
   CHECK(io::TrainConfig::parse(
             R"({"train_micro_batch_size_per_gpu": 3, "gradient_accumulation_steps": 2})", 2)
             .train_batch_size == 12);
+  // offload_optimizer.pin_memory: off by default, as in DeepSpeed; read when given.
+  const char* offload = R"({"train_batch_size": 8, "zero_optimization": {"stage": 2,
+      "offload_optimizer": {"device": "cpu"%s}}})";
+  auto with = [&](const char* extra) {
+    char text[256];
+    std::snprintf(text, sizeof text, offload, extra);
+    return io::TrainConfig::parse(text).zero;
+  };
+  CHECK_FALSE(with("").offload_pin_memory);
+  CHECK(with(R"(, "pin_memory": true)").offload_pin_memory);
+  CHECK(with(R"(, "pin_memory": true)").offload_optimizer_device == "cpu");
+  CHECK(err(R"({"train_batch_size": 8, "zero_optimization": {"stage": 1,
+      "offload_optimizer": {"device": "cpu", "pin_memory": 3}}})")
+            .find("pin_memory") != std::string::npos);
   // Unknown keys warn by name and nothing stops.
   const auto w = io::TrainConfig::parse(
       R"({"train_batch_size": 8, "optimizer": {"params": {"lr": 1, "foo": 2}}, "bar": 1})");

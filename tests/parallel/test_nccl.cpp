@@ -147,6 +147,7 @@ TEST_CASE("NCCL: the engine's DP, ZeRO 1-3 and ZeRO-Offload on GPUs follow one C
   struct Variant {
     int stage;
     bool offload, bf16;
+    bool pin = false;  // offload_optimizer.pin_memory
   };
   auto train = [&](Variant v, Device device, std::shared_ptr<ProcessGroup> group) {
     manual_seed(3);
@@ -158,7 +159,9 @@ TEST_CASE("NCCL: the engine's DP, ZeRO 1-3 and ZeRO-Offload on GPUs follow one C
     const int ranks = group->size();
     std::string zero = R"("stage": )" + std::to_string(v.stage) +
                        R"(, "stage3_param_persistence_threshold": 0, "reduce_bucket_size": 3000)";
-    if (v.offload) zero += R"(, "offload_optimizer": {"device": "cpu"})";
+    if (v.offload)
+      zero += std::string(R"(, "offload_optimizer": {"device": "cpu", "pin_memory": )") +
+              (v.pin ? "true" : "false") + "}";
     std::string cfg = R"({"train_batch_size": )" + std::to_string(2 * n) +
                       R"(, "gradient_clipping": 1.0,
       "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.1}},
@@ -183,14 +186,21 @@ TEST_CASE("NCCL: the engine's DP, ZeRO 1-3 and ZeRO-Offload on GPUs follow one C
   const std::vector<double> cpu = train({0, false, false}, Device::cpu(), make_local_group());
   for (Variant v : {Variant{0, false, false}, Variant{1, false, false}, Variant{2, false, false},
                     Variant{3, false, false}, Variant{2, true, false}, Variant{3, true, false},
-                    Variant{2, true, true}, Variant{3, false, true}}) {
+                    Variant{2, true, true}, Variant{3, false, true}, Variant{2, true, false, true},
+                    Variant{3, true, true, true}}) {
     const std::vector<double> gpu = train(v, my_gpu(), w);
+    if (v.pin) {  // pinned staging moves the same bytes: the run is bit-identical to pageable
+      Variant pageable = v;
+      pageable.pin = false;
+      CHECK(gpu == train(pageable, my_gpu(), w));
+    }
     double worst = 0;
     for (size_t i = 0; i < cpu.size(); ++i)
       worst = std::max(worst, std::abs(gpu[i] - cpu[i]) / std::abs(cpu[i]));
     const std::string name = "ZeRO stage " + std::to_string(v.stage) +
-                             (v.offload ? " + offload" : "") + (v.bf16 ? ", bf16" : "") +
-                             " over NCCL on " + std::to_string(n) + " GPU(s)";
+                             (v.offload ? " + offload" : "") + (v.pin ? " (pinned)" : "") +
+                             (v.bf16 ? ", bf16" : "") + " over NCCL on " + std::to_string(n) +
+                             " GPU(s)";
     INFO(name);
     CHECK(worst < (v.bf16 ? 3e-2 : 1e-4));  // bf16: as the single-GPU bf16 test
     MESSAGE(name << ": worst relative loss difference " << worst << " vs one CPU process");

@@ -22,7 +22,7 @@ python3 - "$fixtures/train_dist.json" "$work" <<'PY'
 import json, sys
 base = json.load(open(sys.argv[1])); work = sys.argv[2]
 variants = {"dp": {"stage": 0}, "z1": {"stage": 1}, "z2": {"stage": 2}, "z3": {"stage": 3},
-            "z2off": {"stage": 2, "offload_optimizer": {"device": "cpu"}}, "dpdrop": {"stage": 0},
+            "z2off": {"stage": 2, "offload_optimizer": {"device": "cpu", "pin_memory": True}}, "dpdrop": {"stage": 0},
             "bert": {"stage": 0}}
 for name, z in variants.items():
     c = json.loads(json.dumps(base))

@@ -48,6 +48,7 @@ struct TrainConfig {
   struct Zero {  // parsed and validated here; carried out by the distributed engine
     int64_t stage = 0;
     std::string offload_optimizer_device = "none";
+    bool offload_pin_memory = false;  // DeepSpeed's default
     int64_t reduce_bucket_size = 500000000;
     bool overlap_comm = true;  // DeepSpeed's default is false except at stage 3; ours overlaps
     bool contiguous_gradients = true;

@@ -38,6 +38,7 @@ struct ZeroOptions {
   int64_t param_persistence_threshold = 100000;
   int64_t prefetch_bucket_size = 50000000;  // elements gathered ahead of use; 0: none
   bool offload_optimizer = false;           // masters and optimizer state on the host (GPU models)
+  bool pin_memory = false;  // offloaded GPU models: stage host<->GPU transfers in pinned memory
 };
 
 // Stage-3 parameter gathers of training passes so far, and how many of them were started
@@ -102,10 +103,14 @@ class ZeroOptimizer {
                             const std::map<std::string, Tensor>& optimizer_state);
 
  private:
+  // `host` (float32 masters) in the model dtype, ready to go to the GPU.
+  Tensor staged_for_device(const Tensor& host) const;
+
   std::shared_ptr<ProcessGroup> group_;
   ZeroOptions options_;
   Device device_ = Device::cpu();        // the model's parameters and gradients
   Device state_device_ = Device::cpu();  // masters and optimizer state
+  bool pin_ = false;                     // offloaded transfers staged in pinned host memory
   ShardLayout layout_;
   std::vector<std::pair<std::string, Tensor*>> params_;
   std::vector<bool> partitioned_;  // stage 3 and above the persistence threshold
