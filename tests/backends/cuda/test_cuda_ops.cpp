@@ -105,6 +105,26 @@ TEST_CASE("cuda ops at scale: reductions over many chunks") {
   }
   const Tensor x = normal({4, 90000}, 6);
   CHECK(argmax(x.to(Device::cuda(0)), 1).to_int_vector() == argmax(x, 1).to_int_vector());
+  // Rows of 16 chunks or more are combined by a block per row instead of a thread per row.
+  for (DType dt : kDTypes) {
+    compare(
+        "sum of 2^20 + 7", [](const auto& x) { return sum(x[0]); }, {normal({1048583}, 8)}, dt);
+    compare(
+        "var of [3, 600001]", [](const auto& x) { return var(x[0], {1}, 1); },
+        {normal({3, 600001}, 9)}, dt);
+    compare(
+        "norm of [2, 524288]", [](const auto& x) { return norm(x[0], {1}); },
+        {normal({2, 524288}, 10)}, dt);
+    compare(
+        "amin of [2, 700000]", [](const auto& x) { return amin(x[0], {1}); },
+        {normal({2, 700000}, 11)}, dt);
+  }
+  Tensor wide = normal({3, 1000000}, 12);
+  wide.narrow(1, 999990, 1).fill_(50.0);  // the maximum sits in the last chunk of each row
+  CHECK(argmax(wide.to(Device::cuda(0)), 1).to_int_vector() ==
+        std::vector<int64_t>{999990, 999990, 999990});
+  const Tensor big = normal({1 << 22}, 13).to(DType::Float32).to(Device::cuda(0));
+  CHECK(sum(big).item() == sum(big).item());  // a fixed order: the same bits every time
 }
 
 TEST_CASE("cuda ops at scale: softmax, layer_norm, cross_entropy over wide rows") {
