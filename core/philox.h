@@ -37,6 +37,19 @@ TS_HOST_DEVICE inline Words draw(uint64_t seed, uint64_t index) {
                   static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
 }
 
+// Dropout's stream packs four numbers in one draw (the draw is the costly part): index q
+// takes word q % 4 of draw q / 4, counted in a separate counter space (third counter word 1)
+// so these draws never repeat the one-number-per-index streams' draws.
+TS_HOST_DEVICE inline Words draw_packed(uint64_t seed, uint64_t q) {
+  const uint64_t group = q >> 2;
+  return rounds10({{static_cast<uint32_t>(group), static_cast<uint32_t>(group >> 32), 1u, 0}},
+                  static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
+}
+// Uniform in [0, 1) for index q from its packed draw `r` (draw_packed(seed, q)).
+TS_HOST_DEVICE inline float packed_uniform(const Words& r, uint64_t q) {
+  return static_cast<float>(r.w[q & 3] >> 8) * (1.0f / 16777216.0f);
+}
+
 // Uniform in [0, 1) from the top 24 bits of the first word.
 TS_HOST_DEVICE inline float uniform(uint64_t seed, uint64_t index) {
   return static_cast<float>(draw(seed, index).w[0] >> 8) * (1.0f / 16777216.0f);

@@ -15,6 +15,9 @@ std::array<uint32_t, 4> philox4x32_10(std::array<uint32_t, 4> c, std::array<uint
 float philox_uniform(uint64_t seed, uint64_t index) {
   return philox::uniform(seed, index);
 }
+float philox_packed_uniform(uint64_t seed, uint64_t index) {
+  return philox::packed_uniform(philox::draw_packed(seed, index), index);
+}
 double philox_uniform_f64(uint64_t seed, uint64_t index) {
   return philox::uniform_f64(seed, index);
 }

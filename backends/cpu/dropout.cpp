@@ -1,9 +1,10 @@
-// dropout: y = x * keep / (1 - p) with keep = philox_uniform(seed, offset + i) >= p.
-// Backward is the same kernel applied to the gradient with the same (seed, offset), so no
-// mask is stored. inputs: x (contiguous); attrs: scalar = p, seed, offset.
+// dropout: y = x * keep / (1 - p) with keep = philox_packed_uniform(seed, offset + i) >= p
+// (four elements per Philox draw). Backward is the same kernel applied to the gradient with
+// the same (seed, offset), so no mask is stored. inputs: x (contiguous); attrs: scalar = p,
+// seed, offset.
 #include "backends/cpu/cpu_types.h"
 #include "backends/cpu/parallel.h"
-#include "tessera/rng.h"
+#include "core/philox.h"
 
 namespace tessera::cpu {
 namespace {
@@ -18,8 +19,11 @@ struct Dropout {
     const A scale = p < 1.0f ? A(1) / (A(1) - A(p)) : A(0);
     const uint64_t seed = c.attrs.seed, offset = c.attrs.offset;
     parallel_for(c.outputs[0].numel(), 1 << 14, [&](int64_t b, int64_t e) {
+      philox::Words r{};
       for (int64_t i = b; i < e; ++i) {
-        const bool keep = philox_uniform(seed, offset + static_cast<uint64_t>(i)) >= p;
+        const uint64_t q = offset + static_cast<uint64_t>(i);
+        if (i == b || (q & 3) == 0) r = philox::draw_packed(seed, q);
+        const bool keep = philox::packed_uniform(r, q) >= p;
         y[i] = T(keep ? A(load(x[i])) * scale : A(0));
       }
     });

@@ -14,6 +14,9 @@ float philox_uniform(uint64_t seed, uint64_t index);
 float philox_normal(uint64_t seed, uint64_t index);
 double philox_uniform_f64(uint64_t seed, uint64_t index);
 double philox_normal_f64(uint64_t seed, uint64_t index);
+// Dropout's stream: four numbers per Philox draw (word index % 4 of draw index / 4, in a
+// counter space of its own). dropout keeps element i when this, at offset + i, is >= p.
+float philox_packed_uniform(uint64_t seed, uint64_t index);
 
 struct GeneratorState {
   uint64_t seed = 0;

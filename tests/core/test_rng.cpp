@@ -53,3 +53,30 @@ TEST_CASE("manual_seed resets the default generator") {
   manual_seed(123);
   CHECK(randn({8}).to_vector() == a);
 }
+
+TEST_CASE("dropout's stream: word q % 4 of Philox draw q / 4 in counter space 1") {
+  const uint64_t seed = 0x123456789abcdefull;
+  Generator gen(seed);
+  gen.reserve(3);  // an offset that is not a multiple of 4
+  const double p = 0.3;
+  const int64_t n = 1001;
+  const auto y = dropout(ones({n}), p, true, &gen).to_vector();
+  int64_t dropped = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const uint64_t q = 3 + static_cast<uint64_t>(i), group = q / 4;
+    const auto words =
+        philox4x32_10({static_cast<uint32_t>(group), static_cast<uint32_t>(group >> 32), 1, 0},
+                      {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)});
+    const float u = static_cast<float>(words[q % 4] >> 8) / 16777216.0f;
+    CHECK(u == philox_packed_uniform(seed, q));
+    const double want = u >= p ? 1.0 / (1.0 - p) : 0.0;
+    CHECK(std::fabs(y[i] - want) < 1e-6);
+    dropped += y[i] == 0.0;
+  }
+  CHECK(std::fabs(dropped / static_cast<double>(n) - p) < 0.05);
+  // Its own counter space: the packed numbers are not the per-element streams' numbers.
+  int64_t same = 0;
+  for (uint64_t k = 0; k < 1000; ++k)
+    same += philox_packed_uniform(seed, 4 * k) == philox_uniform(seed, k);
+  CHECK(same == 0);
+}

@@ -86,3 +86,21 @@ TEST_CASE("cuda: random draws equal the CPU's for the same seed") {
   CHECK(rand({777}, DType::Float32, Device::cpu(), &g3).to_vector() ==
         rand({777}, DType::Float32, Device::cuda(0), &g4).to_vector());
 }
+
+TEST_CASE("cuda: dropout masks equal the CPU's, for any offset, size and dtype") {
+  REQUIRE_GPU_OR_SKIP();
+  for (DType dt : {DType::Float32, DType::BFloat16, DType::Float16, DType::Float64}) {
+    for (uint64_t skip : {0, 1, 2, 3}) {  // aligned and unaligned stream offsets
+      for (int64_t n : {1, 5, 4096, 100003}) {
+        INFO(dtype_name(dt), " offset ", skip, " n ", n);
+        const Tensor x = (randn({n}) + 3.0).to(dt);  // never 0, so 0 means dropped
+        Generator g1(77), g2(77);
+        g1.reserve(skip), g2.reserve(skip);
+        const Tensor cpu = dropout(x, 0.4, true, &g1);
+        const Tensor gpu = dropout(x.to(Device::cuda(0)), 0.4, true, &g2);
+        CHECK(gpu.to(Device::cpu()).to_vector() == cpu.to_vector());
+        CHECK(g1.state().offset == g2.state().offset);
+      }
+    }
+  }
+}
