@@ -6,6 +6,7 @@
 //          (optional). dweight/dbias: each block of kRowsPerBlock rows writes its own partial
 //          row, then one thread per column sums the partials in order (deterministic).
 #include "backends/cuda/kernel_util.cuh"
+#include "backends/cuda/layer_norm_vector.cuh"
 
 namespace tessera::cuda {
 namespace {
@@ -75,25 +76,27 @@ __global__ void layer_norm_backward_kernel(const T* dy, const T* x, const comput
   }
 }
 
-// Column sums of a [rows, C] partial table: a block per 32 columns, warp w summing rows
-// w, w + 8, ... in order, then the 8 warp sums in warp order (a fixed order: deterministic).
-template <class T>
-__global__ void sum_partials_kernel(const compute_t<T>* part, int64_t rows, int64_t C, T* out) {
-  using A = compute_t<T>;
+// Column sums of a [rows, C] partial table: a block per 32 columns and segment of seg_rows
+// rows (blockIdx.y), warp w summing the segment's rows w, w + 8, ... in order, then the 8
+// warp sums in warp order (a fixed order: deterministic); out row blockIdx.y.
+template <class A, class O>
+__global__ void sum_partials_kernel(const A* part, int64_t rows, int64_t C, int64_t seg_rows,
+                                    O* out) {
   __shared__ A sums[8][32];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t j = blockIdx.x * int64_t{32} + lane;
+  const int64_t first = blockIdx.y * seg_rows, last = min(rows, first + seg_rows);
   A s = 0;
   if (j < C) {
 #pragma unroll 8
-    for (int64_t r = warp; r < rows; r += 8) s += part[r * C + j];
+    for (int64_t r = first + warp; r < last; r += 8) s += part[r * C + j];
   }
   sums[warp][lane] = s;
   __syncthreads();
   if (warp == 0 && j < C) {
     A t = sums[0][lane];
     for (int k = 1; k < 8; ++k) t += sums[k][lane];
-    out[j] = convert<T>(t);
+    out[blockIdx.y * C + j] = convert<O>(t);
   }
 }
 
@@ -201,6 +204,23 @@ struct LayerNorm {
     const Tensor& x = c.inputs[0];
     const int64_t N = x.shape()[0], C = x.shape()[1];
     if (N == 0) return;
+    const int vec = vec_packs_per_lane<T>(C, false);
+    if (vec && C % pack_elems<T>() == 0 && aligned16(x.data_ptr()) &&
+        aligned16(c.outputs[0].data_ptr()) &&
+        (!c.inputs[1].defined() || aligned16(c.inputs[1].data_ptr())) &&
+        (!c.inputs[2].defined() || aligned16(c.inputs[2].data_ptr()))) {
+      const auto blocks = static_cast<unsigned>((N + kVecWarpsPerBlock - 1) / kVecWarpsPerBlock);
+      with_packs<8>(vec, [&](auto k) {
+        layer_norm_vec_kernel<T, decltype(k)::value>
+            <<<blocks, kVecWarpsPerBlock * 32, 0, stream_of(x)>>>(
+                static_cast<const T*>(x.data_ptr()), optional_ptr<T>(c.inputs[1]),
+                optional_ptr<T>(c.inputs[2]), static_cast<T*>(c.outputs[0].data_ptr()),
+                static_cast<A*>(c.outputs[1].data_ptr()), static_cast<A*>(c.outputs[2].data_ptr()),
+                N, C, static_cast<A>(c.attrs.scalar));
+      });
+      TS_CUDA_LAUNCH_CHECK("layer_norm");
+      return;
+    }
     if (C * static_cast<int64_t>(sizeof(A)) * kWarpsPerBlock <= kWarpSmemMax) {
       const auto blocks = static_cast<unsigned>((N + kWarpsPerBlock - 1) / kWarpsPerBlock);
       const size_t smem = kWarpsPerBlock * C * sizeof(A);
@@ -251,18 +271,44 @@ struct LayerNormBackward {
     T* dx = static_cast<T*>(c.outputs[0].data_ptr());
     A* part_dw = want_dw ? static_cast<A*>(pdw.data_ptr()) : nullptr;
     A* part_db = want_db ? static_cast<A*>(pdb.data_ptr()) : nullptr;
-    if (per_warp) {
+    const T* w = optional_ptr<T>(c.inputs[4]);
+    const int vec = vec_packs_per_lane<T>(C, true);
+    if (per_warp && vec && C % pack_elems<T>() == 0 && aligned16(dy) && aligned16(px) &&
+        aligned16(dx) && (!w || aligned16(w))) {
+      const auto grid =
+          static_cast<unsigned>((partials + kVecBackwardWarps - 1) / kVecBackwardWarps);
+      with_packs<32 / pack_elems<T>()>(vec, [&](auto k) {
+        layer_norm_backward_vec_kernel<T, decltype(k)::value>
+            <<<grid, kVecBackwardWarps * 32, 0, stream>>>(dy, px, mean, rstd, w, dx, part_dw,
+                                                          part_db, N, C, kRowsPerWarp);
+      });
+    } else if (per_warp) {
       const auto grid = static_cast<unsigned>((partials + kWarpsPerBlock - 1) / kWarpsPerBlock);
       layer_norm_backward_warp_kernel<T><<<grid, kWarpsPerBlock * 32, 0, stream>>>(
-          dy, px, mean, rstd, optional_ptr<T>(c.inputs[4]), dx, part_dw, part_db, N, C);
+          dy, px, mean, rstd, w, dx, part_dw, part_db, N, C);
     } else {
       layer_norm_backward_kernel<T><<<static_cast<unsigned>(partials), kThreads, 0, stream>>>(
-          dy, px, mean, rstd, optional_ptr<T>(c.inputs[4]), dx, part_dw, part_db, N, C);
+          dy, px, mean, rstd, w, dx, part_dw, part_db, N, C);
     }
     TS_CUDA_LAUNCH_CHECK("layer_norm_backward");
+    // Many partial rows: first sums of segments of them (more blocks at work), then the
+    // segments' sums in order; both orders are fixed.
+    const int64_t segments = std::min<int64_t>(32, (partials + 63) / 64);
+    const int64_t seg_rows = (partials + segments - 1) / segments;
+    Tensor level2 = segments > 1
+                        ? scratch(segments * C * static_cast<int64_t>(sizeof(A)), x.device())
+                        : Tensor();
     auto column_sums = [&](const A* part, Tensor& out) {
-      sum_partials_kernel<T><<<column_blocks(C), 256, 0, stream>>>(part, partials, C,
-                                                                   static_cast<T*>(out.data_ptr()));
+      T* o = static_cast<T*>(out.data_ptr());
+      if (segments == 1) {
+        sum_partials_kernel<<<column_blocks(C), 256, 0, stream>>>(part, partials, C, partials, o);
+        return;
+      }
+      A* mid = static_cast<A*>(level2.data_ptr());
+      sum_partials_kernel<<<dim3(column_blocks(C), static_cast<unsigned>(segments)), 256, 0,
+                            stream>>>(part, partials, C, seg_rows, mid);
+      sum_partials_kernel<<<column_blocks(C), 256, 0, stream>>>(static_cast<const A*>(mid),
+                                                                segments, C, segments, o);
     };
     if (want_dw) column_sums(part_dw, c.outputs[1]);
     if (want_db) column_sums(part_db, c.outputs[2]);

@@ -145,6 +145,33 @@ TEST_CASE("cuda ops at scale: softmax, layer_norm, cross_entropy over wide rows"
   }
 }
 
+TEST_CASE("cuda ops at scale: layer_norm's register path and its fallbacks") {
+  REQUIRE_GPU_OR_SKIP();
+  // Widths: one pack per lane or less (64, 40), a GPT-2 row (768: 3 bf16 / 6 float32 packs per
+  // lane), the widest register rows (1024 backward, 2048 forward), and widths that take the
+  // generic kernels (770: not whole packs; 3000: too wide). 4099 rows: the dweight/dbias
+  // partials are summed in segments; an odd row count leaves the last warp short.
+  for (DType dt : kDTypes) {
+    for (int64_t C : {40, 64, 768, 1024, 2048, 770, 3000}) {
+      const int64_t N = C <= 1024 ? 4099 : 515;
+      compare(
+          "layer_norm [" + std::to_string(N) + ", " + std::to_string(C) + "] affine",
+          [C](const auto& x) { return layer_norm(x[0], {C}, x[1], x[2]); },
+          {normal({N, C}, 20), normal({C}, 21), normal({C}, 22)}, dt);
+      compare(
+          "layer_norm [" + std::to_string(N) + ", " + std::to_string(C) + "] no weight or bias",
+          [C](const auto& x) { return layer_norm(x[0], {C}); }, {normal({N, C}, 23)}, dt);
+    }
+    // Rows starting one element past a 16-byte boundary take the generic kernels.
+    compare(
+        "layer_norm of a view one element in",
+        [](const auto& x) {
+          return layer_norm(x[0].narrow(0, 1, 300 * 768).view({300, 768}), {768}, x[1], x[2]);
+        },
+        {normal({300 * 768 + 1}, 24), normal({768}, 25), normal({768}, 26)}, dt);
+  }
+}
+
 TEST_CASE("cuda ops at scale: embedding backward with repeated indices is exact and stable") {
   REQUIRE_GPU_OR_SKIP();
   for (DType dt : kDTypes)
