@@ -145,6 +145,27 @@ TEST_CASE("cuda ops at scale: softmax, layer_norm, cross_entropy over wide rows"
   }
 }
 
+TEST_CASE("cuda ops at scale: cross_entropy with -inf and NaN logits behaves as on the CPU") {
+  REQUIRE_GPU_OR_SKIP();
+  for (DType dt : {DType::Float32, DType::BFloat16}) {
+    // Whole 16-byte packs of -inf (a masked vocabulary) and a finite target: finite loss.
+    Tensor logits = normal({3, 4099}, 30);
+    logits.narrow(1, 0, 2048).fill_(-INFINITY);
+    const Tensor targets = from_vector(std::vector<int64_t>{3000, 4098, 2500}, {3});
+    compare(
+        "cross_entropy with -inf packs", [](const auto& x) { return cross_entropy(x[0], x[1]); },
+        {logits, targets}, dt);
+    // One NaN logit makes that row's loss, and so the mean, NaN on both devices.
+    Tensor with_nan = normal({3, 4099}, 31);
+    with_nan.narrow(1, 17, 1).narrow(0, 1, 1).fill_(NAN);
+    const double cpu = cross_entropy(with_nan.to(dt), targets).item();
+    const double gpu =
+        cross_entropy(with_nan.to(dt).to(Device::cuda(0)), targets.to(Device::cuda(0))).item();
+    CHECK(std::isnan(cpu));
+    CHECK(std::isnan(gpu));
+  }
+}
+
 TEST_CASE("cuda ops at scale: layer_norm's register path and its fallbacks") {
   REQUIRE_GPU_OR_SKIP();
   // Widths: one pack per lane or less (64, 40), a GPT-2 row (768: 3 bf16 / 6 float32 packs per
