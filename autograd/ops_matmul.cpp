@@ -89,11 +89,11 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   const DType dt = x.dtype();
   const Tensor x2 = untracked(x).reshape({1, M, K});
   const Tensor w = untracked(weight);
-  Tensor y = detail::run1(Kernel::matmul, {x2, w.t().unsqueeze(0)}, {1, M, N}, dt, dt);
-  if (bias.defined()) {
-    NoGradGuard no_grad;
-    y = add(y, untracked(bias));
-  }
+  // The bias rides in the product (a cuBLASLt epilogue on GPUs), added before rounding.
+  const Tensor y = bias.defined()
+                       ? detail::run1(Kernel::matmul, {x2, w.t().unsqueeze(0), untracked(bias)},
+                                      {1, M, N}, dt, dt)
+                       : detail::run1(Kernel::matmul, {x2, w.t().unsqueeze(0)}, {1, M, N}, dt, dt);
   Shape out_shape = x.shape();
   out_shape.back() = N;
   std::vector<Tensor> outs{y.view(out_shape)};
@@ -108,11 +108,21 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
              dx = detail::run1(Kernel::matmul, {dy, w.unsqueeze(0)}, {1, M, K}, dy.dtype(),
                                dy.dtype())
                       .view(xshape);
-           if (gw)
+           if (gw && gb) {
+             // dW = dY^T X, and db = the row sums of dY^T from the same product.
+             const Tensor ins[2] = {dy.transpose(1, 2), x2};
+             Tensor outs[2] = {Tensor::empty({1, N, K}, dy.dtype(), dy.device()),
+                               Tensor::empty({N}, dy.dtype(), dy.device())};
+             run_kernel(Kernel::matmul, dy.device(), dy.dtype(), ins, outs);
+             dw = outs[0].view({N, K});
+             db = outs[1];
+           } else if (gw) {
              dw = detail::run1(Kernel::matmul, {dy.transpose(1, 2), x2}, {1, N, K}, dy.dtype(),
                                dy.dtype())
                       .view({N, K});
-           if (gb) db = sum(dy.view({M, N}), {0});
+           } else if (gb) {
+             db = sum(dy.view({M, N}), {0});
+           }
            return std::vector<Tensor>{dx, dw, db};
          },
          {x, weight});

@@ -219,6 +219,25 @@ std::vector<OpSpec> build_catalog() {
     };
     ops.push_back(s);
   }
+  {
+    // x @ weight^T + bias: the bias rides in the product and its gradient comes out of the
+    // weight-gradient product (cuBLASLt epilogues on GPUs).
+    OpSpec s{"linear",
+             "matmul (with bias, and with the bias gradient)",
+             {{"[3,4] w[5,4] b[5]", {in({3, 4}), in({5, 4}), in({5})}},
+              {"[2,3,4] w[6,4] b[6]", {in({2, 3, 4}), in({6, 4}), in({6})}},
+              {"[3,4]T w[5,4] b[5] transposed input", {tin({3, 4}), in({5, 4}), in({5})}},
+              {"[7,4] w[3,4] no bias", {in({7, 4}), in({3, 4})}}},
+             [](const Inputs& x, const OpContext&) {
+               return linear(x[0], x[1], x.size() > 2 ? x[2] : Tensor());
+             }};
+    s.bench_case = [](const Shape& sh) {
+      TS_CHECK(sh.size() == 3, "linear bench: --shape M,N,K (input [M,K], weight [N,K])");
+      return OpCase{"bench", {in({sh[0], sh[2]}), in({sh[1], sh[2]}), in({sh[1]})}};
+    };
+    s.flops = [](const Shape& sh) { return 2.0 * sh[0] * sh[1] * sh[2]; };
+    ops.push_back(s);
+  }
   for (bool log : {false, true}) {
     OpSpec s{log ? "log_softmax" : "softmax",
              log ? "log_softmax, log_softmax_backward" : "softmax, softmax_backward",

@@ -29,6 +29,7 @@ int alignment_of(const void* p) {
 }
 
 struct Plan {
+  bool supported = true;  // false: no algorithm for this epilogue (remembered, not retried)
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo{};
@@ -107,9 +108,14 @@ bool describe_operand(const Tensor& t, GemmOperand& op) {
   return false;
 }
 
-void gemm(Device device, cudaDataType_t ab, cudaDataType_t c, int64_t batch, int64_t M, int64_t N,
+bool gemm(Device device, cudaDataType_t ab, cudaDataType_t c, int64_t batch, int64_t M, int64_t N,
           int64_t K, const GemmOperand& a, const GemmOperand& b, void* out, int64_t ldc,
-          int64_t c_batch_stride, double alpha, double beta) {
+          int64_t c_batch_stride, double alpha, double beta, const GemmEpilogue& epilogue) {
+  TS_CHECK(!epilogue.any() || batch == 1, "cuda gemm: epilogues need a batch of one, got ", batch);
+  const cublasLtEpilogue_t ep = epilogue.bias         ? CUBLASLT_EPILOGUE_BIAS
+                                : epilogue.a_row_sums ? CUBLASLT_EPILOGUE_BGRADB
+                                                      : CUBLASLT_EPILOGUE_DEFAULT;
+  const void* ep_ptr = epilogue.bias ? epilogue.bias : epilogue.a_row_sums;
   DeviceState& s = state(device.index);
   const bool f64 = ab == CUDA_R_64F;
   const cublasComputeType_t compute =
@@ -118,13 +124,14 @@ void gemm(Device device, cudaDataType_t ab, cudaDataType_t c, int64_t batch, int
                                                    : CUBLAS_COMPUTE_32F);
   const int al_a = alignment_of(a.ptr), al_b = alignment_of(b.ptr), al_c = alignment_of(out);
   char key[512];
-  std::snprintf(key, sizeof(key), "%d %d %d %ld %ld %ld %ld|%ld %ld %d|%ld %ld %d|%ld %ld|%d %d %d",
+  std::snprintf(key, sizeof(key),
+                "%d %d %d %ld %ld %ld %ld|%ld %ld %d|%ld %ld %d|%ld %ld|%d %d %d|%d %d",
                 static_cast<int>(ab), static_cast<int>(c), static_cast<int>(compute),
                 static_cast<long>(batch), static_cast<long>(M), static_cast<long>(N),
                 static_cast<long>(K), static_cast<long>(a.ld), static_cast<long>(a.batch_stride),
                 a.transposed, static_cast<long>(b.ld), static_cast<long>(b.batch_stride),
                 b.transposed, static_cast<long>(ldc), static_cast<long>(c_batch_stride), al_a, al_b,
-                al_c);
+                al_c, static_cast<int>(ep), ep_ptr ? alignment_of(ep_ptr) : 0);
   cudaStream_t stream = compute_stream(device.index);
   DeviceGuard guard(device.index);
   auto it = s.plans.find(key);
@@ -138,6 +145,13 @@ void gemm(Device device, cudaDataType_t ab, cudaDataType_t c, int64_t batch, int
                                                    sizeof(op_b)));
     TS_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_a,
                                                    sizeof(op_a)));
+    if (ep != CUBLASLT_EPILOGUE_DEFAULT) {
+      // The bias (gradient) vector is in C's type; its pointer is set per call below.
+      TS_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep,
+                                                     sizeof(ep)));
+      TS_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                     &ep_ptr, sizeof(ep_ptr)));
+    }
     plan->a = b.transposed ? layout(ab, K, N, b.ld, batch, b.batch_stride)
                            : layout(ab, N, K, b.ld, batch, b.batch_stride);
     plan->b = a.transposed ? layout(ab, M, K, a.ld, batch, a.batch_stride)
@@ -162,31 +176,64 @@ void gemm(Device device, cudaDataType_t ab, cudaDataType_t c, int64_t batch, int
     const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
         s.handle, plan->desc, plan->a, plan->b, plan->c, plan->c, pref, 1, &result, &found);
     cublasLtMatmulPreferenceDestroy(pref);
-    if (st != CUBLAS_STATUS_SUCCESS || found == 0)
-      fail("cuda matmul: cuBLASLt has no algorithm for [", batch, " x ", M, " x ", K, "] @ [", K,
-           " x ", N, "] (", cublasGetStatusName(st), ")");
-    plan->algo = result.algo;
+    if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
+      if (ep == CUBLASLT_EPILOGUE_DEFAULT)
+        fail("cuda matmul: cuBLASLt has no algorithm for [", batch, " x ", M, " x ", K, "] @ [", K,
+             " x ", N, "] (", cublasGetStatusName(st), ")");
+      plan->supported = false;
+    } else {
+      plan->algo = result.algo;
+    }
     it = s.plans.emplace(key, std::move(plan)).first;
   }
   const Plan& p = *it->second;
+  if (!p.supported) return false;
+  if (ep_ptr)
+    TS_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                   &ep_ptr, sizeof(ep_ptr)));
   const float alpha_f = static_cast<float>(alpha), beta_f = static_cast<float>(beta);
   const void* pa = f64 ? static_cast<const void*>(&alpha) : &alpha_f;
   const void* pb = f64 ? static_cast<const void*>(&beta) : &beta_f;
   TS_CUBLAS_CHECK(cublasLtMatmul(s.handle, p.desc, pa, b.ptr, p.a, a.ptr, p.b, pb, out, p.c, out,
                                  p.c, &p.algo, s.workspace.data_ptr(), kWorkspaceBytes, stream));
+  return true;
 }
 
 namespace {
 
-// inputs: a [batch, M, K], b [batch, K, N] (any strides); outputs: [batch, M, N] contiguous.
+// Work an epilogue would have done, as separate kernels (no algorithm, or K == 0).
+void bias_and_sums_unfused(const KernelCall& c, const Tensor& a, bool bias, bool sums) {
+  Tensor& out = c.outputs[0];
+  const DType dt = out.dtype();
+  if (bias) {  // out += bias, broadcast over rows
+    const Tensor ins[2] = {out, c.inputs[2].view({1, 1, out.shape()[2]}).expand(out.shape())};
+    Tensor outs[1] = {out};
+    run_kernel(Kernel::add, out.device(), dt, ins, outs);
+  }
+  if (sums) {  // row sums of a as a contiguous [M, K]
+    const Tensor rows = a.contiguous().view({a.shape()[1], a.shape()[2]});
+    const Tensor ins[1] = {rows};
+    Tensor outs[1] = {c.outputs[1]};
+    run_kernel(Kernel::sum, out.device(), dt, ins, outs);
+  }
+}
+
+// inputs: a [batch, M, K], b [batch, K, N] (any strides), bias [N] (optional); outputs:
+// [batch, M, N] contiguous, sums of a's rows [M] (optional, batch 1). See the CPU kernel.
 void matmul_kernel(const KernelCall& c) {
   Tensor a = c.inputs[0], b = c.inputs[1];
   Tensor& out = c.outputs[0];
   const int64_t batch = out.shape()[0], M = out.shape()[1], N = out.shape()[2];
   const int64_t K = a.shape()[2];
-  if (batch * M * N == 0) return;
+  const bool bias = c.inputs.size() > 2 && c.inputs[2].defined();
+  const bool sums = c.outputs.size() > 1 && c.outputs[1].defined();
+  if (batch * M * N == 0) {
+    if (sums) bias_and_sums_unfused(c, a, false, true);
+    return;
+  }
   if (K == 0) {
     TS_CUDA_CHECK(cudaMemsetAsync(out.data_ptr(), 0, out.nbytes(), stream_for(out.device())));
+    bias_and_sums_unfused(c, a, bias, sums);
     return;
   }
   GemmOperand ga, gb;
@@ -199,7 +246,21 @@ void matmul_kernel(const KernelCall& c) {
     describe_operand(b, gb);
   }
   const cudaDataType_t t = cuda_type(out.dtype());
+  GemmEpilogue ep;
+  Tensor bias_c;
+  if (bias) {
+    bias_c = c.inputs[2].contiguous();
+    ep.bias = bias_c.data_ptr();
+  } else if (sums) {
+    ep.a_row_sums = c.outputs[1].data_ptr();
+  }
+  if (ep.any() &&
+      gemm(out.device(), t, t, batch, M, N, K, ga, gb, out.data_ptr(), N, M * N, 1.0, 0.0, ep)) {
+    if (bias && sums) bias_and_sums_unfused(c, a, false, true);  // one epilogue per product
+    return;
+  }
   gemm(out.device(), t, t, batch, M, N, K, ga, gb, out.data_ptr(), N, M * N);
+  bias_and_sums_unfused(c, a, bias, sums);
 }
 
 const bool registered = [] {

@@ -69,6 +69,7 @@ const std::map<std::string, OpFn>& ops() {
       {"norm", [](auto& x, auto& a) { return norm(x[0], dims_of(a), a["keepdim"]); }},
       {"argmax", [](auto& x, auto& a) { return argmax(x[0], a["dim"]); }},
       {"matmul", [](auto& x, auto&) { return matmul(x[0], x[1]); }},
+      {"linear", [](auto& x, auto&) { return linear(x[0], x[1], x.size() > 2 ? x[2] : Tensor()); }},
       {"softmax", [](auto& x, auto& a) { return softmax(x[0], a["dim"]); }},
       {"log_softmax", [](auto& x, auto& a) { return log_softmax(x[0], a["dim"]); }},
       {"layer_norm",

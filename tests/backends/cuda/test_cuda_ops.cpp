@@ -275,6 +275,32 @@ TEST_CASE("cuda ops at scale: GEMMs batched, broadcast and transposed") {
   }
 }
 
+TEST_CASE("cuda ops at scale: linear with bias (cuBLASLt epilogues, or their fallback)") {
+  REQUIRE_GPU_OR_SKIP();
+  // float32/bf16 take the BIAS and BGRADB epilogues where cuBLASLt has them; float64 and odd
+  // widths may not, and take the unfused kernels: either way the values are the same.
+  for (DType dt : {DType::Float32, DType::BFloat16, DType::Float16, DType::Float64}) {
+    compare(
+        "linear [2,256,768] w[3072,768] b", [](const auto& x) { return linear(x[0], x[1], x[2]); },
+        {normal({2, 256, 768}, 40), normal({3072, 768}, 41) * 0.05, normal({3072}, 42)}, dt,
+        dt == DType::Float16 ? 3e-2 : -1);
+    compare(
+        "linear [77,33] w[19,33] b (odd sizes)",
+        [](const auto& x) { return linear(x[0], x[1], x[2]); },
+        {normal({77, 33}, 43), normal({19, 33}, 44), normal({19}, 45)}, dt,
+        dt == DType::Float16 ? 3e-2 : -1);
+  }
+  // Bias gradient alone (frozen weight) and weight gradient alone.
+  const Device d = Device::cuda(0);
+  Tensor x = normal({64, 32}, 46).to(DType::Float32), w = normal({16, 32}, 47).to(DType::Float32),
+         b = normal({16}, 48).to(DType::Float32);
+  Tensor xg = x.to(d), wg = w.to(d), bg = b.to(d);
+  b.requires_grad_(), bg.requires_grad_();
+  sum(linear(x, w, b)).backward();
+  sum(linear(xg, wg, bg)).backward();
+  CHECK(rel_err(bg.grad(), b.grad()) < 1e-6);
+}
+
 TEST_CASE("cuda ops at scale: fused AdamW over tensors of many chunks matches the CPU") {
   REQUIRE_GPU_OR_SKIP();
   auto run = [](Device d) {
