@@ -248,10 +248,12 @@ void matmul_kernel(const KernelCall& c) {
   const cudaDataType_t t = cuda_type(out.dtype());
   GemmEpilogue ep;
   Tensor bias_c;
+  // Epilogue vectors 16-byte aligned only (parameters and fresh tensors are), so no
+  // algorithm chosen for an aligned vector ever sees a misaligned one.
   if (bias) {
     bias_c = c.inputs[2].contiguous();
-    ep.bias = bias_c.data_ptr();
-  } else if (sums) {
+    if (alignment_of(bias_c.data_ptr()) >= 16) ep.bias = bias_c.data_ptr();
+  } else if (sums && alignment_of(c.outputs[1].data_ptr()) >= 16) {
     ep.a_row_sums = c.outputs[1].data_ptr();
   }
   if (ep.any() &&
