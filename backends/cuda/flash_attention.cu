@@ -34,6 +34,15 @@ struct Args {
   float scale;
 };
 
+// True when every (query, key) pair of the 64 x 64 tile pair is in range and visible: no
+// mask tensor and the tile wholly below the causal diagonal. Such tiles (all but the
+// diagonal ones of a causal pass) skip the per-score index and mask checks.
+__device__ inline bool whole_tile_visible(const MaskView& mask, bool causal, int64_t q0, int64_t k0,
+                                          int64_t Tq, int64_t Tk) {
+  return !mask.ptr && q0 + kTile <= Tq && k0 + kTile <= Tk &&
+         (!causal || k0 + kTile - 1 <= q0 + Tk - Tq);
+}
+
 // Loads rows [r0, r0 + 64) of a contiguous [rows, D] matrix into a padded shared tile in
 // 16-byte words, zeros past `rows`.
 template <class T, int D>
@@ -175,18 +184,28 @@ __global__ void __launch_bounds__(kBlockThreads) flash_fwd_kernel(Args a) {
     mm_rows_bt<T, D>(sc, Qs + warp * 16 * ld, Ks);
     // scale, mask, running max and sum per row (rows g and g + 8 of this warp)
     float mx[2] = {-INFINITY, -INFINITY};
+    if (whole_tile_visible(a.mask, a.causal, q0, k0, Tq, Tk)) {
 #pragma unroll
-    for (int nt = 0; nt < kTile / 8; ++nt)
+      for (int nt = 0; nt < kTile / 8; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int hr = e >> 1;
-        const int64_t j = k0 + nt * 8 + 2 * t + (e & 1);
-        float v = sc[nt][e] * a.scale;
-        if (i_row[hr] >= Tq || j >= Tk || !visible(a.mask, a.causal, bh, i_row[hr], j, Tq, Tk))
-          v = -INFINITY;
-        sc[nt][e] = v;
-        mx[hr] = fmaxf(mx[hr], v);
-      }
+        for (int e = 0; e < 4; ++e) {
+          sc[nt][e] *= a.scale;
+          mx[e >> 1] = fmaxf(mx[e >> 1], sc[nt][e]);
+        }
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < kTile / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int hr = e >> 1;
+          const int64_t j = k0 + nt * 8 + 2 * t + (e & 1);
+          float v = sc[nt][e] * a.scale;
+          if (i_row[hr] >= Tq || j >= Tk || !visible(a.mask, a.causal, bh, i_row[hr], j, Tq, Tk))
+            v = -INFINITY;
+          sc[nt][e] = v;
+          mx[hr] = fmaxf(mx[hr], v);
+        }
+    }
     float alpha[2], m_new[2];
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
@@ -317,17 +336,28 @@ __global__ void __launch_bounds__(kBlockThreads) flash_bwd_dkdv_kernel(Args a) {
     float st[kTile / 8][4], dpt[kTile / 8][4];  // S^T and dP^T: rows keys, columns queries
     mm_rows_bt<T, D>(st, Ks + warp * 16 * ld, Qs);
     mm_rows_bt<T, D>(dpt, Vs + warp * 16 * ld, dOs);
+    if (whole_tile_visible(a.mask, a.causal, q0, k0, Tq, Tk)) {
 #pragma unroll
-    for (int nt = 0; nt < kTile / 8; ++nt)
+      for (int nt = 0; nt < kTile / 8; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int64_t j = key0 + g + 8 * (e >> 1);
-        const int qc = nt * 8 + 2 * t + (e & 1);
-        const int64_t i = q0 + qc;
-        const bool vis = i < Tq && j < Tk && visible(a.mask, a.causal, bh, i, j, Tq, Tk);
-        grad_entry(st[nt][e], dpt[nt][e], lse_s[qc], dvec_s[qc], vis, a.scale, st[nt][e],
-                   dpt[nt][e]);
-      }
+        for (int e = 0; e < 4; ++e) {
+          const int qc = nt * 8 + 2 * t + (e & 1);
+          grad_entry(st[nt][e], dpt[nt][e], lse_s[qc], dvec_s[qc], true, a.scale, st[nt][e],
+                     dpt[nt][e]);
+        }
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < kTile / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int64_t j = key0 + g + 8 * (e >> 1);
+          const int qc = nt * 8 + 2 * t + (e & 1);
+          const int64_t i = q0 + qc;
+          const bool vis = i < Tq && j < Tk && visible(a.mask, a.causal, bh, i, j, Tq, Tk);
+          grad_entry(st[nt][e], dpt[nt][e], lse_s[qc], dvec_s[qc], vis, a.scale, st[nt][e],
+                     dpt[nt][e]);
+        }
+    }
     mm_acc_regs<T, D>(dv, st, dOs);  // dV += P^T dO
     mm_acc_regs<T, D>(dk, dpt, Qs);  // dK += dS^T Q
   }
@@ -372,13 +402,17 @@ __global__ void __launch_bounds__(kBlockThreads) flash_bwd_dq_kernel(Args a) {
     float sc[kTile / 8][4], dp[kTile / 8][4];
     mm_rows_bt<T, D>(sc, Qs + warp * 16 * ld, Ks);
     mm_rows_bt<T, D>(dp, dOs + warp * 16 * ld, Vs);
+    const bool whole = whole_tile_visible(a.mask, a.causal, q0, k0, Tq, Tk);
 #pragma unroll
     for (int nt = 0; nt < kTile / 8; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int hr = e >> 1;
-        const int64_t i = row0 + g + 8 * hr, j = k0 + nt * 8 + 2 * t + (e & 1);
-        const bool vis = i < Tq && j < Tk && visible(a.mask, a.causal, bh, i, j, Tq, Tk);
+        bool vis = true;
+        if (!whole) {
+          const int64_t i = row0 + g + 8 * hr, j = k0 + nt * 8 + 2 * t + (e & 1);
+          vis = i < Tq && j < Tk && visible(a.mask, a.causal, bh, i, j, Tq, Tk);
+        }
         float p;
         grad_entry(sc[nt][e], dp[nt][e], lse[hr], dvv[hr], vis, a.scale, p, sc[nt][e]);
       }

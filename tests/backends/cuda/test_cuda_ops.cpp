@@ -257,6 +257,17 @@ TEST_CASE("cuda ops at scale: fused flash attention (16-bit, head size 64 and 12
         },
         {normal({2, 2, 130, 64}, 8), normal({2, 2, 130, 64}, 9), normal({2, 2, 130, 64}, 10)}, dt,
         tol);
+    // Whole 64 x 64 tiles only (no per-score checks), and causal at an exact multiple of 64.
+    compare(
+        "flash [1,2,256,64] no mask",
+        [](const auto& x) { return scaled_dot_product_attention(x[0], x[1], x[2], {}, false); },
+        {normal({1, 2, 256, 64}, 11), normal({1, 2, 256, 64}, 12), normal({1, 2, 256, 64}, 13)}, dt,
+        tol);
+    compare(
+        "flash [1,2,256,128] causal",
+        [](const auto& x) { return scaled_dot_product_attention(x[0], x[1], x[2], {}, true); },
+        {normal({1, 2, 256, 128}, 14), normal({1, 2, 256, 128}, 15), normal({1, 2, 256, 128}, 16)},
+        dt, tol);
   }
 }
 
