@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "backends/cpu/cpu_types.h"
+#include "backends/cpu/exact_exp.h"
 #include "backends/cpu/parallel.h"
 
 namespace tessera::cpu {
@@ -117,7 +118,7 @@ struct Attention {
               lse[bh * s.Tq + i0 + r] = -std::numeric_limits<A>::infinity();
               continue;
             }
-            S.row(r) = (S.row(r).array() - m).exp();
+            S.row(r) = exp_flush_subnormal(S.row(r).array() - m);
             const A sum = S.row(r).sum();
             S.row(r) /= sum;
             lse[bh * s.Tq + i0 + r] = m + std::log(sum);
@@ -165,7 +166,7 @@ struct AttentionBackward {
             if (std::isinf(l))
               S.row(r).setZero();
             else
-              S.row(r) = (S.row(r).array() - l).exp();
+              S.row(r) = exp_flush_subnormal(S.row(r).array() - l);
           }
           dV.topRows(kmax).noalias() += S.transpose() * dO.middleRows(i0, rows);
           dP.noalias() = dO.middleRows(i0, rows) * V.topRows(kmax).transpose();

@@ -3,6 +3,7 @@
 #include <unsupported/Eigen/SpecialFunctions>
 
 #include "backends/cpu/cpu_types.h"
+#include "backends/cpu/exact_exp.h"
 #include "backends/cpu/parallel.h"
 
 namespace tessera::cpu {
@@ -63,7 +64,7 @@ constexpr double kSqrtHalf = 0.70710678118654752440;
 constexpr double kSqrt2OverPi = 0.79788456080286535588;
 
 TS_UNARY(Neg, -x)
-TS_UNARY(Exp, x.exp())
+TS_UNARY(Exp, exp_flush_subnormal(x))
 TS_UNARY(Log, x.log())
 TS_UNARY(Sqrt, x.sqrt())
 TS_UNARY(Rsqrt, x.rsqrt())
@@ -81,7 +82,7 @@ struct GeluBackward {
     using S = typename A::Scalar;
     const S inv_sqrt_2pi = S(0.39894228040143267794);
     return g * (S(0.5) * (S(1) + (x * S(kSqrtHalf)).erf()) +
-                x * inv_sqrt_2pi * (S(-0.5) * x * x).exp());
+                x * inv_sqrt_2pi * exp_flush_subnormal(S(-0.5) * x * x));
   }
 };
 // d/dx of 0.5 x (1 + tanh(u)), u = c (x + 0.044715 x^3), with tanh(u) computed once per block.
