@@ -11,7 +11,7 @@
 #include <limits>
 
 #include "backends/cpu/cpu_types.h"
-#include "backends/cpu/exact_exp.h"
+#include "backends/cpu/flushed_exp.h"
 #include "backends/cpu/parallel.h"
 
 namespace tessera::cpu {

@@ -3,7 +3,7 @@
 #include <unsupported/Eigen/SpecialFunctions>
 
 #include "backends/cpu/cpu_types.h"
-#include "backends/cpu/exact_exp.h"
+#include "backends/cpu/flushed_exp.h"
 #include "backends/cpu/parallel.h"
 
 namespace tessera::cpu {
@@ -70,7 +70,7 @@ TS_UNARY(Sqrt, x.sqrt())
 TS_UNARY(Rsqrt, x.rsqrt())
 TS_UNARY(Abs, x.abs())
 TS_UNARY(Tanh, x.tanh())
-TS_UNARY(Sigmoid, x.logistic())
+TS_UNARY(Sigmoid, sigmoid_flush_subnormal(x))
 TS_UNARY(Relu, x.max(S(0)))
 TS_UNARY(Gelu, S(0.5) * x * (S(1) + (x * S(kSqrtHalf)).erf()))
 TS_UNARY(GeluTanh, S(0.5) * x * (S(1) + (S(kSqrt2OverPi) * (x + S(0.044715) * x * x * x)).tanh()))

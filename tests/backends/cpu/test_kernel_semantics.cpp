@@ -98,7 +98,7 @@ TEST_CASE("no kernel for a dtype is a clear error naming op, dtype and device") 
                        doctest::Contains("floating"), Error);
 }
 
-TEST_CASE("exp of -inf is exactly 0, and results below the normal range are 0, not garbage") {
+TEST_CASE("exp and sigmoid of -inf are exactly 0; results below the normal range are 0") {
   // Eigen's vectorised exp alone gives 2.9e-39 for exp(-inf) in float32 (a subnormal that
   // also slowed causal attention ~30x); torch gives 0.
   for (DType dt : {DType::Float32, DType::Float64, DType::BFloat16}) {
@@ -118,5 +118,14 @@ TEST_CASE("exp of -inf is exactly 0, and results below the normal range are 0, n
     CHECK(std::isnan(y[6]));
     for (double v : y) CHECK(std::fpclassify(v) != FP_SUBNORMAL);
     if (dt == DType::Float64) CHECK(std::fabs(y[7] - std::exp(-80.0)) <= 1e-12 * std::exp(-80.0));
+    // sigmoid goes through the same exp in Eigen
+    const auto s =
+        sigmoid(from_vector(std::vector<double>{-INFINITY, -1000.0, -30.0, 0.0}, {4}).to(dt))
+            .to(DType::Float64)
+            .to_vector();
+    CHECK(s[0] == 0.0);
+    CHECK(s[1] == 0.0);
+    CHECK(std::fabs(s[2] - 1.0 / (1.0 + std::exp(30.0))) <= 1e-2 / (1.0 + std::exp(30.0)));
+    CHECK(s[3] == 0.5);
   }
 }

@@ -1,5 +1,5 @@
-// exp for Eigen arrays that returns 0 below the normal range. Eigen 3.4's vectorised exp
-// clamps its argument at the bottom of the normal range, so exp(-inf) comes out as 2.9e-39
+// exp (and sigmoid) for Eigen arrays that return 0 below the normal range. Eigen 3.4's vectorised
+// exp clamps its argument at the bottom of the normal range, so exp(-inf) comes out as 2.9e-39
 // (float) or ~1e-308 (double) instead of 0: a wrong value, and a subnormal that makes every
 // later multiplication by it take a microcode assist. Causal attention feeds the masked
 // (-inf) scores of every row through exp and then into a GEMM: ~30x slower than it should
@@ -12,12 +12,24 @@
 
 namespace tessera::cpu {
 
+// 1 where exp(x) is a normal number (from just above ln(smallest normal)), 0 at or below
+// it and for -inf; NaN stays NaN.
 template <class Expr>
-auto exp_flush_subnormal(const Expr& x) {
+auto normal_range_mask(const Expr& x) {
   using S = typename Expr::Scalar;
   const S lo = std::log(std::numeric_limits<S>::min());
-  // 1 from just above lo, 0 at or below it (and for -inf); NaN stays NaN through exp.
-  return x.exp() * ((x - lo) * S(1e30)).max(S(0)).min(S(1));
+  return ((x - lo) * S(1e30)).max(S(0)).min(S(1));
+}
+
+template <class Expr>
+auto exp_flush_subnormal(const Expr& x) {
+  return x.exp() * normal_range_mask(x);
+}
+
+// Eigen's logistic goes through the same exp: sigmoid(-inf) came out as 2.9e-39.
+template <class Expr>
+auto sigmoid_flush_subnormal(const Expr& x) {
+  return x.logistic() * normal_range_mask(x);
 }
 
 }  // namespace tessera::cpu
