@@ -38,19 +38,17 @@ PinnedAllocator& pinned_allocator() {
   return *pinned_slot();
 }
 
-Storage::Storage(size_t nbytes, Device device)
+Storage::Storage(size_t nbytes, Device device) : Storage(nbytes, device, false) {}
+
+// allocator() reads device_ and pinned_, which are initialised before data_.
+Storage::Storage(size_t nbytes, Device device, bool pinned)
     : nbytes_(nbytes),
       device_(device),
-      data_(allocator_for(device.type).allocate(nbytes, device)) {}
-
-Storage::Storage(size_t nbytes, PinnedTag)
-    : nbytes_(nbytes),
-      device_(Device::cpu()),
-      pinned_(true),
-      data_(pinned_allocator().allocate(nbytes, Device::cpu())) {}
+      pinned_(pinned),
+      data_(allocator().allocate(nbytes, device)) {}
 
 std::shared_ptr<Storage> Storage::pinned(size_t nbytes) {
-  return std::shared_ptr<Storage>(new Storage(nbytes, PinnedTag{}));
+  return std::shared_ptr<Storage>(new Storage(nbytes, Device::cpu(), true));
 }
 
 Allocator& Storage::allocator() const {

@@ -8,25 +8,28 @@
 
 namespace tessera {
 
-Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
-  for (int64_t s : shape) TS_CHECK(s >= 0, "empty: negative dimension in shape ", shape_str(shape));
+namespace {
+// A contiguous tensor over fresh storage from make_storage(nbytes).
+template <class MakeStorage>
+Tensor fresh_contiguous(const char* op, const Shape& shape, DType dtype, MakeStorage make_storage) {
+  for (int64_t s : shape) TS_CHECK(s >= 0, op, ": negative dimension in shape ", shape_str(shape));
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(numel_of(shape) * itemsize(dtype), device);
+  impl->storage = make_storage(numel_of(shape) * itemsize(dtype));
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = dtype;
   return Tensor(std::move(impl));
 }
+}  // namespace
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
+  return fresh_contiguous("empty", shape, dtype,
+                          [&](size_t n) { return std::make_shared<Storage>(n, device); });
+}
 
 Tensor Tensor::empty_pinned(const Shape& shape, DType dtype) {
-  for (int64_t s : shape)
-    TS_CHECK(s >= 0, "empty_pinned: negative dimension in shape ", shape_str(shape));
-  auto impl = std::make_shared<TensorImpl>();
-  impl->storage = Storage::pinned(numel_of(shape) * itemsize(dtype));
-  impl->shape = shape;
-  impl->strides = contiguous_strides(shape);
-  impl->dtype = dtype;
-  return Tensor(std::move(impl));
+  return fresh_contiguous("empty_pinned", shape, dtype,
+                          [](size_t n) { return Storage::pinned(n); });
 }
 
 Tensor Tensor::make_view(const Tensor& base, Shape shape, Shape strides, int64_t offset) {

@@ -76,8 +76,7 @@ class Storage {
   void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
 
  private:
-  struct PinnedTag {};
-  Storage(size_t nbytes, PinnedTag);
+  Storage(size_t nbytes, Device device, bool pinned);
   Allocator& allocator() const;
 
   size_t nbytes_;

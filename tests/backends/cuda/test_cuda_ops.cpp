@@ -12,16 +12,11 @@
 #include "tessera/models/gpt2.h"
 #include "tessera/optim/optimizer.h"
 #include "tessera/tessera.h"
+#include "tests/backends/cuda/require_gpu.h"
 
 using namespace tessera;
 
 namespace {
-
-#define REQUIRE_GPU_OR_SKIP()                                               \
-  if (cuda_device_count() == 0) {                                           \
-    MESSAGE("SKIPPED: needs a CUDA device: " << cuda_unavailable_reason()); \
-    return;                                                                 \
-  }
 
 double rel_err(const Tensor& got, const Tensor& ref) {
   const Tensor g = got.detach().to(Device::cpu()).to(DType::Float64);

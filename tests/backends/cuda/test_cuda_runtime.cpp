@@ -2,14 +2,9 @@
 #include <doctest/doctest.h>
 
 #include "tessera/tessera.h"
+#include "tests/backends/cuda/require_gpu.h"
 
 using namespace tessera;
-
-#define REQUIRE_GPU_OR_SKIP()                                               \
-  if (cuda_device_count() == 0) {                                           \
-    MESSAGE("SKIPPED: needs a CUDA device: " << cuda_unavailable_reason()); \
-    return;                                                                 \
-  }
 
 TEST_CASE("cuda: status is reported either way") {
   if (cuda_device_count() == 0)
