@@ -16,29 +16,44 @@ std::unique_ptr<optim::LRSchedule> make_schedule(const io::TrainConfig& c) {
     auto it = s.params.find(k);
     return it == s.params.end() ? fallback : it->second;
   };
+  auto n = [&](const char* k, int64_t fallback) {
+    return static_cast<int64_t>(p(k, static_cast<double>(fallback)));
+  };
   const auto wt = s.warmup_type == "linear" ? optim::WarmupType::Linear : optim::WarmupType::Log;
   const double lr = c.optimizer.lr;
   if (s.type.empty()) return std::make_unique<optim::ConstantLR>(lr);
-  if (s.type == "WarmupLR")
-    return std::make_unique<optim::WarmupLR>(p("warmup_min_lr", 0.0), p("warmup_max_lr", 0.001),
-                                             static_cast<int64_t>(p("warmup_num_steps", 1000)), wt);
+  if (s.type == "WarmupLR")  // without warmup_max_lr DeepSpeed warms up to the optimizer's lr
+    return std::make_unique<optim::WarmupLR>(p("warmup_min_lr", 0.0), p("warmup_max_lr", lr),
+                                             n("warmup_num_steps", 1000), wt);
   if (s.type == "WarmupDecayLR")
-    return std::make_unique<optim::WarmupDecayLR>(
-        static_cast<int64_t>(p("total_num_steps", 0)), p("warmup_min_lr", 0.0),
-        p("warmup_max_lr", 0.001), static_cast<int64_t>(p("warmup_num_steps", 1000)), wt);
+    return std::make_unique<optim::WarmupDecayLR>(n("total_num_steps", 0), p("warmup_min_lr", 0.0),
+                                                  p("warmup_max_lr", 0.001),
+                                                  n("warmup_num_steps", 1000), wt);
   if (s.type == "WarmupCosineLR")
     return std::make_unique<optim::WarmupCosineLR>(
-        lr, static_cast<int64_t>(p("total_num_steps", 0)), p("warmup_min_ratio", 0.0),
-        static_cast<int64_t>(p("warmup_num_steps", 1000)), p("cos_min_ratio", 0.0001), wt);
-  if (s.type == "OneCycle")
-    return std::make_unique<optim::OneCycle>(p("cycle_min_lr", 0.0), p("cycle_max_lr", 0.001),
-                                             p("decay_lr_rate", 0.0),
-                                             static_cast<int64_t>(p("cycle_first_step_size", 2000)),
-                                             static_cast<int64_t>(p("cycle_second_step_size", 0)),
-                                             static_cast<int64_t>(p("decay_step_size", 0)));
+        lr, n("total_num_steps", 0), p("warmup_min_ratio", 0.0), n("warmup_num_steps", 1000),
+        p("cos_min_ratio", 0.0001), wt);
+  if (s.type == "OneCycle") {
+    optim::OneCycleOptions o;
+    o.cycle_min_lr = p("cycle_min_lr", 0.0);
+    o.cycle_max_lr = p("cycle_max_lr", 0.0);
+    o.decay_lr_rate = p("decay_lr_rate", 0.0);
+    o.cycle_first_step_size = n("cycle_first_step_size", 2000);
+    o.cycle_second_step_size = n("cycle_second_step_size", -1);
+    o.cycle_first_stair_count = n("cycle_first_stair_count", 0);
+    o.cycle_second_stair_count = n("cycle_second_stair_count", -1);
+    o.decay_step_size = n("decay_step_size", 0);
+    // Momentum is cycled for optimizers with betas (Adam, AdamW, Lamb), as in DeepSpeed; the
+    // config parser warns that SGD's is not.
+    o.cycle_momentum = p("cycle_momentum", 1.0) != 0 && c.optimizer.type != "SGD";
+    o.cycle_min_mom = p("cycle_min_mom", 0.8);
+    o.cycle_max_mom = p("cycle_max_mom", 0.9);
+    o.decay_mom_rate = p("decay_mom_rate", 0.0);
+    return std::make_unique<optim::OneCycle>(o);
+  }
   if (s.type == "LRRangeTest")
     return std::make_unique<optim::LRRangeTest>(
-        p("lr_range_test_min_lr", 1e-3), static_cast<int64_t>(p("lr_range_test_step_size", 2000)),
+        p("lr_range_test_min_lr", 1e-3), n("lr_range_test_step_size", 2000),
         p("lr_range_test_step_rate", 1.0), p("lr_range_test_staircase", 0) != 0);
   fail("scheduler type '", s.type, "' is not supported");
 }
@@ -109,7 +124,8 @@ Engine::Engine(nn::Module& model, io::TrainConfig config,
       for (size_t i = 0; i < named.size(); ++i) master_.emplace_back(named[i].second, masters[i]);
       for (size_t i = 0; i < named.size(); ++i) named[i].second = &master_[i].second;
     }
-    optimizer_ = make_optimizer(config_, optim::default_param_groups(named, o.lr, o.weight_decay));
+    optimizer_ = make_optimizer(
+        config_, optim::default_param_groups(named, o.lr, o.weight_decay, o.weight_decay_1d));
     if (!master_.empty()) {
       // The fused update reads the model's 16-bit gradients and writes its 16-bit weights.
       std::vector<std::vector<Tensor*>> copies;
@@ -130,7 +146,9 @@ Engine::Engine(nn::Module& model, io::TrainConfig config,
         dynamic,
         dynamic ? std::pow(2.0, config_.fp16.initial_scale_power) : config_.fp16.loss_scale,
         config_.fp16.loss_scale_window, config_.fp16.hysteresis,
-        config_.fp16.consecutive_hysteresis, config_.fp16.min_loss_scale);
+        config_.fp16.consecutive_hysteresis, config_.fp16.min_loss_scale,
+        // DeepSpeed: ZeRO's DynamicLossScaler, or FP16_Optimizer's rule without ZeRO.
+        config_.zero.stage > 0 ? LossScaleRule::ZeroDynamic : LossScaleRule::FusedOptimizer);
   }
   model_.train();
 }
@@ -144,10 +162,12 @@ void Engine::setup_parallel() {
   if (c.communication_data_type == "fp32") comm = DType::Float32;
   if (c.communication_data_type == "fp16") comm = DType::Float16;
   if (c.communication_data_type == "bf16") comm = DType::BFloat16;
-  // DeepSpeed: prescale multiplies by 1/predivide before the sum and predivide/N after;
-  // otherwise the sum is divided by N.
-  const double pre = c.prescale_gradients ? 1.0 / c.gradient_predivide_factor : 1.0;
-  const double post = c.prescale_gradients ? c.gradient_predivide_factor / world : 1.0 / world;
+  // DeepSpeed's averaging order (engine.allreduce_bucket): by default ("postscale") each
+  // rank multiplies by 1/gradient_predivide_factor before the sum and the sum by
+  // gradient_predivide_factor/N after; prescale_gradients multiplies by 1/N before the sum.
+  const double f = c.gradient_predivide_factor;
+  const double pre = c.prescale_gradients ? 1.0 / world : 1.0 / f;
+  const double post = c.prescale_gradients ? 1.0 : f / world;
   if (c.zero.stage == 0) {
     parallel::GradBuckets::Options bo;
     bo.bucket_numel = c.zero.reduce_bucket_size;
@@ -176,6 +196,7 @@ void Engine::setup_parallel() {
   zo.prefetch_bucket_size = c.zero.stage3_prefetch_bucket_size;
   zo.offload_optimizer = c.zero.offload_optimizer_device == "cpu";
   zo.pin_memory = zo.offload_optimizer && c.zero.offload_pin_memory;
+  zo.weight_decay_1d = c.optimizer.weight_decay_1d;
   zero_ = std::make_unique<parallel::ZeroOptimizer>(
       model_, group_, zo,
       [&](std::vector<optim::ParamGroup> g) { return make_optimizer(config_, std::move(g)); },
@@ -280,9 +301,22 @@ StepStats Engine::apply_step(StepStats st) {
          " (inf/NaN gradients); lower the learning rate or check the data");
   if (st.overflow) {
     ++skipped_steps_;
-    scaler_.update(true);
+    try {
+      scaler_.update(true);
+    } catch (const Error& e) {
+      fail("engine.step: global step ", global_steps_, ": ", e.what());
+    }
   } else {
     optimizer().set_lr(lr());
+    if (const auto betas = schedule_->betas(schedule_step_)) {
+      // DeepSpeed's momentum decay multiplies beta1 by (1 + decay_mom_rate * t) without a
+      // bound; past 1 Adam diverges, so stop with the cause instead.
+      TS_CHECK(betas->first < 1.0, "engine.step: global step ", global_steps_, ": the ",
+               schedule_->name(), " schedule gives beta1 = ", betas->first,
+               " (cycle_max_mom * (1 + decay_mom_rate * t) has grown past 1); lower "
+               "scheduler.params.decay_mom_rate");
+      optimizer().set_betas(betas->first, betas->second);
+    }
     optimizer().step();
     scaler_.update(false);
     ++schedule_step_;

@@ -2,11 +2,14 @@
 
 #include <algorithm>
 
+#include "tessera/error.h"
+
 namespace tessera::engine {
 
 LossScaler::LossScaler(bool dynamic, double initial_scale, int64_t window, int64_t hysteresis,
-                       bool consecutive_hysteresis, double min_scale)
+                       bool consecutive_hysteresis, double min_scale, LossScaleRule rule)
     : dynamic_(dynamic),
+      rule_(rule),
       scale_(initial_scale),
       window_(window),
       hysteresis_(hysteresis),
@@ -16,16 +19,26 @@ LossScaler::LossScaler(bool dynamic, double initial_scale, int64_t window, int64
 
 void LossScaler::update(bool overflow) {
   if (!dynamic_) return;
+  const bool zero = rule_ == LossScaleRule::ZeroDynamic;
   if (overflow) {
-    if (hysteresis_ == 1 || cur_hysteresis_ == 1)
+    if (!zero || hysteresis_ == 1 || cur_hysteresis_ == 1) {
+      TS_CHECK(!zero || scale_ != min_scale_,
+               "fp16: the gradients overflowed at the minimum "
+               "loss scale (fp16.min_loss_scale = ",
+               min_scale_,
+               "); the scale cannot shrink further and the run stops, as DeepSpeed's does. "
+               "Check the data and the learning rate, or train in bf16");
       scale_ = std::max(scale_ / 2, min_scale_);
-    else
+    } else {
       --cur_hysteresis_;
+    }
     last_overflow_iter_ = cur_iter_;
   } else {
-    if (consecutive_) cur_hysteresis_ = hysteresis_;
-    if ((cur_iter_ - last_overflow_iter_) % window_ == 0) {
-      if (!consecutive_) cur_hysteresis_ = hysteresis_;
+    if (zero && consecutive_) cur_hysteresis_ = hysteresis_;
+    // Clean steps since the last overflow, not counting the one that just finished.
+    const int64_t stable = cur_iter_ - last_overflow_iter_ - 1;
+    if (stable > 0 && stable % window_ == 0) {
+      if (zero && !consecutive_) cur_hysteresis_ = hysteresis_;
       scale_ *= 2;
     }
   }

@@ -12,10 +12,11 @@
 namespace tessera::optim {
 
 std::vector<ParamGroup> default_param_groups(
-    const std::vector<std::pair<std::string, Tensor*>>& named, double lr, double weight_decay) {
+    const std::vector<std::pair<std::string, Tensor*>>& named, double lr, double weight_decay,
+    bool decay_1d) {
   ParamGroup decay{{}, {}, lr, weight_decay}, no_decay{{}, {}, lr, 0.0};
   for (auto& [name, t] : named) {
-    ParamGroup& g = t->dim() >= 2 ? decay : no_decay;
+    ParamGroup& g = decay_1d || t->dim() >= 2 ? decay : no_decay;
     g.names.push_back(name);
     g.params.push_back(*t);
   }
@@ -173,6 +174,27 @@ void Adam::step() {
                                bc2,
                                options_.decoupled_weight_decay ? 1.0 : 0.0};
   });
+}
+
+namespace {
+void check_betas(const char* who, double beta1, double beta2) {
+  TS_CHECK(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1, who,
+           ": betas must be in [0, 1), got (", beta1, ", ", beta2, ")");
+}
+}  // namespace
+
+bool Adam::set_betas(double beta1, double beta2) {
+  check_betas("Adam", beta1, beta2);
+  options_.beta1 = beta1;
+  options_.beta2 = beta2;
+  return true;
+}
+
+bool Lamb::set_betas(double beta1, double beta2) {
+  check_betas("Lamb", beta1, beta2);
+  options_.beta1 = beta1;
+  options_.beta2 = beta2;
+  return true;
 }
 
 SGD::SGD(std::vector<ParamGroup> groups, SGDOptions options)

@@ -95,11 +95,11 @@ ZeroOptimizer::ZeroOptimizer(nn::Module& model, std::shared_ptr<ProcessGroup> gr
                                            &layout_, grad_partition_);
 
   // The optimizer updates this rank's master shards; groups as default_param_groups makes
-  // them (no weight decay on vectors), decided by the full parameter's shape.
+  // them (no weight decay on vectors unless weight_decay_1d), by the full parameter's shape.
   optim::ParamGroup decay{{}, {}, lr, weight_decay}, no_decay{{}, {}, lr, 0.0};
   for (size_t i = 0; i < params_.size(); ++i) {
     const auto& e = layout_.entries[i];
-    optim::ParamGroup& g = e.shape.size() >= 2 ? decay : no_decay;
+    optim::ParamGroup& g = options.weight_decay_1d || e.shape.size() >= 2 ? decay : no_decay;
     g.names.push_back(e.name);
     g.params.push_back(master_.narrow(0, e.offset, e.shard));
   }

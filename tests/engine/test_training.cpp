@@ -261,3 +261,85 @@ TEST_CASE("bad configs stop with a message naming the key, the value and what is
   CHECK(w.warnings[0].find("'optimizer.params.foo'") != std::string::npos);
   CHECK(w.warnings[1].find("'bar'") != std::string::npos);
 }
+
+TEST_CASE("DeepSpeed's optimizer and scheduler rules from the config") {
+  auto parse = [](const std::string& text) { return io::TrainConfig::parse(text, 1, "cfg.json"); };
+  auto err = [&](const std::string& text) {
+    try {
+      parse(text);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  auto warned = [](const io::TrainConfig& c, const std::string& needle) {
+    for (const auto& w : c.warnings)
+      if (w.find(needle) != std::string::npos) return true;
+    return false;
+  };
+  // "Adam" with weight_decay is decoupled (AdamW) unless adam_w_mode is false, as in DeepSpeed.
+  CHECK(parse(R"({"train_batch_size": 1, "optimizer": {"type": "Adam"}})").optimizer.adam_w_mode);
+  CHECK_FALSE(parse(R"({"train_batch_size": 1, "optimizer": {"type": "Adam",
+                        "params": {"adam_w_mode": false}}})")
+                  .optimizer.adam_w_mode);
+  const auto adamw = parse(R"({"train_batch_size": 1, "optimizer": {"type": "AdamW",
+                              "params": {"adam_w_mode": false}}})");
+  CHECK(adamw.optimizer.adam_w_mode);
+  CHECK(warned(adamw, "always decoupled"));
+  CHECK(err(R"({"train_batch_size": 1, "optimizer": {"params": {"max_grad_norm": 1}}})")
+            .find("use the top-level 'gradient_clipping'") != std::string::npos);
+  // OneCycle needs its bounds; rates and lrs are not negative; steps are positive integers.
+  CHECK(err(R"({"train_batch_size": 1, "scheduler": {"type": "OneCycle",
+                "params": {"cycle_max_lr": 0.1}}})")
+            .find("'scheduler.params.cycle_min_lr' is required by OneCycle") != std::string::npos);
+  CHECK(err(R"({"train_batch_size": 1, "scheduler": {"type": "OneCycle", "params": {
+                "cycle_min_lr": 0.1, "cycle_max_lr": 1, "decay_lr_rate": -0.5}}})")
+            .find("'scheduler.params.decay_lr_rate' is -0.5, expected >= 0") != std::string::npos);
+  CHECK(err(R"({"train_batch_size": 1, "scheduler": {"type": "WarmupLR", "params": {
+                "warmup_max_lr": -1}}})")
+            .find("'scheduler.params.warmup_max_lr' is -1, expected >= 0") != std::string::npos);
+  CHECK(err(R"({"train_batch_size": 1, "scheduler": {"type": "WarmupLR", "params": {
+                "warmup_num_steps": 2.5}}})")
+            .find("'scheduler.params.warmup_num_steps' must be an integer") != std::string::npos);
+  CHECK(err(R"({"train_batch_size": 1, "scheduler": {"type": "LRRangeTest", "params": {
+                "lr_range_test_staircase": 1}}})")
+            .find("must be true or false") != std::string::npos);
+  // WarmupCosineLR with no decay window warns as DeepSpeed does, instead of refusing.
+  CHECK(warned(parse(R"({"train_batch_size": 1, "scheduler": {"type": "WarmupCosineLR",
+                         "params": {"total_num_steps": 5, "warmup_num_steps": 10}}})"),
+               "is less than warmup_num_steps"));
+  // Keys read but not acted on warn like unknown keys.
+  const auto ignored = parse(R"({"train_batch_size": 1, "fp16": {"auto_cast": true},
+      "zero_optimization": {"contiguous_gradients": true, "allgather_bucket_size": 5e8,
+                            "stage3_max_live_parameters": 1e9}, "checkpoint": {"tag_validation": "Fail"},
+      "optimizer": {"params": {"torch_adam": true}}})");
+  for (const char* k : {"'fp16.auto_cast'", "'zero_optimization.contiguous_gradients'",
+                        "'zero_optimization.allgather_bucket_size'",
+                        "'zero_optimization.stage3_max_live_parameters'",
+                        "'checkpoint.tag_validation'", "'optimizer.params.torch_adam'"})
+    CHECK_MESSAGE(warned(ignored, std::string(k) + " has no effect"), k);
+  CHECK(warned(parse(R"({"train_batch_size": 1, "fp16": {"enabled": true, "hysteresis": 4}})"),
+               "'fp16.hysteresis' has no effect at zero_optimization.stage 0"));
+  CHECK_FALSE(warned(parse(R"({"train_batch_size": 1, "fp16": {"enabled": true, "hysteresis": 4},
+                               "zero_optimization": {"stage": 1}})"),
+                     "hysteresis"));
+  CHECK(warned(parse(R"({"train_batch_size": 1, "model": {"type": "gpt2", "intermediate_size": 64}})"),
+               "'model.intermediate_size' has no effect on gpt2"));
+  CHECK(warned(parse(R"({"train_batch_size": 1, "train": {"checkpoint_interval": 10}})"),
+               "'train.checkpoint_dir' is not"));
+}
+
+TEST_CASE("weight decay skips vectors by default; weight_decay_1d decays them too") {
+  for (bool decay_1d : {false, true}) {
+    manual_seed(2);
+    auto model = models::GPT2LMHeadModel(models::GPT2Config::named("tiny"));
+    const std::string cfg = std::string(R"({"train_batch_size": 1, "optimizer": {"type": "AdamW",
+        "params": {"lr": 0.0, "weight_decay": 0.5, "weight_decay_1d": )") +
+                            (decay_1d ? "true" : "false") + "}}}";
+    auto engine = engine::initialize(model, io::TrainConfig::parse(cfg));
+    for (const auto& g : engine->optimizer().groups())
+      for (size_t i = 0; i < g.params.size(); ++i)
+        CHECK_MESSAGE(g.weight_decay == (decay_1d || g.params[i].dim() >= 2 ? 0.5 : 0.0),
+                      g.names[i]);
+  }
+}

@@ -1,9 +1,11 @@
 // Optimizer updates and schedules against their formulas, written out in double here.
 #include <doctest/doctest.h>
 
+#include <array>
 #include <cmath>
 
 #include "tessera/engine/loss_scaler.h"
+#include "tessera/error.h"
 #include "tessera/ops.h"
 #include "tessera/optim/lr_schedule.h"
 #include "tessera/optim/optimizer.h"
@@ -57,14 +59,21 @@ TEST_CASE("SGD with momentum and Nesterov") {
   CHECK(p.item() == doctest::Approx(0.62 - 0.542));
 }
 
-TEST_CASE("LAMB clamps the trust ratio") {
-  Tensor p = param({3.0, 4.0}, {1.0, 1.0});
-  optim::Lamb opt({{{"p"}, {p}, 0.1, 0.0}}, optim::LambOptions{0.9, 0.999, 1e-6, 10.0, 0.01});
-  opt.step();
-  // update = m_hat / (sqrt(v_hat) + eps) = 1/(1+1e-6) per element; ||p|| = 5, ||u|| =
-  // sqrt(2)/(1+1e-6)
-  const double u = 1.0 / (1 + 1e-6), ratio = 5.0 / (std::sqrt(2.0) * u);
-  CHECK(p.to_vector()[0] == doctest::Approx(3.0 - 0.1 * ratio * u));
+TEST_CASE("LAMB clamps the trust ratio, above and below, on every element") {
+  // update = m_hat / (sqrt(v_hat) + eps) = 1/(1+1e-6) per element, so ||u|| = sqrt(2) u.
+  const double u = 1.0 / (1 + 1e-6);
+  for (const auto& [x0, clamp] : std::vector<std::pair<std::array<double, 2>, double>>{
+           {{300.0, 400.0}, 10.0},     // ||p|| / ||u|| = 354 > max_coeff: clamped to 10
+           {{0.003, 0.004}, 0.01}}) {  // 0.0035 < min_coeff: clamped to 0.01
+    const double ratio = std::hypot(x0[0], x0[1]) / (std::sqrt(2.0) * u);
+    REQUIRE((ratio > 10.0 || ratio < 0.01));  // the clamp must be what decides the step
+    Tensor p = param({x0[0], x0[1]}, {1.0, -1.0});
+    optim::Lamb opt({{{"p"}, {p}, 0.1, 0.0}}, optim::LambOptions{0.9, 0.999, 1e-6, 10.0, 0.01});
+    opt.step();
+    const auto got = p.to_vector();
+    CHECK(got[0] == doctest::Approx(x0[0] - 0.1 * clamp * u).epsilon(1e-12));
+    CHECK(got[1] == doctest::Approx(x0[1] + 0.1 * clamp * u).epsilon(1e-12));
+  }
 }
 
 TEST_CASE("global-norm clipping") {
@@ -85,43 +94,69 @@ TEST_CASE("default param groups: no decay for biases and norm weights") {
   CHECK(groups[1].weight_decay == 0.0);
 }
 
-TEST_CASE("DeepSpeed schedules") {
+// Hand-derived values at a few steps; tests/optim/test_deepspeed_oracle.cpp replays whole
+// trajectories recorded from DeepSpeed itself. lr(k) is DeepSpeed's get_lr() at
+// last_batch_iteration i = k - 1, and at k = 0 what its constructor sets.
+TEST_CASE("DeepSpeed schedules at hand-derived steps") {
   const optim::WarmupLR log_w(0.0, 1.0, 10);
   CHECK(log_w.lr(0) == 0.0);
-  CHECK(log_w.lr(4) == doctest::Approx(std::log(5.0) / std::log(10.0)));
-  CHECK(log_w.lr(10) == 1.0);
+  CHECK(log_w.lr(1) == 0.0);  // i = 0: log(1) = 0
+  CHECK(log_w.lr(5) == doctest::Approx(std::log(5.0) / std::log(10.0)));
+  CHECK(log_w.lr(11) == 1.0);
   const optim::WarmupLR lin(0.0, 1.0, 10, optim::WarmupType::Linear);
-  CHECK(lin.lr(5) == doctest::Approx(0.5));
+  CHECK(lin.lr(6) == doctest::Approx(0.5));
   const optim::WarmupDecayLR decay(20, 0.0, 1.0, 10, optim::WarmupType::Linear);
-  CHECK(decay.lr(15) == doctest::Approx(0.5));
-  CHECK(decay.lr(25) == 0.0);
+  CHECK(decay.lr(16) == doctest::Approx(0.5));  // i = 15: (20 - 15) / (20 - 10)
+  CHECK(decay.lr(26) == 0.0);
   const optim::WarmupCosineLR cos(1e-3, 2000, 0.0, 100, 0.1, optim::WarmupType::Linear);
-  CHECK(cos.lr(50) == doctest::Approx(0.5e-3));
-  CHECK(cos.lr(1999) == doctest::Approx(1e-4));
-  CHECK(cos.lr(99 + 950) == doctest::Approx(1e-3 * (0.1 + 0.9 * 0.5)));  // half-way down the cosine
-  const optim::OneCycle one(0.1, 1.0, 0.5, 10, 10, 5);
+  CHECK(cos.lr(0) == 0.0);  // DeepSpeed's constructor leaves lr 0
+  CHECK(cos.lr(51) == doctest::Approx(0.5e-3));
+  CHECK(cos.lr(2000) == doctest::Approx(1e-4));  // i = 1999: the end of the cosine
+  CHECK(cos.lr(1050) == doctest::Approx(1e-3 * (0.1 + 0.9 * 0.5)));  // half-way down
+  optim::OneCycleOptions o;
+  o.cycle_min_lr = 0.1;
+  o.cycle_max_lr = 1.0;
+  o.decay_lr_rate = 0.5;
+  o.cycle_first_step_size = 10;
+  o.cycle_second_step_size = 10;
+  o.decay_step_size = 5;
+  o.cycle_min_mom = 0.8;
+  o.cycle_max_mom = 0.9;
+  const optim::OneCycle one(o);
   CHECK(one.lr(5) == doctest::Approx(0.55));
   CHECK(one.lr(10) == doctest::Approx(1.0));
   CHECK(one.lr(15) == doctest::Approx(0.55));
-  CHECK(one.lr(25) == doctest::Approx(0.1 * (1 + 0.5 * 1)));
+  CHECK(one.lr(25) == doctest::Approx(0.1 / (1 + 0.5 * 1)));  // decay divides: i = 24, t = 5
+  CHECK(one.betas(0)->first == 0.8);                          // the constructor's value
+  CHECK(one.betas(10)->first == doctest::Approx(0.8));        // lr at its peak, beta1 lowest
+  CHECK(one.betas(15)->first == doctest::Approx(0.85));
+  CHECK(one.betas(15)->second == 0.99);
   const optim::LRRangeTest range(0.01, 10, 1.0, true);
-  CHECK(range.lr(8) == doctest::Approx(0.01));
-  CHECK(range.lr(9) == doctest::Approx(0.02));
+  CHECK(range.lr(9) == doctest::Approx(0.01));
+  CHECK(range.lr(10) == doctest::Approx(0.02));
 }
 
-TEST_CASE("dynamic loss scaler follows DeepSpeed's hysteresis and window") {
-  engine::LossScaler s(true, 1024, 3, 2, false, 1);
+TEST_CASE("dynamic loss scaler: ZeRO's hysteresis and window, stage 0's plain halving") {
+  engine::LossScaler s(true, 1024, 3, 2, false, 1, engine::LossScaleRule::ZeroDynamic);
   s.update(true);  // first overflow: hysteresis 2 -> 1, scale kept
   CHECK(s.scale() == 1024);
-  s.update(true);  // second: halves
+  s.update(true);  // second: halves (iteration 1 is the last overflow)
   CHECK(s.scale() == 512);
-  s.update(false);  // iter 2, last overflow 1: (2-1) % 3 != 0
-  s.update(false);  // iter 3: 2 % 3
+  s.update(false);  // iterations 2..4: 0, 1, 2 clean steps before them
+  s.update(false);
+  s.update(false);
   CHECK(s.scale() == 512);
-  s.update(false);  // iter 4: 3 % 3 == 0 -> doubles
+  s.update(false);  // iteration 5: 3 clean steps before it, a full window: doubles
   CHECK(s.scale() == 1024);
-  engine::LossScaler floor(true, 2, 10, 1, false, 1);
-  floor.update(true);
-  floor.update(true);
-  CHECK(floor.scale() == 1);  // never below min_loss_scale
+
+  engine::LossScaler z(true, 2, 10, 1, false, 1, engine::LossScaleRule::ZeroDynamic);
+  z.update(true);
+  CHECK(z.scale() == 1);
+  CHECK_THROWS_WITH_AS(z.update(true), doctest::Contains("minimum loss scale"), Error);
+
+  engine::LossScaler f(true, 1024, 3, 2, false, 1, engine::LossScaleRule::FusedOptimizer);
+  f.update(true);  // no hysteresis at stage 0
+  CHECK(f.scale() == 512);
+  for (int i = 0; i < 12; ++i) f.update(true);
+  CHECK(f.scale() == 1);  // stays at the minimum, no error
 }

@@ -20,15 +20,16 @@ struct TrainConfig {
     double lr = 1e-3;
     double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
     double weight_decay = 0.0;
-    bool adam_w_mode = true;
+    bool weight_decay_1d = false;  // Tessera's: also decay biases and norm weights
+    bool adam_w_mode = true;       // decoupled decay (DeepSpeed's default for Adam and AdamW)
     double momentum = 0.0, dampening = 0.0;
     bool nesterov = false;
     double max_coeff = 10.0, min_coeff = 0.01;
   } optimizer;
 
   struct Scheduler {
-    std::string type;  // empty: constant lr
-    std::map<std::string, double> params;
+    std::string type;                      // empty: constant lr
+    std::map<std::string, double> params;  // as given (booleans as 0/1)
     std::string warmup_type = "log";
   } scheduler;
 

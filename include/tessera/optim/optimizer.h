@@ -4,6 +4,7 @@
 #pragma once
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,9 +21,12 @@ struct ParamGroup {
 };
 
 // Splits named parameters into a decayed group (matrices and embeddings) and an undecayed one
-// (biases and norm weights: every parameter with fewer than 2 dims), as GPT-2/BERT recipes do.
+// (biases and norm weights: every parameter with fewer than 2 dims), as GPT-2/BERT recipes and
+// Hugging Face's Trainer do; decay_1d puts every parameter in the decayed group (DeepSpeed's
+// own behaviour, which decays whatever it is given).
 std::vector<ParamGroup> default_param_groups(
-    const std::vector<std::pair<std::string, Tensor*>>& named, double lr, double weight_decay);
+    const std::vector<std::pair<std::string, Tensor*>>& named, double lr, double weight_decay,
+    bool decay_1d = false);
 
 class Optimizer {
  public:
@@ -35,6 +39,10 @@ class Optimizer {
   // Sets every group's learning rate (a scheduler's output).
   void set_lr(double lr);
   double lr() const { return groups_.empty() ? 0.0 : groups_[0].lr; }
+  // Adam's and LAMB's (beta1, beta2), which a schedule may cycle (OneCycle); false for
+  // optimizers without betas.
+  virtual bool set_betas(double, double) { return false; }
+  virtual std::optional<std::pair<double, double>> betas() const { return std::nullopt; }
   int64_t step_count() const { return step_; }
   // Mixed precision in the same fused kernel: `copies[g][i]` is the 16-bit model tensor of
   // group g's i-th (float32) parameter. step() then reads that tensor's gradient instead of
@@ -72,6 +80,10 @@ class Adam : public Optimizer {
  public:
   Adam(std::vector<ParamGroup> groups, AdamOptions options = {});
   void step() override;
+  bool set_betas(double beta1, double beta2) override;
+  std::optional<std::pair<double, double>> betas() const override {
+    return std::make_pair(options_.beta1, options_.beta2);
+  }
   std::string name() const override { return options_.decoupled_weight_decay ? "AdamW" : "Adam"; }
 
  private:
@@ -101,6 +113,10 @@ class Lamb : public Optimizer {
  public:
   Lamb(std::vector<ParamGroup> groups, LambOptions options = {});
   void step() override;
+  bool set_betas(double beta1, double beta2) override;
+  std::optional<std::pair<double, double>> betas() const override {
+    return std::make_pair(options_.beta1, options_.beta2);
+  }
   std::string name() const override { return "Lamb"; }
 
  private:

@@ -39,6 +39,7 @@ struct ZeroOptions {
   int64_t prefetch_bucket_size = 50000000;  // elements gathered ahead of use; 0: none
   bool offload_optimizer = false;           // masters and optimizer state on the host (GPU models)
   bool pin_memory = false;  // offloaded GPU models: stage host<->GPU transfers in pinned memory
+  bool weight_decay_1d = false;  // decay vectors (biases, norm weights) too
 };
 
 // Stage-3 parameter gathers of training passes so far, and how many of them were started

@@ -1,0 +1,107 @@
+// Reading one object of a training config: typed values with errors that name the key, the
+// value found and what was expected; keys never asked for are reported as unknown, and keys
+// read but not acted on as ignored. Private to io/.
+#pragma once
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "tessera/error.h"
+
+namespace tessera::io::config {
+
+using json = nlohmann::json;
+
+class Section {
+ public:
+  Section(const json& j, std::string path, const std::string& source,
+          std::vector<std::string>& warnings)
+      : j_(j), path_(std::move(path)), source_(source), warnings_(warnings) {
+    TS_CHECK(j.is_object(), source_, ": '", path_, "' must be an object, found ", j.dump());
+  }
+
+  const std::string& source() const { return source_; }
+  std::vector<std::string>& warnings() { return warnings_; }
+  std::string key(const std::string& k) const { return path_.empty() ? k : path_ + "." + k; }
+  bool has(const std::string& k) {
+    seen_.insert(k);
+    return j_.contains(k) && !j_[k].is_null();
+  }
+
+  template <class T>
+  void get(const std::string& k, T& out) {
+    if (!has(k)) return;
+    const json& v = j_[k];
+    if constexpr (std::is_same_v<T, bool>) {
+      TS_CHECK(v.is_boolean(), source_, ": '", key(k), "' must be true or false, found ", v.dump());
+      out = v.get<bool>();
+    } else if constexpr (std::is_integral_v<T>) {
+      const bool integral = v.is_number_integer() ||
+                            (v.is_number_float() && v.get<double>() == std::floor(v.get<double>()));
+      TS_CHECK(integral, source_, ": '", key(k), "' must be an integer, found ", v.dump());
+      const double d = v.get<double>();
+      // Values past int64 would wrap; nobody means them.
+      TS_CHECK(std::fabs(d) < 9.2e18, source_, ": '", key(k), "' is ", v.dump(),
+               ", out of range for an integer");
+      out = v.is_number_unsigned()  ? static_cast<T>(v.get<uint64_t>())
+            : v.is_number_integer() ? static_cast<T>(v.get<int64_t>())
+                                    : static_cast<T>(d);
+    } else if constexpr (std::is_floating_point_v<T>) {
+      TS_CHECK(v.is_number(), source_, ": '", key(k), "' must be a number, found ", v.dump());
+      out = v.get<double>();
+    } else {
+      TS_CHECK(v.is_string(), source_, ": '", key(k), "' must be a string, found ", v.dump());
+      out = v.get<std::string>();
+    }
+  }
+
+  template <class T>
+  void get_min(const std::string& k, T& out, T min, const char* expect) {
+    get(k, out);
+    if (has(k))
+      TS_CHECK(out >= min, source_, ": '", key(k), "' is ", j_[k].dump(), ", expected ", expect);
+  }
+
+  Section sub(const std::string& k) {
+    seen_.insert(k);
+    static const json empty = json::object();
+    return Section(has(k) ? j_[k] : empty, key(k), source_, warnings_);
+  }
+  const json& raw(const std::string& k) {
+    seen_.insert(k);
+    return j_[k];
+  }
+
+  // A DeepSpeed key Tessera reads (its type is checked) but does not act on: warned about, as
+  // unknown keys are, with the reason.
+  template <class T>
+  void ignored(const std::string& k, const char* why) {
+    if (!has(k)) return;
+    T v{};
+    get(k, v);
+    warnings_.push_back(source_ + ": '" + key(k) + "' has no effect in Tessera (ignored): " + why);
+  }
+
+  // Keys present but never asked for.
+  void warn_unknown() {
+    for (auto& [k, v] : j_.items())
+      if (!seen_.count(k) && k.rfind("_", 0) != 0)  // "_comment" style keys are notes
+        warnings_.push_back(source_ + ": unknown key '" + key(k) + "' (ignored)");
+  }
+
+ private:
+  const json& j_;
+  std::string path_;
+  const std::string& source_;
+  std::vector<std::string>& warnings_;
+  std::set<std::string> seen_;
+};
+
+inline void range(bool ok, const std::string& source, const std::string& key, double value,
+                  const char* expect) {
+  TS_CHECK(ok, source, ": '", key, "' is ", value, ", expected ", expect);
+}
+
+}  // namespace tessera::io::config

@@ -1,0 +1,21 @@
+// One parser per section of a training config (private to io/): DeepSpeed's sections in
+// train_config.cpp, Tessera's own (model, data, train) in train_config_tessera.cpp.
+#pragma once
+#include "config_section.h"
+#include "tessera/io/train_config.h"
+
+namespace tessera::io::config {
+
+void parse_batch(Section& root, TrainConfig& c);
+void parse_optimizer(Section o, TrainConfig& c);
+void parse_scheduler(Section s, TrainConfig& c);
+void parse_precision(Section& root, TrainConfig& c);
+void parse_zero(Section z, TrainConfig& c);
+void parse_communication(Section& root, TrainConfig& c);
+void parse_monitoring(Section& root, TrainConfig& c);
+
+void parse_model(Section m, TrainConfig& c);
+void parse_data(Section d, TrainConfig& c);
+void parse_train(Section t, TrainConfig& c);
+
+}  // namespace tessera::io::config

@@ -1,0 +1,75 @@
+// Tessera's own sections of a training config: model, data, train.
+#include "config_sections.h"
+
+namespace tessera::io::config {
+
+void parse_model(Section m, TrainConfig& c) {
+  const std::string& source = m.source();
+  auto& md = c.model;
+  m.get("type", md.type);
+  TS_CHECK(md.type == "gpt2" || md.type == "bert", source, ": 'model.type' is \"", md.type,
+           "\", expected \"gpt2\" or \"bert\"");
+  m.get("size", md.size);
+  m.get_min<int64_t>("n_layer", md.n_layer, 1, ">= 1");
+  m.get_min<int64_t>("n_head", md.n_head, 1, ">= 1");
+  m.get_min<int64_t>("n_embd", md.n_embd, 1, ">= 1");
+  m.get_min<int64_t>("block_size", md.block_size, 2, ">= 2");
+  m.get_min<int64_t>("intermediate_size", md.intermediate_size, 0, ">= 0");
+  if (md.type == "gpt2" && m.has("intermediate_size"))
+    m.warnings().push_back(source +
+                           ": 'model.intermediate_size' has no effect on gpt2 (ignored): its MLP "
+                           "is 4 * n_embd wide");
+  m.get("dropout", md.dropout);
+  range(md.dropout >= 0 && md.dropout < 1, source, "model.dropout", md.dropout, "in [0, 1)");
+  m.get("bias", md.bias);
+  m.get("init_from", md.init_from);
+  TS_CHECK(md.n_embd % md.n_head == 0, source, ": 'model.n_embd' (", md.n_embd,
+           ") must be divisible by 'model.n_head' (", md.n_head, ")");
+  m.warn_unknown();
+}
+
+void parse_data(Section d, TrainConfig& c) {
+  const std::string& source = d.source();
+  auto& dt = c.data;
+  d.get("path", dt.path);
+  d.get("tokenizer", dt.tokenizer);
+  TS_CHECK(dt.tokenizer == "char" || dt.tokenizer == "gpt2", source, ": 'data.tokenizer' is \"",
+           dt.tokenizer, "\", expected \"char\" or \"gpt2\"");
+  d.get("vocab", dt.vocab);
+  d.get("merges", dt.merges);
+  d.get("val_fraction", dt.val_fraction);
+  range(dt.val_fraction > 0 && dt.val_fraction < 1, source, "data.val_fraction", dt.val_fraction,
+        "in (0, 1)");
+  d.get("cache_dir", dt.cache_dir);
+  d.get("mask_prob", dt.mask_prob);
+  range(dt.mask_prob > 0 && dt.mask_prob < 1, source, "data.mask_prob", dt.mask_prob, "in (0, 1)");
+  d.get("nsp", dt.nsp);
+  TS_CHECK(dt.tokenizer != "gpt2" || (!dt.vocab.empty() && !dt.merges.empty()), source,
+           ": 'data.tokenizer' \"gpt2\" needs 'data.vocab' (vocab.json) and 'data.merges' "
+           "(merges.txt)");
+  d.warn_unknown();
+}
+
+void parse_train(Section t, TrainConfig& c) {
+  const std::string& source = t.source();
+  auto& tr = c.train;
+  t.get_min<int64_t>("steps", tr.steps, 0, ">= 0");
+  int64_t seed = static_cast<int64_t>(tr.seed);
+  t.get_min<int64_t>("seed", seed, 0, ">= 0");
+  tr.seed = static_cast<uint64_t>(seed);
+  t.get_min<int64_t>("eval_interval", tr.eval_interval, 0, ">= 0 (0 = only at the end)");
+  t.get_min<int64_t>("eval_iters", tr.eval_iters, 1, ">= 1");
+  t.get_min<int64_t>("sample_tokens", tr.sample_tokens, 0, ">= 0");
+  t.get("checkpoint_dir", tr.checkpoint_dir);
+  t.get_min<int64_t>("checkpoint_interval", tr.checkpoint_interval, 0, ">= 0 (0 = off)");
+  if (tr.checkpoint_interval > 0 && tr.checkpoint_dir.empty())
+    t.warnings().push_back(source +
+                           ": 'train.checkpoint_interval' is set but 'train.checkpoint_dir' is "
+                           "not: no periodic checkpoints are written");
+  t.get("device", tr.device);
+  TS_CHECK(tr.device == "cpu" || tr.device == "cuda" || tr.device.rfind("cuda:", 0) == 0, source,
+           ": 'train.device' is \"", tr.device, "\", expected \"cpu\", \"cuda\" or \"cuda:N\"");
+  t.warn_unknown();
+}
+
+}  // namespace tessera::io::config
