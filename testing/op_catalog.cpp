@@ -457,15 +457,6 @@ Tensor make_input(const InputSpec& spec, Generator& gen) {
   return t;
 }
 
-bool is_float_input(const InputSpec& s) {
-  return s.kind != InputKind::Index && s.kind != InputKind::IndexOrIgnore &&
-         s.kind != InputKind::Mask;
-}
-
-Tolerance scaled(Tolerance t, double f) {
-  return {t.rtol * f, t.atol * f};
-}
-
 }  // namespace
 
 const std::vector<OpSpec>& op_catalog() {
@@ -487,78 +478,9 @@ std::vector<Tensor> make_inputs(const OpCase& c, uint64_t seed) {
   return out;
 }
 
-std::vector<CheckResult> check_op(const OpSpec& spec, Device device, DType dtype,
-                                  bool finite_differences) {
-  std::vector<CheckResult> results;
-  uint64_t seed = 1;
-  for (const OpCase& c : spec.cases) {
-    const std::vector<Tensor> base = make_inputs(c, seed++);
-    // Inputs as the dtype under test sees them, and the same values in float64.
-    std::vector<Tensor> ref_in, dev_in;
-    for (size_t i = 0; i < base.size(); ++i) {
-      const bool fl = is_float_input(c.inputs[i]);
-      const Tensor rounded = fl ? base[i].to(dtype).to(DType::Float64) : base[i];
-      const bool grad = fl && spec.differentiable && c.inputs[i].differentiable;
-      Tensor r = c.inputs[i].transposed ? rounded.transpose(-1, -2).contiguous().transpose(-1, -2)
-                                        : rounded;
-      ref_in.push_back(grad ? r.detach().requires_grad_(true) : r);
-      Tensor d = (fl ? rounded.to(dtype) : rounded).to(device);
-      if (c.inputs[i].transposed) d = d.transpose(-1, -2).contiguous().transpose(-1, -2);
-      dev_in.push_back(grad ? d.detach().requires_grad_(true) : d);
-    }
-    const OpContext ref_ctx{spec.exact_reference ? dtype : DType::Float64, Device::cpu(), c};
-    const OpContext dev_ctx{dtype, device, c};
-    const Tolerance tol = tolerance_for(dtype);
-    CheckResult fwd{spec.name, c.label, "forward"};
-    try {
-      const Tensor ref = spec.fn(ref_in, ref_ctx);
-      const Tensor out = spec.fn(dev_in, dev_ctx);
-      const bool float_out = is_floating(out.dtype());
-      if (float_out)
-        TS_CHECK(out.dtype() == dtype, "output dtype ", dtype_name(out.dtype()),
-                 " != ", dtype_name(dtype));
-      const CompareResult cr =
-          compare(out.to(Device::cpu()), ref, float_out ? tol : Tolerance{0, 0});
-      fwd.ok = cr.ok;
-      fwd.message = cr.message;
-      results.push_back(fwd);
-      if (!spec.differentiable) continue;
-      // Analytic gradients at the dtype under test against float64 analytic gradients.
-      Generator gen(99);
-      const Tensor v = randn(ref.shape(), DType::Float64, Device::cpu(), &gen);
-      sum(ref * v).backward();
-      sum(out.to(Device::cpu()) * v.to(out.dtype())).backward();
-      CheckResult g{spec.name, c.label, "gradient"};
-      g.message = "ok";
-      for (size_t i = 0; i < ref_in.size(); ++i) {
-        if (!ref_in[i].requires_grad()) continue;
-        const CompareResult gr = compare(dev_in[i].grad().to(Device::cpu()), ref_in[i].grad(),
-                                         scaled(tol, is_reduced_float(dtype) ? 4.0 : 1.0));
-        if (!gr.ok) {
-          g.ok = false;
-          g.message = "input " + std::to_string(i) + ": " + gr.message;
-          break;
-        }
-      }
-      results.push_back(g);
-      if (!finite_differences || !spec.finite_differences) continue;
-      // The float64 gradients themselves against finite differences.
-      CheckResult fd{spec.name, c.label, "finite-difference"};
-      std::vector<Tensor> fd_in;
-      for (const Tensor& t : ref_in)
-        fd_in.push_back(t.requires_grad() ? t.detach().contiguous().requires_grad_(true) : t);
-      const GradcheckResult gc =
-          gradcheck([&](const std::vector<Tensor>& x) { return spec.fn(x, ref_ctx); }, fd_in);
-      fd.ok = gc.ok;
-      fd.message = gc.message;
-      results.push_back(fd);
-    } catch (const Error& e) {
-      fwd.ok = false;
-      fwd.message = e.what();
-      results.push_back(fwd);
-    }
-  }
-  return results;
+bool is_float_input(const InputSpec& s) {
+  return s.kind != InputKind::Index && s.kind != InputKind::IndexOrIgnore &&
+         s.kind != InputKind::Mask;
 }
 
 }  // namespace tessera::testing

@@ -5,6 +5,7 @@
 #include <iomanip>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "tessera/cuda.h"
 #include "tessera/grad_mode.h"
@@ -18,15 +19,19 @@ namespace {
 
 const char* kHelp = R"(usage:
   tessera kernels list [--json]
-  tessera kernels check [OP ...] [--device cpu|cuda] [--dtype float32,float64,...] [--json]
+  tessera kernels check [OP ...] [--device cpu|cuda] [--dtype float32,float64,...]
+                        [--reference FILE] [--json]
   tessera kernels bench OP --shape S [--device cpu|cuda] [--dtype D] [--iters N] [--json]
 
 list    every op with the backend kernels it exercises.
 check   runs each op (default: all) on random inputs of several shapes, including broadcast
         and non-contiguous ones, on the device named, and compares forward output and
-        gradient with the float64 CPU result on the same inputs; float64 gradients are also
-        checked by finite differences. Default dtypes: float32, float64, bfloat16, float16.
-        Exit status 1 when any check fails.
+        gradient with the float64 CPU result on the same inputs; that float64 CPU result is
+        itself compared with PyTorch's (the catalog reference, --reference FILE, found
+        installed or in the source tree; without it those checks are not made), and float64
+        gradients with finite differences. Each line says which references were used.
+        Default dtypes: float32, float64, bfloat16, float16. Exit status 1 when any check
+        fails.
 bench   median time of OP's forward on inputs of --shape (elementwise: the tensor shape;
         matmul: M,N,K or B,M,N,K; attention: B,H,T,D; cross_entropy: N,C; embedding: V,D,N),
         with GFLOP/s for GEMM-like ops and GB/s otherwise.
@@ -89,30 +94,43 @@ int check(const Args& a) {
   if (ops.empty())
     for (const auto& s : testing::op_catalog()) ops.push_back(&s);
   const bool json = a.has("json");
+  std::string tried;
+  const auto reference = testing::CatalogReference::find(a.get("reference", ""), &tried);
+  if (!reference && !json)
+    std::cout << "no catalog reference (looked for " << tried
+              << "): float64 cpu results are checked by finite differences only\n";
   int64_t checked = 0, failed = 0;
-  nlohmann::json failures = nlohmann::json::array();
+  nlohmann::json failures = nlohmann::json::array(), references = nlohmann::json::object();
   for (const testing::OpSpec* s : ops) {
     int64_t op_checks = 0, op_failed = 0;
+    std::set<std::string> used;
     for (size_t di = 0; di < dtypes.size(); ++di) {
-      for (const auto& r : testing::check_op(*s, device, dtypes[di], di == 0)) {
+      for (const auto& r :
+           testing::check_op(*s, device, dtypes[di], di == 0, reference ? &*reference : nullptr)) {
         ++op_checks;
+        used.insert(r.reference);
+        references[r.reference] = references.value(r.reference, 0) + 1;
         if (r.ok) continue;
         ++op_failed;
         failures.push_back({{"op", r.op},
                             {"case", r.label},
                             {"dtype", dtype_name(dtypes[di])},
                             {"check", r.what},
+                            {"reference", r.reference},
                             {"message", r.message}});
         if (!json)
           std::cout << "  FAIL " << r.op << " [" << r.label << "] " << dtype_name(dtypes[di]) << " "
-                    << r.what << ": " << r.message << "\n";
+                    << r.what << " against " << r.reference << ": " << r.message << "\n";
       }
     }
     checked += op_checks;
     failed += op_failed;
+    std::string against;
+    for (const std::string& u : used) against += (against.empty() ? "" : ", ") + u;
     if (!json)
       std::cout << std::left << std::setw(16) << s->name << (op_failed ? "FAILED " : "ok     ")
-                << op_checks - op_failed << "/" << op_checks << " checks\n";
+                << op_checks - op_failed << "/" << op_checks << " checks (against " << against
+                << ")\n";
   }
   std::string dts;
   for (DType d : dtypes) dts += std::string(dts.empty() ? "" : ",") + dtype_name(d);
@@ -121,9 +139,14 @@ int check(const Args& a) {
               << checked - failed << " of " << checked << " checks passed over " << ops.size()
               << " ops on " << device.str() << " (" << dts << ")\n";
   } else {
-    std::cout << nlohmann::json{{"checked", checked}, {"failed", failed},
-                                {"ops", ops.size()},  {"device", device.str()},
-                                {"dtypes", dts},      {"failures", failures}}
+    std::cout << nlohmann::json{{"checked", checked},
+                                {"failed", failed},
+                                {"ops", ops.size()},
+                                {"device", device.str()},
+                                {"dtypes", dts},
+                                {"references", references},
+                                {"reference_file", reference ? reference->path() : ""},
+                                {"failures", failures}}
                      .dump()
               << "\n";
   }
@@ -196,13 +219,14 @@ int bench(const Args& a) {
 }  // namespace
 
 int kernels_main(int argc, char** argv) {
-  const Args a(argc, argv, 2, {"json", "help"}, {"device", "dtype", "shape", "iters"});
+  const Args a(argc, argv, 2, {"json", "help"}, {"device", "dtype", "shape", "iters", "reference"});
   if (a.has("help") || a.positional().empty()) {
     std::cout << kHelp;
     return a.has("help") ? 0 : 2;
   }
   const std::string sub = a.positional()[0];
-  const Args rest(argc, argv, 3, {"json", "help"}, {"device", "dtype", "shape", "iters"});
+  const Args rest(argc, argv, 3, {"json", "help"},
+                  {"device", "dtype", "shape", "iters", "reference"});
   if (sub == "list") return list(rest);
   if (sub == "check") return check(rest);
   if (sub == "bench") return bench(rest);

@@ -16,7 +16,8 @@ struct Dropout {
     const T* x = c.inputs[0].data<T>();
     T* y = c.outputs[0].data<T>();
     const float p = static_cast<float>(c.attrs.scalar);
-    const A scale = p < 1.0f ? A(1) / (A(1) - A(p)) : A(0);
+    // 1 / (1 - p) from the double p, rounded once to the compute type (as PyTorch).
+    const A scale = c.attrs.scalar < 1.0 ? A(1.0 / (1.0 - c.attrs.scalar)) : A(0);
     const uint64_t seed = c.attrs.seed, offset = c.attrs.offset;
     parallel_for(c.outputs[0].numel(), 1 << 14, [&](int64_t b, int64_t e) {
       philox::Words r{};

@@ -48,7 +48,8 @@ struct Dropout {
   static void run(const KernelCall& c) {
     using A = compute_t<T>;
     const float p = static_cast<float>(c.attrs.scalar);
-    const A scale = p < 1.0f ? A(1) / (A(1) - A(p)) : A(0);
+    // 1 / (1 - p) from the double p, rounded once to the compute type (as PyTorch).
+    const A scale = c.attrs.scalar < 1.0 ? A(1.0 / (1.0 - c.attrs.scalar)) : A(0);
     Tensor& y = c.outputs[0];
     const int64_t n = y.numel();
     if (n == 0) return;

@@ -4,6 +4,8 @@
 // gradients are also checked against finite differences in float64.
 #pragma once
 #include <functional>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -60,18 +62,56 @@ struct OpSpec {
 const std::vector<OpSpec>& op_catalog();
 const OpSpec* find_op(const std::string& name);
 
-// Float64 (or int64/bool) CPU inputs for a case; deterministic in `seed`.
+// Float64 (or int64/bool) CPU inputs for a case; deterministic in `seed` (case i of an op
+// uses seed i + 1).
 std::vector<Tensor> make_inputs(const OpCase& c, uint64_t seed);
+// Whether the input holds floating values (not indices or a mask).
+bool is_float_input(const InputSpec& s);
+
+// Independent float64 results for the catalog's own inputs: PyTorch's output and gradient
+// of each case, and for the random ops the values of a separate Philox 4x32-10
+// implementation; written by tests/fixtures/generate_catalog_fixtures.py
+// (tests/fixtures/catalog_reference.json, installed to <datadir>/tessera/).
+struct CaseReference {
+  std::string source;          // e.g. "pytorch 1.13.0", "philox (python)"
+  std::vector<Tensor> inputs;  // the values the catalog makes (a stale file is detected)
+  Tensor output;               // float64 / int64 / bool
+  std::map<std::string, Tensor> output_by_dtype;  // random ops: "float64" and "float32" paths
+  Tensor v;                                       // gradient direction (differentiable ops)
+  std::vector<Tensor> grads;  // d sum(output * v) / d input; undefined where none
+};
+
+class CatalogReference {
+ public:
+  // Errors name the file and the entry that is malformed.
+  static CatalogReference load(const std::string& path);
+  // The first readable file of: `explicit_path` if given, else the installed copy and the
+  // source tree's; nullopt (with the places tried in `tried`) when none exists.
+  static std::optional<CatalogReference> find(const std::string& explicit_path,
+                                              std::string* tried = nullptr);
+  const CaseReference* find_case(const std::string& op, const std::string& label) const;
+  const std::string& path() const { return path_; }
+  size_t size() const { return cases_.size(); }
+
+ private:
+  std::string path_;
+  std::map<std::pair<std::string, std::string>, CaseReference> cases_;
+};
 
 struct CheckResult {
   std::string op, label, what;  // what: "forward", "gradient", "finite-difference"
+  std::string reference;        // what it was compared with: "pytorch ...", "float64 cpu",
+                                // "cpu <dtype>", "philox (python)", "finite differences"
   bool ok = true;
   std::string message;
 };
-// Checks one op on every case at (device, dtype). Returns one result per check made.
-// The float64 finite-difference check does not depend on device or dtype; `finite_differences`
-// lets a caller checking several dtypes run it once.
+// Checks one op on every case at (device, dtype). Returns one result per check made. Every
+// check has an independent reference: float64 on the CPU is compared with `reference` (no
+// forward/gradient check is made there without one: it would compare the op with itself);
+// other dtypes and devices with the float64 CPU result on the same rounded inputs; float64
+// gradients with finite differences (once: `finite_differences`).
 std::vector<CheckResult> check_op(const OpSpec& spec, Device device, DType dtype,
-                                  bool finite_differences = true);
+                                  bool finite_differences = true,
+                                  const CatalogReference* reference = nullptr);
 
 }  // namespace tessera::testing

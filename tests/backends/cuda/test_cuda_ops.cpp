@@ -118,8 +118,15 @@ TEST_CASE("cuda ops at scale: reductions over many chunks") {
   wide.narrow(1, 999990, 1).fill_(50.0);  // the maximum sits in the last chunk of each row
   CHECK(argmax(wide.to(Device::cuda(0)), 1).to_int_vector() ==
         std::vector<int64_t>{999990, 999990, 999990});
-  const Tensor big = normal({1 << 22}, 13).to(DType::Float32).to(Device::cuda(0));
-  CHECK(sum(big).item() == sum(big).item());  // a fixed order: the same bits every time
+  // 2^22 float32 values: the sum against float64 on the CPU, and a fixed order (the same
+  // bits after other reductions have run in between and the allocator state has changed).
+  const Tensor big_host = normal({1 << 22}, 13).to(DType::Float32);
+  const Tensor big = big_host.to(Device::cuda(0));
+  const double exact = sum(big_host.to(DType::Float64)).item();
+  const double first = sum(big).item();
+  CHECK(first == doctest::Approx(exact).epsilon(1e-6).scale(2048.0));
+  for (int64_t n : {1000, 1 << 20, 3 << 21}) sum(normal({n}, 14).to(Device::cuda(0))).item();
+  CHECK(sum(big).item() == first);
 }
 
 TEST_CASE("cuda ops at scale: softmax, layer_norm, cross_entropy over wide rows") {
