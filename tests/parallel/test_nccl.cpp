@@ -1,5 +1,5 @@
 // The NCCL process group on CUDA tensors, one GPU per rank (run by mpirun at 1, 2 and 4
-// processes; skipped with a message when this machine has fewer GPUs than ranks, or no NCCL).
+// processes; skipped, with the reason, when this machine has fewer GPUs than ranks, or no NCCL).
 // Expected values are closed forms in the rank; the engine over NCCL is compared with one CPU
 // process training on the whole global batch.
 #include <doctest/doctest.h>
@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "skip.h"
 #include "tessera/cuda.h"
 #include "tessera/engine/engine.h"
 #include "tessera/models/gpt2.h"
@@ -18,20 +19,16 @@ using namespace tessera::parallel;
 
 namespace {
 
-bool skip_without_gpus() {
-  const int n = world()->size();
-  if (!nccl_compiled()) {
-    MESSAGE("SKIPPED: this build has no NCCL");
-    return true;
-  }
-  if (cuda_device_count() < n) {
-    const std::string why = cuda_unavailable_reason();
-    MESSAGE("SKIPPED: NCCL needs one GPU per rank: " << cuda_device_count() << " visible for " << n
-                                                     << " rank(s)"
-                                                     << (why.empty() ? "" : " (" + why + ")"));
-    return true;
-  }
-  return false;
+// One GPU per rank and a build with NCCL, decided before MPI starts (from the launcher's
+// environment), so the cases are skipped, not passed, where they cannot run.
+doctest::skip nccl_gpus_required() {
+  const int ranks = test::launched_world_size();
+  if (!nccl_compiled()) return test::skip_if(true, "this build has no NCCL");
+  const int gpus = cuda_device_count();
+  const std::string why = cuda_unavailable_reason();
+  return test::skip_if(gpus < ranks, "NCCL needs one GPU per rank: " + std::to_string(gpus) +
+                                         " visible for " + std::to_string(ranks) + " rank(s)" +
+                                         (why.empty() ? "" : " (" + why + ")"));
 }
 
 Device my_gpu() {
@@ -51,8 +48,8 @@ std::vector<double> host(const Tensor& t) {
 
 }  // namespace
 
-TEST_CASE("NCCL: all_reduce, reduce_scatter, all_gather, broadcast, send/recv, barrier") {
-  if (skip_without_gpus()) return;
+TEST_CASE("NCCL: all_reduce, reduce_scatter, all_gather, broadcast, send/recv, barrier" *
+          nccl_gpus_required()) {
   auto g = make_nccl_group(world(), my_gpu());
   const int n = g->size(), r = g->rank();
   CHECK(g->backend() == "nccl");
@@ -113,8 +110,7 @@ TEST_CASE("NCCL: all_reduce, reduce_scatter, all_gather, broadcast, send/recv, b
                        doctest::Contains("all_gather"), Error);
 }
 
-TEST_CASE("NCCL: async collectives in order, logger, sub-group") {
-  if (skip_without_gpus()) return;
+TEST_CASE("NCCL: async collectives in order, logger, sub-group" * nccl_gpus_required()) {
   auto g = make_nccl_group(world(), my_gpu());
   const int n = g->size();
   g->logger().enable(true);
@@ -139,8 +135,8 @@ TEST_CASE("NCCL: async collectives in order, logger, sub-group") {
   CHECK(host(one)[0] == n);
 }
 
-TEST_CASE("NCCL: the engine's DP, ZeRO 1-3 and ZeRO-Offload on GPUs follow one CPU process") {
-  if (skip_without_gpus()) return;
+TEST_CASE("NCCL: the engine's DP, ZeRO 1-3 and ZeRO-Offload on GPUs follow one CPU process" *
+          nccl_gpus_required()) {
   ::setenv("TESSERA_DIST_BACKEND", "nccl", 1);  // NCCL even on one rank
   auto w = world();
   const int n = w->size(), r = w->rank();

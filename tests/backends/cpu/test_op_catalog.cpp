@@ -5,6 +5,8 @@
 
 #include <map>
 
+#include "skip.h"
+
 #include "tessera/cuda.h"
 #include "tessera/dispatch.h"
 #include "tessera/op_catalog.h"
@@ -55,11 +57,7 @@ TEST_CASE("every catalog op passes on cpu at every floating dtype") {
   CHECK(by_reference.count("finite"));
 }
 
-TEST_CASE("every catalog op passes on cuda") {
-  if (cuda_device_count() == 0) {
-    MESSAGE("SKIPPED: CUDA op checks need a GPU: " << cuda_unavailable_reason());
-    return;
-  }
+TEST_CASE("every catalog op passes on cuda" * test::gpu_required()) {
   check_all(Device::cuda(0));
 }
 

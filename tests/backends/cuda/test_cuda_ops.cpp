@@ -5,6 +5,8 @@
 // compared with the same computation in float64 on the CPU. Skips without a GPU.
 #include <doctest/doctest.h>
 
+#include "skip.h"
+
 #include <cmath>
 #include <functional>
 
@@ -12,7 +14,6 @@
 #include "tessera/models/gpt2.h"
 #include "tessera/optim/optimizer.h"
 #include "tessera/tessera.h"
-#include "tests/backends/cuda/require_gpu.h"
 
 using namespace tessera;
 
@@ -81,8 +82,7 @@ const DType kDTypes[] = {DType::Float32, DType::BFloat16, DType::Float64};
 
 }  // namespace
 
-TEST_CASE("cuda ops at scale: reductions over many chunks") {
-  REQUIRE_GPU_OR_SKIP();
+TEST_CASE("cuda ops at scale: reductions over many chunks" * test::gpu_required()) {
   for (DType dt : kDTypes) {
     compare(
         "sum of 200003", [](const auto& x) { return sum(x[0]); }, {normal({200003}, 1)}, dt);
@@ -129,8 +129,8 @@ TEST_CASE("cuda ops at scale: reductions over many chunks") {
   CHECK(sum(big).item() == first);
 }
 
-TEST_CASE("cuda ops at scale: softmax, layer_norm, cross_entropy over wide rows") {
-  REQUIRE_GPU_OR_SKIP();
+TEST_CASE("cuda ops at scale: softmax, layer_norm, cross_entropy over wide rows" *
+          test::gpu_required()) {
   for (DType dt : kDTypes) {
     compare(
         "softmax [33, 50257]", [](const auto& x) { return softmax(x[0], -1); },
@@ -147,8 +147,8 @@ TEST_CASE("cuda ops at scale: softmax, layer_norm, cross_entropy over wide rows"
   }
 }
 
-TEST_CASE("cuda ops at scale: cross_entropy with -inf and NaN logits behaves as on the CPU") {
-  REQUIRE_GPU_OR_SKIP();
+TEST_CASE("cuda ops at scale: cross_entropy with -inf and NaN logits behaves as on the CPU" *
+          test::gpu_required()) {
   for (DType dt : {DType::Float32, DType::BFloat16}) {
     // Whole 16-byte packs of -inf (a masked vocabulary) and a finite target: finite loss.
     Tensor logits = normal({3, 4099}, 30);
@@ -168,8 +168,8 @@ TEST_CASE("cuda ops at scale: cross_entropy with -inf and NaN logits behaves as 
   }
 }
 
-TEST_CASE("cuda ops at scale: layer_norm's register path and its fallbacks") {
-  REQUIRE_GPU_OR_SKIP();
+TEST_CASE("cuda ops at scale: layer_norm's register path and its fallbacks" *
+          test::gpu_required()) {
   // Widths: one pack per lane or less (64, 40), a GPT-2 row (768: 3 bf16 / 6 float32 packs per
   // lane), the widest register rows (1024 backward, 2048 forward), and widths that take the
   // generic kernels (770: not whole packs; 3000: too wide). 4099 rows: the dweight/dbias
@@ -195,8 +195,8 @@ TEST_CASE("cuda ops at scale: layer_norm's register path and its fallbacks") {
   }
 }
 
-TEST_CASE("cuda ops at scale: embedding backward with repeated indices is exact and stable") {
-  REQUIRE_GPU_OR_SKIP();
+TEST_CASE("cuda ops at scale: embedding backward with repeated indices is exact and stable" *
+          test::gpu_required()) {
   for (DType dt : kDTypes)
     compare(
         "embedding [500, 64] x 6000", [](const auto& x) { return embedding(x[0], x[1]); },
@@ -217,8 +217,8 @@ TEST_CASE("cuda ops at scale: embedding backward with repeated indices is exact 
   CHECK(gpu1 == gpu2);
 }
 
-TEST_CASE("cuda ops at scale: attention over many blocks, causal and masked") {
-  REQUIRE_GPU_OR_SKIP();
+TEST_CASE("cuda ops at scale: attention over many blocks, causal and masked" *
+          test::gpu_required()) {
   for (DType dt : kDTypes) {
     const double tol = dt == DType::BFloat16 ? 3e-2 : -1;
     compare(
@@ -237,8 +237,8 @@ TEST_CASE("cuda ops at scale: attention over many blocks, causal and masked") {
   }
 }
 
-TEST_CASE("cuda ops at scale: fused flash attention (16-bit, head size 64 and 128)") {
-  REQUIRE_GPU_OR_SKIP();
+TEST_CASE("cuda ops at scale: fused flash attention (16-bit, head size 64 and 128)" *
+          test::gpu_required()) {
   for (DType dt : {DType::BFloat16, DType::Float16}) {
     const double tol = 3e-2;
     compare(
@@ -273,8 +273,7 @@ TEST_CASE("cuda ops at scale: fused flash attention (16-bit, head size 64 and 12
   }
 }
 
-TEST_CASE("cuda ops at scale: GEMMs batched, broadcast and transposed") {
-  REQUIRE_GPU_OR_SKIP();
+TEST_CASE("cuda ops at scale: GEMMs batched, broadcast and transposed" * test::gpu_required()) {
   for (DType dt : kDTypes) {
     compare(
         "[3,257,129] @ [129,65]", [](const auto& x) { return matmul(x[0], x[1]); },
@@ -288,8 +287,8 @@ TEST_CASE("cuda ops at scale: GEMMs batched, broadcast and transposed") {
   }
 }
 
-TEST_CASE("cuda ops at scale: linear with bias (cuBLASLt epilogues, or their fallback)") {
-  REQUIRE_GPU_OR_SKIP();
+TEST_CASE("cuda ops at scale: linear with bias (cuBLASLt epilogues, or their fallback)" *
+          test::gpu_required()) {
   // float32/bf16 take the BIAS and BGRADB epilogues where cuBLASLt has them; float64 and odd
   // widths may not, and take the unfused kernels: either way the values are the same.
   for (DType dt : {DType::Float32, DType::BFloat16, DType::Float16, DType::Float64}) {
@@ -314,8 +313,8 @@ TEST_CASE("cuda ops at scale: linear with bias (cuBLASLt epilogues, or their fal
   CHECK(rel_err(bg.grad(), b.grad()) < 1e-6);
 }
 
-TEST_CASE("cuda ops at scale: fused AdamW over tensors of many chunks matches the CPU") {
-  REQUIRE_GPU_OR_SKIP();
+TEST_CASE("cuda ops at scale: fused AdamW over tensors of many chunks matches the CPU" *
+          test::gpu_required()) {
   auto run = [](Device d) {
     std::vector<Tensor> ps{normal({300000}, 1).to(DType::Float32).to(d),
                            normal({70, 31}, 2).to(DType::Float32).to(d)};
@@ -336,8 +335,8 @@ TEST_CASE("cuda ops at scale: fused AdamW over tensors of many chunks matches th
   for (size_t i = 0; i < cpu.size(); ++i) CHECK(rel_err(gpu[i], cpu[i]) < 1e-6);
 }
 
-TEST_CASE("cuda: bad indices and targets are reported by position, not as a device fault") {
-  REQUIRE_GPU_OR_SKIP();
+TEST_CASE("cuda: bad indices and targets are reported by position, not as a device fault" *
+          test::gpu_required()) {
   const Device d = Device::cuda(0);
   const Tensor w = randn({10, 4}).to(d);
   const Tensor idx = from_vector(std::vector<double>{1, 2, 12, 3}, {4}).to(DType::Int64).to(d);

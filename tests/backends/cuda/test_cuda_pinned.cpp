@@ -3,8 +3,9 @@
 // GPU cases skip with the reason when no GPU is visible.
 #include <doctest/doctest.h>
 
+#include "skip.h"
+
 #include "tessera/tessera.h"
-#include "tests/backends/cuda/require_gpu.h"
 
 using namespace tessera;
 
@@ -18,8 +19,7 @@ TEST_CASE("pinned: without a GPU, pin_memory fails and says why") {
   CHECK_FALSE(randn({3}).is_pinned());
 }
 
-TEST_CASE("pinned: pin_memory copies exactly, once, and only host tensors") {
-  REQUIRE_GPU_OR_SKIP();
+TEST_CASE("pinned: pin_memory copies exactly, once, and only host tensors" * test::gpu_required()) {
   for (DType dt : {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16, DType::Int64,
                    DType::Bool}) {
     const Tensor host = (randn({33, 5}) * 4.0).to(dt);
@@ -33,8 +33,8 @@ TEST_CASE("pinned: pin_memory copies exactly, once, and only host tensors") {
   CHECK_THROWS_WITH(on_gpu.pin_memory(), doctest::Contains("is not in host memory"));
 }
 
-TEST_CASE("pinned: copies to and from the GPU in every dtype, casting and strided") {
-  REQUIRE_GPU_OR_SKIP();
+TEST_CASE("pinned: copies to and from the GPU in every dtype, casting and strided" *
+          test::gpu_required()) {
   const Device d = Device::cuda(0);
   for (DType dt : {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16, DType::Int32}) {
     const Tensor host = (randn({64, 48}) * 8.0).to(dt);
@@ -54,8 +54,8 @@ TEST_CASE("pinned: copies to and from the GPU in every dtype, casting and stride
   }
 }
 
-TEST_CASE("pinned: a host write waits for the asynchronous copy still reading the bytes") {
-  REQUIRE_GPU_OR_SKIP();
+TEST_CASE("pinned: a host write waits for the asynchronous copy still reading the bytes" *
+          test::gpu_required()) {
   const int64_t n = int64_t{1} << 24;  // 128 MB of float64: the copy takes milliseconds
   Tensor host = arange(0, static_cast<double>(n), 1.0, DType::Float64).pin_memory();
   for (int round = 0; round < 3; ++round) {
@@ -67,8 +67,7 @@ TEST_CASE("pinned: a host write waits for the asynchronous copy still reading th
   }
 }
 
-TEST_CASE("pinned: the allocator caches blocks and gives them back") {
-  REQUIRE_GPU_OR_SKIP();
+TEST_CASE("pinned: the allocator caches blocks and gives them back" * test::gpu_required()) {
   auto transfer = [] {
     const Tensor p = randn({256, 1024}).pin_memory();
     return sum(p.to(Device::cuda(0))).item();
@@ -85,8 +84,7 @@ TEST_CASE("pinned: the allocator caches blocks and gives them back") {
   CHECK(cuda_pinned_memory_stats().reserved == cuda_pinned_memory_stats().allocated);
 }
 
-TEST_CASE("pinned: pin_memory passes gradients through unchanged") {
-  REQUIRE_GPU_OR_SKIP();
+TEST_CASE("pinned: pin_memory passes gradients through unchanged" * test::gpu_required()) {
   Tensor x = randn({5, 3});
   x.requires_grad_(true);
   const Tensor y = x.pin_memory();

@@ -1,8 +1,9 @@
 // CUDA runtime basics. Each test skips with the reason when no GPU is visible.
 #include <doctest/doctest.h>
 
+#include "skip.h"
+
 #include "tessera/tessera.h"
-#include "tests/backends/cuda/require_gpu.h"
 
 using namespace tessera;
 
@@ -13,8 +14,8 @@ TEST_CASE("cuda: status is reported either way") {
     CHECK(cuda_unavailable_reason().empty());
 }
 
-TEST_CASE("cuda: host -> device -> host round trip is exact for every dtype") {
-  REQUIRE_GPU_OR_SKIP();
+TEST_CASE("cuda: host -> device -> host round trip is exact for every dtype" *
+          test::gpu_required()) {
   for (DType dt : {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16, DType::Int64,
                    DType::Int32, DType::Bool}) {
     const Tensor host = (randn({17, 3}) * 3.0).to(dt);
@@ -23,14 +24,13 @@ TEST_CASE("cuda: host -> device -> host round trip is exact for every dtype") {
   }
 }
 
-TEST_CASE("cuda: fill writes the value") {
-  REQUIRE_GPU_OR_SKIP();
+TEST_CASE("cuda: fill writes the value" * test::gpu_required()) {
   const Tensor t = full({1000}, 2.5, DType::Float32, Device::cuda(0));
   for (double v : t.to_vector()) CHECK(v == 2.5);
 }
 
-TEST_CASE("cuda: the caching allocator reuses blocks, so a repeated step makes no cudaMalloc") {
-  REQUIRE_GPU_OR_SKIP();
+TEST_CASE("cuda: the caching allocator reuses blocks, so a repeated step makes no cudaMalloc" *
+          test::gpu_required()) {
   const Device d = Device::cuda(0);
   auto step = [&] {
     const Tensor a = randn({512, 256}).to(d), b = randn({256, 128}).to(d);
@@ -47,16 +47,14 @@ TEST_CASE("cuda: the caching allocator reuses blocks, so a repeated step makes n
   CHECK(after.peak_allocated >= 512 * 256 * 4);
 }
 
-TEST_CASE("cuda: out of memory names the request and what is free") {
-  REQUIRE_GPU_OR_SKIP();
+TEST_CASE("cuda: out of memory names the request and what is free" * test::gpu_required()) {
   CHECK_THROWS_WITH(Tensor::empty({int64_t{1} << 45}, DType::Float32, Device::cuda(0)),
                     doctest::Contains("out of memory on cuda:0: tried to allocate"));
   // Still usable afterwards.
   CHECK(full({4}, 1.5, DType::Float32, Device::cuda(0)).to_vector()[3] == 1.5);
 }
 
-TEST_CASE("cuda: strided and casting copies in every direction") {
-  REQUIRE_GPU_OR_SKIP();
+TEST_CASE("cuda: strided and casting copies in every direction" * test::gpu_required()) {
   const Device d = Device::cuda(0);
   const Tensor x = randn({6, 7});
   // host transposed view -> device, device transposed view -> host, device cast
@@ -69,8 +67,7 @@ TEST_CASE("cuda: strided and casting copies in every direction") {
   CHECK(dst.to(Device::cpu()).to_vector() == x.t().to(DType::Float64).contiguous().to_vector());
 }
 
-TEST_CASE("cuda: random draws equal the CPU's for the same seed") {
-  REQUIRE_GPU_OR_SKIP();
+TEST_CASE("cuda: random draws equal the CPU's for the same seed" * test::gpu_required()) {
   Generator g1(123), g2(123);
   const auto cpu = randn({1000}, DType::Float32, Device::cpu(), &g1).to_vector();
   const auto gpu = randn({1000}, DType::Float32, Device::cuda(0), &g2).to_vector();
@@ -82,8 +79,8 @@ TEST_CASE("cuda: random draws equal the CPU's for the same seed") {
         rand({777}, DType::Float32, Device::cuda(0), &g4).to_vector());
 }
 
-TEST_CASE("cuda: dropout masks equal the CPU's, for any offset, size and dtype") {
-  REQUIRE_GPU_OR_SKIP();
+TEST_CASE("cuda: dropout masks equal the CPU's, for any offset, size and dtype" *
+          test::gpu_required()) {
   for (DType dt : {DType::Float32, DType::BFloat16, DType::Float16, DType::Float64}) {
     for (uint64_t skip : {0, 1, 2, 3}) {  // aligned and unaligned stream offsets
       for (int64_t n : {1, 5, 4096, 100003}) {

@@ -3,6 +3,8 @@
 // loss scaling with overflow skips) stay close to them; runs repeat bit for bit.
 #include <doctest/doctest.h>
 
+#include "skip.h"
+
 #include <cmath>
 
 #include "tessera/engine/engine.h"
@@ -61,11 +63,8 @@ double worst_rel(const std::vector<double>& a, const std::vector<double>& b) {
 
 }  // namespace
 
-TEST_CASE("cuda training: float32 follows the CPU run step for step and repeats exactly") {
-  if (cuda_device_count() == 0) {
-    MESSAGE("SKIPPED: needs a CUDA device: " << cuda_unavailable_reason());
-    return;
-  }
+TEST_CASE("cuda training: float32 follows the CPU run step for step and repeats exactly" *
+          test::gpu_required()) {
   const Run cpu = train(Device::cpu(), "fp32");
   const Run gpu = train(Device::cuda(0), "fp32");
   const Run again = train(Device::cuda(0), "fp32");
@@ -73,11 +72,8 @@ TEST_CASE("cuda training: float32 follows the CPU run step for step and repeats 
   CHECK(gpu.losses == again.losses);
 }
 
-TEST_CASE("cuda training: bf16 and fp16 with float32 masters stay near the float32 run") {
-  if (cuda_device_count() == 0) {
-    MESSAGE("SKIPPED: needs a CUDA device: " << cuda_unavailable_reason());
-    return;
-  }
+TEST_CASE("cuda training: bf16 and fp16 with float32 masters stay near the float32 run" *
+          test::gpu_required()) {
   const Run ref = train(Device::cpu(), "fp32");
   const Run bf16 = train(Device::cuda(0), "bf16");
   CHECK(worst_rel(bf16.losses, ref.losses) < 3e-2);
