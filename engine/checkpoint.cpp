@@ -1,4 +1,6 @@
 // Engine checkpoints: save on every rank together, load at any rank count and ZeRO stage.
+#include <fcntl.h>
+#include <stdio.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -14,6 +16,33 @@
 namespace tessera::engine {
 
 namespace fs = std::filesystem;
+
+namespace {
+
+// Moves the finished `tmp` to `final_dir`. An existing `final_dir` (a tag saved again) is
+// exchanged with it in one step (renameat2 RENAME_EXCHANGE), so a process killed at any point
+// leaves a complete directory under the tag `latest` may name; filesystems without exchange
+// fall back to rename-aside, which has a short window without it.
+void publish_directory(const fs::path& tmp, const fs::path& final_dir) {
+  if (!fs::exists(final_dir)) {
+    fs::rename(tmp, final_dir);
+    return;
+  }
+  if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) == 0) {
+    fs::remove_all(tmp);  // now the previous contents
+    return;
+  }
+  std::string old_name = ".";
+  old_name += final_dir.filename().string();
+  old_name += ".old";
+  const fs::path old = final_dir.parent_path() / old_name;
+  fs::remove_all(old);
+  fs::rename(final_dir, old);
+  fs::rename(tmp, final_dir);
+  fs::remove_all(old);
+}
+
+}  // namespace
 
 void Engine::save_checkpoint(const std::string& dir, const std::string& tag,
                              const nlohmann::json& client_state) {
@@ -81,10 +110,7 @@ void Engine::save_checkpoint(const std::string& dir, const std::string& tag,
   group_->barrier();
   if (writer) {
     // Swap the finished directory into place, then point `latest` at it.
-    const fs::path old = fs::path(dir) / ("." + tag + ".old-" + suffix);
-    if (fs::exists(final_dir)) fs::rename(final_dir, old);
-    fs::rename(tmp, final_dir);
-    fs::remove_all(old);
+    publish_directory(tmp, final_dir);
     io::write_file_atomically((fs::path(dir) / "latest").string(),
                               [&](std::ostream& os) { os << tag; });
   }

@@ -2,7 +2,8 @@
 // two dims are swapped (a transpose) is handed to BLAS as a transposed operand, not copied.
 // All threading is OpenMP's: OpenBLAS runs single-threaded (its own pthread pool would fight
 // the OpenMP workers for the cores: measured 195 ms vs 48 ms per tiny-GPT step on 2 cores),
-// and a large product is split into row (or column) panels, one sgemm call per thread.
+// and a large product is cut into row (or column) panels, one sgemm call each, the cut
+// decided by the shape alone so that the bits do not depend on the thread count.
 // Many small products in a batch run one per thread through Eigen's GEMM.
 // Optional fused work (the contract the CUDA backend meets with cuBLASLt epilogues):
 // inputs[2], a bias [N], is added to every row of C before C is rounded to its dtype;
@@ -54,19 +55,27 @@ void gemm_blas(const T* a, const MatrixView& va, const T* b, const MatrixView& v
   }
 }
 
-// C = op(A) op(B) with C's rows (or columns) split across the OpenMP threads.
+// How many panels a product is cut into, from its shape alone: OpenBLAS's bits for a row
+// depend on the size of the call it is computed in, so the cut must not depend on the thread
+// count (or OMP_NUM_THREADS would change results). A power of two up to 16, panels of at least
+// 128 rows (re-packing the shared operand per panel costs ~3% of a tiny-preset step).
+int64_t panel_count(int64_t dim, double flops) {
+  if (flops < 4e6) return 1;
+  int64_t p = 1;
+  while (p < 16 && dim / (2 * p) >= 128) p *= 2;
+  return p;
+}
+
+// C = op(A) op(B) cut into panels of C's rows (or columns), spread over the OpenMP threads.
 template <class T>
 void gemm_parallel(const T* a, const MatrixView& va, const T* b, const MatrixView& vb, T* c,
                    int64_t M, int64_t N, int64_t K) {
-  const int64_t threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-  if (threads <= 1 || 2.0 * M * N * K < 4e6) {
-    gemm_blas(a, va, b, vb, c, M, N, K);
-    return;
-  }
   const bool split_rows = M >= N;
   const int64_t dim = split_rows ? M : N;
-  const int64_t chunk = ((dim + threads - 1) / threads + 7) / 8 * 8;
+  const int64_t panels = panel_count(dim, 2.0 * M * N * K);
+  const int64_t chunk = ((dim + panels - 1) / panels + 7) / 8 * 8;
   const int64_t pieces = (dim + chunk - 1) / chunk;
+  const int64_t threads = omp_in_parallel() ? 1 : std::min<int64_t>(omp_get_max_threads(), pieces);
 #pragma omp parallel for num_threads(static_cast <int>(threads)) schedule(static, 1)
   for (int64_t p = 0; p < pieces; ++p) {
     const int64_t s = p * chunk, len = std::min(chunk, dim - s);

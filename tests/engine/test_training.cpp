@@ -2,12 +2,14 @@
 // fp16 loss scaling, and checkpoints that survive a kill mid-save.
 #include <doctest/doctest.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "fixture_util.h"
@@ -169,26 +171,84 @@ TEST_CASE("bf16: 16-bit model, float32 master weights, and the loss goes down") 
   CHECK(last < first - 0.5);  // learns to copy its input
 }
 
-TEST_CASE("a process killed with SIGKILL while saving leaves a loadable checkpoint") {
-  const std::string dir = tmp_dir("kill");
-  {
-    Setup s(kConfig);
-    s.train_step(0);
-    s.engine->save_checkpoint(dir, "good");
+namespace {
+
+// The GPT-2 tests/tools/checkpoint_writer.cpp trains (about 3.4M parameters, 40 MB of
+// checkpoint, so that a save takes long enough to be seen in progress and killed there).
+struct BigSetup {
+  std::unique_ptr<models::GPT2LMHeadModel> model;
+  std::unique_ptr<engine::Engine> engine;
+  BigSetup() {
+    manual_seed(9);
+    auto c = models::GPT2Config::named("tiny");
+    c.n_embd = 256;
+    c.n_layer = 4;
+    c.n_head = 4;
+    model = std::make_unique<models::GPT2LMHeadModel>(c);
+    engine = engine::initialize(
+        *model,
+        io::TrainConfig::parse(R"({"train_batch_size": 2, "optimizer": {"type": "AdamW"}})"));
   }
-  for (int attempt = 0; attempt < 6; ++attempt) {
-    const pid_t child = fork();
-    REQUIRE(child >= 0);
-    if (child == 0) {
-      Setup s(kConfig);
-      for (int k = 0;; ++k) s.engine->save_checkpoint(dir, "step" + std::to_string(k % 3));
+  void step(int64_t k) {
+    Generator g(77 + static_cast<uint64_t>(k));
+    const Tensor x = (rand({2, 8}, DType::Float32, Device::cpu(), &g) * 96.0).to(DType::Int64);
+    engine->backward(engine->forward({x, x}));
+    engine->step();
+  }
+  std::map<std::string, std::vector<double>> weights() const {
+    std::map<std::string, std::vector<double>> w;
+    for (auto& [n, t] : model->named_parameters()) w[n] = t->to_vector();
+    return w;
+  }
+};
+
+// Starts checkpoint-writer (trains `steps` steps, then saves `tag` into `dir` over and over)
+// and kills it (SIGKILL) as soon as its first save's temporary directory exists. True when the
+// kill landed mid-save: that directory is still there afterwards and `tag` was not
+// (re)published.
+bool kill_mid_save(const std::string& dir, const std::string& tag, int steps) {
+  const fs::path published = fs::path(dir) / tag;
+  const auto before =
+      fs::exists(published) ? fs::last_write_time(published) : fs::file_time_type::min();
+  const std::string steps_arg = std::to_string(steps);
+  const char* argv[] = {TESSERA_CHECKPOINT_WRITER, dir.c_str(), tag.c_str(), steps_arg.c_str(),
+                        nullptr};
+  pid_t child = 0;
+  REQUIRE(posix_spawn(&child, argv[0], nullptr, nullptr, const_cast<char**>(argv), environ) == 0);
+  const fs::path tmp = fs::path(dir) / ("." + tag + ".tmp-" + std::to_string(child));
+  for (int i = 0; i < 400000 && !fs::exists(tmp); ++i) usleep(50);
+  kill(child, SIGKILL);
+  int status = 0;
+  waitpid(child, &status, 0);
+  const bool republished = fs::exists(published) && fs::last_write_time(published) != before;
+  const bool mid_save = fs::exists(tmp) && !republished;
+  fs::remove_all(tmp);
+  return mid_save;
+}
+
+}  // namespace
+
+TEST_CASE("a process killed mid-save leaves the previous checkpoint, loadable and unchanged") {
+  // A new tag, and the tag `latest` already names (saved again in place).
+  for (const std::string tag : {"next", "good"}) {
+    INFO("saving tag ", tag, " when 'latest' names good");
+    const std::string dir = tmp_dir("kill-" + tag);
+    BigSetup s;
+    s.step(0);
+    s.engine->save_checkpoint(dir, "good");
+    const auto good = s.weights();
+    int proven = 0;
+    for (int attempt = 0; attempt < 8 && proven < 2; ++attempt) {
+      if (!kill_mid_save(dir, tag, 2)) continue;
+      ++proven;
+      BigSetup reader;
+      reader.engine->load_checkpoint(dir);  // whatever `latest` names must be complete
+      CHECK(io::read_text_file(dir + "/latest") == "good");
+      CHECK(reader.engine->global_steps() == 1);
+      CHECK(reader.weights() == good);  // the previous checkpoint, bit for bit
     }
-    usleep(20000 + 15000 * attempt);
-    kill(child, SIGKILL);
-    int status = 0;
-    waitpid(child, &status, 0);
-    Setup reader(kConfig);
-    CHECK_NOTHROW(reader.engine->load_checkpoint(dir));  // whatever `latest` names is complete
+    CHECK_MESSAGE(proven >= 1, "no kill landed inside a save in 8 attempts");
+    fs::remove_all(dir);
   }
 }
 
@@ -323,8 +383,9 @@ TEST_CASE("DeepSpeed's optimizer and scheduler rules from the config") {
   CHECK_FALSE(warned(parse(R"({"train_batch_size": 1, "fp16": {"enabled": true, "hysteresis": 4},
                                "zero_optimization": {"stage": 1}})"),
                      "hysteresis"));
-  CHECK(warned(parse(R"({"train_batch_size": 1, "model": {"type": "gpt2", "intermediate_size": 64}})"),
-               "'model.intermediate_size' has no effect on gpt2"));
+  CHECK(warned(
+      parse(R"({"train_batch_size": 1, "model": {"type": "gpt2", "intermediate_size": 64}})"),
+      "'model.intermediate_size' has no effect on gpt2"));
   CHECK(warned(parse(R"({"train_batch_size": 1, "train": {"checkpoint_interval": 10}})"),
                "'train.checkpoint_dir' is not"));
 }
