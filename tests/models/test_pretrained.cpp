@@ -14,6 +14,7 @@
 #include "tessera/models/generate.h"
 #include "tessera/models/gpt2.h"
 #include "tessera/ops.h"
+#include "tessera/testing.h"
 
 using namespace tessera;
 using json = nlohmann::json;
@@ -67,6 +68,23 @@ void check_against_pytorch(const std::string& name) {
     ++checked;
   }
   CHECK(checked == static_cast<int>(expected["grad_norms"].size()));
+
+  // A few gradients element by element (an embedding, a projection, a norm weight, a bias).
+  REQUIRE(expected["grads"].size() == 4);
+  for (auto& [ours, t] : model->named_parameters()) {
+    const std::string key = file_key.at(ours);
+    if (!expected["grads"].contains(key)) continue;
+    const json& g = expected["grads"][key];
+    Tensor want = from_vector(g["data"].get<std::vector<double>>(), g["shape"].get<Shape>());
+    if (want.shape() != t->shape()) want = want.t();  // GPT-2's Conv1D stores [in, out]
+    const double scale = amax(abs(want)).item();
+    const auto r = testing::compare(t->grad().to(DType::Float64), want,
+                                    testing::Tolerance{1e-3, 1e-5 * scale + 1e-9});
+    INFO(name, " gradient of ", key, " element by element");
+    CHECK_MESSAGE(r.ok, r.message);
+    --checked;
+  }
+  CHECK(checked == static_cast<int>(expected["grad_norms"].size()) - 4);
 }
 
 }  // namespace
