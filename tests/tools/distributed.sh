@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # Distributed training as users launch it: mpirun -np N tessera train. Checks, at N = 2 and 4:
-#  - plain DP, ZeRO-1/2/3 and ZeRO-2 with CPU offload: every one of 20 steps' losses equals
-#    the single-process run with the same global batch to 1e-6 (relative); so does plain DP
-#    with dropout 0.1 (each rank applies its slice of the global batch's masks), and BERT
-#    (masked LM + NSP: each rank's loss weighted by its share of the masked tokens);
-#  - per-rank model-state bytes: equal to `tessera estimate-memory`, and to the ZeRO paper's
-#    formulas within 5% plus the gradient partition stage 1 keeps;
-#  - communication per step (comms logger) against 2(N-1)/N * Psi * 4 bytes (ZeRO-3: 1.5x);
-#  - a checkpoint saved by 4 ranks at ZeRO-3 resumes at 4 ranks, at 2 ranks (ZeRO-1) and on 1 process,
-#    and zero-to-fp32 gives the same weights from either;
+#  - plain DP, ZeRO-1/2/3, ZeRO-2 with CPU offload, and gradient accumulation 2: every one of
+#    20 steps' losses equals the single-process run with the same global batch to 1e-6
+#    (relative); so does plain DP with dropout 0.1 (each rank applies its slice of the global
+#    batch's masks), and BERT (masked LM + NSP: each rank's loss weighted by its share of the
+#    masked tokens);
+#  - per-rank model-state bytes, float32 and bf16: equal to `tessera estimate-memory`, and to the
+#    ZeRO paper's formulas (within 5%, plus the gradient partition stage 1 keeps);
+#  - communication per step counted at the MPI calls themselves (MPI's profiling interface,
+#    tests/tools/mpi_byte_counter.cpp) against 2(N-1)/N * Psi * bytes (ZeRO-3: 1.5x), and the
+#    comms logger against those counts;
 #  - a killed rank ends the job; a stopped rank makes the others time out naming the op.
+# Resuming (every step, across layouts) is tests/tools/distributed_resume.sh.
 set -euo pipefail
-tessera="$1"; fixtures="$2"
+tessera="$1"; fixtures="$2"; counter="$3"
 work="$(mktemp -d)"; trap 'pkill -9 -f "$work" 2>/dev/null || true; rm -rf "$work"' EXIT
 export XDG_CACHE_HOME="$work/cache" OMP_NUM_THREADS=1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
@@ -22,8 +24,9 @@ python3 - "$fixtures/train_dist.json" "$work" <<'PY'
 import json, sys
 base = json.load(open(sys.argv[1])); work = sys.argv[2]
 variants = {"dp": {"stage": 0}, "z1": {"stage": 1}, "z2": {"stage": 2}, "z3": {"stage": 3},
-            "z2off": {"stage": 2, "offload_optimizer": {"device": "cpu", "pin_memory": True}}, "dpdrop": {"stage": 0},
-            "bert": {"stage": 0}}
+            "z2off": {"stage": 2, "offload_optimizer": {"device": "cpu", "pin_memory": True}},
+            "dpdrop": {"stage": 0}, "bert": {"stage": 0}, "ga": {"stage": 2},
+            "dpbf": {"stage": 0}, "z1bf": {"stage": 1}, "z2bf": {"stage": 2}, "z3bf": {"stage": 3}}
 for name, z in variants.items():
     c = json.loads(json.dumps(base))
     c["zero_optimization"].update(z)
@@ -33,6 +36,10 @@ for name, z in variants.items():
         c["model"] = {"type": "bert", "n_layer": 2, "n_head": 2, "n_embd": 32,
                       "intermediate_size": 64, "block_size": 16, "dropout": 0.0}
         c["data"] = {"tokenizer": "char", "mask_prob": 0.15, "nsp": True}
+    if name == "ga":  # two micro-batches per step on every layout
+        c["gradient_accumulation_steps"] = 2
+    if name.endswith("bf"):
+        c["bf16"] = {"enabled": True}
     c["csv_monitor"]["output_path"] = work + "/csv"
     json.dump(c, open(f"{work}/{name}.json", "w"))
 PY
@@ -41,13 +48,18 @@ run() {  # name ranks -> per-rank json lines in $work/<name>-<ranks>.jsonl, loss
   local name=$1 n=$2 cfg="$work/$1.json"
   sed -i "s#\"job_name\": \"[^\"]*\"#\"job_name\": \"$name-$n\"#" "$cfg"
   if [ "$n" = 1 ]; then "$tessera" train "$cfg" --data "$work/corpus.txt" --json 2>"$work/$name-$n.err" | tail -1 > "$work/$name-$n.jsonl"
-  else mpi "$n" "$tessera" train "$cfg" --data "$work/corpus.txt" --json 2>"$work/$name-$n.err" | grep '^{' > "$work/$name-$n.jsonl"; fi
+  else
+    mkdir -p "$work/mpi/$name-$n" "$work/mpi/$name-$n-setup"
+    mpi "$n" -x LD_PRELOAD="$counter" -x TESSERA_MPI_COUNT_DIR="$work/mpi/$name-$n" \
+      "$tessera" train "$cfg" --data "$work/corpus.txt" --json 2>"$work/$name-$n.err" | grep '^{' > "$work/$name-$n.jsonl"
+    # The same job with no training step: start-up, final evaluation and shutdown traffic.
+    mpi "$n" -x LD_PRELOAD="$counter" -x TESSERA_MPI_COUNT_DIR="$work/mpi/$name-$n-setup" \
+      "$tessera" train "$cfg" --data "$work/corpus.txt" --steps 0 >/dev/null 2>&1
+  fi
   "$tessera" estimate-memory "$cfg" --ranks "$n" --data "$work/corpus.txt" --json 2>/dev/null | tail -1 > "$work/$name-$n.est"
 }
-run dp 1
-run dpdrop 1
-run bert 1
-for n in 2 4; do for v in dp z1 z2 z3 z2off dpdrop bert; do run $v $n; done; done
+for v in dp dpdrop bert ga; do run $v 1; done
+for n in 2 4; do for v in dp z1 z2 z3 z2off dpdrop bert ga dpbf z1bf z2bf z3bf; do run $v $n; done; done
 
 python3 - "$work" <<'PY'
 import csv, json, sys
@@ -55,74 +67,68 @@ work = sys.argv[1]
 def losses(tag):
     with open(f"{work}/csv/{tag}/Train_Samples_train_loss.csv") as f:
         return [float(r["Train/Samples/train_loss"]) for r in csv.DictReader(f)]
-refs = {"dp": losses("dp-1"), "dpdrop": losses("dpdrop-1"), "bert": losses("bert-1")}
-assert len(refs["dp"]) == 20 and refs["dp"] != refs["dpdrop"], refs
+refs = {v: losses(f"{v}-1") for v in ("dp", "dpdrop", "bert", "ga")}
+assert len(refs["dp"]) == 20 and refs["dp"] != refs["dpdrop"] and refs["dp"] != refs["ga"], refs
 fails = 0
+def report(ok, text):
+    global fails
+    fails += not ok
+    print(text + (" ok" if ok else " FAIL"))
 for n in (2, 4):
-    dp_bytes = None
-    for v in ("dp", "z1", "z2", "z3", "z2off", "dpdrop", "bert"):
-        ref = refs.get(v, refs["dp"])
+    for v in ("dp", "z1", "z2", "z3", "z2off", "dpdrop", "bert", "ga", "dpbf", "z1bf", "z2bf", "z3bf"):
+        bf16 = v.endswith("bf")
         got = losses(f"{v}-{n}")
-        worst = max(abs(a - b) / abs(b) for a, b in zip(got, ref))
-        ok = len(got) == 20 and worst <= 1e-6
-        fails += not ok
-        print(f"{v:6s} N={n}: 20 losses, worst relative difference {worst:.2e} {'ok' if ok else 'FAIL'}")
+        if not bf16:  # 16-bit gradients are reduced in 16 bits: not one process's numbers
+            ref = refs.get(v, refs["dp"])
+            worst = max(abs(a - b) / abs(b) for a, b in zip(got, ref))
+            report(len(got) == 20 and worst <= 1e-6,
+                   f"{v:6s} N={n}: 20 losses, worst relative difference {worst:.2e}")
         lines = [json.loads(l) for l in open(f"{work}/{v}-{n}.jsonl")]
         assert sorted(l["rank"] for l in lines) == list(range(n)), lines
         estimate = json.load(open(f"{work}/{v}-{n}.est"))
         est, psi = estimate["memory"], estimate["num_parameters"]
         stage = lines[0]["zero_stage"]
-        # float32 Adam: (params, grads, optimizer) bytes per rank by the ZeRO paper's reasoning
-        paper = {0: (4*psi, 4*psi, 8*psi), 1: (4*psi, 4*psi, 12*psi/n),
-                 2: (4*psi, 4*psi/n, 12*psi/n), 3: (4*psi/n, 4*psi/n, 8*psi/n)}[stage]
+        # Adam, by the ZeRO paper's reasoning: (params, grads, optimizer) bytes per rank; the
+        # optimizer holds float32 masters (16-bit training) and two float32 moments.
+        k = 2 if bf16 else 4
+        opt = 12 if bf16 else 8
+        paper = {0: (k*psi, k*psi, opt*psi), 1: (k*psi, k*psi, opt*psi/n),
+                 2: (k*psi, k*psi/n, opt*psi/n), 3: (k*psi/n, k*psi/n, opt*psi/n)}[stage]
+        if not bf16 and stage in (1, 2):  # float32 ZeRO-1/2 keep a master copy of the partition
+            paper = (paper[0], paper[1], paper[2] + 4*psi/n)
         for l in lines:
             m = l["memory"]
-            same = all(m[k] == est[k] for k in ("params", "grads", "optimizer"))
+            same = all(m[key] == est[key] for key in ("params", "grads", "optimizer"))
             total = m["params"] + m["grads"] + m["optimizer"]
-            allowance = 4 * psi / n if stage == 1 else 0  # stage 1's gradient partition
+            allowance = k * psi / n if stage == 1 else 0  # stage 1's gradient partition
             within = abs(total - sum(paper)) <= 0.05 * sum(paper) + allowance
-            fails += not (same and within)
             if l["rank"] == 0:
-                print(f"       memory rank 0: {m} estimate {'equal' if same else 'DIFFERS'}; "
-                      f"paper {sum(paper):.0f} B, measured {total} B ({total/sum(paper):.3f}x) "
-                      f"{'ok' if within else 'FAIL'}")
+                report(same and within,
+                       f"       memory rank 0 ({'bf16' if bf16 else 'float32'}, stage {stage}): {m} "
+                       f"estimate {'equal' if same else 'DIFFERS'}; paper {sum(paper):.0f} B, "
+                       f"measured {total} B ({total/sum(paper):.3f}x)")
+            else:
+                fails += not (same and within)
+        # Bytes rank 0 handed to MPI in 20 training steps (a 20-step job minus the same job with
+        # none), as ring algorithms move them (bus bytes).
+        counted = json.load(open(f"{work}/mpi/{v}-{n}/rank0.json"))
+        setup = json.load(open(f"{work}/mpi/{v}-{n}-setup/rank0.json"))
+        factor = {"all_reduce": 2 * (n - 1) / n, "reduce_scatter": (n - 1) / n, "all_gather": (n - 1) / n}
+        steps = 20
+        bus = sum((c["bytes"] - setup.get(op, {}).get("bytes", 0)) * factor[op]
+                  for op, c in counted.items() if op in factor) / steps
+        # ZeRO-3 gathers parameters twice (forward and backward); with accumulation at stage 2
+        # each micro-batch's gradients are reduce-scattered, the parameters gathered once.
+        theory = 2 * (n - 1) / n * psi * k * (1.5 if stage == 3 or v == "ga" else 1.0)
+        ratio = bus / theory
+        report(abs(ratio - 1) <= 0.02,
+               f"       MPI calls: {bus:.0f} bus bytes per step, theory {theory:.0f} B, ratio {ratio:.4f}")
         comms = lines[0]["comms"]
-        step_bytes = sum(c["bus_bytes"] for op, c in comms.items() if op != "broadcast") / 20
-        theory = 2 * (n - 1) / n * psi * 4 * (1.5 if stage == 3 else 1.0)
-        ratio = step_bytes / theory
-        ok = abs(ratio - 1) <= 0.02
-        fails += not ok
-        print(f"       comm/step {step_bytes:.0f} B, theory {theory:.0f} B, ratio {ratio:.4f} {'ok' if ok else 'FAIL'}")
+        logged = sum(c["bus_bytes"] for op, c in comms.items() if op in factor) / steps
+        report(abs(logged - bus) <= 0.001 * bus,
+               f"       comms logger {logged:.0f} B per step vs counted at MPI {bus:.0f} B")
 sys.exit(1 if fails else 0)
 PY
-
-# Resharding: ZeRO-3 on 4 ranks saves at step 10; ZeRO-1 on 2 ranks and one process resume.
-mpi 4 "$tessera" train "$work/z3.json" --data "$work/corpus.txt" --steps 10 --save "$work/ck4" --json >/dev/null 2>"$work/save4.err"
-for f in engine.json config.json zero_rank0.safetensors zero_rank3.safetensors; do test -f "$work/ck4/step10/$f"; done
-resumed2=$(mpi 2 "$tessera" train "$work/z1.json" --data "$work/corpus.txt" --resume "$work/ck4" --json 2>"$work/res2.err" | grep '"rank": 0')
-straight=$(cat "$work/dp-1.jsonl")
-python3 - "$straight" "$resumed2" <<'PY'
-import json, sys
-a, b = (json.loads(x) for x in sys.argv[1:3])
-rel = abs(a["train_loss"] - b["train_loss"]) / a["train_loss"]
-print(f"resume 4 ranks (ZeRO-3) -> 2 ranks (ZeRO-1): step {b['step']} loss {b['train_loss']} vs {a['train_loss']} straight, rel {rel:.1e}")
-assert b["step"] == 20 and rel <= 1e-6
-PY
-grep -q "resumed at step 10" "$work/res2.err"
-# At the size it was saved with, each rank reads only its own shard file.
-resumed4=$(mpi 4 "$tessera" train "$work/z3.json" --data "$work/corpus.txt" --resume "$work/ck4" --json 2>/dev/null | grep '"rank": 0')
-python3 - "$straight" "$resumed4" <<'PY'
-import json, sys
-a, b = (json.loads(x) for x in sys.argv[1:3])
-rel = abs(a["train_loss"] - b["train_loss"]) / a["train_loss"]
-print(f"resume 4 ranks (ZeRO-3) -> 4 ranks (ZeRO-3): step {b['step']} loss {b['train_loss']} vs {a['train_loss']} straight, rel {rel:.1e}")
-assert b["step"] == 20 and rel <= 1e-6
-PY
-"$tessera" train "$work/dp.json" --data "$work/corpus.txt" --resume "$work/ck4" --steps 10 --save "$work/ck1" >/dev/null 2>&1
-"$tessera" zero-to-fp32 "$work/ck4" "$work/a.safetensors" 2>/dev/null
-"$tessera" zero-to-fp32 "$work/ck1" "$work/b.safetensors" 2>/dev/null
-cmp "$work/a.safetensors" "$work/b.safetensors"
-echo "zero-to-fp32: the 4-rank ZeRO-3 shards and the 1-process checkpoint give identical files"
 
 # Failure handling: a killed rank ends the job; a stopped one makes the others time out.
 python3 -c "
