@@ -12,9 +12,15 @@ namespace {
 // A contiguous tensor over fresh storage from make_storage(nbytes).
 template <class MakeStorage>
 Tensor fresh_contiguous(const char* op, const Shape& shape, DType dtype, MakeStorage make_storage) {
-  for (int64_t s : shape) TS_CHECK(s >= 0, op, ": negative dimension in shape ", shape_str(shape));
+  // The byte count is checked, not wrapped: a shape read from a file may be anything.
+  int64_t bytes = static_cast<int64_t>(itemsize(dtype));
+  for (int64_t s : shape) {
+    TS_CHECK(s >= 0, op, ": negative dimension in shape ", shape_str(shape));
+    TS_CHECK(!__builtin_mul_overflow(bytes, s, &bytes), op, ": a ", dtype_name(dtype),
+             " tensor of shape ", shape_str(shape), " would need more than 2^63 bytes");
+  }
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = make_storage(numel_of(shape) * itemsize(dtype));
+  impl->storage = make_storage(static_cast<size_t>(bytes));
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = dtype;

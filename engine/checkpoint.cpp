@@ -3,11 +3,15 @@
 #include <stdio.h>
 #include <unistd.h>
 
+#include <cctype>
+#include <cmath>
 #include <filesystem>
+#include <iostream>
 
 #include "tessera/engine/engine.h"
 #include "tessera/grad_mode.h"
 #include "tessera/io/files.h"
+#include "tessera/io/json_fields.h"
 #include "tessera/io/safetensors.h"
 #include "tessera/ops.h"
 #include "tessera/parallel/zero_checkpoint.h"
@@ -117,23 +121,50 @@ void Engine::save_checkpoint(const std::string& dir, const std::string& tag,
   group_->barrier();
 }
 
+namespace {
+
+// The tag `latest` names, or an error saying why there is none.
+std::string latest_tag(const std::string& dir) {
+  const fs::path latest = fs::path(dir) / "latest";
+  TS_CHECK(fs::exists(latest), "load_checkpoint: '", latest.string(),
+           "' does not exist (no checkpoint saved in '", dir, "'?)");
+  std::string tag = io::read_text_file(latest.string());
+  while (!tag.empty() && std::isspace(static_cast<unsigned char>(tag.back()))) tag.pop_back();
+  TS_CHECK(!tag.empty(), "load_checkpoint: '", latest.string(),
+           "' is empty: it should name the newest checkpoint's tag");
+  TS_CHECK(tag.find('/') == std::string::npos && tag != "." && tag != "..", "load_checkpoint: '",
+           latest.string(), "' names '", tag, "', which is not a tag");
+  TS_CHECK(fs::is_directory(fs::path(dir) / tag), "load_checkpoint: '", latest.string(),
+           "' names tag '", tag, "', but '", (fs::path(dir) / tag).string(), "' does not exist");
+  return tag;
+}
+
+// Optimizers whose saved state means the same thing: Adam and AdamW keep the same moments.
+std::string optimizer_family(const std::string& name) {
+  return name == "AdamW" ? "Adam" : name;
+}
+
+}  // namespace
+
 nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string& tag_in) {
-  std::string tag = tag_in;
-  if (tag.empty()) {
-    const fs::path latest = fs::path(dir) / "latest";
-    TS_CHECK(fs::exists(latest), "load_checkpoint: '", latest.string(),
-             "' does not exist (no checkpoint saved in '", dir, "'?)");
-    tag = io::read_text_file(latest.string());
-    while (!tag.empty() && (tag.back() == '\n' || tag.back() == ' ')) tag.pop_back();
-  }
+  const std::string tag = tag_in.empty() ? latest_tag(dir) : tag_in;
   const fs::path d = fs::path(dir) / tag;
   TS_CHECK(fs::is_directory(d), "load_checkpoint: '", d.string(), "' does not exist");
-  nlohmann::json state;
-  try {
-    state = nlohmann::json::parse(io::read_text_file((d / "engine.json").string()));
-  } catch (const nlohmann::json::exception& e) {
-    fail("load_checkpoint: '", (d / "engine.json").string(), "': ", e.what());
-  }
+  const std::string meta_path = (d / "engine.json").string();
+  TS_CHECK(fs::exists(meta_path), "load_checkpoint: '", meta_path,
+           "' does not exist (not a Tessera checkpoint?)");
+  const nlohmann::json state = io::JsonFields::parse_file(meta_path);
+  const io::JsonFields meta(state, "load_checkpoint: '" + meta_path + "'");
+  // What the saved state means must match what it is loaded into.
+  const std::string saved_opt = meta.string("optimizer");
+  TS_CHECK(optimizer_family(saved_opt) == optimizer_family(optimizer().name()), meta.where(),
+           ": the checkpoint's optimizer is ", saved_opt, " but this run's is ", optimizer().name(),
+           ": its state (", saved_opt == "SGD" ? "momentum" : "moments", ") would be loaded as ",
+           optimizer().name(), "'s");
+  if (saved_opt != optimizer().name() && rank() == 0)
+    std::cerr << "warning: " << meta_path << ": saved with " << saved_opt << ", resumed as "
+              << optimizer().name() << " (same moments, other weight decay)\n";
+  meta.integer("global_steps", 0);  // checked here, read by restore_engine_state
   NoGradGuard no_grad;
   if (zero_ && state.contains("zero")) {
     // Each rank reads only the parts of the saved shards that make up its own partition.
@@ -172,16 +203,20 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
 }
 
 nlohmann::json Engine::restore_engine_state(const nlohmann::json& state) {
-  global_steps_ = state.at("global_steps");
+  const io::JsonFields meta(state, "load_checkpoint: engine.json");
+  global_steps_ = meta.integer("global_steps", 0);
   // Checkpoints are taken at accumulation boundaries; the accumulation count may differ now
   // (another data-parallel size with the same global batch).
   micro_steps_ = global_steps_ * config_.gradient_accumulation_steps;
-  skipped_steps_ = state.at("skipped_steps");
-  schedule_step_ = state.at("schedule_step");
-  default_generator().set_state(
-      {state["rng"]["seed"].get<uint64_t>(), state["rng"]["offset"].get<uint64_t>()});
-  const auto& ls = state["loss_scaler"];
-  scaler_.set_state({ls["scale"], ls["cur_iter"], ls["last_overflow_iter"], ls["cur_hysteresis"]});
+  skipped_steps_ = meta.integer("skipped_steps", 0, global_steps_);
+  schedule_step_ = meta.integer("schedule_step", 0, global_steps_);
+  const io::JsonFields rng = meta.object("rng");
+  default_generator().set_state({rng.unsigned_integer("seed"), rng.unsigned_integer("offset")});
+  const io::JsonFields ls = meta.object("loss_scaler");
+  const double scale = ls.number("scale");
+  TS_CHECK(std::isfinite(scale) && scale > 0, ls.where(), ": 'scale' must be a positive number");
+  scaler_.set_state({scale, ls.integer("cur_iter", 0), ls.integer("last_overflow_iter", -1),
+                     ls.integer("cur_hysteresis", 0)});
   return state.value("client_state", nlohmann::json());
 }
 

@@ -82,8 +82,7 @@ Engine::Engine(nn::Module& model, io::TrainConfig config,
            config_.micro_batch_size, " * gradient_accumulation_steps ",
            config_.gradient_accumulation_steps, " * ", world,
            " ranks (parse the config with this job's world size)");
-  group_->set_timeout(
-      std::chrono::milliseconds(static_cast<int64_t>(config_.distributed.timeout_s * 1000)));
+  group_->set_timeout(config_.distributed.timeout());
   if (config_.fp16.enabled) compute_dtype_ = DType::Float16;
   if (config_.bf16) compute_dtype_ = DType::BFloat16;
   TS_CHECK(!model_.named_parameters().empty(), "engine: the model has no parameters");

@@ -53,10 +53,20 @@ void write_file_atomically(const std::string& path,
       throw;
     }
     out.flush();
-    TS_CHECK(out.good(), "writing '", tmp, "' failed: ", std::strerror(errno));
+    if (!out.good()) {
+      const std::string why = std::strerror(errno);
+      out.close();
+      std::remove(tmp.c_str());  // a failed write leaves nothing behind (disk full, ...)
+      fail("writing '", tmp, "' failed: ", why);
+    }
   }
   const int fd = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
-  TS_CHECK(fd >= 0 && ::fsync(fd) == 0, "cannot fsync '", tmp, "': ", std::strerror(errno));
+  if (fd < 0 || ::fsync(fd) != 0) {
+    const std::string why = std::strerror(errno);
+    if (fd >= 0) ::close(fd);
+    std::remove(tmp.c_str());
+    fail("cannot fsync '", tmp, "': ", why);
+  }
   ::close(fd);
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     const std::string why = std::strerror(errno);
@@ -77,6 +87,21 @@ std::string read_text_file(const std::string& path) {
   std::ostringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+void check_writable_directory(const std::string& dir, const std::string& what) {
+  namespace fs = std::filesystem;
+  TS_CHECK(!dir.empty(), what, ": an empty path");
+  std::error_code ec;
+  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
+    fail(what, " '", dir, "' is a file, not a directory");
+  fs::create_directories(dir, ec);
+  TS_CHECK(!ec, what, " '", dir, "': cannot create the directory: ", ec.message());
+  const fs::path probe = fs::path(dir) / (".tessera-write-test-" + std::to_string(::getpid()));
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  TS_CHECK(fd >= 0, what, " '", dir, "' is not writable: ", std::strerror(errno));
+  ::close(fd);
+  ::unlink(probe.c_str());
 }
 
 }  // namespace tessera::io

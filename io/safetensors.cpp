@@ -128,12 +128,15 @@ SafetensorsFile::SafetensorsFile(const std::string& path)
     e.file_dtype = fd->name;
     e.dtype = fd->loads_as;
     if (!v["shape"].is_array()) bad("shape is not an array");
-    uint64_t numel = 1;
+    // Every size is checked: the tensor's bytes as stored and as loaded (narrow types widen)
+    // must fit in 63 bits, so a huge shape cannot pass as a small byte range.
+    uint64_t numel = 1, stored = fd->size, loaded = itemsize(fd->loads_as);
     for (const auto& d : v["shape"]) {
       if (!d.is_number_unsigned()) bad("shape has a non-integer or negative size");
       const uint64_t s = d.get<uint64_t>();
-      if (s != 0 && numel > (1ull << 62) / s) bad("shape overflows");
-      numel *= s;
+      if (__builtin_mul_overflow(numel, s, &numel) || __builtin_mul_overflow(stored, s, &stored) ||
+          __builtin_mul_overflow(loaded, s, &loaded) || loaded > (1ull << 62))
+        bad("shape " + v["shape"].dump() + " is too large (its byte size overflows)");
       e.shape.push_back(static_cast<int64_t>(s));
     }
     const auto& off = v["data_offsets"];
@@ -146,10 +149,9 @@ SafetensorsFile::SafetensorsFile(const std::string& path)
       bad("data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
           "] fall outside the data section (" + std::to_string(data_len) +
           " bytes at file offset " + std::to_string(data_start_) + ")");
-    if (e.end - e.begin != numel * fd->size)
-      bad(std::string(fd->name) + shape_str(e.shape) + " needs " +
-          std::to_string(numel * fd->size) + " bytes but data_offsets span " +
-          std::to_string(e.end - e.begin));
+    if (e.end - e.begin != stored)
+      bad(std::string(fd->name) + shape_str(e.shape) + " needs " + std::to_string(stored) +
+          " bytes but data_offsets span " + std::to_string(e.end - e.begin));
     entries_[name] = std::move(e);
   }
   // Tensors must tile the data section exactly: no overlaps, no gaps, nothing left over.
@@ -227,8 +229,8 @@ Tensor SafetensorsFile::get_range(const std::string& name, int64_t first, int64_
   TS_CHECK(item * static_cast<size_t>(numel) == e.end - e.begin, "safetensors '", path(),
            "': tensor '", name, "' is stored as ", e.file_dtype,
            ", which is widened on load; read it whole with get()");
-  TS_CHECK(first >= 0 && count >= 0 && first + count <= numel, "safetensors '", path(),
-           "': elements [", first, ", ", first + count, ") of tensor '", name,
+  TS_CHECK(first >= 0 && count >= 0 && first <= numel && count <= numel - first, "safetensors '",
+           path(), "': elements [", first, ", ", first + count, ") of tensor '", name,
            "' are out of range (it has ", numel, ")");
   Tensor t = Tensor::empty({count}, e.dtype);
   if (count > 0)

@@ -115,6 +115,10 @@ void Module::load_state_dict(const std::map<std::string, Tensor>& state, bool st
     TS_CHECK(it->second.shape() == slot->shape(), "load_state_dict: '", name, "' has shape ",
              shape_str(it->second.shape()), " in the state dict but ", shape_str(slot->shape()),
              " in the model");
+    // Integers are not silently cast into floating weights (or the reverse).
+    TS_CHECK(is_floating(it->second.dtype()) == is_floating(slot->dtype()), "load_state_dict: '",
+             name, "' is ", dtype_name(it->second.dtype()), " in the state dict but ",
+             dtype_name(slot->dtype()), " in the model");
   }
   for (auto& [name, t] : state)
     if (!known.count(name)) unexpected.push_back(name);

@@ -67,6 +67,8 @@ std::map<std::string, Tensor> Optimizer::state_dict() const {
 void Optimizer::load_state_dict(const std::map<std::string, Tensor>& state) {
   auto it = state.find("step");
   TS_CHECK(it != state.end(), name(), ".load_state_dict: no 'step' entry");
+  TS_CHECK(it->second.numel() == 1 && it->second.item() >= 0, name(),
+           ".load_state_dict: 'step' must be one value >= 0, got ", it->second.describe());
   step_ = static_cast<int64_t>(it->second.item());
   std::map<std::string, Tensor> loaded;
   for (auto& [k, v] : state) {
@@ -79,6 +81,8 @@ void Optimizer::load_state_dict(const std::map<std::string, Tensor>& state) {
           TS_CHECK(v.shape() == g.params[i].shape(), name(), ".load_state_dict: '", k,
                    "' has shape ", shape_str(v.shape()), ", parameter has ",
                    shape_str(g.params[i].shape()));
+          TS_CHECK(is_floating(v.dtype()), name(), ".load_state_dict: '", k, "' is ",
+                   dtype_name(v.dtype()), ", optimizer state is floating-point");
           loaded[k] = v.to(g.params[i].dtype()).to(g.params[i].device()).contiguous().clone();
           known = true;
         }

@@ -5,6 +5,7 @@
 
 #include "tessera/error.h"
 #include "tessera/io/files.h"
+#include "tessera/io/json_fields.h"
 #include "tessera/io/safetensors.h"
 #include "tessera/ops.h"
 
@@ -32,20 +33,32 @@ struct SavedLayout {
 SavedLayout read_saved_layout(const fs::path& dir) {
   const fs::path meta_path = dir / "engine.json";
   TS_CHECK(fs::exists(meta_path), "'", meta_path.string(), "' does not exist (not a checkpoint?)");
-  nlohmann::json meta;
-  try {
-    meta = nlohmann::json::parse(io::read_text_file(meta_path.string()));
-  } catch (const nlohmann::json::exception& e) {
-    fail("'", meta_path.string(), "': ", e.what());
-  }
-  TS_CHECK(meta.contains("zero"), "'", meta_path.string(),
-           "' has no \"zero\" section: the checkpoint was saved without ZeRO (its "
+  const nlohmann::json meta = io::JsonFields::parse_file(meta_path.string());
+  std::string where = "'";  // (built in steps: GCC 12 misreports "'" + s + "'" as overlapping)
+  where += meta_path.string();
+  where += "'";
+  const io::JsonFields root(meta, where);
+  TS_CHECK(root.has("zero"), root.where(),
+           " has no \"zero\" section: the checkpoint was saved without ZeRO (its "
            "model.safetensors is already whole)");
-  const auto& z = meta["zero"];
+  const io::JsonFields z = root.object("zero");
   std::vector<std::pair<std::string, Shape>> shapes;
-  for (const auto& p : z.at("params"))
-    shapes.emplace_back(p[0].get<std::string>(), p[1].get<Shape>());
-  return {z.at("stage").get<int>(), ShardLayout(shapes, z.at("world_size").get<int>())};
+  for (const auto& p : z.array("params")) {
+    TS_CHECK(p.is_array() && p.size() == 2 && p[0].is_string() && p[1].is_array(), z.where(),
+             ": every 'params' entry must be [name, shape], found ", p.dump());
+    Shape shape;
+    int64_t numel = 1;
+    for (const auto& d : p[1]) {
+      TS_CHECK(d.is_number_unsigned() && d.get<uint64_t>() < (1ull << 40), z.where(), ": '",
+               p[0].get<std::string>(), "' has an invalid shape ", p[1].dump());
+      shape.push_back(d.get<int64_t>());
+      TS_CHECK(!__builtin_mul_overflow(numel, shape.back(), &numel) && numel < (1ll << 40),
+               z.where(), ": '", p[0].get<std::string>(), "' has a shape too large: ", p[1].dump());
+    }
+    shapes.emplace_back(p[0].get<std::string>(), shape);
+  }
+  return {static_cast<int>(z.integer("stage", 1, 3)),
+          ShardLayout(shapes, static_cast<int>(z.integer("world_size", 1, 1 << 20)))};
 }
 
 fs::path shard_path(const fs::path& dir, int rank, int world) {

@@ -17,6 +17,13 @@ if meson install -C build --destdir "$stage" --quiet >/dev/null; then
   prefix="$stage$(sed -n 's/^prefix=//p' "$pc")"
   flags="$(PKG_CONFIG_PATH="$(dirname "$pc")" pkg-config --define-variable=prefix="$prefix" --cflags --libs tessera)"
   libdir="$(dirname "$(find "$stage" -name 'libtessera.so' | head -1)")"
+  # Packaging: a versioned SONAME, and the dependency the public headers carry.
+  if readelf -d "$libdir/libtessera.so" | grep -q 'SONAME.*libtessera\.so\.[0-9]' &&
+     PKG_CONFIG_PATH="$(dirname "$pc")" pkg-config --print-requires tessera | grep -q nlohmann_json; then
+    echo "packaging (SONAME, tessera.pc requires nlohmann_json): ok"
+  else
+    echo "packaging (SONAME, tessera.pc requires nlohmann_json): FAILED"; example_status=1
+  fi
   for src in examples/*.cpp; do
     exe="$stage/$(basename "$src" .cpp)"
     if c++ "$src" -o "$exe" $flags && LD_LIBRARY_PATH="$libdir" "$exe" >"$exe.log" 2>&1; then

@@ -102,7 +102,7 @@ int bench_train(const Args& a) {
                               : dtype != DType::Float32 ? 989.0
                               : cuda_allow_tf32()       ? 495.0
                                                         : 67.0;
-  const double peak = a.has("peak-tflops") ? std::stod(a.get("peak-tflops", "0")) : peak_default;
+  const double peak = a.has("peak-tflops") ? a.get_number("peak-tflops", 0.0) : peak_default;
   nlohmann::json j{{"preset", name},
                    {"device", device.str()},
                    {"dtype", dtype_name(dtype)},

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 
 #include "tessera/error.h"
 
@@ -54,6 +55,18 @@ int64_t Args::get_int(const std::string& name, int64_t fallback) const {
   }
 }
 
+double Args::get_number(const std::string& name, double fallback) const {
+  auto it = values_.find(name);
+  if (it == values_.end()) return fallback;
+  try {
+    size_t used = 0;
+    const double v = std::stod(it->second, &used);
+    if (used == it->second.size() && std::isfinite(v)) return v;
+  } catch (...) {
+  }
+  fail("option --", name, ": expected a finite number, got '", it->second, "'");
+}
+
 Shape parse_shape(const std::string& text) {
   Shape s;
   std::string cur;
@@ -61,6 +74,7 @@ Shape parse_shape(const std::string& text) {
     if (ch == ',' || ch == 'x') {
       TS_CHECK(!cur.empty() && cur.find_first_not_of("0123456789") == std::string::npos,
                "invalid shape '", text, "': expected sizes like 512,512,512");
+      TS_CHECK(cur.size() <= 12, "invalid shape '", text, "': ", cur, " is too large");
       s.push_back(std::stoll(cur));
       cur.clear();
     } else {

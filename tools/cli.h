@@ -23,6 +23,7 @@ class Args {
   bool has(const std::string& name) const { return flags_.count(name) || values_.count(name); }
   std::string get(const std::string& name, const std::string& fallback) const;
   int64_t get_int(const std::string& name, int64_t fallback) const;
+  double get_number(const std::string& name, double fallback) const;  // finite numbers only
   const std::vector<std::string>& positional() const { return positional_; }
 
  private:

@@ -120,8 +120,9 @@ int estimate_memory_main(int argc, char** argv) {
   }
   const bool offload = cfg.zero.offload_optimizer_device == "cpu";
   if (offload)
-    std::printf("offload_optimizer cpu (stages 1-3): the optimizer column is host memory; a GPU "
-                "holds params + grads\n");
+    std::printf(
+        "offload_optimizer cpu (stages 1-3): the optimizer column is host memory; a GPU "
+        "holds params + grads\n");
   if (a.has("json"))
     std::cout << "{\"ranks\": " << ranks << ", \"zero_stage\": " << stage
               << ", \"optimizer_offloaded\": " << (offload ? "true" : "false")

@@ -64,10 +64,17 @@ models::Batch read_batch_json(const std::string& path) {
   if (j.contains("attention_mask")) b.attention_mask = int_matrix(j, "attention_mask", path);
   if (j.contains("token_type_ids")) b.token_type_ids = int_matrix(j, "token_type_ids", path);
   if (j.contains("next_sentence_label")) {
-    TS_CHECK(j["next_sentence_label"].is_array(), "'", path,
-             "': \"next_sentence_label\" must be a list");
-    b.next_sentence_label = from_vector(j["next_sentence_label"].get<std::vector<int64_t>>(),
-                                        {static_cast<int64_t>(j["next_sentence_label"].size())});
+    const auto& nsp = j["next_sentence_label"];
+    TS_CHECK(nsp.is_array() && static_cast<int64_t>(nsp.size()) == b.input_ids.shape()[0], "'",
+             path, "': \"next_sentence_label\" must be a list of ", b.input_ids.shape()[0],
+             " integers (one per row)");
+    std::vector<int64_t> labels;
+    for (const auto& x : nsp) {
+      TS_CHECK(x.is_number_integer(), "'", path,
+               "': \"next_sentence_label\" holds a non-integer: ", x.dump());
+      labels.push_back(x.get<int64_t>());
+    }
+    b.next_sentence_label = from_vector(labels, {static_cast<int64_t>(labels.size())});
   }
   for (const Tensor* t : {&b.targets, &b.attention_mask, &b.token_type_ids})
     TS_CHECK(!t->defined() || t->shape() == b.input_ids.shape(), "'", path,

@@ -29,18 +29,6 @@ std::vector<int64_t> parse_ids(const std::string& text) {
   return ids;
 }
 
-double parse_double(const Args& a, const std::string& key, double fallback) {
-  const std::string v = a.get(key, "");
-  if (v.empty()) return fallback;
-  try {
-    size_t used = 0;
-    const double d = std::stod(v, &used);
-    if (used == v.size()) return d;
-  } catch (...) {
-  }
-  fail("option --", key, ": expected a number, got '", v, "'");
-}
-
 }  // namespace
 
 int generate_main(int argc, char** argv) {
@@ -70,7 +58,7 @@ int generate_main(int argc, char** argv) {
 
   models::GenerateOptions o;
   o.max_new_tokens = a.get_int("max-new-tokens", 64);
-  o.temperature = parse_double(a, "temperature", 1.0);
+  o.temperature = a.get_number("temperature", 1.0);
   o.top_k = a.get_int("top-k", 0);
   o.seed = static_cast<uint64_t>(a.get_int("seed", 0));
   TS_CHECK(o.temperature >= 0, "--temperature must be >= 0, got ", o.temperature);

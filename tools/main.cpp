@@ -1,6 +1,9 @@
 // The `tessera` command line.
 #include <cstring>
+#include <filesystem>
 #include <iostream>
+#include <new>
+#include <nlohmann/json.hpp>
 
 #include "tessera/error.h"
 #include "tessera/parallel/process_group.h"
@@ -25,7 +28,16 @@ commands:
 Distributed: mpirun -np N tessera train CONFIG.json (see the README).
 
 Every command takes --help; with --json the last line on stdout is one JSON object.
+tessera --version prints the version.
 )";
+
+// Prints "tessera <cmd>: error: ...", ends the other ranks of a distributed job (they may be
+// waiting in a collective), and returns the exit status.
+int fail_command(const std::string& cmd, const std::string& what) {
+  std::cerr << "tessera " << cmd << ": error: " << what << "\n";
+  if (tessera::parallel::launched_distributed()) tessera::parallel::abort_job(1);
+  return 1;
+}
 
 }  // namespace
 
@@ -36,6 +48,10 @@ int main(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   const std::string cmd = argv[1];
+  if (cmd == "--version" || cmd == "version") {
+    std::cout << "tessera " << TESSERA_VERSION << "\n";
+    return 0;
+  }
   try {
     if (cmd == "kernels") return tessera::cli::kernels_main(argc, argv);
     if (cmd == "report") return tessera::cli::report_main(argc, argv);
@@ -48,9 +64,18 @@ int main(int argc, char** argv) {
     std::cerr << "tessera: unknown command '" << cmd << "'\n\n" << kUsage;
     return 2;
   } catch (const tessera::Error& e) {
-    std::cerr << "tessera " << cmd << ": error: " << e.what() << "\n";
-    // Under mpirun the other ranks may be waiting in a collective: end them all now.
-    if (tessera::parallel::launched_distributed()) tessera::parallel::abort_job(1);
-    return 1;
+    return fail_command(cmd, e.what());
+  } catch (const std::filesystem::filesystem_error& e) {
+    // Last resort: errors converted where they arise name their file; these name it here.
+    return fail_command(cmd, e.code().message() + ": '" + e.path1().string() + "'" +
+                                 (e.path2().empty() ? "" : " -> '" + e.path2().string() + "'"));
+  } catch (const nlohmann::json::exception& e) {
+    return fail_command(cmd, std::string("invalid JSON value: ") + e.what());
+  } catch (const std::bad_alloc&) {
+    return fail_command(cmd, "out of memory");
+  } catch (const std::exception& e) {
+    return fail_command(cmd, e.what());
+  } catch (...) {
+    return fail_command(cmd, "unknown error");
   }
 }

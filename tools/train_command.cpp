@@ -13,6 +13,8 @@
 #include "tessera/cuda.h"
 #include "tessera/engine/engine.h"
 #include "tessera/grad_mode.h"
+#include "tessera/io/files.h"
+#include "tessera/io/json_fields.h"
 #include "tessera/io/token_data.h"
 #include "tessera/models/bert.h"
 #include "tessera/models/generate.h"
@@ -200,6 +202,14 @@ int train_main(int argc, char** argv) {
   TS_CHECK(t.cfg.train.steps >= 0, "--steps must be >= 0");
   const bool json = a.has("json");
   t.bert = t.cfg.model.type == "bert";
+  // Every place the run will write is checked now, not after the training it would lose.
+  if (a.has("save")) io::check_writable_directory(a.get("save", ""), "--save");
+  if (!t.cfg.train.checkpoint_dir.empty() && t.cfg.train.checkpoint_interval > 0)
+    io::check_writable_directory(t.cfg.train.checkpoint_dir, "train.checkpoint_dir");
+  if (t.cfg.csv_monitor.enabled && lead)
+    io::check_writable_directory(t.cfg.csv_monitor.output_path, "csv_monitor.output_path");
+  // The config's timeout covers the wait for rank 0's tokenising too.
+  world->set_timeout(t.cfg.distributed.timeout());
   // Rank 0 tokenises (or finds the cache); the others then read its files.
   if (lead) t.corpus = io::prepare_corpus(t.cfg.data, t.bert, true);
   world->barrier();
@@ -219,11 +229,12 @@ int train_main(int argc, char** argv) {
   }
   if (a.has("resume")) {
     const nlohmann::json cs = t.eng->load_checkpoint(a.get("resume", ""));
-    TS_CHECK(cs.value("vocab_size", int64_t{-1}) == t.corpus.vocab_size,
-             "train --resume: the checkpoint's vocabulary (", cs.value("vocab_size", int64_t{-1}),
+    const io::JsonFields client(cs, "train --resume: the checkpoint's client_state");
+    const int64_t vocab = client.integer("vocab_size");
+    TS_CHECK(vocab == t.corpus.vocab_size, "train --resume: the checkpoint's vocabulary (", vocab,
              ") differs from this corpus's (", t.corpus.vocab_size, ")");
-    const GeneratorState s{cs["sampler"]["seed"].get<uint64_t>(),
-                           cs["sampler"]["offset"].get<uint64_t>()};
+    const io::JsonFields sampler = client.object("sampler");
+    const GeneratorState s{sampler.unsigned_integer("seed"), sampler.unsigned_integer("offset")};
     if (t.bert)
       t.bert_sampler->set_state(s);
     else

@@ -12,6 +12,7 @@ for m in gpt2-tiny bert-tiny; do
 done
 "$tessera" generate "$fixtures/models/gpt2-tiny" --prompt-ids 1,2,3 --max-new-tokens 5 --temperature 0 --json | tail -1 > "$work/generate.json"
 "$tessera" report --json | tail -1 > "$work/report.json"
+"$tessera" --version > "$work/version.txt"
 "$tessera" kernels list --json | tail -1 > "$work/list.json"
 "$tessera" kernels bench matmul --shape 64,64,64 --json | tail -1 > "$work/bench.json"
 python3 - "$work" "$fixtures" <<'PY'
@@ -33,6 +34,8 @@ for m in ("gpt2-tiny", "bert-tiny"):
 gen, want = json.load(open(f"{work}/generate.json")), json.load(open(f"{fixtures}/models/gpt2-tiny/expected.json"))
 check(gen["ids"] == want["greedy"]["ids"], f"generate greedy ids {gen['ids']} vs PyTorch {want['greedy']['ids']}")
 rep = json.load(open(f"{work}/report.json"))
+version = open(f"{work}/version.txt").read().split()
+check(version == ["tessera", rep["version"]], f"--version prints {version}, report says {rep['version']}")
 check({"version", "cpu", "cuda", "devices", "mpi", "nccl"} <= set(rep) and rep["cpu"]["openmp_threads"] >= 1
       and rep["devices"][0]["device"] == "cpu", f"report --json keys {sorted(rep)}")
 ops = {o["name"]: o for o in json.load(open(f"{work}/list.json"))["ops"]}

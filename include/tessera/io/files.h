@@ -31,4 +31,8 @@ void write_file_atomically(const std::string& path,
 
 std::string read_text_file(const std::string& path);
 
+// Creates `dir` if needed and proves a file can be written in it (and removed); otherwise an
+// error naming `what` (the option or config key that gave the path) and the reason.
+void check_writable_directory(const std::string& dir, const std::string& what);
+
 }  // namespace tessera::io

@@ -3,6 +3,8 @@
 // out-of-range value or an inconsistent batch triple is an Error naming the key, the value
 // found and what was expected; unknown keys become warnings naming the key.
 #pragma once
+#include <algorithm>
+#include <chrono>
 #include <map>
 #include <string>
 #include <vector>
@@ -69,6 +71,10 @@ struct TrainConfig {
 
   struct Distributed {  // Tessera's: how long a collective may take before the job ends
     double timeout_s = 1800;
+    // timeout_s as a duration; values past ~31 years mean "never" (they would overflow it).
+    std::chrono::milliseconds timeout() const {
+      return std::chrono::milliseconds(static_cast<int64_t>(std::min(timeout_s, 1e9) * 1000.0));
+    }
   } distributed;
 
   int64_t world_size = 1;  // the data-parallel size the batch triple was resolved for
