@@ -64,6 +64,9 @@ GPT2Tokenizer::GPT2Tokenizer(std::unordered_map<std::string, int64_t> vocab,
     TS_CHECK(id >= 0, "GPT2Tokenizer: negative id ", id, " for token '", tok, "'");
     max_id = std::max(max_id, id);
   }
+  // Ids index a table: they must be (nearly) dense, not arbitrary large numbers.
+  TS_CHECK(max_id < 2 * static_cast<int64_t>(vocab_.size()) + 1024, "GPT2Tokenizer: id ", max_id,
+           " is far beyond the vocabulary's ", vocab_.size(), " tokens");
   id_to_token_.resize(static_cast<size_t>(max_id + 1));
   for (auto& [tok, id] : vocab_) id_to_token_[id] = tok;
   for (size_t i = 0; i < merges.size(); ++i)
@@ -76,11 +79,17 @@ GPT2Tokenizer::GPT2Tokenizer(GPT2Tokenizer&&) noexcept = default;
 GPT2Tokenizer GPT2Tokenizer::from_files(const std::string& vocab_json,
                                         const std::string& merges_txt) {
   std::unordered_map<std::string, int64_t> vocab;
+  nlohmann::json j;  // kept alive while its items are read (a temporary's would dangle)
   try {
-    for (auto& [k, v] : nlohmann::json::parse(read_text_file(vocab_json)).items())
-      vocab[k] = v.get<int64_t>();
+    j = nlohmann::json::parse(read_text_file(vocab_json));
   } catch (const nlohmann::json::exception& e) {
-    fail("'", vocab_json, "': expected a JSON object of token -> id: ", e.what());
+    fail("'", vocab_json, "': invalid JSON: ", e.what());
+  }
+  TS_CHECK(j.is_object(), "'", vocab_json, "': expected a JSON object of token -> id");
+  for (auto& [k, v] : j.items()) {
+    TS_CHECK(v.is_number_integer(), "'", vocab_json, "': the id of '", k,
+             "' must be an integer, found ", v.dump());
+    vocab[k] = v.get<int64_t>();
   }
   std::vector<std::pair<std::string, std::string>> merges;
   std::ifstream in(merges_txt);

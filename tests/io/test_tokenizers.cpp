@@ -1,8 +1,15 @@
-// Tokenizers on small vocabularies written by hand; expected ids are worked out in comments.
+// Tokenizers on small vocabularies written by hand (expected ids worked out in comments), and on
+// files written by Hugging Face's tokenizers library (its ids as the reference).
 #include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "io/utf8.h"
 #include "tessera/error.h"
+#include "tessera/io/files.h"
 #include "tessera/io/tokenizer.h"
 
 using namespace tessera;
@@ -87,4 +94,62 @@ TEST_CASE("WordPiece: basic tokenisation then longest-match-first pieces") {
   CHECK(tok.decode({7, 8, 9, 6}) == "unaffable world");
   CHECK(tok.token_id("[MASK]") == 4);
   CHECK_THROWS_AS(io::WordPieceTokenizer({"a"}), Error);  // no [UNK]
+}
+
+// Files written by Hugging Face's `tokenizers` library, and its encodings of sample strings
+// (tests/fixtures/generate_tokenizer_fixtures.py).
+namespace {
+const std::string kTokDir = TESSERA_FIXTURES_DIR "/tokenizers/";
+nlohmann::json tokenizer_expectations() {
+  return nlohmann::json::parse(io::read_text_file(kTokDir + "expected.json"));
+}
+}  // namespace
+
+TEST_CASE("GPT-2 vocab.json + merges.txt written by HF tokenizers: same ids, round trip") {
+  const auto want = tokenizer_expectations()["gpt2-bpe"];
+  const auto tok = io::GPT2Tokenizer::from_files(kTokDir + "gpt2-bpe/vocab.json",
+                                                 kTokDir + "gpt2-bpe/merges.txt");
+  CHECK(tok.vocab_size() == want["vocab_size"].get<int64_t>());
+  for (const auto& e : want["encodings"]) {
+    const std::string text = e["text"];
+    INFO("text: ", text);
+    CHECK(tok.encode(text) == e["ids"].get<std::vector<int64_t>>());
+    CHECK(tok.decode(tok.encode(text)) == text);
+  }
+}
+
+TEST_CASE("BERT vocab.txt written by HF tokenizers: same ids") {
+  const auto want = tokenizer_expectations()["bert-wordpiece"];
+  const auto tok = io::WordPieceTokenizer::from_file(kTokDir + "bert-wordpiece/vocab.txt");
+  CHECK(tok.vocab_size() == want["vocab_size"].get<int64_t>());
+  for (const auto& e : want["encodings"]) {
+    const std::string text = e["text"];
+    INFO("text: ", text);
+    CHECK(tok.encode(text) == e["ids"].get<std::vector<int64_t>>());
+  }
+}
+
+TEST_CASE("tokenizer files with wrong contents are errors naming the file") {
+  const std::string dir = std::filesystem::temp_directory_path() /
+                          ("tessera-tok-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir + "/" + name) << text;
+    return dir + "/" + name;
+  };
+  const std::string merges = write("merges.txt", "#version: 0.2\na b\n");
+  auto err = [&](const std::string& vocab_text) {
+    try {
+      io::GPT2Tokenizer::from_files(write("vocab.json", vocab_text), merges);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK(err("[1, 2]").find("expected a JSON object") != std::string::npos);
+  CHECK(err(R"({"a": "one"})").find("the id of 'a' must be an integer") != std::string::npos);
+  CHECK(err(R"({"a": 0, "b": 1000000000000})").find("far beyond the vocabulary") !=
+        std::string::npos);
+  CHECK(err("{").find("invalid JSON") != std::string::npos);
+  std::filesystem::remove_all(dir);
 }
