@@ -36,8 +36,8 @@ void publish_directory(const fs::path& tmp, const fs::path& final_dir) {
     fs::remove_all(tmp);  // now the previous contents
     return;
   }
-  std::string old_name = ".";
-  old_name += final_dir.filename().string();
+  std::string old_name = final_dir.filename().string();
+  old_name.insert(0, 1, '.');
   old_name += ".old";
   const fs::path old = final_dir.parent_path() / old_name;
   fs::remove_all(old);
@@ -49,7 +49,8 @@ void publish_directory(const fs::path& tmp, const fs::path& final_dir) {
 }  // namespace
 
 void Engine::save_checkpoint(const std::string& dir, const std::string& tag,
-                             const nlohmann::json& client_state) {
+                             const nlohmann::json& client_state,
+                             const std::map<std::string, std::string>& extra_files) {
   TS_CHECK(!tag.empty() && tag.find('/') == std::string::npos && tag != "latest",
            "save_checkpoint: invalid tag '", tag, "'");
   const int rank = group_->rank();
@@ -104,10 +105,20 @@ void Engine::save_checkpoint(const std::string& dir, const std::string& tag,
                          {"world_size", group_->size()},
                          {"client_state", client_state}};
     if (zero_) state["zero"] = parallel::zero_metadata(zero_->stage(), zero_->layout());
-    // Built-in models: their HF config, so tools can rebuild the architecture (zero-to-fp32).
+    // Built-in models: their HF config, so tools can rebuild the architecture (zero-to-fp32,
+    // export). Not named config.json: the tag directory is not an HF model directory (its
+    // weights are in Tessera's layout) and must not look like one.
     if (auto* pm = dynamic_cast<models::PretrainedModel*>(&model_))
-      io::write_file_atomically((tmp / "config.json").string(),
+      io::write_file_atomically((tmp / kModelConfigFile).string(),
                                 [&](std::ostream& os) { os << pm->config_json() << "\n"; });
+    for (const auto& [name, content] : extra_files) {
+      const fs::path p = tmp / name;
+      TS_CHECK(
+          !name.empty() && fs::path(name).is_relative() && name.find("..") == std::string::npos,
+          "save_checkpoint: extra file '", name, "' must stay inside the checkpoint");
+      fs::create_directories(p.parent_path());
+      io::write_file_atomically(p.string(), [&](std::ostream& os) { os << content; });
+    }
     io::write_file_atomically((tmp / "engine.json").string(),
                               [&](std::ostream& os) { os << state.dump(2); });
   }
@@ -126,16 +137,16 @@ namespace {
 // The tag `latest` names, or an error saying why there is none.
 std::string latest_tag(const std::string& dir) {
   const fs::path latest = fs::path(dir) / "latest";
-  TS_CHECK(fs::exists(latest), "load_checkpoint: '", latest.string(),
+  TS_CHECK(fs::exists(latest), "checkpoint: '", latest.string(),
            "' does not exist (no checkpoint saved in '", dir, "'?)");
   std::string tag = io::read_text_file(latest.string());
   while (!tag.empty() && std::isspace(static_cast<unsigned char>(tag.back()))) tag.pop_back();
-  TS_CHECK(!tag.empty(), "load_checkpoint: '", latest.string(),
+  TS_CHECK(!tag.empty(), "checkpoint: '", latest.string(),
            "' is empty: it should name the newest checkpoint's tag");
-  TS_CHECK(tag.find('/') == std::string::npos && tag != "." && tag != "..", "load_checkpoint: '",
+  TS_CHECK(tag.find('/') == std::string::npos && tag != "." && tag != "..", "checkpoint: '",
            latest.string(), "' names '", tag, "', which is not a tag");
-  TS_CHECK(fs::is_directory(fs::path(dir) / tag), "load_checkpoint: '", latest.string(),
-           "' names tag '", tag, "', but '", (fs::path(dir) / tag).string(), "' does not exist");
+  TS_CHECK(fs::is_directory(fs::path(dir) / tag), "checkpoint: '", latest.string(), "' names tag '",
+           tag, "', but '", (fs::path(dir) / tag).string(), "' does not exist");
   return tag;
 }
 
@@ -146,10 +157,14 @@ std::string optimizer_family(const std::string& name) {
 
 }  // namespace
 
-nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string& tag_in) {
-  const std::string tag = tag_in.empty() ? latest_tag(dir) : tag_in;
-  const fs::path d = fs::path(dir) / tag;
-  TS_CHECK(fs::is_directory(d), "load_checkpoint: '", d.string(), "' does not exist");
+std::string checkpoint_tag_dir(const std::string& dir, const std::string& tag) {
+  const fs::path d = fs::path(dir) / (tag.empty() ? latest_tag(dir) : tag);
+  TS_CHECK(fs::is_directory(d), "checkpoint '", d.string(), "' does not exist");
+  return d.string();
+}
+
+nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string& tag) {
+  const fs::path d = checkpoint_tag_dir(dir, tag);
   const std::string meta_path = (d / "engine.json").string();
   TS_CHECK(fs::exists(meta_path), "load_checkpoint: '", meta_path,
            "' does not exist (not a Tessera checkpoint?)");

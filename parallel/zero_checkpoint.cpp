@@ -34,10 +34,7 @@ SavedLayout read_saved_layout(const fs::path& dir) {
   const fs::path meta_path = dir / "engine.json";
   TS_CHECK(fs::exists(meta_path), "'", meta_path.string(), "' does not exist (not a checkpoint?)");
   const nlohmann::json meta = io::JsonFields::parse_file(meta_path.string());
-  std::string where = "'";  // (built in steps: GCC 12 misreports "'" + s + "'" as overlapping)
-  where += meta_path.string();
-  where += "'";
-  const io::JsonFields root(meta, where);
+  const io::JsonFields root(meta, io::quoted(meta_path.string()));
   TS_CHECK(root.has("zero"), root.where(),
            " has no \"zero\" section: the checkpoint was saved without ZeRO (its "
            "model.safetensors is already whole)");

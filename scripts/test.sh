@@ -5,6 +5,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh || { echo "0 passed, 1 failed, 0 skipped"; exit 1; }
+# Python with transformers for the comparisons against Hugging Face (skipped without it).
+./scripts/test_python.sh || echo "test.sh: no Python with transformers: those comparisons are skipped"
 
 meson test -C build --print-errorlogs --num-processes 2
 meson_status=$?

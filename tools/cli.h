@@ -1,6 +1,7 @@
 // Small argument parser shared by the `tessera` subcommands: positional words, --flag and
 // --key value options, with an error naming any option the subcommand does not know.
 #pragma once
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <set>
@@ -41,6 +42,16 @@ double median_ms(const std::function<void()>& f, int iters, int warmup = 2);
 std::unique_ptr<models::PretrainedModel> model_from_train_config(const io::TrainConfig& cfg,
                                                                  int64_t vocab_size);
 
+// A checkpoint's tag directory: DIR itself when it holds engine.json, else DIR/TAG or the tag
+// DIR/latest names.
+std::filesystem::path checkpoint_tag_dir(const std::string& dir, const std::string& tag,
+                                         const char* cmd);
+// The checkpoint's whole float32 weights under Tessera's names (ZeRO shards put together).
+std::map<std::string, Tensor> checkpoint_weights(const std::filesystem::path& tag_dir,
+                                                 const char* cmd);
+// The built-in model the checkpoint's model config describes (untrained); null for others.
+std::unique_ptr<models::PretrainedModel> checkpoint_model(const std::filesystem::path& tag_dir);
+
 // Subcommands: each returns the process exit status.
 int kernels_main(int argc, char** argv);
 int report_main(int argc, char** argv);
@@ -51,5 +62,6 @@ int train_main(int argc, char** argv);
 int bench_train(const Args& a);
 int zero_to_fp32_main(int argc, char** argv);
 int estimate_memory_main(int argc, char** argv);
+int export_main(int argc, char** argv);
 
 }  // namespace tessera::cli

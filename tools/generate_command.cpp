@@ -4,6 +4,8 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "tessera/io/files.h"
+#include "tessera/io/json_fields.h"
 #include "tessera/io/tokenizer.h"
 #include "tessera/models/generate.h"
 #include "tools/cli.h"
@@ -18,10 +20,31 @@ const char* kHelp = R"(usage: tessera generate MODEL_DIR (--prompt TEXT | --prom
 
 Samples from a GPT-2 model directory (config.json + model.safetensors) with a KV cache, so
 each new token costs one position's forward pass. Text prompts need GPT-2's vocab.json and
-merges.txt, looked up in --tokenizer DIR (default: MODEL_DIR). --temperature 0 is greedy.
+merges.txt, or the tessera_chars.json `tessera export` writes for character-level models,
+looked up in --tokenizer DIR (default: MODEL_DIR). --temperature 0 is greedy. Generation
+stops at the model's context (n_positions), and says so.
 Defaults: --max-new-tokens 64 --temperature 1.0 --top-k 0 (off) --seed 0.
-With --json the last line is {"ids": [...], "text": "...", "tokens_per_s": R}.
+With --json the last line is {"prompt_ids": [...], "ids": [...], "text": "...",
+"stopped_at_context": false, "tokens_per_s": R}.
 )";
+
+// The tokenizer files in `dir`: GPT-2's vocab.json + merges.txt, or the character vocabulary
+// `tessera export` writes for char-level models; null when there are none.
+std::unique_ptr<io::Tokenizer> tokenizer_in(const std::filesystem::path& dir) {
+  if (std::filesystem::exists(dir / "vocab.json") && std::filesystem::exists(dir / "merges.txt"))
+    return std::make_unique<io::GPT2Tokenizer>(io::GPT2Tokenizer::from_files(
+        (dir / "vocab.json").string(), (dir / "merges.txt").string()));
+  const std::filesystem::path chars = dir / "tessera_chars.json";
+  if (!std::filesystem::exists(chars)) return nullptr;
+  const nlohmann::json j = io::JsonFields::parse_file(chars.string());
+  const io::JsonFields f(j, io::quoted(chars.string()));
+  std::vector<std::string> vocab;
+  for (const auto& c : f.array("chars")) {
+    TS_CHECK(c.is_string(), f.where(), ": 'chars' must hold strings, found ", c.dump());
+    vocab.push_back(c.get<std::string>());
+  }
+  return std::make_unique<io::CharTokenizer>(std::move(vocab));
+}
 
 std::vector<int64_t> parse_ids(const std::string& text) {
   std::vector<int64_t> ids;
@@ -48,13 +71,11 @@ int generate_main(int argc, char** argv) {
   TS_CHECK(gpt, "generate: '", dir, "' holds a ", loaded->type_name(),
            "; generation needs a GPT-2 model");
 
-  std::unique_ptr<io::GPT2Tokenizer> tok;
   const std::filesystem::path tdir = a.get("tokenizer", dir);
-  if (std::filesystem::exists(tdir / "vocab.json") && std::filesystem::exists(tdir / "merges.txt"))
-    tok = std::make_unique<io::GPT2Tokenizer>(io::GPT2Tokenizer::from_files(
-        (tdir / "vocab.json").string(), (tdir / "merges.txt").string()));
+  const std::unique_ptr<io::Tokenizer> tok = tokenizer_in(tdir);
   TS_CHECK(tok || a.has("prompt-ids"), "generate: --prompt needs a tokenizer, but '", tdir.string(),
-           "' has no vocab.json and merges.txt; pass --tokenizer DIR or use --prompt-ids");
+           "' has neither vocab.json and merges.txt nor tessera_chars.json; pass --tokenizer DIR "
+           "or use --prompt-ids");
 
   models::GenerateOptions o;
   o.max_new_tokens = a.get_int("max-new-tokens", 64);
@@ -64,6 +85,17 @@ int generate_main(int argc, char** argv) {
   TS_CHECK(o.temperature >= 0, "--temperature must be >= 0, got ", o.temperature);
   const std::vector<int64_t> prompt =
       a.has("prompt") ? tok->encode(a.get("prompt", "")) : parse_ids(a.get("prompt-ids", ""));
+  const int64_t context = gpt->config.n_positions;
+  TS_CHECK(!prompt.empty(), "generate: the prompt is empty");
+  TS_CHECK(static_cast<int64_t>(prompt.size()) < context, "generate: the prompt is ", prompt.size(),
+           " tokens; the model's context is ", context);
+  // The model sees at most n_positions tokens: say so rather than stop short silently.
+  const int64_t room = context - static_cast<int64_t>(prompt.size());
+  const bool truncated = o.max_new_tokens > room;
+  if (truncated)
+    std::cerr << "generate: the model's context is " << context << " tokens; " << room
+              << " new tokens fit after the " << prompt.size() << "-token prompt (--max-new-tokens "
+              << o.max_new_tokens << ")\n";
   const bool json = a.has("json");
   if (!json && tok) std::cout << a.get("prompt", tok->decode(prompt)) << std::flush;
   const auto t0 = std::chrono::steady_clock::now();
@@ -77,9 +109,13 @@ int generate_main(int argc, char** argv) {
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double rate = ids.empty() ? 0.0 : static_cast<double>(ids.size()) / secs;
   if (json) {
-    nlohmann::json j{{"ids", ids}, {"tokens_per_s", rate}};
+    nlohmann::json j{{"prompt_ids", prompt},
+                     {"ids", ids},
+                     {"stopped_at_context", truncated},
+                     {"tokens_per_s", rate}};
     if (tok) j["text"] = tok->decode(ids);
-    std::cout << j.dump() << "\n";
+    // Byte-level tokens may split a character: invalid UTF-8 becomes U+FFFD, as HF decodes.
+    std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else {
     std::cout << "\n";
     std::cerr << "[" << ids.size() << " tokens, " << static_cast<int64_t>(rate) << " tokens/s]\n";

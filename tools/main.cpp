@@ -22,6 +22,8 @@ commands:
   eval MODEL_DIR             loss (and gradient norms) of a Hugging Face GPT-2/BERT on a batch
   generate MODEL_DIR         sample text from a GPT-2 model directory with a KV cache
   zero-to-fp32 CKPT OUT      whole float32 weights (HF names) from a checkpoint of any ZeRO stage
+  export CKPT OUT_DIR        a checkpoint as a Hugging Face model directory (weights, config,
+                             tokenizer files)
   estimate-memory CONFIG     per-rank parameter/gradient/optimizer bytes for N ranks, any stage
   report                     what this build has compiled in and which devices are visible
 
@@ -61,6 +63,7 @@ int main(int argc, char** argv) {
     if (cmd == "generate") return tessera::cli::generate_main(argc, argv);
     if (cmd == "zero-to-fp32") return tessera::cli::zero_to_fp32_main(argc, argv);
     if (cmd == "estimate-memory") return tessera::cli::estimate_memory_main(argc, argv);
+    if (cmd == "export") return tessera::cli::export_main(argc, argv);
     std::cerr << "tessera: unknown command '" << cmd << "'\n\n" << kUsage;
     return 2;
   } catch (const tessera::Error& e) {

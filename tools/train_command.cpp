@@ -174,9 +174,23 @@ struct Trainer {
             {"vocab_size", corpus.vocab_size}};
   }
 
+  // The tokenizer, saved with every checkpoint so `tessera export` can write it for HF.
+  std::map<std::string, std::string> tokenizer_files() const {
+    nlohmann::json meta{{"kind", corpus.tokenizer_kind}, {"specials", corpus.specials}};
+    std::map<std::string, std::string> files;
+    if (corpus.tokenizer_kind == "gpt2") {
+      files["tokenizer/vocab.json"] = io::read_text_file(cfg.data.vocab);
+      files["tokenizer/merges.txt"] = io::read_text_file(cfg.data.merges);
+    } else {
+      meta["chars"] = corpus.chars;
+    }
+    files["tokenizer/tessera_tokenizer.json"] = meta.dump(1) + "\n";
+    return files;
+  }
+
   void save(const std::string& dir) {
     const std::string tag = "step" + std::to_string(eng->global_steps());
-    eng->save_checkpoint(dir, tag, client_state());
+    eng->save_checkpoint(dir, tag, client_state(), tokenizer_files());
     if (eng->rank() == 0) std::cerr << "checkpoint: " << (fs::path(dir) / tag).string() << "\n";
   }
 };

@@ -130,8 +130,8 @@ TEST_CASE("BERT vocab.txt written by HF tokenizers: same ids") {
 }
 
 TEST_CASE("tokenizer files with wrong contents are errors naming the file") {
-  const std::string dir = std::filesystem::temp_directory_path() /
-                          ("tessera-tok-" + std::to_string(::getpid()));
+  const std::string dir =
+      std::filesystem::temp_directory_path() / ("tessera-tok-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   auto write = [&](const std::string& name, const std::string& text) {
     std::ofstream(dir + "/" + name) << text;

@@ -25,6 +25,9 @@
 
 namespace tessera::engine {
 
+// A checkpoint's HF model config (built-in models), beside engine.json in the tag directory.
+inline constexpr const char* kModelConfigFile = "model_config.json";
+
 struct StepStats {
   bool stepped = false;    // an optimizer update happened (false off-boundary or on overflow)
   bool overflow = false;   // fp16: inf/NaN gradients, step skipped
@@ -74,8 +77,11 @@ class Engine {
   // a temporary directory renamed into place, then DIR/latest; a crash at any point leaves
   // the previous checkpoint loadable. Collective: every rank calls it. client_state (rank
   // 0's) is stored verbatim and returned by load_checkpoint.
+  // extra_files (rank 0's): name (may hold a subdirectory) -> contents, written into the tag
+  // directory with the rest, e.g. the tokenizer the model was trained with.
   void save_checkpoint(const std::string& dir, const std::string& tag,
-                       const nlohmann::json& client_state = {});
+                       const nlohmann::json& client_state = {},
+                       const std::map<std::string, std::string>& extra_files = {});
   // tag empty: the one DIR/latest names. Restores model, optimizer, schedule position, loss
   // scaler and the default RNG; returns client_state. A checkpoint saved at any ZeRO stage
   // and data-parallel size loads at any other.
@@ -106,6 +112,10 @@ class Engine {
   int64_t schedule_step_ = 0;  // DeepSpeed does not advance the schedule on skipped steps
   double post_scale_ = 1.0;    // ZeRO: averages the summed gradient partitions
 };
+
+// DIR/TAG, or with no tag DIR/<the tag DIR/latest names>; errors say what is wrong with
+// `latest` (missing, empty, naming a missing tag).
+std::string checkpoint_tag_dir(const std::string& dir, const std::string& tag = "");
 
 // Builds the optimizer and schedule the config names (DeepSpeed's deepspeed.initialize).
 std::unique_ptr<Engine> initialize(nn::Module& model, const io::TrainConfig& config,

@@ -31,6 +31,16 @@ void write_file_atomically(const std::string& path,
 
 std::string read_text_file(const std::string& path);
 
+// 'path' for messages. (Built in steps: GCC 12 misreports "'" + s + "'" as an overlapping copy.)
+inline std::string quoted(const std::string& path) {
+  std::string q;
+  q.reserve(path.size() + 2);
+  q += '\'';
+  q += path;
+  q += '\'';
+  return q;
+}
+
 // Creates `dir` if needed and proves a file can be written in it (and removed); otherwise an
 // error naming `what` (the option or config key that gave the path) and the reason.
 void check_writable_directory(const std::string& dir, const std::string& what);

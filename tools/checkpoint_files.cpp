@@ -1,0 +1,60 @@
+// Reading a training checkpoint from the command line (zero-to-fp32, export).
+#include <filesystem>
+#include <iostream>
+
+#include "tessera/engine/engine.h"
+#include "tessera/grad_mode.h"
+#include "tessera/io/files.h"
+#include "tessera/io/safetensors.h"
+#include "tessera/ops.h"
+#include "tessera/parallel/zero_checkpoint.h"
+#include "tools/cli.h"
+
+namespace tessera::cli {
+
+namespace fs = std::filesystem;
+
+fs::path checkpoint_tag_dir(const std::string& dir, const std::string& tag, const char* cmd) {
+  if (fs::exists(fs::path(dir) / "engine.json")) {
+    TS_CHECK(tag.empty(), cmd, ": '", dir, "' is a checkpoint's tag directory already; --tag ", tag,
+             " names a tag inside a checkpoint directory");
+    return dir;
+  }
+  TS_CHECK(fs::is_directory(dir), cmd, ": '", dir, "' is not a directory");
+  return engine::checkpoint_tag_dir(dir, tag);
+}
+
+std::map<std::string, Tensor> checkpoint_weights(const fs::path& tag_dir, const char* cmd) {
+  std::map<std::string, Tensor> weights;
+  if (fs::exists(tag_dir / parallel::zero_shard_file(0))) {
+    parallel::ConsolidatedState c = parallel::consolidate_zero_checkpoint(tag_dir.string());
+    weights = std::move(c.masters);
+    std::cerr << cmd << ": ZeRO stage " << c.stage << " checkpoint of " << c.world_size
+              << " ranks, " << weights.size() << " parameters\n";
+  } else {
+    const fs::path file = tag_dir / "model.safetensors";
+    TS_CHECK(fs::exists(file), cmd, ": '", tag_dir.string(),
+             "' holds neither ZeRO shards nor model.safetensors: not a Tessera checkpoint");
+    weights = io::load_safetensors(file.string());
+    std::cerr << cmd << ": checkpoint without ZeRO, " << weights.size() << " tensors\n";
+  }
+  NoGradGuard no_grad;
+  for (auto& [k, v] : weights) {
+    TS_CHECK(is_floating(v.dtype()), cmd, ": '", k, "' is ", dtype_name(v.dtype()),
+             ", not a floating-point weight");
+    v = v.to(DType::Float32).contiguous();
+  }
+  return weights;
+}
+
+std::unique_ptr<models::PretrainedModel> checkpoint_model(const fs::path& tag_dir) {
+  // Checkpoints before model_config.json kept the same text in config.json.
+  for (const char* name : {engine::kModelConfigFile, "config.json"}) {
+    const fs::path p = tag_dir / name;
+    if (fs::exists(p))
+      return models::model_from_hf_config(io::read_text_file(p.string()), p.string());
+  }
+  return nullptr;
+}
+
+}  // namespace tessera::cli
