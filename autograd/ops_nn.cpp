@@ -110,7 +110,7 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
 }
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
-                     double label_smoothing) {
+                     double label_smoothing, Reduction reduction) {
   detail::check_floating("cross_entropy", logits);
   TS_CHECK(logits.dim() >= 1, "cross_entropy: logits need a class dimension, got ",
            logits.describe());
@@ -135,12 +135,15 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
     Tensor outs[2] = {losses, lse};
     run_kernel(Kernel::cross_entropy, logits.device(), logits.dtype(), ins, outs, a);
   }
-  // Mean over targets that are not ignored; all ignored gives 0 (torch gives NaN).
+  // Mean over the targets that are not ignored: with none, 0/0 = NaN as torch gives, while
+  // the gradient divides by max(count, 1) and so is 0, as torch's is. Sum: the plain sum.
   Tensor count =
-      sum(ne(t, scalar_tensor(static_cast<double>(ignore_index), DType::Int64, t.device())))
-          .to(acc);
-  count = where(eq(count, zeros_like(count)), ones_like(count), count);
+      reduction == Reduction::Sum
+          ? ones({}, acc, logits.device())
+          : sum(ne(t, scalar_tensor(static_cast<double>(ignore_index), DType::Int64, t.device())))
+                .to(acc);
   std::vector<Tensor> outs{div(sum(losses), count).to(logits.dtype())};
+  count = where(eq(count, zeros_like(count)), ones_like(count), count);
   record("CrossEntropyBackward", {logits}, outs,
          [x, t, lse, count, a, shape = logits.shape()](const std::vector<Tensor>& g) {
            const Tensor scale = div(g[0].to(lse.dtype()), count).expand(lse.shape()).contiguous();

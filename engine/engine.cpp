@@ -215,19 +215,21 @@ Tensor Engine::forward(const models::Batch& batch) {
   // Samplers produce host batches; the model may live on a GPU.
   if (zero_) zero_->set_evaluating(!model_.is_training());
   models::Batch b = batch.to(model_.named_parameters().front().second->device());
-  b.token_loss_scale = token_loss_scale(batch.targets);
+  b.target_weight = target_weight(batch.targets);
   return m->loss(b);
 }
 
-double Engine::token_loss_scale(const Tensor& targets) {
+double Engine::target_weight(const Tensor& targets) {
   const int world = group_->size();
-  if (world == 1 || !targets.defined()) return 1.0;
+  if (world == 1 || !targets.defined()) return 0.0;
   const Tensor host = targets.to(Device::cpu()).to(DType::Int64).contiguous();
   const int64_t* t = host.data<int64_t>();
   int64_t mine = 0;
   for (int64_t i = 0; i < host.numel(); ++i) mine += t[i] != -100;
   const double all = group_->all_reduce_scalar(static_cast<double>(mine));
-  return all > 0 ? world * static_cast<double>(mine) / all : 1.0;
+  // Equal shares (GPT's): each rank's mean already averages to the global one.
+  if (all == 0 || static_cast<double>(mine) * world == all) return 0.0;
+  return world / all;
 }
 
 bool Engine::is_gradient_accumulation_boundary() const {

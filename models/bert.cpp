@@ -215,8 +215,11 @@ Tensor BertForPreTraining::loss(const Batch& b) {
            " must match input_ids ", b.input_ids.describe());
   const Tensor seq = bert.forward(b);
   const Tensor lg = cls.predictions.forward(seq, bert.embeddings.word_embeddings.weight);
-  Tensor loss = cross_entropy(lg.view({-1, config.vocab_size}), b.targets.reshape({-1}), -100);
-  if (b.token_loss_scale != 1.0) loss = loss * b.token_loss_scale;
+  Tensor loss = b.target_weight == 0.0
+                    ? cross_entropy(lg.view({-1, config.vocab_size}), b.targets.reshape({-1}), -100)
+                    : cross_entropy(lg.view({-1, config.vocab_size}), b.targets.reshape({-1}), -100,
+                                    0.0, Reduction::Sum) *
+                          b.target_weight;
   if (with_nsp && b.next_sentence_label.defined())
     loss = loss + cross_entropy((*cls.seq_relationship)(bert.pool(seq)),
                                 b.next_sentence_label.reshape({-1}));

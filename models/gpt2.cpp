@@ -178,8 +178,12 @@ Tensor GPT2LMHeadModel::loss(const Batch& b) {
            " must match input_ids ", b.input_ids.describe());
   const Tensor lg = forward(b.input_ids);
   const Tensor loss =
-      cross_entropy(lg.view({-1, config.vocab_size}), b.targets.reshape({-1}), -100);
-  return b.token_loss_scale == 1.0 ? loss : loss * b.token_loss_scale;
+      b.target_weight == 0.0
+          ? cross_entropy(lg.view({-1, config.vocab_size}), b.targets.reshape({-1}), -100)
+          : cross_entropy(lg.view({-1, config.vocab_size}), b.targets.reshape({-1}), -100, 0.0,
+                          Reduction::Sum) *
+                b.target_weight;
+  return loss;
 }
 
 std::vector<HFWeight> GPT2LMHeadModel::hf_weights() {

@@ -107,9 +107,11 @@ Tensor log_softmax(const Tensor& x, int64_t dim = -1);
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = {},
                   const Tensor& bias = {}, double eps = 1e-5);
 Tensor embedding(const Tensor& weight, const Tensor& indices);
-// logits [..., C], targets [...] int64; mean over non-ignored targets.
+// logits [..., C], targets [...] int64. Mean over the targets that are not ignored (NaN when
+// all are, with zero gradients, as torch), or with Reduction::Sum their sum (0 when all are).
+enum class Reduction { Mean, Sum };
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100,
-                     double label_smoothing = 0.0);
+                     double label_smoothing = 0.0, Reduction reduction = Reduction::Mean);
 Tensor dropout(const Tensor& x, double p, bool training = true, Generator* gen = nullptr);
 // q [B, H, Tq, D], k/v [B, H, Tk, D]. attn_mask: bool, broadcastable to [B, H, Tq, Tk],
 // true = attend. causal masks key j > query i (aligned to the end when Tq < Tk).

@@ -117,7 +117,7 @@ python3 -c "
 import json; c=json.load(open('$work/big.json')); c['train'].update({'steps': 10**6, 'checkpoint_interval': 1,
   'checkpoint_dir': '$work/ck-kill'}); json.dump(c, open('$work/kill.json','w'))"
 proven=0
-for attempt in 1 2 3 4 5; do
+for attempt in $(seq 10); do
   rm -rf "$work/ck-kill"
   mpirun -np 2 "$tessera" train "$work/kill.json" --data "$work/corpus.txt" >"$work/kill.out" 2>&1 & job=$!
   for _ in $(seq 600); do [ -f "$work/ck-kill/latest" ] && break; sleep 0.05; done
@@ -127,8 +127,9 @@ for attempt in 1 2 3 4 5; do
   tag=$(cat "$work/ck-kill/latest")
   pending=$(basename "$tmp" | sed 's/^\.\(step[0-9]*\)\.tmp-.*/\1/')
   if [ -n "$tmp" ] && [ -d "$tmp" ] && [ "$pending" != "$tag" ]; then proven=1; break; fi
+  echo "attempt $attempt: temporary '${tmp:-none seen}', latest '$tag': the kill missed the save" >&2
 done
-[ "$proven" = 1 ] || { echo "no kill landed inside a save in 5 attempts"; exit 1; }
+[ "$proven" = 1 ] || { echo "no kill landed inside a save in 10 attempts"; tail -5 "$work/kill.out"; exit 1; }
 k=${tag#step}; k3=$((k + 3))
 echo "killed while writing $pending ($(basename "$tmp") survives); latest names $tag"
 train big 2 kill-straight --steps "$k3"

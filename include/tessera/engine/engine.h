@@ -48,7 +48,7 @@ class Engine {
 
   // Runs a built-in model's loss on the batch (its forward). Other models: call them directly.
   // On N ranks each rank's loss is weighted by its share of the global batch's target tokens
-  // (models::Batch::token_loss_scale), so the ranks' losses average to the global batch's.
+  // (models::Batch::target_weight), so the ranks' losses average to the global batch's.
   Tensor forward(const models::Batch& batch);
   // loss / gradient_accumulation_steps (times the fp16 loss scale), then backward.
   void backward(const Tensor& loss);
@@ -92,8 +92,8 @@ class Engine {
   std::vector<Tensor> master_params();
   void setup_parallel();
   StepStats apply_step(StepStats st);
-  // models::Batch::token_loss_scale for this rank's targets (one scalar all-reduce).
-  double token_loss_scale(const Tensor& targets);
+  // models::Batch::target_weight for this rank's targets (one scalar all-reduce).
+  double target_weight(const Tensor& targets);
   // Steps, schedule, loss scaler and RNG from engine.json; returns its client_state.
   nlohmann::json restore_engine_state(const nlohmann::json& state);
 

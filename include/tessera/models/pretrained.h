@@ -19,11 +19,12 @@ struct Batch {
   Tensor attention_mask;       // [B, T], 1 = real token (BERT; optional)
   Tensor token_type_ids;       // int64 [B, T] (BERT; optional)
   Tensor next_sentence_label;  // int64 [B] (BERT pretraining; optional)
-  // Multiplies the loss averaged over target tokens. Data parallelism sets it to N x (this
-  // rank's targets) / (all ranks' targets): the ranks' averaged gradients are then those of
-  // the mean over every target of the global batch, as one process computes it, even where
-  // ranks predict different numbers of tokens (BERT's masked positions, ignored targets).
-  double token_loss_scale = 1.0;
+  // 0: the token loss is the mean over this batch's targets. Otherwise the token losses are
+  // summed and multiplied by it: data parallelism sets N / (all ranks' targets) where ranks
+  // hold different numbers of targets (BERT's masked positions, ignored targets), so the
+  // ranks' averaged gradients are those of the mean over every target of the global batch,
+  // as one process computes it (and a rank with no targets contributes exactly 0).
+  double target_weight = 0.0;
 
   // The same batch with every tensor on `device` (samplers produce host tensors).
   Batch to(Device device) const;

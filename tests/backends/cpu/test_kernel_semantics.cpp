@@ -31,14 +31,6 @@ TEST_CASE("cross_entropy rejects out-of-range targets naming the position") {
                        Error);
 }
 
-TEST_CASE("cross_entropy with every target ignored is 0, not NaN") {
-  const Tensor logits = randn({2, 3}).requires_grad_();
-  const Tensor loss = cross_entropy(logits, full({2}, -100, DType::Int64));
-  CHECK(loss.item() == 0.0);
-  loss.backward();
-  for (double g : logits.grad().to_vector()) CHECK(g == 0.0);
-}
-
 TEST_CASE("embedding rejects an index outside the table") {
   const Tensor w = zeros({5, 2});
   CHECK_THROWS_WITH_AS(embedding(w, from_vector(std::vector<int64_t>{1, 5}, {2})),
@@ -128,4 +120,23 @@ TEST_CASE("exp and sigmoid of -inf are exactly 0; results below the normal range
     CHECK(std::fabs(s[2] - 1.0 / (1.0 + std::exp(30.0))) <= 1e-2 / (1.0 + std::exp(30.0)));
     CHECK(s[3] == 0.5);
   }
+}
+
+TEST_CASE("cross_entropy with every target ignored: NaN loss and zero gradient, as torch") {
+  Tensor x = randn({3, 4}).requires_grad_();
+  const Tensor t = full({3}, -100, DType::Int64);
+  const Tensor loss = cross_entropy(x, t);
+  CHECK(std::isnan(loss.item()));
+  loss.backward();
+  CHECK(x.grad().to_vector() == std::vector<double>(12, 0.0));
+  // Summed, the same batch is 0: data-parallel ranks without targets contribute nothing.
+  Tensor y = randn({3, 4}).requires_grad_();
+  const Tensor s = cross_entropy(y, t, -100, 0.0, Reduction::Sum);
+  CHECK(s.item() == 0.0);
+  s.backward();
+  CHECK(y.grad().to_vector() == std::vector<double>(12, 0.0));
+  // With targets, the sum is the mean times their count.
+  const Tensor some = from_vector(std::vector<int64_t>{1, -100, 3}, {3});
+  CHECK(cross_entropy(y, some, -100, 0.0, Reduction::Sum).item() ==
+        doctest::Approx(2.0 * cross_entropy(y, some).item()));
 }
