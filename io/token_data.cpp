@@ -1,5 +1,6 @@
 #include "tessera/io/token_data.h"
 
+#include <utf8proc.h>
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -14,11 +15,34 @@ namespace tessera::io {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+// A corpus file must be text: UTF-8 with no NUL bytes (a binary file would otherwise train on
+// garbage, or give the char tokenizer a vocabulary of random bytes).
+std::string read_text_corpus_file(const std::string& path) {
+  std::string text = read_text_file(path);
+  const size_t nul = text.find('\0');
+  TS_CHECK(nul == std::string::npos, "data: '", path, "' is not a text file (a NUL byte at offset ",
+           nul, ")");
+  const auto* p = reinterpret_cast<const utf8proc_uint8_t*>(text.data());
+  for (size_t i = 0; i < text.size();) {
+    utf8proc_int32_t cp = 0;
+    const utf8proc_ssize_t n =
+        utf8proc_iterate(p + i, static_cast<utf8proc_ssize_t>(text.size() - i), &cp);
+    TS_CHECK(n > 0, "data: '", path, "' is not UTF-8 text (an invalid byte sequence at offset ", i,
+             ")");
+    i += static_cast<size_t>(n);
+  }
+  return text;
+}
+
+}  // namespace
+
 std::string read_corpus(const std::string& path) {
   TS_CHECK(!path.empty(),
            "data: no corpus given (set data.path in the config or pass --data PATH)");
   TS_CHECK(fs::exists(path), "data: '", path, "' does not exist");
-  if (!fs::is_directory(path)) return read_text_file(path);
+  if (!fs::is_directory(path)) return read_text_corpus_file(path);
   std::vector<fs::path> files;
   for (const auto& e : fs::directory_iterator(path))
     if (e.is_regular_file() && !e.is_symlink() && e.path().extension() != ".dat")
@@ -26,7 +50,7 @@ std::string read_corpus(const std::string& path) {
   std::sort(files.begin(), files.end());
   TS_CHECK(!files.empty(), "data: directory '", path, "' has no text files");
   std::string text;
-  for (const auto& f : files) text += read_text_file(f.string());
+  for (const auto& f : files) text += read_text_corpus_file(f.string());
   return text;
 }
 
@@ -64,6 +88,50 @@ std::string default_cache_dir(const std::string& path) {
 
 const std::vector<std::string> kSpecials{"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"};
 
+// Why the cache's token files cannot be used as meta.json describes them ("" when they can):
+// a truncated or replaced file, or ids outside the vocabulary.
+std::string cache_problem(const fs::path& dir, int64_t vocab_size) {
+  try {
+    const nlohmann::json meta = nlohmann::json::parse(read_text_file((dir / "meta.json").string()));
+    const int64_t tokens = meta.at("tokens").get<int64_t>(),
+                  train = meta.at("train_tokens").get<int64_t>();
+    const TokenFile tr((dir / "train.bin").string()), va((dir / "val.bin").string());
+    if (tr.size() != train || va.size() != tokens - train)
+      return "its token files hold " + std::to_string(tr.size()) + " + " +
+             std::to_string(va.size()) + " tokens, meta.json says " + std::to_string(train) +
+             " + " + std::to_string(tokens - train);
+    for (const TokenFile* f : {&tr, &va})
+      for (int64_t i = 0; i < f->size(); ++i)
+        if (f->data()[i] < 0 || f->data()[i] >= vocab_size)
+          return "token " + std::to_string(f->data()[i]) + " at position " + std::to_string(i) +
+                 " is outside the vocabulary of " + std::to_string(vocab_size);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+void tokenize_into(const fs::path& dir, const std::string& key, const std::string& text,
+                   const TokenizedCorpus& c, const TrainConfig::Data& data) {
+  const std::vector<int64_t> ids64 = c.tokenizer->encode(text);
+  TS_CHECK(ids64.size() >= 16, "data: the corpus '", data.path, "' has only ", ids64.size(),
+           " tokens");
+  std::vector<int32_t> ids(ids64.begin(), ids64.end());
+  const size_t split =
+      static_cast<size_t>(static_cast<double>(ids.size()) * (1.0 - data.val_fraction));
+  fs::create_directories(dir);
+  write_tokens((dir / "train.bin").string(), ids, 0, split);
+  write_tokens((dir / "val.bin").string(), ids, split, ids.size());
+  write_file_atomically((dir / "meta.json").string(), [&](std::ostream& os) {
+    os << nlohmann::json{{"key", key},
+                         {"tokens", ids.size()},
+                         {"train_tokens", split},
+                         {"vocab_size", c.vocab_size},
+                         {"tokenizer", data.tokenizer}}
+              .dump(2);
+  });
+}
+
 }  // namespace
 
 TokenizedCorpus prepare_corpus(const TrainConfig::Data& data, bool with_specials, bool verbose) {
@@ -71,9 +139,13 @@ TokenizedCorpus prepare_corpus(const TrainConfig::Data& data, bool with_specials
   c.tokenizer_kind = data.tokenizer;
   c.cache_dir = data.cache_dir.empty() ? default_cache_dir(data.path) : data.cache_dir;
   const std::string text = read_corpus(data.path);
-  const std::string key = data.tokenizer + ":" + std::to_string(text.size()) + ":" +
-                          std::to_string(std::hash<std::string>{}(text)) + ":" +
-                          std::to_string(data.val_fraction) + (with_specials ? ":specials" : "");
+  // The cache is reused only for the same text, tokenizer (files included) and split.
+  std::string key = data.tokenizer + ":" + std::to_string(text.size()) + ":" +
+                    std::to_string(std::hash<std::string>{}(text)) + ":" +
+                    std::to_string(data.val_fraction) + (with_specials ? ":specials" : "");
+  if (data.tokenizer == "gpt2")
+    key += ":" + std::to_string(std::hash<std::string>{}(read_text_file(data.vocab) + "\n" +
+                                                         read_text_file(data.merges)));
   const fs::path meta_path = fs::path(c.cache_dir) / "meta.json";
   if (data.tokenizer == "gpt2") {
     c.tokenizer =
@@ -96,27 +168,21 @@ TokenizedCorpus prepare_corpus(const TrainConfig::Data& data, bool with_specials
       fresh = false;
     }
   }
+  if (fresh) {
+    const std::string problem = cache_problem(c.cache_dir, c.vocab_size);
+    if (!problem.empty()) {
+      std::cerr << "data: warning: the token cache '" << c.cache_dir << "' is damaged (" << problem
+                << "); tokenising again\n";
+      fresh = false;
+    }
+  }
   if (!fresh) {
     if (verbose)
       std::cerr << "data: tokenising " << data.path << " (" << text.size() << " bytes) into "
                 << c.cache_dir << "\n";
-    const std::vector<int64_t> ids64 = c.tokenizer->encode(text);
-    TS_CHECK(ids64.size() >= 16, "data: the corpus '", data.path, "' has only ", ids64.size(),
-             " tokens");
-    std::vector<int32_t> ids(ids64.begin(), ids64.end());
-    const size_t split =
-        static_cast<size_t>(static_cast<double>(ids.size()) * (1.0 - data.val_fraction));
-    fs::create_directories(c.cache_dir);
-    write_tokens((fs::path(c.cache_dir) / "train.bin").string(), ids, 0, split);
-    write_tokens((fs::path(c.cache_dir) / "val.bin").string(), ids, split, ids.size());
-    write_file_atomically(meta_path.string(), [&](std::ostream& os) {
-      os << nlohmann::json{{"key", key},
-                           {"tokens", ids.size()},
-                           {"train_tokens", split},
-                           {"vocab_size", c.vocab_size},
-                           {"tokenizer", data.tokenizer}}
-                .dump(2);
-    });
+    tokenize_into(c.cache_dir, key, text, c, data);
+    const std::string problem = cache_problem(c.cache_dir, c.vocab_size);
+    TS_CHECK(problem.empty(), "data: the token cache '", c.cache_dir, "' just written: ", problem);
   }
   c.train = std::make_unique<TokenFile>((fs::path(c.cache_dir) / "train.bin").string());
   c.val = std::make_unique<TokenFile>((fs::path(c.cache_dir) / "val.bin").string());

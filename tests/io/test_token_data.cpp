@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "tessera/error.h"
 #include "tessera/io/token_data.h"
 
 using namespace tessera;
@@ -106,4 +107,35 @@ TEST_CASE("BERT batches: 15% selected, 80/10/10 replacement, segments and NSP la
   CHECK(static_cast<double>(masked) / selected == doctest::Approx(0.8).epsilon(0.08));
   CHECK(static_cast<double>(kept) / selected == doctest::Approx(0.1).epsilon(0.5));
   CHECK(static_cast<double>(next) / pairs == doctest::Approx(0.5).epsilon(0.2));
+}
+
+TEST_CASE("a damaged token cache is rebuilt; a binary corpus is refused") {
+  Corpus corpus(false);
+  const fs::path cache = corpus.dir / "cache";
+  const int64_t train_tokens = corpus.c.train->size();
+  io::TrainConfig::Data d;
+  d.path = (corpus.dir / "text.txt").string();
+  d.cache_dir = cache.string();
+  {  // truncated train.bin: its size no longer matches meta.json
+    fs::resize_file(cache / "train.bin", 400);
+    const auto c = io::prepare_corpus(d, false, false);
+    CHECK(c.train->size() == train_tokens);
+  }
+  {  // an id beyond the vocabulary (a cache from another tokenizer)
+    std::fstream f(cache / "val.bin", std::ios::in | std::ios::out | std::ios::binary);
+    const int32_t bad = 1 << 20;
+    f.write(reinterpret_cast<const char*>(&bad), 4);
+    f.close();
+    const auto c = io::prepare_corpus(d, false, false);
+    for (int64_t i = 0; i < c.val->size(); ++i) CHECK(c.val->data()[i] < c.vocab_size);
+  }
+  std::ofstream(corpus.dir / "binary.txt") << std::string("text\0with a NUL", 15);
+  d.path = (corpus.dir / "binary.txt").string();
+  CHECK_THROWS_WITH_AS(io::prepare_corpus(d, false, false),
+                       doctest::Contains("is not a text file (a NUL byte at offset 4)"), Error);
+  std::ofstream(corpus.dir / "latin1.txt") << "caf\xe9 au lait\n";
+  d.path = (corpus.dir / "latin1.txt").string();
+  CHECK_THROWS_WITH_AS(
+      io::prepare_corpus(d, false, false),
+      doctest::Contains("is not UTF-8 text (an invalid byte sequence at offset 3)"), Error);
 }
