@@ -62,11 +62,34 @@ void Engine::save_checkpoint(const std::string& dir, const std::string& tag,
   const fs::path final_dir = fs::path(dir) / tag;
   const fs::path tmp = fs::path(dir) / ("." + tag + ".tmp-" + suffix);
   if (writer) {
-    fs::create_directories(dir);
-    fs::remove_all(tmp);
-    fs::create_directories(tmp);
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (!ec) fs::remove_all(tmp, ec);
+    if (!ec) fs::create_directories(tmp, ec);
+    TS_CHECK(!ec, "save_checkpoint: cannot create '", tmp.string(), "': ", ec.message());
   }
   group_->barrier();
+  try {
+    write_checkpoint_files(tmp, client_state, extra_files);
+  } catch (...) {
+    std::error_code ec;
+    fs::remove_all(tmp, ec);  // a failed save leaves nothing behind; `latest` is untouched
+    throw;
+  }
+  group_->barrier();
+  if (writer) {
+    // Swap the finished directory into place, then point `latest` at it.
+    publish_directory(tmp, final_dir);
+    io::write_file_atomically((fs::path(dir) / "latest").string(),
+                              [&](std::ostream& os) { os << tag; });
+  }
+  group_->barrier();
+}
+
+void Engine::write_checkpoint_files(const fs::path& tmp, const nlohmann::json& client_state,
+                                    const std::map<std::string, std::string>& extra_files) {
+  const int rank = group_->rank();
+  const bool writer = rank == 0;
   if (zero_) {
     std::map<std::string, Tensor> shard = zero_->shard_state();
     shard["step"] = full({}, static_cast<double>(zero_->optimizer().step_count()), DType::Int64);
@@ -122,14 +145,6 @@ void Engine::save_checkpoint(const std::string& dir, const std::string& tag,
     io::write_file_atomically((tmp / "engine.json").string(),
                               [&](std::ostream& os) { os << state.dump(2); });
   }
-  group_->barrier();
-  if (writer) {
-    // Swap the finished directory into place, then point `latest` at it.
-    publish_directory(tmp, final_dir);
-    io::write_file_atomically((fs::path(dir) / "latest").string(),
-                              [&](std::ostream& os) { os << tag; });
-  }
-  group_->barrier();
 }
 
 namespace {

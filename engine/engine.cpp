@@ -302,10 +302,23 @@ StepStats Engine::apply_step(StepStats st) {
          " (inf/NaN gradients); lower the learning rate or check the data");
   if (st.overflow) {
     ++skipped_steps_;
+    // Skipping hides overflowing gradients, not broken weights: those would overflow forever.
+    TS_CHECK(masters_finite(), "engine.step: global step ", global_steps_,
+             ": the weights hold NaN or Inf (fp16 skips steps whose gradients overflow, but it "
+             "cannot repair weights); lower the learning rate or check the data");
     try {
       scaler_.update(true);
     } catch (const Error& e) {
       fail("engine.step: global step ", global_steps_, ": ", e.what());
+    }
+    if (scaler_.dynamic() && scaler_.scale() <= config_.fp16.min_loss_scale && !warned_min_scale_ &&
+        rank() == 0) {
+      warned_min_scale_ = true;
+      std::cerr << "warning: engine.step: global step " << global_steps_
+                << ": the fp16 loss scale is down to its minimum (fp16.min_loss_scale = "
+                << config_.fp16.min_loss_scale
+                << "); gradients smaller than float16's 6e-8 / scale underflow to zero. Lower "
+                   "the learning rate, check the data, or train in bf16\n";
     }
   } else {
     optimizer().set_lr(lr());
@@ -332,6 +345,14 @@ StepStats Engine::apply_step(StepStats st) {
   ++global_steps_;
   st.loss_scale = scaler_.scale();
   return st;
+}
+
+bool Engine::masters_finite() {
+  double local = 0;
+  for (const auto& g : optimizer().groups())
+    if (!g.params.empty()) local += sum(sum_squares(g.params)).item();
+  const double flag = std::isfinite(local) ? 0.0 : 1.0;
+  return group_->all_reduce_scalar(flag) == 0.0;  // every rank decides alike
 }
 
 parallel::MemoryStats Engine::memory() const {

@@ -66,6 +66,7 @@ void parse_train(Section t, TrainConfig& c) {
     t.warnings().push_back(source +
                            ": 'train.checkpoint_interval' is set but 'train.checkpoint_dir' is "
                            "not: no periodic checkpoints are written");
+  t.get_min<int64_t>("keep_last", tr.keep_last, 0, ">= 0 (0 = keep every checkpoint)");
   t.get("device", tr.device);
   TS_CHECK(tr.device == "cpu" || tr.device == "cuda" || tr.device.rfind("cuda:", 0) == 0, source,
            ": 'train.device' is \"", tr.device, "\", expected \"cpu\", \"cuda\" or \"cuda:N\"");

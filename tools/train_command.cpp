@@ -1,6 +1,7 @@
 // `tessera train CONFIG.json [--data PATH] [--steps N] [--save DIR] [--resume DIR] [--json]`
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -191,7 +192,31 @@ struct Trainer {
   void save(const std::string& dir) {
     const std::string tag = "step" + std::to_string(eng->global_steps());
     eng->save_checkpoint(dir, tag, client_state(), tokenizer_files());
-    if (eng->rank() == 0) std::cerr << "checkpoint: " << (fs::path(dir) / tag).string() << "\n";
+    if (eng->rank() != 0) return;
+    std::cerr << "checkpoint: " << (fs::path(dir) / tag).string() << "\n";
+    if (cfg.train.keep_last > 0) remove_old_checkpoints(dir, tag);
+  }
+
+  // train.keep_last: the newest step<N> checkpoints stay, never the one just written.
+  void remove_old_checkpoints(const std::string& dir, const std::string& newest) const {
+    std::vector<std::pair<int64_t, fs::path>> steps;
+    for (const auto& e : fs::directory_iterator(dir)) {
+      const std::string name = e.path().filename().string();
+      if (!e.is_directory() || name.rfind("step", 0) != 0 || name == newest) continue;
+      const std::string digits = name.substr(4);
+      if (digits.empty() || digits.size() > 15 ||
+          digits.find_first_not_of("0123456789") != std::string::npos)
+        continue;
+      steps.emplace_back(std::stoll(digits), e.path());
+    }
+    std::sort(steps.rbegin(), steps.rend());
+    for (size_t i = static_cast<size_t>(cfg.train.keep_last) - 1; i < steps.size(); ++i) {
+      std::error_code ec;
+      fs::remove_all(steps[i].second, ec);
+      if (ec)
+        std::cerr << "warning: keep_last: cannot remove '" << steps[i].second.string()
+                  << "': " << ec.message() << "\n";
+    }
   }
 };
 
@@ -347,7 +372,11 @@ int train_main(int argc, char** argv) {
     std::cerr << "step " << t.eng->global_steps() << ": val loss " << val << " (" << trained
               << " steps in " << fmt_duration(secs) << ", " << static_cast<int64_t>(rate)
               << " tokens/s)\n";
-  if (a.has("save")) t.save(a.get("save", ""));
+  // (The interval may have just written this very checkpoint there.)
+  const bool saved_now = t.cfg.train.checkpoint_interval > 0 &&
+                         t.eng->global_steps() % t.cfg.train.checkpoint_interval == 0 &&
+                         fs::path(t.cfg.train.checkpoint_dir) == fs::path(a.get("save", ""));
+  if (a.has("save") && !saved_now) t.save(a.get("save", ""));
   if (t.cfg.comms_logger.enabled && lead)
     std::cerr << world->logger().summary(world->rank(), world->size());
   // ZeRO-3 gathers parameters collectively, so every rank runs the sampler then.

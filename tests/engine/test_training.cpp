@@ -14,6 +14,7 @@
 
 #include "fixture_util.h"
 #include "tessera/engine/engine.h"
+#include "tessera/grad_mode.h"
 #include "tessera/io/files.h"
 #include "tessera/models/gpt2.h"
 #include "tessera/ops.h"
@@ -403,4 +404,35 @@ TEST_CASE("weight decay skips vectors by default; weight_decay_1d decays them to
         CHECK_MESSAGE(g.weight_decay == (decay_1d || g.params[i].dim() >= 2 ? 0.5 : 0.0),
                       g.names[i]);
   }
+}
+
+TEST_CASE("fp16: NaN weights stop training with the step named, not an endless skip") {
+  Setup s(R"({"train_batch_size": 2, "fp16": {"enabled": true, "initial_scale_power": 4},
+             "optimizer": {"type": "AdamW", "params": {"lr": 0.001}}})",
+          0.0);
+  s.train_step(0);
+  {
+    NoGradGuard no_grad;  // as a diverged update would leave them
+    s.engine->optimizer().groups()[0].params[0].fill_(NAN);
+    s.model->transformer.wte.weight.fill_(NAN);
+  }
+  CHECK_THROWS_WITH_AS(s.train_step(1), doctest::Contains("global step 1: the weights hold NaN"),
+                       Error);
+}
+
+TEST_CASE("a save that fails partway leaves nothing behind and the previous checkpoint latest") {
+  const std::string dir = tmp_dir("failed-save");
+  Setup s(kConfig);
+  s.train_step(0);
+  s.engine->save_checkpoint(dir, "good");
+  s.train_step(1);
+  // An extra file whose directory would be a file already written: the write fails inside
+  // the temporary directory, after the weights went in.
+  CHECK_THROWS(s.engine->save_checkpoint(dir, "next", {}, {{"model.safetensors/x", "y"}}));
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  CHECK(names == std::vector<std::string>{"good", "latest"});
+  CHECK(io::read_text_file(dir + "/latest") == "good");
+  fs::remove_all(dir);
 }

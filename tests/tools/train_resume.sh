@@ -16,6 +16,16 @@ echo "straight: $straight"; echo "resumed:  $resumed"
 loss() { python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print(d["step"], repr(d["train_loss"]), repr(d["val_loss"]))' "$1"; }
 [ "$(loss "$straight")" = "$(loss "$resumed")" ] || { echo "resume differs"; exit 1; }
 grep -q "resumed at step 6" "$work/c.err"
+# train.keep_last: only the newest checkpoints stay; `latest` names the newest.
+python3 - "$cfg" "$work/keep.json" "$work/keep" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["train"].update({"checkpoint_dir": sys.argv[3], "checkpoint_interval": 2, "keep_last": 2, "sample_tokens": 0})
+json.dump(c, open(sys.argv[2], "w"))
+PY
+"$tessera" train "$work/keep.json" --data "$work/corpus.txt" --steps 10 >/dev/null 2>"$work/keep.err"
+[ "$(ls "$work/keep" | tr '\n' ' ')" = "latest step10 step8 " ] || { echo "keep_last 2 left: $(ls "$work/keep")"; exit 1; }
+[ "$(cat "$work/keep/latest")" = step10 ]
 # A bad value stops before any work, naming the key.
 sed 's/"lr": 3e-3/"lr": "fast"/' "$cfg" > "$work/bad.json"
 if "$tessera" train "$work/bad.json" --data "$work/corpus.txt" 2>"$work/bad.err"; then echo "bad config accepted"; exit 1; fi

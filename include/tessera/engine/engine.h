@@ -8,6 +8,7 @@
 //   }
 //   engine->save_checkpoint("ckpt", "step100", client_state);
 #pragma once
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -92,6 +93,11 @@ class Engine {
   std::vector<Tensor> master_params();
   void setup_parallel();
   StepStats apply_step(StepStats st);
+  // This rank's part of a checkpoint, written into the temporary directory `tmp`.
+  void write_checkpoint_files(const std::filesystem::path& tmp, const nlohmann::json& client_state,
+                              const std::map<std::string, std::string>& extra_files);
+  // Whether every rank's optimizer parameters (the float32 masters) are finite.
+  bool masters_finite();
   // models::Batch::target_weight for this rank's targets (one scalar all-reduce).
   double target_weight(const Tensor& targets);
   // Steps, schedule, loss scaler and RNG from engine.json; returns its client_state.
@@ -111,6 +117,7 @@ class Engine {
   int64_t global_steps_ = 0, micro_steps_ = 0, skipped_steps_ = 0;
   int64_t schedule_step_ = 0;  // DeepSpeed does not advance the schedule on skipped steps
   double post_scale_ = 1.0;    // ZeRO: averages the summed gradient partitions
+  bool warned_min_scale_ = false;
 };
 
 // DIR/TAG, or with no tag DIR/<the tag DIR/latest names>; errors say what is wrong with

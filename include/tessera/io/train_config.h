@@ -121,6 +121,7 @@ struct TrainConfig {
     int64_t sample_tokens = 300;
     std::string checkpoint_dir;
     int64_t checkpoint_interval = 0;
+    int64_t keep_last = 0;       // step<N> checkpoints kept per directory (0: all)
     std::string device = "cpu";  // cpu, cuda or cuda:N
   } train;
 
