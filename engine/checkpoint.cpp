@@ -134,7 +134,9 @@ void Engine::write_checkpoint_files(const fs::path& tmp, const nlohmann::json& c
     if (auto* pm = dynamic_cast<models::PretrainedModel*>(&model_))
       io::write_file_atomically((tmp / kModelConfigFile).string(),
                                 [&](std::ostream& os) { os << pm->config_json() << "\n"; });
-    for (const auto& [name, content] : extra_files) {
+    for (const auto& file : extra_files) {
+      const std::string& name = file.first;
+      const std::string& content = file.second;  // (captured below: not a structured binding)
       const fs::path p = tmp / name;
       TS_CHECK(
           !name.empty() && fs::path(name).is_relative() && name.find("..") == std::string::npos,

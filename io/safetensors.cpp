@@ -105,7 +105,9 @@ SafetensorsFile::SafetensorsFile(const std::string& path)
   }
   TS_CHECK(j.is_object(), "safetensors '", path, "': header is not a JSON object");
   const size_t data_len = size - data_start_;
-  for (auto& [name, v] : j.items()) {
+  for (auto& item : j.items()) {
+    const std::string& name = item.key();  // (not a structured binding: the lambda uses it)
+    const json& v = item.value();
     if (name == "__metadata__") {
       TS_CHECK(v.is_object(), "safetensors '", path, "': __metadata__ is not an object");
       for (auto& [k, mv] : v.items()) {

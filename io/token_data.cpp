@@ -88,29 +88,6 @@ std::string default_cache_dir(const std::string& path) {
 
 const std::vector<std::string> kSpecials{"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"};
 
-// Why the cache's token files cannot be used as meta.json describes them ("" when they can):
-// a truncated or replaced file, or ids outside the vocabulary.
-std::string cache_problem(const fs::path& dir, int64_t vocab_size) {
-  try {
-    const nlohmann::json meta = nlohmann::json::parse(read_text_file((dir / "meta.json").string()));
-    const int64_t tokens = meta.at("tokens").get<int64_t>(),
-                  train = meta.at("train_tokens").get<int64_t>();
-    const TokenFile tr((dir / "train.bin").string()), va((dir / "val.bin").string());
-    if (tr.size() != train || va.size() != tokens - train)
-      return "its token files hold " + std::to_string(tr.size()) + " + " +
-             std::to_string(va.size()) + " tokens, meta.json says " + std::to_string(train) +
-             " + " + std::to_string(tokens - train);
-    for (const TokenFile* f : {&tr, &va})
-      for (int64_t i = 0; i < f->size(); ++i)
-        if (f->data()[i] < 0 || f->data()[i] >= vocab_size)
-          return "token " + std::to_string(f->data()[i]) + " at position " + std::to_string(i) +
-                 " is outside the vocabulary of " + std::to_string(vocab_size);
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
-
 void tokenize_into(const fs::path& dir, const std::string& key, const std::string& text,
                    const TokenizedCorpus& c, const TrainConfig::Data& data) {
   const std::vector<int64_t> ids64 = c.tokenizer->encode(text);
@@ -133,6 +110,30 @@ void tokenize_into(const fs::path& dir, const std::string& key, const std::strin
 }
 
 }  // namespace
+
+// Why the cache's token files cannot be used as meta.json describes them ("" when they can):
+// a truncated or replaced file, or ids outside the vocabulary.
+std::string token_cache_problem(const std::string& cache_dir, int64_t vocab_size) {
+  const fs::path dir(cache_dir);
+  try {
+    const nlohmann::json meta = nlohmann::json::parse(read_text_file((dir / "meta.json").string()));
+    const int64_t tokens = meta.at("tokens").get<int64_t>(),
+                  train = meta.at("train_tokens").get<int64_t>();
+    const TokenFile tr((dir / "train.bin").string()), va((dir / "val.bin").string());
+    if (tr.size() != train || va.size() != tokens - train)
+      return "its token files hold " + std::to_string(tr.size()) + " + " +
+             std::to_string(va.size()) + " tokens, meta.json says " + std::to_string(train) +
+             " + " + std::to_string(tokens - train);
+    for (const TokenFile* f : {&tr, &va})
+      for (int64_t i = 0; i < f->size(); ++i)
+        if (f->data()[i] < 0 || f->data()[i] >= vocab_size)
+          return "token " + std::to_string(f->data()[i]) + " at position " + std::to_string(i) +
+                 " is outside the vocabulary of " + std::to_string(vocab_size);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
 
 TokenizedCorpus prepare_corpus(const TrainConfig::Data& data, bool with_specials, bool verbose) {
   TokenizedCorpus c;
@@ -169,7 +170,7 @@ TokenizedCorpus prepare_corpus(const TrainConfig::Data& data, bool with_specials
     }
   }
   if (fresh) {
-    const std::string problem = cache_problem(c.cache_dir, c.vocab_size);
+    const std::string problem = token_cache_problem(c.cache_dir, c.vocab_size);
     if (!problem.empty()) {
       std::cerr << "data: warning: the token cache '" << c.cache_dir << "' is damaged (" << problem
                 << "); tokenising again\n";
@@ -181,7 +182,7 @@ TokenizedCorpus prepare_corpus(const TrainConfig::Data& data, bool with_specials
       std::cerr << "data: tokenising " << data.path << " (" << text.size() << " bytes) into "
                 << c.cache_dir << "\n";
     tokenize_into(c.cache_dir, key, text, c, data);
-    const std::string problem = cache_problem(c.cache_dir, c.vocab_size);
+    const std::string problem = token_cache_problem(c.cache_dir, c.vocab_size);
     TS_CHECK(problem.empty(), "data: the token cache '", c.cache_dir, "' just written: ", problem);
   }
   c.train = std::make_unique<TokenFile>((fs::path(c.cache_dir) / "train.bin").string());

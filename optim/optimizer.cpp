@@ -166,8 +166,9 @@ Adam::Adam(std::vector<ParamGroup> groups, AdamOptions options)
 
 void Adam::step() {
   ++step_;
-  const auto [bc1, bc2] =
-      bias_corrections(options_.beta1, options_.beta2, step_, options_.bias_correction);
+  // (Plain variables: clang 14 cannot capture structured bindings in the lambda below.)
+  const auto bc = bias_corrections(options_.beta1, options_.beta2, step_, options_.bias_correction);
+  const double bc1 = bc.first, bc2 = bc.second;
   run_fused(Kernel::adamw_step, {"exp_avg", "exp_avg_sq"}, [&](const ParamGroup& g) {
     return std::vector<double>{g.lr,
                                options_.beta1,
@@ -232,8 +233,9 @@ Lamb::Lamb(std::vector<ParamGroup> groups, LambOptions options)
 
 void Lamb::step() {
   ++step_;
-  const auto [bc1, bc2] =
-      bias_corrections(options_.beta1, options_.beta2, step_, options_.bias_correction);
+  // (Plain variables: clang 14 cannot capture structured bindings in the lambda below.)
+  const auto bc = bias_corrections(options_.beta1, options_.beta2, step_, options_.bias_correction);
+  const double bc1 = bc.first, bc2 = bc.second;
   run_fused(Kernel::lamb_step, {"exp_avg", "exp_avg_sq"}, [&](const ParamGroup& g) {
     return std::vector<double>{g.lr,         options_.beta1,     options_.beta2,
                                options_.eps, g.weight_decay,     bc1,

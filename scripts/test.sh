@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Sets up and builds (scripts/setup.sh), runs every test suite, builds the README's example
-# program against the installed library through pkg-config, and ends with one line
-# "N passed, N failed, N skipped" counting doctest test cases and CLI tests.
+# Sets up and builds (scripts/setup.sh), runs every test suite, again under ASan + UBSan with
+# the fuzz targets (scripts/test_sanitizers.sh), builds the README's example programs against
+# the installed library through pkg-config, and ends with one line "N passed, N failed,
+# N skipped" counting doctest test cases and CLI tests of both builds.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh || { echo "0 passed, 1 failed, 0 skipped"; exit 1; }
@@ -10,6 +11,10 @@ cd "$(dirname "$0")/.."
 
 meson test -C build --print-errorlogs --num-processes 2
 meson_status=$?
+
+# The same suite built with clang under ASan + UBSan, and a short run of every fuzz target.
+./scripts/test_sanitizers.sh 10
+sanitizer_status=$?
 
 # Users' programs built the documented way: install, then pkg-config (examples/*.cpp).
 example_status=0
@@ -41,11 +46,13 @@ rm -rf "$stage"
 
 # Count doctest cases and plain (CLI) tests from meson's log. A test that cannot run here
 # (no GPU, no Slurm) is skipped: doctest's skip decorator, exit code 77 for a whole executable.
-python3 - "$example_status" <<'PY'
-import json, re, sys
+python3 - "$example_status" "$sanitizer_status" <<'PY'
+import json, os, re, sys
 passed = failed = skipped = 0
 summary = re.compile(r"test cases:\s*(\d+)\s*\|\s*(\d+) passed\s*\|\s*(\d+) failed\s*\|\s*(\d+) skipped")
-for line in open("build/meson-logs/testlog.json"):
+logs = ["build/meson-logs/testlog.json", "build-sanitize/meson-logs/testlog.json"]
+lines = [l for log in logs if os.path.exists(log) for l in open(log)]
+for line in lines:
     t = json.loads(line)
     out = re.sub(r"\x1b\[[0-9;]*m", "", t.get("stdout", ""))  # mpirun runs give doctest a terminal
     # Under mpirun every rank prints a summary: a case passed if it passed on every rank.
@@ -60,6 +67,8 @@ for line in open("build/meson-logs/testlog.json"):
     else:
         passed += ok; failed += not ok
 passed += int(sys.argv[1]) == 0; failed += int(sys.argv[1]) != 0
+# The sanitizer stage itself (its build and fuzz runs; its tests are counted above).
+passed += int(sys.argv[2]) == 0; failed += int(sys.argv[2]) != 0
 print(f"{passed} passed, {failed} failed, {skipped} skipped")
 sys.exit(1 if failed else 0)
 PY

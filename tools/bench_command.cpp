@@ -51,7 +51,8 @@ int bench_gemm(const Args& a) {
   }
   openblas_set_num_threads(omp_get_max_threads());
   for (size_t i = 0; i < shapes.size(); ++i) {
-    const auto [M, N, K] = shapes[i];
+    const int64_t M = std::get<0>(shapes[i]), N = std::get<1>(shapes[i]),
+                  K = std::get<2>(shapes[i]);  // (captured below: not a structured binding)
     Operands& o = ops[i];
     t_blas.push_back(median_ms(
         [&] {

@@ -44,6 +44,11 @@ struct TokenizedCorpus {
 // BERT's special tokens.
 TokenizedCorpus prepare_corpus(const TrainConfig::Data& data, bool with_specials, bool verbose);
 
+// Why a token cache directory (meta.json, train.bin, val.bin) cannot be used as its meta.json
+// describes it for a vocabulary of `vocab_size` ("" when it can): prepare_corpus rebuilds such
+// a cache.
+std::string token_cache_problem(const std::string& cache_dir, int64_t vocab_size);
+
 // Random windows of T+1 tokens: x = tokens[i, i+T), y = tokens[i+1, i+T+1).
 class GPTBatchSampler {
  public:

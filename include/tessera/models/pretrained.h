@@ -30,6 +30,10 @@ struct Batch {
   Batch to(Device device) const;
 };
 
+// A batch from a JSON file: {"input_ids": [[...]], "targets": [[...]], and BERT's
+// "attention_mask", "token_type_ids", "next_sentence_label"}; errors name the file and field.
+Batch read_batch_json(const std::string& path);
+
 // One parameter's name in Tessera and in HF's files. `transpose`: HF stores it as [in, out]
 // (GPT-2's Conv1D) while Tessera's Linear is [out, in].
 struct HFWeight {

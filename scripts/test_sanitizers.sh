@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The whole test suite (MPI tests included) under AddressSanitizer and UndefinedBehaviorSanitizer
+# (clang; any report fails the test), then every fuzz target for SECONDS (default 10) from its
+# seeds. Part of scripts/test.sh; the meson log is build-sanitize/meson-logs/testlog.json.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+seconds="${1:-10}"
+./scripts/sanitize_setup.sh >/dev/null || { echo "sanitizer build failed"; exit 1; }
+# The transformers comparison uses the Python scripts/test_python.sh made beside build/.
+[[ -e build-sanitize/test-python || ! -d build/test-python ]] || ln -s ../build/test-python build-sanitize/test-python
+# OpenMPI's own allocations at exit are reported as leaks: leak checking stays off.
+export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1" UBSAN_OPTIONS="print_stacktrace=1"
+meson test -C build-sanitize --print-errorlogs --num-processes 2
+tests=$?
+./scripts/fuzz.sh "$seconds"
+fuzz=$?
+[ "$tests" = 0 ] && [ "$fuzz" = 0 ]
