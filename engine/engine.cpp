@@ -196,6 +196,7 @@ void Engine::setup_parallel() {
   zo.offload_optimizer = c.zero.offload_optimizer_device == "cpu";
   zo.pin_memory = zo.offload_optimizer && c.zero.offload_pin_memory;
   zo.weight_decay_1d = c.optimizer.weight_decay_1d;
+  zo.allgather_bucket_size = c.zero.allgather_bucket_size;
   zero_ = std::make_unique<parallel::ZeroOptimizer>(
       model_, group_, zo,
       [&](std::vector<optim::ParamGroup> g) { return make_optimizer(config_, std::move(g)); },

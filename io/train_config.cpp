@@ -262,13 +262,12 @@ void parse_zero(Section z, TrainConfig& c) {
     off.warn_unknown();
   }
   z.get_min<int64_t>("reduce_bucket_size", zc.reduce_bucket_size, 1, ">= 1");
+  z.get_min<int64_t>("allgather_bucket_size", zc.allgather_bucket_size, 1, ">= 1");
   z.get("overlap_comm", zc.overlap_comm);
   z.get_min<int64_t>("stage3_param_persistence_threshold", zc.stage3_param_persistence_threshold, 0,
                      ">= 0");
   z.get_min<int64_t>("stage3_prefetch_bucket_size", zc.stage3_prefetch_bucket_size, 0, ">= 0");
   z.ignored<bool>("contiguous_gradients", "gradients always go into contiguous bucket buffers");
-  z.ignored<int64_t>("allgather_bucket_size",
-                     "stage 1-2 parameters are gathered in one collective per step");
   z.ignored<int64_t>("stage3_max_live_parameters",
                      "stage 3 frees each gathered parameter after its use");
   z.ignored<int64_t>("stage3_max_reuse_distance",

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 #include <unordered_map>
 
@@ -23,6 +24,44 @@ Tensor shard_of(const Tensor& whole, const ShardLayout::Entry& e, int rank) {
 }
 
 }  // namespace
+
+int64_t zero_buffer_bytes(const ShardLayout& layout, const ZeroOptions& o, DType model_dtype,
+                          DType comm_dtype) {
+  const int64_t world = layout.world;
+  // Reduce-scatter staging (GradBuckets): up to two slots of the largest bucket, packed in
+  // reverse parameter order and cut at reduce_bucket_size (one parameter at least).
+  int64_t largest = 0, filled = 0, current = 0, buckets = 0;
+  for (size_t k = layout.entries.size(); k-- > 0;) {
+    const int64_t cost = layout.entries[k].shard * world;
+    if (buckets == 0 || (filled + cost > o.reduce_bucket_size && filled > 0)) {
+      ++buckets;
+      filled = current = 0;
+    }
+    filled += cost;
+    current += layout.entries[k].shard;
+    largest = std::max(largest, current);
+  }
+  const int64_t comm = static_cast<int64_t>(itemsize(comm_dtype));
+  const int64_t model = static_cast<int64_t>(itemsize(model_dtype));
+  int64_t bytes = std::min<int64_t>(2, buckets) * largest * (world + 1) * comm;
+  // Publishing: the whole-kept parameters' shards packed, all-gathered in chunks of at most
+  // allgather_bucket_size elements.
+  int64_t packed = 0, max_padded = 0, partitioned = 0;
+  for (const auto& e : layout.entries) {
+    const bool kept = o.stage < 3 || e.numel <= o.param_persistence_threshold;
+    (kept ? packed : partitioned) += kept ? e.shard : e.shard * world;
+    if (!kept) max_padded = std::max(max_padded, e.shard * world);
+  }
+  if (packed > 0) {  // a chunk of this rank's shards and its gathered [world, chunk] result
+    const int64_t chunk = std::max<int64_t>(1, std::min(packed, o.allgather_bucket_size / world));
+    bytes += chunk * (world + 1) * model;
+  }
+  // ZeRO-3 prefetch: gathered parameters in flight, up to the bucket size (the last one may
+  // cross it).
+  if (o.stage == 3 && o.prefetch_bucket_size > 0 && partitioned > 0)
+    bytes += std::min(partitioned, o.prefetch_bucket_size - 1 + max_padded) * model;
+  return bytes;
+}
 
 ZeroOptimizer::ZeroOptimizer(nn::Module& model, std::shared_ptr<ProcessGroup> group,
                              ZeroOptions options, const OptimizerFactory& make_optimizer, double lr,
@@ -50,10 +89,28 @@ ZeroOptimizer::ZeroOptimizer(nn::Module& model, std::shared_ptr<ProcessGroup> gr
   layout_ = ShardLayout(shapes, world);
   const int64_t P = layout_.partition_numel;
 
-  master_ = zeros({P}, DType::Float32, state_device_);
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const auto& e = layout_.entries[i];
-    master_.narrow(0, e.offset, e.shard).copy_(shard_of(*params_[i].second, e, rank));
+  // A float32 model updated where it lives (stages 1-2, no offload) needs no master copy:
+  // each parameter becomes a view of a padded [world * shard] storage, and the optimizer
+  // updates this rank's [shard] slice of it in place (DeepSpeed keeps a second copy).
+  model_is_master_ = options.stage < 3 && model_dtype_ == DType::Float32 &&
+                     options.compute_dtype == DType::Float32 && state_device_ == device_;
+  if (model_is_master_) {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const auto& e = layout_.entries[i];
+      Tensor padded = zeros({e.shard * world}, DType::Float32, device_);
+      padded.narrow(0, 0, e.numel).copy_(params_[i].second->reshape({-1}));
+      Tensor param = Tensor::make_view(padded, e.shape, contiguous_strides(e.shape), 0);
+      param.requires_grad_(true);
+      *params_[i].second = param;
+      master_views_.push_back(padded.narrow(0, rank * e.shard, e.shard));
+    }
+  } else {
+    master_ = zeros({P}, DType::Float32, state_device_);
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const auto& e = layout_.entries[i];
+      master_views_.push_back(master_.narrow(0, e.offset, e.shard));
+      master_views_.back().copy_(shard_of(*params_[i].second, e, rank));
+    }
   }
   if (options.compute_dtype != model_dtype_) {
     model.to(options.compute_dtype);
@@ -101,7 +158,7 @@ ZeroOptimizer::ZeroOptimizer(nn::Module& model, std::shared_ptr<ProcessGroup> gr
     const auto& e = layout_.entries[i];
     optim::ParamGroup& g = options.weight_decay_1d || e.shape.size() >= 2 ? decay : no_decay;
     g.names.push_back(e.name);
-    g.params.push_back(master_.narrow(0, e.offset, e.shard));
+    g.params.push_back(master_views_[i]);
   }
   std::vector<optim::ParamGroup> groups;
   for (auto* g : {&decay, &no_decay})
@@ -143,9 +200,8 @@ double ZeroOptimizer::prepare_master_grads(double scale) {
   }
   for (auto& g : optimizer_->groups())
     for (size_t k = 0; k < g.params.size(); ++k) {
-      const Tensor& p = g.params[k];
-      const int64_t off = p.offset() - master_.offset();
-      g.params[k].set_grad(master_grads_.narrow(0, off, p.numel()));
+      const ShardLayout::Entry* e = layout_.find(g.names[k]);
+      g.params[k].set_grad(master_grads_.narrow(0, e->offset, e->shard));
     }
   const double local = norm(master_grads_).item();
   return std::sqrt(group_->all_reduce_scalar(local * local));
@@ -162,31 +218,51 @@ void ZeroOptimizer::publish() {
   if (fetcher_) fetcher_->drain();
   if (param_shards_.defined() && !param_shards_.same(master_))
     param_shards_.copy_(pin_ ? staged_for_device(master_) : master_);
-  // Every whole-kept parameter's new values in one all-gather: this rank's shards side by
-  // side (the partition itself when no parameter is partitioned), then each parameter is
-  // cut out of the [world, packed] result.
+  // Every whole-kept parameter's new values: this rank's shards, packed side by side, are
+  // all-gathered in chunks of at most allgather_bucket_size gathered elements (DeepSpeed's
+  // bound on this buffer, staged a chunk at a time); each chunk's pieces go to the
+  // parameters they belong to.
   std::vector<size_t> whole;
+  int64_t packed = 0;
   for (size_t i = 0; i < params_.size(); ++i)
-    if (!partitioned_[i]) whole.push_back(i);
+    if (!partitioned_[i]) {
+      whole.push_back(i);
+      packed += layout_.entries[i].shard;
+    }
   if (whole.empty()) return;
-  Tensor mine = master_;
-  if (whole.size() != params_.size()) {
+  const int64_t chunk =
+      std::max<int64_t>(1, std::min(packed, options_.allgather_bucket_size / world));
+  for (int64_t c0 = 0; c0 < packed; c0 += chunk) {
+    const int64_t n = std::min(chunk, packed - c0);
+    // This rank's part of the chunk, from the master slices it spans.
     std::vector<Tensor> parts;
-    for (size_t i : whole)
-      parts.push_back(master_.narrow(0, layout_.entries[i].offset, layout_.entries[i].shard));
-    mine = cat(parts);
-  }
-  mine = staged_for_device(mine);
-  const int64_t packed = mine.numel();
-  Tensor gathered = Tensor::empty({packed * world}, model_dtype_, device_);
-  group_->all_gather(gathered, mine.to(device_).contiguous());
-  const Tensor by_rank = gathered.view({world, packed});
-  int64_t offset = 0;
-  for (size_t i : whole) {
-    const auto& e = layout_.entries[i];
-    const Tensor full = by_rank.narrow(1, offset, e.shard).reshape({world * e.shard});
-    params_[i].second->copy_(full.narrow(0, 0, e.numel).view(e.shape));
-    offset += e.shard;
+    int64_t offset = 0;  // a parameter's place in the packed shards
+    for (size_t i : whole) {
+      const int64_t shard = layout_.entries[i].shard;
+      const int64_t lo = std::max(offset, c0), hi = std::min(offset + shard, c0 + n);
+      if (lo < hi) parts.push_back(master_views_[i].narrow(0, lo - offset, hi - lo));
+      offset += shard;
+    }
+    const Tensor mine =
+        staged_for_device(parts.size() == 1 ? parts[0] : cat(parts)).to(device_).contiguous();
+    Tensor gathered = Tensor::empty({n * world}, model_dtype_, device_);
+    group_->all_gather(gathered, mine);
+    const Tensor by_rank = gathered.view({world, n});
+    offset = 0;
+    for (size_t i : whole) {
+      const auto& e = layout_.entries[i];
+      const int64_t lo = std::max(offset, c0), hi = std::min(offset + e.shard, c0 + n);
+      if (lo < hi) {
+        Tensor flat = params_[i].second->reshape({-1});
+        for (int r = 0; r < world; ++r) {
+          const int64_t first = r * e.shard + (lo - offset);
+          if (first >= e.numel) continue;  // padding
+          const int64_t len = std::min(hi - lo, e.numel - first);
+          flat.narrow(0, first, len).copy_(by_rank.select(0, r).narrow(0, lo - c0, len));
+        }
+      }
+      offset += e.shard;
+    }
   }
 }
 
@@ -214,7 +290,9 @@ PrefetchStats ZeroOptimizer::prefetch_stats() const {
 MemoryStats ZeroOptimizer::memory() const {
   MemoryStats m;
   for (size_t i = 0; i < params_.size(); ++i)
-    if (!partitioned_[i]) m.params += bytes_of(*params_[i].second);
+    if (!partitioned_[i])  // (padded storages when the model is the master)
+      m.params +=
+          model_is_master_ ? params_[i].second->storage()->nbytes() : bytes_of(*params_[i].second);
   if (param_shards_.defined() && !param_shards_.same(master_)) m.params += bytes_of(param_shards_);
   const int64_t item = static_cast<int64_t>(itemsize(model_dtype_));
   // Stage 1 keeps full gradients between boundaries (autograd's, accumulated).
@@ -226,13 +304,14 @@ MemoryStats ZeroOptimizer::memory() const {
     m.optimizer += bytes_of(master_);
   for (auto& [k, v] : optimizer_->state_dict())
     if (k != "step") m.optimizer += bytes_of(v);
-  m.buffers = buckets_->buffer_bytes();
+  m.buffers = zero_buffer_bytes(layout_, options_, model_dtype_, options_.comm_dtype);
   return m;
 }
 
 std::map<std::string, Tensor> ZeroOptimizer::shard_state() const {
   std::map<std::string, Tensor> out;
-  for (const auto& e : layout_.entries) out[e.name] = master_.narrow(0, e.offset, e.shard);
+  for (size_t i = 0; i < layout_.entries.size(); ++i)
+    out[layout_.entries[i].name] = master_views_[i];
   for (auto& [k, v] : optimizer_->state_dict())
     if (k != "step") out[k] = v;
   return out;
@@ -266,11 +345,12 @@ void ZeroOptimizer::load_full_state(const std::map<std::string, Tensor>& masters
 void ZeroOptimizer::load_partition_state(const std::map<std::string, Tensor>& masters,
                                          const std::map<std::string, Tensor>& optimizer_state) {
   NoGradGuard no_grad;
-  for (const auto& e : layout_.entries) {
+  for (size_t i = 0; i < layout_.entries.size(); ++i) {
+    const auto& e = layout_.entries[i];
     auto it = masters.find(e.name);
     TS_CHECK(it != masters.end() && it->second.numel() == e.shard, "ZeRO checkpoint: no shard of ",
              e.shard, " elements for parameter '", e.name, "'");
-    master_.narrow(0, e.offset, e.shard).copy_(it->second);
+    master_views_[i].copy_(it->second);
   }
   optimizer_->load_state_dict(optimizer_state);
   publish();

@@ -4,6 +4,7 @@
 
 #include "tessera/io/token_data.h"
 #include "tessera/parallel/shard_layout.h"
+#include "tessera/parallel/zero.h"
 #include "tools/cli.h"
 
 namespace tessera::cli {
@@ -17,29 +18,39 @@ Predicts the bytes of model state each of N data-parallel ranks will hold when t
 config's model: parameters, gradients and optimizer state (float32 master weights and
 moments), for the config's ZeRO stage (and, in the table, every other stage), with the same
 sharding and padding the engine uses, so the prediction matches what `tessera train --json`
-reports. Activations and communication buffers are not included.
+reports, buffers included: the communication staging (reduce-scatter buckets of
+reduce_bucket_size, all-gather chunks of allgather_bucket_size, ZeRO-3's prefetch of
+stage3_prefetch_bucket_size). Activations are not included.
 
 The vocabulary decides the embedding size: --vocab V, else GPT-2's 50257 for the gpt2
 tokenizer, else the character vocabulary of data.path (--data), tokenised once and cached.
 
 The ZeRO paper's figures (Adam, Ψ parameters, 16-bit training): stage 0 16Ψ, stage 1
-4Ψ + 12Ψ/N, stage 2 2Ψ + 14Ψ/N, stage 3 16Ψ/N (float32 training: 4Ψ params and grads,
-master weights need no second copy at stage 0).
+4Ψ + 12Ψ/N, stage 2 2Ψ + 14Ψ/N, stage 3 16Ψ/N. Float32 training keeps no second copy of the
+weights at any stage: 4Ψ params, 4Ψ grads and 8Ψ of moments, partitioned as above.
 )";
 
 struct Estimate {
-  int64_t params = 0, grads = 0, optimizer = 0;
-  int64_t total() const { return params + grads + optimizer; }
+  int64_t params = 0, grads = 0, optimizer = 0, buffers = 0;
+  int64_t total() const { return params + grads + optimizer + buffers; }
 };
 
-// Mirrors Engine::memory() / ZeroOptimizer::memory().
+DType dtype_of(const std::string& name, DType fallback) {
+  if (name == "fp32") return DType::Float32;
+  if (name == "fp16") return DType::Float16;
+  if (name == "bf16") return DType::BFloat16;
+  return fallback;
+}
+
+// Mirrors Engine::memory() / ZeroOptimizer::memory() (tests/tools/distributed.sh checks that
+// they agree to the byte).
 Estimate estimate(const io::TrainConfig& c, const parallel::ShardLayout& layout, int stage,
-                  int world, const std::vector<int64_t>& numels) {
+                  int world) {
   const bool mixed = c.fp16.enabled || c.bf16;
-  const int64_t pb = mixed ? 2 : 4;
-  int64_t gb = pb;
-  if (c.communication_data_type == "fp32") gb = 4;
-  if (c.communication_data_type == "fp16" || c.communication_data_type == "bf16") gb = 2;
+  const DType model = c.bf16 ? DType::BFloat16 : c.fp16.enabled ? DType::Float16 : DType::Float32;
+  const DType comm = dtype_of(c.communication_data_type, model);
+  const int64_t pb = static_cast<int64_t>(itemsize(model)),
+                gb = static_cast<int64_t>(itemsize(comm));
   const int64_t slots = c.optimizer.type == "SGD" ? (c.optimizer.momentum != 0 ? 1 : 0) : 2;
   const int64_t psi = layout.total_numel(), P = layout.partition_numel;
   Estimate e;
@@ -49,15 +60,29 @@ Estimate estimate(const io::TrainConfig& c, const parallel::ShardLayout& layout,
     e.optimizer = (mixed ? 4 * psi : 0) + slots * 4 * psi;
     return e;
   }
+  // A float32 model updated where it lives keeps no separate masters at stages 1-2: its
+  // parameters sit in padded [world * shard] storages instead.
+  const bool offloaded_elsewhere =
+      c.zero.offload_optimizer_device == "cpu" && c.train.device.rfind("cuda", 0) == 0;
+  const bool model_is_master = stage < 3 && !mixed && !offloaded_elsewhere;
+  int64_t padded = 0;
+  for (const auto& en : layout.entries) padded += en.shard * world;
   if (stage < 3) {
-    e.params = psi * pb;
+    e.params = model_is_master ? padded * 4 : psi * pb;
   } else {
-    for (int64_t n : numels)
-      if (n <= c.zero.stage3_param_persistence_threshold) e.params += n * pb;
+    for (const auto& en : layout.entries)
+      if (en.numel <= c.zero.stage3_param_persistence_threshold) e.params += en.numel * pb;
     e.params += P * (mixed ? pb : 4);  // fp32: the shard is the master itself
   }
   e.grads = P * gb + (stage == 1 ? psi * pb : 0);
-  e.optimizer = (stage == 3 && !mixed ? 0 : 4 * P) + slots * 4 * P;
+  e.optimizer = (model_is_master || (stage == 3 && !mixed) ? 0 : 4 * P) + slots * 4 * P;
+  parallel::ZeroOptions o;
+  o.stage = stage;
+  o.reduce_bucket_size = c.zero.reduce_bucket_size;
+  o.allgather_bucket_size = c.zero.allgather_bucket_size;
+  o.param_persistence_threshold = c.zero.stage3_param_persistence_threshold;
+  o.prefetch_bucket_size = c.zero.stage3_prefetch_bucket_size;
+  e.buffers = parallel::zero_buffer_bytes(layout, o, model, comm);
   return e;
 }
 
@@ -97,26 +122,24 @@ int estimate_memory_main(int argc, char** argv) {
   }
   auto model = model_from_train_config(cfg, vocab);
   std::vector<std::pair<std::string, Shape>> shapes;
-  std::vector<int64_t> numels;
-  for (auto& [n, t] : model->named_parameters()) {
-    shapes.emplace_back(n, t->shape());
-    numels.push_back(t->numel());
-  }
+  for (auto& [n, t] : model->named_parameters()) shapes.emplace_back(n, t->shape());
   const parallel::ShardLayout layout(shapes, static_cast<int>(ranks));
   const int stage = static_cast<int>(cfg.zero.stage);
-  const Estimate mine = estimate(cfg, layout, stage, static_cast<int>(ranks), numels);
+  const Estimate mine = estimate(cfg, layout, stage, static_cast<int>(ranks));
   std::cerr << model->type_name() << ": " << layout.total_numel() << " parameters, " << ranks
             << " ranks, "
             << (cfg.bf16           ? "bf16"
                 : cfg.fp16.enabled ? "fp16"
                                    : "fp32")
             << ", " << cfg.optimizer.type << "\n";
-  std::printf("%-8s %14s %14s %14s %14s\n", "stage", "params", "grads", "optimizer", "total/rank");
+  std::printf("%-8s %12s %12s %12s %12s %12s\n", "stage", "params", "grads", "optimizer", "buffers",
+              "total/rank");
   for (int s = 0; s <= 3; ++s) {
-    const Estimate e = estimate(cfg, layout, s, static_cast<int>(ranks), numels);
-    std::printf("%-8s %14s %14s %14s %14s\n",
+    const Estimate e = estimate(cfg, layout, s, static_cast<int>(ranks));
+    std::printf("%-8s %12s %12s %12s %12s %12s\n",
                 (std::to_string(s) + (s == stage ? " *" : "")).c_str(), human(e.params).c_str(),
-                human(e.grads).c_str(), human(e.optimizer).c_str(), human(e.total()).c_str());
+                human(e.grads).c_str(), human(e.optimizer).c_str(), human(e.buffers).c_str(),
+                human(e.total()).c_str());
   }
   const bool offload = cfg.zero.offload_optimizer_device == "cpu";
   if (offload)
@@ -128,7 +151,8 @@ int estimate_memory_main(int argc, char** argv) {
               << ", \"optimizer_offloaded\": " << (offload ? "true" : "false")
               << ", \"num_parameters\": " << layout.total_numel()
               << ", \"memory\": {\"params\": " << mine.params << ", \"grads\": " << mine.grads
-              << ", \"optimizer\": " << mine.optimizer << "}}\n";
+              << ", \"optimizer\": " << mine.optimizer << ", \"buffers\": " << mine.buffers
+              << "}}\n";
   return 0;
 }
 

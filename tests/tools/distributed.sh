@@ -5,8 +5,9 @@
 #    (relative); so does plain DP with dropout 0.1 (each rank applies its slice of the global
 #    batch's masks), and BERT (masked LM + NSP: each rank's loss weighted by its share of the
 #    masked tokens);
-#  - per-rank model-state bytes, float32 and bf16: equal to `tessera estimate-memory`, and to the
-#    ZeRO paper's formulas (within 5%, plus the gradient partition stage 1 keeps);
+#  - per-rank bytes, float32 and bf16: params, grads, optimizer and buffers equal to `tessera
+#    estimate-memory`; the model state within 5% of the ZeRO paper's formulas (plus the gradient
+#    partition stage 1 keeps; float32 keeps no second copy of the weights);
 #  - communication per step counted at the MPI calls themselves (MPI's profiling interface,
 #    tests/tools/mpi_byte_counter.cpp) against 2(N-1)/N * Psi * bytes (ZeRO-3: 1.5x), and the
 #    comms logger against those counts;
@@ -94,11 +95,10 @@ for n in (2, 4):
         opt = 12 if bf16 else 8
         paper = {0: (k*psi, k*psi, opt*psi), 1: (k*psi, k*psi, opt*psi/n),
                  2: (k*psi, k*psi/n, opt*psi/n), 3: (k*psi/n, k*psi/n, opt*psi/n)}[stage]
-        if not bf16 and stage in (1, 2):  # float32 ZeRO-1/2 keep a master copy of the partition
-            paper = (paper[0], paper[1], paper[2] + 4*psi/n)
+        # (Float32 training keeps no second copy of the weights at any stage.)
         for l in lines:
             m = l["memory"]
-            same = all(m[key] == est[key] for key in ("params", "grads", "optimizer"))
+            same = all(m[key] == est[key] for key in ("params", "grads", "optimizer", "buffers"))
             total = m["params"] + m["grads"] + m["optimizer"]
             allowance = k * psi / n if stage == 1 else 0  # stage 1's gradient partition
             within = abs(total - sum(paper)) <= 0.05 * sum(paper) + allowance
@@ -106,7 +106,7 @@ for n in (2, 4):
                 report(same and within,
                        f"       memory rank 0 ({'bf16' if bf16 else 'float32'}, stage {stage}): {m} "
                        f"estimate {'equal' if same else 'DIFFERS'}; paper {sum(paper):.0f} B, "
-                       f"measured {total} B ({total/sum(paper):.3f}x)")
+                       f"measured {total} B ({total/sum(paper):.3f}x), buffers {m['buffers']} B")
             else:
                 fails += not (same and within)
         # Bytes rank 0 handed to MPI in 20 training steps (a 20-step job minus the same job with

@@ -53,6 +53,7 @@ struct TrainConfig {
     std::string offload_optimizer_device = "none";
     bool offload_pin_memory = false;  // DeepSpeed's default
     int64_t reduce_bucket_size = 500000000;
+    int64_t allgather_bucket_size = 500000000;  // elements per all-gather of new parameters
     bool overlap_comm = true;  // DeepSpeed's default is false except at stage 3; ours overlaps
     bool contiguous_gradients = true;
     int64_t stage3_param_persistence_threshold = 100000;

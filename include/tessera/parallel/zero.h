@@ -39,7 +39,8 @@ struct ZeroOptions {
   int64_t prefetch_bucket_size = 50000000;  // elements gathered ahead of use; 0: none
   bool offload_optimizer = false;           // masters and optimizer state on the host (GPU models)
   bool pin_memory = false;  // offloaded GPU models: stage host<->GPU transfers in pinned memory
-  bool weight_decay_1d = false;  // decay vectors (biases, norm weights) too
+  bool weight_decay_1d = false;               // decay vectors (biases, norm weights) too
+  int64_t allgather_bucket_size = 500000000;  // elements gathered per all-gather (DeepSpeed's)
 };
 
 // Stage-3 parameter gathers of training passes so far, and how many of them were started
@@ -51,10 +52,19 @@ struct PrefetchStats {
 
 class Zero3Fetcher;
 
-// Bytes of model state one rank holds.
+// Bytes one rank holds (README: "ZeRO memory"): params (whole parameters, or this rank's
+// shards), grads (whole gradients and/or this rank's partition), optimizer (float32 masters
+// where kept apart from the model, and the optimizer's moments), buffers (communication
+// staging at its peak: the reduce-scatter buckets, the all-gather chunks that publish new
+// parameters, and ZeRO-3's prefetch; each bounded by its bucket size).
 struct MemoryStats {
   int64_t params = 0, grads = 0, optimizer = 0, buffers = 0;
 };
+
+// The `buffers` figure for a ZeRO run: what MemoryStats::buffers reports, computed from the
+// layout and options alone (tessera estimate-memory uses it before any run).
+int64_t zero_buffer_bytes(const ShardLayout& layout, const ZeroOptions& options, DType model_dtype,
+                          DType comm_dtype);
 
 using OptimizerFactory =
     std::function<std::unique_ptr<optim::Optimizer>(std::vector<optim::ParamGroup>)>;
@@ -116,7 +126,11 @@ class ZeroOptimizer {
   std::vector<std::pair<std::string, Tensor*>> params_;
   std::vector<bool> partitioned_;  // stage 3 and above the persistence threshold
   DType model_dtype_ = DType::Float32;
-  Tensor master_;        // [partition] float32
+  Tensor master_;  // [partition] float32 (undefined when the model is the master)
+  // Per parameter, this rank's float32 [shard] master values: views of master_, or of the
+  // parameter's own padded storage when model_is_master_ (float32 stages 1-2).
+  std::vector<Tensor> master_views_;
+  bool model_is_master_ = false;
   Tensor param_shards_;  // [partition] model dtype (stage 3; is master_ when float32)
   Tensor grad_partition_;
   Tensor master_grads_;  // float32 gradients of master_ (a view of grad_partition_ if f32)
