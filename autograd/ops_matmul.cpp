@@ -85,7 +85,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   TS_CHECK(x.dtype() == weight.dtype() && is_floating(x.dtype()), "linear: input ", x.describe(),
            " and weight ", weight.describe(), " need one floating dtype");
   detail::check_same_device("linear", {x, weight, bias});
-  const int64_t K = weight.shape()[1], N = weight.shape()[0], M = K ? x.numel() / K : 0;
+  const int64_t K = weight.shape()[1], N = weight.shape()[0];
+  const int64_t M = numel_of(Shape(x.shape().begin(), x.shape().end() - 1));  // rows, even if K = 0
   const DType dt = x.dtype();
   const Tensor x2 = untracked(x).reshape({1, M, K});
   const Tensor w = untracked(weight);

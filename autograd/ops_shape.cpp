@@ -18,7 +18,8 @@ Tensor record_view(const char* name, const Tensor& x, Tensor out, autograd::Back
 
 // Strides for viewing `t` as `shape` without copying, or empty when impossible.
 std::optional<Shape> view_strides(const Tensor& t, const Shape& shape) {
-  if (t.is_contiguous()) return contiguous_strides(shape);
+  // An empty tensor has no elements to misplace: any shape of 0 elements views it.
+  if (t.is_contiguous() || t.numel() == 0) return contiguous_strides(shape);
   // Split the old shape into chunks of mutually contiguous dims, then map new dims onto them.
   const Shape& os = t.shape();
   const Shape& ost = t.strides();

@@ -140,3 +140,11 @@ TEST_CASE("cross_entropy with every target ignored: NaN loss and zero gradient, 
   CHECK(cross_entropy(y, some, -100, 0.0, Reduction::Sum).item() ==
         doctest::Approx(2.0 * cross_entropy(y, some).item()));
 }
+
+TEST_CASE("products and views of empty tensors are empty, as torch") {
+  const Tensor a = zeros({0, 0}), b = zeros({0, 5}), c = zeros({3, 0});
+  CHECK(matmul(a, b).shape() == Shape{0, 5});
+  CHECK(matmul(c, zeros({0, 4})).to_vector() == std::vector<double>(12, 0.0));  // K = 0: zeros
+  CHECK(a.t().view({0}).numel() == 0);
+  CHECK(linear(zeros({2, 0}), zeros({3, 0}), ones({3})).to_vector() == std::vector<double>(6, 1.0));
+}
