@@ -379,6 +379,11 @@ TrainConfig TrainConfig::parse(const std::string& text, int64_t world, const std
   root.warn_unknown();
 
   // Rules that span sections.
+  if (c.model.type == "gpt2" && j.contains("data") && j["data"].is_object())
+    for (const char* k : {"mask_prob", "nsp"})
+      if (j["data"].contains(k))
+        c.warnings.push_back(source + ": 'data." + k +
+                             "' has no effect on gpt2 (ignored): it configures BERT's batches");
   const bool hysteresis_given =
       j.contains("fp16") && j["fp16"].is_object() &&
       (j["fp16"].contains("hysteresis") || j["fp16"].contains("consecutive_hysteresis"));

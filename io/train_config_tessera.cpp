@@ -22,6 +22,16 @@ void parse_model(Section m, TrainConfig& c) {
   m.get("dropout", md.dropout);
   range(md.dropout >= 0 && md.dropout < 1, source, "model.dropout", md.dropout, "in [0, 1)");
   m.get("bias", md.bias);
+  if (md.type == "bert" && m.has("bias"))
+    m.warnings().push_back(source +
+                           ": 'model.bias' has no effect on bert (ignored): its layers always "
+                           "have biases");
+  if (!md.size.empty())
+    for (const char* k : {"n_layer", "n_head", "n_embd", "intermediate_size"})
+      if (m.has(k))
+        m.warnings().push_back(source + ": 'model." + k +
+                               "' has no effect with 'model.size' (ignored): the named size \"" +
+                               md.size + "\" decides it");
   m.get("init_from", md.init_from);
   TS_CHECK(md.n_embd % md.n_head == 0, source, ": 'model.n_embd' (", md.n_embd,
            ") must be divisible by 'model.n_head' (", md.n_head, ")");

@@ -374,10 +374,10 @@ TEST_CASE("DeepSpeed's optimizer and scheduler rules from the config") {
       "zero_optimization": {"contiguous_gradients": true, "sub_group_size": 1e9,
                             "stage3_max_live_parameters": 1e9}, "checkpoint": {"tag_validation": "Fail"},
       "optimizer": {"params": {"torch_adam": true}}})");
-  for (const char* k : {"'fp16.auto_cast'", "'zero_optimization.contiguous_gradients'",
-                        "'zero_optimization.sub_group_size'",
-                        "'zero_optimization.stage3_max_live_parameters'",
-                        "'checkpoint.tag_validation'", "'optimizer.params.torch_adam'"})
+  for (const char* k :
+       {"'fp16.auto_cast'", "'zero_optimization.contiguous_gradients'",
+        "'zero_optimization.sub_group_size'", "'zero_optimization.stage3_max_live_parameters'",
+        "'checkpoint.tag_validation'", "'optimizer.params.torch_adam'"})
     CHECK_MESSAGE(warned(ignored, std::string(k) + " has no effect"), k);
   CHECK(warned(parse(R"({"train_batch_size": 1, "fp16": {"enabled": true, "hysteresis": 4}})"),
                "'fp16.hysteresis' has no effect at zero_optimization.stage 0"));
@@ -389,6 +389,12 @@ TEST_CASE("DeepSpeed's optimizer and scheduler rules from the config") {
       "'model.intermediate_size' has no effect on gpt2"));
   CHECK(warned(parse(R"({"train_batch_size": 1, "train": {"checkpoint_interval": 10}})"),
                "'train.checkpoint_dir' is not"));
+  CHECK(warned(parse(R"({"train_batch_size": 1, "model": {"type": "bert", "bias": false}})"),
+               "'model.bias' has no effect on bert"));
+  CHECK(warned(parse(R"({"train_batch_size": 1, "model": {"size": "gpt2", "n_layer": 4}})"),
+               "'model.n_layer' has no effect with 'model.size'"));
+  CHECK(warned(parse(R"({"train_batch_size": 1, "data": {"nsp": true}})"),
+               "'data.nsp' has no effect on gpt2"));
 }
 
 TEST_CASE("weight decay skips vectors by default; weight_decay_1d decays them too") {
