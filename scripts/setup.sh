@@ -6,17 +6,8 @@ cd "$(dirname "$0")/.."
 
 packages=(meson ninja-build pkg-config g++ libeigen3-dev libopenblas-dev nlohmann-json3-dev doctest-dev
           libpcre2-dev libutf8proc-dev libopenmpi-dev openmpi-bin fortunes)
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if ((${#missing[@]})); then
-  echo "setup: installing ${missing[*]}"
-  sudo_cmd=()
-  [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
-  "${sudo_cmd[@]}" apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+source scripts/lib/debian.sh  # (the repository root is the working directory)
+install_missing "${packages[@]}"
 
 # The CUDA backend compiles wherever nvcc is (a GPU is needed only to run it).
 if [[ -x /usr/local/cuda/bin/nvcc ]] && ! command -v nvcc >/dev/null; then

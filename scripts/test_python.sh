@@ -9,17 +9,8 @@ venv=build/test-python
 if [[ -x $venv/bin/python ]] && $venv/bin/python -c "import transformers, torch" 2>/dev/null; then
   exit 0
 fi
-missing=()
-for p in python3-torch python3-venv; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if ((${#missing[@]})); then
-  echo "test_python: installing ${missing[*]}"
-  sudo_cmd=()
-  [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
-  "${sudo_cmd[@]}" apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+source scripts/lib/debian.sh  # (the repository root is the working directory)
+install_missing python3-torch python3-venv
 /usr/bin/python3 -m venv --system-site-packages "$venv"
 "$venv/bin/pip" install --quiet --disable-pip-version-check "transformers==4.44.2"
 "$venv/bin/python" -c "import transformers, torch; print('test_python: transformers', transformers.__version__, 'torch', torch.__version__)"
