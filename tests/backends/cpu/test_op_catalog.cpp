@@ -9,6 +9,7 @@
 
 #include "tessera/cuda.h"
 #include "tessera/dispatch.h"
+#include "tessera/io/files.h"
 #include "tessera/op_catalog.h"
 
 using namespace tessera;
@@ -59,6 +60,18 @@ TEST_CASE("every catalog op passes on cpu at every floating dtype") {
 
 TEST_CASE("every catalog op passes on cuda" * test::gpu_required()) {
   check_all(Device::cuda(0));
+}
+
+TEST_CASE("backends/README.md's table names every backend kernel") {
+  const std::string readme = io::read_text_file(TESSERA_SOURCE_ROOT "/backends/README.md");
+  for (int k = 0; k < kNumKernels; ++k) {
+    const std::string name = kernel_name(static_cast<Kernel>(k));
+    const bool named = readme.find("`" + name + "`") != std::string::npos ||
+                       readme.find(" " + name + " ") != std::string::npos ||
+                       readme.find("`" + name + " ") != std::string::npos ||
+                       readme.find(" " + name + "`") != std::string::npos;
+    CHECK_MESSAGE(named, "kernel " << name << " is missing from backends/README.md");
+  }
 }
 
 TEST_CASE("the catalog covers every backend kernel") {
