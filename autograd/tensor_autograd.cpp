@@ -1,6 +1,6 @@
 // Tensor's autograd accessors and in-place ops.
 #include "autograd/op_util.h"
-#include "tessera/autograd/engine.h"
+#include "tessera/autograd/backward.h"
 
 namespace tessera {
 

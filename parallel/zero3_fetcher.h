@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "tessera/parallel/process_group.h"
-#include "tessera/parallel/zero.h"
+#include "tessera/parallel/zero_optimizer.h"
 #include "tessera/storage.h"
 
 namespace tessera::parallel {

@@ -5,7 +5,7 @@
 #include "parallel/zero3_fetcher.h"
 #include "tessera/grad_mode.h"
 #include "tessera/ops.h"
-#include "tessera/parallel/zero.h"
+#include "tessera/parallel/zero_optimizer.h"
 
 namespace tessera::parallel {
 

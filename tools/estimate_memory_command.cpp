@@ -4,7 +4,7 @@
 
 #include "tessera/io/token_data.h"
 #include "tessera/parallel/shard_layout.h"
-#include "tessera/parallel/zero.h"
+#include "tessera/parallel/zero_optimizer.h"
 #include "tools/cli.h"
 
 namespace tessera::cli {

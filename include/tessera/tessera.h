@@ -1,7 +1,7 @@
 // Umbrella header: everything a user of the native C++ API needs.
 #pragma once
-#include "tessera/autograd/checkpoint.h"
-#include "tessera/autograd/engine.h"
+#include "tessera/autograd/activation_checkpoint.h"
+#include "tessera/autograd/backward.h"
 #include "tessera/autograd/function.h"
 #include "tessera/autograd/node.h"
 #include "tessera/cuda.h"

@@ -9,7 +9,7 @@
 #include "tessera/models/gpt2.h"
 #include "tessera/ops.h"
 #include "tessera/parallel/process_group.h"
-#include "tessera/parallel/zero.h"
+#include "tessera/parallel/zero_optimizer.h"
 
 using namespace tessera;
 

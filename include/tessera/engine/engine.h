@@ -22,7 +22,7 @@
 #include "tessera/optim/optimizer.h"
 #include "tessera/parallel/grad_buckets.h"
 #include "tessera/parallel/process_group.h"
-#include "tessera/parallel/zero.h"
+#include "tessera/parallel/zero_optimizer.h"
 
 namespace tessera::engine {
 

@@ -1,6 +1,6 @@
 // Backward pass: count each node's dependencies reachable from the roots, then run nodes
 // once all gradients flowing into them have been summed, latest-created first.
-#include "tessera/autograd/engine.h"
+#include "tessera/autograd/backward.h"
 
 #include <queue>
 #include <unordered_map>

@@ -1,7 +1,7 @@
-#include "tessera/autograd/checkpoint.h"
+#include "tessera/autograd/activation_checkpoint.h"
 
 #include "autograd/op_util.h"
-#include "tessera/autograd/engine.h"
+#include "tessera/autograd/backward.h"
 
 namespace tessera::autograd {
 
