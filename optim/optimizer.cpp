@@ -4,6 +4,8 @@
 #include <functional>
 #include <map>
 #include <tuple>
+#include <type_traits>
+#include <variant>
 
 #include "tessera/dispatch.h"
 #include "tessera/grad_mode.h"
@@ -104,7 +106,7 @@ void Optimizer::set_model_copies(std::vector<std::vector<Tensor*>> copies) {
 }
 
 void Optimizer::run_fused(Kernel k, const std::vector<std::string>& slots,
-                          const std::function<std::vector<double>(const ParamGroup&)>& scalars) {
+                          const std::function<OptimizerStepParams(const ParamGroup&)>& params) {
   NoGradGuard no_grad;
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
     ParamGroup& g = groups_[gi];
@@ -133,8 +135,12 @@ void Optimizer::run_fused(Kernel k, const std::vector<std::string>& slots,
         grads.push_back(copies ? grad_of(i).contiguous()
                                : grad_of(i).to(g.params[i].dtype()).contiguous());
       KernelAttrs a;
-      a.scalars = scalars(g);
-      a.scalars.push_back(grad_scale_);
+      a.optimizer_step = params(g);
+      std::visit(
+          [&]<class P>(P& p) {
+            if constexpr (!std::is_same_v<P, std::monostate>) p.grad_scale = grad_scale_;
+          },
+          a.optimizer_step);
       const Tensor& first = g.params[idx[0]];
       TS_CHECK(first.is_contiguous(), name(), ": parameter '", g.names[idx[0]],
                "' is not contiguous");
@@ -170,14 +176,16 @@ void Adam::step() {
   const auto bc = bias_corrections(options_.beta1, options_.beta2, step_, options_.bias_correction);
   const double bc1 = bc.first, bc2 = bc.second;
   run_fused(Kernel::adamw_step, {"exp_avg", "exp_avg_sq"}, [&](const ParamGroup& g) {
-    return std::vector<double>{g.lr,
-                               options_.beta1,
-                               options_.beta2,
-                               options_.eps,
-                               g.weight_decay,
-                               bc1,
-                               bc2,
-                               options_.decoupled_weight_decay ? 1.0 : 0.0};
+    AdamWStepParams p;
+    p.lr = g.lr;
+    p.beta1 = options_.beta1;
+    p.beta2 = options_.beta2;
+    p.eps = options_.eps;
+    p.weight_decay = g.weight_decay;
+    p.bias_correction1 = bc1;
+    p.bias_correction2 = bc2;
+    p.decoupled = options_.decoupled_weight_decay;
+    return p;
   });
 }
 
@@ -215,12 +223,14 @@ void SGD::step() {
   std::vector<std::string> slots;
   if (options_.momentum != 0) slots.push_back("momentum_buffer");
   run_fused(Kernel::sgd_step, slots, [&](const ParamGroup& g) {
-    return std::vector<double>{g.lr,
-                               options_.momentum,
-                               options_.dampening,
-                               g.weight_decay,
-                               options_.nesterov ? 1.0 : 0.0,
-                               first ? 1.0 : 0.0};
+    SgdStepParams p;
+    p.lr = g.lr;
+    p.momentum = options_.momentum;
+    p.dampening = options_.dampening;
+    p.weight_decay = g.weight_decay;
+    p.nesterov = options_.nesterov;
+    p.first_step = first;
+    return p;
   });
 }
 
@@ -237,9 +247,17 @@ void Lamb::step() {
   const auto bc = bias_corrections(options_.beta1, options_.beta2, step_, options_.bias_correction);
   const double bc1 = bc.first, bc2 = bc.second;
   run_fused(Kernel::lamb_step, {"exp_avg", "exp_avg_sq"}, [&](const ParamGroup& g) {
-    return std::vector<double>{g.lr,         options_.beta1,     options_.beta2,
-                               options_.eps, g.weight_decay,     bc1,
-                               bc2,          options_.max_coeff, options_.min_coeff};
+    LambStepParams p;
+    p.lr = g.lr;
+    p.beta1 = options_.beta1;
+    p.beta2 = options_.beta2;
+    p.eps = options_.eps;
+    p.weight_decay = g.weight_decay;
+    p.bias_correction1 = bc1;
+    p.bias_correction2 = bc2;
+    p.max_coeff = options_.max_coeff;
+    p.min_coeff = options_.min_coeff;
+    return p;
   });
 }
 

@@ -1,14 +1,11 @@
 // Fused optimizer updates: one call updates every parameter of a group in place, each
 // element independently (so any work split gives the same bits).
-//   adamw_step  outputs: params[n], exp_avg[n], exp_avg_sq[n], [copies[n]]; inputs: grads[n]
-//               scalars: lr, beta1, beta2, eps, weight_decay, bias_correction1,
-//                        bias_correction2, decoupled (1 = AdamW, 0 = Adam with L2), grad_scale
-//   sgd_step    outputs: params[n], [momentum_buffers[n]], [copies[n]]; inputs: grads[n]
-//               scalars: lr, momentum, dampening, weight_decay, nesterov, first_step,
-//                        grad_scale (momentum buffers present when momentum != 0)
-//   lamb_step   outputs: params[n], exp_avg[n], exp_avg_sq[n], [copies[n]]; inputs: grads[n]
-//               scalars: lr, beta1, beta2, eps, weight_decay, bias_correction1,
-//                        bias_correction2, max_coeff, min_coeff, grad_scale
+//   adamw_step  outputs: params[n], exp_avg[n], exp_avg_sq[n], [copies[n]]; inputs: grads[n];
+//               attrs.optimizer_step: AdamWStepParams
+//   sgd_step    outputs: params[n], [momentum_buffers[n]], [copies[n]]; inputs: grads[n];
+//               attrs.optimizer_step: SgdStepParams (momentum buffers present when momentum != 0)
+//   lamb_step   outputs: params[n], exp_avg[n], exp_avg_sq[n], [copies[n]]; inputs: grads[n];
+//               attrs.optimizer_step: LambStepParams
 // Mixed precision: grads may be 16-bit (the model's), each multiplied by grad_scale as it is
 // read; `copies` (16-bit model tensors) then receive the updated parameters, cast.
 //   sum_squares inputs tensors[n] (contiguous, one dtype); outputs [n] float64: each tensor's
@@ -79,11 +76,12 @@ struct AdamW {
   static void run(const KernelCall& c) {
     Types::visit_grad<T>(c, [&]<class G>() {
       const size_t n = c.inputs.size();
-      const auto& s = c.attrs.scalars;
-      const T lr = T(s[0]), b1 = T(s[1]), b2 = T(s[2]), eps = T(s[3]), wd = T(s[4]);
-      const T bc1 = T(s[5]), bc2_sqrt = T(std::sqrt(s[6]));
-      const bool decoupled = s[7] != 0.0;
-      const T scale = T(s[8]);
+      const auto& s = optimizer_step_params<AdamWStepParams>(c.attrs.optimizer_step, "adamw_step");
+      const T lr = T(s.lr), b1 = T(s.beta1), b2 = T(s.beta2), eps = T(s.eps);
+      const T wd = T(s.weight_decay), bc1 = T(s.bias_correction1);
+      const T bc2_sqrt = T(std::sqrt(s.bias_correction2));
+      const bool decoupled = s.decoupled;
+      const T scale = T(s.grad_scale);
       for_each_block(c, n, [&](size_t t, int64_t b, int64_t e) {
         T* p = c.outputs[t].data<T>();
         T* m = c.outputs[n + t].data<T>();
@@ -108,10 +106,10 @@ struct Sgd {
   static void run(const KernelCall& c) {
     Types::visit_grad<T>(c, [&]<class G>() {
       const size_t n = c.inputs.size();
-      const auto& s = c.attrs.scalars;
-      const T lr = T(s[0]), mom = T(s[1]), damp = T(s[2]), wd = T(s[3]);
-      const bool nesterov = s[4] != 0.0, first = s[5] != 0.0;
-      const T scale = T(s[6]);
+      const auto& s = optimizer_step_params<SgdStepParams>(c.attrs.optimizer_step, "sgd_step");
+      const T lr = T(s.lr), mom = T(s.momentum), damp = T(s.dampening), wd = T(s.weight_decay);
+      const bool nesterov = s.nesterov, first = s.first_step;
+      const T scale = T(s.grad_scale);
       const size_t first_copy = mom != T(0) ? 2 * n : n;
       for_each_block(c, n, [&](size_t t, int64_t b, int64_t e) {
         T* p = c.outputs[t].data<T>();
@@ -139,10 +137,10 @@ struct Lamb {
   static void run(const KernelCall& c) {
     Types::visit_grad<T>(c, [&]<class G>() {
       const size_t n = c.inputs.size();
-      const auto& s = c.attrs.scalars;
-      const T lr = T(s[0]), b1 = T(s[1]), b2 = T(s[2]), eps = T(s[3]), wd = T(s[4]);
-      const T bc1 = T(s[5]), bc2 = T(s[6]), max_c = T(s[7]), min_c = T(s[8]);
-      const T scale = T(s[9]);
+      const auto& s = optimizer_step_params<LambStepParams>(c.attrs.optimizer_step, "lamb_step");
+      const T lr = T(s.lr), b1 = T(s.beta1), b2 = T(s.beta2), eps = T(s.eps);
+      const T wd = T(s.weight_decay), bc1 = T(s.bias_correction1), bc2 = T(s.bias_correction2);
+      const T max_c = T(s.max_coeff), min_c = T(s.min_coeff), scale = T(s.grad_scale);
       parallel_for(static_cast<int64_t>(n), 1, [&](int64_t t0, int64_t t1) {
         for (int64_t t = t0; t < t1; ++t) {
           T* p = c.outputs[t].data<T>();

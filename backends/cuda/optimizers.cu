@@ -106,12 +106,18 @@ struct AdamW {
   static void run(const KernelCall& c) {
     if (c.inputs.empty()) return;
     Types::visit_grad<T>(c, [&]<class G>() {
-      const auto& s = c.attrs.scalars;
+      const auto& s = optimizer_step_params<AdamWStepParams>(c.attrs.optimizer_step, "adamw_step");
       const Table<T, G> table(c, 2);
       if (table.nchunks == 0) return;
-      const AdamParams<T> h{
-          T(s[0]), T(s[1]),    T(s[2]), T(s[3]), T(s[4]), T(s[5]), T(std::sqrt(s[6])),
-          T(s[8]), s[7] != 0.0};
+      const AdamParams<T> h{T(s.lr),
+                            T(s.beta1),
+                            T(s.beta2),
+                            T(s.eps),
+                            T(s.weight_decay),
+                            T(s.bias_correction1),
+                            T(std::sqrt(s.bias_correction2)),
+                            T(s.grad_scale),
+                            s.decoupled};
       adamw_kernel<T, G>
           <<<static_cast<unsigned>(table.nchunks), kThreads, 0, stream_of(c.outputs[0])>>>(
               table.slots, table.chunks, h);
@@ -148,11 +154,12 @@ struct Sgd {
   static void run(const KernelCall& c) {
     if (c.inputs.empty()) return;
     Types::visit_grad<T>(c, [&]<class G>() {
-      const auto& s = c.attrs.scalars;
-      const bool momentum = s[1] != 0.0;
+      const auto& s = optimizer_step_params<SgdStepParams>(c.attrs.optimizer_step, "sgd_step");
+      const bool momentum = s.momentum != 0.0;
       const Table<T, G> table(c, momentum ? 1 : 0);
       if (table.nchunks == 0) return;
-      const SgdParams<T> h{T(s[0]), T(s[1]), T(s[2]), T(s[3]), T(s[6]), s[4] != 0.0, s[5] != 0.0};
+      const SgdParams<T> h{T(s.lr),         T(s.momentum), T(s.dampening), T(s.weight_decay),
+                           T(s.grad_scale), s.nesterov,    s.first_step};
       sgd_kernel<T, G>
           <<<static_cast<unsigned>(table.nchunks), kThreads, 0, stream_of(c.outputs[0])>>>(
               table.slots, table.chunks, h);
@@ -230,11 +237,19 @@ struct Lamb {
   static void run(const KernelCall& c) {
     if (c.inputs.empty()) return;
     Types::visit_grad<T>(c, [&]<class G>() {
-      const auto& s = c.attrs.scalars;
+      const auto& s = optimizer_step_params<LambStepParams>(c.attrs.optimizer_step, "lamb_step");
       const Table<T, G> table(c, 2);
       if (table.nchunks == 0) return;
-      const LambParams<T> h{T(s[0]), T(s[1]), T(s[2]), T(s[3]), T(s[4]),
-                            T(s[5]), T(s[6]), T(s[7]), T(s[8]), T(s[9])};
+      const LambParams<T> h{T(s.lr),
+                            T(s.beta1),
+                            T(s.beta2),
+                            T(s.eps),
+                            T(s.weight_decay),
+                            T(s.bias_correction1),
+                            T(s.bias_correction2),
+                            T(s.max_coeff),
+                            T(s.min_coeff),
+                            T(s.grad_scale)};
       const Device dev = c.outputs[0].device();
       cudaStream_t stream = stream_for(dev);
       const int64_t nt = static_cast<int64_t>(c.inputs.size());

@@ -6,6 +6,7 @@
 #include <span>
 #include <vector>
 
+#include "tessera/optimizer_step_params.h"
 #include "tessera/tensor.h"
 
 namespace tessera {
@@ -44,7 +45,7 @@ struct KernelAttrs {
   bool flag = false;          // keepdim / causal / ...
   uint64_t seed = 0;          // RNG stream
   uint64_t offset = 0;
-  std::vector<double> scalars;  // optimizer hyper-parameters, in the order the kernel documents
+  OptimizerStepParams optimizer_step;  // adamw_step, sgd_step, lamb_step
 };
 
 struct KernelCall {

@@ -60,10 +60,10 @@ class Optimizer {
   // The named slot (e.g. "exp_avg") of group g's i-th parameter, created as zeros on first use.
   Tensor& slot(size_t g, size_t i, const std::string& name);
   // One fused kernel call per (device, dtype) of each group: outputs are the parameters, then
-  // each named slot, then the model copies (if set); inputs the gradients; scalars(group) the
-  // kernel's hyper-parameters, to which the gradient scale is appended.
+  // each named slot, then the model copies (if set); inputs the gradients; params(group) the
+  // kernel's hyper-parameters, whose grad_scale is then set to the optimizer's.
   void run_fused(Kernel k, const std::vector<std::string>& slots,
-                 const std::function<std::vector<double>(const ParamGroup&)>& scalars);
+                 const std::function<OptimizerStepParams(const ParamGroup&)>& params);
   std::vector<ParamGroup> groups_;
   std::vector<std::vector<Tensor*>> model_copies_;
   double grad_scale_ = 1.0;
