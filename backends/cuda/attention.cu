@@ -6,8 +6,9 @@
 //          bool, broadcast view of [B,H,Tq,Tk], true = attend); attrs.flag = causal,
 //          attrs.scalar = scale; outputs: o, lse [B,H,Tq] (compute type; -inf when fully masked)
 // backward inputs: dO, q, k, v, o, lse, mask; outputs: dq, dk, dv
-// float16/bfloat16 with head size 64 or 128 take the fused path (flash_attention.cu) instead;
-// here the score matrices take B*H*Tq*Tk elements each while a step runs.
+// float16/bfloat16 with head size 64 or 128 take the fused path instead
+// (flash_attention_forward.cu, flash_attention_backward.cu); here the score matrices take
+// B*H*Tq*Tk elements each while a step runs.
 #include "backends/cuda/attention_mask.cuh"
 #include "backends/cuda/flash_attention.h"
 #include "backends/cuda/gemm.h"
