@@ -16,8 +16,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint8_t* split = std::find(data, end, uint8_t{0});
   const std::string vocab =
       tessera::fuzz::write_file("vocab.json", data, static_cast<size_t>(split - data));
-  const std::string merges = tessera::fuzz::write_file(
-      "merges.txt", split == end ? split : split + 1, static_cast<size_t>(end - std::min(end, split + 1)));
+  const std::string merges =
+      tessera::fuzz::write_file("merges.txt", split == end ? split : split + 1,
+                                static_cast<size_t>(end - std::min(end, split + 1)));
   try {
     const auto tok = tessera::io::GPT2Tokenizer::from_files(vocab, merges);
     tok.decode(tok.encode(kText));

@@ -9,6 +9,7 @@
 #include "io/utf8.h"
 #include "tessera/error.h"
 #include "tessera/io/files.h"
+#include "tessera/io/json_fields.h"
 #include "tessera/io/tokenizer.h"
 
 namespace tessera::io {
@@ -87,7 +88,7 @@ GPT2Tokenizer GPT2Tokenizer::from_files(const std::string& vocab_json,
   }
   TS_CHECK(j.is_object(), "'", vocab_json, "': expected a JSON object of token -> id");
   for (auto& [k, v] : j.items()) {
-    TS_CHECK(v.is_number_integer(), "'", vocab_json, "': the id of '", k,
+    TS_CHECK(JsonFields::is_int64(v), "'", vocab_json, "': the id of '", k,
              "' must be an integer, found ", v.dump());
     vocab[k] = v.get<int64_t>();
   }

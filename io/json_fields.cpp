@@ -20,6 +20,10 @@ nlohmann::json JsonFields::parse_file(const std::string& path) {
   }
 }
 
+bool JsonFields::is_int64(const nlohmann::json& v) {
+  return v.is_number_integer() && !(v.is_number_unsigned() && v.get<uint64_t>() > INT64_MAX);
+}
+
 bool JsonFields::has(const std::string& key) const {
   return j_.contains(key);
 }
@@ -36,8 +40,7 @@ void JsonFields::bad(const std::string& key, const char* expected) const {
 
 int64_t JsonFields::integer(const std::string& key, int64_t min, int64_t max) const {
   const nlohmann::json& v = at(key);
-  if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > INT64_MAX))
-    bad(key, "an integer");
+  if (!is_int64(v)) bad(key, "an integer");
   const int64_t x = v.get<int64_t>();
   if (x < min || x > max) {
     fail(where_, ": '", key, "' is ", x, ", expected ", min, " to ", max);

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tessera/error.h"
+#include "tessera/io/json_fields.h"
 #include "tessera/ops.h"
 
 namespace tessera::io {
@@ -116,9 +117,11 @@ void tokenize_into(const fs::path& dir, const std::string& key, const std::strin
 std::string token_cache_problem(const std::string& cache_dir, int64_t vocab_size) {
   const fs::path dir(cache_dir);
   try {
-    const nlohmann::json meta = nlohmann::json::parse(read_text_file((dir / "meta.json").string()));
-    const int64_t tokens = meta.at("tokens").get<int64_t>(),
-                  train = meta.at("train_tokens").get<int64_t>();
+    const std::string meta_path = (dir / "meta.json").string();
+    const nlohmann::json meta_json = JsonFields::parse_file(meta_path);
+    const JsonFields meta(meta_json, "'" + meta_path + "'");
+    const int64_t tokens = meta.integer("tokens", 0),
+                  train = meta.integer("train_tokens", 0, tokens);
     const TokenFile tr((dir / "train.bin").string()), va((dir / "val.bin").string());
     if (tr.size() != train || va.size() != tokens - train)
       return "its token files hold " + std::to_string(tr.size()) + " + " +

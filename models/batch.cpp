@@ -1,6 +1,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tessera/io/files.h"
+#include "tessera/io/json_fields.h"
 #include "tessera/models/pretrained.h"
 #include "tessera/ops.h"
 
@@ -19,8 +20,8 @@ Tensor int_matrix(const nlohmann::json& j, const std::string& key, const std::st
     TS_CHECK(row.is_array() && static_cast<int64_t>(row.size()) == cols, "'", path, "': \"", key,
              "\" row ", r, " has ", row.size(), " entries, expected ", cols);
     for (const auto& x : row) {
-      TS_CHECK(x.is_number_integer(), "'", path, "': \"", key, "\" row ", r,
-               " holds a non-integer");
+      TS_CHECK(io::JsonFields::is_int64(x), "'", path, "': \"", key, "\" row ", r,
+               " holds a non-integer or one out of range: ", x.dump());
       v.push_back(x.get<int64_t>());
     }
   }
@@ -50,8 +51,8 @@ models::Batch read_batch_json(const std::string& path) {
              " integers (one per row)");
     std::vector<int64_t> labels;
     for (const auto& x : nsp) {
-      TS_CHECK(x.is_number_integer(), "'", path,
-               "': \"next_sentence_label\" holds a non-integer: ", x.dump());
+      TS_CHECK(io::JsonFields::is_int64(x), "'", path,
+               "': \"next_sentence_label\" holds a non-integer or one out of range: ", x.dump());
       labels.push_back(x.get<int64_t>());
     }
     b.next_sentence_label = from_vector(labels, {static_cast<int64_t>(labels.size())});
@@ -63,10 +64,9 @@ models::Batch read_batch_json(const std::string& path) {
   return b;
 }
 
-
 Batch Batch::to(Device device) const {
   auto move = [&](const Tensor& t) { return t.defined() ? t.to(device) : t; };
-  return {move(input_ids),           move(targets),   move(attention_mask), move(token_type_ids),
+  return {move(input_ids),           move(targets), move(attention_mask), move(token_type_ids),
           move(next_sentence_label), target_weight};
 }
 

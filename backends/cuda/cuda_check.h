@@ -15,13 +15,13 @@
   } while (0)
 
 // After a kernel launch: a bad configuration surfaces here (a fault, at the next sync).
-#define TS_CUDA_LAUNCH_CHECK(name)                                                              \
-  do {                                                                                          \
-    const cudaError_t ts_status = cudaGetLastError();                                           \
-    if (ts_status != cudaSuccess)                                                               \
-      ::tessera::fail("cuda: launching the ", name, " kernel failed at ", __FILE__, ":",        \
-                      __LINE__, ": ", cudaGetErrorName(ts_status), " (",                         \
-                      cudaGetErrorString(ts_status), ")");                                      \
+#define TS_CUDA_LAUNCH_CHECK(name)                                                                 \
+  do {                                                                                             \
+    const cudaError_t ts_status = cudaGetLastError();                                              \
+    if (ts_status != cudaSuccess)                                                                  \
+      ::tessera::fail("cuda: launching the ", name, " kernel failed at ", __FILE__, ":", __LINE__, \
+                      ": ", cudaGetErrorName(ts_status), " (", cudaGetErrorString(ts_status),      \
+                      ")");                                                                        \
   } while (0)
 
 #define TS_CUBLAS_CHECK(call)                                                                 \

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "tessera/error.h"
+#include "tessera/io/files.h"
 #include "tessera/io/token_data.h"
 
 using namespace tessera;
@@ -128,6 +129,22 @@ TEST_CASE("a damaged token cache is rebuilt; a binary corpus is refused") {
     f.close();
     const auto c = io::prepare_corpus(d, false, false);
     for (int64_t i = 0; i < c.val->size(); ++i) CHECK(c.val->data()[i] < c.vocab_size);
+  }
+  {  // meta.json with counts a 64-bit integer cannot hold (found by fuzz_token_cache: the
+     // conversion was undefined behaviour) or that contradict each other
+    const std::string real = io::read_text_file((cache / "meta.json").string());
+    for (const char* counts : {R"("tokens": 6, "train_tokens": 1333333333333333333300)",
+                               R"("tokens": 6, "train_tokens": 1.5e30)",
+                               R"("tokens": 18446744073709551615, "train_tokens": 1)",
+                               R"("tokens": 6, "train_tokens": 7)", R"("tokens": -1)"}) {
+      std::ofstream(cache / "meta.json") << "{" << counts << "}";
+      const std::string problem = io::token_cache_problem(cache.string(), corpus.c.vocab_size);
+      CAPTURE(counts);
+      CHECK(problem.find("meta.json") != std::string::npos);
+      CHECK(problem.find("tokens'") != std::string::npos);
+    }
+    std::ofstream(cache / "meta.json") << real;
+    CHECK(io::token_cache_problem(cache.string(), corpus.c.vocab_size).empty());
   }
   std::ofstream(corpus.dir / "binary.txt") << std::string("text\0with a NUL", 15);
   d.path = (corpus.dir / "binary.txt").string();

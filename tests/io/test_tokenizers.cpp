@@ -148,6 +148,9 @@ TEST_CASE("tokenizer files with wrong contents are errors naming the file") {
   };
   CHECK(err("[1, 2]").find("expected a JSON object") != std::string::npos);
   CHECK(err(R"({"a": "one"})").find("the id of 'a' must be an integer") != std::string::npos);
+  // Past int64: an error about the value, not a wrapped "negative id".
+  CHECK(err(R"({"a": 18446744073709551615})").find("the id of 'a' must be an integer") !=
+        std::string::npos);
   CHECK(err(R"({"a": 0, "b": 1000000000000})").find("far beyond the vocabulary") !=
         std::string::npos);
   CHECK(err("{").find("invalid JSON") != std::string::npos);

@@ -77,9 +77,13 @@ s = dict(b); s["input_ids"] = [["a"] * len(b["input_ids"][0])] * len(b["input_id
 json.dump(s, open(f"{work}/batch-string.json", "w"))
 n = dict(b); n["next_sentence_label"] = ["yes", "no"]
 json.dump(n, open(f"{work}/batch-nsp.json", "w"))
+w = dict(b); w["input_ids"] = [[2**64 - 1] * len(b["input_ids"][0])] * len(b["input_ids"])
+json.dump(w, open(f"{work}/batch-wide.json", "w"))
 PY
 expect "batch with strings for ids" "\"input_ids\" row 0 holds a non-integer" \
   "$tessera" eval "$fixtures/models/gpt2-tiny" --batch "$work/batch-string.json"
+expect "batch with ids past int64" "\"input_ids\" row 0 holds a non-integer or one out of range: 18446744073709551615" \
+  "$tessera" eval "$fixtures/models/gpt2-tiny" --batch "$work/batch-wide.json"
 expect "batch with strings for NSP labels" "next_sentence_label" \
   "$tessera" eval "$fixtures/models/bert-tiny" --batch "$work/batch-nsp.json"
 mkdir -p "$work/huge"; cp "$fixtures/models/gpt2-tiny/config.json" "$work/huge/"

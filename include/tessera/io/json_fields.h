@@ -15,6 +15,9 @@ class JsonFields {
   JsonFields(const nlohmann::json& j, std::string where);
   // Parses a file's text; an invalid document is an error naming the file.
   static nlohmann::json parse_file(const std::string& path);
+  // An integer that int64_t holds: nlohmann's get<int64_t>() wraps larger unsigned values
+  // and is undefined for floats out of range.
+  static bool is_int64(const nlohmann::json& v);
 
   bool has(const std::string& key) const;
   int64_t integer(const std::string& key, int64_t min = std::numeric_limits<int64_t>::min(),
