@@ -6,8 +6,6 @@
 #include <cstdlib>
 #include <mutex>
 
-#include "tessera/cuda.h"
-
 namespace tessera {
 
 namespace {
@@ -40,6 +38,13 @@ KernelProfile& profile() {
   static KernelProfile p;
   return p;
 }
+std::array<DeviceRuntime, kNumDeviceTypes>& runtimes() {
+  static std::array<DeviceRuntime, kNumDeviceTypes> r{};
+  return r;
+}
+void synchronize(Device device) {
+  if (auto sync = runtimes()[static_cast<int>(device.type)].synchronize) sync();
+}
 
 }  // namespace
 
@@ -62,6 +67,10 @@ const char* kernel_name(Kernel k) {
 
 void register_kernel(Kernel k, DeviceType device, DType dtype, KernelFn fn) {
   table()[static_cast<int>(k)][static_cast<int>(device)][static_cast<int>(dtype)] = fn;
+}
+
+void register_device_runtime(DeviceType type, const DeviceRuntime& runtime) {
+  runtimes()[static_cast<int>(type)] = runtime;
 }
 
 bool has_kernel(Kernel k, DeviceType device, DType dtype) {
@@ -88,7 +97,8 @@ void run_kernel(Kernel k, Device device, DType dtype, std::span<const Tensor> in
     s.fetcher()->fetch(s);
     if (n_fetched < std::size(fetched)) fetched[n_fetched++] = &s;
   };
-  if (device.is_cuda()) cuda_set_current_device(device.index);
+  if (auto set_current = runtimes()[static_cast<int>(device.type)].set_current_device)
+    set_current(device.index);
   for (const Tensor& t : inputs) fetch(t);
   for (const Tensor& t : outputs) {
     fetch(t);
@@ -108,10 +118,10 @@ void run_kernel(Kernel k, Device device, DType dtype, std::span<const Tensor> in
     return;
   }
   // GPU kernels run asynchronously: wait before and after so the time is the kernel's own.
-  if (device.is_cuda()) cuda_synchronize();
+  synchronize(device);
   const auto t0 = std::chrono::steady_clock::now();
   fn(KernelCall{inputs, outputs, attrs});
-  if (device.is_cuda()) cuda_synchronize();
+  synchronize(device);
   const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::lock_guard<std::mutex> lock(prof.mutex);
   prof.seconds[static_cast<int>(k)] += dt;

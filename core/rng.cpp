@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "core/philox.h"
+#include "tessera/philox.h"
 #include "tessera/error.h"
 
 namespace tessera {

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <sstream>
 
-#include "tessera/ops.h"
+#include "tessera/dispatch.h"
 
 namespace tessera {
 
@@ -94,10 +94,21 @@ double read_element(const void* p, DType t) {
   }
   return 0.0;
 }
+
+// The values in a contiguous host tensor: *this when it is one, else a copy made by the copy
+// kernel itself (reading values records no graph, so core needs no op).
+Tensor host_contiguous(const Tensor& t) {
+  if (t.device().is_cpu() && t.is_contiguous()) return t;
+  const Tensor ins[1] = {t};
+  Tensor outs[1] = {Tensor::empty(t.shape(), t.dtype(), Device::cpu())};
+  run_kernel(Kernel::copy, t.device().is_cuda() ? t.device() : Device::cpu(), t.dtype(), ins,
+             outs);
+  return outs[0];
+}
 }  // namespace
 
 std::vector<double> Tensor::to_vector() const {
-  const Tensor c = device().is_cpu() ? detach().contiguous() : detach().to(Device::cpu());
+  const Tensor c = host_contiguous(*this);
   const char* base = static_cast<const char*>(c.data_ptr());
   const size_t item = itemsize(c.dtype());
   std::vector<double> out(static_cast<size_t>(c.numel()));
@@ -107,7 +118,7 @@ std::vector<double> Tensor::to_vector() const {
 
 std::vector<int64_t> Tensor::to_int_vector() const {
   if (dtype() == DType::Int64) {
-    const Tensor c = device().is_cpu() ? detach().contiguous() : detach().to(Device::cpu());
+    const Tensor c = host_contiguous(*this);
     const int64_t* p = c.data<int64_t>();
     return std::vector<int64_t>(p, p + c.numel());
   }

@@ -13,7 +13,7 @@
 #include <list>
 #include <thread>
 
-#include "backends/cuda/stream.h"
+#include "tessera/cuda_stream.h"
 #include "parallel/work_state.h"
 #include "tessera/cuda.h"
 #include "tessera/ops.h"

@@ -4,7 +4,7 @@
 // seed, offset.
 #include "backends/cpu/cpu_types.h"
 #include "backends/cpu/parallel.h"
-#include "core/philox.h"
+#include "tessera/philox.h"
 
 namespace tessera::cpu {
 namespace {

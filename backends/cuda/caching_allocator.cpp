@@ -14,7 +14,7 @@
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/pinned_allocator.h"
-#include "backends/cuda/stream.h"
+#include "tessera/cuda_stream.h"
 #include "tessera/cuda.h"
 #include "tessera/storage.h"
 

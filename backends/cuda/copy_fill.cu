@@ -2,7 +2,7 @@
 // fills, which draw the same numbers as the CPU for the same (seed, offset).
 #include "backends/cuda/elementwise.cuh"
 #include "backends/cuda/pinned_allocator.h"
-#include "core/philox.h"
+#include "tessera/philox.h"
 
 namespace tessera::cuda {
 namespace {

@@ -4,7 +4,7 @@
 // kernel was compute-bound at 0.45 of copy bandwidth on an H100). Backward reruns it on the
 // gradient, storing no mask.
 #include "backends/cuda/elementwise.cuh"
-#include "core/philox.h"
+#include "tessera/philox.h"
 
 namespace tessera::cuda {
 namespace {

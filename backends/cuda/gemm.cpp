@@ -12,7 +12,7 @@
 #include <string>
 
 #include "backends/cuda/cuda_check.h"
-#include "backends/cuda/stream.h"
+#include "tessera/cuda_stream.h"
 #include "tessera/cuda.h"
 #include "tessera/dispatch.h"
 

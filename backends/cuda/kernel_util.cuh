@@ -11,7 +11,7 @@
 #include <type_traits>
 
 #include "backends/cuda/cuda_check.h"
-#include "backends/cuda/stream.h"
+#include "tessera/cuda_stream.h"
 #include "backends/element_types.h"
 
 namespace tessera::cuda {

@@ -4,8 +4,9 @@
 #include <cstdlib>
 #include "backends/cuda/cuda_check.h"
 #include "tessera/cuda.h"
+#include "tessera/dispatch.h"
 
-#include "backends/cuda/stream.h"
+#include "tessera/cuda_stream.h"
 
 namespace tessera {
 
@@ -44,6 +45,14 @@ void cuda_set_current_device(int index) {
   TS_CUDA_CHECK(cudaGetDevice(&now));
   if (now != index) TS_CUDA_CHECK(cudaSetDevice(index));
 }
+
+namespace {
+const bool runtime_registered = [] {
+  register_device_runtime(DeviceType::CUDA, {.set_current_device = cuda_set_current_device,
+                                             .synchronize = cuda_synchronize});
+  return true;
+}();
+}  // namespace
 
 namespace {
 bool& allow_tf32_flag() {

@@ -1,4 +1,4 @@
-#include "backends/cuda/stream.h"
+#include "tessera/cuda_stream.h"
 
 #include <array>
 #include <mutex>

@@ -56,6 +56,16 @@ struct KernelCall {
 using KernelFn = void (*)(const KernelCall& call);
 
 void register_kernel(Kernel k, DeviceType device, DType dtype, KernelFn fn);
+
+// What the dispatcher asks of a device's runtime around a kernel: make the tensor's device
+// current, and wait for its queued work (when profiling). A backend registers it beside its
+// kernels and allocator, so core calls no backend directly; a device type without one (CPU)
+// needs neither.
+struct DeviceRuntime {
+  void (*set_current_device)(int index) = nullptr;
+  void (*synchronize)() = nullptr;
+};
+void register_device_runtime(DeviceType type, const DeviceRuntime& runtime);
 bool has_kernel(Kernel k, DeviceType device, DType dtype);
 // Runs the kernel registered for (k, device, dtype); throws naming all three when none is.
 void run_kernel(Kernel k, Device device, DType dtype, std::span<const Tensor> inputs,

@@ -1,6 +1,8 @@
 // Streams and events. Every kernel, copy and library call of the backend runs on its device's
 // compute stream, so work is ordered without host synchronisation and a freed block can be
-// reused by the next allocation at once (stream-ordered reuse).
+// reused by the next allocation at once (stream-ordered reuse). Public so that code launching
+// its own CUDA work beside Tessera's (the NCCL group, a user's kernels) can order itself on
+// these streams; it needs the CUDA toolkit's headers (cuda_runtime.h) and the CUDA backend.
 #pragma once
 #include <cuda_runtime.h>
 

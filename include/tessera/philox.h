@@ -1,6 +1,7 @@
 // Philox 4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC'11) and
 // the uniform/normal transforms, in one header compiled for both the host and CUDA devices,
-// so the same (seed, index) gives the same number on every backend.
+// so the same (seed, index) gives the same number on every backend. Public so that a user's
+// kernel can draw the numbers Tessera's random ops draw.
 #pragma once
 #include <math.h>
 

@@ -1,0 +1,42 @@
+// The dispatcher reaches a device's runtime only through the hooks a backend registers.
+#include <doctest/doctest.h>
+
+#include <vector>
+
+#include "tessera/cuda.h"
+#include "tessera/dispatch.h"
+
+using namespace tessera;
+
+namespace {
+std::vector<int> events;  // device index made current (>= 0), or -1 for the kernel itself
+void fake_set_current(int index) { events.push_back(index); }
+void fake_kernel(const KernelCall&) { events.push_back(-1); }
+}  // namespace
+
+TEST_CASE("run_kernel makes the kernel's device current through the registered runtime hook") {
+  // A (kernel, device, dtype) with no kernel yet, so no real kernel is displaced.
+  Kernel free_slot = Kernel{};
+  bool found = false;
+  for (int k = 0; k < kNumKernels && !found; ++k)
+    if (!has_kernel(static_cast<Kernel>(k), DeviceType::CUDA, DType::Bool)) {
+      free_slot = static_cast<Kernel>(k);
+      found = true;
+    }
+  REQUIRE(found);
+  register_kernel(free_slot, DeviceType::CUDA, DType::Bool, fake_kernel);
+  register_device_runtime(DeviceType::CUDA, {.set_current_device = fake_set_current});
+  events.clear();
+  run_kernel(free_slot, Device::cuda(3), DType::Bool, {}, {});
+  CHECK(events == std::vector<int>{3, -1});
+  // CPU has no runtime hook: only the kernel runs.
+  register_kernel(free_slot, DeviceType::CPU, DType::Bool, fake_kernel);
+  events.clear();
+  run_kernel(free_slot, Device::cpu(), DType::Bool, {}, {});
+  CHECK(events == std::vector<int>{-1});
+  // Put back what the CUDA backend registers, and free the slots.
+  register_device_runtime(DeviceType::CUDA, {.set_current_device = cuda_set_current_device,
+                                             .synchronize = cuda_synchronize});
+  register_kernel(free_slot, DeviceType::CUDA, DType::Bool, nullptr);
+  register_kernel(free_slot, DeviceType::CPU, DType::Bool, nullptr);
+}
