@@ -2,8 +2,8 @@
 
 #include <cmath>
 
-#include "tessera/philox.h"
 #include "tessera/error.h"
+#include "tessera/philox.h"
 
 namespace tessera {
 

@@ -101,8 +101,7 @@ Tensor host_contiguous(const Tensor& t) {
   if (t.device().is_cpu() && t.is_contiguous()) return t;
   const Tensor ins[1] = {t};
   Tensor outs[1] = {Tensor::empty(t.shape(), t.dtype(), Device::cpu())};
-  run_kernel(Kernel::copy, t.device().is_cuda() ? t.device() : Device::cpu(), t.dtype(), ins,
-             outs);
+  run_kernel(Kernel::copy, t.device().is_cuda() ? t.device() : Device::cpu(), t.dtype(), ins, outs);
   return outs[0];
 }
 }  // namespace

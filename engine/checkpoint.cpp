@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <iostream>
+#include <set>
 
 #include "tessera/engine/engine.h"
 #include "tessera/grad_mode.h"
@@ -48,10 +49,13 @@ void publish_directory(const fs::path& tmp, const fs::path& final_dir) {
 
 }  // namespace
 
-void Engine::save_checkpoint(const std::string& dir, const std::string& tag,
-                             const nlohmann::json& client_state,
+void Engine::save_checkpoint(const std::string& dir, const std::string& tag_or_default,
+                             const nlohmann::json& client_state, bool save_latest,
                              const std::map<std::string, std::string>& extra_files) {
-  TS_CHECK(!tag.empty() && tag.find('/') == std::string::npos && tag != "latest",
+  TS_CHECK(!dir.empty(), "save_checkpoint: the directory must be a non-empty path");
+  const std::string tag =
+      tag_or_default.empty() ? "global_step" + std::to_string(global_steps_) : tag_or_default;
+  TS_CHECK(tag.find('/') == std::string::npos && tag != "latest" && tag != "." && tag != "..",
            "save_checkpoint: invalid tag '", tag, "'");
   const int rank = group_->rank();
   const bool writer = rank == 0;
@@ -80,8 +84,9 @@ void Engine::save_checkpoint(const std::string& dir, const std::string& tag,
   if (writer) {
     // Swap the finished directory into place, then point `latest` at it.
     publish_directory(tmp, final_dir);
-    io::write_file_atomically((fs::path(dir) / "latest").string(),
-                              [&](std::ostream& os) { os << tag; });
+    if (save_latest)
+      io::write_file_atomically((fs::path(dir) / "latest").string(),
+                                [&](std::ostream& os) { os << tag; });
   }
   group_->barrier();
 }
@@ -149,6 +154,40 @@ void Engine::write_checkpoint_files(const fs::path& tmp, const nlohmann::json& c
   }
 }
 
+bool Engine::save_16bit_model(const std::string& dir, const std::string& file) {
+  TS_CHECK(!dir.empty() && !file.empty() && file.find('/') == std::string::npos && file != "." &&
+               file != "..",
+           "save_16bit_model: '", file, "' in '", dir, "' is not a file name in a directory");
+  const fs::path path = fs::path(dir) / file;
+  if (zero_ && zero_->stage() == 3 && !config_.zero.stage3_gather_16bit_weights_on_model_save) {
+    if (rank() == 0)
+      std::cerr << "save_16bit_model: did not save '" << path.string()
+                << "': ZeRO-3 holds a shard of each parameter and "
+                   "zero_optimization.stage3_gather_16bit_weights_on_model_save is false\n";
+    return false;
+  }
+  std::map<std::string, Tensor> weights;
+  {
+    NoGradGuard no_grad;
+    if (zero_ && zero_->stage() == 3) {
+      // Every rank copies every parameter in the same (name) order; each copy gathers it.
+      zero_->set_evaluating(true);
+      for (const auto& [name, t] : model_.state_dict()) weights[name] = t.clone();
+      zero_->set_evaluating(!model_.is_training());
+    } else if (rank() == 0) {
+      weights = model_.state_dict();
+    }
+  }
+  if (rank() == 0) {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    TS_CHECK(!ec, "save_16bit_model: cannot create '", dir, "': ", ec.message());
+    io::save_safetensors(path.string(), weights);
+  }
+  group_->barrier();
+  return true;
+}
+
 namespace {
 
 // The tag `latest` names, or an error saying why there is none.
@@ -180,30 +219,49 @@ std::string checkpoint_tag_dir(const std::string& dir, const std::string& tag) {
   return d.string();
 }
 
-nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string& tag) {
+LoadedCheckpoint Engine::load_checkpoint(const std::string& dir, const std::string& tag,
+                                         const LoadCheckpointOptions& options) {
   const fs::path d = checkpoint_tag_dir(dir, tag);
   const std::string meta_path = (d / "engine.json").string();
   TS_CHECK(fs::exists(meta_path), "load_checkpoint: '", meta_path,
            "' does not exist (not a Tessera checkpoint?)");
   const nlohmann::json state = io::JsonFields::parse_file(meta_path);
   const io::JsonFields meta(state, "load_checkpoint: '" + meta_path + "'");
-  // What the saved state means must match what it is loaded into.
-  const std::string saved_opt = meta.string("optimizer");
-  TS_CHECK(optimizer_family(saved_opt) == optimizer_family(optimizer().name()), meta.where(),
-           ": the checkpoint's optimizer is ", saved_opt, " but this run's is ", optimizer().name(),
-           ": its state (", saved_opt == "SGD" ? "momentum" : "moments", ") would be loaded as ",
-           optimizer().name(), "'s");
-  if (saved_opt != optimizer().name() && rank() == 0)
-    std::cerr << "warning: " << meta_path << ": saved with " << saved_opt << ", resumed as "
-              << optimizer().name() << " (same moments, other weight decay)\n";
+  const bool load_optimizer = options.load_optimizer_states && !options.load_module_only;
+  if (load_optimizer) {
+    // What the saved state means must match what it is loaded into.
+    const std::string saved_opt = meta.string("optimizer");
+    TS_CHECK(optimizer_family(saved_opt) == optimizer_family(optimizer().name()), meta.where(),
+             ": the checkpoint's optimizer is ", saved_opt, " but this run's is ",
+             optimizer().name(), ": its state (", saved_opt == "SGD" ? "momentum" : "moments",
+             ") would be loaded as ", optimizer().name(),
+             "'s (load_optimizer_states = false loads the weights alone)");
+    if (saved_opt != optimizer().name() && rank() == 0)
+      std::cerr << "warning: " << meta_path << ": saved with " << saved_opt << ", resumed as "
+                << optimizer().name() << " (same moments, other weight decay)\n";
+  }
   meta.integer("global_steps", 0);  // checked here, read by restore_engine_state
+  TS_CHECK(options.load_module_strict || !zero_, "load_checkpoint: load_module_strict = false ",
+           "is not supported with ZeRO (stage ", zero_stage(),
+           "): every parameter's partition must be in the checkpoint");
   NoGradGuard no_grad;
+  // The optimizer's own state, put back when the saved one is not wanted.
+  std::map<std::string, Tensor> kept;
+  if (!load_optimizer) kept = optimizer().state_dict();
+  load_weights_and_optimizer(d, state, options.load_module_strict);
+  if (!load_optimizer) optimizer().load_state_dict(kept);
+  if (!options.load_module_only) restore_engine_state(state, options.load_lr_scheduler_states);
+  return {d.string(), state.value("client_state", nlohmann::json())};
+}
+
+void Engine::load_weights_and_optimizer(const fs::path& d, const nlohmann::json& state,
+                                        bool strict) {
   if (zero_ && state.contains("zero")) {
     // Each rank reads only the parts of the saved shards that make up its own partition.
     const parallel::ConsolidatedState c =
         parallel::load_zero_partition(d.string(), zero_->layout(), group_->rank());
     zero_->load_partition_state(c.masters, c.optimizer);
-    return restore_engine_state(state);
+    return;
   }
   // Whole (unsharded) masters and optimizer state, whatever stage and size saved them.
   std::map<std::string, Tensor> weights, opt_state;
@@ -217,31 +275,43 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
   }
   if (zero_) {
     zero_->load_full_state(weights, opt_state);
-  } else if (master_.empty()) {
-    model_.load_state_dict(weights, /*strict=*/!state.contains("zero"));  // ZeRO: no buffers
-    optimizer_->load_state_dict(opt_state);
+    return;
+  }
+  if (master_.empty()) {
+    model_.load_state_dict(weights, strict && !state.contains("zero"));  // ZeRO: no buffers
   } else {
     const auto named = model_.named_parameters();
+    std::set<std::string> known;
     for (size_t i = 0; i < named.size(); ++i) {
+      known.insert(named[i].first);
       auto it = weights.find(named[i].first);
-      TS_CHECK(it != weights.end(), "load_checkpoint: '", d.string(), "' has no weights for '",
-               named[i].first, "'");
+      TS_CHECK(it != weights.end() || !strict, "load_checkpoint: '", d.string(),
+               "' has no weights for '", named[i].first, "'");
+      if (it == weights.end()) continue;
+      TS_CHECK(it->second.shape() == master_[i].second.shape() && is_floating(it->second.dtype()),
+               "load_checkpoint: '", d.string(), "': '", named[i].first, "' is ",
+               it->second.describe(), ", the model's parameter ", master_[i].second.describe());
       master_[i].second.copy_(it->second);
     }
+    for (auto& b : model_.named_buffers(true)) known.insert(b.first);
+    if (strict)
+      for (const auto& w : weights)
+        TS_CHECK(known.count(w.first), "load_checkpoint: '", d.string(), "' has weights for '",
+                 w.first, "', which is not a parameter of this model");
     sync_master_to_model();
-    optimizer_->load_state_dict(opt_state);
   }
-  return restore_engine_state(state);
+  optimizer_->load_state_dict(opt_state);
 }
 
-nlohmann::json Engine::restore_engine_state(const nlohmann::json& state) {
+void Engine::restore_engine_state(const nlohmann::json& state, bool schedule) {
   const io::JsonFields meta(state, "load_checkpoint: engine.json");
   global_steps_ = meta.integer("global_steps", 0);
   // Checkpoints are taken at accumulation boundaries; the accumulation count may differ now
   // (another data-parallel size with the same global batch).
   micro_steps_ = global_steps_ * config_.gradient_accumulation_steps;
   skipped_steps_ = meta.integer("skipped_steps", 0, global_steps_);
-  schedule_step_ = meta.integer("schedule_step", 0, global_steps_);
+  const int64_t saved_schedule_step = meta.integer("schedule_step", 0, global_steps_);
+  if (schedule) schedule_step_ = saved_schedule_step;
   const io::JsonFields rng = meta.object("rng");
   default_generator().set_state({rng.unsigned_integer("seed"), rng.unsigned_integer("offset")});
   const io::JsonFields ls = meta.object("loss_scaler");
@@ -249,7 +319,6 @@ nlohmann::json Engine::restore_engine_state(const nlohmann::json& state) {
   TS_CHECK(std::isfinite(scale) && scale > 0, ls.where(), ": 'scale' must be a positive number");
   scaler_.set_state({scale, ls.integer("cur_iter", 0), ls.integer("last_overflow_iter", -1),
                      ls.integer("cur_hysteresis", 0)});
-  return state.value("client_state", nlohmann::json());
 }
 
 }  // namespace tessera::engine

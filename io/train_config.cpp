@@ -275,8 +275,7 @@ void parse_zero(Section z, TrainConfig& c) {
   z.ignored<int64_t>("sub_group_size", "the optimizer updates a rank's partition in one call");
   z.ignored<bool>("allgather_partitions", "partitions are always all-gathered");
   z.ignored<bool>("reduce_scatter", "gradients are always reduce-scattered at stages 1-3");
-  z.ignored<bool>("stage3_gather_16bit_weights_on_model_save",
-                  "use tessera zero-to-fp32 to get whole weights");
+  z.get("stage3_gather_16bit_weights_on_model_save", zc.stage3_gather_16bit_weights_on_model_save);
   z.warn_unknown();
 }
 

@@ -13,9 +13,9 @@
 #include <list>
 #include <thread>
 
-#include "tessera/cuda_stream.h"
 #include "parallel/work_state.h"
 #include "tessera/cuda.h"
+#include "tessera/cuda_stream.h"
 #include "tessera/ops.h"
 #include "tessera/parallel/process_group.h"
 

@@ -191,7 +191,7 @@ struct Trainer {
 
   void save(const std::string& dir) {
     const std::string tag = "step" + std::to_string(eng->global_steps());
-    eng->save_checkpoint(dir, tag, client_state(), tokenizer_files());
+    eng->save_checkpoint(dir, tag, client_state(), /*save_latest=*/true, tokenizer_files());
     if (eng->rank() != 0) return;
     std::cerr << "checkpoint: " << (fs::path(dir) / tag).string() << "\n";
     if (cfg.train.keep_last > 0) remove_old_checkpoints(dir, tag);
@@ -267,7 +267,7 @@ int train_main(int argc, char** argv) {
     t.gpt_sampler->shard(world->rank(), world->size());
   }
   if (a.has("resume")) {
-    const nlohmann::json cs = t.eng->load_checkpoint(a.get("resume", ""));
+    const nlohmann::json cs = t.eng->load_checkpoint(a.get("resume", "")).client_state;
     const io::JsonFields client(cs, "train --resume: the checkpoint's client_state");
     const int64_t vocab = client.integer("vocab_size");
     TS_CHECK(vocab == t.corpus.vocab_size, "train --resume: the checkpoint's vocabulary (", vocab,

@@ -14,8 +14,8 @@
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/pinned_allocator.h"
-#include "tessera/cuda_stream.h"
 #include "tessera/cuda.h"
+#include "tessera/cuda_stream.h"
 #include "tessera/storage.h"
 
 namespace tessera::cuda {

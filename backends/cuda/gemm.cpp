@@ -12,8 +12,8 @@
 #include <string>
 
 #include "backends/cuda/cuda_check.h"
-#include "tessera/cuda_stream.h"
 #include "tessera/cuda.h"
+#include "tessera/cuda_stream.h"
 #include "tessera/dispatch.h"
 
 namespace tessera::cuda {

@@ -11,8 +11,8 @@
 #include <type_traits>
 
 #include "backends/cuda/cuda_check.h"
-#include "tessera/cuda_stream.h"
 #include "backends/element_types.h"
+#include "tessera/cuda_stream.h"
 
 namespace tessera::cuda {
 

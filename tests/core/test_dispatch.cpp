@@ -10,8 +10,12 @@ using namespace tessera;
 
 namespace {
 std::vector<int> events;  // device index made current (>= 0), or -1 for the kernel itself
-void fake_set_current(int index) { events.push_back(index); }
-void fake_kernel(const KernelCall&) { events.push_back(-1); }
+void fake_set_current(int index) {
+  events.push_back(index);
+}
+void fake_kernel(const KernelCall&) {
+  events.push_back(-1);
+}
 }  // namespace
 
 TEST_CASE("run_kernel makes the kernel's device current through the registered runtime hook") {

@@ -126,7 +126,7 @@ TEST_CASE("resume is exact: N steps, save, load into a fresh engine, M more == N
   }
   manual_seed(999);  // the checkpoint restores the RNG that dropout draws from
   Setup fresh(kConfig);
-  const json client = fresh.engine->load_checkpoint(dir);
+  const json client = fresh.engine->load_checkpoint(dir).client_state;
   CHECK(client["note"] == "hello");
   CHECK(fresh.engine->global_steps() == 4);
   for (int k = 4; k < 8; ++k) CHECK(fresh.train_step(k) == straight[k]);  // bit for bit
@@ -434,7 +434,7 @@ TEST_CASE("a save that fails partway leaves nothing behind and the previous chec
   s.train_step(1);
   // An extra file whose directory would be a file already written: the write fails inside
   // the temporary directory, after the weights went in.
-  CHECK_THROWS(s.engine->save_checkpoint(dir, "next", {}, {{"model.safetensors/x", "y"}}));
+  CHECK_THROWS(s.engine->save_checkpoint(dir, "next", {}, true, {{"model.safetensors/x", "y"}}));
   std::vector<std::string> names;
   for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
   std::sort(names.begin(), names.end());

@@ -37,6 +37,27 @@ struct StepStats {
   double loss_scale = 1.0;
 };
 
+// What load_checkpoint restores (DeepSpeed's keyword arguments, same defaults).
+struct LoadCheckpointOptions {
+  // Every parameter must be in the checkpoint and every saved weight a parameter; false
+  // skips both (not with ZeRO, whose partitions need every parameter).
+  bool load_module_strict = true;
+  // false: the optimizer keeps its current state (a fresh engine's: no moments, step 0);
+  // the float32 masters still come from the checkpoint.
+  bool load_optimizer_states = true;
+  // false: the schedule keeps its position (a fresh engine's: step 0).
+  bool load_lr_scheduler_states = true;
+  // true: weights only (warm start): steps, schedule, loss scaler, RNG and optimizer state
+  // stay as they are.
+  bool load_module_only = false;
+};
+
+// DeepSpeed's (load_path, client_state).
+struct LoadedCheckpoint {
+  std::string path;  // the tag directory loaded
+  nlohmann::json client_state;
+};
+
 // On N ranks (mpirun), every rank builds the same model and engine over the world group:
 // plain data parallelism averages gradients in buckets during backward; ZeRO stages 1-3
 // partition optimizer state, gradients and parameters (zero_optimization.stage).
@@ -73,20 +94,30 @@ class Engine {
   const io::TrainConfig& config() const { return config_; }
   nn::Module& module() { return model_; }
 
+  // DeepSpeed's save_checkpoint(save_dir, tag=None, client_state={}, save_latest=True).
   // Writes DIR/TAG/{model.safetensors, optimizer.safetensors, engine.json} (ZeRO: one
   // zero_rank<R>.safetensors per rank with its shards instead of optimizer.safetensors) into
-  // a temporary directory renamed into place, then DIR/latest; a crash at any point leaves
-  // the previous checkpoint loadable. Collective: every rank calls it. client_state (rank
-  // 0's) is stored verbatim and returned by load_checkpoint.
-  // extra_files (rank 0's): name (may hold a subdirectory) -> contents, written into the tag
-  // directory with the rest, e.g. the tokenizer the model was trained with.
-  void save_checkpoint(const std::string& dir, const std::string& tag,
-                       const nlohmann::json& client_state = {},
+  // a temporary directory renamed into place, then (save_latest) DIR/latest; a crash at any
+  // point leaves the previous checkpoint loadable. Collective: every rank calls it. An empty
+  // tag is "global_step<N>". client_state (rank 0's) is stored verbatim and returned by
+  // load_checkpoint. extra_files (rank 0's): name (may hold a subdirectory) -> contents,
+  // written into the tag directory with the rest, e.g. the tokenizer the model was trained
+  // with.
+  void save_checkpoint(const std::string& dir, const std::string& tag = "",
+                       const nlohmann::json& client_state = {}, bool save_latest = true,
                        const std::map<std::string, std::string>& extra_files = {});
-  // tag empty: the one DIR/latest names. Restores model, optimizer, schedule position, loss
-  // scaler and the default RNG; returns client_state. A checkpoint saved at any ZeRO stage
-  // and data-parallel size loads at any other.
-  nlohmann::json load_checkpoint(const std::string& dir, const std::string& tag = "");
+  // DeepSpeed's load_checkpoint(load_dir, tag=None, ...): the tag `latest` names when tag is
+  // empty. By default restores weights, optimizer state, schedule position, steps, loss
+  // scaler and the default RNG. A checkpoint saved at any ZeRO stage and data-parallel size
+  // loads at any other.
+  LoadedCheckpoint load_checkpoint(const std::string& dir, const std::string& tag = "",
+                                   const LoadCheckpointOptions& options = {});
+  // DeepSpeed's save_16bit_model: the model's weights in the dtype it computes in (bf16/fp16
+  // with mixed precision, else float32), Tessera's parameter names, one safetensors file
+  // DIR/FILE written by rank 0. Collective. ZeRO-3 gathers the parameters when
+  // zero_optimization.stage3_gather_16bit_weights_on_model_save is true; otherwise, as in
+  // DeepSpeed, nothing is written and it returns false.
+  bool save_16bit_model(const std::string& dir, const std::string& file = "model.safetensors");
 
  private:
   void sync_master_to_model();
@@ -100,8 +131,12 @@ class Engine {
   bool masters_finite();
   // models::Batch::target_weight for this rank's targets (one scalar all-reduce).
   double target_weight(const Tensor& targets);
-  // Steps, schedule, loss scaler and RNG from engine.json; returns its client_state.
-  nlohmann::json restore_engine_state(const nlohmann::json& state);
+  // Steps, schedule position (when `schedule`), loss scaler and RNG from engine.json.
+  void restore_engine_state(const nlohmann::json& state, bool schedule);
+  // The tag directory's weights (into the masters and the model) and optimizer state;
+  // `strict`: no parameter missing, no saved weight that is not one.
+  void load_weights_and_optimizer(const std::filesystem::path& dir, const nlohmann::json& state,
+                                  bool strict);
 
   nn::Module& model_;
   io::TrainConfig config_;

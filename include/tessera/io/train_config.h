@@ -58,6 +58,8 @@ struct TrainConfig {
     bool contiguous_gradients = true;
     int64_t stage3_param_persistence_threshold = 100000;
     int64_t stage3_prefetch_bucket_size = 50000000;
+    // Engine::save_16bit_model gathers ZeRO-3's parameters (DeepSpeed's default: false).
+    bool stage3_gather_16bit_weights_on_model_save = false;
   } zero;
 
   // Data-parallel gradient averaging (DeepSpeed's top-level keys).
