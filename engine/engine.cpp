@@ -234,19 +234,49 @@ double Engine::target_weight(const Tensor& targets) {
 }
 
 bool Engine::is_gradient_accumulation_boundary() const {
-  return micro_steps_ > 0 && micro_steps_ % config_.gradient_accumulation_steps == 0;
+  if (boundary_override_) return *boundary_override_;
+  return (micro_steps_ + 1) % config_.gradient_accumulation_steps == 0;
 }
 
-void Engine::backward(const Tensor& loss) {
+Tensor Engine::backward(const Tensor& loss, const BackwardOptions& options) {
   TS_CHECK(loss.numel() == 1, "engine.backward: expected a scalar loss, got ", loss.describe());
-  const double factor = scaler_.scale() / static_cast<double>(config_.gradient_accumulation_steps);
-  const bool boundary = (micro_steps_ + 1) % config_.gradient_accumulation_steps == 0;
+  TS_CHECK(loss.requires_grad(), "engine.backward: the loss ", loss.describe(),
+           " does not require grad (computed under NoGradGuard, or from no parameter?)");
+  const double gas =
+      options.scale_wrt_gas ? static_cast<double>(config_.gradient_accumulation_steps) : 1.0;
+  const double factor = scaler_.scale() / gas;
+  const bool boundary = is_gradient_accumulation_boundary();
+  // A loop written as "gas backwards, then one step()" would accumulate twice the window.
+  if (backwards_since_step_++ == 1 && !boundary_override_ && !warned_backward_twice_ &&
+      rank() == 0) {
+    warned_backward_twice_ = true;
+    std::cerr << "warning: engine.backward: a second backward before step() (micro-step "
+              << micro_steps_ << "): its gradients add to the same micro-batch. As in "
+              << "DeepSpeed, call step() after every micro-batch's backward (it updates at the "
+              << "accumulation boundary), or use set_gradient_accumulation_boundary\n";
+  }
   if (zero_) zero_->begin_backward(boundary || zero_->stage() >= 2);
   if (dp_buckets_) dp_buckets_->begin_backward(boundary);
-  (factor == 1.0 ? loss : loss * factor).backward();
+  (factor == 1.0 ? loss : loss * factor).backward(Tensor(), options.retain_graph);
   if (zero_) zero_->end_backward();
   if (dp_buckets_) dp_buckets_->end_backward();
-  ++micro_steps_;
+  NoGradGuard no_grad;
+  return gas == 1.0 ? loss.detach() : loss.detach() / gas;
+}
+
+void Engine::zero_grad() {
+  NoGradGuard no_grad;
+  if (zero_)
+    zero_->zero_grad();
+  else
+    optimizer_->zero_grad();
+  model_.zero_grad();
+}
+
+std::vector<double> Engine::get_lr() const {
+  // Every group follows the schedule (per-group lrs are not supported yet).
+  const optim::Optimizer& opt = zero_ ? zero_->optimizer() : *optimizer_;
+  return std::vector<double>(opt.groups().size(), lr());
 }
 
 std::vector<Tensor> Engine::master_params() {
@@ -265,11 +295,16 @@ StepStats Engine::step() {
   StepStats st;
   st.lr = lr();
   st.loss_scale = scaler_.scale();
-  if (!is_gradient_accumulation_boundary()) return st;
+  const bool boundary = is_gradient_accumulation_boundary();
+  ++micro_steps_;
+  backwards_since_step_ = 0;
+  if (!boundary) return st;
   NoGradGuard no_grad;
+  global_grad_norm_.reset();
   if (zero_) {
     // Partition gradients are sums over ranks (and loss-scaled): average and unscale.
     st.grad_norm = zero_->prepare_master_grads(post_scale_ / scaler_.scale());
+    global_grad_norm_ = st.grad_norm;
     st.overflow = !std::isfinite(st.grad_norm);
     if (!st.overflow && config_.gradient_clipping > 0) {
       const double coef = config_.gradient_clipping / (st.grad_norm + 1e-6);
@@ -288,6 +323,7 @@ StepStats Engine::step() {
         for (auto& [slot, master] : master_) holders.push_back(*slot);
       }
       st.grad_norm = optim::grad_norm(holders) * unscale;
+      global_grad_norm_ = st.grad_norm;
       st.overflow = !std::isfinite(st.grad_norm);
       if (!st.overflow && config_.gradient_clipping > 0)
         coef = std::min(1.0, config_.gradient_clipping / (st.grad_norm + 1e-6));

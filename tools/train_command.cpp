@@ -305,6 +305,7 @@ int train_main(int argc, char** argv) {
   };
   while (t.eng->global_steps() < t.cfg.train.steps) {
     double loss_sum = 0;
+    engine::StepStats st;
     for (int64_t m = 0; m < t.cfg.gradient_accumulation_steps; ++m) {
       auto c0 = Clock::now();
       const Tensor loss = t.train_loss();
@@ -316,10 +317,11 @@ int train_main(int argc, char** argv) {
       c0 = Clock::now();
       t.eng->backward(loss);
       t_bwd += since(c0);
+      // After every micro-batch (DeepSpeed's contract); it updates at the window's last.
+      const auto c1 = Clock::now();
+      st = t.eng->step();
+      t_step += since(c1);
     }
-    const auto c1 = Clock::now();
-    const engine::StepStats st = t.eng->step();
-    t_step += since(c1);
     last_loss = loss_sum / static_cast<double>(t.cfg.gradient_accumulation_steps);
     last_loss = world->all_reduce_scalar(last_loss, parallel::ReduceOp::Avg);  // mean over ranks
     const int64_t step = t.eng->global_steps();

@@ -206,10 +206,11 @@ TEST_CASE("save_16bit_model: the weights in the compute dtype; ZeRO-3 only when 
   CHECK(bf16.engine->save_16bit_model(dir));
   const auto file = io::load_safetensors(dir + "/model.safetensors");
   CHECK(file.size() == bf16.model->state_dict().size());
-  for (auto& [name, t] : bf16.model->state_dict()) {
+  for (const auto& entry : bf16.model->state_dict()) {
+    const std::string& name = entry.first;  // (not a structured binding: CAPTURE is a lambda)
     CAPTURE(name);
     CHECK(file.at(name).dtype() == DType::BFloat16);
-    CHECK(file.at(name).to_vector() == t.to_vector());
+    CHECK(file.at(name).to_vector() == entry.second.to_vector());
   }
 
   Setup z3(5, R"({"train_batch_size": 2, "zero_optimization": {"stage": 3},

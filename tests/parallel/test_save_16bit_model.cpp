@@ -45,11 +45,12 @@ void check_16bit_model(const char* dtype_section, DType want) {
     const auto file = io::load_safetensors((dir / "weights.safetensors").string());
     const auto shards = parallel::consolidate_zero_checkpoint((dir / "ckpt").string());
     CHECK(file.size() == model.named_parameters().size() + model.named_buffers(true).size());
-    for (const auto& [name, master] : shards.masters) {
+    for (const auto& entry : shards.masters) {
+      const std::string& name = entry.first;  // (not a structured binding: CAPTURE is a lambda)
       CAPTURE(name);
       REQUIRE(file.count(name));
       CHECK(file.at(name).dtype() == want);
-      CHECK(file.at(name).to_vector() == master.to(want).to_vector());
+      CHECK(file.at(name).to_vector() == entry.second.to(want).to_vector());
     }
     fs::remove_all(dir);
   }

@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "tessera/engine/loss_scaler.h"
@@ -35,6 +36,12 @@ struct StepStats {
   double grad_norm = 0.0;  // before clipping (0 unless clipping or asked)
   double lr = 0.0;
   double loss_scale = 1.0;
+};
+
+// DeepSpeed's backward keyword arguments.
+struct BackwardOptions {
+  bool retain_graph = false;  // keep the graph for another backward through it
+  bool scale_wrt_gas = true;  // divide the loss by gradient_accumulation_steps
 };
 
 // What load_checkpoint restores (DeepSpeed's keyword arguments, same defaults).
@@ -72,11 +79,31 @@ class Engine {
   // On N ranks each rank's loss is weighted by its share of the global batch's target tokens
   // (models::Batch::target_weight), so the ranks' losses average to the global batch's.
   Tensor forward(const models::Batch& batch);
-  // loss / gradient_accumulation_steps (times the fp16 loss scale), then backward.
-  void backward(const Tensor& loss);
-  // At the boundary: unscale, overflow check, clip, optimizer step, scheduler step, zero grads.
+  // DeepSpeed's backward(loss, retain_graph=False, scale_wrt_gas=True): loss /
+  // gradient_accumulation_steps (when scale_wrt_gas) times the fp16 loss scale, then
+  // backward; gradients are reduced across ranks when the micro-batch is a boundary (ZeRO-2/3:
+  // every micro-batch). Returns the loss divided by the accumulation steps, as DeepSpeed.
+  Tensor backward(const Tensor& loss, const BackwardOptions& options = {});
+  // Called after every micro-batch's backward, as in DeepSpeed. At the boundary: unscale,
+  // overflow check, clip, optimizer step, scheduler step, zero grads.
   StepStats step();
+  // DeepSpeed's: whether the current micro-batch (the one whose backward comes next or has
+  // just run, until step()) ends an accumulation window: (micro_steps + 1) % gas == 0, unless
+  // set_gradient_accumulation_boundary has said otherwise.
   bool is_gradient_accumulation_boundary() const;
+  // Overrides the count (DeepSpeed's): false before the first backwards of a window, true
+  // before its last, then one step() updates. Stays in force until set again.
+  void set_gradient_accumulation_boundary(bool is_boundary) { boundary_override_ = is_boundary; }
+  // Drops every gradient accumulated so far in this window (model, ZeRO partitions).
+  void zero_grad();
+  // The model's training mode (dropout on) or evaluation mode (DeepSpeed's engine.train/eval).
+  void train(bool on = true) { model_.train(on); }
+  void eval() { model_.train(false); }
+  // The lr of each of the optimizer's parameter groups for the next step (DeepSpeed's list).
+  std::vector<double> get_lr() const;
+  // The gradient norm of the last step (before clipping, unscaled); nullopt before any step or
+  // when that step did not compute one (stage 0 without fp16 or clipping), as in DeepSpeed.
+  std::optional<double> get_global_grad_norm() const { return global_grad_norm_; }
 
   int64_t global_steps() const { return global_steps_; }
   int64_t micro_steps() const { return micro_steps_; }
@@ -153,6 +180,10 @@ class Engine {
   int64_t schedule_step_ = 0;  // DeepSpeed does not advance the schedule on skipped steps
   double post_scale_ = 1.0;    // ZeRO: averages the summed gradient partitions
   bool warned_min_scale_ = false;
+  std::optional<bool> boundary_override_;  // set_gradient_accumulation_boundary
+  int64_t backwards_since_step_ = 0;
+  bool warned_backward_twice_ = false;
+  std::optional<double> global_grad_norm_;
 };
 
 // DIR/TAG, or with no tag DIR/<the tag DIR/latest names>; errors say what is wrong with

@@ -36,6 +36,7 @@ class Optimizer {
   virtual std::string name() const = 0;
   void zero_grad();
   std::vector<ParamGroup>& groups() { return groups_; }
+  const std::vector<ParamGroup>& groups() const { return groups_; }
   // Sets every group's learning rate (a scheduler's output).
   void set_lr(double lr);
   double lr() const { return groups_.empty() ? 0.0 : groups_[0].lr; }
