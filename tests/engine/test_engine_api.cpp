@@ -11,39 +11,16 @@
 #include "tessera/engine/engine.h"
 #include "tessera/models/gpt2.h"
 #include "tessera/ops.h"
+#include "tiny_gpt.h"
 
 using namespace tessera;
 
 namespace {
 
-struct Setup {
-  std::unique_ptr<models::GPT2LMHeadModel> model;
-  std::unique_ptr<engine::Engine> engine;
-  explicit Setup(const std::string& config) {
-    manual_seed(5);
-    auto c = models::GPT2Config::named("tiny");
-    c.dropout = 0.0;
-    model = std::make_unique<models::GPT2LMHeadModel>(c);
-    engine = engine::initialize(*model, io::TrainConfig::parse(config));
-  }
-  Tensor loss(int64_t k) {
-    Generator g(1000 + static_cast<uint64_t>(k));
-    const Tensor x = (rand({1, 8}, DType::Float32, Device::cpu(), &g) * 96.0).to(DType::Int64);
-    const Tensor y = (rand({1, 8}, DType::Float32, Device::cpu(), &g) * 96.0).to(DType::Int64);
-    return engine->forward({x, y});
-  }
-  std::vector<double> weights() const {
-    std::vector<double> out;
-    for (auto& [name, t] : model->named_parameters())
-      for (double v : t->to_vector()) out.push_back(v);
-    return out;
-  }
-  std::vector<double> grads() const {
-    std::vector<double> out;
-    for (auto& [name, t] : model->named_parameters())
-      for (double v : t->grad().to_vector()) out.push_back(v);
-    return out;
-  }
+// One sequence per micro-batch, so a window of 3 is 3 micro-batches.
+struct Setup : test::TinyGpt {
+  using TinyGpt::TinyGpt;
+  Tensor loss(int64_t k) { return TinyGpt::loss(k, 1); }
 };
 
 // Three micro-batches of 1 per step.

@@ -18,6 +18,7 @@
 #include "tessera/io/files.h"
 #include "tessera/models/gpt2.h"
 #include "tessera/ops.h"
+#include "tiny_gpt.h"
 
 using namespace tessera;
 using json = nlohmann::json;
@@ -36,28 +37,6 @@ std::string tmp_dir(const std::string& name) {
   fs::remove_all(d);
   return d.string();
 }
-
-// A small GPT-2 and engine from a config, with a fixed seed.
-struct Setup {
-  std::unique_ptr<models::GPT2LMHeadModel> model;
-  std::unique_ptr<engine::Engine> engine;
-  explicit Setup(const std::string& config_json, double dropout = 0.1) {
-    manual_seed(5);
-    auto c = models::GPT2Config::named("tiny");
-    c.dropout = dropout;
-    model = std::make_unique<models::GPT2LMHeadModel>(c);
-    engine = engine::initialize(*model, io::TrainConfig::parse(config_json));
-  }
-  double train_step(int64_t k) {
-    Generator g(1000 + static_cast<uint64_t>(k));
-    const Tensor x = (rand({2, 8}, DType::Float32, Device::cpu(), &g) * 96.0).to(DType::Int64);
-    const Tensor y = (rand({2, 8}, DType::Float32, Device::cpu(), &g) * 96.0).to(DType::Int64);
-    const Tensor loss = engine->forward({x, y});
-    engine->backward(loss);
-    engine->step();
-    return loss.item();
-  }
-};
 
 const char* kConfig = R"({"train_batch_size": 2, "gradient_clipping": 1.0,
   "optimizer": {"type": "AdamW", "params": {"lr": 0.003, "weight_decay": 0.1}},
@@ -115,17 +94,17 @@ TEST_CASE("gradient accumulation: two micro-batches of 1 step like one batch of 
 TEST_CASE("resume is exact: N steps, save, load into a fresh engine, M more == N+M straight") {
   std::vector<double> straight;
   {
-    Setup s(kConfig);
+    test::TinyGpt s(kConfig, 5, 0.1);
     for (int k = 0; k < 8; ++k) straight.push_back(s.train_step(k));
   }
   const std::string dir = tmp_dir("resume");
   {
-    Setup s(kConfig);
+    test::TinyGpt s(kConfig, 5, 0.1);
     for (int k = 0; k < 4; ++k) CHECK(s.train_step(k) == straight[k]);
     s.engine->save_checkpoint(dir, "step4", {{"note", "hello"}});
   }
   manual_seed(999);  // the checkpoint restores the RNG that dropout draws from
-  Setup fresh(kConfig);
+  test::TinyGpt fresh(kConfig, 5, 0.1);
   const json client = fresh.engine->load_checkpoint(dir).client_state;
   CHECK(client["note"] == "hello");
   CHECK(fresh.engine->global_steps() == 4);
@@ -133,10 +112,9 @@ TEST_CASE("resume is exact: N steps, save, load into a fresh engine, M more == N
 }
 
 TEST_CASE("fp16: an overflow skips the step and halves the scale (DeepSpeed semantics)") {
-  Setup s(
+  test::TinyGpt s(
       R"({"train_batch_size": 2, "fp16": {"enabled": true, "initial_scale_power": 8, "hysteresis": 1},
-             "optimizer": {"type": "AdamW", "params": {"lr": 0.001}}})",
-      0.0);
+             "optimizer": {"type": "AdamW", "params": {"lr": 0.001}}})");
   CHECK(s.model->transformer.wte.weight.dtype() == DType::Float16);
   CHECK(s.engine->loss_scale() == 256.0);
   s.train_step(0);
@@ -155,9 +133,8 @@ TEST_CASE("fp16: an overflow skips the step and halves the scale (DeepSpeed sema
 }
 
 TEST_CASE("bf16: 16-bit model, float32 master weights, and the loss goes down") {
-  Setup s(R"({"train_batch_size": 2, "bf16": {"enabled": true},
-             "optimizer": {"type": "AdamW", "params": {"lr": 0.01}}})",
-          0.0);
+  test::TinyGpt s(R"({"train_batch_size": 2, "bf16": {"enabled": true},
+             "optimizer": {"type": "AdamW", "params": {"lr": 0.01}}})");
   CHECK(s.model->transformer.wte.weight.dtype() == DType::BFloat16);
   Generator g(4);
   const Tensor x = (rand({2, 8}, DType::Float32, Device::cpu(), &g) * 96.0).to(DType::Int64);
@@ -413,9 +390,8 @@ TEST_CASE("weight decay skips vectors by default; weight_decay_1d decays them to
 }
 
 TEST_CASE("fp16: NaN weights stop training with the step named, not an endless skip") {
-  Setup s(R"({"train_batch_size": 2, "fp16": {"enabled": true, "initial_scale_power": 4},
-             "optimizer": {"type": "AdamW", "params": {"lr": 0.001}}})",
-          0.0);
+  test::TinyGpt s(R"({"train_batch_size": 2, "fp16": {"enabled": true, "initial_scale_power": 4},
+             "optimizer": {"type": "AdamW", "params": {"lr": 0.001}}})");
   s.train_step(0);
   {
     NoGradGuard no_grad;  // as a diverged update would leave them
@@ -428,7 +404,7 @@ TEST_CASE("fp16: NaN weights stop training with the step named, not an endless s
 
 TEST_CASE("a save that fails partway leaves nothing behind and the previous checkpoint latest") {
   const std::string dir = tmp_dir("failed-save");
-  Setup s(kConfig);
+  test::TinyGpt s(kConfig, 5, 0.1);
   s.train_step(0);
   s.engine->save_checkpoint(dir, "good");
   s.train_step(1);
