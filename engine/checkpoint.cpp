@@ -245,22 +245,18 @@ LoadedCheckpoint Engine::load_checkpoint(const std::string& dir, const std::stri
            "is not supported with ZeRO (stage ", zero_stage(),
            "): every parameter's partition must be in the checkpoint");
   NoGradGuard no_grad;
-  // The optimizer's own state, put back when the saved one is not wanted.
-  std::map<std::string, Tensor> kept;
-  if (!load_optimizer) kept = optimizer().state_dict();
-  load_weights_and_optimizer(d, state, options.load_module_strict);
-  if (!load_optimizer) optimizer().load_state_dict(kept);
+  load_weights_and_optimizer(d, state, options.load_module_strict, load_optimizer);
   if (!options.load_module_only) restore_engine_state(state, options.load_lr_scheduler_states);
   return {d.string(), state.value("client_state", nlohmann::json())};
 }
 
-void Engine::load_weights_and_optimizer(const fs::path& d, const nlohmann::json& state,
-                                        bool strict) {
+void Engine::load_weights_and_optimizer(const fs::path& d, const nlohmann::json& state, bool strict,
+                                        bool load_optimizer) {
   if (zero_ && state.contains("zero")) {
     // Each rank reads only the parts of the saved shards that make up its own partition.
     const parallel::ConsolidatedState c =
         parallel::load_zero_partition(d.string(), zero_->layout(), group_->rank());
-    zero_->load_partition_state(c.masters, c.optimizer);
+    zero_->load_partition_state(c.masters, load_optimizer ? &c.optimizer : nullptr);
     return;
   }
   // Whole (unsharded) masters and optimizer state, whatever stage and size saved them.
@@ -271,10 +267,10 @@ void Engine::load_weights_and_optimizer(const fs::path& d, const nlohmann::json&
     opt_state = std::move(c.optimizer);
   } else {
     weights = io::load_safetensors((d / "model.safetensors").string());
-    opt_state = io::load_safetensors((d / "optimizer.safetensors").string());
+    if (load_optimizer) opt_state = io::load_safetensors((d / "optimizer.safetensors").string());
   }
   if (zero_) {
-    zero_->load_full_state(weights, opt_state);
+    zero_->load_full_state(weights, load_optimizer ? &opt_state : nullptr);
     return;
   }
   if (master_.empty()) {
@@ -300,7 +296,7 @@ void Engine::load_weights_and_optimizer(const fs::path& d, const nlohmann::json&
                  w.first, "', which is not a parameter of this model");
     sync_master_to_model();
   }
-  optimizer_->load_state_dict(opt_state);
+  if (load_optimizer) optimizer_->load_state_dict(opt_state);
 }
 
 void Engine::restore_engine_state(const nlohmann::json& state, bool schedule) {

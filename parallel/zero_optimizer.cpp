@@ -318,7 +318,7 @@ std::map<std::string, Tensor> ZeroOptimizer::shard_state() const {
 }
 
 void ZeroOptimizer::load_full_state(const std::map<std::string, Tensor>& masters,
-                                    const std::map<std::string, Tensor>& optimizer_state) {
+                                    const std::map<std::string, Tensor>* optimizer_state) {
   const int rank = group_->rank();
   std::map<std::string, Tensor> master_shards, state_shards;
   for (const auto& e : layout_.entries) {
@@ -328,7 +328,8 @@ void ZeroOptimizer::load_full_state(const std::map<std::string, Tensor>& masters
              it->second.numel(), " elements, the model's parameter ", e.numel);
     master_shards[e.name] = shard_of(it->second, e, rank);
   }
-  for (const auto& [k, v] : optimizer_state) {
+  if (!optimizer_state) return load_partition_state(master_shards, nullptr);
+  for (const auto& [k, v] : *optimizer_state) {
     if (k == "step") {
       state_shards[k] = v;
       continue;
@@ -339,11 +340,11 @@ void ZeroOptimizer::load_full_state(const std::map<std::string, Tensor>& masters
              "' belongs to no parameter of this model");
     state_shards[k] = shard_of(v, *e, rank);
   }
-  load_partition_state(master_shards, state_shards);
+  load_partition_state(master_shards, &state_shards);
 }
 
 void ZeroOptimizer::load_partition_state(const std::map<std::string, Tensor>& masters,
-                                         const std::map<std::string, Tensor>& optimizer_state) {
+                                         const std::map<std::string, Tensor>* optimizer_state) {
   NoGradGuard no_grad;
   for (size_t i = 0; i < layout_.entries.size(); ++i) {
     const auto& e = layout_.entries[i];
@@ -352,7 +353,7 @@ void ZeroOptimizer::load_partition_state(const std::map<std::string, Tensor>& ma
              e.shard, " elements for parameter '", e.name, "'");
     master_views_[i].copy_(it->second);
   }
-  optimizer_->load_state_dict(optimizer_state);
+  if (optimizer_state) optimizer_->load_state_dict(*optimizer_state);
   publish();
 }
 

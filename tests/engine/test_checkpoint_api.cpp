@@ -9,11 +9,11 @@
 #include <map>
 
 #include "tessera/engine/engine.h"
-#include "tessera/grad_mode.h"
 #include "tessera/io/files.h"
 #include "tessera/io/safetensors.h"
 #include "tessera/models/gpt2.h"
 #include "tessera/ops.h"
+#include "tiny_gpt.h"
 
 using namespace tessera;
 namespace fs = std::filesystem;
@@ -34,36 +34,7 @@ const char* kConfig = R"({"train_batch_size": 2,
   "scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": 30, "warmup_num_steps": 5,
                 "warmup_max_lr": 0.003}}})";
 
-struct Setup {
-  std::unique_ptr<models::GPT2LMHeadModel> model;
-  std::unique_ptr<engine::Engine> engine;
-  // weights_file: a safetensors file the model starts from instead of its random init.
-  Setup(uint64_t seed, const std::string& config = kConfig, const std::string& weights_file = "") {
-    manual_seed(seed);
-    auto c = models::GPT2Config::named("tiny");
-    c.dropout = 0.0;
-    model = std::make_unique<models::GPT2LMHeadModel>(c);
-    if (!weights_file.empty()) {
-      NoGradGuard no_grad;
-      model->load_state_dict(io::load_safetensors(weights_file));
-    }
-    engine = engine::initialize(*model, io::TrainConfig::parse(config));
-  }
-  double train_step(int64_t k) {
-    Generator g(1000 + static_cast<uint64_t>(k));
-    const Tensor x = (rand({2, 8}, DType::Float32, Device::cpu(), &g) * 96.0).to(DType::Int64);
-    const Tensor y = (rand({2, 8}, DType::Float32, Device::cpu(), &g) * 96.0).to(DType::Int64);
-    const Tensor loss = engine->forward({x, y});
-    engine->backward(loss);
-    engine->step();
-    return loss.item();
-  }
-  std::map<std::string, std::vector<double>> weights() const {
-    std::map<std::string, std::vector<double>> out;
-    for (auto& [name, t] : model->state_dict()) out[name] = t.to_vector();
-    return out;
-  }
-};
+using Setup = test::TinyGpt;
 
 std::map<std::string, std::vector<double>> saved_weights(const std::string& tag_dir) {
   std::map<std::string, std::vector<double>> out;
@@ -72,10 +43,10 @@ std::map<std::string, std::vector<double>> saved_weights(const std::string& tag_
   return out;
 }
 
-// A checkpoint of 4 steps of Setup(5), with client_state {"epoch": 2}.
+// A checkpoint of 4 steps of Setup(kConfig, 5), with client_state {"epoch": 2}.
 std::string four_steps(const std::string& name, double* lr_at_save = nullptr) {
   const std::string dir = tmp_dir(name);
-  Setup s(5);
+  Setup s(kConfig, 5);
   for (int k = 0; k < 4; ++k) s.train_step(k);
   s.engine->save_checkpoint(dir, "step4", {{"epoch", 2}});
   if (lr_at_save) *lr_at_save = s.engine->lr();
@@ -86,7 +57,7 @@ std::string four_steps(const std::string& name, double* lr_at_save = nullptr) {
 
 TEST_CASE("save_checkpoint: the default tag is global_step<N>; save_latest = false keeps latest") {
   const std::string dir = tmp_dir("tags");
-  Setup s(5);
+  Setup s(kConfig, 5);
   for (int k = 0; k < 3; ++k) s.train_step(k);
   s.engine->save_checkpoint(dir);
   CHECK(fs::is_directory(dir + "/global_step3"));
@@ -96,7 +67,7 @@ TEST_CASE("save_checkpoint: the default tag is global_step<N>; save_latest = fal
   CHECK(fs::is_directory(dir + "/global_step5"));
   CHECK(io::read_text_file(dir + "/latest") == "global_step3");
 
-  Setup r(9);
+  Setup r(kConfig, 9);
   const engine::LoadedCheckpoint latest = r.engine->load_checkpoint(dir);
   CHECK(latest.path == (fs::path(dir) / "global_step3").string());
   CHECK(r.engine->global_steps() == 3);
@@ -112,7 +83,7 @@ TEST_CASE("save_checkpoint: the default tag is global_step<N>; save_latest = fal
 
 TEST_CASE("load_module_only: the weights alone, as a warm start") {
   const std::string dir = four_steps("module-only");
-  Setup fresh(9);
+  Setup fresh(kConfig, 9);
   const GeneratorState rng = default_generator().state();
   const engine::LoadedCheckpoint got =
       fresh.engine->load_checkpoint(dir, "", {.load_module_only = true});
@@ -125,7 +96,7 @@ TEST_CASE("load_module_only: the weights alone, as a warm start") {
   CHECK(default_generator().state().offset == rng.offset);
 
   // Training on equals a fresh engine whose model starts from those weights.
-  Setup warm(9, kConfig, got.path + "/model.safetensors");
+  Setup warm(kConfig, 9, 0.0, got.path + "/model.safetensors");
   for (int k = 0; k < 7; ++k) CHECK(fresh.train_step(k) == warm.train_step(k));
   CHECK(fresh.weights() == warm.weights());
   fs::remove_all(dir);
@@ -134,7 +105,7 @@ TEST_CASE("load_module_only: the weights alone, as a warm start") {
 TEST_CASE("load_optimizer_states = false: fresh moments; steps and schedule come back") {
   double lr_at_save = 0;
   const std::string dir = four_steps("no-optimizer", &lr_at_save);
-  Setup fresh(9);
+  Setup fresh(kConfig, 9);
   fresh.engine->load_checkpoint(dir, "step4", {.load_optimizer_states = false});
   CHECK(fresh.weights() == saved_weights(dir + "/step4"));
   CHECK(fresh.engine->global_steps() == 4);
@@ -146,25 +117,48 @@ TEST_CASE("load_optimizer_states = false: fresh moments; steps and schedule come
   // An SGD checkpoint warm-starts an AdamW run this way; loading its state would be an error.
   const std::string sgd_dir = tmp_dir("sgd");
   {
-    Setup sgd(5, R"({"train_batch_size": 2, "optimizer": {"type": "SGD",
-                     "params": {"lr": 0.1, "momentum": 0.9}}})");
+    Setup sgd(R"({"train_batch_size": 2, "optimizer": {"type": "SGD",
+                     "params": {"lr": 0.1, "momentum": 0.9}}})",
+              5);
     sgd.train_step(0);
     sgd.engine->save_checkpoint(sgd_dir, "s");
   }
-  Setup adam(9);
+  Setup adam(kConfig, 9);
   CHECK_THROWS_WITH_AS(adam.engine->load_checkpoint(sgd_dir),
                        doctest::Contains("load_optimizer_states = false loads the weights alone"),
                        Error);
   adam.engine->load_checkpoint(sgd_dir, "", {.load_optimizer_states = false});
   CHECK(adam.weights() == saved_weights(sgd_dir + "/s"));
+  // Under ZeRO: from a ZeRO-1 checkpoint (each rank's own shards) and from the stage-0 one
+  // (whole tensors, sharded on loading).
+  const char* zero1 = R"({"train_batch_size": 2, "zero_optimization": {"stage": 1},
+    "optimizer": {"type": "AdamW", "params": {"lr": 0.003}}})";
+  const std::string zero_dir = tmp_dir("zero1");
+  {
+    Setup z(zero1, 5);
+    for (int k = 0; k < 3; ++k) z.train_step(k);
+    z.engine->save_checkpoint(zero_dir, "z");
+  }
+  for (const std::string& from : {zero_dir + "/z", dir + "/step4"}) {
+    CAPTURE(from);
+    Setup z(zero1, 9);
+    const std::filesystem::path tag(from);
+    z.engine->load_checkpoint(tag.parent_path().string(), tag.filename().string(),
+                              {.load_optimizer_states = false});
+    CHECK(z.weights() == saved_weights(from));
+    CHECK(z.engine->optimizer().step_count() == 0);
+    CHECK(z.engine->optimizer().state_dict().size() == 1);
+    CHECK(z.engine->global_steps() > 0);
+  }
   fs::remove_all(dir);
   fs::remove_all(sgd_dir);
+  fs::remove_all(zero_dir);
 }
 
 TEST_CASE("load_lr_scheduler_states = false: the schedule restarts, the rest comes back") {
   double lr_at_save = 0;
   const std::string dir = four_steps("no-schedule", &lr_at_save);
-  Setup fresh(9);
+  Setup fresh(kConfig, 9);
   fresh.engine->load_checkpoint(dir, "", {.load_lr_scheduler_states = false});
   CHECK(fresh.engine->global_steps() == 4);
   CHECK(fresh.engine->lr() == 0.0);
@@ -181,9 +175,9 @@ TEST_CASE("load_module_strict = false: missing and unknown weights are skipped")
   saved["transformer.extra"] = zeros({3});
   io::save_safetensors(file, saved);
 
-  Setup strict(9);
+  Setup strict(kConfig, 9);
   CHECK_THROWS_WITH_AS(strict.engine->load_checkpoint(dir), doctest::Contains("ln_f.bias"), Error);
-  Setup loose(9);
+  Setup loose(kConfig, 9);
   const std::vector<double> own_bias = loose.model->transformer.ln_f.bias.to_vector();
   loose.engine->load_checkpoint(dir, "", {.load_module_strict = false});
   CHECK(loose.model->transformer.ln_f.bias.to_vector() == own_bias);
@@ -191,8 +185,9 @@ TEST_CASE("load_module_strict = false: missing and unknown weights are skipped")
         saved.at("transformer.wte.weight").to_vector());
   CHECK(loose.engine->global_steps() == 4);
 
-  Setup zero(9, R"({"train_batch_size": 2, "zero_optimization": {"stage": 1},
-                    "optimizer": {"type": "AdamW", "params": {"lr": 0.003}}})");
+  Setup zero(R"({"train_batch_size": 2, "zero_optimization": {"stage": 1},
+                    "optimizer": {"type": "AdamW", "params": {"lr": 0.003}}})",
+             9);
   CHECK_THROWS_WITH_AS(zero.engine->load_checkpoint(dir, "", {.load_module_strict = false}),
                        doctest::Contains("not supported with ZeRO"), Error);
   fs::remove_all(dir);
@@ -200,8 +195,9 @@ TEST_CASE("load_module_strict = false: missing and unknown weights are skipped")
 
 TEST_CASE("save_16bit_model: the weights in the compute dtype; ZeRO-3 only when asked to gather") {
   const std::string dir = tmp_dir("16bit");
-  Setup bf16(5, R"({"train_batch_size": 2, "bf16": {"enabled": true},
-                    "optimizer": {"type": "AdamW", "params": {"lr": 0.003}}})");
+  Setup bf16(R"({"train_batch_size": 2, "bf16": {"enabled": true},
+                    "optimizer": {"type": "AdamW", "params": {"lr": 0.003}}})",
+             5);
   bf16.train_step(0);
   CHECK(bf16.engine->save_16bit_model(dir));
   const auto file = io::load_safetensors(dir + "/model.safetensors");
@@ -213,8 +209,9 @@ TEST_CASE("save_16bit_model: the weights in the compute dtype; ZeRO-3 only when 
     CHECK(file.at(name).to_vector() == entry.second.to_vector());
   }
 
-  Setup z3(5, R"({"train_batch_size": 2, "zero_optimization": {"stage": 3},
-                  "optimizer": {"type": "AdamW", "params": {"lr": 0.003}}})");
+  Setup z3(R"({"train_batch_size": 2, "zero_optimization": {"stage": 3},
+                  "optimizer": {"type": "AdamW", "params": {"lr": 0.003}}})",
+           5);
   z3.train_step(0);
   CHECK_FALSE(z3.engine->save_16bit_model(dir, "z3.safetensors"));
   CHECK_FALSE(fs::exists(dir + "/z3.safetensors"));

@@ -160,10 +160,10 @@ class Engine {
   double target_weight(const Tensor& targets);
   // Steps, schedule position (when `schedule`), loss scaler and RNG from engine.json.
   void restore_engine_state(const nlohmann::json& state, bool schedule);
-  // The tag directory's weights (into the masters and the model) and optimizer state;
-  // `strict`: no parameter missing, no saved weight that is not one.
+  // The tag directory's weights (into the masters and the model) and, when `load_optimizer`,
+  // its optimizer state; `strict`: no parameter missing, no saved weight that is not one.
   void load_weights_and_optimizer(const std::filesystem::path& dir, const nlohmann::json& state,
-                                  bool strict);
+                                  bool strict, bool load_optimizer);
 
   nn::Module& model_;
   io::TrainConfig config_;

@@ -105,13 +105,14 @@ class ZeroOptimizer {
   std::map<std::string, Tensor> shard_state() const;
   // Restores from whole (unsharded) tensors, as consolidated from any number of saved shards
   // or saved without ZeRO: masters by parameter name, optimizer state as state_dict() names
-  // it ("<param>.<slot>" and "step"); sets the model's parameters to the masters.
+  // it ("<param>.<slot>" and "step"); sets the model's parameters to the masters. A null
+  // optimizer_state keeps the optimizer's own (load_optimizer_states = false).
   void load_full_state(const std::map<std::string, Tensor>& masters,
-                       const std::map<std::string, Tensor>& optimizer_state);
+                       const std::map<std::string, Tensor>* optimizer_state);
   // Restores from this rank's shards (parallel::load_zero_partition): "<param>" and
-  // "<param>.<slot>" of [shard] elements, and "step".
+  // "<param>.<slot>" of [shard] elements, and "step"; null keeps the optimizer's own state.
   void load_partition_state(const std::map<std::string, Tensor>& masters,
-                            const std::map<std::string, Tensor>& optimizer_state);
+                            const std::map<std::string, Tensor>* optimizer_state);
 
  private:
   // `host` (float32 masters) in the model dtype, ready to go to the GPU.
