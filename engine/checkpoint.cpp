@@ -133,12 +133,12 @@ void Engine::write_checkpoint_files(const fs::path& tmp, const nlohmann::json& c
                          {"world_size", group_->size()},
                          {"client_state", client_state}};
     if (zero_) state["zero"] = parallel::zero_metadata(zero_->stage(), zero_->layout());
-    // Built-in models: their HF config, so tools can rebuild the architecture (zero-to-fp32,
-    // export). Not named config.json: the tag directory is not an HF model directory (its
-    // weights are in Tessera's layout) and must not look like one.
-    if (auto* pm = dynamic_cast<models::PretrainedModel*>(&model_))
+    // A model that describes its architecture (the built-in models: their HF config), so
+    // tools can rebuild it (zero-to-fp32, export). Not named config.json: the tag directory is
+    // not an HF model directory (its weights are in Tessera's layout) and must not look like one.
+    if (const std::string described = model_.config_json(); !described.empty())
       io::write_file_atomically((tmp / kModelConfigFile).string(),
-                                [&](std::ostream& os) { os << pm->config_json() << "\n"; });
+                                [&](std::ostream& os) { os << described << "\n"; });
     for (const auto& file : extra_files) {
       const std::string& name = file.first;
       const std::string& content = file.second;  // (captured below: not a structured binding)

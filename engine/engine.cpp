@@ -1,5 +1,7 @@
 #include "tessera/engine/engine.h"
 
+#include <cxxabi.h>
+
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
@@ -208,28 +210,34 @@ std::unique_ptr<Engine> initialize(nn::Module& model, const io::TrainConfig& con
   return std::make_unique<Engine>(model, config, std::move(group));
 }
 
-Tensor Engine::forward(const models::Batch& batch) {
-  auto* m = dynamic_cast<models::PretrainedModel*>(&model_);
-  TS_CHECK(m,
-           "engine.forward: the model is not a built-in one; call your model's forward and pass "
-           "its loss to backward");
-  // Samplers produce host batches; the model may live on a GPU.
+void Engine::begin_forward() {
   if (zero_) zero_->set_evaluating(!model_.is_training());
-  models::Batch b = batch.to(model_.named_parameters().front().second->device());
-  b.target_weight = target_weight(batch.targets);
-  return m->loss(b);
 }
 
-double Engine::target_weight(const Tensor& targets) {
+Device Engine::device() {
+  return model_.named_parameters().front().second->device();
+}
+
+void Engine::fail_not_loss_model(const std::type_info& batch) const {
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> name(
+      abi::__cxa_demangle(batch.name(), nullptr, nullptr, &status), std::free);
+  fail("engine.forward: the model (", model_.type_name(), ") does not implement nn::LossModel<",
+       status == 0 && name ? name.get() : batch.name(),
+       ">; derive it from that (nn/loss_model.h), or call your model yourself and pass its "
+       "loss to backward");
+}
+
+Tensor Engine::scaled(const Tensor& loss, double factor) {
+  return loss * factor;
+}
+
+double Engine::loss_weight(int64_t terms) {
   const int world = group_->size();
-  if (world == 1 || !targets.defined()) return 0.0;
-  const Tensor host = targets.to(Device::cpu()).to(DType::Int64).contiguous();
-  const int64_t* t = host.data<int64_t>();
-  int64_t mine = 0;
-  for (int64_t i = 0; i < host.numel(); ++i) mine += t[i] != -100;
-  const double all = group_->all_reduce_scalar(static_cast<double>(mine));
+  if (world == 1) return 0.0;
+  const double all = group_->all_reduce_scalar(static_cast<double>(terms));
   // Equal shares (GPT's): each rank's mean already averages to the global one.
-  if (all == 0 || static_cast<double>(mine) * world == all) return 0.0;
+  if (all == 0 || static_cast<double>(terms) * world == all) return 0.0;
   return world / all;
 }
 

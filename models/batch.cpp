@@ -70,4 +70,13 @@ Batch Batch::to(Device device) const {
           move(next_sentence_label), target_weight};
 }
 
+int64_t Batch::loss_terms() const {
+  if (!targets.defined()) return 0;
+  const Tensor host = targets.to(Device::cpu()).to(DType::Int64).contiguous();
+  const int64_t* t = host.data<int64_t>();
+  int64_t n = 0;
+  for (int64_t i = 0; i < host.numel(); ++i) n += t[i] != -100;
+  return n;
+}
+
 }  // namespace tessera::models

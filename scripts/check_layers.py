@@ -23,9 +23,6 @@ KNOWN = {
     # with the ops; splitting a TensorBase into core is issue 14's item 3.
     ("autograd/ops_shape.cpp", "Tensor::"): "views, contiguous, clone, to",
     ("autograd/tensor_autograd.cpp", "Tensor::"): "grad, backward, detach, hooks",
-    # The engine should know models through a small loss-model interface (issue 14 item 1);
-    # Engine::forward casts to the built-in PretrainedModel today.
-    ("include/tessera/engine/engine.h", "tessera/models/pretrained.h"): "Engine::forward's cast",
 }
 
 # Arrows that point down but are still not wanted: (from folder, to folder) -> why.

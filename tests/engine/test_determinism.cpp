@@ -97,7 +97,7 @@ TEST_CASE("20 training steps (dropout, AdamW, clipping) give the same bits at 1,
     for (int k = 0; k < 20; ++k) {
       Generator g(100 + static_cast<uint64_t>(k));
       const Tensor x = (rand({8, 32}, DType::Float32, Device::cpu(), &g) * 96.0).to(DType::Int64);
-      const Tensor loss = engine->forward({x, x});
+      const Tensor loss = engine->forward(models::Batch{x, x});
       engine->backward(loss);
       engine->step();
       out[0].push_back(loss.item());

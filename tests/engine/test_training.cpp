@@ -53,7 +53,8 @@ TEST_CASE("ten AdamW steps match PyTorch to 1e-5 relative on every loss") {
   REQUIRE(batches.size() == want.size());
   double worst = 0;
   for (size_t k = 0; k < want.size(); ++k) {
-    const Tensor loss = eng->forward({ids(batches[k]["input_ids"]), ids(batches[k]["targets"])});
+    const Tensor loss =
+        eng->forward(models::Batch{ids(batches[k]["input_ids"]), ids(batches[k]["targets"])});
     eng->backward(loss);
     eng->step();
     INFO("step ", k, ": tessera ", loss.item(), ", pytorch ", want[k]);
@@ -75,7 +76,8 @@ TEST_CASE("gradient accumulation: two micro-batches of 1 step like one batch of 
     const Tensor y = (rand({2, 8}, DType::Float32, Device::cpu(), &g) * 96.0).to(DType::Int64);
     for (int64_t i = 0; i < 2 / micro; ++i) {
       CHECK(e->is_gradient_accumulation_boundary() == (i == 2 / micro - 1));
-      e->backward(e->forward({x.narrow(0, i * micro, micro), y.narrow(0, i * micro, micro)}));
+      e->backward(
+          e->forward(models::Batch{x.narrow(0, i * micro, micro), y.narrow(0, i * micro, micro)}));
       e->step();
     }
     CHECK(e->global_steps() == 1);
@@ -140,7 +142,7 @@ TEST_CASE("bf16: 16-bit model, float32 master weights, and the loss goes down") 
   const Tensor x = (rand({2, 8}, DType::Float32, Device::cpu(), &g) * 96.0).to(DType::Int64);
   double first = 0, last = 0;
   for (int k = 0; k < 15; ++k) {
-    const Tensor loss = s.engine->forward({x, x});
+    const Tensor loss = s.engine->forward(models::Batch{x, x});
     s.engine->backward(loss);
     s.engine->step();
     (k == 0 ? first : last) = loss.item();
@@ -170,7 +172,7 @@ struct BigSetup {
   void step(int64_t k) {
     Generator g(77 + static_cast<uint64_t>(k));
     const Tensor x = (rand({2, 8}, DType::Float32, Device::cpu(), &g) * 96.0).to(DType::Int64);
-    engine->backward(engine->forward({x, x}));
+    engine->backward(engine->forward(models::Batch{x, x}));
     engine->step();
   }
   std::map<std::string, std::vector<double>> weights() const {

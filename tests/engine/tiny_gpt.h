@@ -36,7 +36,7 @@ struct TinyGpt {
     Generator g(1000 + static_cast<uint64_t>(k));
     const Tensor x = (rand({rows, 8}, DType::Float32, Device::cpu(), &g) * 96.0).to(DType::Int64);
     const Tensor y = (rand({rows, 8}, DType::Float32, Device::cpu(), &g) * 96.0).to(DType::Int64);
-    return engine->forward({x, y});
+    return engine->forward(models::Batch{x, y});
   }
   // forward, backward and step on micro-batch k; returns its loss.
   double train_step(int64_t k, int64_t rows = 2) {

@@ -172,7 +172,7 @@ TEST_CASE("NCCL: the engine's DP, ZeRO 1-3 and ZeRO-Offload on GPUs follow one C
       Tensor x = (rand({2 * n, 16}, DType::Float32, Device::cpu(), &gen) * 97.0).to(DType::Int64);
       Tensor y = (rand({2 * n, 16}, DType::Float32, Device::cpu(), &gen) * 97.0).to(DType::Int64);
       if (ranks > 1) x = x.narrow(0, 2 * r, 2), y = y.narrow(0, 2 * r, 2);
-      const Tensor loss = eng->forward({x, y});
+      const Tensor loss = eng->forward(models::Batch{x, y});
       eng->backward(loss);
       eng->step();
       losses.push_back(group->all_reduce_scalar(loss.item()) / ranks);  // mean over ranks

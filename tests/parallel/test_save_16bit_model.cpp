@@ -36,7 +36,7 @@ void check_16bit_model(const char* dtype_section, DType want) {
   for (int k = 0; k < 2; ++k) {
     Generator g(100 + static_cast<uint64_t>(k * 10 + w->rank()));
     const Tensor x = (rand({2, 8}, DType::Float32, Device::cpu(), &g) * 96.0).to(DType::Int64);
-    eng->backward(eng->forward({x, x}));
+    eng->backward(eng->forward(models::Batch{x, x}));
     eng->step();
   }
   CHECK(eng->save_16bit_model(dir.string(), "weights.safetensors"));

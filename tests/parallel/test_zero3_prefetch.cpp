@@ -40,7 +40,7 @@ Run train(int64_t prefetch_bucket, int steps) {
     Generator g(100 + static_cast<uint64_t>(k * 10 + w->rank()));
     const Tensor x = (rand({2, 8}, DType::Float32, Device::cpu(), &g) * 96.0).to(DType::Int64);
     const Tensor y = (rand({2, 8}, DType::Float32, Device::cpu(), &g) * 96.0).to(DType::Int64);
-    const Tensor loss = eng->forward({x, y});
+    const Tensor loss = eng->forward(models::Batch{x, y});
     eng->backward(loss);
     eng->step();
     r.losses.push_back(loss.item());
@@ -48,7 +48,7 @@ Run train(int64_t prefetch_bucket, int steps) {
     if (k == 1) {  // an evaluation pass between steps gathers on use, off the trace
       NoGradGuard no_grad;
       model.eval();
-      r.losses.push_back(eng->forward({x, y}).item());
+      r.losses.push_back(eng->forward(models::Batch{x, y}).item());
       model.train();
     }
   }

@@ -76,7 +76,7 @@ TEST_CASE("publishing in all-gather chunks gives the parameters one all-gather g
     for (int k = 0; k < 3; ++k) {
       Generator g(50 + static_cast<uint64_t>(k));
       const Tensor x = (rand({2, 8}, DType::Float32, Device::cpu(), &g) * 96.0).to(DType::Int64);
-      engine->backward(engine->forward({x, x}));
+      engine->backward(engine->forward(models::Batch{x, x}));
       engine->step();
     }
     std::vector<double> values;
@@ -101,7 +101,7 @@ TEST_CASE("a float32 model is its own master at ZeRO-1/2: no second copy of the 
                                                              "}}",
                                                          world));
     const Tensor x = from_vector(std::vector<int64_t>{1, 2, 3, 4}, {1, 4});
-    engine->backward(engine->forward({x, x}));
+    engine->backward(engine->forward(models::Batch{x, x}));
     engine->step();  // the moments exist from the first step on
     const parallel::MemoryStats m = engine->memory();
     const parallel::ShardLayout& layout = engine->zero_optimizer()->layout();

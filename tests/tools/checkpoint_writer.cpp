@@ -28,7 +28,7 @@ int main(int argc, char** argv) {
   for (int k = 0; k < std::atoi(argv[3]); ++k) {
     Generator g(77 + static_cast<uint64_t>(k));
     const Tensor x = (rand({2, 8}, DType::Float32, Device::cpu(), &g) * 96.0).to(DType::Int64);
-    engine->backward(engine->forward({x, x}));
+    engine->backward(engine->forward(models::Batch{x, x}));
     engine->step();
   }
   for (;;) engine->save_checkpoint(argv[1], argv[2]);

@@ -2,7 +2,7 @@
 //
 //   auto engine = tessera::engine::initialize(model, config);
 //   for (...) {
-//     Tensor loss = model.loss(batch);     // or engine->forward(batch) for built-in models
+//     Tensor loss = engine->forward(batch);  // the model is an nn::LossModel<Batch>
 //     engine->backward(loss);             // scales for accumulation (and fp16), accumulates
 //     engine->step();                     // updates only at the accumulation boundary
 //   }
@@ -14,10 +14,11 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <typeinfo>
 
 #include "tessera/engine/loss_scaler.h"
 #include "tessera/io/train_config.h"
-#include "tessera/models/pretrained.h"
+#include "tessera/nn/loss_model.h"
 #include "tessera/nn/module.h"
 #include "tessera/optim/lr_schedule.h"
 #include "tessera/optim/optimizer.h"
@@ -75,10 +76,35 @@ class Engine {
          std::shared_ptr<parallel::ProcessGroup> group = nullptr);
   ~Engine();
 
-  // Runs a built-in model's loss on the batch (its forward). Other models: call them directly.
-  // On N ranks each rank's loss is weighted by its share of the global batch's target tokens
-  // (models::Batch::target_weight), so the ranks' losses average to the global batch's.
-  Tensor forward(const models::Batch& batch);
+  // DeepSpeed's engine(batch): the model's loss on the batch. The model implements
+  // nn::LossModel<Batch> for the batch type it is given (the built-in models take
+  // models::Batch); the batch is moved to the model's device when it can be, and on N ranks
+  // weighted by its share of the global batch's loss terms (see nn/loss_model.h), so the
+  // ranks' losses average to the global batch's.
+  template <class Batch>
+  Tensor forward(const Batch& batch) {
+    auto* model = dynamic_cast<nn::LossModel<Batch>*>(&model_);
+    if (!model) fail_not_loss_model(typeid(Batch));
+    begin_forward();
+    int64_t terms = 0;
+    double weight = 0.0;  // 0: the model's own mean is already the right share
+    if constexpr (nn::CountedBatch<Batch>) {
+      terms = batch.loss_terms();
+      weight = loss_weight(terms);
+    }
+    Tensor loss;
+    if constexpr (nn::DeviceMovableBatch<Batch> || nn::WeightedBatch<Batch>) {
+      Batch local = batch;
+      if constexpr (nn::DeviceMovableBatch<Batch>) local = batch.to(device());
+      if constexpr (nn::WeightedBatch<Batch>) local.target_weight = weight;
+      loss = model->loss(local);
+    } else {
+      loss = model->loss(batch);
+    }
+    if constexpr (nn::CountedBatch<Batch> && !nn::WeightedBatch<Batch>)
+      if (weight != 0.0) loss = scaled(loss, weight * static_cast<double>(terms));
+    return loss;
+  }
   // DeepSpeed's backward(loss, retain_graph=False, scale_wrt_gas=True): loss /
   // gradient_accumulation_steps (when scale_wrt_gas) times the fp16 loss scale, then
   // backward; gradients are reduced across ranks when the micro-batch is a boundary (ZeRO-2/3:
@@ -156,8 +182,13 @@ class Engine {
                               const std::map<std::string, std::string>& extra_files);
   // Whether every rank's optimizer parameters (the float32 masters) are finite.
   bool masters_finite();
-  // models::Batch::target_weight for this rank's targets (one scalar all-reduce).
-  double target_weight(const Tensor& targets);
+  // N / (every rank's loss terms), or 0 when the ranks hold equal numbers (one all-reduce).
+  double loss_weight(int64_t terms);
+  // Before a forward: ZeRO-3 gathers on use in eval mode.
+  void begin_forward();
+  Device device();
+  static Tensor scaled(const Tensor& loss, double factor);
+  [[noreturn]] void fail_not_loss_model(const std::type_info& batch) const;
   // Steps, schedule position (when `schedule`), loss scaler and RNG from engine.json.
   void restore_engine_state(const nlohmann::json& state, bool schedule);
   // The tag directory's weights (into the masters and the model) and, when `load_optimizer`,

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "tessera/nn/module.h"
+#include "tessera/nn/loss_model.h"
 
 namespace tessera::models {
 
@@ -28,6 +28,8 @@ struct Batch {
 
   // The same batch with every tensor on `device` (samplers produce host tensors).
   Batch to(Device device) const;
+  // The targets that are not -100 (the engine's data-parallel weighting, nn/loss_model.h).
+  int64_t loss_terms() const;
 };
 
 // A batch from a JSON file: {"input_ids": [[...]], "targets": [[...]], and BERT's
@@ -42,17 +44,16 @@ struct HFWeight {
   bool transpose = false;
 };
 
-class PretrainedModel : public nn::Module {
+class PretrainedModel : public nn::LossModel<Batch> {
  public:
-  using nn::Module::Module;
+  using nn::LossModel<Batch>::LossModel;
   virtual std::string model_type() const = 0;     // "gpt2", "bert"
   virtual Tensor logits(const Batch& batch) = 0;  // [B, T, V]
-  virtual Tensor loss(const Batch& batch) = 0;    // scalar
   virtual std::vector<HFWeight> hf_weights() = 0;
   virtual std::string hf_prefix() const = 0;  // "transformer." / "bert."
   // HF keys that may appear in files and carry nothing to load (buffers, tied copies).
   virtual bool hf_ignorable(const std::string& key) const = 0;
-  virtual std::string config_json() const = 0;  // HF config.json text
+  std::string config_json() const override = 0;  // HF config.json text
 };
 
 // Loads an HF model directory: config.json picks the architecture ("model_type" gpt2 or

@@ -30,6 +30,9 @@ class Module {
 
   const std::string& name() const { return name_; }
   virtual std::string type_name() const { return "Module"; }
+  // A JSON description of the architecture that rebuilds it (the built-in models: their HF
+  // config.json), saved with checkpoints; empty when the model has none.
+  virtual std::string config_json() const { return {}; }
 
   // Recursive, in registration order, with dotted names relative to this module.
   std::vector<std::pair<std::string, Tensor*>> named_parameters();

@@ -44,7 +44,7 @@ Run train(Device device, const std::string& precision, int steps = 12) {
     for (int micro = 0; micro < 2; ++micro) {
       const Tensor x = (rand({4, 32}, DType::Float32, Device::cpu(), &gen) * 97.0).to(DType::Int64);
       const Tensor y = (rand({4, 32}, DType::Float32, Device::cpu(), &gen) * 97.0).to(DType::Int64);
-      const Tensor loss = engine->forward({x, y});
+      const Tensor loss = engine->forward(models::Batch{x, y});
       engine->backward(loss);
       engine->step();
       if (micro == 1) r.losses.push_back(loss.item());
