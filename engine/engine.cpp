@@ -2,6 +2,7 @@
 
 #include <cxxabi.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
@@ -12,7 +13,8 @@
 
 namespace tessera::engine {
 
-std::unique_ptr<optim::LRSchedule> make_schedule(const io::TrainConfig& c) {
+std::unique_ptr<optim::LRSchedule> make_schedule(const io::TrainConfig& c,
+                                                 std::optional<double> optimizer_lr) {
   const auto& s = c.scheduler;
   auto p = [&](const char* k, double fallback) {
     auto it = s.params.find(k);
@@ -22,7 +24,7 @@ std::unique_ptr<optim::LRSchedule> make_schedule(const io::TrainConfig& c) {
     return static_cast<int64_t>(p(k, static_cast<double>(fallback)));
   };
   const auto wt = s.warmup_type == "linear" ? optim::WarmupType::Linear : optim::WarmupType::Log;
-  const double lr = c.optimizer.lr;
+  const double lr = optimizer_lr.value_or(c.optimizer.lr);
   if (s.type.empty()) return std::make_unique<optim::ConstantLR>(lr);
   if (s.type == "WarmupLR")  // without warmup_max_lr DeepSpeed warms up to the optimizer's lr
     return std::make_unique<optim::WarmupLR>(p("warmup_min_lr", 0.0), p("warmup_max_lr", lr),
@@ -75,8 +77,12 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const io::TrainConfig& c,
 
 Engine::Engine(nn::Module& model, io::TrainConfig config,
                std::shared_ptr<parallel::ProcessGroup> group)
-    : model_(model), config_(std::move(config)), group_(group ? group : parallel::world()) {
-  const auto& o = config_.optimizer;
+    : Engine(model, std::move(config), InitializeOptions{.group = std::move(group)}) {}
+
+Engine::Engine(nn::Module& model, io::TrainConfig config, InitializeOptions options)
+    : model_(model),
+      config_(std::move(config)),
+      group_(options.group ? options.group : parallel::world()) {
   const int64_t world = group_->size();
   TS_CHECK(config_.train_batch_size ==
                config_.micro_batch_size * config_.gradient_accumulation_steps * world,
@@ -84,6 +90,18 @@ Engine::Engine(nn::Module& model, io::TrainConfig config,
            config_.micro_batch_size, " * gradient_accumulation_steps ",
            config_.gradient_accumulation_steps, " * ", world,
            " ranks (parse the config with this job's world size)");
+  TS_CHECK(!(options.optimizer && options.optimizer_factory),
+           "initialize: pass a client optimizer object or a factory, not both");
+  TS_CHECK(!(options.optimizer && !options.model_parameters.empty()),
+           "initialize: with a client optimizer object its own groups are the parameter groups; "
+           "model_parameters goes with the config's optimizer or a factory");
+  const bool client_optimizer = options.optimizer || options.optimizer_factory;
+  if (client_optimizer && config_.optimizer.present && group_->rank() == 0)
+    std::cerr << "warning: initialize: the client optimizer replaces the config's \"optimizer\" "
+                 "section (as in DeepSpeed)\n";
+  if (options.lr_scheduler && !config_.scheduler.type.empty() && group_->rank() == 0)
+    std::cerr << "warning: initialize: the client lr_scheduler replaces the config's "
+                 "\"scheduler\" section (as in DeepSpeed)\n";
   group_->set_timeout(config_.distributed.timeout());
   if (config_.fp16.enabled) compute_dtype_ = DType::Float16;
   if (config_.bf16) compute_dtype_ = DType::BFloat16;
@@ -111,36 +129,27 @@ Engine::Engine(nn::Module& model, io::TrainConfig config,
     }
     group_->logger().reset();
   }
+  std::vector<optim::ParamGroup> groups = resolve_groups(options);
+  const double optimizer_lr = groups.empty() ? config_.optimizer.lr : groups.front().lr;
   if (config_.zero.stage > 0) {
-    setup_parallel();
+    optim::OptimizerFactory make = options.optimizer_factory;
+    if (options.optimizer) {
+      std::shared_ptr<optim::Optimizer> prototype = std::move(options.optimizer);
+      make = [prototype](std::vector<optim::ParamGroup> g) { return prototype->rebuild(g); };
+    }
+    if (!make)
+      make = [this](std::vector<optim::ParamGroup> g) {
+        return make_optimizer(config_, std::move(g));
+      };
+    setup_parallel(std::move(groups), make);
   } else {
-    std::vector<std::pair<std::string, Tensor*>> named = model_.named_parameters();
-    if (compute_dtype_ != DType::Float32) {
-      // float32 master weights for the optimizer; the model computes in 16 bits.
-      std::vector<Tensor> masters;
-      for (auto& [n, t] : named)
-        masters.push_back(t->detach().to(DType::Float32).contiguous().clone());
-      model_.to(compute_dtype_);
-      named = model_.named_parameters();
-      for (size_t i = 0; i < named.size(); ++i) master_.emplace_back(named[i].second, masters[i]);
-      for (size_t i = 0; i < named.size(); ++i) named[i].second = &master_[i].second;
-    }
-    optimizer_ = make_optimizer(
-        config_, optim::default_param_groups(named, o.lr, o.weight_decay, o.weight_decay_1d));
-    if (!master_.empty()) {
-      // The fused update reads the model's 16-bit gradients and writes its 16-bit weights.
-      std::vector<std::vector<Tensor*>> copies;
-      for (const auto& g : optimizer_->groups()) {
-        copies.emplace_back();
-        for (const Tensor& p : g.params)
-          for (auto& [slot, master] : master_)
-            if (master.same(p)) copies.back().push_back(slot);
-      }
-      optimizer_->set_model_copies(std::move(copies));
-    }
-    if (world > 1) setup_parallel();
+    build_optimizer(options, std::move(groups));
+    if (world > 1) setup_parallel({}, {});
   }
-  schedule_ = make_schedule(config_);
+  if (options.lr_scheduler)
+    schedule_ = std::move(options.lr_scheduler);
+  else if (!config_.scheduler.type.empty())
+    schedule_ = make_schedule(config_, optimizer_lr);
   if (config_.fp16.enabled) {
     const bool dynamic = config_.fp16.loss_scale == 0.0;
     scaler_ = LossScaler(
@@ -154,9 +163,86 @@ Engine::Engine(nn::Module& model, io::TrainConfig config,
   model_.train();
 }
 
+std::vector<optim::ParamGroup> Engine::resolve_groups(const InitializeOptions& options) {
+  const auto& o = config_.optimizer;
+  const auto named = model_.named_parameters();
+  std::vector<optim::ParamGroup> groups;
+  if (options.optimizer) {
+    // The object's groups: names from the tensors (a group built from tensors alone has none).
+    for (const auto& g : options.optimizer->groups()) {
+      optim::ParamGroup spec{{}, {}, g.lr, g.weight_decay};
+      for (const Tensor& p : g.params) {
+        const auto it = std::find_if(named.begin(), named.end(),
+                                     [&](const auto& e) { return e.second->same(p); });
+        TS_CHECK(it != named.end(), "initialize: the client optimizer's group ", groups.size(),
+                 " holds ", p.describe(), ", which is not a parameter of the model");
+        spec.names.push_back(it->first);
+      }
+      groups.push_back(std::move(spec));
+    }
+  } else if (!options.model_parameters.empty()) {
+    for (const auto& g : options.model_parameters)
+      groups.push_back({g.names, {}, g.lr.value_or(o.lr), g.weight_decay.value_or(o.weight_decay)});
+  } else {
+    groups = optim::default_param_groups(named, o.lr, o.weight_decay, o.weight_decay_1d);
+    for (auto& g : groups) g.params.clear();
+  }
+  std::map<std::string, size_t> group_of;
+  for (size_t gi = 0; gi < groups.size(); ++gi)
+    for (const std::string& name : groups[gi].names) {
+      TS_CHECK(
+          std::any_of(named.begin(), named.end(), [&](const auto& e) { return e.first == name; }),
+          "initialize: parameter group ", gi, " names '", name,
+          "', which is not a parameter of the model");
+      const auto [it, fresh] = group_of.emplace(name, gi);
+      TS_CHECK(fresh, "initialize: parameter '", name, "' is in groups ", it->second, " and ", gi,
+               "; a parameter belongs to one group");
+    }
+  return groups;
+}
+
+void Engine::build_optimizer(InitializeOptions& options, std::vector<optim::ParamGroup> groups) {
+  std::vector<std::pair<std::string, Tensor*>> named = model_.named_parameters();
+  if (compute_dtype_ != DType::Float32) {
+    // float32 master weights for the optimizer; the model computes in 16 bits.
+    std::vector<Tensor> masters;
+    for (auto& [n, t] : named)
+      masters.push_back(t->detach().to(DType::Float32).contiguous().clone());
+    model_.to(compute_dtype_);
+    named = model_.named_parameters();
+    for (size_t i = 0; i < named.size(); ++i) master_.emplace_back(named[i].second, masters[i]);
+    for (size_t i = 0; i < named.size(); ++i) named[i].second = &master_[i].second;
+  }
+  std::map<std::string, Tensor> by_name;
+  for (auto& [n, t] : named) by_name[n] = *t;
+  for (auto& g : groups)
+    for (const std::string& n : g.names) g.params.push_back(by_name.at(n));
+  if (options.optimizer && master_.empty())
+    optimizer_ = std::move(options.optimizer);  // its tensors are the model's
+  else if (options.optimizer)
+    optimizer_ = options.optimizer->rebuild(std::move(groups));
+  else if (options.optimizer_factory)
+    optimizer_ = options.optimizer_factory(std::move(groups));
+  else
+    optimizer_ = make_optimizer(config_, std::move(groups));
+  TS_CHECK(optimizer_, "initialize: the client optimizer factory returned no optimizer");
+  if (!master_.empty()) {
+    // The fused update reads the model's 16-bit gradients and writes its 16-bit weights.
+    std::vector<std::vector<Tensor*>> copies;
+    for (const auto& g : optimizer_->groups()) {
+      copies.emplace_back();
+      for (const Tensor& p : g.params)
+        for (auto& [slot, master] : master_)
+          if (master.same(p)) copies.back().push_back(slot);
+    }
+    optimizer_->set_model_copies(std::move(copies));
+  }
+}
+
 Engine::~Engine() = default;
 
-void Engine::setup_parallel() {
+void Engine::setup_parallel(std::vector<optim::ParamGroup> groups,
+                            const optim::OptimizerFactory& make) {
   const auto& c = config_;
   const int world = group_->size();
   DType comm = compute_dtype_;
@@ -182,9 +268,6 @@ void Engine::setup_parallel() {
         group_, slots, parallel::GradBuckets::Mode::AllReduce, bo);
     return;
   }
-  TS_CHECK(c.optimizer.type != "Lamb", "engine: zero_optimization.stage ", c.zero.stage,
-           " with optimizer Lamb is not supported (LAMB's trust ratio needs whole tensors); use "
-           "stage 0 or Adam/AdamW/SGD");
   post_scale_ = post;  // ZeRO's partitions hold sums; the step averages them
   parallel::ZeroOptions zo;
   zo.stage = static_cast<int>(c.zero.stage);
@@ -197,12 +280,16 @@ void Engine::setup_parallel() {
   zo.prefetch_bucket_size = c.zero.stage3_prefetch_bucket_size;
   zo.offload_optimizer = c.zero.offload_optimizer_device == "cpu";
   zo.pin_memory = zo.offload_optimizer && c.zero.offload_pin_memory;
-  zo.weight_decay_1d = c.optimizer.weight_decay_1d;
   zo.allgather_bucket_size = c.zero.allgather_bucket_size;
-  zero_ = std::make_unique<parallel::ZeroOptimizer>(
-      model_, group_, zo,
-      [&](std::vector<optim::ParamGroup> g) { return make_optimizer(config_, std::move(g)); },
-      c.optimizer.lr, c.optimizer.weight_decay);
+  zero_ = std::make_unique<parallel::ZeroOptimizer>(model_, group_, zo, make, std::move(groups));
+  TS_CHECK(zero_->optimizer().name() != "Lamb", "engine: zero_optimization.stage ", c.zero.stage,
+           " with optimizer Lamb is not supported (LAMB's trust ratio needs whole tensors); use "
+           "stage 0 or Adam/AdamW/SGD");
+}
+
+std::unique_ptr<Engine> initialize(nn::Module& model, const io::TrainConfig& config,
+                                   InitializeOptions options) {
+  return std::make_unique<Engine>(model, config, std::move(options));
 }
 
 std::unique_ptr<Engine> initialize(nn::Module& model, const io::TrainConfig& config,
@@ -281,10 +368,18 @@ void Engine::zero_grad() {
   model_.zero_grad();
 }
 
-std::vector<double> Engine::get_lr() const {
-  // Every group follows the schedule (per-group lrs are not supported yet).
+double Engine::lr() const {
+  if (schedule_) return schedule_->lr(schedule_step_);
   const optim::Optimizer& opt = zero_ ? zero_->optimizer() : *optimizer_;
-  return std::vector<double>(opt.groups().size(), lr());
+  return opt.lr();
+}
+
+std::vector<double> Engine::get_lr() const {
+  // A schedule sets every group's lr (DeepSpeed's schedules do); without one each keeps its own.
+  const optim::Optimizer& opt = zero_ ? zero_->optimizer() : *optimizer_;
+  std::vector<double> out;
+  for (const auto& g : opt.groups()) out.push_back(schedule_ ? lr() : g.lr);
+  return out;
 }
 
 std::vector<Tensor> Engine::master_params() {
@@ -299,7 +394,7 @@ void Engine::sync_master_to_model() {
   for (auto& [slot, master] : master_) slot->copy_(master);
 }
 
-StepStats Engine::step() {
+StepStats Engine::step(const LrKwargs& lr_kwargs) {
   StepStats st;
   st.lr = lr();
   st.loss_scale = scaler_.scale();
@@ -338,7 +433,15 @@ StepStats Engine::step() {
     }
     optimizer().set_grad_scale(unscale * coef);
   }
-  return apply_step(st);
+  st = apply_step(st);
+  // DeepSpeed's lr_scheduler.step(last_batch_iteration=k) after an update: iteration k's lr
+  // is the next step's.
+  if (st.stepped && lr_kwargs.last_batch_iteration) {
+    TS_CHECK(*lr_kwargs.last_batch_iteration >= -1, "engine.step: lr_kwargs.last_batch_iteration ",
+             *lr_kwargs.last_batch_iteration, " must be >= -1");
+    schedule_step_ = *lr_kwargs.last_batch_iteration + 1;
+  }
+  return st;
 }
 
 StepStats Engine::apply_step(StepStats st) {
@@ -366,8 +469,8 @@ StepStats Engine::apply_step(StepStats st) {
                    "the learning rate, check the data, or train in bf16\n";
     }
   } else {
-    optimizer().set_lr(lr());
-    if (const auto betas = schedule_->betas(schedule_step_)) {
+    if (schedule_) optimizer().set_lr(lr());
+    if (const auto betas = schedule_ ? schedule_->betas(schedule_step_) : std::nullopt) {
       // DeepSpeed's momentum decay multiplies beta1 by (1 + decay_mom_rate * t) without a
       // bound; past 1 Adam diverges, so stop with the cause instead.
       TS_CHECK(betas->first < 1.0, "engine.step: global step ", global_steps_, ": the ",

@@ -62,6 +62,7 @@ void parse_batch(Section& root, TrainConfig& c) {
 void parse_optimizer(Section o, TrainConfig& c) {
   const std::string& source = o.source();
   auto& opt = c.optimizer;
+  opt.present = true;
   o.get("type", opt.type);
   TS_CHECK(opt.type == "Adam" || opt.type == "AdamW" || opt.type == "SGD" || opt.type == "Lamb",
            source, ": 'optimizer.type' is \"", opt.type,

@@ -163,6 +163,13 @@ std::pair<double, double> bias_corrections(double beta1, double beta2, int64_t s
 
 }  // namespace
 
+std::unique_ptr<Optimizer> Optimizer::rebuild(std::vector<ParamGroup>) const {
+  fail("optimizer ", name(),
+       " cannot be rebuilt over the engine's parameter groups (float32 masters with mixed "
+       "precision, partitions with ZeRO): override Optimizer::rebuild, or pass a factory "
+       "(InitializeOptions::optimizer_factory)");
+}
+
 Adam::Adam(std::vector<ParamGroup> groups, AdamOptions options)
     : Optimizer(std::move(groups)), options_(options) {
   TS_CHECK(options.beta1 >= 0 && options.beta1 < 1 && options.beta2 >= 0 && options.beta2 < 1,

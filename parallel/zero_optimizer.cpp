@@ -64,8 +64,8 @@ int64_t zero_buffer_bytes(const ShardLayout& layout, const ZeroOptions& o, DType
 }
 
 ZeroOptimizer::ZeroOptimizer(nn::Module& model, std::shared_ptr<ProcessGroup> group,
-                             ZeroOptions options, const OptimizerFactory& make_optimizer, double lr,
-                             double weight_decay)
+                             ZeroOptions options, const OptimizerFactory& make_optimizer,
+                             std::vector<optim::ParamGroup> groups)
     : group_(std::move(group)), options_(options) {
   TS_CHECK(options.stage >= 1 && options.stage <= 3, "ZeRO: stage must be 1, 2 or 3, got ",
            options.stage);
@@ -151,18 +151,18 @@ ZeroOptimizer::ZeroOptimizer(nn::Module& model, std::shared_ptr<ProcessGroup> gr
   buckets_ = std::make_unique<GradBuckets>(group_, slots, GradBuckets::Mode::ReduceScatter, bo,
                                            &layout_, grad_partition_);
 
-  // The optimizer updates this rank's master shards; groups as default_param_groups makes
-  // them (no weight decay on vectors unless weight_decay_1d), by the full parameter's shape.
-  optim::ParamGroup decay{{}, {}, lr, weight_decay}, no_decay{{}, {}, lr, 0.0};
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const auto& e = layout_.entries[i];
-    optim::ParamGroup& g = options.weight_decay_1d || e.shape.size() >= 2 ? decay : no_decay;
-    g.names.push_back(e.name);
-    g.params.push_back(master_views_[i]);
+  // The optimizer updates this rank's master shards of each group's parameters.
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < params_.size(); ++i) index[layout_.entries[i].name] = i;
+  for (auto& g : groups) {
+    g.params.clear();
+    for (const std::string& name : g.names) {
+      const auto it = index.find(name);
+      TS_CHECK(it != index.end(), "ZeRO: optimizer group parameter '", name,
+               "' is not a parameter of the model");
+      g.params.push_back(master_views_[it->second]);
+    }
   }
-  std::vector<optim::ParamGroup> groups;
-  for (auto* g : {&decay, &no_decay})
-    if (!g->params.empty()) groups.push_back(std::move(*g));
   optimizer_ = make_optimizer(std::move(groups));
 }
 

@@ -66,11 +66,39 @@ struct LoadedCheckpoint {
   nlohmann::json client_state;
 };
 
+// DeepSpeed's initialize keyword arguments. Precedence as in DeepSpeed: a client optimizer
+// replaces the config's "optimizer" section (a warning says so when both are given), a client
+// schedule the config's "scheduler".
+struct InitializeOptions {
+  // A client optimizer object over the model's parameters (its groups, their lr and weight
+  // decay are the parameter groups). Used as it is in float32 at stage 0; with mixed precision
+  // or ZeRO the engine rebuilds it (Optimizer::rebuild) over the tensors it updates.
+  std::unique_ptr<optim::Optimizer> optimizer;
+  // Or DeepSpeed's callable form: builds the optimizer over the groups the engine hands it.
+  optim::OptimizerFactory optimizer_factory;
+  // DeepSpeed's model_parameters as groups with their own lr / weight decay, by parameter
+  // name (for the config's optimizer or the factory). Empty: every parameter, decayed as the
+  // config's weight_decay_1d says. A parameter in no group is not trained.
+  std::vector<optim::ParamGroupSpec> model_parameters;
+  // A client LR schedule (lr(step) for every group). Without one and without a config
+  // "scheduler", each group keeps its own lr.
+  std::unique_ptr<optim::LRSchedule> lr_scheduler;
+  // The data-parallel group (default: the job's world).
+  std::shared_ptr<parallel::ProcessGroup> group;
+};
+
+// DeepSpeed's lr_kwargs of step(): last_batch_iteration moves the schedule to that iteration
+// (the next step then uses the lr that follows it).
+struct LrKwargs {
+  std::optional<int64_t> last_batch_iteration;
+};
+
 // On N ranks (mpirun), every rank builds the same model and engine over the world group:
 // plain data parallelism averages gradients in buckets during backward; ZeRO stages 1-3
 // partition optimizer state, gradients and parameters (zero_optimization.stage).
 class Engine {
  public:
+  Engine(nn::Module& model, io::TrainConfig config, InitializeOptions options);
   // group: the data-parallel group (default: the job's world).
   Engine(nn::Module& model, io::TrainConfig config,
          std::shared_ptr<parallel::ProcessGroup> group = nullptr);
@@ -112,7 +140,7 @@ class Engine {
   Tensor backward(const Tensor& loss, const BackwardOptions& options = {});
   // Called after every micro-batch's backward, as in DeepSpeed. At the boundary: unscale,
   // overflow check, clip, optimizer step, scheduler step, zero grads.
-  StepStats step();
+  StepStats step(const LrKwargs& lr_kwargs = {});
   // DeepSpeed's: whether the current micro-batch (the one whose backward comes next or has
   // just run, until step()) ends an accumulation window: (micro_steps + 1) % gas == 0, unless
   // set_gradient_accumulation_boundary has said otherwise.
@@ -134,7 +162,8 @@ class Engine {
   int64_t global_steps() const { return global_steps_; }
   int64_t micro_steps() const { return micro_steps_; }
   int64_t skipped_steps() const { return skipped_steps_; }
-  double lr() const { return schedule_->lr(schedule_step_); }
+  // The lr of the next step (the schedule's; without one, the first group's).
+  double lr() const;
   double loss_scale() const { return scaler_.scale(); }
   optim::Optimizer& optimizer() { return zero_ ? zero_->optimizer() : *optimizer_; }
   int rank() const { return group_->rank(); }
@@ -175,7 +204,12 @@ class Engine {
  private:
   void sync_master_to_model();
   std::vector<Tensor> master_params();
-  void setup_parallel();
+  void setup_parallel(std::vector<optim::ParamGroup> groups, const optim::OptimizerFactory& make);
+  // The optimizer's groups by parameter name (params empty): the client object's, the
+  // client's model_parameters, or the default decay split.
+  std::vector<optim::ParamGroup> resolve_groups(const InitializeOptions& options);
+  // Stage 0: the optimizer over the model's parameters (or their float32 masters).
+  void build_optimizer(InitializeOptions& options, std::vector<optim::ParamGroup> groups);
   StepStats apply_step(StepStats st);
   // This rank's part of a checkpoint, written into the temporary directory `tmp`.
   void write_checkpoint_files(const std::filesystem::path& tmp, const nlohmann::json& client_state,
@@ -221,13 +255,19 @@ class Engine {
 // `latest` (missing, empty, naming a missing tag).
 std::string checkpoint_tag_dir(const std::string& dir, const std::string& tag = "");
 
-// Builds the optimizer and schedule the config names (DeepSpeed's deepspeed.initialize).
+// DeepSpeed's deepspeed.initialize: the engine with the client's optimizer and schedule, or
+// the ones the config names.
+std::unique_ptr<Engine> initialize(nn::Module& model, const io::TrainConfig& config,
+                                   InitializeOptions options);
 std::unique_ptr<Engine> initialize(nn::Module& model, const io::TrainConfig& config,
                                    std::shared_ptr<parallel::ProcessGroup> group = nullptr);
 // The optimizer the config names, over the given groups.
 std::unique_ptr<optim::Optimizer> make_optimizer(const io::TrainConfig& config,
                                                  std::vector<optim::ParamGroup> groups);
 
-std::unique_ptr<optim::LRSchedule> make_schedule(const io::TrainConfig& config);
+// The schedule the config names (ConstantLR without one). optimizer_lr: the lr schedules
+// warm up to by default (the config's optimizer lr, or the client optimizer's).
+std::unique_ptr<optim::LRSchedule> make_schedule(const io::TrainConfig& config,
+                                                 std::optional<double> optimizer_lr = {});
 
 }  // namespace tessera::engine

@@ -18,6 +18,7 @@ struct TrainConfig {
   int64_t gradient_accumulation_steps = 0;
 
   struct Optimizer {
+    bool present = false;        // the config has an "optimizer" section
     std::string type = "AdamW";  // Adam, AdamW, SGD, Lamb
     double lr = 1e-3;
     double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;

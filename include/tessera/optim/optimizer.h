@@ -4,6 +4,7 @@
 #pragma once
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -20,6 +21,15 @@ struct ParamGroup {
   double weight_decay = 0.0;
 };
 
+// A parameter group as a user names it (DeepSpeed's model_parameters list of dicts): the
+// model's parameter names (named_parameters'), with its own lr / weight decay or, unset, the
+// optimizer's.
+struct ParamGroupSpec {
+  std::vector<std::string> names;
+  std::optional<double> lr;
+  std::optional<double> weight_decay;
+};
+
 // Splits named parameters into a decayed group (matrices and embeddings) and an undecayed one
 // (biases and norm weights: every parameter with fewer than 2 dims), as GPT-2/BERT recipes and
 // Hugging Face's Trainer do; decay_1d puts every parameter in the decayed group (DeepSpeed's
@@ -28,12 +38,21 @@ std::vector<ParamGroup> default_param_groups(
     const std::vector<std::pair<std::string, Tensor*>>& named, double lr, double weight_decay,
     bool decay_1d = false);
 
+class Optimizer;
+// Builds an optimizer over the groups it is handed (DeepSpeed's callable client optimizer):
+// the engine hands it the tensors it updates (float32 masters, ZeRO partitions).
+using OptimizerFactory = std::function<std::unique_ptr<Optimizer>(std::vector<ParamGroup>)>;
+
 class Optimizer {
  public:
   explicit Optimizer(std::vector<ParamGroup> groups);
   virtual ~Optimizer() = default;
   virtual void step() = 0;
   virtual std::string name() const = 0;
+  // The same optimizer (type and hyper-parameters), fresh, over other groups: how the engine
+  // moves a client optimizer onto float32 master weights or ZeRO partitions. An optimizer
+  // of the user's own overrides it to be usable there.
+  virtual std::unique_ptr<Optimizer> rebuild(std::vector<ParamGroup> groups) const;
   void zero_grad();
   std::vector<ParamGroup>& groups() { return groups_; }
   const std::vector<ParamGroup>& groups() const { return groups_; }
@@ -81,6 +100,9 @@ class Adam : public Optimizer {
  public:
   Adam(std::vector<ParamGroup> groups, AdamOptions options = {});
   void step() override;
+  std::unique_ptr<Optimizer> rebuild(std::vector<ParamGroup> groups) const override {
+    return std::make_unique<Adam>(std::move(groups), options_);
+  }
   bool set_betas(double beta1, double beta2) override;
   std::optional<std::pair<double, double>> betas() const override {
     return std::make_pair(options_.beta1, options_.beta2);
@@ -99,6 +121,9 @@ class SGD : public Optimizer {
  public:
   SGD(std::vector<ParamGroup> groups, SGDOptions options = {});
   void step() override;
+  std::unique_ptr<Optimizer> rebuild(std::vector<ParamGroup> groups) const override {
+    return std::make_unique<SGD>(std::move(groups), options_);
+  }
   std::string name() const override { return "SGD"; }
 
  private:
@@ -114,6 +139,9 @@ class Lamb : public Optimizer {
  public:
   Lamb(std::vector<ParamGroup> groups, LambOptions options = {});
   void step() override;
+  std::unique_ptr<Optimizer> rebuild(std::vector<ParamGroup> groups) const override {
+    return std::make_unique<Lamb>(std::move(groups), options_);
+  }
   bool set_betas(double beta1, double beta2) override;
   std::optional<std::pair<double, double>> betas() const override {
     return std::make_pair(options_.beta1, options_.beta2);

@@ -39,7 +39,6 @@ struct ZeroOptions {
   int64_t prefetch_bucket_size = 50000000;  // elements gathered ahead of use; 0: none
   bool offload_optimizer = false;           // masters and optimizer state on the host (GPU models)
   bool pin_memory = false;  // offloaded GPU models: stage host<->GPU transfers in pinned memory
-  bool weight_decay_1d = false;               // decay vectors (biases, norm weights) too
   int64_t allgather_bucket_size = 500000000;  // elements gathered per all-gather (DeepSpeed's)
 };
 
@@ -66,16 +65,18 @@ struct MemoryStats {
 int64_t zero_buffer_bytes(const ShardLayout& layout, const ZeroOptions& options, DType model_dtype,
                           DType comm_dtype);
 
-using OptimizerFactory =
-    std::function<std::unique_ptr<optim::Optimizer>(std::vector<optim::ParamGroup>)>;
+using OptimizerFactory = optim::OptimizerFactory;
 
 class ZeroOptimizer {
  public:
   // Partitions `model`'s parameters over `group` and casts the model to
   // options.compute_dtype. The float32 masters start from the model's values before the
   // cast, which must be identical on every rank (the engine broadcasts rank 0's first).
+  // `groups` name the parameters of each optimizer group (params empty): the optimizer made by
+  // make_optimizer updates this rank's master shards of them, with each group's lr and weight
+  // decay; a parameter in no group is not updated.
   ZeroOptimizer(nn::Module& model, std::shared_ptr<ProcessGroup> group, ZeroOptions options,
-                const OptimizerFactory& make_optimizer, double lr, double weight_decay);
+                const OptimizerFactory& make_optimizer, std::vector<optim::ParamGroup> groups);
   ~ZeroOptimizer();
 
   void begin_backward(bool reduce) { buckets_->begin_backward(reduce); }
