@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <iostream>
 
+#include "tessera/autograd/function.h"
 #include "tessera/grad_mode.h"
 #include "tessera/ops.h"
 #include "tessera/rng.h"
@@ -333,30 +334,99 @@ bool Engine::is_gradient_accumulation_boundary() const {
   return (micro_steps_ + 1) % config_.gradient_accumulation_steps == 0;
 }
 
-Tensor Engine::backward(const Tensor& loss, const BackwardOptions& options) {
-  TS_CHECK(loss.numel() == 1, "engine.backward: expected a scalar loss, got ", loss.describe());
-  TS_CHECK(loss.requires_grad(), "engine.backward: the loss ", loss.describe(),
-           " does not require grad (computed under NoGradGuard, or from no parameter?)");
-  const double gas =
-      options.scale_wrt_gas ? static_cast<double>(config_.gradient_accumulation_steps) : 1.0;
-  const double factor = scaler_.scale() / gas;
-  const bool boundary = is_gradient_accumulation_boundary();
+void Engine::count_backward(const char* what) {
   // A loop written as "gas backwards, then one step()" would accumulate twice the window.
   if (backwards_since_step_++ == 1 && !boundary_override_ && !warned_backward_twice_ &&
       rank() == 0) {
     warned_backward_twice_ = true;
-    std::cerr << "warning: engine.backward: a second backward before step() (micro-step "
+    std::cerr << "warning: " << what << ": a second backward before step() (micro-step "
               << micro_steps_ << "): its gradients add to the same micro-batch. As in "
               << "DeepSpeed, call step() after every micro-batch's backward (it updates at the "
               << "accumulation boundary), or use set_gradient_accumulation_boundary\n";
   }
+}
+
+void Engine::begin_reduction(bool allreduce) {
+  const bool boundary = is_gradient_accumulation_boundary() && allreduce;
   if (zero_) zero_->begin_backward(boundary || zero_->stage() >= 2);
   if (dp_buckets_) dp_buckets_->begin_backward(boundary);
-  (factor == 1.0 ? loss : loss * factor).backward(Tensor(), options.retain_graph);
+}
+
+void Engine::end_reduction() {
   if (zero_) zero_->end_backward();
   if (dp_buckets_) dp_buckets_->end_backward();
+}
+
+Tensor Engine::backward(const Tensor& loss, const BackwardOptions& options) {
+  TS_CHECK(loss.numel() == 1, "engine.backward: expected a scalar loss, got ", loss.describe());
+  TS_CHECK(loss.requires_grad(), "engine.backward: the loss ", loss.describe(),
+           " does not require grad (computed under NoGradGuard, or from no parameter?)");
+  TS_CHECK(options.allreduce_gradients || zero_stage() < 2,
+           "engine.backward: allreduce_gradients = false cannot be used with ZeRO stage ",
+           zero_stage(), ", whose gradient partitions are reduced during backward");
+  finish_direct_backward();
+  const double gas =
+      options.scale_wrt_gas ? static_cast<double>(config_.gradient_accumulation_steps) : 1.0;
+  const double factor = scaler_.scale() / gas;
+  count_backward("engine.backward");
+  begin_reduction(options.allreduce_gradients);
+  in_engine_backward_ = true;
+  try {
+    (factor == 1.0 ? loss : loss * factor).backward(Tensor(), options.retain_graph);
+  } catch (...) {
+    in_engine_backward_ = false;
+    throw;
+  }
+  in_engine_backward_ = false;
+  end_reduction();
   NoGradGuard no_grad;
   return gas == 1.0 ? loss.detach() : loss.detach() / gas;
+}
+
+Tensor Engine::scale(const Tensor& loss) {
+  TS_CHECK(loss.numel() == 1 && loss.requires_grad(),
+           "engine.scale: expected a scalar loss that requires grad, got ", loss.describe());
+  scale_expected_ = true;
+  // The accumulation division goes in with the loss scale, as engine.backward applies them
+  // (one factor: a float16 loss times 2^16 alone would overflow).
+  const double factor = scaler_.scale() / static_cast<double>(config_.gradient_accumulation_steps);
+  return factor == 1.0 ? loss : loss * factor;
+}
+
+Tensor Engine::track_direct_backward(const Tensor& loss) {
+  std::weak_ptr<Engine*> self = self_;
+  return autograd::CustomFunction::apply(
+      {loss}, [](autograd::FunctionContext&, const std::vector<Tensor>& in) { return in; },
+      [self](autograd::FunctionContext&, const std::vector<Tensor>& grad) {
+        const auto engine = self.lock();
+        TS_CHECK(engine, "loss.backward(): the engine whose forward made this loss is gone");
+        Engine& e = **engine;
+        // engine.backward and scale() have applied the factor already.
+        if (e.in_engine_backward_) return grad;
+        const bool scaled = e.begin_direct_backward();
+        const double gas = static_cast<double>(e.config_.gradient_accumulation_steps);
+        return scaled || gas == 1.0 ? grad : std::vector<Tensor>{grad[0] / gas};
+      },
+      "engine_loss")[0];
+}
+
+bool Engine::begin_direct_backward() {
+  TS_CHECK(!config_.fp16.enabled || scale_expected_,
+           "loss.backward(): fp16 training needs the loss scaled: call "
+           "engine.scale(loss).backward(), or engine.backward(loss)");
+  const bool scaled = scale_expected_;
+  scale_expected_ = false;
+  finish_direct_backward();
+  count_backward("loss.backward()");
+  begin_reduction(true);
+  direct_backward_pending_ = true;
+  return scaled;
+}
+
+void Engine::finish_direct_backward() {
+  if (!direct_backward_pending_) return;
+  direct_backward_pending_ = false;
+  end_reduction();
 }
 
 void Engine::zero_grad() {
@@ -395,6 +465,8 @@ void Engine::sync_master_to_model() {
 }
 
 StepStats Engine::step(const LrKwargs& lr_kwargs) {
+  finish_direct_backward();
+  scale_expected_ = false;
   StepStats st;
   st.lr = lr();
   st.loss_scale = scaler_.scale();

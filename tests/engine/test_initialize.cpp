@@ -252,3 +252,47 @@ TEST_CASE("engine.forward runs any nn::LossModel and names the batch type it can
                        doctest::Contains("does not implement nn::LossModel<"), Error);
   CHECK_THROWS_WITH_AS(e->forward(Other{rows.x}), doctest::Contains("Other>"), Error);
 }
+
+TEST_CASE("a direct loss.backward() (with scale() under fp16) gives engine.backward's results") {
+  const std::string base = R"({"train_batch_size": 16, "train_micro_batch_size_per_gpu": 8,
+    "optimizer": {"type": "Adam", "params": {"lr": 0.01}}, "gradient_clipping": 0.5,)";
+  for (const std::string precision : {"\"fp32\": {}", "\"fp16\": {\"enabled\": true}"}) {
+    for (int stage : {0, 1, 2, 3}) {
+      CAPTURE(precision);
+      CAPTURE(stage);
+      const io::TrainConfig cfg = config(base + precision + R"(, "zero_optimization": {"stage": )" +
+                                         std::to_string(stage) + "}}");
+      // 0: engine.backward, 1: scale(loss).backward(), 2: loss.backward()
+      auto run = [&](int direct) {
+        manual_seed(11);
+        Regressor m;
+        auto e = engine::initialize(m, cfg, local());
+        std::vector<double> losses;
+        for (uint64_t k = 0; k < 6; ++k) {  // 3 optimizer steps of 2 micro-batches
+          const Tensor loss = e->forward(test::make_rows(8, 30 + k));
+          losses.push_back(loss.item());
+          if (direct == 1)
+            e->scale(loss).backward();
+          else if (direct == 2)
+            loss.backward();
+          else
+            e->backward(loss);
+          e->step();
+        }
+        e.reset();
+        std::vector<double> w = weights(m);
+        w.insert(w.end(), losses.begin(), losses.end());
+        return w;
+      };
+      const std::vector<double> engine_backward = run(0);
+      CHECK(run(1) == engine_backward);
+      if (precision[3] == '3') CHECK(run(2) == engine_backward);  // fp32
+    }
+  }
+  manual_seed(12);
+  Regressor m;
+  auto e = engine::initialize(
+      m, config(R"({"train_micro_batch_size_per_gpu": 8, "fp16": {"enabled": true}})"), local());
+  CHECK_THROWS_WITH_AS(e->forward(test::make_rows(8, 1)).backward(),
+                       doctest::Contains("call engine.scale(loss).backward()"), Error);
+}

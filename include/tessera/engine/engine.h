@@ -43,6 +43,9 @@ struct StepStats {
 struct BackwardOptions {
   bool retain_graph = false;  // keep the graph for another backward through it
   bool scale_wrt_gas = true;  // divide the loss by gradient_accumulation_steps
+  // false: this backward does not reduce gradients across ranks, even at the boundary
+  // (DeepSpeed's older keyword, today's no_sync); not with ZeRO stage 2/3.
+  bool allreduce_gradients = true;
 };
 
 // What load_checkpoint restores (DeepSpeed's keyword arguments, same defaults).
@@ -103,6 +106,8 @@ class Engine {
   Engine(nn::Module& model, io::TrainConfig config,
          std::shared_ptr<parallel::ProcessGroup> group = nullptr);
   ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
 
   // DeepSpeed's engine(batch): the model's loss on the batch. The model implements
   // nn::LossModel<Batch> for the batch type it is given (the built-in models take
@@ -131,13 +136,20 @@ class Engine {
     }
     if constexpr (nn::CountedBatch<Batch> && !nn::WeightedBatch<Batch>)
       if (weight != 0.0) loss = scaled(loss, weight * static_cast<double>(terms));
-    return loss;
+    return loss.requires_grad() ? track_direct_backward(loss) : loss;
   }
   // DeepSpeed's backward(loss, retain_graph=False, scale_wrt_gas=True): loss /
   // gradient_accumulation_steps (when scale_wrt_gas) times the fp16 loss scale, then
   // backward; gradients are reduced across ranks when the micro-batch is a boundary (ZeRO-2/3:
   // every micro-batch). Returns the loss divided by the accumulation steps, as DeepSpeed.
   Tensor backward(const Tensor& loss, const BackwardOptions& options = {});
+  // DeepSpeed's scale(loss) for a direct backward. A loss from forward() may be differentiated
+  // directly, with engine.backward's results:
+  //   engine->scale(engine->forward(batch)).backward();  engine->step();
+  // scale() multiplies by the fp16 loss scale / gradient_accumulation_steps (without scale(),
+  // the division by the accumulation steps happens as the gradient enters forward's loss); the
+  // reduction across ranks finishes in step(). fp16 requires scale() (an error says so).
+  Tensor scale(const Tensor& loss);
   // Called after every micro-batch's backward, as in DeepSpeed. At the boundary: unscale,
   // overflow check, clip, optimizer step, scheduler step, zero grads.
   StepStats step(const LrKwargs& lr_kwargs = {});
@@ -223,6 +235,16 @@ class Engine {
   Device device();
   static Tensor scaled(const Tensor& loss, double factor);
   [[noreturn]] void fail_not_loss_model(const std::type_info& batch) const;
+  // forward()'s loss passes through a node that, when a direct loss.backward() reaches it,
+  // divides by the accumulation steps and starts the reduction (finished by step()).
+  Tensor track_direct_backward(const Tensor& loss);
+  // Returns whether scale() has applied the factor to this loss.
+  bool begin_direct_backward();
+  void finish_direct_backward();
+  void begin_reduction(bool allreduce);
+  void end_reduction();
+  // Counts backwards since step() and warns once at the second.
+  void count_backward(const char* what);
   // Steps, schedule position (when `schedule`), loss scaler and RNG from engine.json.
   void restore_engine_state(const nlohmann::json& state, bool schedule);
   // The tag directory's weights (into the masters and the model) and, when `load_optimizer`,
@@ -249,6 +271,11 @@ class Engine {
   int64_t backwards_since_step_ = 0;
   bool warned_backward_twice_ = false;
   std::optional<double> global_grad_norm_;
+  bool in_engine_backward_ = false;
+  bool direct_backward_pending_ = false;
+  bool scale_expected_ = false;  // scale() came before a direct backward
+  // Lets a loss's graph find out that its engine has been destroyed.
+  std::shared_ptr<Engine*> self_ = std::make_shared<Engine*>(this);
 };
 
 // DIR/TAG, or with no tag DIR/<the tag DIR/latest names>; errors say what is wrong with
