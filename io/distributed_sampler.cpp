@@ -18,6 +18,16 @@ DistributedSampler::DistributedSampler(int64_t dataset_size, SamplerOptions opti
 }
 
 std::vector<int64_t> DistributedSampler::indices(int64_t epoch) const {
+  const std::vector<int64_t> all = order(epoch);
+  std::vector<int64_t> mine;
+  mine.reserve(static_cast<size_t>(num_samples_));
+  for (size_t i = static_cast<size_t>(options_.rank); i < all.size();
+       i += static_cast<size_t>(options_.num_replicas))
+    mine.push_back(all[i]);
+  return mine;
+}
+
+std::vector<int64_t> DistributedSampler::order(int64_t epoch) const {
   TS_CHECK(epoch >= 0, "DistributedSampler: epoch ", epoch, " < 0");
   std::vector<int64_t> order(static_cast<size_t>(size_));
   std::iota(order.begin(), order.end(), int64_t{0});
@@ -37,11 +47,7 @@ std::vector<int64_t> DistributedSampler::indices(int64_t epoch) const {
     // Pad by repeating the order from its start (as often as needed), as torch does.
     for (int64_t i = size_; i < total; ++i) order.push_back(order[static_cast<size_t>(i % size_)]);
   }
-  std::vector<int64_t> mine;
-  mine.reserve(static_cast<size_t>(num_samples_));
-  for (int64_t i = options_.rank; i < static_cast<int64_t>(order.size()); i += r)
-    mine.push_back(order[static_cast<size_t>(i)]);
-  return mine;
+  return order;
 }
 
 }  // namespace tessera::io

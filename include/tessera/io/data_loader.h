@@ -5,11 +5,16 @@
 //   while (auto batch = loader.next()) ...;   // one epoch; the next call starts the next one
 //   io::RepeatingLoader<Pair, Rows> forever(std::move(loader));  // DeepSpeed's RepeatingLoader
 //
-// Each rank reads its DistributedSampler share of the epoch, batch_size items per batch,
-// collated into one Batch; drop_last drops both the indices that do not split evenly over
-// ranks and a last incomplete batch. The position (epoch, batch) is saved and restored with
-// state() / set_state(), so a run resumes mid-epoch on the batch it would have read next.
+// The epoch's order is DistributedSampler's (shuffled with seed + epoch, cut or padded to a
+// multiple of the ranks); each global batch (batch_size * world_size items of it) is split
+// into contiguous per-rank slices, so N ranks together read, row for row, the batches one
+// process with an N times larger batch reads (and dropout masks match, see rng.h); batches per
+// rank and epoch are torch's len(DataLoader). drop_last drops both the indices that do not
+// split evenly over ranks and a last incomplete batch. The position (epoch, batch) is saved and
+// restored with state() / set_state(), so a run resumes mid-epoch on the batch it would have read
+// next.
 #pragma once
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -69,12 +74,18 @@ class DataLoader {
       order_.reset();
       return std::nullopt;
     }
-    if (!order_) order_ = sampler_.indices(epoch_);
-    const int64_t b = options_.batch_size, first = batch_ * b;
-    const int64_t last = std::min<int64_t>(first + b, static_cast<int64_t>(order_->size()));
+    if (!order_) order_ = sampler_.order(epoch_);
+    // Global batch `batch_`: a full one gives each rank batch_size items; the last, shorter
+    // one (no drop_last) an equal share of what is left (a multiple of the ranks).
+    const int64_t world = options_.world_size, b = options_.batch_size;
+    const int64_t start = batch_ * b * world;
+    const int64_t left = static_cast<int64_t>(order_->size()) - start;
+    const int64_t share = std::min(b, left / world);
+    const int64_t first = start + options_.rank * share;
     std::vector<Item> items;
-    items.reserve(static_cast<size_t>(last - first));
-    for (int64_t i = first; i < last; ++i) items.push_back(dataset_->get((*order_)[i]));
+    items.reserve(static_cast<size_t>(share));
+    for (int64_t i = first; i < first + share; ++i)
+      items.push_back(dataset_->get((*order_)[static_cast<size_t>(i)]));
     ++batch_;
     if constexpr (std::is_same_v<Batch, std::vector<Item>>)
       if (!collate_) return items;

@@ -1,0 +1,309 @@
+#include "tessera/engine/trainer.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+
+#include "tessera/engine/csv_monitor.h"
+
+namespace tessera::engine {
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+std::string fmt_duration(double secs) {
+  const int64_t s = std::isfinite(secs) ? static_cast<int64_t>(secs) : 0;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%ld:%02ld", static_cast<long>(s / 60), static_cast<long>(s % 60));
+  return buf;
+}
+
+// The first SIGINT/SIGTERM asks the loop to stop after the current step; a second one ends
+// the process at once with the default action.
+std::atomic<int> g_stop_signal{0};
+
+extern "C" void on_stop_signal(int sig) {
+  if (g_stop_signal.exchange(sig) != 0) {
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+  }
+}
+
+// Installs the handlers for the duration of fit() and puts the previous ones back.
+class StopSignals {
+ public:
+  explicit StopSignals(bool on) : on_(on) {
+    if (!on_) return;
+    g_stop_signal = 0;
+    struct sigaction sa = {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int_);
+    sigaction(SIGTERM, &sa, &old_term_);
+  }
+  ~StopSignals() {
+    if (!on_) return;
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+ private:
+  bool on_;
+  struct sigaction old_int_ = {}, old_term_ = {};
+};
+
+}  // namespace
+
+TrainerOptions TrainerOptions::from_config(const io::TrainConfig& c) {
+  TrainerOptions o;
+  o.steps = c.train.steps;
+  o.eval_interval = c.train.eval_interval;
+  o.eval_iters = c.train.eval_iters;
+  o.checkpoint_dir = c.train.checkpoint_dir;
+  o.checkpoint_interval = c.train.checkpoint_interval;
+  o.keep_last = c.train.keep_last;
+  o.steps_per_print = c.steps_per_print;
+  o.wall_clock_breakdown = c.wall_clock_breakdown;
+  o.csv_monitor = c.csv_monitor;
+  return o;
+}
+
+TrainLoop::TrainLoop(Engine& engine, TrainerOptions options)
+    : engine_(engine), options_(std::move(options)) {
+  TS_CHECK(options_.steps >= 0, "trainer: steps ", options_.steps, " < 0");
+  TS_CHECK(options_.eval_iters >= 1, "trainer: eval_iters ", options_.eval_iters, " < 1");
+  TS_CHECK(options_.steps_per_print >= 1, "trainer: steps_per_print ", options_.steps_per_print,
+           " < 1");
+  TS_CHECK(options_.checkpoint_interval <= 0 || !options_.checkpoint_dir.empty(),
+           "trainer: checkpoint_interval ", options_.checkpoint_interval,
+           " needs a checkpoint_dir (train.checkpoint_dir)");
+  tty_ = engine_.rank() == 0 && ::isatty(STDERR_FILENO);
+}
+
+double TrainLoop::train_step(StepStats& stats) {
+  const int64_t gas = engine_.config().gradient_accumulation_steps;
+  double loss_sum = 0;
+  for (int64_t m = 0; m < gas; ++m) {
+    auto t0 = Clock::now();
+    const Tensor loss = forward_next();
+    const double value = loss.item();
+    ms_forward_ += ms_since(t0);
+    TS_CHECK(std::isfinite(value) || engine_.config().fp16.enabled, "trainer: the loss is ", value,
+             " at step ", engine_.global_steps(), "; lower the learning rate or check the data");
+    loss_sum += value;
+    t0 = Clock::now();
+    engine_.backward(loss);
+    ms_backward_ += ms_since(t0);
+    // After every micro-batch (DeepSpeed's contract); it updates at the window's last.
+    t0 = Clock::now();
+    stats = engine_.step();
+    ms_step_ += ms_since(t0);
+  }
+  const double mean = loss_sum / static_cast<double>(gas);
+  return engine_.group().all_reduce_scalar(mean, parallel::ReduceOp::Avg);
+}
+
+void TrainLoop::print_progress(int64_t step, double loss, const StepStats& stats, double rate,
+                               double eta_s) {
+  const bool tokens = options_.tokens_per_sample > 0;
+  char line[220];
+  std::snprintf(line, sizeof line, "step %ld/%ld | loss %.4f | lr %.3e | %.0f %s | ETA %s%s",
+                static_cast<long>(step), static_cast<long>(options_.steps), loss, stats.lr, rate,
+                tokens ? "tok/s" : "samples/s", fmt_duration(eta_s).c_str(),
+                stats.overflow ? " | overflow: step skipped" : "");
+  std::cerr << (tty_ ? "\r" : "") << line << (tty_ ? "\033[K" : "\n") << std::flush;
+}
+
+double TrainLoop::evaluate() {
+  const bool was_training = engine_.module().is_training();
+  engine_.eval();
+  std::vector<double> losses;
+  try {
+    losses = eval_losses(options_.eval_iters);
+  } catch (...) {
+    engine_.train(was_training);
+    throw;
+  }
+  engine_.train(was_training);
+  if (losses.empty()) return std::numeric_limits<double>::quiet_NaN();
+  double total = 0;
+  for (double l : losses) total += l;
+  total /= static_cast<double>(losses.size());
+  return engine_.group().all_reduce_scalar(total, parallel::ReduceOp::Avg);
+}
+
+TrainResult TrainLoop::fit() {
+  StopSignals signals(options_.handle_signals);
+  io::TrainConfig::CsvMonitor csv_config = options_.csv_monitor;
+  csv_config.enabled &= engine_.rank() == 0;
+  CsvMonitor csv(csv_config);
+  TrainResult r;
+  const int64_t start = engine_.global_steps();
+  last_saved_.clear();
+  while (engine_.global_steps() < options_.steps) {
+    const auto t0 = Clock::now();
+    StepStats st;
+    r.train_loss = train_step(st);
+    r.seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+    r.step = engine_.global_steps();
+    r.steps_run = r.step - start;
+    report_step(r, st, csv);
+    if ((r.stop_signal = agreed_stop_signal()) != 0) break;
+    if (options_.eval_interval > 0 && r.step % options_.eval_interval == 0 &&
+        r.step < options_.steps) {
+      r.val_loss = evaluate();
+      csv.write("Eval/val_loss", r.step, r.val_loss);
+      if (engine_.rank() == 0 && std::isfinite(r.val_loss))
+        std::cerr << (tty_ ? "\n" : "") << "step " << r.step << ": val loss " << r.val_loss << "\n";
+    }
+    if (options_.checkpoint_interval > 0 && r.step % options_.checkpoint_interval == 0)
+      save_once(options_.checkpoint_dir);
+  }
+  if (tty_) std::cerr << "\n";
+  r.comms = engine_.group().logger().totals();  // the training steps' alone
+  r.step = engine_.global_steps();
+  r.steps_run = r.step - start;
+  const double samples = static_cast<double>(r.steps_run * engine_.config().train_batch_size);
+  r.samples_per_s = r.seconds > 0 ? samples / r.seconds : 0.0;
+  r.tokens_per_s = r.samples_per_s * static_cast<double>(options_.tokens_per_sample);
+  finish(r, csv);
+  return r;
+}
+
+void TrainLoop::report_step(const TrainResult& r, const StepStats& st, CsvMonitor& csv) {
+  csv.write("Train/Samples/train_loss", r.step, r.train_loss);
+  csv.write("Train/Samples/lr", r.step, st.lr);
+  if (engine_.config().fp16.enabled) csv.write("Train/Samples/loss_scale", r.step, st.loss_scale);
+  if (engine_.rank() != 0) return;
+  const double samples_s = static_cast<double>(r.steps_run * engine_.config().train_batch_size) /
+                           std::max(r.seconds, 1e-9);
+  const double rate = options_.tokens_per_sample > 0
+                          ? samples_s * static_cast<double>(options_.tokens_per_sample)
+                          : samples_s;
+  const double eta =
+      static_cast<double>(options_.steps - r.step) * r.seconds / static_cast<double>(r.steps_run);
+  if (tty_ || r.step % options_.steps_per_print == 0 || r.step == options_.steps)
+    print_progress(r.step, r.train_loss, st, rate, eta);
+  if (options_.wall_clock_breakdown && r.step % options_.steps_per_print == 0) {
+    const double n = static_cast<double>(options_.steps_per_print);
+    char line[160];
+    std::snprintf(line, sizeof line, "time (ms/step) | forward: %.2f | backward: %.2f | step: %.2f",
+                  ms_forward_ / n, ms_backward_ / n, ms_step_ / n);
+    std::cerr << (tty_ ? "\n" : "") << line << "\n";
+    ms_forward_ = ms_backward_ = ms_step_ = 0;
+  }
+}
+
+int TrainLoop::agreed_stop_signal() {
+  // Every rank stops at the same step: the signal may reach them at different times.
+  int sig = g_stop_signal.load();
+  if (engine_.world_size() > 1)
+    sig = static_cast<int>(engine_.group().all_reduce_scalar(sig, parallel::ReduceOp::Max));
+  if (sig != 0 && engine_.rank() == 0)
+    std::cerr << (tty_ ? "\n" : "") << "stopping at step " << engine_.global_steps() << " ("
+              << (sig == SIGINT    ? "SIGINT"
+                  : sig == SIGTERM ? "SIGTERM"
+                                   : "a signal")
+              << ")\n";
+  return sig;
+}
+
+void TrainLoop::finish(TrainResult& r, CsvMonitor& csv) {
+  const bool lead = engine_.rank() == 0;
+  if (r.stop_signal != 0) {
+    // The last completed step, where a resumed run continues.
+    const std::string& dir =
+        options_.checkpoint_dir.empty() ? options_.save_dir : options_.checkpoint_dir;
+    if (dir.empty() && lead)
+      std::cerr << "warning: no checkpoint_dir or save directory: the stopped run is not saved\n";
+    save_once(dir);
+    save_once(options_.save_dir);
+    return;
+  }
+  r.val_loss = evaluate();
+  csv.write("Eval/val_loss", r.step, r.val_loss);
+  if (lead) {
+    const bool tokens = options_.tokens_per_sample > 0;
+    std::cerr << "step " << r.step << ":";
+    if (std::isfinite(r.val_loss)) std::cerr << " val loss " << r.val_loss;
+    std::cerr << " (" << r.steps_run << " steps in " << fmt_duration(r.seconds) << ", "
+              << static_cast<int64_t>(tokens ? r.tokens_per_s : r.samples_per_s)
+              << (tokens ? " tokens/s)\n" : " samples/s)\n");
+  }
+  save_once(options_.save_dir);
+  if (sample && (lead || engine_.zero_stage() == 3)) {
+    const std::string text = sample();
+    if (lead) std::cout << "---- sample ----\n" << text << "\n----------------\n" << std::flush;
+  }
+}
+
+void TrainLoop::save_once(const std::string& dir) {
+  if (dir.empty()) return;
+  const std::string key =
+      fs::path(dir).lexically_normal().string() + "\n" + std::to_string(engine_.global_steps());
+  if (key == last_saved_) return;  // (the interval may have just written this step there)
+  if (tty_) std::cerr << "\n";
+  save(dir);
+  last_saved_ = key;
+}
+
+void TrainLoop::save(const std::string& dir) {
+  const std::string tag = "step" + std::to_string(engine_.global_steps());
+  nlohmann::json state{{"data", data_state()}};
+  if (client_state) state["user"] = client_state();
+  engine_.save_checkpoint(dir, tag, state, /*save_latest=*/true,
+                          extra_files ? extra_files() : std::map<std::string, std::string>{});
+  if (engine_.rank() != 0) return;
+  std::cerr << "checkpoint: " << (fs::path(dir) / tag).string() << "\n";
+  if (options_.keep_last > 0 && fs::path(dir) == fs::path(options_.checkpoint_dir))
+    remove_old_checkpoints(dir, tag);
+}
+
+nlohmann::json TrainLoop::resume(const std::string& dir, const std::string& tag) {
+  const LoadedCheckpoint loaded = engine_.load_checkpoint(dir, tag);
+  const nlohmann::json& cs = loaded.client_state;
+  TS_CHECK(cs.is_object() && cs.contains("data"), "trainer: resume: the checkpoint '", loaded.path,
+           "' holds no data position (client_state.data); it was not saved by a Trainer");
+  set_data_state(cs["data"]);
+  if (engine_.rank() == 0) std::cerr << "resumed at step " << engine_.global_steps() << "\n";
+  return cs.contains("user") ? cs["user"] : nlohmann::json();
+}
+
+// keep_last: the newest step<N> checkpoints stay, never the one just written.
+void TrainLoop::remove_old_checkpoints(const std::string& dir, const std::string& newest) const {
+  std::vector<std::pair<int64_t, fs::path>> steps;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (!e.is_directory() || name.rfind("step", 0) != 0 || name == newest) continue;
+    const std::string digits = name.substr(4);
+    if (digits.empty() || digits.size() > 15 ||
+        digits.find_first_not_of("0123456789") != std::string::npos)
+      continue;
+    steps.emplace_back(std::stoll(digits), e.path());
+  }
+  std::sort(steps.rbegin(), steps.rend());
+  for (size_t i = static_cast<size_t>(options_.keep_last) - 1; i < steps.size(); ++i) {
+    std::error_code ec;
+    fs::remove_all(steps[i].second, ec);
+    if (ec)
+      std::cerr << "warning: keep_last: cannot remove '" << steps[i].second.string()
+                << "': " << ec.message() << "\n";
+  }
+}
+
+}  // namespace tessera::engine

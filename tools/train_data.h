@@ -1,0 +1,33 @@
+// `tessera train`'s data and extras for the built-in models: the corpus's training and
+// validation batches as Trainer sources, the tokenizer files saved with checkpoints, and the
+// text sample printed at the end.
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+
+#include "tessera/io/batch_source.h"
+#include "tessera/io/token_data.h"
+#include "tessera/io/train_config.h"
+#include "tessera/models/pretrained.h"
+
+namespace tessera::cli {
+
+// GPT: the corpus's non-overlapping windows through a shuffled DataLoader (seed train.seed + 1,
+// this rank's slice of every global batch, drop_last). BERT: its masking sampler's stream.
+std::unique_ptr<io::BatchSource<models::Batch>> train_batches(const io::TrainConfig& cfg,
+                                                              const io::TokenizedCorpus& corpus,
+                                                              int rank, int world);
+// The validation split, read the same way from a fixed seed: every evaluation sees the same
+// batches, at any rank count.
+std::unique_ptr<io::BatchSource<models::Batch>> val_batches(const io::TrainConfig& cfg,
+                                                            const io::TokenizedCorpus& corpus,
+                                                            int rank, int world);
+// The tokenizer, saved with every checkpoint so `tessera export` can write it for HF.
+std::map<std::string, std::string> tokenizer_files(const io::TrainConfig& cfg,
+                                                   const io::TokenizedCorpus& corpus);
+// train.sample_tokens of text from the GPT model, sliding the context past block_size.
+std::string sample_text(models::PretrainedModel& model, const io::TrainConfig& cfg,
+                        const io::TokenizedCorpus& corpus);
+
+}  // namespace tessera::cli
