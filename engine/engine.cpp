@@ -218,14 +218,18 @@ void Engine::build_optimizer(InitializeOptions& options, std::vector<optim::Para
   for (auto& [n, t] : named) by_name[n] = *t;
   for (auto& g : groups)
     for (const std::string& n : g.names) g.params.push_back(by_name.at(n));
-  if (options.optimizer && master_.empty())
-    optimizer_ = std::move(options.optimizer);  // its tensors are the model's
-  else if (options.optimizer)
+  if (options.optimizer && master_.empty()) {
+    // Its tensors are the model's; their names key its state in checkpoints.
+    for (size_t g = 0; g < groups.size(); ++g)
+      options.optimizer->groups()[g].names = groups[g].names;
+    optimizer_ = std::move(options.optimizer);
+  } else if (options.optimizer) {
     optimizer_ = options.optimizer->rebuild(std::move(groups));
-  else if (options.optimizer_factory)
+  } else if (options.optimizer_factory) {
     optimizer_ = options.optimizer_factory(std::move(groups));
-  else
+  } else {
     optimizer_ = make_optimizer(config_, std::move(groups));
+  }
   TS_CHECK(optimizer_, "initialize: the client optimizer factory returned no optimizer");
   if (!master_.empty()) {
     // The fused update reads the model's 16-bit gradients and writes its 16-bit weights.

@@ -6,6 +6,7 @@
 // losses of a straight run, bit for bit.
 #include <tessera/engine/engine.h>
 #include <tessera/nn/layers.h>
+#include <tessera/nn/loss_model.h>
 #include <tessera/tessera.h>
 
 #include <cstdio>
@@ -14,11 +15,16 @@
 
 namespace ts = tessera;
 
-struct Regressor : ts::nn::Module {
+struct Points {
+  ts::Tensor x, y;  // [32, 1] each
+};
+
+// An nn::LossModel of your batch type: engine->forward(batch) runs its loss.
+struct Regressor : ts::nn::LossModel<Points> {
   ts::nn::Linear fc1{this, "fc1", 1, 64};
   ts::nn::Linear fc2{this, "fc2", 64, 1};
-  ts::Tensor loss(const ts::Tensor& x, const ts::Tensor& y) {
-    const ts::Tensor err = fc2(ts::gelu(fc1(x))) - y;
+  ts::Tensor loss(const Points& b) override {
+    const ts::Tensor err = fc2(ts::gelu(fc1(b.x))) - b.y;
     return ts::mean(err * err);
   }
 };
@@ -33,22 +39,22 @@ const char* kConfig = R"({
 
 // One micro-batch: 32 points drawn from a generator seeded by the micro-step, so a resumed
 // run sees the data a straight one does.
-ts::Tensor train_micro_step(ts::engine::Engine& engine, Regressor& model, int64_t micro) {
+ts::Tensor train_micro_step(ts::engine::Engine& engine, int64_t micro) {
   ts::Generator g(1000 + static_cast<uint64_t>(micro));
   const ts::Tensor x = ts::rand({32, 1}, ts::DType::Float32, ts::Device::cpu(), &g) * 2.0 - 1.0;
   const ts::Tensor y = ts::tanh(x * 3.0) * 0.8;
-  const ts::Tensor loss = model.loss(x, y);  // your model's forward: no engine.forward needed
-  engine.backward(loss);                     // / gradient_accumulation_steps, then backward
-  engine.step();                             // after every micro-batch; updates every 2nd
+  const ts::Tensor loss = engine.forward(Points{x, y});  // the model's loss on the batch
+  engine.backward(loss);  // / gradient_accumulation_steps, then backward
+  engine.step();          // after every micro-batch; updates every 2nd
   return loss;
 }
 
 // Trains from micro-step `from` to `to`, returning each optimizer step's mean loss.
-std::vector<double> train(ts::engine::Engine& engine, Regressor& model, int64_t from, int64_t to) {
+std::vector<double> train(ts::engine::Engine& engine, int64_t from, int64_t to) {
   std::vector<double> losses;
   double window = 0;
   for (int64_t micro = from; micro < to; ++micro) {
-    window += train_micro_step(engine, model, micro).item() / 2;
+    window += train_micro_step(engine, micro).item() / 2;
     if (micro % 2 == 1) {
       losses.push_back(window);
       window = 0;
@@ -65,13 +71,13 @@ int main() {
   ts::manual_seed(0);
   Regressor straight_model;
   auto straight = ts::engine::initialize(straight_model, config);
-  const std::vector<double> all = train(*straight, straight_model, 0, 120);
+  const std::vector<double> all = train(*straight, 0, 120);
   std::printf("straight: step 1 loss %.4f, step 60 loss %.4f\n", all.front(), all.back());
 
   ts::manual_seed(0);
   Regressor model;
   auto engine = ts::engine::initialize(model, config);
-  train(*engine, model, 0, 60);
+  train(*engine, 0, 60);
   engine->save_checkpoint(dir, "", {{"micro_step", 60}});  // tag "global_step30"
 
   ts::manual_seed(123);  // a different init: the checkpoint replaces it
@@ -81,7 +87,7 @@ int main() {
   const int64_t micro = client_state["micro_step"];
   std::printf("resumed from %s at global step %lld, lr %.5f\n", path.c_str(),
               static_cast<long long>(resumed->global_steps()), resumed->get_lr()[0]);
-  const std::vector<double> rest = train(*resumed, resumed_model, micro, 120);
+  const std::vector<double> rest = train(*resumed, micro, 120);
 
   bool exact = rest.size() == 30;
   for (size_t i = 0; exact && i < rest.size(); ++i) exact = rest[i] == all[30 + i];

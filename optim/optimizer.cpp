@@ -29,10 +29,12 @@ std::vector<ParamGroup> default_param_groups(
 }
 
 Optimizer::Optimizer(std::vector<ParamGroup> groups) : groups_(std::move(groups)) {
+  size_t unnamed = 0;  // numbered across groups: state keys must not collide
   for (auto& g : groups_) {
     if (g.names.size() != g.params.size()) {
       g.names.clear();
-      for (size_t i = 0; i < g.params.size(); ++i) g.names.push_back("param" + std::to_string(i));
+      for (size_t i = 0; i < g.params.size(); ++i)
+        g.names.push_back("param" + std::to_string(unnamed++));
     }
     for (size_t i = 0; i < g.params.size(); ++i) {
       TS_CHECK(g.params[i].is_leaf() && is_floating(g.params[i].dtype()), "optimizer: '",

@@ -5,7 +5,10 @@
 // expected weights are one SGD step computed in float64 from the closed-form gradients.
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
 
 #include "regressor.h"
 #include "tessera/engine/engine.h"
@@ -14,6 +17,7 @@
 using namespace tessera;
 using test::Regressor;
 using test::Rows;
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -295,4 +299,44 @@ TEST_CASE("a direct loss.backward() (with scale() under fp16) gives engine.backw
       m, config(R"({"train_micro_batch_size_per_gpu": 8, "fp16": {"enabled": true}})"), local());
   CHECK_THROWS_WITH_AS(e->forward(test::make_rows(8, 1)).backward(),
                        doctest::Contains("call engine.scale(loss).backward()"), Error);
+}
+
+TEST_CASE("a client optimizer object's state is saved under the parameters' names and resumes") {
+  const fs::path dir =
+      fs::temp_directory_path() / ("tessera-client-opt-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  const io::TrainConfig cfg = config(kAdamW);
+  auto make = [&](Regressor& m) {
+    // Two groups built from tensors alone (no names), as a user writes them.
+    std::vector<optim::ParamGroup> g{{{}, {m.fc.weight}, 0.1, 0.0}, {{}, {m.fc.bias}, 0.02, 0.0}};
+    return engine::initialize(
+        m, cfg, local({.optimizer = std::make_unique<optim::SGD>(g, optim::SGDOptions{0.9})}));
+  };
+  auto train = [](engine::Engine& e, uint64_t from, uint64_t to) {
+    for (uint64_t k = from; k < to; ++k) {
+      e.backward(e.forward(test::make_rows(8, 50 + k)));
+      e.step();
+    }
+  };
+  manual_seed(14);
+  Regressor straight_model;
+  auto straight = make(straight_model);
+  train(*straight, 0, 4);
+  {
+    manual_seed(14);
+    Regressor m;
+    auto e = make(m);
+    train(*e, 0, 2);
+    const auto state = e->optimizer().state_dict();
+    CHECK(state.count("fc.weight.momentum_buffer") == 1);
+    CHECK(state.count("fc.bias.momentum_buffer") == 1);
+    e->save_checkpoint(dir.string());
+  }
+  manual_seed(99);  // other weights: the checkpoint replaces them
+  Regressor m;
+  auto e = make(m);
+  e->load_checkpoint(dir.string());
+  train(*e, 2, 4);
+  CHECK(weights(m) == weights(straight_model));
+  fs::remove_all(dir);
 }
