@@ -369,6 +369,7 @@ TrainConfig TrainConfig::parse(const std::string& text, int64_t world, const std
   root.get("gradient_clipping", c.gradient_clipping);
   range(c.gradient_clipping >= 0, source, "gradient_clipping", c.gradient_clipping,
         ">= 0 (0 = off)");
+  root.get("dataloader_drop_last", c.dataloader_drop_last);
   config::parse_precision(root, c);
   if (root.has("zero_optimization")) config::parse_zero(root.sub("zero_optimization"), c);
   config::parse_communication(root, c);

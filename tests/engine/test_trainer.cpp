@@ -208,3 +208,27 @@ TEST_CASE("Trainer: errors name the option") {
                        doctest::Contains("holds no data position (client_state.data)"), Error);
   fs::remove_all(dir);
 }
+
+TEST_CASE(
+    "deepspeed_io: micro-batches of the config's size, shuffled for training, "
+    "dataloader_drop_last") {
+  Run run;  // micro-batch 4
+  auto data = examples(1);
+  auto train = run.engine->deepspeed_io<Example, test::Rows>(data, collate);
+  CHECK(train.size() == 6);  // ceil(22 / 4): DeepSpeed's default keeps the short last batch
+  const test::Rows first = *train.next();
+  CHECK(first.x.shape() == Shape{4, 3});
+  auto eval = run.engine->deepspeed_io<Example, test::Rows>(data, collate, /*train=*/false);
+  const std::vector<double> in_order =
+      collate({data->get(0), data->get(1), data->get(2), data->get(3)}).x.to_vector();
+  CHECK(eval.next()->x.to_vector() == in_order);
+  CHECK(first.x.to_vector() != in_order);  // shuffled
+  manual_seed(13);
+  test::Regressor m;
+  auto dropping = engine::initialize(
+      m,
+      io::TrainConfig::parse(
+          R"({"train_micro_batch_size_per_gpu": 4, "dataloader_drop_last": true})", 1),
+      parallel::make_local_group());
+  CHECK(dropping->deepspeed_io<Example, test::Rows>(data, collate).size() == 5);
+}

@@ -17,6 +17,7 @@
 #include <typeinfo>
 
 #include "tessera/engine/loss_scaler.h"
+#include "tessera/io/data_loader.h"
 #include "tessera/io/train_config.h"
 #include "tessera/nn/loss_model.h"
 #include "tessera/nn/module.h"
@@ -137,6 +138,23 @@ class Engine {
     if constexpr (nn::CountedBatch<Batch> && !nn::WeightedBatch<Batch>)
       if (weight != 0.0) loss = scaled(loss, weight * static_cast<double>(terms));
     return loss.requires_grad() ? track_direct_backward(loss) : loss;
+  }
+  // DeepSpeed's deepspeed_io: a DataLoader of `dataset` for this rank: micro-batches of
+  // train_micro_batch_size_per_gpu (or batch_size), this rank's slice of each global batch,
+  // shuffled with seed 0 + epoch for training (in order when !train, as DeepSpeed's eval
+  // route), drop_last from the config's dataloader_drop_last.
+  template <class Item, class Batch>
+  io::DataLoader<Item, Batch> deepspeed_io(std::shared_ptr<const io::Dataset<Item>> dataset,
+                                           typename io::DataLoader<Item, Batch>::Collate collate,
+                                           bool train = true,
+                                           std::optional<int64_t> batch_size = std::nullopt) {
+    io::DataLoaderOptions o;
+    o.batch_size = batch_size.value_or(config_.micro_batch_size);
+    o.shuffle = train;
+    o.rank = rank();
+    o.world_size = world_size();
+    o.drop_last = config_.dataloader_drop_last;
+    return io::DataLoader<Item, Batch>(std::move(dataset), o, std::move(collate));
   }
   // DeepSpeed's backward(loss, retain_graph=False, scale_wrt_gas=True): loss /
   // gradient_accumulation_steps (when scale_wrt_gas) times the fp16 loss scale, then

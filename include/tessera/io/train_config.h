@@ -37,6 +37,7 @@ struct TrainConfig {
   } scheduler;
 
   double gradient_clipping = 0.0;
+  bool dataloader_drop_last = false;  // engine.deepspeed_io's loaders drop the last short batch
 
   struct FP16 {
     bool enabled = false;
