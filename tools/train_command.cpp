@@ -128,6 +128,7 @@ int train_main(int argc, char** argv) {
   auto model = build_model(cfg, corpus.vocab_size);
   auto eng = engine::initialize(*model, cfg, world);
   auto train_data = train_batches(cfg, corpus, world->rank(), world->size());
+  val_batches(cfg, corpus, world->rank(), world->size());  // its errors now, not after training
   engine::TrainerOptions options = engine::TrainerOptions::from_config(cfg);
   options.save_dir = a.get("save", "");
   options.tokens_per_sample = cfg.model.block_size;

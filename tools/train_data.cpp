@@ -15,18 +15,24 @@ constexpr uint64_t kValSeed = 424242;
 
 using GptLoader = io::RepeatingLoader<io::TokenWindow, models::Batch>;
 
+// Training drops what does not fill a global batch (every step the same shape, and N ranks
+// reading exactly what one process reads); evaluation of a split smaller than one global batch
+// reads what there is instead.
 std::unique_ptr<GptLoader> gpt_batches(const io::TokenFile& tokens, const io::TrainConfig& cfg,
-                                       uint64_t seed, int rank, int world, const char* what) {
+                                       uint64_t seed, int rank, int world, bool train,
+                                       const char* what) {
   auto windows = std::make_shared<io::TokenWindows>(tokens, cfg.model.block_size, what);
+  const int64_t global = cfg.micro_batch_size * world;
+  const bool drop_last = train || windows->size() >= global;
   io::DataLoader<io::TokenWindow, models::Batch> loader(
-      windows, {cfg.micro_batch_size, true, seed, rank, world, true},
+      windows, {cfg.micro_batch_size, true, seed, rank, world, drop_last},
       [](std::vector<io::TokenWindow> items) {
         auto [x, y] = io::TokenWindows::collate(items);
         return models::Batch{x, y};
       });
   TS_CHECK(loader.size() > 0, what, " has ", windows->size(), " windows of ",
-           cfg.model.block_size + 1, " tokens, fewer than one global batch of ",
-           cfg.micro_batch_size * world, "; use more text, or a smaller batch or block_size");
+           cfg.model.block_size + 1, " tokens, fewer than one global batch of ", global,
+           "; use more text, or a smaller batch or block_size");
   return std::make_unique<GptLoader>(std::move(loader));
 }
 
@@ -69,7 +75,7 @@ std::unique_ptr<io::BatchSource<models::Batch>> train_batches(const io::TrainCon
   if (cfg.model.type == "bert")
     return std::make_unique<BertBatches>(*corpus.train, cfg, corpus, cfg.train.seed + 1, rank,
                                          world);
-  return gpt_batches(*corpus.train, cfg, cfg.train.seed + 1, rank, world,
+  return gpt_batches(*corpus.train, cfg, cfg.train.seed + 1, rank, world, true,
                      "data.path's training split");
 }
 
@@ -78,7 +84,8 @@ std::unique_ptr<io::BatchSource<models::Batch>> val_batches(const io::TrainConfi
                                                             int rank, int world) {
   if (cfg.model.type == "bert")
     return std::make_unique<BertBatches>(*corpus.val, cfg, corpus, kValSeed, rank, world);
-  return gpt_batches(*corpus.val, cfg, kValSeed, rank, world, "data.path's validation split");
+  return gpt_batches(*corpus.val, cfg, kValSeed, rank, world, false,
+                     "data.path's validation split");
 }
 
 std::map<std::string, std::string> tokenizer_files(const io::TrainConfig& cfg,
