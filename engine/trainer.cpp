@@ -277,11 +277,14 @@ void TrainLoop::save(const std::string& dir) {
 nlohmann::json TrainLoop::resume(const std::string& dir, const std::string& tag) {
   const LoadedCheckpoint loaded = engine_.load_checkpoint(dir, tag);
   const nlohmann::json& cs = loaded.client_state;
-  TS_CHECK(cs.is_object() && cs.contains("data"), "trainer: resume: the checkpoint '", loaded.path,
-           "' holds no data position (client_state.data); it was not saved by a Trainer");
-  set_data_state(cs["data"]);
+  if (cs.is_object() && cs.contains("data"))
+    set_data_state(cs["data"]);
+  else if (engine_.rank() == 0)
+    std::cerr << "warning: trainer: resume: the checkpoint '" << loaded.path
+              << "' holds no data position (client_state.data: not saved by a Trainer, or by an "
+                 "older tessera); the data starts from its beginning\n";
   if (engine_.rank() == 0) std::cerr << "resumed at step " << engine_.global_steps() << "\n";
-  return cs.contains("user") ? cs["user"] : nlohmann::json();
+  return cs.is_object() && cs.contains("user") ? cs["user"] : nlohmann::json();
 }
 
 // keep_last: the newest step<N> checkpoints stay, never the one just written.

@@ -25,8 +25,8 @@ configs/). The corpus (data.path, or --data: a text file or a directory of text 
 tokenised once into a cache beside it; GPT reads it in shuffled non-overlapping windows, epoch
 after epoch. Prints a progress line (step, loss, learning rate, tokens/s, ETA), the validation
 loss every train.eval_interval steps, and for GPT a text sample at the end. Ctrl-C (SIGINT) or
-SIGTERM stops after the current step with a checkpoint in train.checkpoint_dir or --save (a
-second Ctrl-C stops at once).
+SIGTERM stops after the current step with a checkpoint in train.checkpoint_dir or --save, exit
+status 130 or 143 (a second Ctrl-C stops at once).
 
 --steps N     train until global step N (a resumed run continues from its checkpoint's step)
 --device D    cpu, cuda or cuda:N (overrides train.device; default cpu). On a GPU, bf16 or
@@ -139,11 +139,14 @@ int train_main(int argc, char** argv) {
   if (cfg.model.type != "bert" && cfg.train.sample_tokens > 0 && !a.has("json"))
     trainer.sample = [&] { return sample_text(*model, cfg, corpus); };
   if (a.has("resume")) {
+    // (A checkpoint of an older tessera has no Trainer state: its weights' shapes are checked.)
     const nlohmann::json user = trainer.resume(a.get("resume", ""));
-    const int64_t vocab =
-        io::JsonFields(user, "train --resume: the checkpoint's client_state").integer("vocab_size");
-    TS_CHECK(vocab == corpus.vocab_size, "train --resume: the checkpoint's vocabulary (", vocab,
-             ") differs from this corpus's (", corpus.vocab_size, ")");
+    if (user.is_object() && user.contains("vocab_size")) {
+      const int64_t vocab = io::JsonFields(user, "train --resume: the checkpoint's client_state")
+                                .integer("vocab_size");
+      TS_CHECK(vocab == corpus.vocab_size, "train --resume: the checkpoint's vocabulary (", vocab,
+               ") differs from this corpus's (", corpus.vocab_size, ")");
+    }
   }
   if (lead)
     std::cerr << model->type_name() << ": " << model->num_parameters() << " parameters, vocab "

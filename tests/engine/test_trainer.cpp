@@ -193,19 +193,22 @@ TEST_CASE("Trainer: CSV monitor rows and the final evaluation (float64 reference
   fs::remove_all(dir);
 }
 
-TEST_CASE("Trainer: errors name the option") {
+TEST_CASE("Trainer: errors name the option; a checkpoint without a data position resumes") {
   Run run;
   Loader data = loader(1, true);
   engine::TrainerOptions o = options(4);
   o.checkpoint_interval = 2;
   CHECK_THROWS_WITH_AS(engine::Trainer<test::Rows>(*run.engine, data, o),
                        doctest::Contains("checkpoint_interval 2 needs a checkpoint_dir"), Error);
-  const fs::path dir = temp_dir("empty");
+  // A checkpoint without a data position (saved by the engine alone): weights and steps load,
+  // the data stays where it is (with a warning).
+  const fs::path dir = temp_dir("plain");
   fs::create_directories(dir);
-  run.engine->save_checkpoint(dir.string(), "plain");
+  run.engine->save_checkpoint(dir.string(), "plain", {{"mine", 1}});
+  data.next();
   engine::Trainer<test::Rows> t(*run.engine, data, options(4));
-  CHECK_THROWS_WITH_AS(t.resume(dir.string()),
-                       doctest::Contains("holds no data position (client_state.data)"), Error);
+  CHECK(t.resume(dir.string()).is_null());
+  CHECK(data.state() == nlohmann::json{{"epoch", 0}, {"batch", 1}});
   fs::remove_all(dir);
 }
 

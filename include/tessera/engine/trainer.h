@@ -69,8 +69,9 @@ class TrainLoop {
   virtual ~TrainLoop() = default;
 
   TrainResult fit();
-  // Loads the checkpoint (DIR/TAG; empty tag: DIR/latest) with the data position; returns the
-  // client state the client_state hook saved (null when none).
+  // Loads the checkpoint (DIR/TAG; empty tag: DIR/latest) with the data position (a checkpoint
+  // without one, e.g. saved by the engine alone, leaves the data where it is, with a warning);
+  // returns the client state the client_state hook saved (null when none).
   nlohmann::json resume(const std::string& dir, const std::string& tag = "");
   // A checkpoint tagged step<N> in `dir` (collective), then keep_last.
   void save(const std::string& dir);
