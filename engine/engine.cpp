@@ -104,6 +104,7 @@ Engine::Engine(nn::Module& model, io::TrainConfig config, InitializeOptions opti
     std::cerr << "warning: initialize: the client lr_scheduler replaces the config's "
                  "\"scheduler\" section (as in DeepSpeed)\n";
   group_->set_timeout(config_.distributed.timeout());
+  monitor_ = std::make_unique<MonitorMaster>(config_, group_->rank());
   if (config_.fp16.enabled) compute_dtype_ = DType::Float16;
   if (config_.bf16) compute_dtype_ = DType::BFloat16;
   TS_CHECK(!model_.named_parameters().empty(), "engine: the model has no parameters");
@@ -516,6 +517,13 @@ StepStats Engine::step(const LrKwargs& lr_kwargs) {
     TS_CHECK(*lr_kwargs.last_batch_iteration >= -1, "engine.step: lr_kwargs.last_batch_iteration ",
              *lr_kwargs.last_batch_iteration, " must be >= -1");
     schedule_step_ = *lr_kwargs.last_batch_iteration + 1;
+  }
+  if (monitor_->enabled()) {
+    // As DeepSpeed: after the step, the next step's lr and the current loss scale.
+    std::vector<MonitorEvent> events{{"Train/Samples/lr", get_lr()[0], global_samples()}};
+    if (config_.fp16.enabled)
+      events.push_back({"Train/Samples/loss_scale", scaler_.scale(), global_samples()});
+    monitor_->write_events(events);
   }
   return st;
 }

@@ -11,8 +11,6 @@
 #include <filesystem>
 #include <iostream>
 
-#include "tessera/engine/csv_monitor.h"
-
 namespace tessera::engine {
 
 namespace {
@@ -79,7 +77,6 @@ TrainerOptions TrainerOptions::from_config(const io::TrainConfig& c) {
   o.keep_last = c.train.keep_last;
   o.steps_per_print = c.steps_per_print;
   o.wall_clock_breakdown = c.wall_clock_breakdown;
-  o.csv_monitor = c.csv_monitor;
   return o;
 }
 
@@ -98,6 +95,7 @@ TrainLoop::TrainLoop(Engine& engine, TrainerOptions options)
 double TrainLoop::train_step(StepStats& stats) {
   const int64_t gas = engine_.config().gradient_accumulation_steps;
   double loss_sum = 0;
+  const double before_forward = ms_forward_, before_backward = ms_backward_, before_step = ms_step_;
   for (int64_t m = 0; m < gas; ++m) {
     auto t0 = Clock::now();
     const Tensor loss = forward_next();
@@ -114,6 +112,9 @@ double TrainLoop::train_step(StepStats& stats) {
     stats = engine_.step();
     ms_step_ += ms_since(t0);
   }
+  step_ms_forward_ = ms_forward_ - before_forward;
+  step_ms_backward_ = ms_backward_ - before_backward;
+  step_ms_step_ = ms_step_ - before_step;
   const double mean = loss_sum / static_cast<double>(gas);
   return engine_.group().all_reduce_scalar(mean, parallel::ReduceOp::Avg);
 }
@@ -149,9 +150,6 @@ double TrainLoop::evaluate() {
 
 TrainResult TrainLoop::fit() {
   StopSignals signals(options_.handle_signals);
-  io::TrainConfig::CsvMonitor csv_config = options_.csv_monitor;
-  csv_config.enabled &= engine_.rank() == 0;
-  CsvMonitor csv(csv_config);
   TrainResult r;
   const int64_t start = engine_.global_steps();
   last_saved_.clear();
@@ -162,12 +160,13 @@ TrainResult TrainLoop::fit() {
     r.seconds += std::chrono::duration<double>(Clock::now() - t0).count();
     r.step = engine_.global_steps();
     r.steps_run = r.step - start;
-    report_step(r, st, csv);
+    report_step(r, st);
     if ((r.stop_signal = agreed_stop_signal()) != 0) break;
     if (options_.eval_interval > 0 && r.step % options_.eval_interval == 0 &&
         r.step < options_.steps) {
       r.val_loss = evaluate();
-      csv.write("Eval/val_loss", r.step, r.val_loss);
+      if (std::isfinite(r.val_loss))
+        engine_.write_events({{"Eval/val_loss", r.val_loss, engine_.global_samples()}});
       if (engine_.rank() == 0 && std::isfinite(r.val_loss))
         std::cerr << (tty_ ? "\n" : "") << "step " << r.step << ": val loss " << r.val_loss << "\n";
     }
@@ -181,14 +180,19 @@ TrainResult TrainLoop::fit() {
   const double samples = static_cast<double>(r.steps_run * engine_.config().train_batch_size);
   r.samples_per_s = r.seconds > 0 ? samples / r.seconds : 0.0;
   r.tokens_per_s = r.samples_per_s * static_cast<double>(options_.tokens_per_sample);
-  finish(r, csv);
+  finish(r);
   return r;
 }
 
-void TrainLoop::report_step(const TrainResult& r, const StepStats& st, CsvMonitor& csv) {
-  csv.write("Train/Samples/train_loss", r.step, r.train_loss);
-  csv.write("Train/Samples/lr", r.step, st.lr);
-  if (engine_.config().fp16.enabled) csv.write("Train/Samples/loss_scale", r.step, st.loss_scale);
+void TrainLoop::report_step(const TrainResult& r, const StepStats& st) {
+  const int64_t samples = engine_.global_samples();
+  std::vector<MonitorEvent> events{{"Train/Samples/train_loss", r.train_loss, samples}};
+  if (options_.wall_clock_breakdown) {
+    events.push_back({"Train/Samples/elapsed_time_ms_forward", step_ms_forward_, samples});
+    events.push_back({"Train/Samples/elapsed_time_ms_backward", step_ms_backward_, samples});
+    events.push_back({"Train/Samples/elapsed_time_ms_step", step_ms_step_, samples});
+  }
+  engine_.write_events(events);
   if (engine_.rank() != 0) return;
   const double samples_s = static_cast<double>(r.steps_run * engine_.config().train_batch_size) /
                            std::max(r.seconds, 1e-9);
@@ -223,7 +227,7 @@ int TrainLoop::agreed_stop_signal() {
   return sig;
 }
 
-void TrainLoop::finish(TrainResult& r, CsvMonitor& csv) {
+void TrainLoop::finish(TrainResult& r) {
   const bool lead = engine_.rank() == 0;
   if (r.stop_signal != 0) {
     // The last completed step, where a resumed run continues.
@@ -236,7 +240,8 @@ void TrainLoop::finish(TrainResult& r, CsvMonitor& csv) {
     return;
   }
   r.val_loss = evaluate();
-  csv.write("Eval/val_loss", r.step, r.val_loss);
+  if (std::isfinite(r.val_loss))
+    engine_.write_events({{"Eval/val_loss", r.val_loss, engine_.global_samples()}});
   if (lead) {
     const bool tokens = options_.tokens_per_sample > 0;
     std::cerr << "step " << r.step << ":";

@@ -329,6 +329,26 @@ void parse_monitoring(Section& root, TrainConfig& c) {
     m.get("job_name", c.csv_monitor.job_name);
     m.warn_unknown();
   }
+  if (root.has("tensorboard")) {
+    Section m = root.sub("tensorboard");
+    m.get("enabled", c.tensorboard.enabled);
+    m.get("output_path", c.tensorboard.output_path);
+    m.get("job_name", c.tensorboard.job_name);
+    m.warn_unknown();
+  }
+  // (An empty output_path is DeepSpeed's default: the job directory under the working one.)
+  if (c.csv_monitor.output_path.empty()) c.csv_monitor.output_path = "./";
+  if (c.tensorboard.output_path.empty()) c.tensorboard.output_path = "./";
+  for (const char* service : {"wandb", "comet"})
+    if (root.has(service)) {
+      Section m = root.sub(service);
+      bool enabled = false;
+      m.get("enabled", enabled);
+      if (enabled)
+        root.warnings().push_back(source + ": '" + service +
+                                  ".enabled' is not supported (no network service here; ignored): "
+                                  "use tensorboard or csv_monitor");
+    }
   if (root.has("checkpoint")) {
     Section k = root.sub("checkpoint");
     k.get("tag_validation", c.checkpoint.tag_validation);

@@ -77,6 +77,8 @@ io::TrainConfig read_config(const Args& a, parallel::ProcessGroup& world) {
     io::check_writable_directory(cfg.train.checkpoint_dir, "train.checkpoint_dir");
   if (cfg.csv_monitor.enabled && world.rank() == 0)
     io::check_writable_directory(cfg.csv_monitor.output_path, "csv_monitor.output_path");
+  if (cfg.tensorboard.enabled && world.rank() == 0)
+    io::check_writable_directory(cfg.tensorboard.output_path, "tensorboard.output_path");
   return cfg;
 }
 

@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -156,20 +157,29 @@ TEST_CASE("Trainer: SIGINT stops after the step with a checkpoint, and the run r
   fs::remove_all(dir);
 }
 
-TEST_CASE("Trainer: CSV monitor rows and the final evaluation (float64 reference)") {
+TEST_CASE(
+    "Trainer: CSV monitor in DeepSpeed's layout (samples on x), the final evaluation "
+    "(float64 reference)") {
   const fs::path dir = temp_dir("csv");
-  Run run;
+  manual_seed(13);
+  test::Regressor model;
+  const std::string cfg = std::string(kConfig).substr(0, std::string(kConfig).rfind('}')) +
+                          R"(, "csv_monitor": {"enabled": true, "output_path": ")" + dir.string() +
+                          R"(", "job_name": "job"}})";
+  auto engine =
+      engine::initialize(model, io::TrainConfig::parse(cfg, 1), parallel::make_local_group());
   Loader data = loader(3, true);
   engine::TrainerOptions o = options(4);
   o.eval_interval = 2;
-  o.csv_monitor = {true, dir.string(), "job"};
-  engine::Trainer<test::Rows> t(*run.engine, data, o);
+  engine::Trainer<test::Rows> t(*engine, data, o);
   t.set_eval_data([] { return std::make_unique<Loader>(loader(4, false)); });
   const engine::TrainResult r = t.fit();
   // Evaluation: the first 3 unshuffled batches of 4 examples, MSE in float64 with the final
   // weights.
   const test::Rows all = test::make_rows(22, 4);
-  const std::vector<double> w = run.weights(), x = all.x.to_vector(), y = all.y.to_vector();
+  const std::vector<double> x = all.x.to_vector(), y = all.y.to_vector();
+  std::vector<double> w = model.fc.weight.to_vector();
+  w.push_back(model.fc.bias.to_vector()[0]);
   double want = 0;
   for (int i = 0; i < 12; ++i) {
     const double err = w[0] * x[i * 3] + w[1] * x[i * 3 + 1] + w[2] * x[i * 3 + 2] + w[3] - y[i];
@@ -182,14 +192,31 @@ TEST_CASE("Trainer: CSV monitor rows and the final evaluation (float64 reference
     for (std::string l; std::getline(f, l);) out.push_back(l);
     return out;
   };
+  // deepspeed/monitor/csv_monitor.py: header "step,<last part of the name>", x = samples (8 a
+  // step here).
   const auto train_loss = lines("Train_Samples_train_loss.csv");
   REQUIRE(train_loss.size() == 5);
-  CHECK(train_loss[0] == "step,Train/Samples/train_loss");
-  CHECK(train_loss[4].rfind("4,", 0) == 0);
+  CHECK(train_loss[0] == "step,train_loss");
+  CHECK(train_loss[4].rfind("32,", 0) == 0);
+  CHECK(std::stod(train_loss[4].substr(3)) == doctest::Approx(r.train_loss).epsilon(1e-8));
+  // The engine's: after each step the next step's lr (WarmupLR, log warm-up over 3 steps to
+  // 0.05: DeepSpeed's get_lr() at iteration k - 1 after step k).
+  const auto lr = lines("Train_Samples_lr.csv");
+  REQUIRE(lr.size() == 5);
+  CHECK(lr[0] == "step,lr");
+  const double want_lr[] = {0.0, 0.05 * std::log(2.0) / std::log(3.0), 0.05, 0.05};
+  for (int k = 0; k < 4; ++k) {
+    CAPTURE(k);
+    CHECK(lr[k + 1].rfind(std::to_string(8 * (k + 1)) + ",", 0) == 0);
+    CHECK(std::stod(lr[k + 1].substr(lr[k + 1].find(',') + 1)) ==
+          doctest::Approx(want_lr[k]).epsilon(1e-8));
+  }
   const auto val = lines("Eval_val_loss.csv");
   REQUIRE(val.size() == 3);  // header, step 2 (interval), step 4 (the end)
-  CHECK(val[1].rfind("2,", 0) == 0);
-  CHECK(std::stod(val[2].substr(2)) == doctest::Approx(r.val_loss).epsilon(1e-8));
+  CHECK(val[0] == "step,val_loss");
+  CHECK(val[1].rfind("16,", 0) == 0);
+  CHECK(std::stod(val[2].substr(3)) == doctest::Approx(r.val_loss).epsilon(1e-8));
+  CHECK(!fs::exists(dir / "job" / "Train_Samples_loss_scale.csv"));  // fp16 only
   fs::remove_all(dir);
 }
 

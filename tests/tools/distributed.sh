@@ -67,7 +67,7 @@ import csv, json, sys
 work = sys.argv[1]
 def losses(tag):
     with open(f"{work}/csv/{tag}/Train_Samples_train_loss.csv") as f:
-        return [float(r["Train/Samples/train_loss"]) for r in csv.DictReader(f)]
+        return [float(r["train_loss"]) for r in csv.DictReader(f)]
 refs = {v: losses(f"{v}-1") for v in ("dp", "dpdrop", "bert", "ga")}
 assert len(refs["dp"]) == 20 and refs["dp"] != refs["dpdrop"] and refs["dp"] != refs["ga"], refs
 fails = 0

@@ -59,9 +59,9 @@ train z1 2 across-z3-4-to-z1-2 --resume "$work/ck-z3-4"
 python3 - "$work" <<'PY'
 import csv, json, struct, sys
 work = sys.argv[1]
-def losses(job):  # {step: loss as written (%.9g: the float32 exactly)}
+def losses(job):  # {step: loss as written (%.9g: the float32 exactly)}; x = samples, 8 a step
     with open(f"{work}/csv/{job}/Train_Samples_train_loss.csv") as f:
-        return {int(r["step"]): r["Train/Samples/train_loss"] for r in csv.DictReader(f)}
+        return {int(r["step"]) // 8: r["train_loss"] for r in csv.DictReader(f)}
 fails = 0
 def report(ok, text):
     global fails
@@ -139,9 +139,9 @@ train killres 2 kill-resumed --resume "$work/ck-kill" --steps "$k3"
 python3 - "$work" "$k" <<'PY'
 import csv, sys
 work, k = sys.argv[1], int(sys.argv[2])
-def losses(job):
+def losses(job):  # x = samples, 8 a step
     with open(f"{work}/csv/{job}/Train_Samples_train_loss.csv") as f:
-        return {int(r["step"]): r["Train/Samples/train_loss"] for r in csv.DictReader(f)}
+        return {int(r["step"]) // 8: r["train_loss"] for r in csv.DictReader(f)}
 a, b = losses("kill-straight"), losses("kill-resumed")
 ok = sorted(b) == list(range(k + 1, k + 4)) and all(b[s] == a[s] for s in b)
 print(f"resumed from {k} after the kill: steps {k+1}-{k+3} bit for bit equal to straight", "ok" if ok else "FAIL")

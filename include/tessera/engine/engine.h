@@ -17,6 +17,7 @@
 #include <typeinfo>
 
 #include "tessera/engine/loss_scaler.h"
+#include "tessera/engine/monitor.h"
 #include "tessera/io/data_loader.h"
 #include "tessera/io/train_config.h"
 #include "tessera/nn/loss_model.h"
@@ -190,6 +191,14 @@ class Engine {
   std::optional<double> get_global_grad_norm() const { return global_grad_norm_; }
 
   int64_t global_steps() const { return global_steps_; }
+  // DeepSpeed's global_samples: samples trained (global steps * train_batch_size), the x axis
+  // of the Train/Samples/* monitor events.
+  int64_t global_samples() const { return global_steps_ * config_.train_batch_size; }
+  // DeepSpeed's monitor.write_events: the config's monitors (tensorboard, csv_monitor) on rank
+  // 0; no-op elsewhere or when none is enabled. The engine itself writes Train/Samples/lr and,
+  // with fp16, Train/Samples/loss_scale after every optimizer step.
+  void write_events(const std::vector<MonitorEvent>& events) { monitor_->write_events(events); }
+  MonitorMaster& monitor() { return *monitor_; }
   int64_t micro_steps() const { return micro_steps_; }
   int64_t skipped_steps() const { return skipped_steps_; }
   // The lr of the next step (the schedule's; without one, the first group's).
@@ -289,6 +298,7 @@ class Engine {
   int64_t backwards_since_step_ = 0;
   bool warned_backward_twice_ = false;
   std::optional<double> global_grad_norm_;
+  std::unique_ptr<MonitorMaster> monitor_;
   bool in_engine_backward_ = false;
   bool direct_backward_pending_ = false;
   bool scale_expected_ = false;  // scale() came before a direct backward

@@ -9,11 +9,13 @@
 //
 // fit() runs optimizer steps until global step `steps`: every micro-batch forward, backward and
 // step (gradient accumulation as the config says), a progress line every steps_per_print
-// steps (loss, lr, samples or tokens per second, ETA), the CSV monitor, the wall-clock
-// breakdown, evaluation every eval_interval steps and at the end, checkpoints every
-// checkpoint_interval steps and at the end, and on SIGINT/SIGTERM a checkpoint of the last
-// completed step before it returns (a second signal stops at once). Checkpoints hold the data
-// position, so resume() continues with the batches a straight run would read.
+// steps (loss, lr, samples or tokens per second, ETA), the engine's monitors (TensorBoard, CSV:
+// Train/Samples/train_loss, Eval/val_loss and, with wall_clock_breakdown, the
+// Train/Samples/elapsed_time_ms_* of every step), the wall-clock breakdown, evaluation every
+// eval_interval steps and at the end, checkpoints every checkpoint_interval steps and at the end,
+// and on SIGINT/SIGTERM a checkpoint of the last completed step before it returns (a second signal
+// stops at once). Checkpoints hold the data position, so resume() continues with the batches a
+// straight run would read.
 #pragma once
 #include <functional>
 #include <limits>
@@ -22,7 +24,6 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "tessera/engine/csv_monitor.h"
 #include "tessera/engine/engine.h"
 #include "tessera/grad_mode.h"
 #include "tessera/io/batch_source.h"
@@ -40,12 +41,11 @@ struct TrainerOptions {
   std::string save_dir;   // a checkpoint at the end (and on a signal) also here
   int64_t steps_per_print = 10;
   bool wall_clock_breakdown = false;  // forward / backward / step milliseconds per step
-  io::TrainConfig::CsvMonitor csv_monitor;
-  int64_t tokens_per_sample = 0;  // > 0: progress in tokens/s, else samples/s
-  bool handle_signals = true;     // SIGINT/SIGTERM stop with a checkpoint
+  int64_t tokens_per_sample = 0;      // > 0: progress in tokens/s, else samples/s
+  bool handle_signals = true;         // SIGINT/SIGTERM stop with a checkpoint
 
   // steps, eval_interval, eval_iters, checkpoint_dir/interval, keep_last (train.*),
-  // steps_per_print, wall_clock_breakdown and csv_monitor from the config.
+  // steps_per_print and wall_clock_breakdown from the config.
   static TrainerOptions from_config(const io::TrainConfig& config);
 };
 
@@ -102,17 +102,18 @@ class TrainLoop {
   void print_progress(int64_t step, double loss, const StepStats& stats, double rate, double eta_s);
   void remove_old_checkpoints(const std::string& dir, const std::string& newest) const;
   // CSV monitor, progress line and wall-clock breakdown after a step.
-  void report_step(const TrainResult& r, const StepStats& stats, CsvMonitor& csv);
+  void report_step(const TrainResult& r, const StepStats& stats);
   // A SIGINT/SIGTERM any rank has received (0: none), agreed by all.
   int agreed_stop_signal();
   // After the loop: the final evaluation, checkpoint and sample, or the stop checkpoint.
-  void finish(TrainResult& r, CsvMonitor& csv);
+  void finish(TrainResult& r);
   // save(dir) unless this step was just saved there.
   void save_once(const std::string& dir);
 
   Engine& engine_;
   TrainerOptions options_;
   double ms_forward_ = 0, ms_backward_ = 0, ms_step_ = 0;  // since the last breakdown
+  double step_ms_forward_ = 0, step_ms_backward_ = 0, step_ms_step_ = 0;  // the last step
   bool tty_ = false;
   std::string last_saved_;  // directory and step of the newest checkpoint fit() wrote
 };

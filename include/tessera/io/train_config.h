@@ -93,6 +93,12 @@ struct TrainConfig {
     std::string job_name = "DeepSpeedJobName";
   } csv_monitor;
 
+  struct TensorBoard {
+    bool enabled = false;
+    std::string output_path = "./";
+    std::string job_name = "DeepSpeedJobName";
+  } tensorboard;
+
   struct Checkpoint {
     std::string tag_validation = "Warn";
   } checkpoint;

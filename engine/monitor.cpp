@@ -1,0 +1,55 @@
+#include "tessera/engine/monitor.h"
+
+#include <fstream>
+
+#include "tessera/error.h"
+
+namespace tessera::engine {
+
+namespace fs = std::filesystem;
+
+CsvMonitor::CsvMonitor(const io::TrainConfig::CsvMonitor& config)
+    : dir_(fs::path(config.output_path) / config.job_name) {
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  TS_CHECK(!ec, "csv_monitor: cannot create '", dir_.string(), "': ", ec.message());
+}
+
+void CsvMonitor::write_events(const std::vector<MonitorEvent>& events) {
+  for (const MonitorEvent& e : events) {
+    std::string file = e.name, header = e.name;
+    for (char& ch : file)
+      if (ch == '/' || ch == ' ') ch = '_';
+    if (const size_t slash = header.rfind('/'); slash != std::string::npos)
+      header = header.substr(slash + 1);
+    const fs::path p = dir_ / (file + ".csv");
+    const bool fresh = !fs::exists(p);
+    std::ofstream f(p, std::ios::app);
+    TS_CHECK(f.good(), "csv_monitor: cannot write '", p.string(), "'");
+    f.precision(9);
+    if (fresh) f << "step," << header << "\n";
+    f << e.step << "," << e.value << "\n";
+  }
+}
+
+TensorBoardMonitor::TensorBoardMonitor(const io::TrainConfig::TensorBoard& config)
+    : writer_((fs::path(config.output_path) / config.job_name).string()) {}
+
+void TensorBoardMonitor::write_events(const std::vector<MonitorEvent>& events) {
+  for (const MonitorEvent& e : events) writer_.add_scalar(e.name, e.value, e.step);
+  writer_.flush();
+}
+
+MonitorMaster::MonitorMaster(const io::TrainConfig& config, int rank) {
+  if (rank != 0) return;
+  if (config.csv_monitor.enabled) csv_ = std::make_unique<CsvMonitor>(config.csv_monitor);
+  if (config.tensorboard.enabled)
+    tensorboard_ = std::make_unique<TensorBoardMonitor>(config.tensorboard);
+}
+
+void MonitorMaster::write_events(const std::vector<MonitorEvent>& events) {
+  if (csv_) csv_->write_events(events);
+  if (tensorboard_) tensorboard_->write_events(events);
+}
+
+}  // namespace tessera::engine

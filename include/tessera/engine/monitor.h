@@ -1,0 +1,62 @@
+// DeepSpeed's monitors: the config's `tensorboard` and `csv_monitor` sections, written by
+// rank 0. Events are DeepSpeed's (name, value, step) tuples; the engine writes
+// Train/Samples/lr and Train/Samples/loss_scale (fp16) at every optimizer step with the number
+// of samples trained as the step, the Trainer the losses and timings, and users their own
+// through Engine::write_events.
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "tessera/io/event_file_writer.h"
+#include "tessera/io/train_config.h"
+
+namespace tessera::engine {
+
+struct MonitorEvent {
+  std::string name;  // e.g. "Train/Samples/train_loss"
+  double value = 0;
+  int64_t step = 0;  // DeepSpeed's x axis: samples for Train/Samples/*
+};
+
+// csv_monitor: one file per event, <output_path>/<job_name>/<name with '/' and ' ' as '_'>.csv,
+// rows "step,value" under the header "step,<the name's last component>" (DeepSpeed's layout;
+// the header is written when the file is new, so a resumed run appends rows only).
+class CsvMonitor {
+ public:
+  explicit CsvMonitor(const io::TrainConfig::CsvMonitor& config);
+  void write_events(const std::vector<MonitorEvent>& events);
+
+ private:
+  std::filesystem::path dir_;
+};
+
+// tensorboard: an event file in <output_path>/<job_name>/, flushed after every call.
+class TensorBoardMonitor {
+ public:
+  explicit TensorBoardMonitor(const io::TrainConfig::TensorBoard& config);
+  void write_events(const std::vector<MonitorEvent>& events);
+  const std::string& path() const { return writer_.path(); }
+
+ private:
+  io::EventFileWriter writer_;
+};
+
+// DeepSpeed's MonitorMaster: every enabled monitor, on rank 0 (nothing elsewhere).
+class MonitorMaster {
+ public:
+  MonitorMaster(const io::TrainConfig& config, int rank);
+  bool enabled() const { return csv_ || tensorboard_; }
+  void write_events(const std::vector<MonitorEvent>& events);
+  // The TensorBoard event file ("" when none).
+  std::string tensorboard_path() const { return tensorboard_ ? tensorboard_->path() : ""; }
+
+ private:
+  std::unique_ptr<CsvMonitor> csv_;
+  std::unique_ptr<TensorBoardMonitor> tensorboard_;
+};
+
+}  // namespace tessera::engine
