@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <iostream>
 
 #include "tessera/autograd/function.h"
+#include "tessera/cuda.h"
 #include "tessera/grad_mode.h"
 #include "tessera/ops.h"
 #include "tessera/rng.h"
@@ -109,6 +111,8 @@ Engine::Engine(nn::Module& model, io::TrainConfig config, InitializeOptions opti
   if (config_.bf16) compute_dtype_ = DType::BFloat16;
   TS_CHECK(!model_.named_parameters().empty(), "engine: the model has no parameters");
   const Device device = model_.named_parameters().front().second->device();
+  timers_ = EngineTimers(config_.wall_clock_breakdown,
+                         device.is_cuda() ? std::function<void()>(cuda_synchronize) : nullptr);
   // CUDA tensors communicate over NCCL (bootstrapped over the MPI world); CPU ones over MPI.
   // (TESSERA_DIST_BACKEND=nccl uses NCCL on one rank too: a single GPU can test it.)
   const char* backend = std::getenv("TESSERA_DIST_BACKEND");
@@ -374,8 +378,10 @@ Tensor Engine::backward(const Tensor& loss, const BackwardOptions& options) {
       options.scale_wrt_gas ? static_cast<double>(config_.gradient_accumulation_steps) : 1.0;
   const double factor = scaler_.scale() / gas;
   count_backward("engine.backward");
+  const auto started = timers_.start();
   begin_reduction(options.allreduce_gradients);
   in_engine_backward_ = true;
+  const auto inner = timers_.start();
   try {
     (factor == 1.0 ? loss : loss * factor).backward(Tensor(), options.retain_graph);
   } catch (...) {
@@ -383,9 +389,57 @@ Tensor Engine::backward(const Tensor& loss, const BackwardOptions& options) {
     throw;
   }
   in_engine_backward_ = false;
+  timers_.stop(EngineTimers::BackwardInner, inner);
+  const auto reduce = timers_.start();
   end_reduction();
+  timers_.stop(EngineTimers::BackwardAllreduce, reduce);
+  timers_.stop(EngineTimers::Backward, started);
   NoGradGuard no_grad;
   return gas == 1.0 ? loss.detach() : loss.detach() / gas;
+}
+
+void Engine::report_breakdowns() {
+  const bool print_now = global_steps_ % config_.steps_per_print == 0;
+  if (timers_.enabled()) {
+    // As DeepSpeed: every step's window to the monitors; the line (DeepSpeed prints one
+    // every step) as the mean over the steps since the last one.
+    const EngineTimers::Window w = timers_.take_window();
+    std::vector<MonitorEvent> events;
+    for (int k = 0; k < EngineTimers::kCount; ++k) {
+      timer_sums_[k] += w[k];
+      events.push_back({EngineTimers::event(EngineTimers::Kind(k)), w[k], global_samples()});
+    }
+    monitor_->write_events(events);
+    if (print_now && rank() == 0) {
+      std::string line = "time (ms)";
+      char part[64];
+      for (int k = 0; k < EngineTimers::kCount; ++k) {
+        std::snprintf(part, sizeof part, " | %s: %.2f", EngineTimers::name(EngineTimers::Kind(k)),
+                      timer_sums_[k] / static_cast<double>(config_.steps_per_print));
+        line += part;
+      }
+      std::cerr << line << "\n";
+    }
+    if (print_now) timer_sums_ = {};
+  }
+  if (config_.memory_breakdown && print_now) {
+    const parallel::MemoryStats m = memory();
+    const AllocatorStats host = allocator_for(DeviceType::CPU).stats();
+    char line[320];
+    int n = std::snprintf(
+        line, sizeof line,
+        "memory (MB) [rank %d, step %ld] | params: %.2f | grads: %.2f | "
+        "optimizer: %.2f | buffers: %.2f | host allocated: %.2f | host peak: %.2f",
+        rank(), static_cast<long>(global_steps_), m.params / 1e6, m.grads / 1e6, m.optimizer / 1e6,
+        m.buffers / 1e6, host.allocated / 1e6, host.peak_allocated / 1e6);
+    if (device().is_cuda()) {
+      const CudaMemoryStats c = cuda_memory_stats(device().index);
+      std::snprintf(line + n, sizeof line - static_cast<size_t>(n),
+                    " | gpu allocated: %.2f | gpu peak: %.2f", c.allocated / 1e6,
+                    c.peak_allocated / 1e6);
+    }
+    std::cerr << line << "\n";
+  }
 }
 
 Tensor Engine::scale(const Tensor& loss) {
@@ -470,6 +524,7 @@ void Engine::sync_master_to_model() {
 }
 
 StepStats Engine::step(const LrKwargs& lr_kwargs) {
+  const auto started = timers_.start();
   finish_direct_backward();
   scale_expected_ = false;
   StepStats st;
@@ -478,7 +533,10 @@ StepStats Engine::step(const LrKwargs& lr_kwargs) {
   const bool boundary = is_gradient_accumulation_boundary();
   ++micro_steps_;
   backwards_since_step_ = 0;
-  if (!boundary) return st;
+  if (!boundary) {
+    timers_.stop(EngineTimers::Step, started);
+    return st;
+  }
   NoGradGuard no_grad;
   global_grad_norm_.reset();
   if (zero_) {
@@ -518,6 +576,8 @@ StepStats Engine::step(const LrKwargs& lr_kwargs) {
              *lr_kwargs.last_batch_iteration, " must be >= -1");
     schedule_step_ = *lr_kwargs.last_batch_iteration + 1;
   }
+  timers_.stop(EngineTimers::Step, started);
+  report_breakdowns();
   if (monitor_->enabled()) {
     // As DeepSpeed: after the step, the next step's lr and the current loss scale.
     std::vector<MonitorEvent> events{{"Train/Samples/lr", get_lr()[0], global_samples()}};

@@ -18,10 +18,6 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-double ms_since(Clock::time_point t) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
-}
-
 std::string fmt_duration(double secs) {
   const int64_t s = std::isfinite(secs) ? static_cast<int64_t>(secs) : 0;
   char buf[32];
@@ -76,7 +72,6 @@ TrainerOptions TrainerOptions::from_config(const io::TrainConfig& c) {
   o.checkpoint_interval = c.train.checkpoint_interval;
   o.keep_last = c.train.keep_last;
   o.steps_per_print = c.steps_per_print;
-  o.wall_clock_breakdown = c.wall_clock_breakdown;
   return o;
 }
 
@@ -95,26 +90,15 @@ TrainLoop::TrainLoop(Engine& engine, TrainerOptions options)
 double TrainLoop::train_step(StepStats& stats) {
   const int64_t gas = engine_.config().gradient_accumulation_steps;
   double loss_sum = 0;
-  const double before_forward = ms_forward_, before_backward = ms_backward_, before_step = ms_step_;
   for (int64_t m = 0; m < gas; ++m) {
-    auto t0 = Clock::now();
     const Tensor loss = forward_next();
     const double value = loss.item();
-    ms_forward_ += ms_since(t0);
     TS_CHECK(std::isfinite(value) || engine_.config().fp16.enabled, "trainer: the loss is ", value,
              " at step ", engine_.global_steps(), "; lower the learning rate or check the data");
     loss_sum += value;
-    t0 = Clock::now();
     engine_.backward(loss);
-    ms_backward_ += ms_since(t0);
-    // After every micro-batch (DeepSpeed's contract); it updates at the window's last.
-    t0 = Clock::now();
-    stats = engine_.step();
-    ms_step_ += ms_since(t0);
+    stats = engine_.step();  // after every micro-batch (DeepSpeed's contract)
   }
-  step_ms_forward_ = ms_forward_ - before_forward;
-  step_ms_backward_ = ms_backward_ - before_backward;
-  step_ms_step_ = ms_step_ - before_step;
   const double mean = loss_sum / static_cast<double>(gas);
   return engine_.group().all_reduce_scalar(mean, parallel::ReduceOp::Avg);
 }
@@ -185,14 +169,7 @@ TrainResult TrainLoop::fit() {
 }
 
 void TrainLoop::report_step(const TrainResult& r, const StepStats& st) {
-  const int64_t samples = engine_.global_samples();
-  std::vector<MonitorEvent> events{{"Train/Samples/train_loss", r.train_loss, samples}};
-  if (options_.wall_clock_breakdown) {
-    events.push_back({"Train/Samples/elapsed_time_ms_forward", step_ms_forward_, samples});
-    events.push_back({"Train/Samples/elapsed_time_ms_backward", step_ms_backward_, samples});
-    events.push_back({"Train/Samples/elapsed_time_ms_step", step_ms_step_, samples});
-  }
-  engine_.write_events(events);
+  engine_.write_events({{"Train/Samples/train_loss", r.train_loss, engine_.global_samples()}});
   if (engine_.rank() != 0) return;
   const double samples_s = static_cast<double>(r.steps_run * engine_.config().train_batch_size) /
                            std::max(r.seconds, 1e-9);
@@ -203,14 +180,6 @@ void TrainLoop::report_step(const TrainResult& r, const StepStats& st) {
       static_cast<double>(options_.steps - r.step) * r.seconds / static_cast<double>(r.steps_run);
   if (tty_ || r.step % options_.steps_per_print == 0 || r.step == options_.steps)
     print_progress(r.step, r.train_loss, st, rate, eta);
-  if (options_.wall_clock_breakdown && r.step % options_.steps_per_print == 0) {
-    const double n = static_cast<double>(options_.steps_per_print);
-    char line[160];
-    std::snprintf(line, sizeof line, "time (ms/step) | forward: %.2f | backward: %.2f | step: %.2f",
-                  ms_forward_ / n, ms_backward_ / n, ms_step_ / n);
-    std::cerr << (tty_ ? "\n" : "") << line << "\n";
-    ms_forward_ = ms_backward_ = ms_step_ = 0;
-  }
 }
 
 int TrainLoop::agreed_stop_signal() {

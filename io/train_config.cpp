@@ -322,6 +322,7 @@ void parse_monitoring(Section& root, TrainConfig& c) {
   const std::string& source = root.source();
   root.get_min<int64_t>("steps_per_print", c.steps_per_print, 1, ">= 1");
   root.get("wall_clock_breakdown", c.wall_clock_breakdown);
+  root.get("memory_breakdown", c.memory_breakdown);
   if (root.has("csv_monitor")) {
     Section m = root.sub("csv_monitor");
     m.get("enabled", c.csv_monitor.enabled);

@@ -1,6 +1,7 @@
 // Host memory: 64-byte aligned blocks, cached by exact size. A training step allocates the
 // same sizes every iteration; reusing warm blocks avoids page faults and the kernel zeroing
 // fresh pages (measured: 512^3 matmul went from ~0.75x to ~1x of a raw sgemm call).
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -26,6 +27,7 @@ class CachingHostAllocator final : public Allocator {
         free_.erase(it);
         cached_bytes_ -= rounded;
         sizes_[p] = rounded;
+        count_allocated(rounded);
         return DataPtr(p, &release);
       }
     }
@@ -33,7 +35,18 @@ class CachingHostAllocator final : public Allocator {
     TS_CHECK(p != nullptr, "cpu: out of memory allocating ", nbytes, " bytes");
     std::lock_guard<std::mutex> lock(mutex_);
     sizes_[p] = rounded;
+    count_allocated(rounded);
     return DataPtr(p, &release);
+  }
+
+  AllocatorStats stats() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return {static_cast<int64_t>(allocated_bytes_), static_cast<int64_t>(cached_bytes_),
+            static_cast<int64_t>(peak_bytes_)};
+  }
+  void reset_peak() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    peak_bytes_ = allocated_bytes_;
   }
 
   static CachingHostAllocator& instance() {
@@ -45,11 +58,17 @@ class CachingHostAllocator final : public Allocator {
  private:
   static void release(void* p) { instance().give_back(p); }
 
+  void count_allocated(size_t bytes) {  // (under mutex_)
+    allocated_bytes_ += bytes;
+    peak_bytes_ = std::max(peak_bytes_, allocated_bytes_);
+  }
+
   void give_back(void* p) {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = sizes_.find(p);
     const size_t size = it->second;
     sizes_.erase(it);
+    allocated_bytes_ -= size;
     if (cached_bytes_ + size > kMaxCachedBytes) {
       std::free(p);
       return;
@@ -58,10 +77,10 @@ class CachingHostAllocator final : public Allocator {
     cached_bytes_ += size;
   }
 
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::multimap<size_t, void*> free_;
   std::unordered_map<void*, size_t> sizes_;
-  size_t cached_bytes_ = 0;
+  size_t cached_bytes_ = 0, allocated_bytes_ = 0, peak_bytes_ = 0;
 };
 
 const bool registered = [] {

@@ -11,11 +11,19 @@ namespace tessera {
 
 using DataPtr = std::unique_ptr<void, void (*)(void*)>;
 
+// Bytes an allocator has handed out and not had back (allocated), holds for reuse (cached),
+// and the most it had handed out at once since the last reset (peak_allocated).
+struct AllocatorStats {
+  int64_t allocated = 0, cached = 0, peak_allocated = 0;
+};
+
 // Backends register one allocator per device type (core knows none of them).
 class Allocator {
  public:
   virtual ~Allocator() = default;
   virtual DataPtr allocate(size_t nbytes, Device device) = 0;
+  virtual AllocatorStats stats() const { return {}; }
+  virtual void reset_peak() {}
 };
 void register_allocator(DeviceType type, Allocator* allocator);
 Allocator& allocator_for(DeviceType type);

@@ -262,3 +262,59 @@ TEST_CASE(
       parallel::make_local_group());
   CHECK(dropping->deepspeed_io<Example, test::Rows>(data, collate).size() == 5);
 }
+
+TEST_CASE(
+    "wall_clock_breakdown: the engine's timers per step to the monitors, nested as "
+    "DeepSpeed's (bwd_inner and bwd_allreduce inside bwd, all inside the step)") {
+  const fs::path dir = temp_dir("timers");
+  manual_seed(13);
+  test::Regressor model;
+  const std::string cfg = std::string(kConfig).substr(0, std::string(kConfig).rfind('}')) +
+                          R"(, "wall_clock_breakdown": true, "memory_breakdown": true,
+                          "csv_monitor": {"enabled": true, "output_path": ")" +
+                          dir.string() + R"(", "job_name": "job"}})";
+  auto engine =
+      engine::initialize(model, io::TrainConfig::parse(cfg, 1), parallel::make_local_group());
+  Loader data = loader(5, true);
+  const engine::TrainResult r = engine::Trainer<test::Rows>(*engine, data, options(4)).fit();
+  auto column = [&](const std::string& event) {
+    std::ifstream f(dir / "job" / ("Train_Samples_elapsed_time_ms_" + event + ".csv"));
+    std::vector<double> values;
+    std::string line;
+    std::getline(f, line);
+    CHECK(line == "step,elapsed_time_ms_" + event);
+    for (int64_t samples = 8; std::getline(f, line); samples += 8) {
+      CHECK(line.rfind(std::to_string(samples) + ",", 0) == 0);
+      values.push_back(std::stod(line.substr(line.find(',') + 1)));
+    }
+    return values;
+  };
+  const auto fwd = column("forward"), bwd = column("backward"), inner = column("backward_inner"),
+             reduce = column("backward_allreduce"), step = column("step");
+  REQUIRE(fwd.size() == 4);
+  double total = 0;
+  for (size_t k = 0; k < 4; ++k) {
+    CAPTURE(k);
+    CHECK(fwd[k] > 0);
+    CHECK(inner[k] > 0);
+    CHECK(reduce[k] >= 0);
+    CHECK(inner[k] + reduce[k] <= bwd[k] + 1e-6);
+    total += fwd[k] + bwd[k] + step[k];
+  }
+  CHECK(total <= r.seconds * 1000 + 1e-6);  // the Trainer's clock brackets every interval
+  fs::remove_all(dir);
+}
+
+TEST_CASE("host allocator statistics: allocated bytes and their peak") {
+  const AllocatorStats before = allocator_for(DeviceType::CPU).stats();
+  allocator_for(DeviceType::CPU).reset_peak();
+  {
+    Tensor big = Tensor::empty({1 << 20}, DType::Float32);  // 4 MiB, more than any cached block
+    const AllocatorStats during = allocator_for(DeviceType::CPU).stats();
+    CHECK(during.allocated >= before.allocated + (4 << 20));
+    CHECK(during.peak_allocated >= during.allocated);
+  }
+  const AllocatorStats after = allocator_for(DeviceType::CPU).stats();
+  CHECK(after.allocated <= before.allocated);
+  CHECK(after.peak_allocated >= before.allocated + (4 << 20));
+}

@@ -16,6 +16,7 @@
 #include <string>
 #include <typeinfo>
 
+#include "tessera/engine/engine_timers.h"
 #include "tessera/engine/loss_scaler.h"
 #include "tessera/engine/monitor.h"
 #include "tessera/io/data_loader.h"
@@ -120,6 +121,7 @@ class Engine {
   Tensor forward(const Batch& batch) {
     auto* model = dynamic_cast<nn::LossModel<Batch>*>(&model_);
     if (!model) fail_not_loss_model(typeid(Batch));
+    const auto started = timers_.start();
     begin_forward();
     int64_t terms = 0;
     double weight = 0.0;  // 0: the model's own mean is already the right share
@@ -138,6 +140,7 @@ class Engine {
     }
     if constexpr (nn::CountedBatch<Batch> && !nn::WeightedBatch<Batch>)
       if (weight != 0.0) loss = scaled(loss, weight * static_cast<double>(terms));
+    timers_.stop(EngineTimers::Forward, started);
     return loss.requires_grad() ? track_direct_backward(loss) : loss;
   }
   // DeepSpeed's deepspeed_io: a DataLoader of `dataset` for this rank: micro-batches of
@@ -272,6 +275,8 @@ class Engine {
   void end_reduction();
   // Counts backwards since step() and warns once at the second.
   void count_backward(const char* what);
+  // After an optimizer step: wall_clock_breakdown's events and line, memory_breakdown's line.
+  void report_breakdowns();
   // Steps, schedule position (when `schedule`), loss scaler and RNG from engine.json.
   void restore_engine_state(const nlohmann::json& state, bool schedule);
   // The tag directory's weights (into the masters and the model) and, when `load_optimizer`,
@@ -299,6 +304,8 @@ class Engine {
   bool warned_backward_twice_ = false;
   std::optional<double> global_grad_norm_;
   std::unique_ptr<MonitorMaster> monitor_;
+  EngineTimers timers_;
+  EngineTimers::Window timer_sums_{};  // since the last printed line
   bool in_engine_backward_ = false;
   bool direct_backward_pending_ = false;
   bool scale_expected_ = false;  // scale() came before a direct backward

@@ -9,9 +9,9 @@
 //
 // fit() runs optimizer steps until global step `steps`: every micro-batch forward, backward and
 // step (gradient accumulation as the config says), a progress line every steps_per_print
-// steps (loss, lr, samples or tokens per second, ETA), the engine's monitors (TensorBoard, CSV:
-// Train/Samples/train_loss, Eval/val_loss and, with wall_clock_breakdown, the
-// Train/Samples/elapsed_time_ms_* of every step), the wall-clock breakdown, evaluation every
+// steps (loss, lr, samples or tokens per second, ETA), Train/Samples/train_loss and
+// Eval/val_loss to the engine's monitors (which also get the engine's lr, loss scale and, with
+// wall_clock_breakdown, its timers), evaluation every
 // eval_interval steps and at the end, checkpoints every checkpoint_interval steps and at the end,
 // and on SIGINT/SIGTERM a checkpoint of the last completed step before it returns (a second signal
 // stops at once). Checkpoints hold the data position, so resume() continues with the batches a
@@ -40,12 +40,11 @@ struct TrainerOptions {
   int64_t keep_last = 0;  // step<N> checkpoints kept in checkpoint_dir (0: all)
   std::string save_dir;   // a checkpoint at the end (and on a signal) also here
   int64_t steps_per_print = 10;
-  bool wall_clock_breakdown = false;  // forward / backward / step milliseconds per step
-  int64_t tokens_per_sample = 0;      // > 0: progress in tokens/s, else samples/s
-  bool handle_signals = true;         // SIGINT/SIGTERM stop with a checkpoint
+  int64_t tokens_per_sample = 0;  // > 0: progress in tokens/s, else samples/s
+  bool handle_signals = true;     // SIGINT/SIGTERM stop with a checkpoint
 
-  // steps, eval_interval, eval_iters, checkpoint_dir/interval, keep_last (train.*),
-  // steps_per_print and wall_clock_breakdown from the config.
+  // steps, eval_interval, eval_iters, checkpoint_dir/interval, keep_last (train.*) and
+  // steps_per_print from the config.
   static TrainerOptions from_config(const io::TrainConfig& config);
 };
 
@@ -112,8 +111,6 @@ class TrainLoop {
 
   Engine& engine_;
   TrainerOptions options_;
-  double ms_forward_ = 0, ms_backward_ = 0, ms_step_ = 0;  // since the last breakdown
-  double step_ms_forward_ = 0, step_ms_backward_ = 0, step_ms_step_ = 0;  // the last step
   bool tty_ = false;
   std::string last_saved_;  // directory and step of the newest checkpoint fit() wrote
 };

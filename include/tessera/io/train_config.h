@@ -86,6 +86,7 @@ struct TrainConfig {
 
   int64_t steps_per_print = 10;
   bool wall_clock_breakdown = false;
+  bool memory_breakdown = false;  // each rank's memory every steps_per_print steps
 
   struct CsvMonitor {
     bool enabled = false;

@@ -1,0 +1,39 @@
+// DeepSpeed's engine timers (wall_clock_breakdown): milliseconds in forward ("fwd"), backward
+// ("bwd"), the autograd pass inside it ("bwd_inner"), the gradient reduction that ends it
+// ("bwd_allreduce") and step ("step"), summed over an accumulation window. With a GPU model
+// each interval is bracketed by device synchronisations, as DeepSpeed's timers do, so it
+// measures the work and not its launch.
+#pragma once
+#include <array>
+#include <chrono>
+#include <functional>
+#include <string>
+
+namespace tessera::engine {
+
+class EngineTimers {
+ public:
+  enum Kind { Forward, Backward, BackwardInner, BackwardAllreduce, Step, kCount };
+  using Clock = std::chrono::steady_clock;
+  using Window = std::array<double, kCount>;  // milliseconds by Kind
+
+  EngineTimers() = default;
+  // sync: waits for the device (null on CPU).
+  EngineTimers(bool enabled, std::function<void()> sync)
+      : enabled_(enabled), sync_(std::move(sync)) {}
+  bool enabled() const { return enabled_; }
+  Clock::time_point start() const;
+  void stop(Kind kind, Clock::time_point started);
+  // The window's times, then a fresh window.
+  Window take_window();
+  // DeepSpeed's names ("fwd", "bwd", ...) and monitor events (elapsed_time_ms_forward, ...).
+  static const char* name(Kind kind);
+  static const char* event(Kind kind);
+
+ private:
+  bool enabled_ = false;
+  std::function<void()> sync_;
+  Window window_{};
+};
+
+}  // namespace tessera::engine
