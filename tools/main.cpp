@@ -25,6 +25,7 @@ commands:
   export CKPT OUT_DIR        a checkpoint as a Hugging Face model directory (weights, config,
                              tokenizer files)
   estimate-memory CONFIG     per-rank parameter/gradient/optimizer bytes for N ranks, any stage
+  plot RUN_DIR               a run's loss and lr curves to a PNG (from its monitor files)
   report                     what this build has compiled in and which devices are visible
 
 Distributed: mpirun -np N tessera train CONFIG.json (see the README).
@@ -64,6 +65,7 @@ int main(int argc, char** argv) {
     if (cmd == "zero-to-fp32") return tessera::cli::zero_to_fp32_main(argc, argv);
     if (cmd == "estimate-memory") return tessera::cli::estimate_memory_main(argc, argv);
     if (cmd == "export") return tessera::cli::export_main(argc, argv);
+    if (cmd == "plot") return tessera::cli::plot_main(argc, argv);
     std::cerr << "tessera: unknown command '" << cmd << "'\n\n" << kUsage;
     return 2;
   } catch (const tessera::Error& e) {

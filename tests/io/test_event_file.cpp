@@ -13,6 +13,7 @@
 
 #include "io/crc32c.h"
 #include "tessera/error.h"
+#include "tessera/io/event_file_reader.h"
 #include "tessera/io/event_file_writer.h"
 #include "tessera/io/train_config.h"
 
@@ -89,4 +90,39 @@ TEST_CASE("monitor config: tensorboard's keys; wandb and comet are refused with 
   CHECK_THROWS_WITH_AS(io::TrainConfig::parse(R"({"train_batch_size": 2,
     "tensorboard": {"enabled": "yes"}})"),
                        doctest::Contains("'tensorboard.enabled' must be true or false"), Error);
+}
+
+TEST_CASE(
+    "event files read back; a truncated last record ends the file, a bad checksum is an "
+    "error naming the offset") {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("tessera-events-read-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::string path;
+  {
+    io::EventFileWriter w(dir.string());
+    for (int64_t k = 1; k <= 3; ++k) w.add_scalar("Train/Samples/lr", 0.25 * k, 8 * k);
+    w.add_scalar("Eval/val_loss", 0.0, 24);
+    w.flush();
+    path = w.path();
+  }
+  const io::ScalarSeries s = io::read_event_scalars(path);
+  REQUIRE(s.count("Train/Samples/lr") == 1);
+  CHECK(s.at("Train/Samples/lr") ==
+        std::vector<std::pair<int64_t, double>>{{8, 0.25}, {16, 0.5}, {24, 0.75}});
+  CHECK(s.at("Eval/val_loss") == std::vector<std::pair<int64_t, double>>{{24, 0.0}});
+  std::ifstream in(path, std::ios::binary);
+  std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  in.close();
+  const auto write = [&](const std::string& bytes) {
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+  };
+  write(data.substr(0, data.size() - 5));  // the last record cut short
+  CHECK(io::read_event_scalars(path).count("Eval/val_loss") == 0);
+  CHECK(io::read_event_scalars(path).at("Train/Samples/lr").size() == 3);
+  std::string bad = data;
+  bad[bad.size() - 6] ^= 0x5A;  // inside the last record's data
+  write(bad);
+  CHECK_THROWS_WITH_AS(io::read_event_scalars(path), doctest::Contains("bad data checksum"), Error);
+  std::filesystem::remove_all(dir);
 }
