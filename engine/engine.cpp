@@ -110,7 +110,7 @@ Engine::Engine(nn::Module& model, io::TrainConfig config, InitializeOptions opti
   if (config_.fp16.enabled) compute_dtype_ = DType::Float16;
   if (config_.bf16) compute_dtype_ = DType::BFloat16;
   TS_CHECK(!model_.named_parameters().empty(), "engine: the model has no parameters");
-  const Device device = model_.named_parameters().front().second->device();
+  const Device device = this->device();
   timers_ = EngineTimers(config_.wall_clock_breakdown,
                          device.is_cuda() ? std::function<void()>(cuda_synchronize) : nullptr);
   // CUDA tensors communicate over NCCL (bootstrapped over the MPI world); CPU ones over MPI.

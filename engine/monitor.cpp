@@ -8,7 +8,7 @@ namespace tessera::engine {
 
 namespace fs = std::filesystem;
 
-CsvMonitor::CsvMonitor(const io::TrainConfig::CsvMonitor& config)
+CsvMonitor::CsvMonitor(const io::TrainConfig::Monitor& config)
     : dir_(fs::path(config.output_path) / config.job_name) {
   std::error_code ec;
   fs::create_directories(dir_, ec);
@@ -32,7 +32,7 @@ void CsvMonitor::write_events(const std::vector<MonitorEvent>& events) {
   }
 }
 
-TensorBoardMonitor::TensorBoardMonitor(const io::TrainConfig::TensorBoard& config)
+TensorBoardMonitor::TensorBoardMonitor(const io::TrainConfig::Monitor& config)
     : writer_((fs::path(config.output_path) / config.job_name).string()) {}
 
 void TensorBoardMonitor::write_events(const std::vector<MonitorEvent>& events) {

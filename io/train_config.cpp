@@ -318,28 +318,25 @@ void parse_communication(Section& root, TrainConfig& c) {
   }
 }
 
+void parse_monitor(Section& root, const char* key, TrainConfig::Monitor& m) {
+  if (root.has(key)) {
+    Section s = root.sub(key);
+    s.get("enabled", m.enabled);
+    s.get("output_path", m.output_path);
+    s.get("job_name", m.job_name);
+    s.warn_unknown();
+  }
+  // (An empty output_path is DeepSpeed's default: the job directory under the working one.)
+  if (m.output_path.empty()) m.output_path = "./";
+}
+
 void parse_monitoring(Section& root, TrainConfig& c) {
   const std::string& source = root.source();
   root.get_min<int64_t>("steps_per_print", c.steps_per_print, 1, ">= 1");
   root.get("wall_clock_breakdown", c.wall_clock_breakdown);
   root.get("memory_breakdown", c.memory_breakdown);
-  if (root.has("csv_monitor")) {
-    Section m = root.sub("csv_monitor");
-    m.get("enabled", c.csv_monitor.enabled);
-    m.get("output_path", c.csv_monitor.output_path);
-    m.get("job_name", c.csv_monitor.job_name);
-    m.warn_unknown();
-  }
-  if (root.has("tensorboard")) {
-    Section m = root.sub("tensorboard");
-    m.get("enabled", c.tensorboard.enabled);
-    m.get("output_path", c.tensorboard.output_path);
-    m.get("job_name", c.tensorboard.job_name);
-    m.warn_unknown();
-  }
-  // (An empty output_path is DeepSpeed's default: the job directory under the working one.)
-  if (c.csv_monitor.output_path.empty()) c.csv_monitor.output_path = "./";
-  if (c.tensorboard.output_path.empty()) c.tensorboard.output_path = "./";
+  parse_monitor(root, "csv_monitor", c.csv_monitor);
+  parse_monitor(root, "tensorboard", c.tensorboard);
   for (const char* service : {"wandb", "comet"})
     if (root.has(service)) {
       Section m = root.sub(service);

@@ -69,11 +69,19 @@ struct Seeded {
   Seeded() { manual_seed(13); }  // before the model's initialisation
 };
 
+// kConfig with more top-level keys: extra is ', "key": value, ...'.
+io::TrainConfig config_with(const std::string& extra) {
+  const std::string base = kConfig;
+  return io::TrainConfig::parse(base.substr(0, base.rfind('}')) + extra + "}", 1);
+}
+
 struct Run {
+  explicit Run(const std::string& extra_config = "")
+      : engine(engine::initialize(model, config_with(extra_config), parallel::make_local_group())) {
+  }
   Seeded seeded;
   test::Regressor model;
-  std::unique_ptr<engine::Engine> engine =
-      engine::initialize(model, io::TrainConfig::parse(kConfig, 1), parallel::make_local_group());
+  std::unique_ptr<engine::Engine> engine;
   std::vector<double> weights() {
     std::vector<double> w = model.fc.weight.to_vector();
     w.push_back(model.fc.bias.to_vector()[0]);
@@ -161,25 +169,19 @@ TEST_CASE(
     "Trainer: CSV monitor in DeepSpeed's layout (samples on x), the final evaluation "
     "(float64 reference)") {
   const fs::path dir = temp_dir("csv");
-  manual_seed(13);
-  test::Regressor model;
-  const std::string cfg = std::string(kConfig).substr(0, std::string(kConfig).rfind('}')) +
-                          R"(, "csv_monitor": {"enabled": true, "output_path": ")" + dir.string() +
-                          R"(", "job_name": "job"}})";
-  auto engine =
-      engine::initialize(model, io::TrainConfig::parse(cfg, 1), parallel::make_local_group());
+  Run run(R"(, "csv_monitor": {"enabled": true, "output_path": ")" + dir.string() +
+          R"(", "job_name": "job"})");
   Loader data = loader(3, true);
   engine::TrainerOptions o = options(4);
   o.eval_interval = 2;
-  engine::Trainer<test::Rows> t(*engine, data, o);
+  engine::Trainer<test::Rows> t(*run.engine, data, o);
   t.set_eval_data([] { return std::make_unique<Loader>(loader(4, false)); });
   const engine::TrainResult r = t.fit();
   // Evaluation: the first 3 unshuffled batches of 4 examples, MSE in float64 with the final
   // weights.
   const test::Rows all = test::make_rows(22, 4);
   const std::vector<double> x = all.x.to_vector(), y = all.y.to_vector();
-  std::vector<double> w = model.fc.weight.to_vector();
-  w.push_back(model.fc.bias.to_vector()[0]);
+  const std::vector<double> w = run.weights();
   double want = 0;
   for (int i = 0; i < 12; ++i) {
     const double err = w[0] * x[i * 3] + w[1] * x[i * 3 + 1] + w[2] * x[i * 3 + 2] + w[3] - y[i];
@@ -253,30 +255,19 @@ TEST_CASE(
       collate({data->get(0), data->get(1), data->get(2), data->get(3)}).x.to_vector();
   CHECK(eval.next()->x.to_vector() == in_order);
   CHECK(first.x.to_vector() != in_order);  // shuffled
-  manual_seed(13);
-  test::Regressor m;
-  auto dropping = engine::initialize(
-      m,
-      io::TrainConfig::parse(
-          R"({"train_micro_batch_size_per_gpu": 4, "dataloader_drop_last": true})", 1),
-      parallel::make_local_group());
-  CHECK(dropping->deepspeed_io<Example, test::Rows>(data, collate).size() == 5);
+  Run dropping(R"(, "dataloader_drop_last": true)");
+  CHECK(dropping.engine->deepspeed_io<Example, test::Rows>(data, collate).size() == 5);
 }
 
 TEST_CASE(
     "wall_clock_breakdown: the engine's timers per step to the monitors, nested as "
     "DeepSpeed's (bwd_inner and bwd_allreduce inside bwd, all inside the step)") {
   const fs::path dir = temp_dir("timers");
-  manual_seed(13);
-  test::Regressor model;
-  const std::string cfg = std::string(kConfig).substr(0, std::string(kConfig).rfind('}')) +
-                          R"(, "wall_clock_breakdown": true, "memory_breakdown": true,
-                          "csv_monitor": {"enabled": true, "output_path": ")" +
-                          dir.string() + R"(", "job_name": "job"}})";
-  auto engine =
-      engine::initialize(model, io::TrainConfig::parse(cfg, 1), parallel::make_local_group());
+  Run run(R"(, "wall_clock_breakdown": true, "memory_breakdown": true,
+          "csv_monitor": {"enabled": true, "output_path": ")" +
+          dir.string() + R"(", "job_name": "job"})");
   Loader data = loader(5, true);
-  const engine::TrainResult r = engine::Trainer<test::Rows>(*engine, data, options(4)).fit();
+  const engine::TrainResult r = engine::Trainer<test::Rows>(*run.engine, data, options(4)).fit();
   auto column = [&](const std::string& event) {
     std::ifstream f(dir / "job" / ("Train_Samples_elapsed_time_ms_" + event + ".csv"));
     std::vector<double> values;

@@ -27,7 +27,7 @@ struct MonitorEvent {
 // the header is written when the file is new, so a resumed run appends rows only).
 class CsvMonitor {
  public:
-  explicit CsvMonitor(const io::TrainConfig::CsvMonitor& config);
+  explicit CsvMonitor(const io::TrainConfig::Monitor& config);
   void write_events(const std::vector<MonitorEvent>& events);
 
  private:
@@ -37,7 +37,7 @@ class CsvMonitor {
 // tensorboard: an event file in <output_path>/<job_name>/, flushed after every call.
 class TensorBoardMonitor {
  public:
-  explicit TensorBoardMonitor(const io::TrainConfig::TensorBoard& config);
+  explicit TensorBoardMonitor(const io::TrainConfig::Monitor& config);
   void write_events(const std::vector<MonitorEvent>& events);
   const std::string& path() const { return writer_.path(); }
 

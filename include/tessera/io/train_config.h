@@ -88,17 +88,14 @@ struct TrainConfig {
   bool wall_clock_breakdown = false;
   bool memory_breakdown = false;  // each rank's memory every steps_per_print steps
 
-  struct CsvMonitor {
+  // DeepSpeed's monitor sections (csv_monitor, tensorboard) share their keys.
+  struct Monitor {
     bool enabled = false;
     std::string output_path = "./";
     std::string job_name = "DeepSpeedJobName";
-  } csv_monitor;
-
-  struct TensorBoard {
-    bool enabled = false;
-    std::string output_path = "./";
-    std::string job_name = "DeepSpeedJobName";
-  } tensorboard;
+  };
+  Monitor csv_monitor;
+  Monitor tensorboard;
 
   struct Checkpoint {
     std::string tag_validation = "Warn";
