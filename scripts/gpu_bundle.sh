@@ -8,11 +8,13 @@ cd "$(dirname "$0")/.."
 stage="$(mktemp -d)"
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/build/tools" "$stage/build/tests" "$stage/lib" .gpu
-cp build/libtessera.so "$stage/build/"
+# The library carries its soname (libtessera.so.MAJOR.MINOR): the binaries ask for that name.
+soname="$(readelf -d build/tools/tessera | sed -n 's/.*NEEDED.*\[\(libtessera[^]]*\)\].*/\1/p')"
+cp -L "build/$soname" "$stage/build/$soname"
 cp build/tools/tessera "$stage/build/tools/"
 find build/tests -maxdepth 1 -type f -name 'test-*' -executable -exec cp {} "$stage/build/tests/" \;
 skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libstdc\+\+|libgcc_s|libdl\.so|libpthread|librt\.so|libcublas|libcudnn|libnccl|libtessera)'
-for bin in build/libtessera.so build/tools/tessera build/tests/test-*; do
+for bin in "build/$soname" build/tools/tessera build/tests/test-*; do
   [ -f "$bin" ] && [ -x "$bin" ] || continue
   ldd "$bin" | awk '/=>/ {print $1, $3}'
 done | sort -u | while read -r name path; do

@@ -27,7 +27,7 @@ for stage in $stages; do
     probe)
       nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv
       nvcc --version | tail -1; python3 -c 'import torch; print("torch", torch.__version__, torch.version.cuda)'
-      ldd "$work/build/libtessera.so" | grep -E "not found|cuda|cublas|cudnn|nccl"
+      ldd "$work"/build/libtessera.so.* | grep -E "not found|cuda|cublas|cudnn|nccl"
       "$ts" report --json | tee "$out/report.json" ;;
     tests)
       # The CUDA suite, then every other suite's CUDA and NCCL cases (named "...cuda...",

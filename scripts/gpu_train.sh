@@ -7,12 +7,24 @@ ts="$1"; out="$2"
 root="$(cd "$(dirname "$0")/.." && pwd)"
 corpus="$(mktemp -d)/corpus.txt"
 cat "$root"/README.md "$root"/configs/*.json > "$corpus"
-python3 - "$root/configs/quickstart.json" "$out/quickstart_bf16.json" <<'PY'
+runs="$(mktemp -d)"
+python3 - "$root/configs/quickstart.json" "$out/quickstart_bf16.json" "$runs" "$runs/monitored.json" <<'PY'
 import json, sys
 c = json.load(open(sys.argv[1])); c["bf16"] = {"enabled": True}; c.pop("fp16", None)
 json.dump(c, open(sys.argv[2], "w"))
+# Observability on the GPU: engine timers (device-synchronised), memory breakdown with the
+# GPU's allocator, CSV and TensorBoard monitors, a checkpoint.
+c.update(wall_clock_breakdown=True, memory_breakdown=True, steps_per_print=100)
+mon = {"enabled": True, "output_path": sys.argv[3], "job_name": "gpu"}
+c["csv_monitor"] = dict(mon); c["tensorboard"] = dict(mon)
+json.dump(c, open(sys.argv[4], "w"))
 PY
 for cfg in "$root/configs/quickstart.json" "$out/quickstart_bf16.json"; do
   echo "--- $(basename "$cfg") on cuda"
   "$ts" train "$cfg" --device cuda --data "$corpus" --steps 300 --json 2>&1 | tail -4
 done
+echo "--- bf16 with wall_clock_breakdown, memory_breakdown, csv_monitor, tensorboard"
+"$ts" train "$runs/monitored.json" --device cuda --data "$corpus" --steps 200 --save "$runs/ckpt" 2>&1 \
+  | grep -E "time \(ms\)|memory \(MB\)|step 200/|val loss|rror" | tail -8
+ls "$runs/gpu" "$runs/ckpt"
+head -3 "$runs/gpu/Train_Samples_train_loss.csv" "$runs/gpu/Train_Samples_elapsed_time_ms_forward.csv" 2>&1

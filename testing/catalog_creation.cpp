@@ -24,6 +24,7 @@ void add_creation_ops(std::vector<OpSpec>& ops) {
     ops.push_back(s);
     s.name = "randn";
     s.kernels = "normal";
+    s.device_ulps = 4;
     s.fn = [](const Inputs&, const OpContext& c) {
       Generator gen(7);
       return randn({1000}, c.dtype, c.device, &gen);

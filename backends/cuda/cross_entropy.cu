@@ -14,6 +14,7 @@ template <class A>
 struct OnlineLse {
   A m, s;
   __device__ OnlineLse add(A v) const {
+    if (isinf(v) && v < 0) return *this;  // exp(-inf - -inf) would be NaN on a -inf prefix
     return v > m ? OnlineLse{v, s * exp(m - v) + A(1)} : OnlineLse{m, s + exp(v - m)};
   }
 };

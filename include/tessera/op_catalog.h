@@ -53,6 +53,9 @@ struct OpSpec {
   bool differentiable = true;
   bool finite_differences = true;  // false where the op is not smooth at float64 (casts)
   bool exact_reference = false;    // creation/random ops: compare with cpu at the same dtype
+  // Random ops built on log/cos (normal): a GPU's math library rounds those within a few ulps
+  // of glibc's, not bit for bit, so values off the CPU may differ by this many ulps.
+  int device_ulps = 0;
   // Benchmark: inputs for a --shape argument, and the op's flops for GEMM-like ops (unset:
   // the benchmark reports bytes moved instead).
   std::function<OpCase(const Shape&)> bench_case;
