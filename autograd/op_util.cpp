@@ -2,11 +2,11 @@
 
 namespace tessera::detail {
 
-Tensor run1(Kernel k, const std::vector<Tensor>& inputs, const Shape& out_shape, DType out_dtype,
-            DType dispatch_dtype, const KernelAttrs& attrs) {
+Tensor run1(Kernel k, const std::vector<TensorBase>& inputs, const Shape& out_shape,
+            DType out_dtype, DType dispatch_dtype, const KernelAttrs& attrs) {
   const Device device = inputs.empty() ? Device::cpu() : inputs[0].device();
   Tensor out = Tensor::empty(out_shape, out_dtype, device);
-  Tensor outs[1] = {out};
+  TensorBase outs[1] = {out};
   run_kernel(k, device, dispatch_dtype, inputs, outs, attrs);
   return out;
 }

@@ -12,8 +12,8 @@ namespace tessera::detail {
 
 // Runs `k` on `inputs` (dispatching on `dtype` and the first input's device) into one
 // freshly allocated contiguous output.
-Tensor run1(Kernel k, const std::vector<Tensor>& inputs, const Shape& out_shape, DType out_dtype,
-            DType dispatch_dtype, const KernelAttrs& attrs = {});
+Tensor run1(Kernel k, const std::vector<TensorBase>& inputs, const Shape& out_shape,
+            DType out_dtype, DType dispatch_dtype, const KernelAttrs& attrs = {});
 
 // Sums `grad` over the dims that broadcasting expanded, giving a tensor of `shape`.
 Tensor sum_to_shape(const Tensor& grad, const Shape& shape);

@@ -36,8 +36,8 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   Tensor o = Tensor::empty({B, H, Tq, Dv}, q.dtype(), q.device());
   Tensor lse = Tensor::empty({B, H, Tq}, detail::compute_dtype(q.dtype()), q.device());
   {
-    const Tensor ins[4] = {qc, kc, vc, mask};
-    Tensor outs[2] = {o, lse};
+    const TensorBase ins[4] = {qc, kc, vc, mask};
+    TensorBase outs[2] = {o, lse};
     run_kernel(Kernel::attention, q.device(), q.dtype(), ins, outs, a);
   }
   std::vector<Tensor> outs{o};
@@ -46,8 +46,8 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
            Tensor dq = Tensor::empty(qc.shape(), qc.dtype(), qc.device());
            Tensor dk = Tensor::empty(kc.shape(), kc.dtype(), kc.device());
            Tensor dv = Tensor::empty(vc.shape(), vc.dtype(), vc.device());
-           const Tensor ins[7] = {g[0].contiguous(), qc, kc, vc, o, lse, mask};
-           Tensor outs[3] = {dq, dk, dv};
+           const TensorBase ins[7] = {g[0].contiguous(), qc, kc, vc, o, lse, mask};
+           TensorBase outs[3] = {dq, dk, dv};
            run_kernel(Kernel::attention_backward, qc.device(), qc.dtype(), ins, outs, a);
            return std::vector<Tensor>{dq, dk, dv};
          },

@@ -9,7 +9,7 @@ Tensor full(const Shape& shape, double value, DType dtype, Device device) {
   Tensor t = Tensor::empty(shape, dtype, device);
   KernelAttrs a;
   a.scalar = value;
-  Tensor outs[1] = {t};
+  TensorBase outs[1] = {t};
   run_kernel(Kernel::fill, device, dtype, {}, outs, a);
   return t;
 }
@@ -38,7 +38,7 @@ Tensor arange(double start, double end, double step, DType dtype, Device device)
   KernelAttrs a;
   a.scalar = start;
   a.scalar2 = step;
-  Tensor outs[1] = {t};
+  TensorBase outs[1] = {t};
   run_kernel(Kernel::arange, device, dtype, {}, outs, a);
   return t;
 }
@@ -55,7 +55,7 @@ Tensor random_fill(Kernel k, const Shape& shape, DType dtype, Device device, Gen
   attrs.offset = s.offset;
   attrs.scalar = a;
   attrs.scalar2 = b;
-  Tensor outs[1] = {t};
+  TensorBase outs[1] = {t};
   run_kernel(k, device, dtype, {}, outs, attrs);
   return t;
 }

@@ -111,12 +111,12 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
                       .view(xshape);
            if (gw && gb) {
              // dW = dY^T X, and db = the row sums of dY^T from the same product.
-             const Tensor ins[2] = {dy.transpose(1, 2), x2};
-             Tensor outs[2] = {Tensor::empty({1, N, K}, dy.dtype(), dy.device()),
-                               Tensor::empty({N}, dy.dtype(), dy.device())};
+             const TensorBase ins[2] = {dy.transpose(1, 2), x2};
+             TensorBase outs[2] = {Tensor::empty({1, N, K}, dy.dtype(), dy.device()),
+                                   Tensor::empty({N}, dy.dtype(), dy.device())};
              run_kernel(Kernel::matmul, dy.device(), dy.dtype(), ins, outs);
-             dw = outs[0].view({N, K});
-             db = outs[1];
+             dw = Tensor(outs[0].view({N, K}));
+             db = Tensor(outs[1]);
            } else if (gw) {
              dw = detail::run1(Kernel::matmul, {dy.transpose(1, 2), x2}, {1, N, K}, dy.dtype(),
                                dy.dtype())

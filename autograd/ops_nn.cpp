@@ -62,8 +62,8 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
   KernelAttrs a;
   a.scalar = eps;
   {
-    const Tensor ins[3] = {x2, w, b};
-    Tensor outs[3] = {y, mean, rstd};
+    const TensorBase ins[3] = {x2, w, b};
+    TensorBase outs[3] = {y, mean, rstd};
     run_kernel(Kernel::layer_norm, x.device(), x.dtype(), ins, outs, a);
   }
   std::vector<Tensor> outs{y.view(x.shape())};
@@ -77,8 +77,8 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
            Tensor dx = Tensor::empty(x2.shape(), x2.dtype(), x2.device());
            Tensor dw = gw ? Tensor::empty({C}, x2.dtype(), x2.device()) : Tensor();
            Tensor db = gb ? Tensor::empty({C}, x2.dtype(), x2.device()) : Tensor();
-           const Tensor ins[5] = {dy, x2, mean, rstd, w};
-           Tensor outs[3] = {dx, dw, db};
+           const TensorBase ins[5] = {dy, x2, mean, rstd, w};
+           TensorBase outs[3] = {dx, dw, db};
            run_kernel(Kernel::layer_norm_backward, x2.device(), x2.dtype(), ins, outs);
            return std::vector<Tensor>{dx.view(xshape), gw ? dw.view(nshape) : Tensor(),
                                       gb ? db.view(nshape) : Tensor()};
@@ -131,8 +131,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
   a.index = ignore_index;
   a.scalar = label_smoothing;
   {
-    const Tensor ins[2] = {x, t};
-    Tensor outs[2] = {losses, lse};
+    const TensorBase ins[2] = {x, t};
+    TensorBase outs[2] = {losses, lse};
     run_kernel(Kernel::cross_entropy, logits.device(), logits.dtype(), ins, outs, a);
   }
   // Mean over the targets that are not ignored: with none, 0/0 = NaN as torch gives, while
@@ -148,8 +148,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
          [x, t, lse, count, a, shape = logits.shape()](const std::vector<Tensor>& g) {
            const Tensor scale = div(g[0].to(lse.dtype()), count).expand(lse.shape()).contiguous();
            Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
-           const Tensor ins[4] = {x, t, lse, scale};
-           Tensor outs[1] = {dx};
+           const TensorBase ins[4] = {x, t, lse, scale};
+           TensorBase outs[1] = {dx};
            run_kernel(Kernel::cross_entropy_backward, x.device(), x.dtype(), ins, outs, a);
            return std::vector<Tensor>{dx.view(shape)};
          },

@@ -150,7 +150,7 @@ Tensor sum_squares(const std::vector<Tensor>& tensors) {
   TS_CHECK(!tensors.empty(), "sum_squares: expected at least one tensor");
   detail::check_same_device("sum_squares", tensors);
   const DType dt = tensors[0].dtype();
-  std::vector<Tensor> ins;
+  std::vector<TensorBase> ins;
   for (const Tensor& t : tensors) {
     detail::check_floating("sum_squares", t);
     TS_CHECK(t.dtype() == dt, "sum_squares: tensors must share one dtype, got ",
@@ -159,7 +159,7 @@ Tensor sum_squares(const std::vector<Tensor>& tensors) {
   }
   Tensor out =
       Tensor::empty({static_cast<int64_t>(ins.size())}, DType::Float64, tensors[0].device());
-  Tensor outs[1] = {out};
+  TensorBase outs[1] = {out};
   run_kernel(Kernel::sum_squares, out.device(), dt, ins, outs);
   return out;
 }

@@ -1,4 +1,5 @@
-// Views (no copy), copies, casts and device moves, each with its gradient.
+// Tensor's views (no copy), copies, casts and device moves, each with its gradient.
+#include <algorithm>
 #include <numeric>
 
 #include "autograd/op_util.h"
@@ -10,74 +11,20 @@ using detail::sum_to_shape;
 
 namespace {
 
-Tensor record_view(const char* name, const Tensor& x, Tensor out, autograd::BackwardFn fn) {
-  std::vector<Tensor> outs{out};
+Tensor record_view(const char* name, const Tensor& x, const TensorBase& out,
+                   autograd::BackwardFn fn) {
+  std::vector<Tensor> outs{Tensor(out)};
   record(name, {x}, outs, std::move(fn));
   return outs[0];
 }
 
-// Strides for viewing `t` as `shape` without copying, or empty when impossible.
-std::optional<Shape> view_strides(const Tensor& t, const Shape& shape) {
-  // An empty tensor has no elements to misplace: any shape of 0 elements views it.
-  if (t.is_contiguous() || t.numel() == 0) return contiguous_strides(shape);
-  // Split the old shape into chunks of mutually contiguous dims, then map new dims onto them.
-  const Shape& os = t.shape();
-  const Shape& ost = t.strides();
-  Shape st(shape.size());
-  int64_t view_d = static_cast<int64_t>(shape.size()) - 1;
-  int64_t chunk_base_stride = ost.empty() ? 1 : ost.back();
-  int64_t tensor_numel = 1, view_numel = 1;
-  for (int64_t d = static_cast<int64_t>(os.size()) - 1; d >= 0; --d) {
-    tensor_numel *= os[d];
-    if (d == 0 || (os[d - 1] != 1 && ost[d - 1] != tensor_numel * chunk_base_stride)) {
-      while (view_d >= 0 && (view_numel < tensor_numel || shape[view_d] == 1)) {
-        st[view_d] = view_numel * chunk_base_stride;
-        view_numel *= shape[view_d];
-        --view_d;
-      }
-      if (view_numel != tensor_numel) return std::nullopt;
-      if (d > 0) {
-        chunk_base_stride = ost[d - 1];
-        tensor_numel = 1;
-        view_numel = 1;
-      }
-    }
-  }
-  if (view_d != -1) return std::nullopt;
-  return st;
-}
-
-Shape infer_shape(const Shape& requested, int64_t numel, const char* op) {
-  Shape shape = requested;
-  int64_t known = 1, infer = -1;
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (shape[i] == -1) {
-      TS_CHECK(infer < 0, op, ": only one dimension can be -1 in ", shape_str(requested));
-      infer = static_cast<int64_t>(i);
-    } else {
-      TS_CHECK(shape[i] >= 0, op, ": invalid size ", shape[i], " in ", shape_str(requested));
-      known *= shape[i];
-    }
-  }
-  if (infer >= 0) {
-    TS_CHECK(known != 0 && numel % known == 0, op, ": shape ", shape_str(requested),
-             " is invalid for ", numel, " elements");
-    shape[infer] = numel / known;
-  }
-  TS_CHECK(numel_of(shape) == numel, op, ": shape ", shape_str(requested), " is invalid for ",
-           numel, " elements");
-  return shape;
-}
-
 }  // namespace
 
+// Each view takes its geometry from TensorBase (core/tensor_views.cpp) and records how its
+// gradient returns to the input's shape.
 Tensor Tensor::view(const Shape& requested) const {
-  const Shape shape = infer_shape(requested, numel(), "view");
-  auto st = view_strides(*this, shape);
-  TS_CHECK(st.has_value(), "view: cannot view ", describe(), " (strides ", shape_str(strides()),
-           ") as ", shape_str(shape), " without a copy; use reshape()");
-  const Shape in_shape = this->shape();
-  return record_view("ViewBackward", *this, make_view(*this, shape, *st, offset()),
+  const Shape in_shape = shape();
+  return record_view("ViewBackward", *this, TensorBase::view(requested),
                      [in_shape](const std::vector<Tensor>& g) {
                        return std::vector<Tensor>{g[0].reshape(in_shape)};
                      });
@@ -102,45 +49,32 @@ Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
 }
 
 Tensor Tensor::permute(const std::vector<int64_t>& dims) const {
-  TS_CHECK(static_cast<int64_t>(dims.size()) == dim(), "permute: got ", dims.size(),
-           " dims for a tensor with ", dim(), " dimensions");
-  Shape shape(dims.size()), st(dims.size());
-  std::vector<int64_t> inverse(dims.size(), -1);
-  for (size_t i = 0; i < dims.size(); ++i) {
-    const int64_t d = wrap_dim(dims[i], dim(), "permute");
-    TS_CHECK(inverse[d] < 0, "permute: dimension ", d, " repeated");
-    inverse[d] = static_cast<int64_t>(i);
-    shape[i] = this->shape()[d];
-    st[i] = strides()[d];
-  }
-  return record_view("PermuteBackward", *this, make_view(*this, shape, st, offset()),
-                     [inverse](const std::vector<Tensor>& g) {
-                       return std::vector<Tensor>{g[0].permute(inverse)};
-                     });
+  const TensorBase out = TensorBase::permute(dims);
+  std::vector<int64_t> inverse(dims.size());
+  for (size_t i = 0; i < dims.size(); ++i)
+    inverse[wrap_dim(dims[i], dim(), "permute")] = static_cast<int64_t>(i);
+  return record_view("PermuteBackward", *this, out, [inverse](const std::vector<Tensor>& g) {
+    return std::vector<Tensor>{g[0].permute(inverse)};
+  });
 }
 
 Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
+  if (dim() == 0) return *this;
   std::vector<int64_t> p(static_cast<size_t>(dim()));
   std::iota(p.begin(), p.end(), 0);
-  if (dim() == 0) return *this;
   std::swap(p[wrap_dim(d0, dim(), "transpose")], p[wrap_dim(d1, dim(), "transpose")]);
   return permute(p);
 }
 
 Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const {
+  const TensorBase out = TensorBase::slice(d, start, end, step);
+  // The gradient goes back into the same positions, with the bounds the view resolved.
   d = wrap_dim(d, dim(), "slice");
-  TS_CHECK(step > 0, "slice: step must be positive, got ", step);
   const int64_t n = shape()[d];
-  if (start < 0) start += n;
-  if (end < 0) end += n;
-  start = std::clamp<int64_t>(start, 0, n);
-  end = std::clamp<int64_t>(end, start, n);
-  Shape shape = this->shape(), st = strides();
-  shape[d] = (end - start + step - 1) / step;
-  st[d] *= step;
-  const Shape in_shape = this->shape();
-  return record_view("SliceBackward", *this,
-                     make_view(*this, shape, st, offset() + start * strides()[d]),
+  start = std::clamp<int64_t>(start < 0 ? start + n : start, 0, n);
+  end = start + out.shape()[d] * step;
+  const Shape in_shape = shape();
+  return record_view("SliceBackward", *this, out,
                      [in_shape, d, start, end, step](const std::vector<Tensor>& g) {
                        Tensor gi = zeros(in_shape, g[0].dtype(), g[0].device());
                        gi.slice(d, start, end, step).copy_(g[0]);
@@ -149,13 +83,10 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
 }
 
 Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
+  const TensorBase checked_range = TensorBase::narrow(d, start, length);
   d = wrap_dim(d, dim(), "narrow");
-  const int64_t n = shape()[d];
-  if (start < 0) start += n;
-  TS_CHECK(start >= 0 && length >= 0 && start + length <= n, "narrow: range [", start, ", ",
-           start + length, ") is out of bounds for dimension ", d, " of size ", n, " in ",
-           describe());
-  return slice(d, start, start + length);
+  if (start < 0) start += shape()[d];
+  return slice(d, start, start + checked_range.shape()[d]);
 }
 
 Tensor Tensor::select(int64_t d, int64_t index) const {
@@ -168,44 +99,21 @@ Tensor Tensor::select(int64_t d, int64_t index) const {
 }
 
 Tensor Tensor::expand(const Shape& shape) const {
-  TS_CHECK(shape.size() >= this->shape().size(), "expand: cannot expand ", describe(), " to ",
-           shape_str(shape), " (fewer dimensions)");
-  const size_t lead = shape.size() - this->shape().size();
-  Shape out = shape, st(shape.size(), 0);
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (i < lead) {
-      TS_CHECK(shape[i] >= 0, "expand: invalid size -1 for new leading dim in ", shape_str(shape));
-      continue;
-    }
-    const int64_t have = this->shape()[i - lead];
-    if (shape[i] == -1 || shape[i] == have) {
-      out[i] = have;
-      st[i] = strides()[i - lead];
-    } else {
-      TS_CHECK(have == 1, "expand: cannot expand ", describe(), " to ", shape_str(shape),
-               " (dimension ", i, " has size ", have, ", expected 1 or ", shape[i], ")");
-    }
-  }
-  if (out == this->shape()) return *this;
+  const TensorBase out = TensorBase::expand(shape);
+  if (out.same(*this)) return *this;
   const Shape in_shape = this->shape();
-  return record_view("ExpandBackward", *this, make_view(*this, out, st, offset()),
-                     [in_shape](const std::vector<Tensor>& g) {
-                       return std::vector<Tensor>{sum_to_shape(g[0], in_shape)};
-                     });
+  return record_view("ExpandBackward", *this, out, [in_shape](const std::vector<Tensor>& g) {
+    return std::vector<Tensor>{sum_to_shape(g[0], in_shape)};
+  });
 }
 
 Tensor Tensor::squeeze(int64_t d) const {
-  if (dim() == 0) return *this;
-  d = wrap_dim(d, dim(), "squeeze");
-  if (shape()[d] != 1) return *this;
-  Shape shape = this->shape(), st = strides();
-  shape.erase(shape.begin() + d);
-  st.erase(st.begin() + d);
-  const Shape in_shape = this->shape();
-  return record_view("SqueezeBackward", *this, make_view(*this, shape, st, offset()),
-                     [in_shape](const std::vector<Tensor>& g) {
-                       return std::vector<Tensor>{g[0].reshape(in_shape)};
-                     });
+  const TensorBase out = TensorBase::squeeze(d);
+  if (out.same(*this)) return *this;
+  const Shape in_shape = shape();
+  return record_view("SqueezeBackward", *this, out, [in_shape](const std::vector<Tensor>& g) {
+    return std::vector<Tensor>{g[0].reshape(in_shape)};
+  });
 }
 
 Tensor Tensor::squeeze() const {
@@ -216,29 +124,12 @@ Tensor Tensor::squeeze() const {
 }
 
 Tensor Tensor::unsqueeze(int64_t d) const {
-  d = wrap_dim(d, dim() + 1, "unsqueeze");
-  Shape shape = this->shape(), st = strides();
-  const int64_t stride = d < dim() ? strides()[d] * this->shape()[d] : 1;
-  shape.insert(shape.begin() + d, 1);
-  st.insert(st.begin() + d, stride);
-  const Shape in_shape = this->shape();
-  return record_view("UnsqueezeBackward", *this, make_view(*this, shape, st, offset()),
+  const Shape in_shape = shape();
+  return record_view("UnsqueezeBackward", *this, TensorBase::unsqueeze(d),
                      [in_shape](const std::vector<Tensor>& g) {
                        return std::vector<Tensor>{g[0].reshape(in_shape)};
                      });
 }
-
-namespace {
-// Copy into a new contiguous tensor of `dtype` on `device` (the copy kernel also casts).
-Tensor copy_to(const Tensor& x, DType dtype, Device device) {
-  Tensor out = Tensor::empty(x.shape(), dtype, device);
-  const Tensor ins[1] = {x};
-  Tensor outs[1] = {out};
-  const Device run_on = x.device().is_cuda() ? x.device() : device;
-  run_kernel(Kernel::copy, run_on, dtype, ins, outs);
-  return out;
-}
-}  // namespace
 
 Tensor Tensor::contiguous() const {
   if (is_contiguous()) return *this;
@@ -246,7 +137,7 @@ Tensor Tensor::contiguous() const {
 }
 
 Tensor Tensor::clone() const {
-  std::vector<Tensor> outs{copy_to(*this, dtype(), device())};
+  std::vector<Tensor> outs{Tensor(copy_to(*this, dtype(), device()))};
   record("CloneBackward", {*this}, outs, [](const std::vector<Tensor>& g) { return g; });
   return outs[0];
 }
@@ -256,8 +147,8 @@ Tensor Tensor::pin_memory() const {
            " is not in host memory; only host tensors can be pinned");
   if (is_pinned()) return *this;
   Tensor out = Tensor::empty_pinned(shape(), dtype());
-  const Tensor ins[1] = {*this};
-  Tensor outs1[1] = {out};
+  const TensorBase ins[1] = {*this};
+  TensorBase outs1[1] = {out};
   run_kernel(Kernel::copy, Device::cpu(), dtype(), ins, outs1);
   std::vector<Tensor> outs{out};
   record("PinMemoryBackward", {*this}, outs, [](const std::vector<Tensor>& g) { return g; });
@@ -266,7 +157,7 @@ Tensor Tensor::pin_memory() const {
 
 Tensor cast(const Tensor& x, DType dtype) {
   if (x.dtype() == dtype) return x;
-  std::vector<Tensor> outs{copy_to(x, dtype, x.device())};
+  std::vector<Tensor> outs{Tensor(copy_to(x, dtype, x.device()))};
   if (is_floating(dtype) && is_floating(x.dtype())) {
     const DType in = x.dtype();
     record("CastBackward", {x}, outs,
@@ -280,7 +171,7 @@ Tensor Tensor::to(DType dtype) const {
 
 Tensor to_device(const Tensor& x, Device device) {
   if (x.device() == device) return x;
-  std::vector<Tensor> outs{copy_to(x, x.dtype(), device)};
+  std::vector<Tensor> outs{Tensor(copy_to(x, x.dtype(), device))};
   const Device in = x.device();
   record("ToDeviceBackward", {x}, outs,
          [in](const std::vector<Tensor>& g) { return std::vector<Tensor>{g[0].to(in)}; });

@@ -79,7 +79,7 @@ void Tensor::register_hook(std::function<void(const Tensor&)> hook) const {
 Tensor& Tensor::fill_(double value) {
   check_inplace(*this, "fill_");
   if (is_contiguous()) {
-    Tensor outs[1] = {*this};
+    TensorBase outs[1] = {*this};
     KernelAttrs a;
     a.scalar = value;
     run_kernel(Kernel::fill, device(), dtype(), {}, outs, a);
@@ -95,8 +95,8 @@ Tensor& Tensor::copy_(const Tensor& src) {
   check_inplace(*this, "copy_");
   NoGradGuard no_grad;
   const Tensor s = src.expand(shape());
-  const Tensor ins[1] = {s.detach()};
-  Tensor outs[1] = {detach()};
+  const TensorBase ins[1] = {s.detach()};
+  TensorBase outs[1] = {detach()};
   const Device run_on = src.device().is_cuda() ? src.device() : device();
   run_kernel(Kernel::copy, run_on, dtype(), ins, outs);
   bump_version();

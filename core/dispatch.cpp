@@ -77,20 +77,20 @@ bool has_kernel(Kernel k, DeviceType device, DType dtype) {
   return table()[static_cast<int>(k)][static_cast<int>(device)][static_cast<int>(dtype)] != nullptr;
 }
 
-void run_kernel(Kernel k, Device device, DType dtype, std::span<const Tensor> inputs,
-                std::span<Tensor> outputs, const KernelAttrs& attrs) {
+void run_kernel(Kernel k, Device device, DType dtype, std::span<const TensorBase> inputs,
+                std::span<TensorBase> outputs, const KernelAttrs& attrs) {
   KernelFn fn =
       table()[static_cast<int>(k)][static_cast<int>(device.type)][static_cast<int>(dtype)];
   if (!fn) {
     std::string shapes;
-    for (const Tensor& t : inputs) shapes += (shapes.empty() ? "" : ", ") + t.describe();
+    for (const TensorBase& t : inputs) shapes += (shapes.empty() ? "" : ", ") + t.describe();
     fail(kernel_name(k), ": no kernel for dtype ", dtype_name(dtype), " on ", device.str(),
          shapes.empty() ? "" : " (inputs: " + shapes + ")");
   }
   // Released (ZeRO-3) storages are gathered before the kernel and may be released after it.
   Storage* fetched[8];
   size_t n_fetched = 0;
-  auto fetch = [&](const Tensor& t) {
+  auto fetch = [&](const TensorBase& t) {
     if (!t.defined()) return;
     Storage& s = *t.storage();
     if (s.resident() || !s.fetcher()) return;
@@ -99,8 +99,8 @@ void run_kernel(Kernel k, Device device, DType dtype, std::span<const Tensor> in
   };
   if (auto set_current = runtimes()[static_cast<int>(device.type)].set_current_device)
     set_current(device.index);
-  for (const Tensor& t : inputs) fetch(t);
-  for (const Tensor& t : outputs) {
+  for (const TensorBase& t : inputs) fetch(t);
+  for (const TensorBase& t : outputs) {
     fetch(t);
     // A host->GPU copy from pinned memory may still be reading what this kernel overwrites.
     if (device.is_cpu() && t.defined() && t.is_pinned()) t.storage()->wait_for_copies();

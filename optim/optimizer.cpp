@@ -127,7 +127,7 @@ void Optimizer::run_fused(Kernel k, const std::vector<std::string>& slots,
           .push_back(i);
     }
     for (auto& [kind, idx] : by_kind) {
-      std::vector<Tensor> outs, grads;
+      std::vector<TensorBase> outs, grads;
       for (size_t i : idx) outs.push_back(g.params[i].detach());
       for (const std::string& s : slots)
         for (size_t i : idx) outs.push_back(slot(gi, i, s));

@@ -39,7 +39,7 @@ template <class T, class A>
 struct Head {
   RowMat<A> copy;
   Eigen::Map<const RowMat<A>> m{nullptr, 0, 0};
-  Head(const Tensor& t, int64_t head, int64_t rows, int64_t cols) {
+  Head(const TensorBase& t, int64_t head, int64_t rows, int64_t cols) {
     const T* p = t.data<T>() + head * rows * cols;
     if constexpr (std::is_same_v<T, A>) {
       new (&m) Eigen::Map<const RowMat<A>>(p, rows, cols);
@@ -52,7 +52,7 @@ struct Head {
 };
 
 template <class T, class A>
-void store_head(const RowMat<A>& m, Tensor& t, int64_t head) {
+void store_head(const RowMat<A>& m, TensorBase& t, int64_t head) {
   T* p = t.data<T>() + head * m.size();
   if constexpr (std::is_same_v<T, A>) {
     std::copy(m.data(), m.data() + m.size(), p);
@@ -66,7 +66,7 @@ template <class A, class QM, class KM>
 void block_scores(const KernelCall& c, const AttentionShape& s, int64_t b, int64_t h, const QM& Q,
                   const KM& K, int64_t i0, int64_t rows, int64_t kmax, A scale, RowMat<A>& S) {
   S.noalias() = scale * Q.middleRows(i0, rows) * K.topRows(kmax).transpose();
-  const Tensor& mask = c.inputs.size() > 6 ? c.inputs[6] : c.inputs[3];
+  const TensorBase& mask = c.inputs.size() > 6 ? c.inputs[6] : c.inputs[3];
   const bool causal = c.attrs.flag;
   const A ninf = -std::numeric_limits<A>::infinity();
   const bool* mp = mask.defined() ? mask.data<bool>() : nullptr;

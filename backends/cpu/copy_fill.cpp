@@ -21,8 +21,8 @@ inline Dst convert(const Src& s) {
 
 // inputs: src (any strides/dtype); outputs: dst (any strides, same shape). Casts as needed.
 void copy_kernel(const KernelCall& c) {
-  const Tensor& src = c.inputs[0];
-  Tensor& dst = c.outputs[0];
+  const TensorBase& src = c.inputs[0];
+  TensorBase& dst = c.outputs[0];
   TS_CHECK(src.shape() == dst.shape(), "copy: shape mismatch ", shape_str(src.shape()), " vs ",
            shape_str(dst.shape()));
   if (src.dtype() == dst.dtype() && src.is_contiguous() && dst.is_contiguous()) {
@@ -54,7 +54,7 @@ void copy_kernel(const KernelCall& c) {
 template <class T>
 struct Fill {
   static void run(const KernelCall& c) {
-    Tensor& dst = c.outputs[0];
+    TensorBase& dst = c.outputs[0];
     const T v = convert<T>(c.attrs.scalar);
     T* p = dst.data<T>();
     parallel_for(dst.numel(), 1 << 16, [&](int64_t b, int64_t e) { std::fill(p + b, p + e, v); });

@@ -25,7 +25,7 @@ struct MatrixView {
 };
 
 // Describes one operand for BLAS, or returns false when it needs a contiguous copy first.
-bool describe(const Tensor& t, MatrixView& v) {
+bool describe(const TensorBase& t, MatrixView& v) {
   const auto& sh = t.shape();
   const auto& st = t.strides();
   const bool unit_cols = st[2] == 1 || sh[2] == 1, unit_rows = st[1] == 1 || sh[1] == 1;
@@ -115,8 +115,8 @@ template <class T>
 struct Matmul {
   static void run(const KernelCall& c) {
     using C = compute_t<T>;
-    Tensor a = c.inputs[0], b = c.inputs[1];
-    Tensor& out = c.outputs[0];
+    TensorBase a = c.inputs[0], b = c.inputs[1];
+    TensorBase& out = c.outputs[0];
     const int64_t batch = out.shape()[0], M = out.shape()[1], N = out.shape()[2];
     const int64_t K = a.shape()[2];
     const bool want_sums = c.outputs.size() > 1 && c.outputs[1].defined();
@@ -160,8 +160,8 @@ struct Matmul {
     if (want_sums) row_sums(a, c.outputs[1]);
   }
 
-  static void add_bias(const Tensor& bias, compute_t<T>* y, int64_t rows, int64_t N) {
-    const Tensor bc = bias.contiguous();
+  static void add_bias(const TensorBase& bias, compute_t<T>* y, int64_t rows, int64_t N) {
+    const TensorBase bc = bias.contiguous();
     const T* bp = bc.data<T>();
     parallel_for(rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(N, 1)),
                  [&](int64_t s, int64_t e) {
@@ -173,7 +173,7 @@ struct Matmul {
   // sums[m] = sum over k of a[0, m, k], accumulated in double in k order (as `sum` does),
   // split over m only, so the bits do not depend on the thread count. A transposed operand
   // (a linear layer's dY^T) is walked row by row of its memory.
-  static void row_sums(const Tensor& a, Tensor& sums) {
+  static void row_sums(const TensorBase& a, TensorBase& sums) {
     TS_CHECK(a.shape()[0] == 1, "matmul: row sums need a batch of one, got ", a.describe());
     const int64_t M = a.shape()[1], K = a.shape()[2];
     const int64_t sm = a.strides()[1], sk = a.strides()[2];
@@ -195,7 +195,7 @@ struct Matmul {
 
   // Pointer to the operand as C, widening/copying into `scratch` when needed.
   template <class Cc>
-  static const Cc* operand(const Tensor& t, MatrixView& v, std::vector<Cc>& scratch) {
+  static const Cc* operand(const TensorBase& t, MatrixView& v, std::vector<Cc>& scratch) {
     if constexpr (std::is_same_v<T, Cc>) {
       if (describe(t, v)) return t.data<Cc>();
     }

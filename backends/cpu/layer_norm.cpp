@@ -17,7 +17,7 @@ template <class T>
 struct LayerNorm {
   static void run(const KernelCall& c) {
     using A = compute_t<T>;
-    const Tensor& x = c.inputs[0];
+    const TensorBase& x = c.inputs[0];
     const int64_t C = x.shape()[1], N = x.shape()[0];
     const T* px = x.data<T>();
     const T* w = c.inputs[1].defined() ? c.inputs[1].data<T>() : nullptr;
@@ -106,7 +106,7 @@ struct LayerNormBackward {
         }
       }
     });
-    auto finish = [&](std::vector<A>& part, Tensor& out) {
+    auto finish = [&](std::vector<A>& part, TensorBase& out) {
       T* o = out.data<T>();
       for (int64_t j = 0; j < C; ++j) {
         A s = 0;

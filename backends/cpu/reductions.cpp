@@ -21,7 +21,7 @@ using acc_t = std::conditional_t<std::is_integral_v<T>, int64_t, double>;
 // Reduces each row with chunk(ptr, len) -> P and combine(P, P) -> P; finish(P) -> output.
 template <class T, class P, class Chunk, class Combine, class Finish>
 void reduce_rows(const KernelCall& c, Chunk chunk, Combine combine, Finish finish) {
-  const Tensor& x = c.inputs[0];
+  const TensorBase& x = c.inputs[0];
   const int64_t outer = x.shape()[0], R = x.shape()[1];
   const T* p = x.data<T>();
   const int64_t nchunks = std::max<int64_t>(1, (R + kChunk - 1) / kChunk);
@@ -57,7 +57,7 @@ template <class T>
 struct Sum {
   static void run(const KernelCall& c) {
     using A = acc_t<T>;
-    Tensor& out = c.outputs[0];
+    TensorBase& out = c.outputs[0];
     visit_dtype(out.dtype(), [&]<class O>() {
       O* y = out.data<O>();
       reduce_rows<T, A>(

@@ -11,7 +11,7 @@ namespace {
 
 template <class T, class RowFn>
 void per_row(const KernelCall& c, RowFn fn) {
-  const Tensor& x = c.inputs[0];
+  const TensorBase& x = c.inputs[0];
   const int64_t C = x.shape().empty() ? 1 : x.shape().back();
   const int64_t rows = C == 0 ? 0 : x.numel() / C;
   parallel_for(rows, std::max<int64_t>(1, 8192 / std::max<int64_t>(C, 1)),

@@ -107,7 +107,7 @@ __global__ void fill_ninf_kernel(A* p, int64_t n) {
   if (i < n) p[i] = -INFINITY;
 }
 
-Dims dims_of(const Tensor& q, const Tensor& k, const Tensor& v) {
+Dims dims_of(const TensorBase& q, const TensorBase& k, const TensorBase& v) {
   return {q.shape()[0], q.shape()[1], q.shape()[2], k.shape()[2], q.shape()[3], v.shape()[3]};
 }
 
@@ -123,7 +123,7 @@ template <class T>
 struct Attention {
   static void run(const KernelCall& c) {
     using A = compute_t<T>;
-    const Tensor &q = c.inputs[0], &k = c.inputs[1], &v = c.inputs[2];
+    const TensorBase &q = c.inputs[0], &k = c.inputs[1], &v = c.inputs[2];
     const Dims s = dims_of(q, k, v);
     const int64_t BH = s.B * s.H;
     const Device dev = q.device();
@@ -136,15 +136,15 @@ struct Attention {
       TS_CUDA_LAUNCH_CHECK("attention");
       return;
     }
-    const Tensor mask = c.inputs.size() > 3 ? c.inputs[3] : Tensor();
+    const TensorBase mask = c.inputs.size() > 3 ? c.inputs[3] : TensorBase();
     if (flash_attention_supported(q, k, v)) {
       flash_attention_forward(q, k, v, mask_view(mask, s.H), c.attrs.flag,
                               static_cast<float>(c.attrs.scalar), c.outputs[0], c.outputs[1]);
       return;
     }
     const cudaDataType_t t = cuda_type(q.dtype()), ta = sizeof(A) == 8 ? CUDA_R_64F : CUDA_R_32F;
-    Tensor S = scratch(BH * s.Tq * s.Tk * static_cast<int64_t>(sizeof(A)), dev);
-    Tensor P = scratch(BH * s.Tq * s.Tk * static_cast<int64_t>(sizeof(T)), dev);
+    TensorBase S = scratch(BH * s.Tq * s.Tk * static_cast<int64_t>(sizeof(A)), dev);
+    TensorBase P = scratch(BH * s.Tq * s.Tk * static_cast<int64_t>(sizeof(T)), dev);
     gemm(dev, t, ta, BH, s.Tq, s.Tk, s.D, plain(q.data_ptr(), s.Tq, s.D),
          transposed(k.data_ptr(), s.Tk, s.D), S.data_ptr(), s.Tk, s.Tq * s.Tk, c.attrs.scalar);
     if (s.Tk * static_cast<int64_t>(sizeof(A)) * kWarpsPerBlock <= kWarpSmemMax) {
@@ -170,16 +170,16 @@ template <class T>
 struct AttentionBackward {
   static void run(const KernelCall& c) {
     using A = compute_t<T>;
-    const Tensor &dO = c.inputs[0], &q = c.inputs[1], &k = c.inputs[2], &v = c.inputs[3];
-    const Tensor &o = c.inputs[4], &lse = c.inputs[5];
-    const Tensor mask = c.inputs.size() > 6 ? c.inputs[6] : Tensor();
+    const TensorBase &dO = c.inputs[0], &q = c.inputs[1], &k = c.inputs[2], &v = c.inputs[3];
+    const TensorBase &o = c.inputs[4], &lse = c.inputs[5];
+    const TensorBase mask = c.inputs.size() > 6 ? c.inputs[6] : TensorBase();
     const Dims s = dims_of(q, k, v);
     const int64_t BH = s.B * s.H;
     const Device dev = q.device();
     cudaStream_t stream = stream_of(q);
-    Tensor &dq = c.outputs[0], &dk = c.outputs[1], &dv = c.outputs[2];
+    TensorBase &dq = c.outputs[0], &dk = c.outputs[1], &dv = c.outputs[2];
     if (BH * s.Tq == 0 || s.Tk == 0) {
-      for (Tensor* t : {&dq, &dk, &dv})
+      for (TensorBase* t : {&dq, &dk, &dv})
         TS_CUDA_CHECK(cudaMemsetAsync(t->data_ptr(), 0, t->nbytes(), stream));
       return;
     }
@@ -190,10 +190,10 @@ struct AttentionBackward {
     }
     const cudaDataType_t t = cuda_type(q.dtype()), ta = sizeof(A) == 8 ? CUDA_R_64F : CUDA_R_32F;
     const int64_t n = BH * s.Tq * s.Tk;
-    Tensor S = scratch(n * static_cast<int64_t>(sizeof(A)), dev);
-    Tensor dP = scratch(n * static_cast<int64_t>(sizeof(A)), dev);
-    Tensor P = scratch(n * static_cast<int64_t>(sizeof(T)), dev);
-    Tensor dS = scratch(n * static_cast<int64_t>(sizeof(T)), dev);
+    TensorBase S = scratch(n * static_cast<int64_t>(sizeof(A)), dev);
+    TensorBase dP = scratch(n * static_cast<int64_t>(sizeof(A)), dev);
+    TensorBase P = scratch(n * static_cast<int64_t>(sizeof(T)), dev);
+    TensorBase dS = scratch(n * static_cast<int64_t>(sizeof(T)), dev);
     gemm(dev, t, ta, BH, s.Tq, s.Tk, s.D, plain(q.data_ptr(), s.Tq, s.D),
          transposed(k.data_ptr(), s.Tk, s.D), S.data_ptr(), s.Tk, s.Tq * s.Tk, c.attrs.scalar);
     gemm(dev, t, ta, BH, s.Tq, s.Tk, s.Dv, plain(dO.data_ptr(), s.Tq, s.Dv),

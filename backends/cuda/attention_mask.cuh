@@ -4,7 +4,7 @@
 #pragma once
 #include <cstdint>
 
-#include "tessera/tensor.h"
+#include "tessera/tensor_base.h"
 
 namespace tessera::cuda {
 
@@ -14,7 +14,7 @@ struct MaskView {
   int64_t H = 1;
 };
 
-inline MaskView mask_view(const Tensor& mask, int64_t H) {
+inline MaskView mask_view(const TensorBase& mask, int64_t H) {
   MaskView m;
   if (!mask.defined()) return m;
   const auto& st = mask.strides();

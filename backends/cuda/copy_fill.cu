@@ -82,7 +82,7 @@ bool try_wide_copy(void* dst, const void* src, Shape shape, std::array<Shape, 2>
 }
 
 // dst and src on the same CUDA device, same shape, any strides and dtypes.
-void device_copy(const Tensor& src, Tensor& dst) {
+void device_copy(const TensorBase& src, TensorBase& dst) {
   const int64_t n = dst.numel();
   if (n == 0) return;
   cudaStream_t stream = stream_of(dst);
@@ -121,27 +121,27 @@ void device_copy(const Tensor& src, Tensor& dst) {
 }
 
 // A contiguous host copy of `t` in `dtype` (t itself when it already is one).
-Tensor host_contiguous(const Tensor& t, DType dtype) {
+TensorBase host_contiguous(const TensorBase& t, DType dtype) {
   if (t.dtype() == dtype && t.is_contiguous()) return t;
-  Tensor h = Tensor::empty(t.shape(), dtype, Device::cpu());
-  const Tensor ins[1] = {t};
-  Tensor outs[1] = {h};
+  TensorBase h = TensorBase::empty(t.shape(), dtype, Device::cpu());
+  const TensorBase ins[1] = {t};
+  TensorBase outs[1] = {h};
   run_kernel(Kernel::copy, Device::cpu(), dtype, ins, outs);
   return h;
 }
 
 // inputs: src; outputs: dst (same shape). Either side may be on the host.
 void copy_kernel(const KernelCall& c) {
-  const Tensor& src = c.inputs[0];
-  Tensor& dst = c.outputs[0];
+  const TensorBase& src = c.inputs[0];
+  TensorBase& dst = c.outputs[0];
   TS_CHECK(src.shape() == dst.shape(), "copy: shape mismatch ", shape_str(src.shape()), " vs ",
            shape_str(dst.shape()));
   if (dst.numel() == 0) return;
   if (src.device().is_cuda() && dst.device().is_cuda()) {
     if (src.device() == dst.device()) return device_copy(src, dst);
     // Across devices: a contiguous peer copy, then a strided/casting copy on the target.
-    const Tensor s = src.is_contiguous() ? src : src.contiguous();
-    Tensor staged = Tensor::empty(dst.shape(), s.dtype(), dst.device());
+    const TensorBase s = src.is_contiguous() ? src : src.contiguous();
+    TensorBase staged = TensorBase::empty(dst.shape(), s.dtype(), dst.device());
     TS_CUDA_CHECK(cudaStreamSynchronize(stream_of(s)));
     TS_CUDA_CHECK(cudaMemcpyPeerAsync(staged.data_ptr(), dst.device().index, s.data_ptr(),
                                       s.device().index, s.nbytes(), stream_of(dst)));
@@ -149,8 +149,8 @@ void copy_kernel(const KernelCall& c) {
     return device_copy(staged, dst);
   }
   if (dst.device().is_cuda()) {  // host -> device
-    Tensor target =
-        dst.is_contiguous() ? dst : Tensor::empty(dst.shape(), dst.dtype(), dst.device());
+    TensorBase target =
+        dst.is_contiguous() ? dst : TensorBase::empty(dst.shape(), dst.dtype(), dst.device());
     if (src.is_pinned() && src.is_contiguous() && src.dtype() == dst.dtype()) {
       // The GPU reads pinned bytes after the call returns: the recorded event holds back
       // host writes to them and reuse of the block until it has.
@@ -158,7 +158,7 @@ void copy_kernel(const KernelCall& c) {
                                     cudaMemcpyHostToDevice, stream_of(dst)));
       record_pinned_copy(src, stream_of(dst));
     } else {
-      const Tensor h = host_contiguous(src, dst.dtype());
+      const TensorBase h = host_contiguous(src, dst.dtype());
       // From pageable memory the call returns once the bytes are staged, so `h` may go.
       TS_CUDA_CHECK(cudaMemcpyAsync(target.data_ptr(), h.data_ptr(), h.nbytes(),
                                     cudaMemcpyHostToDevice, stream_of(dst)));
@@ -168,15 +168,15 @@ void copy_kernel(const KernelCall& c) {
   }
   // device -> host (into pinned memory at full bus speed; either way the host waits)
   if (dst.is_pinned()) dst.storage()->wait_for_copies();
-  const Tensor s = src.is_contiguous() ? src : src.contiguous();
+  const TensorBase s = src.is_contiguous() ? src : src.contiguous();
   const bool direct = dst.is_contiguous() && dst.dtype() == s.dtype();
-  Tensor h = direct ? dst : Tensor::empty(dst.shape(), s.dtype(), Device::cpu());
+  TensorBase h = direct ? dst : TensorBase::empty(dst.shape(), s.dtype(), Device::cpu());
   TS_CUDA_CHECK(cudaMemcpyAsync(h.data_ptr(), s.data_ptr(), s.nbytes(), cudaMemcpyDeviceToHost,
                                 stream_of(s)));
   TS_CUDA_CHECK(cudaStreamSynchronize(stream_of(s)));
   if (!direct) {
-    const Tensor ins[1] = {h};
-    Tensor outs[1] = {dst};
+    const TensorBase ins[1] = {h};
+    TensorBase outs[1] = {dst};
     run_kernel(Kernel::copy, Device::cpu(), dst.dtype(), ins, outs);
   }
 }
@@ -192,7 +192,7 @@ __global__ void fill_kernel(T* p, int64_t n, T v) {
 template <class T>
 struct Fill {
   static void run(const KernelCall& c) {
-    Tensor& dst = c.outputs[0];
+    TensorBase& dst = c.outputs[0];
     const int64_t n = dst.numel();
     if (n == 0) return;
     const T v = convert<T>(c.attrs.scalar);
@@ -212,7 +212,7 @@ __global__ void arange_kernel(T* p, int64_t n, double start, double step) {
 template <class T>
 struct Arange {
   static void run(const KernelCall& c) {
-    Tensor& dst = c.outputs[0];
+    TensorBase& dst = c.outputs[0];
     const int64_t n = dst.numel();
     if (n == 0) return;
     arange_kernel<T><<<grid_for(n), kThreads, 0, stream_of(dst)>>>(
@@ -240,7 +240,7 @@ __global__ void random_kernel(T* p, int64_t n, uint64_t seed, uint64_t base, dou
 template <class T, bool kNormal>
 struct RandomFill {
   static void run(const KernelCall& c) {
-    Tensor& dst = c.outputs[0];
+    TensorBase& dst = c.outputs[0];
     const int64_t n = dst.numel();
     if (n == 0) return;
     random_kernel<T, kNormal><<<grid_for(n), kThreads, 0, stream_of(dst)>>>(

@@ -125,7 +125,7 @@ template <class T>
 struct CrossEntropy {
   static void run(const KernelCall& c) {
     using A = compute_t<T>;
-    const Tensor& x = c.inputs[0];
+    const TensorBase& x = c.inputs[0];
     const int64_t N = x.shape()[0], C = x.shape()[1];
     if (N == 0) return;
     IndexCheck check(x.device());
@@ -147,7 +147,7 @@ template <class T>
 struct CrossEntropyBackward {
   static void run(const KernelCall& c) {
     using A = compute_t<T>;
-    const Tensor& x = c.inputs[0];
+    const TensorBase& x = c.inputs[0];
     const int64_t N = x.shape()[0], C = x.shape()[1];
     if (N == 0) return;
     cross_entropy_backward_kernel<T><<<static_cast<unsigned>(N), kThreads, 0, stream_of(x)>>>(

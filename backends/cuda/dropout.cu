@@ -50,7 +50,7 @@ struct Dropout {
     const float p = static_cast<float>(c.attrs.scalar);
     // 1 / (1 - p) from the double p, rounded once to the compute type (as PyTorch).
     const A scale = c.attrs.scalar < 1.0 ? A(1.0 / (1.0 - c.attrs.scalar)) : A(0);
-    Tensor& y = c.outputs[0];
+    TensorBase& y = c.outputs[0];
     const int64_t n = y.numel();
     if (n == 0) return;
     const int64_t groups = (n + 3) / 4 + 1;  // at most one extra for an unaligned offset

@@ -47,8 +47,8 @@ __global__ void binary_strided(Out* y, const T* a, const T* b, int64_t n, Stride
 
 template <class Op, class T, class Out>
 void binary(const KernelCall& c) {
-  const Tensor &a = c.inputs[0], &b = c.inputs[1];
-  Tensor& y = c.outputs[0];
+  const TensorBase &a = c.inputs[0], &b = c.inputs[1];
+  TensorBase& y = c.outputs[0];
   const int64_t n = y.numel();
   if (n == 0) return;
   const T* pa = static_cast<const T*>(a.data_ptr());
@@ -94,7 +94,7 @@ __global__ void where_kernel(T* y, const bool* m, const T* a, const T* b, int64_
 template <class T>
 struct Where {
   static void run(const KernelCall& c) {
-    Tensor& y = c.outputs[0];
+    TensorBase& y = c.outputs[0];
     const int64_t n = y.numel();
     if (n == 0) return;
     Shape shape = y.shape();

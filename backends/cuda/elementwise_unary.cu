@@ -62,7 +62,7 @@ struct Unary {
   template <class T>
   struct K {
     static void run(const KernelCall& c) {
-      Tensor& y = c.outputs[0];
+      TensorBase& y = c.outputs[0];
       launch_contiguous(static_cast<T*>(y.data_ptr()),
                         static_cast<const T*>(c.inputs[0].data_ptr()),
                         static_cast<const T*>(nullptr), y.numel(), UnaryFn<T, Op>{}, stream_of(y));
@@ -74,7 +74,7 @@ struct GradMap {
   template <class T>
   struct K {
     static void run(const KernelCall& c) {
-      Tensor& y = c.outputs[0];
+      TensorBase& y = c.outputs[0];
       launch_contiguous(static_cast<T*>(y.data_ptr()),
                         static_cast<const T*>(c.inputs[0].data_ptr()),
                         static_cast<const T*>(c.inputs[1].data_ptr()), y.numel(),

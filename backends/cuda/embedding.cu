@@ -16,7 +16,7 @@ __global__ void check_indices_kernel(const int64_t* idx, int64_t n, int64_t V,
   if (i < n && (idx[i] < 0 || idx[i] >= V)) atomicMin(bad, static_cast<unsigned long long>(i));
 }
 
-void check_indices(const Tensor& indices, int64_t V) {
+void check_indices(const TensorBase& indices, int64_t V) {
   const int64_t n = indices.numel();
   if (n == 0) return;
   IndexCheck check(indices.device());
@@ -91,16 +91,16 @@ template <class T>
 struct EmbeddingBackward {
   static void run(const KernelCall& c) {
     const int64_t n = c.inputs[1].numel(), D = c.inputs[0].shape()[1];
-    Tensor& dw = c.outputs[0];
+    TensorBase& dw = c.outputs[0];
     const int64_t V = dw.shape()[0];
     const Device dev = dw.device();
     cudaStream_t stream = stream_of(dw);
     check_indices(c.inputs[1], V);
     TS_CUDA_CHECK(cudaMemsetAsync(dw.data_ptr(), 0, dw.nbytes(), stream));
     if (n == 0 || D == 0) return;
-    Tensor keys_out = Tensor::empty({n}, DType::Int64, dev);
-    Tensor pos_in = Tensor::empty({n}, DType::Int64, dev),
-           pos_out = Tensor::empty({n}, DType::Int64, dev);
+    TensorBase keys_out = TensorBase::empty({n}, DType::Int64, dev);
+    TensorBase pos_in = TensorBase::empty({n}, DType::Int64, dev),
+               pos_out = TensorBase::empty({n}, DType::Int64, dev);
     iota_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<int64_t*>(pos_in.data_ptr()), n);
     TS_CUDA_LAUNCH_CHECK("embedding_backward");
     int end_bit = 1;
@@ -111,7 +111,7 @@ struct EmbeddingBackward {
         nullptr, temp_bytes, keys_in, static_cast<int64_t*>(keys_out.data_ptr()),
         static_cast<const int64_t*>(pos_in.data_ptr()), static_cast<int64_t*>(pos_out.data_ptr()),
         n, 0, end_bit, stream));
-    Tensor temp = scratch(static_cast<int64_t>(temp_bytes), dev);
+    TensorBase temp = scratch(static_cast<int64_t>(temp_bytes), dev);
     TS_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(
         temp.data_ptr(), temp_bytes, keys_in, static_cast<int64_t*>(keys_out.data_ptr()),
         static_cast<const int64_t*>(pos_in.data_ptr()), static_cast<int64_t*>(pos_out.data_ptr()),

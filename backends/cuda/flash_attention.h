@@ -3,20 +3,21 @@
 // and the caller takes the cuBLASLt math path.
 #pragma once
 #include "backends/cuda/attention_mask.cuh"
-#include "tessera/tensor.h"
+#include "tessera/tensor_base.h"
 
 namespace tessera::cuda {
 
-bool flash_attention_supported(const Tensor& q, const Tensor& k, const Tensor& v);
+bool flash_attention_supported(const TensorBase& q, const TensorBase& k, const TensorBase& v);
 
 // o [B,H,Tq,D] (q's dtype), lse [B,H,Tq] float32.
-void flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
-                             const MaskView& mask, bool causal, float scale, Tensor& o,
-                             Tensor& lse);
+void flash_attention_forward(const TensorBase& q, const TensorBase& k, const TensorBase& v,
+                             const MaskView& mask, bool causal, float scale, TensorBase& o,
+                             TensorBase& lse);
 
 // dq, dk, dv in q's dtype. Deterministic: dK/dV and dQ are separate passes, no atomics.
-void flash_attention_backward(const Tensor& dO, const Tensor& q, const Tensor& k, const Tensor& v,
-                              const Tensor& o, const Tensor& lse, const MaskView& mask, bool causal,
-                              float scale, Tensor& dq, Tensor& dk, Tensor& dv);
+void flash_attention_backward(const TensorBase& dO, const TensorBase& q, const TensorBase& k,
+                              const TensorBase& v, const TensorBase& o, const TensorBase& lse,
+                              const MaskView& mask, bool causal, float scale, TensorBase& dq,
+                              TensorBase& dk, TensorBase& dv);
 
 }  // namespace tessera::cuda

@@ -192,11 +192,12 @@ void backward(const Args& a, int64_t BH, cudaStream_t stream) {
 
 }  // namespace
 
-void flash_attention_backward(const Tensor& dO, const Tensor& q, const Tensor& k, const Tensor& v,
-                              const Tensor& o, const Tensor& lse, const MaskView& mask, bool causal,
-                              float scale, Tensor& dq, Tensor& dk, Tensor& dv) {
+void flash_attention_backward(const TensorBase& dO, const TensorBase& q, const TensorBase& k,
+                              const TensorBase& v, const TensorBase& o, const TensorBase& lse,
+                              const MaskView& mask, bool causal, float scale, TensorBase& dq,
+                              TensorBase& dk, TensorBase& dv) {
   const int64_t BH = q.shape()[0] * q.shape()[1], Tq = q.shape()[2], D = q.shape()[3];
-  Tensor dvec = Tensor::empty({BH * Tq}, DType::Float32, q.device());
+  TensorBase dvec = TensorBase::empty({BH * Tq}, DType::Float32, q.device());
   cudaStream_t stream = stream_of(q);
   dispatch(q.dtype(), D, [&]<class T, int Dt>() {
     dvec_kernel<T>

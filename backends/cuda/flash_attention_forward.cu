@@ -128,7 +128,7 @@ void forward(const Args& a, int64_t BH, cudaStream_t stream) {
 
 }  // namespace
 
-bool flash_attention_supported(const Tensor& q, const Tensor& k, const Tensor& v) {
+bool flash_attention_supported(const TensorBase& q, const TensorBase& k, const TensorBase& v) {
   const DType dt = q.dtype();
   const int64_t D = q.shape()[3];
   return (dt == DType::BFloat16 || dt == DType::Float16) && (D == 64 || D == 128) &&
@@ -136,9 +136,9 @@ bool flash_attention_supported(const Tensor& q, const Tensor& k, const Tensor& v
          q.shape()[2] > 0 && k.shape()[2] > 0 && std::getenv("TESSERA_ATTENTION_MATH") == nullptr;
 }
 
-void flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
-                             const MaskView& mask, bool causal, float scale, Tensor& o,
-                             Tensor& lse) {
+void flash_attention_forward(const TensorBase& q, const TensorBase& k, const TensorBase& v,
+                             const MaskView& mask, bool causal, float scale, TensorBase& o,
+                             TensorBase& lse) {
   Args a{};
   a.q = q.data_ptr(), a.k = k.data_ptr(), a.v = v.data_ptr(), a.out = o.data_ptr();
   a.lse = static_cast<float*>(lse.data_ptr());

@@ -43,7 +43,7 @@ struct Plan {
 
 struct DeviceState {
   cublasLtHandle_t handle = nullptr;
-  Tensor workspace;
+  TensorBase workspace;
   std::map<std::string, std::unique_ptr<Plan>> plans;
 };
 
@@ -55,8 +55,8 @@ DeviceState& state(int device) {
   if (!s.handle) {
     DeviceGuard guard(device);
     TS_CUBLAS_CHECK(cublasLtCreate(&s.handle));
-    s.workspace =
-        Tensor::empty({static_cast<int64_t>(kWorkspaceBytes)}, DType::Bool, Device::cuda(device));
+    s.workspace = TensorBase::empty({static_cast<int64_t>(kWorkspaceBytes)}, DType::Bool,
+                                    Device::cuda(device));
   }
   return s;
 }
@@ -92,7 +92,7 @@ cudaDataType_t cuda_type(DType dtype) {
   }
 }
 
-bool describe_operand(const Tensor& t, GemmOperand& op) {
+bool describe_operand(const TensorBase& t, GemmOperand& op) {
   const auto& sh = t.shape();
   const auto& st = t.strides();
   op = {t.data_ptr(), 0, sh[0] == 1 ? 0 : st[0], false};
@@ -202,18 +202,18 @@ bool gemm(Device device, cudaDataType_t ab, cudaDataType_t c, int64_t batch, int
 namespace {
 
 // Work an epilogue would have done, as separate kernels (no algorithm, or K == 0).
-void bias_and_sums_unfused(const KernelCall& c, const Tensor& a, bool bias, bool sums) {
-  Tensor& out = c.outputs[0];
+void bias_and_sums_unfused(const KernelCall& c, const TensorBase& a, bool bias, bool sums) {
+  TensorBase& out = c.outputs[0];
   const DType dt = out.dtype();
   if (bias) {  // out += bias, broadcast over rows
-    const Tensor ins[2] = {out, c.inputs[2].view({1, 1, out.shape()[2]}).expand(out.shape())};
-    Tensor outs[1] = {out};
+    const TensorBase ins[2] = {out, c.inputs[2].view({1, 1, out.shape()[2]}).expand(out.shape())};
+    TensorBase outs[1] = {out};
     run_kernel(Kernel::add, out.device(), dt, ins, outs);
   }
   if (sums) {  // row sums of a as a contiguous [M, K]
-    const Tensor rows = a.contiguous().view({a.shape()[1], a.shape()[2]});
-    const Tensor ins[1] = {rows};
-    Tensor outs[1] = {c.outputs[1]};
+    const TensorBase rows = a.contiguous().view({a.shape()[1], a.shape()[2]});
+    const TensorBase ins[1] = {rows};
+    TensorBase outs[1] = {c.outputs[1]};
     run_kernel(Kernel::sum, out.device(), dt, ins, outs);
   }
 }
@@ -221,8 +221,8 @@ void bias_and_sums_unfused(const KernelCall& c, const Tensor& a, bool bias, bool
 // inputs: a [batch, M, K], b [batch, K, N] (any strides), bias [N] (optional); outputs:
 // [batch, M, N] contiguous, sums of a's rows [M] (optional, batch 1). See the CPU kernel.
 void matmul_kernel(const KernelCall& c) {
-  Tensor a = c.inputs[0], b = c.inputs[1];
-  Tensor& out = c.outputs[0];
+  TensorBase a = c.inputs[0], b = c.inputs[1];
+  TensorBase& out = c.outputs[0];
   const int64_t batch = out.shape()[0], M = out.shape()[1], N = out.shape()[2];
   const int64_t K = a.shape()[2];
   const bool bias = c.inputs.size() > 2 && c.inputs[2].defined();
@@ -247,7 +247,7 @@ void matmul_kernel(const KernelCall& c) {
   }
   const cudaDataType_t t = cuda_type(out.dtype());
   GemmEpilogue ep;
-  Tensor bias_c;
+  TensorBase bias_c;
   // Epilogue vectors 16-byte aligned only (parameters and fresh tensors are), so no
   // algorithm chosen for an aligned vector ever sees a misaligned one.
   if (bias) {

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "tessera/tensor.h"
+#include "tessera/tensor_base.h"
 
 namespace tessera::cuda {
 
@@ -40,6 +40,6 @@ bool gemm(Device device, cudaDataType_t ab, cudaDataType_t c, int64_t batch, int
 cudaDataType_t cuda_type(DType dtype);
 
 // Describes a [batch, rows, cols] view as a GEMM operand; false when it needs a copy.
-bool describe_operand(const Tensor& t, GemmOperand& op);
+bool describe_operand(const TensorBase& t, GemmOperand& op);
 
 }  // namespace tessera::cuda

@@ -4,12 +4,12 @@
 
 namespace tessera::cuda {
 
-Tensor scratch(int64_t nbytes, Device device) {
-  return Tensor::empty({std::max<int64_t>((nbytes + 3) / 4, 1)}, DType::Int32, device);
+TensorBase scratch(int64_t nbytes, Device device) {
+  return TensorBase::empty({std::max<int64_t>((nbytes + 3) / 4, 1)}, DType::Int32, device);
 }
 
 IndexCheck::IndexCheck(Device device)
-    : buffer_(Tensor::empty({1}, DType::Int64, device)),
+    : buffer_(TensorBase::empty({1}, DType::Int64, device)),
       flag_(static_cast<unsigned long long*>(buffer_.data_ptr())),
       device_(device) {
   const unsigned long long none = std::numeric_limits<unsigned long long>::max();

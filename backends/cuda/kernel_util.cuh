@@ -105,7 +105,7 @@ inline unsigned grid_for(int64_t n, int per_thread = 1) {
   return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > 0x7fffffff ? 0x7fffffff : blocks));
 }
 
-inline cudaStream_t stream_of(const Tensor& t) {
+inline cudaStream_t stream_of(const TensorBase& t) {
   return compute_stream(t.device().index);
 }
 
@@ -185,7 +185,7 @@ void register_all(Kernel k) {
 }
 
 // A device scratch buffer from the caching allocator (freed stream-ordered like a tensor).
-Tensor scratch(int64_t nbytes, Device device);
+TensorBase scratch(int64_t nbytes, Device device);
 
 // Out-of-range index check without a per-element host copy: kernels atomicMin the first bad
 // position into a device word; check() copies that one word back and fails naming it.
@@ -197,7 +197,7 @@ class IndexCheck {
   int64_t first_bad() const;
 
  private:
-  Tensor buffer_;
+  TensorBase buffer_;
   unsigned long long* flag_;
   Device device_;
 };

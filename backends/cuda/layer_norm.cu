@@ -193,7 +193,7 @@ __global__ void layer_norm_backward_warp_kernel(const T* dy, const T* x, const c
 }
 
 template <class T>
-const T* optional_ptr(const Tensor& t) {
+const T* optional_ptr(const TensorBase& t) {
   return t.defined() ? static_cast<const T*>(t.data_ptr()) : nullptr;
 }
 
@@ -201,7 +201,7 @@ template <class T>
 struct LayerNorm {
   static void run(const KernelCall& c) {
     using A = compute_t<T>;
-    const Tensor& x = c.inputs[0];
+    const TensorBase& x = c.inputs[0];
     const int64_t N = x.shape()[0], C = x.shape()[1];
     if (N == 0) return;
     const int vec = vec_packs_per_lane<T>(C, false);
@@ -245,7 +245,7 @@ template <class T>
 struct LayerNormBackward {
   static void run(const KernelCall& c) {
     using A = compute_t<T>;
-    const Tensor& x = c.inputs[1];
+    const TensorBase& x = c.inputs[1];
     const int64_t N = x.shape()[0], C = x.shape()[1];
     const bool want_dw = c.outputs.size() > 1 && c.outputs[1].defined();
     const bool want_db = c.outputs.size() > 2 && c.outputs[2].defined();
@@ -262,8 +262,8 @@ struct LayerNormBackward {
     const int64_t rows_per_partial = per_warp ? kRowsPerWarp : kRowsPerBlock;
     const int64_t partials = (N + rows_per_partial - 1) / rows_per_partial;
     const int64_t bytes = partials * C * static_cast<int64_t>(sizeof(A));
-    Tensor pdw = want_dw ? scratch(bytes, x.device()) : Tensor();
-    Tensor pdb = want_db ? scratch(bytes, x.device()) : Tensor();
+    TensorBase pdw = want_dw ? scratch(bytes, x.device()) : TensorBase();
+    TensorBase pdb = want_db ? scratch(bytes, x.device()) : TensorBase();
     const T* dy = static_cast<const T*>(c.inputs[0].data_ptr());
     const T* px = static_cast<const T*>(x.data_ptr());
     const A* mean = static_cast<const A*>(c.inputs[2].data_ptr());
@@ -295,10 +295,10 @@ struct LayerNormBackward {
     // segments' sums in order; both orders are fixed.
     const int64_t segments = std::min<int64_t>(32, (partials + 63) / 64);
     const int64_t seg_rows = (partials + segments - 1) / segments;
-    Tensor level2 = segments > 1
-                        ? scratch(segments * C * static_cast<int64_t>(sizeof(A)), x.device())
-                        : Tensor();
-    auto column_sums = [&](const A* part, Tensor& out) {
+    TensorBase level2 = segments > 1
+                            ? scratch(segments * C * static_cast<int64_t>(sizeof(A)), x.device())
+                            : TensorBase();
+    auto column_sums = [&](const A* part, TensorBase& out) {
       T* o = static_cast<T*>(out.data_ptr());
       if (segments == 1) {
         sum_partials_kernel<<<column_blocks(C), 256, 0, stream>>>(part, partials, C, partials, o);

@@ -34,7 +34,7 @@ struct Chunk {
 // blocks of n outputs follow the parameters (the model copies, if any, come after them).
 template <class T, class G>
 struct Table {
-  Tensor buffer;
+  TensorBase buffer;
   const TensorSlots<T, G>* slots = nullptr;
   const Chunk* chunks = nullptr;
   int64_t nchunks = 0;
@@ -253,8 +253,8 @@ struct Lamb {
       const Device dev = c.outputs[0].device();
       cudaStream_t stream = stream_for(dev);
       const int64_t nt = static_cast<int64_t>(c.inputs.size());
-      Tensor partial = scratch(table.nchunks * 16, dev);
-      Tensor ratio = scratch(nt * static_cast<int64_t>(sizeof(T)), dev);
+      TensorBase partial = scratch(table.nchunks * 16, dev);
+      TensorBase ratio = scratch(nt * static_cast<int64_t>(sizeof(T)), dev);
       const auto blocks = static_cast<unsigned>(table.nchunks);
       lamb_moments_kernel<T, G><<<blocks, kThreads, 0, stream>>>(
           table.slots, table.chunks, h, static_cast<double*>(partial.data_ptr()));
@@ -316,7 +316,8 @@ struct SumSquares {
     const int64_t nchunks = first[n];
     const int64_t table_bytes = nchunks * static_cast<int64_t>(sizeof(ReadChunk));
     const int64_t first_bytes = (n + 1) * 8;
-    Tensor buf = scratch(table_bytes + first_bytes + std::max<int64_t>(nchunks, 1) * 8 + 16, dev);
+    TensorBase buf =
+        scratch(table_bytes + first_bytes + std::max<int64_t>(nchunks, 1) * 8 + 16, dev);
     char* base = static_cast<char*>(buf.data_ptr());
     auto* d_first = reinterpret_cast<int64_t*>(base);
     auto* d_partial = reinterpret_cast<double*>(base + first_bytes);

@@ -187,7 +187,7 @@ const bool registered = [] {
 
 }  // namespace
 
-void record_pinned_copy(const Tensor& host, cudaStream_t stream) {
+void record_pinned_copy(const TensorBase& host, cudaStream_t stream) {
   if (host.defined() && host.is_pinned())
     PinnedHostAllocator::instance().record_copy(host.storage()->data(), stream);
 }

@@ -151,11 +151,11 @@ constexpr int64_t kBlockCombineChunks = 16;  // from this many chunks per row
 template <class T, class Policy, class Finish>
 void reduce_rows(const KernelCall& c, Policy pol, Finish finish) {
   using P = typename Policy::P;
-  const Tensor& x = c.inputs[0];
+  const TensorBase& x = c.inputs[0];
   const int64_t outer = x.shape()[0], R = x.shape()[1];
   if (outer == 0) return;
   const int64_t nchunks = std::max<int64_t>(1, (R + kChunk - 1) / kChunk);
-  Tensor part = scratch(outer * nchunks * static_cast<int64_t>(sizeof(P)), x.device());
+  TensorBase part = scratch(outer * nchunks * static_cast<int64_t>(sizeof(P)), x.device());
   cudaStream_t stream = stream_of(x);
   chunk_kernel<T, Policy><<<static_cast<unsigned>(outer * nchunks), kThreads, 0, stream>>>(
       static_cast<const T*>(x.data_ptr()), R, nchunks, static_cast<P*>(part.data_ptr()), pol);
@@ -180,7 +180,7 @@ struct StoreSum {
 template <class T>
 struct Sum {
   static void run(const KernelCall& c) {
-    Tensor& out = c.outputs[0];
+    TensorBase& out = c.outputs[0];
     visit_dtype(out.dtype(), [&]<class O>() {
       reduce_rows<T>(c, SumPolicy<T>{}, StoreSum<O, sum_t<T>>{static_cast<O*>(out.data_ptr())});
     });
@@ -243,9 +243,9 @@ struct StoreSquareSum {
 template <class T, bool kNorm>
 struct SquareSum {
   static void run(const KernelCall& c) {
-    const Tensor& x = c.inputs[0];
+    const TensorBase& x = c.inputs[0];
     const int64_t outer = x.shape()[0], R = x.shape()[1];
-    Tensor mean = scratch(outer * 8, x.device());
+    TensorBase mean = scratch(outer * 8, x.device());
     double* m = static_cast<double*>(mean.data_ptr());
     if (kNorm) {
       TS_CUDA_CHECK(cudaMemsetAsync(m, 0, outer * 8, stream_of(x)));

@@ -76,7 +76,7 @@ __global__ void softmax_backward_kernel(const T* g, const T* y, T* dx, int64_t C
   }
 }
 
-int64_t rows_of(const Tensor& x, int64_t& C) {
+int64_t rows_of(const TensorBase& x, int64_t& C) {
   C = x.shape().empty() ? 1 : x.shape().back();
   return C == 0 ? 0 : x.numel() / C;
 }

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "tessera/optimizer_step_params.h"
-#include "tessera/tensor.h"
+#include "tessera/tensor_base.h"
 
 namespace tessera {
 
@@ -49,8 +49,8 @@ struct KernelAttrs {
 };
 
 struct KernelCall {
-  std::span<const Tensor> inputs;
-  std::span<Tensor> outputs;
+  std::span<const TensorBase> inputs;
+  std::span<TensorBase> outputs;
   const KernelAttrs& attrs;
 };
 using KernelFn = void (*)(const KernelCall& call);
@@ -68,7 +68,7 @@ struct DeviceRuntime {
 void register_device_runtime(DeviceType type, const DeviceRuntime& runtime);
 bool has_kernel(Kernel k, DeviceType device, DType dtype);
 // Runs the kernel registered for (k, device, dtype); throws naming all three when none is.
-void run_kernel(Kernel k, Device device, DType dtype, std::span<const Tensor> inputs,
-                std::span<Tensor> outputs, const KernelAttrs& attrs = {});
+void run_kernel(Kernel k, Device device, DType dtype, std::span<const TensorBase> inputs,
+                std::span<TensorBase> outputs, const KernelAttrs& attrs = {});
 
 }  // namespace tessera

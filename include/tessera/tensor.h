@@ -1,80 +1,41 @@
-// Tensor: a handle to a strided view over shared, reference-counted Storage.
+// Tensor: TensorBase (core: storage, geometry, element access) plus what the autograd layer
+// defines: views and copies recorded in the graph (autograd/ops_shape.cpp), gradients and
+// backward (autograd/tensor_autograd.cpp), in-place ops that refuse to break the graph.
 // Copying a Tensor copies the handle, never the data (like torch.Tensor).
 #pragma once
-#include <cstdint>
 #include <functional>
 #include <initializer_list>
 #include <memory>
-#include <string>
 #include <vector>
 
-#include "tessera/device.h"
-#include "tessera/dtype.h"
-#include "tessera/error.h"
-#include "tessera/shape.h"
-#include "tessera/storage.h"
+#include "tessera/tensor_base.h"
 
 namespace tessera {
 
 namespace autograd {
-struct AutogradMeta;  // defined by the autograd layer; core only carries the pointer
 class Node;
 }  // namespace autograd
 
-struct TensorImpl {
-  std::shared_ptr<Storage> storage;
-  Shape shape;
-  Shape strides;       // in elements
-  int64_t offset = 0;  // in elements
-  DType dtype = DType::Float32;
-  std::shared_ptr<autograd::AutogradMeta> autograd;
-};
-
-class Tensor {
+class Tensor : public TensorBase {
  public:
   Tensor() = default;
-  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : TensorBase(std::move(impl)) {}
+  // The same tensor seen with its autograd methods (a kernel's output, a core view).
+  explicit Tensor(TensorBase base) : TensorBase(std::move(base)) {}
 
   // Uninitialised contiguous memory.
   static Tensor empty(const Shape& shape, DType dtype = DType::Float32,
-                      Device device = Device::cpu());
-  // Uninitialised contiguous host memory that is page-locked (see pin_memory).
-  static Tensor empty_pinned(const Shape& shape, DType dtype = DType::Float32);
-  // A view sharing `base`'s storage with the given geometry (no autograd recording).
-  static Tensor make_view(const Tensor& base, Shape shape, Shape strides, int64_t offset);
-
-  bool defined() const { return impl_ != nullptr; }
-  TensorImpl* impl() const { return impl_.get(); }
-  bool same(const Tensor& other) const { return impl_ == other.impl_; }
-  // No other handle to this tensor and no other tensor on its storage.
-  bool is_unique() const { return impl_.use_count() == 1 && storage().use_count() == 1; }
-
-  const Shape& shape() const { return checked().shape; }
-  const Shape& strides() const { return checked().strides; }
-  int64_t offset() const { return checked().offset; }
-  int64_t dim() const { return static_cast<int64_t>(shape().size()); }
-  int64_t size(int64_t d) const;
-  int64_t numel() const { return numel_of(shape()); }
-  int64_t nbytes() const { return numel() * static_cast<int64_t>(itemsize(dtype())); }
-  DType dtype() const { return checked().dtype; }
-  Device device() const { return checked().storage->device(); }
-  bool is_contiguous() const;
-  bool is_pinned() const { return storage()->is_pinned(); }
-  const std::shared_ptr<Storage>& storage() const { return checked().storage; }
-  uint64_t version() const { return storage()->version(); }
-  void bump_version() const { storage()->bump_version(); }
-
-  // Pointer to the first element of this view (storage base + offset).
-  void* data_ptr() const;
-  template <class T>
-  T* data() const {
-    return static_cast<T*>(data_ptr());
+                      Device device = Device::cpu()) {
+    return Tensor(TensorBase::empty(shape, dtype, device));
   }
-  double item() const;                    // single-element tensor to double
-  std::vector<double> to_vector() const;  // every element, row-major, as double
-  std::vector<int64_t> to_int_vector() const;
-  std::string str() const;       // printable summary with values (small tensors)
-  std::string describe() const;  // "float32[2, 3] on cpu"
+  // Uninitialised contiguous host memory that is page-locked (see pin_memory).
+  static Tensor empty_pinned(const Shape& shape, DType dtype = DType::Float32) {
+    return Tensor(TensorBase::empty_pinned(shape, dtype));
+  }
+  // A view sharing `base`'s storage with the given geometry (no autograd recording).
+  static Tensor make_view(const TensorBase& base, Shape shape, Shape strides, int64_t offset) {
+    return Tensor(TensorBase::make_view(base, std::move(shape), std::move(strides), offset));
+  }
 
   // ---- views (no copy); recorded by autograd when grad is enabled ----
   Tensor view(const Shape& shape) const;
@@ -120,13 +81,6 @@ class Tensor {
   Tensor& mul_(const Tensor& other);
   Tensor& mul_(double value);
   Tensor& masked_fill_(const Tensor& mask, double value);
-
- private:
-  const TensorImpl& checked() const {
-    TS_CHECK(impl_, "use of an undefined (default-constructed) Tensor");
-    return *impl_;
-  }
-  std::shared_ptr<TensorImpl> impl_;
 };
 
 }  // namespace tessera

@@ -1,5 +1,5 @@
-// Tensor geometry and element access; ops and autograd live in autograd/.
-#include "tessera/tensor.h"
+// TensorBase: allocation, geometry and element access (views: tensor_views.cpp).
+#include "tessera/tensor_base.h"
 
 #include <cstring>
 #include <sstream>
@@ -11,7 +11,8 @@ namespace tessera {
 namespace {
 // A contiguous tensor over fresh storage from make_storage(nbytes).
 template <class MakeStorage>
-Tensor fresh_contiguous(const char* op, const Shape& shape, DType dtype, MakeStorage make_storage) {
+TensorBase fresh_contiguous(const char* op, const Shape& shape, DType dtype,
+                            MakeStorage make_storage) {
   // The byte count is checked, not wrapped: a shape read from a file may be anything.
   int64_t bytes = static_cast<int64_t>(itemsize(dtype));
   for (int64_t s : shape) {
@@ -24,35 +25,36 @@ Tensor fresh_contiguous(const char* op, const Shape& shape, DType dtype, MakeSto
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = dtype;
-  return Tensor(std::move(impl));
+  return TensorBase(std::move(impl));
 }
 }  // namespace
 
-Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
+TensorBase TensorBase::empty(const Shape& shape, DType dtype, Device device) {
   return fresh_contiguous("empty", shape, dtype,
                           [&](size_t n) { return std::make_shared<Storage>(n, device); });
 }
 
-Tensor Tensor::empty_pinned(const Shape& shape, DType dtype) {
+TensorBase TensorBase::empty_pinned(const Shape& shape, DType dtype) {
   return fresh_contiguous("empty_pinned", shape, dtype,
                           [](size_t n) { return Storage::pinned(n); });
 }
 
-Tensor Tensor::make_view(const Tensor& base, Shape shape, Shape strides, int64_t offset) {
+TensorBase TensorBase::make_view(const TensorBase& base, Shape shape, Shape strides,
+                                 int64_t offset) {
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = base.storage();
   impl->shape = std::move(shape);
   impl->strides = std::move(strides);
   impl->offset = offset;
   impl->dtype = base.dtype();
-  return Tensor(std::move(impl));
+  return TensorBase(std::move(impl));
 }
 
-int64_t Tensor::size(int64_t d) const {
+int64_t TensorBase::size(int64_t d) const {
   return shape()[wrap_dim(d, dim(), "size")];
 }
 
-bool Tensor::is_contiguous() const {
+bool TensorBase::is_contiguous() const {
   int64_t expected = 1;
   const Shape& sh = shape();
   const Shape& st = strides();
@@ -64,7 +66,7 @@ bool Tensor::is_contiguous() const {
   return true;
 }
 
-void* Tensor::data_ptr() const {
+void* TensorBase::data_ptr() const {
   Storage& st = *storage();
   if (!st.resident()) {
     TS_CHECK(st.fetcher(), "tensor ", describe(), " has released storage");
@@ -97,17 +99,17 @@ double read_element(const void* p, DType t) {
 
 // The values in a contiguous host tensor: *this when it is one, else a copy made by the copy
 // kernel itself (reading values records no graph, so core needs no op).
-Tensor host_contiguous(const Tensor& t) {
+TensorBase host_contiguous(const TensorBase& t) {
   if (t.device().is_cpu() && t.is_contiguous()) return t;
-  const Tensor ins[1] = {t};
-  Tensor outs[1] = {Tensor::empty(t.shape(), t.dtype(), Device::cpu())};
+  const TensorBase ins[1] = {t};
+  TensorBase outs[1] = {TensorBase::empty(t.shape(), t.dtype(), Device::cpu())};
   run_kernel(Kernel::copy, t.device().is_cuda() ? t.device() : Device::cpu(), t.dtype(), ins, outs);
   return outs[0];
 }
 }  // namespace
 
-std::vector<double> Tensor::to_vector() const {
-  const Tensor c = host_contiguous(*this);
+std::vector<double> TensorBase::to_vector() const {
+  const TensorBase c = host_contiguous(*this);
   const char* base = static_cast<const char*>(c.data_ptr());
   const size_t item = itemsize(c.dtype());
   std::vector<double> out(static_cast<size_t>(c.numel()));
@@ -115,9 +117,9 @@ std::vector<double> Tensor::to_vector() const {
   return out;
 }
 
-std::vector<int64_t> Tensor::to_int_vector() const {
+std::vector<int64_t> TensorBase::to_int_vector() const {
   if (dtype() == DType::Int64) {
-    const Tensor c = host_contiguous(*this);
+    const TensorBase c = host_contiguous(*this);
     const int64_t* p = c.data<int64_t>();
     return std::vector<int64_t>(p, p + c.numel());
   }
@@ -126,17 +128,17 @@ std::vector<int64_t> Tensor::to_int_vector() const {
   return out;
 }
 
-double Tensor::item() const {
+double TensorBase::item() const {
   TS_CHECK(numel() == 1, "item: expected a tensor with one element, got ", describe());
   return to_vector()[0];
 }
 
-std::string Tensor::describe() const {
+std::string TensorBase::describe() const {
   if (!defined()) return "undefined tensor";
   return std::string(dtype_name(dtype())) + shape_str(shape()) + " on " + device().str();
 }
 
-std::string Tensor::str() const {
+std::string TensorBase::str() const {
   std::ostringstream os;
   os << "tensor(" << describe();
   if (defined() && numel() <= 64) {
