@@ -1,6 +1,6 @@
 #include "tessera/autograd/activation_checkpoint.h"
 
-#include "autograd/op_util.h"
+#include "op_util.h"
 #include "tessera/autograd/backward.h"
 
 namespace tessera::autograd {

@@ -1,6 +1,6 @@
 #include "tessera/autograd/function.h"
 
-#include "autograd/op_util.h"
+#include "op_util.h"
 
 namespace tessera::autograd {
 

@@ -2,7 +2,7 @@
 
 #include <atomic>
 
-#include "autograd/accumulate_grad.h"
+#include "accumulate_grad.h"
 #include "tessera/grad_mode.h"
 #include "tessera/ops.h"
 

@@ -1,4 +1,4 @@
-#include "autograd/op_util.h"
+#include "op_util.h"
 
 namespace tessera::detail {
 

@@ -1,7 +1,7 @@
 // Scaled-dot-product attention through the fused attention kernels.
 #include <cmath>
 
-#include "autograd/op_util.h"
+#include "op_util.h"
 
 namespace tessera {
 

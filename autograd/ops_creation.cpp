@@ -1,7 +1,7 @@
 // Tensor factories.
 #include <cmath>
 
-#include "autograd/op_util.h"
+#include "op_util.h"
 
 namespace tessera {
 

@@ -1,7 +1,7 @@
 // Elementwise ops with broadcasting and type promotion, each beside its gradient.
 #include <cmath>
 
-#include "autograd/op_util.h"
+#include "op_util.h"
 
 namespace tessera {
 

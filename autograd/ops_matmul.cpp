@@ -1,6 +1,6 @@
 // matmul with torch.matmul's rules (1-D promotion, broadcast batch dims), built from one
 // differentiable primitive: a batched product of [batch, M, K] and [batch, K, N] views.
-#include "autograd/op_util.h"
+#include "op_util.h"
 
 namespace tessera {
 

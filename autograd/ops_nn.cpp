@@ -1,5 +1,5 @@
 // Fused neural-network ops: softmax family, layer_norm, embedding, cross-entropy, dropout.
-#include "autograd/op_util.h"
+#include "op_util.h"
 
 namespace tessera {
 

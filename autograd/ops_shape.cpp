@@ -2,7 +2,7 @@
 #include <algorithm>
 #include <numeric>
 
-#include "autograd/op_util.h"
+#include "op_util.h"
 
 namespace tessera {
 

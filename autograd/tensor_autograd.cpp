@@ -1,5 +1,5 @@
 // Tensor's autograd accessors and in-place ops.
-#include "autograd/op_util.h"
+#include "op_util.h"
 #include "tessera/autograd/backward.h"
 
 namespace tessera {

@@ -1,9 +1,9 @@
 #include <algorithm>
 #include <set>
 
-#include "io/utf8.h"
 #include "tessera/error.h"
 #include "tessera/io/tokenizer.h"
+#include "utf8.h"
 
 namespace tessera::io {
 

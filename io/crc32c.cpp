@@ -1,4 +1,4 @@
-#include "io/crc32c.h"
+#include "crc32c.h"
 
 #include <array>
 #include <cstring>

@@ -4,7 +4,7 @@
 #include <fstream>
 #include <iterator>
 
-#include "io/crc32c.h"
+#include "crc32c.h"
 #include "tensorboard_event.pb.h"
 #include "tessera/error.h"
 

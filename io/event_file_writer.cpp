@@ -6,7 +6,7 @@
 #include <climits>
 #include <filesystem>
 
-#include "io/crc32c.h"
+#include "crc32c.h"
 #include "tensorboard_event.pb.h"
 #include "tessera/error.h"
 

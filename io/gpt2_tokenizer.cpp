@@ -6,11 +6,11 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "io/utf8.h"
 #include "tessera/error.h"
 #include "tessera/io/files.h"
 #include "tessera/io/json_fields.h"
 #include "tessera/io/tokenizer.h"
+#include "utf8.h"
 
 namespace tessera::io {
 

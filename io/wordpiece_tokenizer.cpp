@@ -2,9 +2,9 @@
 
 #include <fstream>
 
-#include "io/utf8.h"
 #include "tessera/error.h"
 #include "tessera/io/tokenizer.h"
+#include "utf8.h"
 
 namespace tessera::io {
 

@@ -2,7 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "models/config_field.h"
+#include "config_field.h"
 
 #include "tessera/grad_mode.h"
 

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
-#include "models/config_field.h"
+#include "config_field.h"
 
 #include "tessera/grad_mode.h"
 

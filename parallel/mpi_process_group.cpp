@@ -8,8 +8,8 @@
 #include <cstring>
 #include <mutex>
 
-#include "parallel/work_state.h"
 #include "tessera/parallel/process_group.h"
+#include "work_state.h"
 
 namespace tessera::parallel {
 

@@ -13,11 +13,11 @@
 #include <list>
 #include <thread>
 
-#include "parallel/work_state.h"
 #include "tessera/cuda.h"
 #include "tessera/cuda_stream.h"
 #include "tessera/ops.h"
 #include "tessera/parallel/process_group.h"
+#include "work_state.h"
 
 namespace tessera::parallel {
 

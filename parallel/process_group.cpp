@@ -3,9 +3,9 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "parallel/work_state.h"
 #include "tessera/cuda.h"
 #include "tessera/ops.h"
+#include "work_state.h"
 
 namespace tessera::parallel {
 

@@ -1,4 +1,4 @@
-#include "parallel/zero3_fetcher.h"
+#include "zero3_fetcher.h"
 
 #include <algorithm>
 

@@ -2,10 +2,10 @@
 #include <cmath>
 #include <unordered_map>
 
-#include "parallel/zero3_fetcher.h"
 #include "tessera/grad_mode.h"
 #include "tessera/ops.h"
 #include "tessera/parallel/zero_optimizer.h"
+#include "zero3_fetcher.h"
 
 namespace tessera::parallel {
 

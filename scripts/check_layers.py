@@ -102,7 +102,11 @@ def check(root):
                 problems.append(f"{here}: {folder}/ includes {header}: "
                                 f"{FORBIDDEN[(folder, to)]}")
         elif "/" in header:
-            to = header.split("/")[0]
+            # Relative to the including file (how the build finds private headers), else to
+            # the root: either way the folder the header lives in.
+            beside = os.path.normpath(os.path.join(os.path.dirname(path), header))
+            resolved = beside if os.path.exists(os.path.join(root, beside)) else header
+            to = resolved.split(os.sep)[0]
             if to in levels and to != folder and not allowed(path, header):
                 problems.append(f"{here}: {folder}/ includes {header}, a private header of "
                                 f"{to}/; only include/tessera/ is shared")

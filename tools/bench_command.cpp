@@ -10,9 +10,9 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "cli.h"
 #include "tessera/grad_mode.h"
 #include "tessera/ops.h"
-#include "tools/cli.h"
 
 namespace tessera::cli {
 

@@ -11,13 +11,13 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "cli.h"
 #include "tessera/cuda.h"
 #include "tessera/dispatch.h"
 #include "tessera/engine/engine.h"
 #include "tessera/io/train_config.h"
 #include "tessera/models/gpt2.h"
 #include "tessera/ops.h"
-#include "tools/cli.h"
 
 namespace tessera::cli {
 

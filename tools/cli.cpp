@@ -1,4 +1,4 @@
-#include "tools/cli.h"
+#include "cli.h"
 
 #include <algorithm>
 #include <chrono>

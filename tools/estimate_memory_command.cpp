@@ -2,10 +2,10 @@
 #include <cstdio>
 #include <iostream>
 
+#include "cli.h"
 #include "tessera/io/token_data.h"
 #include "tessera/parallel/shard_layout.h"
 #include "tessera/parallel/zero_optimizer.h"
-#include "tools/cli.h"
 
 namespace tessera::cli {
 

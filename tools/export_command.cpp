@@ -3,13 +3,13 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "cli.h"
 #include "tessera/grad_mode.h"
 #include "tessera/io/files.h"
 #include "tessera/io/json_fields.h"
 #include "tessera/models/gpt2.h"
 #include "tessera/models/pretrained.h"
 #include "tessera/ops.h"
-#include "tools/cli.h"
 
 namespace tessera::cli {
 

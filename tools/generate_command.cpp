@@ -4,11 +4,11 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "cli.h"
 #include "tessera/io/files.h"
 #include "tessera/io/json_fields.h"
 #include "tessera/io/tokenizer.h"
 #include "tessera/models/generate.h"
-#include "tools/cli.h"
 
 namespace tessera::cli {
 

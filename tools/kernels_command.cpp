@@ -7,11 +7,11 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "cli.h"
 #include "tessera/cuda.h"
 #include "tessera/grad_mode.h"
 #include "tessera/op_catalog.h"
 #include "tessera/ops.h"
-#include "tools/cli.h"
 
 namespace tessera::cli {
 

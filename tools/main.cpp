@@ -5,9 +5,9 @@
 #include <new>
 #include <nlohmann/json.hpp>
 
+#include "cli.h"
 #include "tessera/error.h"
 #include "tessera/parallel/process_group.h"
-#include "tools/cli.h"
 
 namespace {
 

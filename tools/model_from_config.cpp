@@ -1,6 +1,6 @@
+#include "cli.h"
 #include "tessera/models/bert.h"
 #include "tessera/models/gpt2.h"
-#include "tools/cli.h"
 
 namespace tessera::cli {
 

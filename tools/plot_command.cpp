@@ -12,9 +12,9 @@
 #include <map>
 #include <sstream>
 
+#include "cli.h"
 #include "tessera/io/event_file_reader.h"
 #include "tessera/io/files.h"
-#include "tools/cli.h"
 
 namespace tessera::cli {
 

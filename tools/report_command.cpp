@@ -5,9 +5,9 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "cli.h"
 #include "tessera/cuda.h"
 #include "tessera/parallel/process_group.h"
-#include "tools/cli.h"
 
 extern "C" char* openblas_get_config(void);
 

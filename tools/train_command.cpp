@@ -4,13 +4,13 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "cli.h"
 #include "tessera/cuda.h"
 #include "tessera/engine/trainer.h"
 #include "tessera/io/files.h"
 #include "tessera/io/json_fields.h"
 #include "tessera/parallel/process_group.h"
-#include "tools/cli.h"
-#include "tools/train_data.h"
+#include "train_data.h"
 
 namespace tessera::cli {
 

@@ -1,4 +1,4 @@
-#include "tools/train_data.h"
+#include "train_data.h"
 
 #include "tessera/io/data_loader.h"
 #include "tessera/io/files.h"

@@ -2,13 +2,13 @@
 #include <filesystem>
 #include <iostream>
 
+#include "cli.h"
 #include "tessera/grad_mode.h"
 #include "tessera/io/files.h"
 #include "tessera/io/safetensors.h"
 #include "tessera/models/pretrained.h"
 #include "tessera/ops.h"
 #include "tessera/parallel/zero_checkpoint.h"
-#include "tools/cli.h"
 
 namespace tessera::cli {
 

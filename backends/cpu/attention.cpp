@@ -10,9 +10,9 @@
 #include <cmath>
 #include <limits>
 
-#include "backends/cpu/cpu_types.h"
-#include "backends/cpu/flushed_exp.h"
-#include "backends/cpu/parallel.h"
+#include "cpu_types.h"
+#include "flushed_exp.h"
+#include "parallel.h"
 
 namespace tessera::cpu {
 namespace {

@@ -1,8 +1,8 @@
 // copy (strided, casting), fill, arange and the Philox random fills.
 #include <cstring>
 
-#include "backends/cpu/cpu_types.h"
-#include "backends/cpu/parallel.h"
+#include "cpu_types.h"
+#include "parallel.h"
 #include "tessera/rng.h"
 
 namespace tessera::cpu {

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "backends/element_types.h"
+#include "../element_types.h"
 
 namespace tessera::cpu {
 

@@ -2,8 +2,8 @@
 // (four elements per Philox draw). Backward is the same kernel applied to the gradient with
 // the same (seed, offset), so no mask is stored. inputs: x (contiguous); attrs: scalar = p,
 // seed, offset.
-#include "backends/cpu/cpu_types.h"
-#include "backends/cpu/parallel.h"
+#include "cpu_types.h"
+#include "parallel.h"
 #include "tessera/philox.h"
 
 namespace tessera::cpu {

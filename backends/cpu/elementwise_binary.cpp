@@ -3,8 +3,8 @@
 // is contiguous. Unit-stride and scalar-operand rows get tight loops the compiler vectorises.
 #include <cmath>
 
-#include "backends/cpu/cpu_types.h"
-#include "backends/cpu/parallel.h"
+#include "cpu_types.h"
+#include "parallel.h"
 
 namespace tessera::cpu {
 namespace {

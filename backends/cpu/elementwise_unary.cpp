@@ -2,9 +2,9 @@
 // 16-bit floats are widened to float in small blocks, computed, and narrowed back.
 #include <unsupported/Eigen/SpecialFunctions>
 
-#include "backends/cpu/cpu_types.h"
-#include "backends/cpu/flushed_exp.h"
-#include "backends/cpu/parallel.h"
+#include "cpu_types.h"
+#include "flushed_exp.h"
+#include "parallel.h"
 
 namespace tessera::cpu {
 namespace {

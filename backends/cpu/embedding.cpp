@@ -3,8 +3,8 @@
 // a range of columns and visits indices in order, so the scatter-add is deterministic.
 #include <cstring>
 
-#include "backends/cpu/cpu_types.h"
-#include "backends/cpu/parallel.h"
+#include "cpu_types.h"
+#include "parallel.h"
 
 namespace tessera::cpu {
 namespace {

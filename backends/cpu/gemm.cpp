@@ -13,8 +13,8 @@
 
 #include <vector>
 
-#include "backends/cpu/cpu_types.h"
-#include "backends/cpu/parallel.h"
+#include "cpu_types.h"
+#include "parallel.h"
 
 namespace tessera::cpu {
 namespace {

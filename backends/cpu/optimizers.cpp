@@ -13,9 +13,9 @@
 #include <cmath>
 #include <vector>
 
-#include "backends/cpu/cpu_types.h"
-#include "backends/cpu/lane_sum.h"
-#include "backends/cpu/parallel.h"
+#include "cpu_types.h"
+#include "lane_sum.h"
+#include "parallel.h"
 
 namespace tessera::cpu {
 namespace {

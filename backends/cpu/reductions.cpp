@@ -5,8 +5,8 @@
 #include <limits>
 #include <vector>
 
-#include "backends/cpu/cpu_types.h"
-#include "backends/cpu/parallel.h"
+#include "cpu_types.h"
+#include "parallel.h"
 
 namespace tessera::cpu {
 namespace {

@@ -3,8 +3,8 @@
 #include <cmath>
 #include <limits>
 
-#include "backends/cpu/cpu_types.h"
-#include "backends/cpu/parallel.h"
+#include "cpu_types.h"
+#include "parallel.h"
 
 namespace tessera::cpu {
 namespace {

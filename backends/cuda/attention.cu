@@ -9,10 +9,10 @@
 // float16/bfloat16 with head size 64 or 128 take the fused path instead
 // (flash_attention_forward.cu, flash_attention_backward.cu); here the score matrices take
 // B*H*Tq*Tk elements each while a step runs.
-#include "backends/cuda/attention_mask.cuh"
-#include "backends/cuda/flash_attention.h"
-#include "backends/cuda/gemm.h"
-#include "backends/cuda/kernel_util.cuh"
+#include "attention_mask.cuh"
+#include "flash_attention.h"
+#include "gemm.h"
+#include "kernel_util.cuh"
 
 namespace tessera::cuda {
 namespace {

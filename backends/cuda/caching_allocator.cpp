@@ -12,8 +12,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "backends/cuda/cuda_check.h"
-#include "backends/cuda/pinned_allocator.h"
+#include "cuda_check.h"
+#include "pinned_allocator.h"
 #include "tessera/cuda.h"
 #include "tessera/cuda_stream.h"
 #include "tessera/storage.h"

@@ -1,7 +1,7 @@
 // copy (any strides, any dtype pair, host<->device), fill, arange and the Philox random
 // fills, which draw the same numbers as the CPU for the same (seed, offset).
-#include "backends/cuda/elementwise.cuh"
-#include "backends/cuda/pinned_allocator.h"
+#include "elementwise.cuh"
+#include "pinned_allocator.h"
 #include "tessera/philox.h"
 
 namespace tessera::cuda {

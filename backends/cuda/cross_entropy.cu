@@ -4,7 +4,7 @@
 //          attrs.index = ignore_index, attrs.scalar = label smoothing
 // backward inputs: logits, targets, lse, scale [N]; outputs: dlogits [N, C]
 // An out-of-range target is reported by position, read back as one word after the launch.
-#include "backends/cuda/elementwise.cuh"
+#include "elementwise.cuh"
 
 namespace tessera::cuda {
 namespace {

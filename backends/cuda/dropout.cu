@@ -3,7 +3,7 @@
 // positions, so one Philox draw serves four elements (with a draw per element the 16-bit
 // kernel was compute-bound at 0.45 of copy bandwidth on an H100). Backward reruns it on the
 // gradient, storing no mask.
-#include "backends/cuda/elementwise.cuh"
+#include "elementwise.cuh"
 #include "tessera/philox.h"
 
 namespace tessera::cuda {

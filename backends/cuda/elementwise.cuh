@@ -4,7 +4,7 @@
 #pragma once
 #include <array>
 
-#include "backends/cuda/kernel_util.cuh"
+#include "kernel_util.cuh"
 
 namespace tessera::cuda {
 

@@ -1,6 +1,6 @@
 // Binary elementwise kernels, comparisons and where. Inputs arrive broadcast to the output
 // shape (stride 0 on broadcast dims) with one dtype; the output is contiguous.
-#include "backends/cuda/elementwise.cuh"
+#include "elementwise.cuh"
 
 namespace tessera::cuda {
 namespace {

@@ -1,6 +1,6 @@
 // Unary elementwise kernels on contiguous inputs (the op layer makes them so), and the GELU
 // backward passes (inputs: grad, x). 16-bit floats compute in float.
-#include "backends/cuda/elementwise.cuh"
+#include "elementwise.cuh"
 
 namespace tessera::cuda {
 namespace {

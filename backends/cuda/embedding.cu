@@ -5,7 +5,7 @@
 // same order, and so the same bits in float32, as the CPU kernel).
 #include <cub/device/device_radix_sort.cuh>
 
-#include "backends/cuda/kernel_util.cuh"
+#include "kernel_util.cuh"
 
 namespace tessera::cuda {
 namespace {

@@ -2,7 +2,7 @@
 // shared memory. Covers head sizes 64 and 128 with Dv == D; returns false for anything else,
 // and the caller takes the cuBLASLt math path.
 #pragma once
-#include "backends/cuda/attention_mask.cuh"
+#include "attention_mask.cuh"
 #include "tessera/tensor_base.h"
 
 namespace tessera::cuda {

@@ -3,7 +3,7 @@
 // tiles (scores rebuilt from the saved log-sum-exp in both). Scores, P and dS stay in
 // registers throughout. P and dS are rounded to the input type before their products, as in
 // FlashAttention; every sum is in float32. Shared pieces: flash_attention_tiles.cuh.
-#include "backends/cuda/flash_attention_tiles.cuh"
+#include "flash_attention_tiles.cuh"
 
 namespace tessera::cuda {
 namespace {

@@ -4,7 +4,7 @@
 // flash_attention_tiles.cuh; the backward pass: flash_attention_backward.cu.
 #include <cstdlib>
 
-#include "backends/cuda/flash_attention_tiles.cuh"
+#include "flash_attention_tiles.cuh"
 
 namespace tessera::cuda {
 namespace {

@@ -2,8 +2,8 @@
 // flash_attention_backward.cu): tile sizes, the kernel arguments, shared-memory tile loads, the
 // mma.sync fragment helpers and the two tile products both passes are built from.
 #pragma once
-#include "backends/cuda/flash_attention.h"
-#include "backends/cuda/kernel_util.cuh"
+#include "flash_attention.h"
+#include "kernel_util.cuh"
 
 namespace tessera::cuda::flash {
 

@@ -1,7 +1,7 @@
 // cuBLASLt GEMM with cached descriptors and algorithm choice per problem, one handle and one
 // workspace per device. Row-major products are computed as the column-major transposed
 // product (C^T = B^T A^T), so no operand is ever copied for layout.
-#include "backends/cuda/gemm.h"
+#include "gemm.h"
 
 #include <cublasLt.h>
 
@@ -11,7 +11,7 @@
 #include <mutex>
 #include <string>
 
-#include "backends/cuda/cuda_check.h"
+#include "cuda_check.h"
 #include "tessera/cuda.h"
 #include "tessera/cuda_stream.h"
 #include "tessera/dispatch.h"

@@ -1,6 +1,6 @@
 #include <limits>
 
-#include "backends/cuda/kernel_util.cuh"
+#include "kernel_util.cuh"
 
 namespace tessera::cuda {
 

@@ -10,8 +10,8 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "backends/cuda/cuda_check.h"
-#include "backends/element_types.h"
+#include "../element_types.h"
+#include "cuda_check.h"
 #include "tessera/cuda_stream.h"
 
 namespace tessera::cuda {

@@ -5,8 +5,8 @@
 // backward inputs: dy, x, mean, rstd, weight (optional); outputs: dx, dweight, dbias
 //          (optional). dweight/dbias: each block of kRowsPerBlock rows writes its own partial
 //          row, then one thread per column sums the partials in order (deterministic).
-#include "backends/cuda/kernel_util.cuh"
-#include "backends/cuda/layer_norm_vector.cuh"
+#include "kernel_util.cuh"
+#include "layer_norm_vector.cuh"
 
 namespace tessera::cuda {
 namespace {

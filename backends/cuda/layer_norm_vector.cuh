@@ -6,7 +6,7 @@
 // Backward keeps its dweight/dbias sums in registers over a warp's rows and writes its
 // partial row once, where the generic kernel adds into it in memory row by row.
 #pragma once
-#include "backends/cuda/elementwise.cuh"
+#include "elementwise.cuh"
 
 namespace tessera::cuda {
 

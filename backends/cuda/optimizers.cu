@@ -9,7 +9,7 @@
 //              double, then each tensor's chunks summed in order: deterministic).
 #include <vector>
 
-#include "backends/cuda/kernel_util.cuh"
+#include "kernel_util.cuh"
 
 namespace tessera::cuda {
 namespace {

@@ -4,7 +4,7 @@
 // the block is not handed out again, and a CPU kernel does not overwrite it, until the
 // events have completed.
 // Written here rather than taken from a library: the CUDA runtime has no host-memory pool.
-#include "backends/cuda/pinned_allocator.h"
+#include "pinned_allocator.h"
 
 #include <algorithm>
 #include <map>
@@ -12,7 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "backends/cuda/cuda_check.h"
+#include "cuda_check.h"
 #include "tessera/cuda.h"
 
 namespace tessera::cuda {

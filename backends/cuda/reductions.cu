@@ -4,7 +4,7 @@
 // Floating sums accumulate in double, as on the CPU.
 #include <cmath>
 
-#include "backends/cuda/elementwise.cuh"
+#include "elementwise.cuh"
 
 namespace tessera::cuda {
 namespace {

@@ -2,7 +2,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdlib>
-#include "backends/cuda/cuda_check.h"
+#include "cuda_check.h"
 #include "tessera/cuda.h"
 #include "tessera/dispatch.h"
 

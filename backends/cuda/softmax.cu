@@ -1,6 +1,6 @@
 // softmax / log_softmax over the last dim of a contiguous [rows, C] input (one warp per row
 // up to 1024 wide, else one block per row), and their backward passes from the saved output.
-#include "backends/cuda/kernel_util.cuh"
+#include "kernel_util.cuh"
 
 namespace tessera::cuda {
 namespace {

@@ -3,7 +3,7 @@
 #include <array>
 #include <mutex>
 
-#include "backends/cuda/cuda_check.h"
+#include "cuda_check.h"
 
 namespace tessera::cuda {
 
