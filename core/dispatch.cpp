@@ -1,10 +1,13 @@
 #include "tessera/dispatch.h"
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <optional>
+#include <vector>
 
 namespace tessera {
 
@@ -45,8 +48,33 @@ std::array<DeviceRuntime, kNumDeviceTypes>& runtimes() {
 void synchronize(Device device) {
   if (auto sync = runtimes()[static_cast<int>(device.type)].synchronize) sync();
 }
+thread_local std::vector<KernelObserver*> observers;
+
+// Tells the observers of a call's start and, however the kernel ends, of its end.
+struct ObservedCall {
+  Kernel k;
+  Device device;
+  const KernelCall& call;
+  ObservedCall(Kernel k, Device device, const KernelCall& call) : k(k), device(device), call(call) {
+    for (KernelObserver* o : observers) o->kernel_begin(k, device, call);
+  }
+  ~ObservedCall() {
+    for (KernelObserver* o : observers) o->kernel_end(k, device, call);
+  }
+};
 
 }  // namespace
+
+void add_kernel_observer(KernelObserver& observer) {
+  observers.push_back(&observer);
+}
+void remove_kernel_observer(KernelObserver& observer) {
+  observers.erase(std::remove(observers.begin(), observers.end(), &observer), observers.end());
+}
+
+void synchronize_device(Device device) {
+  synchronize(device);
+}
 
 void kernel_profile_reset() {
   KernelProfile& p = profile();
@@ -112,15 +140,18 @@ void run_kernel(Kernel k, Device device, DType dtype, std::span<const TensorBase
       for (size_t i = 0; i < n; ++i) list[i]->fetcher()->used(*list[i]);
     }
   } release{fetched, n_fetched};
+  const KernelCall call{inputs, outputs, attrs};
+  std::optional<ObservedCall> observed;
+  if (!observers.empty()) observed.emplace(k, device, call);
   KernelProfile& prof = profile();
   if (!prof.enabled) {
-    fn(KernelCall{inputs, outputs, attrs});
+    fn(call);
     return;
   }
   // GPU kernels run asynchronously: wait before and after so the time is the kernel's own.
   synchronize(device);
   const auto t0 = std::chrono::steady_clock::now();
-  fn(KernelCall{inputs, outputs, attrs});
+  fn(call);
   synchronize(device);
   const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::lock_guard<std::mutex> lock(prof.mutex);

@@ -113,6 +113,8 @@ Engine::Engine(nn::Module& model, io::TrainConfig config, InitializeOptions opti
   const Device device = this->device();
   timers_ = EngineTimers(config_.wall_clock_breakdown,
                          device.is_cuda() ? std::function<void()>(cuda_synchronize) : nullptr);
+  if (config_.flops_profiler.enabled && group_->rank() == 0)
+    flops_profiler_ = std::make_unique<nn::FlopsProfiler>(model_);
   // CUDA tensors communicate over NCCL (bootstrapped over the MPI world); CPU ones over MPI.
   // (TESSERA_DIST_BACKEND=nccl uses NCCL on one rank too: a single GPU can test it.)
   const char* backend = std::getenv("TESSERA_DIST_BACKEND");
@@ -577,6 +579,7 @@ StepStats Engine::step(const LrKwargs& lr_kwargs) {
     schedule_step_ = *lr_kwargs.last_batch_iteration + 1;
   }
   timers_.stop(EngineTimers::Step, started);
+  if (profiled_forwards_ > 0) report_flops_profile();
   report_breakdowns();
   if (monitor_->enabled()) {
     // As DeepSpeed: after the step, the next step's lr and the current loss scale.

@@ -3,13 +3,13 @@
 namespace tessera::engine {
 
 EngineTimers::Clock::time_point EngineTimers::start() const {
-  if (!enabled_) return {};
+  if (!running()) return {};
   if (sync_) sync_();
   return Clock::now();
 }
 
 void EngineTimers::stop(Kind kind, Clock::time_point started) {
-  if (!enabled_) return;
+  if (!running()) return;
   if (sync_) sync_();
   window_[kind] += std::chrono::duration<double, std::milli>(Clock::now() - started).count();
 }

@@ -1,5 +1,8 @@
 #include "tessera/engine/monitor.h"
 
+#include <charconv>
+#include <string_view>
+
 #include <fstream>
 
 #include "tessera/error.h"
@@ -22,13 +25,21 @@ void CsvMonitor::write_events(const std::vector<MonitorEvent>& events) {
       if (ch == '/' || ch == ' ') ch = '_';
     if (const size_t slash = header.rfind('/'); slash != std::string::npos)
       header = header.substr(slash + 1);
+    std::ofstream& f = files_[file];
     const fs::path p = dir_ / (file + ".csv");
-    const bool fresh = !fs::exists(p);
-    std::ofstream f(p, std::ios::app);
+    if (!f.is_open()) {
+      const bool fresh = !fs::exists(p);
+      f.open(p, std::ios::app);
+      TS_CHECK(f.good(), "csv_monitor: cannot write '", p.string(), "'");
+      if (fresh) f << "step," << header << "\n";
+    }
+    // The shortest text that reads back as the same double (Python's repr, as DeepSpeed's
+    // csv_monitor writes it).
+    char value[32];
+    const auto written = std::to_chars(value, value + sizeof value, e.value);
+    f << e.step << "," << std::string_view(value, written.ptr) << "\n";
+    f.flush();  // readable while the run goes on, as DeepSpeed's are
     TS_CHECK(f.good(), "csv_monitor: cannot write '", p.string(), "'");
-    f.precision(9);
-    if (fresh) f << "step," << header << "\n";
-    f << e.step << "," << e.value << "\n";
   }
 }
 

@@ -337,6 +337,39 @@ void parse_monitoring(Section& root, TrainConfig& c) {
   root.get("memory_breakdown", c.memory_breakdown);
   parse_monitor(root, "csv_monitor", c.csv_monitor);
   parse_monitor(root, "tensorboard", c.tensorboard);
+  if (root.has("flops_profiler")) {
+    Section f = root.sub("flops_profiler");
+    auto& p = c.flops_profiler;
+    f.get("enabled", p.enabled);
+    f.get_min("recompute_fwd_factor", p.recompute_fwd_factor, 0.0, ">= 0");
+    f.get_min<int64_t>("profile_step", p.profile_step, 0, ">= 0");
+    f.get_min<int64_t>("module_depth", p.module_depth, -1, ">= -1 (-1: every depth)");
+    f.get_min<int64_t>("top_modules", p.top_modules, 1, ">= 1");
+    f.get("detailed", p.detailed);
+    if (f.has("output_file") && !f.raw("output_file").is_null())
+      f.get("output_file", p.output_file);
+    f.warn_unknown();
+  }
+  if (root.has("trace")) {
+    Section t = root.sub("trace");
+    auto& tr = c.trace;
+    t.get("enabled", tr.enabled);
+    t.get("output_path", tr.output_path);
+    t.get("kernels", tr.kernels);
+    if (t.has("steps")) {
+      const json& steps = t.raw("steps");
+      TS_CHECK(steps.is_array() && steps.size() == 2 && steps[0].is_number_integer() &&
+                   steps[1].is_number_integer(),
+               source, ": 'trace.steps' must be [from, to] (global steps, inclusive), found ",
+               steps.dump());
+      tr.from = steps[0].get<int64_t>();
+      tr.to = steps[1].get<int64_t>();
+      TS_CHECK(tr.from >= 0 && tr.from <= tr.to, source, ": 'trace.steps' is ", steps.dump(),
+               ", expected 0 <= from <= to");
+    }
+    TS_CHECK(!tr.output_path.empty(), source, ": 'trace.output_path' is empty");
+    t.warn_unknown();
+  }
   for (const char* service : {"wandb", "comet"})
     if (root.has(service)) {
       Section m = root.sub(service);

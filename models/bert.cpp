@@ -83,6 +83,7 @@ BertEmbeddings::BertEmbeddings(Module* parent, const std::string& name, const Be
       dropout(this, "dropout", c.hidden_dropout_prob) {}
 
 Tensor BertEmbeddings::forward(const Tensor& ids, const Tensor& types) {
+  nn::ModuleScope scope(*this);
   const int64_t T = ids.size(1);
   TS_CHECK(T <= position_embeddings.weight.size(0), "BERT: sequence of ", T,
            " tokens exceeds max_position_embeddings = ", position_embeddings.weight.size(0));
@@ -106,6 +107,7 @@ BertLayer::Output::Output(Module* parent, const std::string& name, int64_t in, c
       dropout(this, "dropout", c.hidden_dropout_prob) {}
 
 Tensor BertLayer::Output::forward(const Tensor& x, const Tensor& residual) {
+  nn::ModuleScope scope(*this);
   return LayerNorm(dropout(dense(x)) + residual);
 }
 
@@ -124,6 +126,7 @@ BertLayer::BertLayer(Module* parent, const std::string& name, const BertConfig& 
       activation(c.activation) {}
 
 Tensor BertLayer::forward(const Tensor& x, const Tensor& mask) {
+  nn::ModuleScope scope(*this);
   auto& s = attention.self;
   const Tensor ctx = scaled_dot_product_attention(nn::split_heads(s.query(x), heads),
                                                   nn::split_heads(s.key(x), heads),
@@ -151,6 +154,7 @@ BertModel::BertModel(Module* parent, const std::string& name, const BertConfig& 
 }
 
 Tensor BertModel::forward(const Batch& b) {
+  nn::ModuleScope scope(*this);
   TS_CHECK(b.input_ids.dim() == 2, "BERT: input_ids must be [batch, time], got ",
            b.input_ids.describe());
   Tensor mask;
@@ -168,6 +172,7 @@ Tensor BertModel::forward(const Batch& b) {
 }
 
 Tensor BertModel::pool(const Tensor& seq) {
+  nn::ModuleScope scope(*this);
   TS_CHECK(pooler_dense, "BERT: this model has no pooler");
   return tanh((*pooler_dense)(seq.select(1, 0)));
 }
@@ -185,6 +190,7 @@ BertLMPredictionHead::BertLMPredictionHead(Module* parent, const std::string& na
 }
 
 Tensor BertLMPredictionHead::forward(const Tensor& x, const Tensor& word_embeddings) {
+  nn::ModuleScope scope(*this);
   const Tensor h = transform.LayerNorm(gelu(transform.dense(x), activation));
   return linear(h, word_embeddings, bias);
 }
@@ -210,6 +216,7 @@ Tensor BertForPreTraining::nsp_logits(const Batch& b) {
 }
 
 Tensor BertForPreTraining::loss(const Batch& b) {
+  nn::ModuleScope scope(*this);
   TS_CHECK(b.targets.defined(), "BERT loss: the batch has no targets (MLM labels)");
   TS_CHECK(b.targets.shape() == b.input_ids.shape(), "BERT loss: targets ", b.targets.describe(),
            " must match input_ids ", b.input_ids.describe());

@@ -95,6 +95,7 @@ GPT2Attention::GPT2Attention(Module* parent, const std::string& name, const GPT2
       n_head(c.n_head) {}
 
 Tensor GPT2Attention::forward(const Tensor& x, KVCache* cache, size_t layer) {
+  nn::ModuleScope scope(*this);
   const int64_t C = x.size(2);
   const auto qkv = split(c_attn(x), C, 2);
   Tensor k = nn::split_heads(qkv[1], n_head), v = nn::split_heads(qkv[2], n_head);
@@ -122,6 +123,7 @@ GPT2MLP::GPT2MLP(Module* parent, const std::string& name, const GPT2Config& c)
       activation(c.activation) {}
 
 Tensor GPT2MLP::forward(const Tensor& x) {
+  nn::ModuleScope scope(*this);
   return dropout(c_proj(gelu(c_fc(x), activation)));
 }
 
@@ -133,6 +135,7 @@ GPT2Block::GPT2Block(Module* parent, const std::string& name, const GPT2Config& 
       mlp(this, "mlp", c) {}
 
 Tensor GPT2Block::forward(const Tensor& x, KVCache* cache, size_t layer) {
+  nn::ModuleScope scope(*this);
   const Tensor h = x + attn.forward(ln_1(x), cache, layer);
   return h + mlp.forward(ln_2(h));
 }
@@ -150,6 +153,7 @@ GPT2Model::GPT2Model(Module* parent, const std::string& name, const GPT2Config& 
 }
 
 Tensor GPT2Model::forward(const Tensor& input_ids, KVCache* cache) {
+  nn::ModuleScope scope(*this);
   TS_CHECK(input_ids.dim() == 2, "GPT-2: input_ids must be [batch, time], got ",
            input_ids.describe());
   const int64_t T = input_ids.size(1), start = cache ? cache->length : 0;
@@ -169,10 +173,12 @@ GPT2LMHeadModel::GPT2LMHeadModel(const GPT2Config& c)
 }
 
 Tensor GPT2LMHeadModel::forward(const Tensor& input_ids, KVCache* cache) {
+  nn::ModuleScope scope(*this);
   return linear(transformer.forward(input_ids, cache), transformer.wte.weight);  // tied head
 }
 
 Tensor GPT2LMHeadModel::loss(const Batch& b) {
+  nn::ModuleScope scope(*this);
   TS_CHECK(b.targets.defined(), "GPT-2 loss: the batch has no targets");
   TS_CHECK(b.targets.shape() == b.input_ids.shape(), "GPT-2 loss: targets ", b.targets.describe(),
            " must match input_ids ", b.input_ids.describe());

@@ -29,6 +29,7 @@ void Linear::reset_parameters() {
 }
 
 Tensor Linear::forward(const Tensor& x) {
+  ModuleScope scope(*this);
   TS_CHECK(x.dim() >= 1 && x.shape().back() == in_features, "Linear '", name(),
            "': expected input [..., ", in_features, "], got ", x.describe());
   return linear(x, weight, bias);
@@ -59,6 +60,7 @@ void LayerNorm::reset_parameters() {
 }
 
 Tensor LayerNorm::forward(const Tensor& x) {
+  ModuleScope scope(*this);
   return layer_norm(x, {dim}, weight, bias, eps);
 }
 
@@ -76,6 +78,7 @@ MLP::MLP(Module* parent, const std::string& name, int64_t dim, int64_t hidden, d
       drop(this, "drop", dropout_p) {}
 
 Tensor MLP::forward(const Tensor& x) {
+  ModuleScope scope(*this);
   return drop(proj(act(fc(x))));
 }
 
@@ -105,6 +108,7 @@ MultiHeadAttention::MultiHeadAttention(Module* parent, const std::string& name, 
 }
 
 Tensor MultiHeadAttention::forward(const Tensor& x, const Tensor& key_padding_mask, bool causal) {
+  ModuleScope scope(*this);
   TS_CHECK(x.dim() == 3, "MultiHeadAttention '", name(), "': expected [B, T, C], got ",
            x.describe());
   Tensor mask;
@@ -116,6 +120,7 @@ Tensor MultiHeadAttention::forward(const Tensor& x, const Tensor& key_padding_ma
 }
 
 Tensor Sequential::forward(const Tensor& x) {
+  ModuleScope scope(*this);
   Tensor h = x;
   for (auto& m : items_) h = m->forward(h);
   return h;

@@ -1,12 +1,29 @@
 #include "tessera/nn/module.h"
 
+#include <cxxabi.h>
+
+#include <cstdlib>
+#include <memory>
 #include <set>
 #include <sstream>
+#include <typeinfo>
 
 #include "tessera/grad_mode.h"
 #include "tessera/ops.h"
 
 namespace tessera::nn {
+
+std::string Module::type_name() const {
+  const char* mangled = typeid(*this).name();
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> demangled(
+      abi::__cxa_demangle(mangled, nullptr, nullptr, &status), std::free);
+  std::string name = status == 0 && demangled ? demangled.get() : mangled;
+  // Without namespaces or enclosing classes ("tessera::models::BertLayer::Output" -> "Output").
+  const size_t template_start = name.find('<');
+  const size_t last = name.rfind("::", template_start);
+  return last == std::string::npos ? name : name.substr(last + 2);
+}
 
 Module::Module(Module* parent, std::string name) : name_(std::move(name)) {
   TS_CHECK(parent != nullptr, "Module '", name_, "': parent must not be null");

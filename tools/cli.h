@@ -64,5 +64,6 @@ int zero_to_fp32_main(int argc, char** argv);
 int estimate_memory_main(int argc, char** argv);
 int export_main(int argc, char** argv);
 int plot_main(int argc, char** argv);
+int profile_main(int argc, char** argv);
 
 }  // namespace tessera::cli

@@ -5,7 +5,6 @@
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
-#include "tessera/cuda.h"
 #include "tessera/engine/trainer.h"
 #include "tessera/io/files.h"
 #include "tessera/io/json_fields.h"
@@ -42,25 +41,6 @@ On N processes: mpirun -np N tessera train CONFIG.json (CPU, MPI). The batch tri
 resolved for N ranks; zero_optimization.stage picks plain data parallelism (0) or ZeRO 1-3.
 Only rank 0 prints progress, validation, checkpoints and the sample.
 )";
-
-std::unique_ptr<models::PretrainedModel> build_model(io::TrainConfig& cfg, int64_t vocab) {
-  manual_seed(cfg.train.seed);
-  auto model = model_from_train_config(cfg, vocab);
-  if (!cfg.model.init_from.empty())
-    model->load_state_dict(models::load_pretrained(cfg.model.init_from)->state_dict());
-  Device device = Device::parse(cfg.train.device);
-  // "cuda" under a launcher: one GPU per rank on each machine, by local rank.
-  if (cfg.train.device == "cuda" && parallel::launched_distributed())
-    device = Device::cuda(parallel::local_device_index());
-  if (device.is_cuda()) {
-    TS_CHECK(device.index < cuda_device_count(), "train.device \"", cfg.train.device, "\": ",
-             cuda_unavailable_reason().empty()
-                 ? std::to_string(cuda_device_count()) + " CUDA devices visible"
-                 : cuda_unavailable_reason());
-    model->to(device);
-  }
-  return model;
-}
 
 // The config with the command line's overrides; every place the run will write is checked
 // now, not after the training it would lose.

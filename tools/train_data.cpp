@@ -1,11 +1,15 @@
 #include "train_data.h"
 
+#include "cli.h"
+
+#include "tessera/cuda.h"
 #include "tessera/io/data_loader.h"
 #include "tessera/io/files.h"
 #include "tessera/io/json_fields.h"
 #include "tessera/io/token_windows.h"
 #include "tessera/models/generate.h"
 #include "tessera/models/gpt2.h"
+#include "tessera/parallel/process_group.h"
 
 namespace tessera::cli {
 
@@ -123,6 +127,25 @@ std::string sample_text(models::PretrainedModel& model, const io::TrainConfig& c
     if (static_cast<int64_t>(ctx.size()) > T / 2) ctx.erase(ctx.begin(), ctx.end() - T / 2);
   }
   return text;
+}
+
+std::unique_ptr<models::PretrainedModel> build_model(io::TrainConfig& cfg, int64_t vocab) {
+  manual_seed(cfg.train.seed);
+  auto model = model_from_train_config(cfg, vocab);
+  if (!cfg.model.init_from.empty())
+    model->load_state_dict(models::load_pretrained(cfg.model.init_from)->state_dict());
+  Device device = Device::parse(cfg.train.device);
+  // "cuda" under a launcher: one GPU per rank on each machine, by local rank.
+  if (cfg.train.device == "cuda" && parallel::launched_distributed())
+    device = Device::cuda(parallel::local_device_index());
+  if (device.is_cuda()) {
+    TS_CHECK(device.index < cuda_device_count(), "train.device \"", cfg.train.device, "\": ",
+             cuda_unavailable_reason().empty()
+                 ? std::to_string(cuda_device_count()) + " CUDA devices visible"
+                 : cuda_unavailable_reason());
+    model->to(device);
+  }
+  return model;
 }
 
 }  // namespace tessera::cli

@@ -1,6 +1,6 @@
-// `tessera train`'s data and extras for the built-in models: the corpus's training and
-// validation batches as Trainer sources, the tokenizer files saved with checkpoints, and the
-// text sample printed at the end.
+// `tessera train`'s (and `tessera profile`'s) model, data and extras for the built-in models:
+// the model on its device, the corpus's training and validation batches as Trainer sources,
+// the tokenizer files saved with checkpoints, and the text sample printed at the end.
 #pragma once
 #include <map>
 #include <memory>
@@ -12,6 +12,10 @@
 #include "tessera/models/pretrained.h"
 
 namespace tessera::cli {
+
+// The config's model (seeded by train.seed, from model.init_from when set) on train.device
+// (under a launcher, "cuda" is this rank's local GPU).
+std::unique_ptr<models::PretrainedModel> build_model(io::TrainConfig& cfg, int64_t vocab);
 
 // GPT: the corpus's non-overlapping windows through a shuffled DataLoader (seed train.seed + 1,
 // this rank's slice of every global batch, drop_last). BERT: its masking sampler's stream.

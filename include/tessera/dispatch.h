@@ -67,6 +67,21 @@ struct DeviceRuntime {
 };
 void register_device_runtime(DeviceType type, const DeviceRuntime& runtime);
 bool has_kernel(Kernel k, DeviceType device, DType dtype);
+// Sees every kernel call made on this thread while installed (the flops profiler counts them,
+// a trace records them): before the kernel runs and after it returns.
+class KernelObserver {
+ public:
+  virtual ~KernelObserver() = default;
+  virtual void kernel_begin(Kernel k, Device device, const KernelCall& call) = 0;
+  virtual void kernel_end(Kernel k, Device device, const KernelCall& call) = 0;
+};
+// Installs an observer on this thread until it is removed; each installed observer sees
+// every call.
+void add_kernel_observer(KernelObserver& observer);
+void remove_kernel_observer(KernelObserver& observer);
+// Waits for the work queued on `device` (nothing to wait for on the CPU).
+void synchronize_device(Device device);
+
 // Runs the kernel registered for (k, device, dtype); throws naming all three when none is.
 void run_kernel(Kernel k, Device device, DType dtype, std::span<const TensorBase> inputs,
                 std::span<TensorBase> outputs, const KernelAttrs& attrs = {});

@@ -21,6 +21,7 @@
 #include "tessera/engine/monitor.h"
 #include "tessera/io/data_loader.h"
 #include "tessera/io/train_config.h"
+#include "tessera/nn/flops_profiler.h"
 #include "tessera/nn/loss_model.h"
 #include "tessera/nn/module.h"
 #include "tessera/optim/lr_schedule.h"
@@ -121,6 +122,9 @@ class Engine {
   Tensor forward(const Batch& batch) {
     auto* model = dynamic_cast<nn::LossModel<Batch>*>(&model_);
     if (!model) fail_not_loss_model(typeid(Batch));
+    // flops_profiler: the profile step's forwards are counted (rank 0), and its phases timed.
+    const bool profiling = flops_profiler_ && global_steps_ == config_.flops_profiler.profile_step;
+    if (profiling) begin_profiled_forward();
     const auto started = timers_.start();
     begin_forward();
     int64_t terms = 0;
@@ -134,13 +138,16 @@ class Engine {
       Batch local = batch;
       if constexpr (nn::DeviceMovableBatch<Batch>) local = batch.to(device());
       if constexpr (nn::WeightedBatch<Batch>) local.target_weight = weight;
+      nn::ModuleScope scope(model_);
       loss = model->loss(local);
     } else {
+      nn::ModuleScope scope(model_);
       loss = model->loss(batch);
     }
     if constexpr (nn::CountedBatch<Batch> && !nn::WeightedBatch<Batch>)
       if (weight != 0.0) loss = scaled(loss, weight * static_cast<double>(terms));
     timers_.stop(EngineTimers::Forward, started);
+    if (profiling) flops_profiler_->stop_profile();
     return loss.requires_grad() ? track_direct_backward(loss) : loss;
   }
   // DeepSpeed's deepspeed_io: a DataLoader of `dataset` for this rank: micro-batches of
@@ -192,6 +199,8 @@ class Engine {
   // The gradient norm of the last step (before clipping, unscaled); nullopt before any step or
   // when that step did not compute one (stage 0 without fp16 or clipping), as in DeepSpeed.
   std::optional<double> get_global_grad_norm() const { return global_grad_norm_; }
+  // flops_profiler: the figures and report of the profiled step, once it has run (rank 0).
+  const std::optional<nn::ModelProfile>& flops_profile() const { return flops_profile_; }
 
   int64_t global_steps() const { return global_steps_; }
   // DeepSpeed's global_samples: samples trained (global steps * train_batch_size), the x axis
@@ -277,6 +286,10 @@ class Engine {
   void count_backward(const char* what);
   // After an optimizer step: wall_clock_breakdown's events and line, memory_breakdown's line.
   void report_breakdowns();
+  // flops_profiler: before each forward of the profile step; after its optimizer step, the
+  // report (stdout or flops_profiler.output_file).
+  void begin_profiled_forward();
+  void report_flops_profile();
   // Steps, schedule position (when `schedule`), loss scaler and RNG from engine.json.
   void restore_engine_state(const nlohmann::json& state, bool schedule);
   // The tag directory's weights (into the masters and the model) and, when `load_optimizer`,
@@ -305,6 +318,9 @@ class Engine {
   std::optional<double> global_grad_norm_;
   std::unique_ptr<MonitorMaster> monitor_;
   EngineTimers timers_;
+  std::unique_ptr<nn::FlopsProfiler> flops_profiler_;  // rank 0, when enabled
+  int64_t profiled_forwards_ = 0;
+  std::optional<nn::ModelProfile> flops_profile_;
   EngineTimers::Window timer_sums_{};  // since the last printed line
   bool in_engine_backward_ = false;
   bool direct_backward_pending_ = false;

@@ -22,16 +22,20 @@ class EngineTimers {
   EngineTimers(bool enabled, std::function<void()> sync)
       : enabled_(enabled), sync_(std::move(sync)) {}
   bool enabled() const { return enabled_; }
+  // Times even when not enabled (the flops profiler's step), until turned off again.
+  void force(bool on) { forced_ = on; }
   Clock::time_point start() const;
   void stop(Kind kind, Clock::time_point started);
   // The window's times, then a fresh window.
   Window take_window();
+  const Window& window() const { return window_; }
   // DeepSpeed's names ("fwd", "bwd", ...) and monitor events (elapsed_time_ms_forward, ...).
   static const char* name(Kind kind);
   static const char* event(Kind kind);
 
  private:
-  bool enabled_ = false;
+  bool running() const { return enabled_ || forced_; }
+  bool enabled_ = false, forced_ = false;
   std::function<void()> sync_;
   Window window_{};
 };

@@ -6,6 +6,8 @@
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -32,6 +34,9 @@ class CsvMonitor {
 
  private:
   std::filesystem::path dir_;
+  // One appending stream per event, kept open: a step writes several events, and opening
+  // each file per event cost more than a small model's step.
+  std::map<std::string, std::ofstream> files_;
 };
 
 // tensorboard: an event file in <output_path>/<job_name>/, flushed after every call.

@@ -97,6 +97,26 @@ struct TrainConfig {
   Monitor csv_monitor;
   Monitor tensorboard;
 
+  // DeepSpeed's flops_profiler: the model profile at one step, on rank 0.
+  struct FlopsProfiler {
+    bool enabled = false;
+    double recompute_fwd_factor = 0.0;  // forward recomputed in backward (activation checkpoints)
+    int64_t profile_step = 1;           // the global step (0-based) whose forwards are profiled
+    int64_t module_depth = -1;
+    int64_t top_modules = 1;
+    bool detailed = true;
+    std::string output_file;  // empty: standard output
+  } flops_profiler;
+
+  // Tessera's trace section: a Chrome trace-event JSON file per rank of the engine's phases,
+  // its collectives and (kernels: true) every kernel, over global steps [from, to].
+  struct Trace {
+    bool enabled = false;
+    std::string output_path = "./traces";
+    int64_t from = 1, to = 3;  // "steps": [from, to], inclusive, 0-based
+    bool kernels = false;
+  } trace;
+
   struct Checkpoint {
     std::string tag_validation = "Warn";
   } checkpoint;

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "tessera/nn/module.h"
+#include "tessera/nn/module_scope.h"
 #include "tessera/ops.h"
 
 namespace tessera::nn {
@@ -14,7 +15,11 @@ class UnaryModule : public Module {
  public:
   using Module::Module;
   virtual Tensor forward(const Tensor& x) = 0;
-  Tensor operator()(const Tensor& x) { return forward(x); }
+  // Calls forward inside this module's scope (module_scope.h), so profilers see the call.
+  Tensor operator()(const Tensor& x) {
+    ModuleScope scope(*this);
+    return forward(x);
+  }
 };
 
 struct LinearOptions {

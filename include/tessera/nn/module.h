@@ -29,7 +29,9 @@ class Module {
   Module& operator=(const Module&) = delete;
 
   const std::string& name() const { return name_; }
-  virtual std::string type_name() const { return "Module"; }
+  // The class's name ("GPT2Block"), for summaries and the flops profiler's tree; by default
+  // the dynamic type's name without its namespaces.
+  virtual std::string type_name() const;
   // A JSON description of the architecture that rebuilds it (the built-in models: their HF
   // config.json), saved with checkpoints; empty when the model has none.
   virtual std::string config_json() const { return {}; }

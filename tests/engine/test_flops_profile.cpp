@@ -1,0 +1,119 @@
+// The engine's flops_profiler section and its timers: which step is profiled, what the
+// report holds, where it goes; the wall-clock timers against a clock around each call.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "tiny_gpt.h"
+
+using namespace tessera;
+namespace fs = std::filesystem;
+
+namespace {
+const char* kConfig = R"({"train_batch_size": 4, "train_micro_batch_size_per_gpu": 2,
+  "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}})";
+
+std::string read(const fs::path& p) {
+  std::ifstream f(p);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+models::Batch micro_batch(int64_t k, int64_t rows = 2) {
+  Generator g(1000 + static_cast<uint64_t>(k));
+  const Tensor x = (rand({rows, 8}, DType::Float32, Device::cpu(), &g) * 96.0).to(DType::Int64);
+  const Tensor y = (rand({rows, 8}, DType::Float32, Device::cpu(), &g) * 96.0).to(DType::Int64);
+  return {x, y};
+}
+}  // namespace
+
+TEST_CASE("flops_profiler: the profile step's micro-batches, reported once after its step") {
+  const fs::path dir = fs::temp_directory_path() / "tessera-flops-profile";
+  fs::remove_all(dir);
+  const fs::path out = dir / "sub" / "profile.txt";  // its directory is made
+  test::TinyGpt run(std::string(kConfig) +
+                    R"(, "flops_profiler": {"enabled": true, "profile_step": 1, "module_depth": 2,
+                       "detailed": false, "output_file": ")" +
+                    out.string() + "\"}}");
+  // One forward of a micro-batch, counted by hand on the same model (no engine).
+  const int64_t one = nn::get_model_profile<models::Batch>(*run.model, micro_batch(0)).flops;
+  int64_t k = 0;
+  for (int64_t step = 0; step < 3; ++step) {
+    for (int micro = 0; micro < 2; ++micro) run.train_step(k++);
+    CAPTURE(step);
+    CHECK(fs::exists(out) == (step >= 1));
+    CHECK(run.engine->flops_profile().has_value() == (step >= 1));
+  }
+  const nn::ModelProfile& p = *run.engine->flops_profile();
+  CHECK(p.flops == 2 * one);  // both micro-batches of step 1
+  CHECK(p.params == run.model->num_parameters());
+  const std::string text = read(out);
+  CHECK(text == p.text);
+  for (const char* line :
+       {"Profile Summary at step 1:", "world size:", "batch size per GPU:",
+        "forwards profiled (micro-batches of the step):", "fwd latency:", "bwd latency:",
+        "step latency:", "iter latency:", "samples/second:", "depth 1:"})
+    CHECK_MESSAGE(text.find(line) != std::string::npos, line);
+  CHECK(text.find("depth 2:") == std::string::npos);          // module_depth 2
+  CHECK(text.find("Detailed Profile") == std::string::npos);  // detailed false
+  fs::remove_all(dir);
+}
+
+TEST_CASE("flops_profiler: bad keys are errors naming them") {
+  for (const char* bad : {R"("profile_step": -1)", R"("top_modules": 0)", R"("module_depth": -2)",
+                          R"("recompute_fwd_factor": -0.5)"}) {
+    CAPTURE(bad);
+    const std::string key = std::string(bad).substr(1, std::string(bad).find('"', 1) - 1);
+    CHECK_THROWS_WITH_AS(
+        io::TrainConfig::parse(std::string(kConfig) + R"(, "flops_profiler": {)" + bad + "}}"),
+        doctest::Contains(("flops_profiler." + key).c_str()), Error);
+  }
+}
+
+TEST_CASE("wall_clock_breakdown: forward + backward + step add up to a clock around the calls") {
+  const fs::path dir = fs::temp_directory_path() / "tessera-timer-sum";
+  fs::remove_all(dir);
+  test::TinyGpt run(std::string(kConfig) +
+                    R"(, "gradient_accumulation_steps": 1, "train_batch_size": 2,
+                       "wall_clock_breakdown": true, "steps_per_print": 1000,
+                       "csv_monitor": {"enabled": true, "output_path": ")" +
+                    dir.string() + R"(", "job_name": "j"}})");
+  // A clock around each step's calls; the timers' three intervals of that step. The median
+  // step's share is checked, so a step preempted on a busy machine does not decide it.
+  const int steps = 9;
+  std::vector<double> outside_ms;
+  for (int64_t k = 0; k < steps; ++k) {
+    const models::Batch b = micro_batch(k, 128);  // several ms a step: the timers' cost is us
+    const auto t0 = std::chrono::steady_clock::now();
+    const Tensor loss = run.engine->forward(b);
+    run.engine->backward(loss);
+    run.engine->step();
+    outside_ms.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::vector<double> inside_ms(steps, 0.0);
+  for (const char* event : {"forward", "backward", "step"}) {
+    std::ifstream f(dir / "j" / (std::string("Train_Samples_elapsed_time_ms_") + event + ".csv"));
+    std::string line;
+    std::getline(f, line);
+    int row = 0;
+    for (; std::getline(f, line) && row < steps; ++row)
+      inside_ms[row] += std::stod(line.substr(line.find(',') + 1));
+    CHECK(row == steps);
+  }
+  std::vector<double> share;
+  for (int k = 0; k < steps; ++k) {
+    CAPTURE(k);
+    CHECK(inside_ms[k] <= outside_ms[k]);
+    share.push_back(inside_ms[k] / outside_ms[k]);
+  }
+  std::sort(share.begin(), share.end());
+  CAPTURE(share);
+  CHECK(share[steps / 2] >= 0.95);
+  fs::remove_all(dir);
+}
