@@ -124,6 +124,7 @@ Engine::Engine(nn::Module& model, io::TrainConfig config, InitializeOptions opti
   group_->logger().enable(
       config_.comms_logger.enabled, config_.comms_logger.verbose,
       config_.comms_logger.prof_all ? std::vector<std::string>{} : config_.comms_logger.prof_ops);
+  if (config_.trace.enabled) start_trace();
   // Dropout masks as one process would draw them for the global batch (see rng.h).
   set_data_parallel_shard(group_->rank(), static_cast<int>(world));
   if (world > 1) {
@@ -251,7 +252,10 @@ void Engine::build_optimizer(InitializeOptions& options, std::vector<optim::Para
   }
 }
 
-Engine::~Engine() = default;
+Engine::~Engine() {
+  // The group may outlive this engine: it must not call into the engine's trace any more.
+  if (trace_) group_->logger().set_listener(nullptr);
+}
 
 void Engine::setup_parallel(std::vector<optim::ParamGroup> groups,
                             const optim::OptimizerFactory& make) {
@@ -311,6 +315,10 @@ std::unique_ptr<Engine> initialize(nn::Module& model, const io::TrainConfig& con
 
 void Engine::begin_forward() {
   if (zero_) zero_->set_evaluating(!model_.is_training());
+  if (trace_ && !trace_->recording() && trace_->wants(global_steps_) && model_.is_training()) {
+    trace_->begin_step(global_steps_);
+    update_forced_timers();
+  }
 }
 
 Device Engine::device() {
@@ -580,6 +588,8 @@ StepStats Engine::step(const LrKwargs& lr_kwargs) {
   }
   timers_.stop(EngineTimers::Step, started);
   if (profiled_forwards_ > 0) report_flops_profile();
+  if (trace_ && trace_->recording()) trace_->end_step();
+  update_forced_timers();
   report_breakdowns();
   if (monitor_->enabled()) {
     // As DeepSpeed: after the step, the next step's lr and the current loss scale.

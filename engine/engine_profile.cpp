@@ -1,5 +1,6 @@
-// The engine's flops profiler step (DeepSpeed's flops_profiler section): the profile step's
-// forwards counted and timed, and after its optimizer step DeepSpeed's report.
+// The engine's observability hooks: the flops profiler step (DeepSpeed's flops_profiler
+// section: the profile step's forwards counted and timed, and after its optimizer step
+// DeepSpeed's report) and the per-rank trace (Tessera's trace section).
 #include <filesystem>
 #include <iostream>
 
@@ -41,8 +42,6 @@ void Engine::report_flops_profile() {
                        flops_profiler_->total_params(), flops_profiler_->total_duration(), text};
   flops_profiler_->end_profile();
   profiled_forwards_ = 0;
-  timers_.force(false);
-  if (!timers_.enabled()) timers_.take_window();  // nobody else reads the forced window
   if (cfg.output_file.empty()) {
     std::cout << text << std::flush;
     return;
@@ -52,6 +51,28 @@ void Engine::report_flops_profile() {
   io::write_file_atomically(cfg.output_file, [&](std::ostream& out) { out << text; });
   std::cerr << "flops profile of step " << cfg.profile_step << " written to " << cfg.output_file
             << "\n";
+}
+
+void Engine::update_forced_timers() {
+  const bool forced = profiled_forwards_ > 0 || (trace_ && trace_->recording());
+  timers_.force(forced);
+  // Without wall_clock_breakdown nobody takes the window: each step starts a fresh one.
+  if (!timers_.enabled() && !forced) timers_.take_window();
+}
+
+void Engine::start_trace() {
+  const std::string group = group_->backend() + ", " + std::to_string(group_->size()) +
+                            (group_->size() == 1 ? " rank" : " ranks");
+  trace_ = std::make_unique<TraceRecorder>(config_.trace, group_->rank(), group);
+  TraceRecorder* trace = trace_.get();
+  timers_.set_listener([trace](EngineTimers::Kind kind, EngineTimers::Clock::time_point start,
+                               EngineTimers::Clock::time_point end) {
+    if (trace->recording()) trace->phase(EngineTimers::name(kind), start, end);
+  });
+  group_->logger().set_listener(
+      [trace](const std::string& op, int64_t bytes, double bus_bytes, double seconds) {
+        trace->collective(op, bytes, bus_bytes, seconds);
+      });
 }
 
 }  // namespace tessera::engine

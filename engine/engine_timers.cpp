@@ -11,7 +11,9 @@ EngineTimers::Clock::time_point EngineTimers::start() const {
 void EngineTimers::stop(Kind kind, Clock::time_point started) {
   if (!running()) return;
   if (sync_) sync_();
-  window_[kind] += std::chrono::duration<double, std::milli>(Clock::now() - started).count();
+  const Clock::time_point now = Clock::now();
+  window_[kind] += std::chrono::duration<double, std::milli>(now - started).count();
+  if (listener_) listener_(kind, started, now);
 }
 
 EngineTimers::Window EngineTimers::take_window() {

@@ -13,8 +13,17 @@ void CommsLogger::enable(bool on, bool verbose, std::vector<std::string> only_op
   only_ops_ = std::move(only_ops);
 }
 
+void CommsLogger::set_listener(Listener listener) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  listener_ = std::move(listener);
+}
+
 void CommsLogger::record(const std::string& op, int64_t message_bytes, double bus_bytes,
                          double seconds) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (listener_) listener_(op, message_bytes, bus_bytes, seconds);
+  }
   if (!enabled_) return;
   if (!only_ops_.empty() && std::find(only_ops_.begin(), only_ops_.end(), op) == only_ops_.end())
     return;

@@ -1,6 +1,7 @@
 // `tessera train CONFIG.json [--data PATH] [--steps N] [--save DIR] [--resume DIR] [--json]`:
 // the built-in models through engine::Trainer (the loop lives in engine/).
 #include <csignal>
+#include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -59,6 +60,12 @@ io::TrainConfig read_config(const Args& a, parallel::ProcessGroup& world) {
     io::check_writable_directory(cfg.csv_monitor.output_path, "csv_monitor.output_path");
   if (cfg.tensorboard.enabled && world.rank() == 0)
     io::check_writable_directory(cfg.tensorboard.output_path, "tensorboard.output_path");
+  if (cfg.trace.enabled) io::check_writable_directory(cfg.trace.output_path, "trace.output_path");
+  if (cfg.flops_profiler.enabled && !cfg.flops_profiler.output_file.empty() && world.rank() == 0) {
+    const std::string parent =
+        std::filesystem::path(cfg.flops_profiler.output_file).parent_path().string();
+    io::check_writable_directory(parent.empty() ? "." : parent, "flops_profiler.output_file");
+  }
   return cfg;
 }
 

@@ -19,6 +19,7 @@
 #include "tessera/engine/engine_timers.h"
 #include "tessera/engine/loss_scaler.h"
 #include "tessera/engine/monitor.h"
+#include "tessera/engine/trace_recorder.h"
 #include "tessera/io/data_loader.h"
 #include "tessera/io/train_config.h"
 #include "tessera/nn/flops_profiler.h"
@@ -125,8 +126,8 @@ class Engine {
     // flops_profiler: the profile step's forwards are counted (rank 0), and its phases timed.
     const bool profiling = flops_profiler_ && global_steps_ == config_.flops_profiler.profile_step;
     if (profiling) begin_profiled_forward();
+    begin_forward();  // (before the timer: it may start a trace, which turns the timers on)
     const auto started = timers_.start();
-    begin_forward();
     int64_t terms = 0;
     double weight = 0.0;  // 0: the model's own mean is already the right share
     if constexpr (nn::CountedBatch<Batch>) {
@@ -290,6 +291,9 @@ class Engine {
   // report (stdout or flops_profiler.output_file).
   void begin_profiled_forward();
   void report_flops_profile();
+  // Timers run when wall_clock_breakdown asks, or while the profiler or a trace needs them.
+  void update_forced_timers();
+  void start_trace();
   // Steps, schedule position (when `schedule`), loss scaler and RNG from engine.json.
   void restore_engine_state(const nlohmann::json& state, bool schedule);
   // The tag directory's weights (into the masters and the model) and, when `load_optimizer`,
@@ -321,7 +325,8 @@ class Engine {
   std::unique_ptr<nn::FlopsProfiler> flops_profiler_;  // rank 0, when enabled
   int64_t profiled_forwards_ = 0;
   std::optional<nn::ModelProfile> flops_profile_;
-  EngineTimers::Window timer_sums_{};  // since the last printed line
+  std::unique_ptr<TraceRecorder> trace_;  // the trace section, every rank
+  EngineTimers::Window timer_sums_{};     // since the last printed line
   bool in_engine_backward_ = false;
   bool direct_backward_pending_ = false;
   bool scale_expected_ = false;  // scale() came before a direct backward

@@ -22,8 +22,11 @@ class EngineTimers {
   EngineTimers(bool enabled, std::function<void()> sync)
       : enabled_(enabled), sync_(std::move(sync)) {}
   bool enabled() const { return enabled_; }
-  // Times even when not enabled (the flops profiler's step), until turned off again.
+  // Times even when not enabled (the flops profiler's step, a trace), until turned off again.
   void force(bool on) { forced_ = on; }
+  // Told of every timed interval as it ends (a trace).
+  using Listener = std::function<void(Kind kind, Clock::time_point start, Clock::time_point end)>;
+  void set_listener(Listener listener) { listener_ = std::move(listener); }
   Clock::time_point start() const;
   void stop(Kind kind, Clock::time_point started);
   // The window's times, then a fresh window.
@@ -37,6 +40,7 @@ class EngineTimers {
   bool running() const { return enabled_ || forced_; }
   bool enabled_ = false, forced_ = false;
   std::function<void()> sync_;
+  Listener listener_;
   Window window_{};
 };
 

@@ -4,6 +4,7 @@
 // scattered size, twice that for all_reduce), the figure the ZeRO paper's volumes count.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -22,6 +23,11 @@ class CommsLogger {
   void enable(bool on, bool verbose = false, std::vector<std::string> only_ops = {});
   bool enabled() const { return enabled_; }
   void record(const std::string& op, int64_t message_bytes, double bus_bytes, double seconds);
+  // Told of every collective as it completes, whether the counts are enabled or not (a
+  // trace), on the thread that ran it; null removes it.
+  using Listener = std::function<void(const std::string& op, int64_t message_bytes,
+                                      double bus_bytes, double seconds)>;
+  void set_listener(Listener listener);
   std::map<std::string, OpStats> totals() const;
   void reset();
   // One line per op: calls, total message size, total and average latency, bus bandwidth.
@@ -32,6 +38,7 @@ class CommsLogger {
   bool enabled_ = false, verbose_ = false;
   std::vector<std::string> only_ops_;
   std::map<std::string, OpStats> ops_;
+  Listener listener_;
 };
 
 }  // namespace tessera::parallel

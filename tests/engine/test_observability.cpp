@@ -1,11 +1,13 @@
-// The engine's flops_profiler section and its timers: which step is profiled, what the
-// report holds, where it goes; the wall-clock timers against a clock around each call.
+// The engine's observability: the flops_profiler section (which step is profiled, what the
+// report holds, where it goes), the wall-clock timers against a clock around each call, and
+// the trace section's kernel events on one rank (tests/parallel/test_trace.cpp: N ranks).
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "tiny_gpt.h"
@@ -116,4 +118,45 @@ TEST_CASE("wall_clock_breakdown: forward + backward + step add up to a clock aro
   CAPTURE(share);
   CHECK(share[steps / 2] >= 0.95);
   fs::remove_all(dir);
+}
+
+TEST_CASE("trace: with kernels, each kernel's event inside its phase; bad steps are errors") {
+  const fs::path dir = fs::temp_directory_path() / "tessera-trace-kernels";
+  fs::remove_all(dir);
+  {
+    test::TinyGpt run(std::string(kConfig) +
+                      R"(, "trace": {"enabled": true, "kernels": true, "steps": [0, 0],
+                         "output_path": ")" +
+                      dir.string() + "\"}}");
+    for (int64_t k = 0; k < 4; ++k) run.train_step(k);  // steps 0 and 1; only 0 is traced
+  }
+  std::ifstream f(dir / "trace_rank0.json");
+  const nlohmann::json trace = nlohmann::json::parse(f);
+  double fwd_start = 0, fwd_end = 0;
+  int fwd = 0, matmuls = 0, batches = 0;
+  for (const auto& e : trace.at("traceEvents")) {
+    if (e.at("ph") != "X") continue;
+    if (e.at("name") == "fwd" && fwd++ == 0) {
+      fwd_start = e.at("ts").get<double>();
+      fwd_end = fwd_start + e.at("dur").get<double>();
+    }
+    if (e.at("name") == "train_batch") ++batches;
+  }
+  for (const auto& e : trace.at("traceEvents")) {
+    if (e.at("ph") != "X" || e.at("cat") != "kernel" || e.at("name") != "matmul") continue;
+    CHECK(e.at("args").at("device") == "cpu");
+    CHECK(e.at("args").at("inputs").get<std::string>().find("float32[") == 0);
+    const double ts = e.at("ts").get<double>();
+    if (ts >= fwd_start && ts <= fwd_end) ++matmuls;
+  }
+  CHECK(fwd == 2);      // step 0's two micro-batches
+  CHECK(batches == 1);  // one global step
+  CHECK(matmuls > 0);   // the first forward's products lie inside it
+  fs::remove_all(dir);
+  for (const char* bad : {R"([3, 1])", R"([-1, 2])", R"("1-3")", R"([1])"}) {
+    CAPTURE(bad);
+    CHECK_THROWS_WITH_AS(
+        io::TrainConfig::parse(std::string(kConfig) + R"(, "trace": {"steps": )" + bad + "}}"),
+        doctest::Contains("trace.steps"), Error);
+  }
 }
