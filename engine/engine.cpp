@@ -417,18 +417,25 @@ void Engine::report_breakdowns() {
     std::vector<MonitorEvent> events;
     for (int k = 0; k < EngineTimers::kCount; ++k) {
       timer_sums_[k] += w[k];
-      events.push_back({EngineTimers::event(EngineTimers::Kind(k)), w[k], global_samples()});
+      // The monitors get DeepSpeed's engine events (the optimizer's parts are printed only).
+      if (k < EngineTimers::kEngineKinds)
+        events.push_back({EngineTimers::event(EngineTimers::Kind(k)), w[k], global_samples()});
     }
     monitor_->write_events(events);
     if (print_now && rank() == 0) {
-      std::string line = "time (ms)";
-      char part[64];
-      for (int k = 0; k < EngineTimers::kCount; ++k) {
-        std::snprintf(part, sizeof part, " | %s: %.2f", EngineTimers::name(EngineTimers::Kind(k)),
-                      timer_sums_[k] / static_cast<double>(config_.steps_per_print));
-        line += part;
-      }
-      std::cerr << line << "\n";
+      // DeepSpeed's two lines: the ZeRO optimizer's (allgather, gradients, step), the engine's.
+      auto line = [&](int from, int to) {
+        std::string text = "time (ms)";
+        char part[64];
+        for (int k = from; k < to; ++k) {
+          std::snprintf(part, sizeof part, " | %s: %.2f", EngineTimers::name(EngineTimers::Kind(k)),
+                        timer_sums_[k] / static_cast<double>(config_.steps_per_print));
+          text += part;
+        }
+        return text + "\n";
+      };
+      if (zero_) std::cerr << line(EngineTimers::kEngineKinds, EngineTimers::kCount);
+      std::cerr << line(0, EngineTimers::kEngineKinds);
     }
     if (print_now) timer_sums_ = {};
   }
@@ -550,6 +557,7 @@ StepStats Engine::step(const LrKwargs& lr_kwargs) {
   NoGradGuard no_grad;
   global_grad_norm_.reset();
   if (zero_) {
+    const auto gradients = timers_.start();
     // Partition gradients are sums over ranks (and loss-scaled): average and unscale.
     st.grad_norm = zero_->prepare_master_grads(post_scale_ / scaler_.scale());
     global_grad_norm_ = st.grad_norm;
@@ -558,6 +566,7 @@ StepStats Engine::step(const LrKwargs& lr_kwargs) {
       const double coef = config_.gradient_clipping / (st.grad_norm + 1e-6);
       if (coef < 1.0) zero_->scale_master_grads(coef);
     }
+    timers_.stop(EngineTimers::OptimizerGradients, gradients);
   } else {
     // Unscaling and clipping become one factor applied inside the fused update; with
     // mixed precision the norm is taken over the model's 16-bit gradients.
@@ -636,11 +645,17 @@ StepStats Engine::apply_step(StepStats st) {
                "scheduler.params.decay_mom_rate");
       optimizer().set_betas(betas->first, betas->second);
     }
+    const auto update = zero_ ? timers_.start() : EngineTimers::Clock::time_point{};
     optimizer().step();
+    if (zero_) timers_.stop(EngineTimers::OptimizerStep, update);
     scaler_.update(false);
     ++schedule_step_;
     st.stepped = true;
-    if (zero_) zero_->publish();
+    if (zero_) {
+      const auto gather = timers_.start();
+      zero_->publish();
+      timers_.stop(EngineTimers::OptimizerAllgather, gather);
+    }
   }
   if (zero_)
     zero_->zero_grad();

@@ -23,15 +23,26 @@ EngineTimers::Window EngineTimers::take_window() {
 }
 
 const char* EngineTimers::name(Kind kind) {
-  static const char* names[] = {"fwd", "bwd", "bwd_inner", "bwd_allreduce", "step"};
+  static const char* names[] = {"fwd",
+                                "bwd",
+                                "bwd_inner",
+                                "bwd_allreduce",
+                                "step",
+                                "optimizer_allgather",
+                                "optimizer_gradients",
+                                "optimizer_step"};
   return names[kind];
 }
 
 const char* EngineTimers::event(Kind kind) {
-  static const char* events[] = {
-      "Train/Samples/elapsed_time_ms_forward", "Train/Samples/elapsed_time_ms_backward",
-      "Train/Samples/elapsed_time_ms_backward_inner",
-      "Train/Samples/elapsed_time_ms_backward_allreduce", "Train/Samples/elapsed_time_ms_step"};
+  static const char* events[] = {"Train/Samples/elapsed_time_ms_forward",
+                                 "Train/Samples/elapsed_time_ms_backward",
+                                 "Train/Samples/elapsed_time_ms_backward_inner",
+                                 "Train/Samples/elapsed_time_ms_backward_allreduce",
+                                 "Train/Samples/elapsed_time_ms_step",
+                                 "Train/Samples/elapsed_time_ms_optimizer_allgather",
+                                 "Train/Samples/elapsed_time_ms_optimizer_gradients",
+                                 "Train/Samples/elapsed_time_ms_optimizer_step"};
   return events[kind];
 }
 

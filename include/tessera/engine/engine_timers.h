@@ -1,6 +1,7 @@
 // DeepSpeed's engine timers (wall_clock_breakdown): milliseconds in forward ("fwd"), backward
 // ("bwd"), the autograd pass inside it ("bwd_inner"), the gradient reduction that ends it
-// ("bwd_allreduce") and step ("step"), summed over an accumulation window. With a GPU model
+// ("bwd_allreduce") and step ("step"), summed over an accumulation window; under ZeRO also
+// the optimizer's parts of step. With a GPU model
 // each interval is bracketed by device synchronisations, as DeepSpeed's timers do, so it
 // measures the work and not its launch.
 #pragma once
@@ -13,7 +14,21 @@ namespace tessera::engine {
 
 class EngineTimers {
  public:
-  enum Kind { Forward, Backward, BackwardInner, BackwardAllreduce, Step, kCount };
+  // The engine's five (DeepSpeed's engine timers, sent to the monitors), then the ZeRO
+  // optimizer's three inside step (DeepSpeed's stage 1/2 optimizer timers): gradient
+  // preparation (unscale, norm, clip), the update, and the all-gather of updated parameters.
+  enum Kind {
+    Forward,
+    Backward,
+    BackwardInner,
+    BackwardAllreduce,
+    Step,
+    OptimizerAllgather,
+    OptimizerGradients,
+    OptimizerStep,
+    kCount
+  };
+  static constexpr int kEngineKinds = OptimizerAllgather;
   using Clock = std::chrono::steady_clock;
   using Window = std::array<double, kCount>;  // milliseconds by Kind
 
