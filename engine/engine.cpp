@@ -408,57 +408,6 @@ Tensor Engine::backward(const Tensor& loss, const BackwardOptions& options) {
   return gas == 1.0 ? loss.detach() : loss.detach() / gas;
 }
 
-void Engine::report_breakdowns() {
-  const bool print_now = global_steps_ % config_.steps_per_print == 0;
-  if (timers_.enabled()) {
-    // As DeepSpeed: every step's window to the monitors; the line (DeepSpeed prints one
-    // every step) as the mean over the steps since the last one.
-    const EngineTimers::Window w = timers_.take_window();
-    std::vector<MonitorEvent> events;
-    for (int k = 0; k < EngineTimers::kCount; ++k) {
-      timer_sums_[k] += w[k];
-      // The monitors get DeepSpeed's engine events (the optimizer's parts are printed only).
-      if (k < EngineTimers::kEngineKinds)
-        events.push_back({EngineTimers::event(EngineTimers::Kind(k)), w[k], global_samples()});
-    }
-    monitor_->write_events(events);
-    if (print_now && rank() == 0) {
-      // DeepSpeed's two lines: the ZeRO optimizer's (allgather, gradients, step), the engine's.
-      auto line = [&](int from, int to) {
-        std::string text = "time (ms)";
-        char part[64];
-        for (int k = from; k < to; ++k) {
-          std::snprintf(part, sizeof part, " | %s: %.2f", EngineTimers::name(EngineTimers::Kind(k)),
-                        timer_sums_[k] / static_cast<double>(config_.steps_per_print));
-          text += part;
-        }
-        return text + "\n";
-      };
-      if (zero_) std::cerr << line(EngineTimers::kEngineKinds, EngineTimers::kCount);
-      std::cerr << line(0, EngineTimers::kEngineKinds);
-    }
-    if (print_now) timer_sums_ = {};
-  }
-  if (config_.memory_breakdown && print_now) {
-    const parallel::MemoryStats m = memory();
-    const AllocatorStats host = allocator_for(DeviceType::CPU).stats();
-    char line[320];
-    int n = std::snprintf(
-        line, sizeof line,
-        "memory (MB) [rank %d, step %ld] | params: %.2f | grads: %.2f | "
-        "optimizer: %.2f | buffers: %.2f | host allocated: %.2f | host peak: %.2f",
-        rank(), static_cast<long>(global_steps_), m.params / 1e6, m.grads / 1e6, m.optimizer / 1e6,
-        m.buffers / 1e6, host.allocated / 1e6, host.peak_allocated / 1e6);
-    if (device().is_cuda()) {
-      const CudaMemoryStats c = cuda_memory_stats(device().index);
-      std::snprintf(line + n, sizeof line - static_cast<size_t>(n),
-                    " | gpu allocated: %.2f | gpu peak: %.2f", c.allocated / 1e6,
-                    c.peak_allocated / 1e6);
-    }
-    std::cerr << line << "\n";
-  }
-}
-
 Tensor Engine::scale(const Tensor& loss) {
   TS_CHECK(loss.numel() == 1 && loss.requires_grad(),
            "engine.scale: expected a scalar loss that requires grad, got ", loss.describe());

@@ -243,20 +243,11 @@ std::string FlopsProfiler::aggregated(const FlopsProfileOptions& options) const 
   return out;
 }
 
-std::string FlopsProfiler::model_profile(const FlopsProfileSummary& s,
-                                         const FlopsProfileOptions& options) const {
-  const Figures whole = total(0);
+namespace {
+// The summary's figures, DeepSpeed's lines in its order (the engine's when it gave them).
+std::string summary_lines(const FlopsProfileSummary& s, const FlopsProfiler::Figures& whole) {
   const double flops = static_cast<double>(whole.flops);
   std::ostringstream o;
-  o << "\n-------------------------- DeepSpeed Flops Profiler --------------------------\n"
-    << "Profile Summary at step " << s.profile_step << ":\n"
-    << "Notations:\n"
-       "data parallel size (dp_size), model parallel size(mp_size),\n"
-       "number of parameters (params), number of multiply-accumulate operations(MACs),\n"
-       "number of floating-point operations (flops), floating-point operations per second "
-       "(FLOPS),\n"
-       "fwd latency (forward propagation latency), bwd latency (backward propagation latency),\n"
-       "step (weights update latency), iter latency (sum of fwd, bwd and step latency)\n\n";
   const bool engine = s.micro_batch_size > 0;
   if (engine) {
     o << line("world size: ", std::to_string(s.world_size))
@@ -305,6 +296,24 @@ std::string FlopsProfiler::model_profile(const FlopsProfileSummary& s,
                                   iter
                             : 0));
   }
+  return o.str();
+}
+}  // namespace
+
+std::string FlopsProfiler::model_profile(const FlopsProfileSummary& s,
+                                         const FlopsProfileOptions& options) const {
+  const Figures whole = total(0);
+  std::ostringstream o;
+  o << "\n-------------------------- DeepSpeed Flops Profiler --------------------------\n"
+    << "Profile Summary at step " << s.profile_step << ":\n"
+    << "Notations:\n"
+       "data parallel size (dp_size), model parallel size(mp_size),\n"
+       "number of parameters (params), number of multiply-accumulate operations(MACs),\n"
+       "number of floating-point operations (flops), floating-point operations per second "
+       "(FLOPS),\n"
+       "fwd latency (forward propagation latency), bwd latency (backward propagation latency),\n"
+       "step (weights update latency), iter latency (sum of fwd, bwd and step latency)\n\n";
+  o << summary_lines(s, whole);
   o << "\n----------------------------- Aggregated Profile per GPU "
        "-----------------------------\n"
     << aggregated(options);
