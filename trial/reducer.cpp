@@ -1,0 +1,162 @@
+// Determined's metric reduction (determined/pytorch/_reducer.py, _metric_utils.py) over the
+// process group: per-slot values travel as JSON text.
+#include "tessera/trial/reducer.h"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "tessera/ops.h"
+
+namespace tessera::trial {
+
+const char* reducer_name(Reducer r) {
+  switch (r) {
+    case Reducer::AVG:
+      return "AVG";
+    case Reducer::SUM:
+      return "SUM";
+    case Reducer::MAX:
+      return "MAX";
+    case Reducer::MIN:
+      return "MIN";
+  }
+  return "?";
+}
+
+double reduce_values(Reducer r, const std::vector<double>& values,
+                     const std::vector<int64_t>& weights, const std::string& what) {
+  TS_CHECK(!values.empty(), "reducer ", reducer_name(r), " of '", what, "': no values to reduce");
+  switch (r) {
+    case Reducer::AVG: {
+      TS_CHECK(weights.empty() || weights.size() == values.size(), "reducer AVG of '", what,
+               "': ", values.size(), " values but ", weights.size(), " weights");
+      double sum = 0, total = 0;
+      for (size_t i = 0; i < values.size(); ++i) {
+        const double w = weights.empty() ? 1.0 : static_cast<double>(weights[i]);
+        sum += w * values[i];
+        total += w;
+      }
+      TS_CHECK(total > 0, "reducer AVG of '", what, "': the weights sum to ", total);
+      return sum / total;
+    }
+    case Reducer::SUM: {
+      double sum = 0;
+      for (double v : values) sum += v;
+      return sum;
+    }
+    case Reducer::MAX:
+      return *std::max_element(values.begin(), values.end());
+    case Reducer::MIN:
+      return *std::min_element(values.begin(), values.end());
+  }
+  return 0;
+}
+
+std::vector<std::string> all_gather_strings(parallel::ProcessGroup& group,
+                                            const std::string& text) {
+  const int world = group.size();
+  if (world == 1) return {text};
+  // Lengths first, then every rank's bytes padded to the longest (one int64 per byte: the
+  // groups move tensors, and metrics are small).
+  Tensor length = from_vector(std::vector<int64_t>{static_cast<int64_t>(text.size())}, {1});
+  Tensor lengths = Tensor::empty({world}, DType::Int64);
+  group.all_gather(lengths, length);
+  const std::vector<int64_t> n = lengths.to_int_vector();
+  const int64_t longest = std::max<int64_t>(1, *std::max_element(n.begin(), n.end()));
+  std::vector<int64_t> mine(static_cast<size_t>(longest), 0);
+  for (size_t i = 0; i < text.size(); ++i) mine[i] = static_cast<unsigned char>(text[i]);
+  Tensor all = Tensor::empty({world * longest}, DType::Int64);
+  group.all_gather(all, from_vector(mine, {longest}));
+  const std::vector<int64_t> bytes = all.to_int_vector();
+  std::vector<std::string> out;
+  for (int r = 0; r < world; ++r) {
+    std::string s(static_cast<size_t>(n[r]), '\0');
+    for (int64_t i = 0; i < n[r]; ++i) s[i] = static_cast<char>(bytes[r * longest + i]);
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+Metrics reduce_batch_metrics(parallel::ProcessGroup& group, const std::vector<Metrics>& batches,
+                             const std::map<std::string, Reducer>& reducers) {
+  // This slot's reduction of its batches.
+  Metrics mine;
+  if (!batches.empty()) {
+    for (const Metrics& b : batches) {
+      TS_CHECK(b.size() == batches[0].size() &&
+                   std::equal(b.begin(), b.end(), batches[0].begin(),
+                              [](const auto& x, const auto& y) { return x.first == y.first; }),
+               "evaluate_batch: metric names must match across all batches of data");
+    }
+    for (const auto& [name, first] : batches[0]) {
+      auto it = reducers.find(name);
+      TS_CHECK(it != reducers.end(), "evaluation reducer: no reducer for metric '", name,
+               "' (give one reducer for all metrics or one for every metric)");
+      std::vector<double> values;
+      for (const Metrics& b : batches) values.push_back(b.at(name));
+      mine[name] = reduce_values(it->second, values, {}, name);
+    }
+  }
+  if (group.size() == 1) return mine;
+  // The slots' results and batch counts, then their reduction; every rank computes it.
+  const nlohmann::json slot{{"metrics", mine}, {"batches", batches.size()}};
+  std::vector<Metrics> slots;
+  std::vector<int64_t> counts;
+  for (const std::string& s : all_gather_strings(group, slot.dump())) {
+    const nlohmann::json j = nlohmann::json::parse(s);
+    if (j.at("batches").get<int64_t>() == 0) continue;  // a slot with nothing to report
+    slots.push_back(j.at("metrics").get<Metrics>());
+    counts.push_back(j.at("batches").get<int64_t>());
+  }
+  Metrics out;
+  if (slots.empty()) return out;
+  for (const auto& [name, v] : slots[0]) {
+    std::vector<double> values;
+    for (const Metrics& m : slots) {
+      TS_CHECK(m.count(name), "evaluate_batch: metric '", name, "' is missing on some slots");
+      values.push_back(m.at(name));
+    }
+    out[name] = reduce_values(reducers.at(name), values, counts, name);
+  }
+  return out;
+}
+
+Metrics reduce_batch_metrics(parallel::ProcessGroup& group, const std::vector<Metrics>& batches,
+                             Reducer all) {
+  std::map<std::string, Reducer> reducers;
+  for (const Metrics& b : batches)
+    for (const auto& [name, v] : b) reducers[name] = all;
+  // A slot without batches still takes part in the exchange; it learns the names from others.
+  if (group.size() > 1) {
+    nlohmann::json names = nlohmann::json::array();
+    for (const auto& [name, r] : reducers) names.push_back(name);
+    for (const std::string& s : all_gather_strings(group, names.dump()))
+      for (const auto& name : nlohmann::json::parse(s)) reducers[name.get<std::string>()] = all;
+  }
+  return reduce_batch_metrics(group, batches, reducers);
+}
+
+std::vector<Metrics> average_training_metrics(parallel::ProcessGroup& group,
+                                              const std::vector<Metrics>& batches) {
+  if (group.size() == 1) return batches;
+  std::vector<std::vector<Metrics>> slots;
+  for (const std::string& s : all_gather_strings(group, nlohmann::json(batches).dump()))
+    slots.push_back(nlohmann::json::parse(s).get<std::vector<Metrics>>());
+  for (const auto& s : slots)
+    TS_CHECK(s.size() == batches.size(),
+             "training metrics: slots ran different numbers of "
+             "batches (",
+             s.size(), " and ", batches.size(), ")");
+  std::vector<Metrics> out(batches.size());
+  for (size_t i = 0; i < batches.size(); ++i)
+    for (const auto& [name, v] : batches[i]) {
+      double sum = 0;
+      int n = 0;
+      for (const auto& s : slots)
+        if (s[i].count(name)) sum += s[i].at(name), ++n;
+      out[i][name] = sum / n;
+    }
+  return out;
+}
+
+}  // namespace tessera::trial
