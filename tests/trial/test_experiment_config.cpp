@@ -1,0 +1,173 @@
+// Determined's experiment YAML: every key the single trial reads, the defaults, lengths in
+// batches, and each wrong value's message naming the file, line and key.
+#include <doctest/doctest.h>
+
+#include "tessera/error.h"
+#include "tessera/trial/experiment_config.h"
+
+using namespace tessera;
+using trial::ExperimentConfig;
+using trial::Hyperparameter;
+using trial::Length;
+
+namespace {
+const char* kFull = R"(name: mnist-mlp
+description: a small test
+entrypoint: builtin:gpt2
+hyperparameters:
+  global_batch_size: 32
+  config: configs/quickstart.json
+  optimizer.params.lr: 0.001
+  model:
+    dropout: 0.1
+  lr:
+    type: log
+    minval: -4
+    maxval: -1
+    base: 10
+  layers:
+    type: int
+    minval: 2
+    maxval: 8
+    count: 4
+  width:
+    type: double
+    minval: 0.5
+    maxval: 1.5
+  act:
+    type: categorical
+    vals: [relu, gelu]
+  fixed:
+    type: const
+    val: [1, 2]
+searcher:
+  name: single
+  metric: validation_loss
+  smaller_is_better: true
+  max_length:
+    epochs: 3
+records_per_epoch: 1000
+min_validation_period:
+  batches: 50
+min_checkpoint_period:
+  records: 6400
+scheduling_unit: 10
+perform_initial_validation: true
+checkpoint_policy: all
+checkpoint_storage:
+  type: shared_fs
+  host_path: /tmp/ckpts
+  storage_path: runs
+  save_experiment_best: 1
+  save_trial_best: 2
+  save_trial_latest: 3
+resources:
+  slots_per_trial: 2
+max_restarts: 0
+optimizations:
+  aggregation_frequency: 4
+)";
+
+std::string with(const std::string& line) {
+  return std::string(
+             "searcher:\n  name: single\n  metric: loss\n  max_length:\n    batches: 10\n") +
+         line;
+}
+}  // namespace
+
+TEST_CASE("experiment config: every key of Determined's schema a single trial reads") {
+  const ExperimentConfig c = ExperimentConfig::parse(kFull, "exp.yaml");
+  CHECK(c.warnings.empty());
+  CHECK(c.name == "mnist-mlp");
+  CHECK(c.entrypoint == "builtin:gpt2");
+  CHECK(c.constant("global_batch_size") == 32);
+  CHECK(c.constant("config") == "configs/quickstart.json");
+  CHECK(c.constant("optimizer.params.lr") == 0.001);
+  CHECK(c.constant("model.dropout") == 0.1);  // a nested group, flattened
+  const Hyperparameter& lr = c.hyperparameters.at("lr");
+  CHECK(lr.type == Hyperparameter::Log);
+  CHECK(lr.minval == -4);
+  CHECK(lr.maxval == -1);
+  CHECK(lr.base == 10);
+  CHECK(c.hyperparameters.at("layers").type == Hyperparameter::Int);
+  CHECK(c.hyperparameters.at("layers").count == 4);
+  CHECK(c.hyperparameters.at("width").maxval == 1.5);
+  CHECK(c.hyperparameters.at("act").vals == std::vector<nlohmann::json>{"relu", "gelu"});
+  CHECK(c.constant("fixed") == nlohmann::json::array({1, 2}));
+  CHECK_THROWS_WITH_AS(c.constant("lr"), doctest::Contains("'lr' is searched over"), Error);
+  CHECK(c.searcher.metric == "validation_loss");
+  CHECK(c.searcher.max_length.unit == Length::Epochs);
+  CHECK(c.batches(c.searcher.max_length, 32) == 94);  // 3000 records in batches of 32
+  CHECK(c.batches(*c.min_validation_period, 32) == 50);
+  CHECK(c.batches(*c.min_checkpoint_period, 32) == 200);
+  CHECK(c.scheduling_unit == 10);
+  CHECK(c.perform_initial_validation);
+  CHECK(c.checkpoint_policy == "all");
+  CHECK(c.checkpoint_storage.host_path == "/tmp/ckpts");
+  CHECK(c.checkpoint_storage.save_trial_latest == 3);
+  CHECK(c.slots_per_trial == 2);
+  CHECK(c.max_restarts == 0);
+  CHECK(c.aggregation_frequency == 4);
+}
+
+TEST_CASE("experiment config: Determined's defaults, and unknown keys warn") {
+  const ExperimentConfig c = ExperimentConfig::parse(with("colour: blue\n"), "exp.yaml");
+  CHECK(c.searcher.smaller_is_better);
+  CHECK(c.scheduling_unit == 100);
+  CHECK(!c.perform_initial_validation);
+  CHECK(c.checkpoint_policy == "best");
+  CHECK(c.checkpoint_storage.save_trial_best == 1);
+  CHECK(c.checkpoint_storage.save_trial_latest == 1);
+  CHECK(c.checkpoint_storage.save_experiment_best == 0);
+  CHECK(c.slots_per_trial == 1);
+  CHECK(c.max_restarts == 5);
+  CHECK(c.aggregation_frequency == 1);
+  REQUIRE(c.warnings.size() == 1);
+  CHECK(c.warnings[0] == "exp.yaml:6: unknown key 'colour' (ignored)");
+}
+
+TEST_CASE("experiment config: wrong values are errors naming file, line and key") {
+  struct Bad {
+    std::string yaml, message;
+  };
+  const std::vector<Bad> cases{
+      {"name: [\n", "exp.yaml:2: not valid YAML"},
+      {"max_restarts: 2\n", "'searcher' is required"},
+      {"searcher:\n  metric: loss\n", "'searcher.max_length' is required"},
+      {"searcher:\n  max_length: {batches: 3}\n", "'searcher.metric' is required"},
+      {"searcher:\n  metric: loss\n  max_length: 10\n",
+       "exp.yaml:3: 'searcher.max_length' must be a map with one of batches, records, epochs"},
+      {"searcher:\n  metric: loss\n  max_length: {steps: 3}\n", "has unit 'steps'"},
+      {"searcher:\n  metric: loss\n  max_length: {batches: -3}\n",
+       "'searcher.max_length.batches' must be > 0"},
+      {"searcher:\n  metric: loss\n  max_length: {epochs: 3}\n", "needs 'records_per_epoch'"},
+      {"searcher:\n  name: random\n  metric: loss\n  max_length: {batches: 3}\n",
+       "'searcher.name' is 'random'"},
+      {with("max_restarts: many\n"), "exp.yaml:6: 'max_restarts' must be an integer, found 'many'"},
+      {with("checkpoint_policy: sometimes\n"), "'checkpoint_policy' is 'sometimes'"},
+      {with("perform_initial_validation: maybe\n"),
+       "'perform_initial_validation' must be true or false"},
+      {with("resources:\n  slots_per_trial: 0\n"), "'resources.slots_per_trial' must be >= 1"},
+      {with("checkpoint_storage:\n  type: s3\n"), "only shared_fs"},
+      {with("checkpoint_storage:\n  type: shared_fs\n"),
+       "'checkpoint_storage.host_path' is required"},
+      {with("hyperparameters:\n  lr:\n    type: log\n    minval: -1\n    maxval: -4\n"),
+       "'hyperparameters.lr': minval -1 must be less than maxval -4"},
+      {with("hyperparameters:\n  n:\n    type: int\n    minval: 1.5\n    maxval: 4\n"),
+       "'hyperparameters.n.minval' must be an integer"},
+      {with("hyperparameters:\n  a:\n    type: categorical\n    vals: []\n"),
+       "needs a non-empty list 'vals'"},
+      {with("hyperparameters:\n  a:\n    type: uniform\n"),
+       "'hyperparameters.a.type' is 'uniform'"},
+      {with("hyperparameters:\n  a:\n    type: const\n"), "(const) needs 'val'"},
+      {with("min_validation_period:\n  batches: 0\n"),
+       "'min_validation_period.batches' must be > 0"},
+  };
+  for (const Bad& b : cases) {
+    CAPTURE(b.yaml);
+    CHECK_THROWS_WITH_AS(ExperimentConfig::parse(b.yaml, "exp.yaml"),
+                         doctest::Contains(b.message.c_str()), Error);
+  }
+  CHECK_THROWS_WITH_AS(ExperimentConfig::from_file("/nonexistent/exp.yaml"),
+                       doctest::Contains("/nonexistent/exp.yaml"), Error);
+}

@@ -1,0 +1,319 @@
+// Determined's experiment YAML through yaml-cpp: every value checked where it is read, with
+// the file and line in the message.
+#include "tessera/trial/experiment_config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cmath>
+#include <set>
+
+#include "tessera/error.h"
+#include "tessera/io/files.h"
+
+namespace tessera::trial {
+
+std::string Length::str() const {
+  static const char* units[] = {"batches", "records", "epochs"};
+  return std::to_string(value) + " " + units[unit];
+}
+
+namespace {
+
+// A YAML mapping being read: typed getters that name the key and line, and a warning for every
+// key nobody read.
+class Node {
+ public:
+  Node(YAML::Node n, std::string path, const std::string& source, std::vector<std::string>& warn)
+      : n_(std::move(n)), path_(std::move(path)), source_(source), warnings_(warn) {
+    if (!n_.IsMap()) fail(where(n_), ": '", path_.empty() ? "the file" : path_, "' must be a map");
+  }
+  std::string key(const std::string& k) const { return path_.empty() ? k : path_ + "." + k; }
+  std::string where(const YAML::Node& n) const {
+    return source_ + (n.Mark().line >= 0 ? ":" + std::to_string(n.Mark().line + 1) : "");
+  }
+  bool has(const std::string& k) {
+    seen_.insert(k);
+    return n_[k] && !n_[k].IsNull();
+  }
+  YAML::Node raw(const std::string& k) {
+    seen_.insert(k);
+    return n_[k];
+  }
+  template <class T>
+  void get(const std::string& k, T& out) {
+    if (!has(k)) return;
+    out = as<T>(n_[k], key(k));
+  }
+  template <class T>
+  T as(const YAML::Node& v, const std::string& what) const {
+    const char* expect = std::is_same_v<T, bool>       ? "true or false"
+                         : std::is_integral_v<T>       ? "an integer"
+                         : std::is_floating_point_v<T> ? "a number"
+                                                       : "a string";
+    if (!v.IsScalar()) fail(where(v), ": '", what, "' must be ", expect);
+    try {
+      return v.as<T>();
+    } catch (const YAML::Exception&) {
+      fail(where(v), ": '", what, "' must be ", expect, ", found '", v.Scalar(), "'");
+    }
+  }
+  Node sub(const std::string& k) { return Node(raw(k), key(k), source_, warnings_); }
+  void warn_unknown() const {
+    for (const auto& kv : n_) {
+      const std::string k = kv.first.as<std::string>();
+      if (!seen_.count(k))
+        warnings_.push_back(where(kv.first) + ": unknown key '" + key(k) + "' (ignored)");
+    }
+  }
+  const YAML::Node& node() const { return n_; }
+  const std::string& source() const { return source_; }
+  std::vector<std::string>& warnings() { return warnings_; }
+
+ private:
+  YAML::Node n_;
+  std::string path_;
+  const std::string& source_;
+  std::vector<std::string>& warnings_;
+  std::set<std::string> seen_;
+};
+
+nlohmann::json to_json(const YAML::Node& n) {
+  if (n.IsSequence()) {
+    nlohmann::json a = nlohmann::json::array();
+    for (const auto& x : n) a.push_back(to_json(x));
+    return a;
+  }
+  if (n.IsMap()) {
+    nlohmann::json o = nlohmann::json::object();
+    for (const auto& kv : n) o[kv.first.as<std::string>()] = to_json(kv.second);
+    return o;
+  }
+  if (!n.IsScalar()) return nullptr;
+  const std::string s = n.Scalar();
+  // Plain scalars: YAML's booleans and numbers; quoted ones stay strings.
+  if (n.Tag() != "!") {
+    if (s == "true" || s == "True") return true;
+    if (s == "false" || s == "False") return false;
+    try {
+      size_t used = 0;
+      const long long i = std::stoll(s, &used);
+      if (used == s.size()) return i;
+      const double d = std::stod(s, &used);
+      if (used == s.size()) return d;
+    } catch (const std::exception&) {
+    }
+  }
+  return s;
+}
+
+Length parse_length(Node& parent, const std::string& k) {
+  const YAML::Node v = parent.raw(k);
+  const std::string what = parent.key(k);
+  if (!v.IsMap() || v.size() != 1)
+    fail(parent.where(v), ": '", what, "' must be a map with one of batches, records, epochs");
+  const std::string unit = v.begin()->first.as<std::string>();
+  Length l;
+  if (unit == "batches")
+    l.unit = Length::Batches;
+  else if (unit == "records")
+    l.unit = Length::Records;
+  else if (unit == "epochs")
+    l.unit = Length::Epochs;
+  else
+    fail(parent.where(v), ": '", what, "' has unit '", unit,
+         "'; expected batches, records or epochs");
+  l.value = parent.as<int64_t>(v.begin()->second, what + "." + unit);
+  TS_CHECK(l.value > 0, parent.where(v), ": '", what, ".", unit, "' must be > 0, found ", l.value);
+  return l;
+}
+
+Hyperparameter parse_hparam(Node& h, const std::string& what) {
+  Hyperparameter p;
+  std::string type;
+  h.get("type", type);
+  if (type == "const") {
+    p.type = Hyperparameter::Const;
+    TS_CHECK(h.has("val"), h.where(h.node()), ": '", what, "' (const) needs 'val'");
+    p.val = to_json(h.raw("val"));
+  } else if (type == "int" || type == "double" || type == "log") {
+    p.type = type == "int"      ? Hyperparameter::Int
+             : type == "double" ? Hyperparameter::Double
+                                : Hyperparameter::Log;
+    for (const char* k : {"minval", "maxval"})
+      TS_CHECK(h.has(k), h.where(h.node()), ": '", what, "' (", type, ") needs '", k, "'");
+    if (p.type == Hyperparameter::Int) {
+      p.minval = static_cast<double>(h.as<int64_t>(h.raw("minval"), what + ".minval"));
+      p.maxval = static_cast<double>(h.as<int64_t>(h.raw("maxval"), what + ".maxval"));
+    } else {
+      h.get("minval", p.minval);
+      h.get("maxval", p.maxval);
+    }
+    TS_CHECK(p.minval < p.maxval, h.where(h.node()), ": '", what, "': minval ", p.minval,
+             " must be less than maxval ", p.maxval);
+    h.get("base", p.base);
+    TS_CHECK(p.type != Hyperparameter::Log || (p.base > 0 && p.base != 1), h.where(h.node()), ": '",
+             what, ".base' must be positive and not 1, found ", p.base);
+  } else if (type == "categorical") {
+    p.type = Hyperparameter::Categorical;
+    const YAML::Node vals = h.raw("vals");
+    TS_CHECK(vals && vals.IsSequence() && vals.size() > 0, h.where(h.node()), ": '", what,
+             "' (categorical) needs a non-empty list 'vals'");
+    for (const auto& v : vals) p.vals.push_back(to_json(v));
+  } else {
+    fail(h.where(h.node()), ": '", what, ".type' is '", type,
+         "'; expected const, int, double, log or categorical");
+  }
+  if (h.has("count")) {
+    p.count = h.as<int64_t>(h.raw("count"), what + ".count");
+    TS_CHECK(*p.count > 0, h.where(h.node()), ": '", what, ".count' must be > 0");
+  }
+  h.warn_unknown();
+  return p;
+}
+
+// A hyperparameter is a bare value (a constant), a map with 'type', or a nested group.
+void parse_hparams(const YAML::Node& n, const std::string& prefix, Node& parent,
+                   std::map<std::string, Hyperparameter>& out) {
+  for (const auto& kv : n) {
+    const std::string name = prefix + kv.first.as<std::string>();
+    const YAML::Node& v = kv.second;
+    if (v.IsMap() && v["type"]) {
+      Node h(v, "hyperparameters." + name, parent.source(), parent.warnings());
+      out[name] = parse_hparam(h, "hyperparameters." + name);
+    } else if (v.IsMap()) {
+      parse_hparams(v, name + ".", parent, out);
+    } else {
+      Hyperparameter c;
+      c.val = to_json(v);
+      out[name] = c;
+    }
+  }
+}
+
+void parse_searcher(Node& root, ExperimentConfig& c) {
+  TS_CHECK(root.has("searcher"), root.source(), ": 'searcher' is required");
+  Node s = root.sub("searcher");
+  s.get("name", c.searcher.name);
+  TS_CHECK(c.searcher.name == "single", s.where(s.node()), ": 'searcher.name' is '",
+           c.searcher.name, "'; this version runs the single searcher only");
+  TS_CHECK(s.has("metric"), s.where(s.node()), ": 'searcher.metric' is required");
+  s.get("metric", c.searcher.metric);
+  s.get("smaller_is_better", c.searcher.smaller_is_better);
+  TS_CHECK(s.has("max_length"), s.where(s.node()), ": 'searcher.max_length' is required");
+  c.searcher.max_length = parse_length(s, "max_length");
+  s.warn_unknown();
+}
+
+void parse_storage(Node& root, ExperimentConfig& c) {
+  if (!root.has("checkpoint_storage")) return;
+  Node s = root.sub("checkpoint_storage");
+  auto& st = c.checkpoint_storage;
+  s.get("type", st.type);
+  TS_CHECK(st.type == "shared_fs", s.where(s.node()), ": 'checkpoint_storage.type' is '", st.type,
+           "'; only shared_fs is available here (no network storage)");
+  s.get("host_path", st.host_path);
+  s.get("storage_path", st.storage_path);
+  TS_CHECK(!st.host_path.empty(), s.where(s.node()),
+           ": 'checkpoint_storage.host_path' is required for shared_fs");
+  for (auto [k, v] : {std::pair{"save_experiment_best", &st.save_experiment_best},
+                      std::pair{"save_trial_best", &st.save_trial_best},
+                      std::pair{"save_trial_latest", &st.save_trial_latest}}) {
+    s.get(k, *v);
+    TS_CHECK(*v >= 0, s.where(s.node()), ": 'checkpoint_storage.", k, "' must be >= 0");
+  }
+  s.warn_unknown();
+}
+
+void parse_scalars(Node& root, ExperimentConfig& c) {
+  root.get("name", c.name);
+  root.get("description", c.description);
+  root.get("entrypoint", c.entrypoint);
+  if (root.has("records_per_epoch")) {
+    int64_t r = 0;
+    root.get("records_per_epoch", r);
+    TS_CHECK(r > 0, root.source(), ": 'records_per_epoch' must be > 0, found ", r);
+    c.records_per_epoch = r;
+  }
+  if (root.has("min_validation_period"))
+    c.min_validation_period = parse_length(root, "min_validation_period");
+  if (root.has("min_checkpoint_period"))
+    c.min_checkpoint_period = parse_length(root, "min_checkpoint_period");
+  root.get("scheduling_unit", c.scheduling_unit);
+  TS_CHECK(c.scheduling_unit > 0, root.source(), ": 'scheduling_unit' must be > 0");
+  root.get("perform_initial_validation", c.perform_initial_validation);
+  root.get("checkpoint_policy", c.checkpoint_policy);
+  TS_CHECK(c.checkpoint_policy == "best" || c.checkpoint_policy == "all" ||
+               c.checkpoint_policy == "none",
+           root.source(), ": 'checkpoint_policy' is '", c.checkpoint_policy,
+           "'; expected best, all or none");
+  root.get("max_restarts", c.max_restarts);
+  TS_CHECK(c.max_restarts >= 0, root.source(), ": 'max_restarts' must be >= 0");
+  if (root.has("resources")) {
+    Node r = root.sub("resources");
+    r.get("slots_per_trial", c.slots_per_trial);
+    TS_CHECK(c.slots_per_trial >= 1, r.where(r.node()),
+             ": 'resources.slots_per_trial' must be >= 1");
+    r.warn_unknown();
+  }
+  if (root.has("optimizations")) {
+    Node o = root.sub("optimizations");
+    o.get("aggregation_frequency", c.aggregation_frequency);
+    TS_CHECK(c.aggregation_frequency >= 1, o.where(o.node()),
+             ": 'optimizations.aggregation_frequency' must be >= 1");
+    o.warn_unknown();
+  }
+}
+
+}  // namespace
+
+ExperimentConfig ExperimentConfig::parse(const std::string& yaml_text, const std::string& source) {
+  YAML::Node doc;
+  try {
+    doc = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    fail(source, ":", e.mark.line + 1, ": not valid YAML: ", e.msg);
+  }
+  ExperimentConfig c;
+  Node root(doc, "", source, c.warnings);
+  parse_scalars(root, c);
+  parse_searcher(root, c);
+  parse_storage(root, c);
+  if (root.has("hyperparameters")) {
+    const YAML::Node h = root.raw("hyperparameters");
+    TS_CHECK(h.IsMap(), root.where(h), ": 'hyperparameters' must be a map");
+    parse_hparams(h, "", root, c.hyperparameters);
+  }
+  TS_CHECK(c.searcher.max_length.unit != Length::Epochs || c.records_per_epoch, source,
+           ": 'searcher.max_length' is in epochs, which needs 'records_per_epoch'");
+  root.warn_unknown();
+  return c;
+}
+
+ExperimentConfig ExperimentConfig::from_file(const std::string& path) {
+  return parse(io::read_text_file(path), path);
+}
+
+int64_t ExperimentConfig::batches(const Length& length, int64_t global_batch_size) const {
+  TS_CHECK(global_batch_size > 0, "experiment: global_batch_size must be > 0");
+  switch (length.unit) {
+    case Length::Batches:
+      return length.value;
+    case Length::Records:
+      return (length.value + global_batch_size - 1) / global_batch_size;
+    case Length::Epochs:
+      TS_CHECK(records_per_epoch, "experiment: a length of ", length.str(),
+               " needs 'records_per_epoch'");
+      return (length.value * *records_per_epoch + global_batch_size - 1) / global_batch_size;
+  }
+  return 0;
+}
+
+const nlohmann::json& ExperimentConfig::constant(const std::string& name) const {
+  auto it = hyperparameters.find(name);
+  TS_CHECK(it != hyperparameters.end(), "experiment: no hyperparameter '", name, "'");
+  TS_CHECK(it->second.type == Hyperparameter::Const, "experiment: hyperparameter '", name,
+           "' is searched over, not a constant (the single searcher needs constants)");
+  return it->second.val;
+}
+
+}  // namespace tessera::trial
