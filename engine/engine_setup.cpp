@@ -1,0 +1,215 @@
+// The engine's set-up from its config: the optimizer and LR schedule DeepSpeed's sections
+// name, parameter groups (the client's, or decay / no-decay by default), the optimizer over
+// them (or over ZeRO's partitions), the data-parallel and ZeRO machinery, and initialize().
+#include <iostream>
+
+#include "tessera/engine/engine.h"
+#include "tessera/grad_mode.h"
+#include "tessera/ops.h"
+
+namespace tessera::engine {
+
+std::unique_ptr<optim::LRSchedule> make_schedule(const io::TrainConfig& c,
+                                                 std::optional<double> optimizer_lr) {
+  const auto& s = c.scheduler;
+  auto p = [&](const char* k, double fallback) {
+    auto it = s.params.find(k);
+    return it == s.params.end() ? fallback : it->second;
+  };
+  auto n = [&](const char* k, int64_t fallback) {
+    return static_cast<int64_t>(p(k, static_cast<double>(fallback)));
+  };
+  const auto wt = s.warmup_type == "linear" ? optim::WarmupType::Linear : optim::WarmupType::Log;
+  const double lr = optimizer_lr.value_or(c.optimizer.lr);
+  if (s.type.empty()) return std::make_unique<optim::ConstantLR>(lr);
+  if (s.type == "WarmupLR")  // without warmup_max_lr DeepSpeed warms up to the optimizer's lr
+    return std::make_unique<optim::WarmupLR>(p("warmup_min_lr", 0.0), p("warmup_max_lr", lr),
+                                             n("warmup_num_steps", 1000), wt);
+  if (s.type == "WarmupDecayLR")
+    return std::make_unique<optim::WarmupDecayLR>(n("total_num_steps", 0), p("warmup_min_lr", 0.0),
+                                                  p("warmup_max_lr", 0.001),
+                                                  n("warmup_num_steps", 1000), wt);
+  if (s.type == "WarmupCosineLR")
+    return std::make_unique<optim::WarmupCosineLR>(
+        lr, n("total_num_steps", 0), p("warmup_min_ratio", 0.0), n("warmup_num_steps", 1000),
+        p("cos_min_ratio", 0.0001), wt);
+  if (s.type == "OneCycle") {
+    optim::OneCycleOptions o;
+    o.cycle_min_lr = p("cycle_min_lr", 0.0);
+    o.cycle_max_lr = p("cycle_max_lr", 0.0);
+    o.decay_lr_rate = p("decay_lr_rate", 0.0);
+    o.cycle_first_step_size = n("cycle_first_step_size", 2000);
+    o.cycle_second_step_size = n("cycle_second_step_size", -1);
+    o.cycle_first_stair_count = n("cycle_first_stair_count", 0);
+    o.cycle_second_stair_count = n("cycle_second_stair_count", -1);
+    o.decay_step_size = n("decay_step_size", 0);
+    // Momentum is cycled for optimizers with betas (Adam, AdamW, Lamb), as in DeepSpeed; the
+    // config parser warns that SGD's is not.
+    o.cycle_momentum = p("cycle_momentum", 1.0) != 0 && c.optimizer.type != "SGD";
+    o.cycle_min_mom = p("cycle_min_mom", 0.8);
+    o.cycle_max_mom = p("cycle_max_mom", 0.9);
+    o.decay_mom_rate = p("decay_mom_rate", 0.0);
+    return std::make_unique<optim::OneCycle>(o);
+  }
+  if (s.type == "LRRangeTest")
+    return std::make_unique<optim::LRRangeTest>(
+        p("lr_range_test_min_lr", 1e-3), n("lr_range_test_step_size", 2000),
+        p("lr_range_test_step_rate", 1.0), p("lr_range_test_staircase", 0) != 0);
+  fail("scheduler type '", s.type, "' is not supported");
+}
+
+std::unique_ptr<optim::Optimizer> make_optimizer(const io::TrainConfig& c,
+                                                 std::vector<optim::ParamGroup> groups) {
+  const auto& o = c.optimizer;
+  if (o.type == "SGD")
+    return std::make_unique<optim::SGD>(std::move(groups),
+                                        optim::SGDOptions{o.momentum, o.dampening, o.nesterov});
+  if (o.type == "Lamb")
+    return std::make_unique<optim::Lamb>(
+        std::move(groups), optim::LambOptions{o.beta1, o.beta2, o.eps, o.max_coeff, o.min_coeff});
+  return std::make_unique<optim::Adam>(std::move(groups),
+                                       optim::AdamOptions{o.beta1, o.beta2, o.eps, o.adam_w_mode});
+}
+
+std::vector<optim::ParamGroup> Engine::resolve_groups(const InitializeOptions& options) {
+  const auto& o = config_.optimizer;
+  const auto named = model_.named_parameters();
+  std::vector<optim::ParamGroup> groups;
+  if (options.optimizer) {
+    // The object's groups: names from the tensors (a group built from tensors alone has none).
+    for (const auto& g : options.optimizer->groups()) {
+      optim::ParamGroup spec{{}, {}, g.lr, g.weight_decay};
+      for (const Tensor& p : g.params) {
+        const auto it = std::find_if(named.begin(), named.end(),
+                                     [&](const auto& e) { return e.second->same(p); });
+        TS_CHECK(it != named.end(), "initialize: the client optimizer's group ", groups.size(),
+                 " holds ", p.describe(), ", which is not a parameter of the model");
+        spec.names.push_back(it->first);
+      }
+      groups.push_back(std::move(spec));
+    }
+  } else if (!options.model_parameters.empty()) {
+    for (const auto& g : options.model_parameters)
+      groups.push_back({g.names, {}, g.lr.value_or(o.lr), g.weight_decay.value_or(o.weight_decay)});
+  } else {
+    groups = optim::default_param_groups(named, o.lr, o.weight_decay, o.weight_decay_1d);
+    for (auto& g : groups) g.params.clear();
+  }
+  std::map<std::string, size_t> group_of;
+  for (size_t gi = 0; gi < groups.size(); ++gi)
+    for (const std::string& name : groups[gi].names) {
+      TS_CHECK(
+          std::any_of(named.begin(), named.end(), [&](const auto& e) { return e.first == name; }),
+          "initialize: parameter group ", gi, " names '", name,
+          "', which is not a parameter of the model");
+      const auto [it, fresh] = group_of.emplace(name, gi);
+      TS_CHECK(fresh, "initialize: parameter '", name, "' is in groups ", it->second, " and ", gi,
+               "; a parameter belongs to one group");
+    }
+  return groups;
+}
+
+void Engine::build_optimizer(InitializeOptions& options, std::vector<optim::ParamGroup> groups) {
+  std::vector<std::pair<std::string, Tensor*>> named = model_.named_parameters();
+  if (compute_dtype_ != DType::Float32) {
+    // float32 master weights for the optimizer; the model computes in 16 bits.
+    std::vector<Tensor> masters;
+    for (auto& [n, t] : named)
+      masters.push_back(t->detach().to(DType::Float32).contiguous().clone());
+    model_.to(compute_dtype_);
+    named = model_.named_parameters();
+    for (size_t i = 0; i < named.size(); ++i) master_.emplace_back(named[i].second, masters[i]);
+    for (size_t i = 0; i < named.size(); ++i) named[i].second = &master_[i].second;
+  }
+  std::map<std::string, Tensor> by_name;
+  for (auto& [n, t] : named) by_name[n] = *t;
+  for (auto& g : groups)
+    for (const std::string& n : g.names) g.params.push_back(by_name.at(n));
+  if (options.optimizer && master_.empty()) {
+    // Its tensors are the model's; their names key its state in checkpoints.
+    for (size_t g = 0; g < groups.size(); ++g)
+      options.optimizer->groups()[g].names = groups[g].names;
+    optimizer_ = std::move(options.optimizer);
+  } else if (options.optimizer) {
+    optimizer_ = options.optimizer->rebuild(std::move(groups));
+  } else if (options.optimizer_factory) {
+    optimizer_ = options.optimizer_factory(std::move(groups));
+  } else {
+    optimizer_ = make_optimizer(config_, std::move(groups));
+  }
+  TS_CHECK(optimizer_, "initialize: the client optimizer factory returned no optimizer");
+  if (!master_.empty()) {
+    // The fused update reads the model's 16-bit gradients and writes its 16-bit weights.
+    std::vector<std::vector<Tensor*>> copies;
+    for (const auto& g : optimizer_->groups()) {
+      copies.emplace_back();
+      for (const Tensor& p : g.params)
+        for (auto& [slot, master] : master_)
+          if (master.same(p)) copies.back().push_back(slot);
+    }
+    optimizer_->set_model_copies(std::move(copies));
+  }
+}
+
+Engine::~Engine() {
+  // The group may outlive this engine: it must not call into the engine's trace any more.
+  if (trace_) group_->logger().set_listener(nullptr);
+}
+
+void Engine::setup_parallel(std::vector<optim::ParamGroup> groups,
+                            const optim::OptimizerFactory& make) {
+  const auto& c = config_;
+  const int world = group_->size();
+  DType comm = compute_dtype_;
+  if (c.communication_data_type == "fp32") comm = DType::Float32;
+  if (c.communication_data_type == "fp16") comm = DType::Float16;
+  if (c.communication_data_type == "bf16") comm = DType::BFloat16;
+  // DeepSpeed's averaging order (engine.allreduce_bucket): by default ("postscale") each
+  // rank multiplies by 1/gradient_predivide_factor before the sum and the sum by
+  // gradient_predivide_factor/N after; prescale_gradients multiplies by 1/N before the sum.
+  const double f = c.gradient_predivide_factor;
+  const double pre = c.prescale_gradients ? 1.0 / world : 1.0 / f;
+  const double post = c.prescale_gradients ? 1.0 : f / world;
+  if (c.zero.stage == 0) {
+    parallel::GradBuckets::Options bo;
+    bo.bucket_numel = c.zero.reduce_bucket_size;
+    bo.overlap = c.zero.overlap_comm;
+    bo.pre_scale = pre;
+    bo.post_scale = post;
+    bo.comm_dtype = comm;
+    std::vector<Tensor*> slots;
+    for (auto& [n, t] : model_.named_parameters()) slots.push_back(t);
+    dp_buckets_ = std::make_unique<parallel::GradBuckets>(
+        group_, slots, parallel::GradBuckets::Mode::AllReduce, bo);
+    return;
+  }
+  post_scale_ = post;  // ZeRO's partitions hold sums; the step averages them
+  parallel::ZeroOptions zo;
+  zo.stage = static_cast<int>(c.zero.stage);
+  zo.compute_dtype = compute_dtype_;
+  zo.reduce_bucket_size = c.zero.reduce_bucket_size;
+  zo.overlap_comm = c.zero.overlap_comm;
+  zo.pre_scale = pre;
+  zo.comm_dtype = comm;
+  zo.param_persistence_threshold = c.zero.stage3_param_persistence_threshold;
+  zo.prefetch_bucket_size = c.zero.stage3_prefetch_bucket_size;
+  zo.offload_optimizer = c.zero.offload_optimizer_device == "cpu";
+  zo.pin_memory = zo.offload_optimizer && c.zero.offload_pin_memory;
+  zo.allgather_bucket_size = c.zero.allgather_bucket_size;
+  zero_ = std::make_unique<parallel::ZeroOptimizer>(model_, group_, zo, make, std::move(groups));
+  TS_CHECK(zero_->optimizer().name() != "Lamb", "engine: zero_optimization.stage ", c.zero.stage,
+           " with optimizer Lamb is not supported (LAMB's trust ratio needs whole tensors); use "
+           "stage 0 or Adam/AdamW/SGD");
+}
+
+std::unique_ptr<Engine> initialize(nn::Module& model, const io::TrainConfig& config,
+                                   InitializeOptions options) {
+  return std::make_unique<Engine>(model, config, std::move(options));
+}
+
+std::unique_ptr<Engine> initialize(nn::Module& model, const io::TrainConfig& config,
+                                   std::shared_ptr<parallel::ProcessGroup> group) {
+  return std::make_unique<Engine>(model, config, std::move(group));
+}
+
+}  // namespace tessera::engine
