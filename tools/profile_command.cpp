@@ -1,11 +1,13 @@
 // `tessera profile CONFIG.json [--steps N] [--data PATH] [--device D] [--out FILE] [--json]`:
 // DeepSpeed's flops profiler on the config's model and data, through the engine and Trainer
 // (the config's flops_profiler section, enabled, without evaluation, sampling or checkpoints).
+#include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
 #include "tessera/engine/trainer.h"
+#include "tessera/io/files.h"
 #include "tessera/parallel/process_group.h"
 #include "train_data.h"
 
@@ -50,6 +52,10 @@ int profile_main(int argc, char** argv) {
   auto& fp = cfg.flops_profiler;
   fp.enabled = true;
   if (a.has("out")) fp.output_file = a.get("out", "");
+  if (!fp.output_file.empty() && world->rank() == 0) {  // checked now, not after the training
+    const std::string parent = std::filesystem::path(fp.output_file).parent_path().string();
+    io::check_writable_directory(parent.empty() ? "." : parent, "--out");
+  }
   cfg.train.steps = a.get_int("steps", fp.profile_step + 1);
   TS_CHECK(cfg.train.steps > fp.profile_step, "profile: --steps ", cfg.train.steps,
            " ends before flops_profiler.profile_step ", fp.profile_step,
