@@ -264,15 +264,46 @@ void parse_scalars(Node& root, ExperimentConfig& c) {
   }
 }
 
+ExperimentConfig parse_document(const YAML::Node& doc, const std::string& source);
+
+// yaml-cpp parses nested flow collections ([[[...]]]) recursively: a file nested past any
+// experiment's needs is refused before it can exhaust the stack.
+void check_nesting(const std::string& text, const std::string& source) {
+  int depth = 0, line = 1;
+  char quote = 0;
+  for (char ch : text) {
+    if (ch == '\n') ++line;
+    if (quote) {
+      if (ch == quote) quote = 0;
+      continue;
+    }
+    if (ch == '"' || ch == '\'') quote = ch;
+    if (ch == '[' || ch == '{') ++depth;
+    if (ch == ']' || ch == '}') --depth;
+    TS_CHECK(depth <= 64, source, ":", line, ": collections nested more than 64 deep");
+  }
+}
+
 }  // namespace
 
 ExperimentConfig ExperimentConfig::parse(const std::string& yaml_text, const std::string& source) {
-  YAML::Node doc;
+  check_nesting(yaml_text, source);
+  auto at = [&](const YAML::Mark& m) {
+    return source + (m.is_null() ? "" : ":" + std::to_string(m.line + 1));
+  };
   try {
-    doc = YAML::Load(yaml_text);
+    return parse_document(YAML::Load(yaml_text), source);
+  } catch (const YAML::ParserException& e) {
+    fail(at(e.mark), ": not valid YAML: ", e.msg);
   } catch (const YAML::Exception& e) {
-    fail(source, ":", e.mark.line + 1, ": not valid YAML: ", e.msg);
+    // A value of a shape no key takes (a list as a map key, ...).
+    fail(at(e.mark), ": unexpected value: ", e.msg);
   }
+}
+
+namespace {
+
+ExperimentConfig parse_document(const YAML::Node& doc, const std::string& source) {
   ExperimentConfig c;
   Node root(doc, "", source, c.warnings);
   parse_scalars(root, c);
@@ -288,6 +319,8 @@ ExperimentConfig ExperimentConfig::parse(const std::string& yaml_text, const std
   root.warn_unknown();
   return c;
 }
+
+}  // namespace
 
 ExperimentConfig ExperimentConfig::from_file(const std::string& path) {
   return parse(io::read_text_file(path), path);

@@ -162,6 +162,11 @@ TEST_CASE("experiment config: wrong values are errors naming file, line and key"
       {with("hyperparameters:\n  a:\n    type: const\n"), "(const) needs 'val'"},
       {with("min_validation_period:\n  batches: 0\n"),
        "'min_validation_period.batches' must be > 0"},
+      {with("hyperparameters:\n  ? [x, y]\n  : 1\n"), "exp.yaml:7: unexpected value"},
+      {with("? {a: 1}\n: 2\n"), "unexpected value"},
+      {with("deep: " + std::string(100, '[') + std::string(100, ']') + "\n"),
+       "exp.yaml:6: collections nested more than 64 deep"},
+      {"", "'the file' must be a map"},
   };
   for (const Bad& b : cases) {
     CAPTURE(b.yaml);
