@@ -1,0 +1,63 @@
+// Tensor parallelism, Megatron-LM's way: the conjugate communication functions as autograd
+// functions over a tensor-parallel group, and the layers built on them. A column-parallel
+// layer holds a slice of the output features, a row-parallel one a slice of the input
+// features; column -> row needs one all-reduce forward and one backward, and reproduces the
+// whole layer pair's numbers on one process.
+#pragma once
+#include <memory>
+
+#include "tessera/nn/layers.h"
+#include "tessera/parallel/process_group.h"
+
+namespace tessera::parallel {
+
+// f: identity forward, all-reduce of the gradient backward (enters a parallel region).
+Tensor copy_to_tensor_parallel_region(const Tensor& x, ProcessGroup& group);
+// g: all-reduce forward, identity backward (leaves a row-parallel region).
+Tensor reduce_from_tensor_parallel_region(const Tensor& x, ProcessGroup& group);
+// This rank's chunk of the last dimension forward; the gradient all-gathered backward.
+Tensor scatter_to_tensor_parallel_region(const Tensor& x, ProcessGroup& group);
+// The ranks' chunks concatenated along the last dimension forward; split backward.
+Tensor gather_from_tensor_parallel_region(const Tensor& x, ProcessGroup& group);
+
+// Y = X A^T + b with A's output rows split across the group: this rank holds rows
+// [r * out/N, (r + 1) * out/N) of A and of b. gather_output: every rank gets all of Y;
+// otherwise its slice (to feed a RowParallelLinear).
+class ColumnParallelLinear : public nn::UnaryModule {
+ public:
+  ColumnParallelLinear(nn::Module* parent, const std::string& name, int64_t in, int64_t out,
+                       std::shared_ptr<ProcessGroup> group, bool gather_output = true,
+                       bool bias = true);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "ColumnParallelLinear"; }
+  // Takes this rank's rows of a whole layer's weight [out, in] and bias [out].
+  void load_from_full(const Tensor& weight, const Tensor& bias = {});
+  Tensor weight, bias;
+  int64_t in_features, out_features, out_per_rank;
+  bool gather_output;
+
+ private:
+  std::shared_ptr<ProcessGroup> group_;
+};
+
+// Y = X A^T + b with A's input columns split: this rank holds columns
+// [r * in/N, (r + 1) * in/N). input_is_parallel: X is already this rank's slice (a column-
+// parallel layer's output); otherwise it is split here. The partial products are all-reduced
+// and the whole bias added once.
+class RowParallelLinear : public nn::UnaryModule {
+ public:
+  RowParallelLinear(nn::Module* parent, const std::string& name, int64_t in, int64_t out,
+                    std::shared_ptr<ProcessGroup> group, bool input_is_parallel = false,
+                    bool bias = true);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "RowParallelLinear"; }
+  void load_from_full(const Tensor& weight, const Tensor& bias = {});
+  Tensor weight, bias;
+  int64_t in_features, out_features, in_per_rank;
+  bool input_is_parallel;
+
+ private:
+  std::shared_ptr<ProcessGroup> group_;
+};
+
+}  // namespace tessera::parallel

@@ -1,0 +1,144 @@
+// Megatron's conjugate functions (f/g, scatter/gather along the last dimension) as custom
+// autograd functions, and the column- and row-parallel linear layers built on them.
+#include "tessera/parallel/tensor_parallel.h"
+
+#include "tessera/autograd/function.h"
+#include "tessera/grad_mode.h"
+#include "tessera/ops.h"
+
+namespace tessera::parallel {
+
+namespace {
+using autograd::CustomFunction;
+using autograd::FunctionContext;
+
+Tensor all_reduced(const Tensor& x, ProcessGroup& group) {
+  Tensor y = x.contiguous().clone();
+  group.all_reduce(y);
+  return y;
+}
+
+// This rank's chunk of the last dimension, as a contiguous tensor.
+Tensor last_dim_chunk(const Tensor& x, ProcessGroup& group) {
+  const int64_t d = x.shape().back(), n = group.size();
+  TS_CHECK(d % n == 0, "tensor parallel: the last dimension of ", x.describe(),
+           " does not divide among ", n, " ranks");
+  return x.narrow(-1, group.rank() * (d / n), d / n).contiguous();
+}
+
+// Every rank's x concatenated along the last dimension.
+Tensor last_dim_gather(const Tensor& x, ProcessGroup& group) {
+  const int64_t n = group.size(), d = x.shape().back(), rows = x.numel() / std::max<int64_t>(d, 1);
+  Tensor all = Tensor::empty({n * x.numel()}, x.dtype(), x.device());
+  group.all_gather(all, x.contiguous().view({x.numel()}));
+  Shape shape = x.shape();
+  shape.back() = n * d;
+  return all.view({n, rows, d}).permute({1, 0, 2}).reshape(shape);
+}
+
+Tensor apply(const Tensor& x, const char* name, std::function<Tensor(const Tensor&)> forward,
+             std::function<Tensor(const Tensor&)> backward) {
+  return CustomFunction::apply(
+      {x},
+      [forward](FunctionContext&, const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{forward(in[0])};
+      },
+      [backward](FunctionContext&, const std::vector<Tensor>& g) {
+        return std::vector<Tensor>{backward(g[0])};
+      },
+      name)[0];
+}
+}  // namespace
+
+Tensor copy_to_tensor_parallel_region(const Tensor& x, ProcessGroup& group) {
+  return apply(
+      x, "CopyToTensorParallelRegion", [](const Tensor& t) { return t.detach(); },
+      [&group](const Tensor& g) { return all_reduced(g, group); });
+}
+
+Tensor reduce_from_tensor_parallel_region(const Tensor& x, ProcessGroup& group) {
+  return apply(
+      x, "ReduceFromTensorParallelRegion",
+      [&group](const Tensor& t) { return all_reduced(t, group); },
+      [](const Tensor& g) { return g; });
+}
+
+Tensor scatter_to_tensor_parallel_region(const Tensor& x, ProcessGroup& group) {
+  return apply(
+      x, "ScatterToTensorParallelRegion",
+      [&group](const Tensor& t) { return last_dim_chunk(t, group); },
+      [&group](const Tensor& g) { return last_dim_gather(g, group); });
+}
+
+Tensor gather_from_tensor_parallel_region(const Tensor& x, ProcessGroup& group) {
+  return apply(
+      x, "GatherFromTensorParallelRegion",
+      [&group](const Tensor& t) { return last_dim_gather(t, group); },
+      [&group](const Tensor& g) { return last_dim_chunk(g, group); });
+}
+
+ColumnParallelLinear::ColumnParallelLinear(nn::Module* parent, const std::string& name, int64_t in,
+                                           int64_t out, std::shared_ptr<ProcessGroup> group,
+                                           bool gather_output, bool bias)
+    : UnaryModule(parent, name),
+      in_features(in),
+      out_features(out),
+      gather_output(gather_output),
+      group_(std::move(group)) {
+  TS_CHECK(group_, "ColumnParallelLinear '", name, "': no process group");
+  TS_CHECK(out % group_->size() == 0, "ColumnParallelLinear '", name, "': ", out,
+           " output features do not divide among ", group_->size(), " ranks");
+  out_per_rank = out / group_->size();
+  register_parameter("weight", &weight, zeros({out_per_rank, in}));
+  if (bias) register_parameter("bias", &this->bias, zeros({out_per_rank}));
+}
+
+void ColumnParallelLinear::load_from_full(const Tensor& w, const Tensor& b) {
+  TS_CHECK(w.shape() == Shape({out_features, in_features}), "ColumnParallelLinear '", name(),
+           "': the whole weight must be [", out_features, ", ", in_features, "], got ",
+           w.describe());
+  NoGradGuard no_grad;
+  const int64_t r = group_->rank();
+  weight.copy_(w.narrow(0, r * out_per_rank, out_per_rank));
+  if (bias.defined() && b.defined()) bias.copy_(b.narrow(0, r * out_per_rank, out_per_rank));
+}
+
+Tensor ColumnParallelLinear::forward(const Tensor& x) {
+  nn::ModuleScope scope(*this);
+  const Tensor y = linear(copy_to_tensor_parallel_region(x, *group_), weight, bias);
+  return gather_output ? gather_from_tensor_parallel_region(y, *group_) : y;
+}
+
+RowParallelLinear::RowParallelLinear(nn::Module* parent, const std::string& name, int64_t in,
+                                     int64_t out, std::shared_ptr<ProcessGroup> group,
+                                     bool input_is_parallel, bool bias)
+    : UnaryModule(parent, name),
+      in_features(in),
+      out_features(out),
+      input_is_parallel(input_is_parallel),
+      group_(std::move(group)) {
+  TS_CHECK(group_, "RowParallelLinear '", name, "': no process group");
+  TS_CHECK(in % group_->size() == 0, "RowParallelLinear '", name, "': ", in,
+           " input features do not divide among ", group_->size(), " ranks");
+  in_per_rank = in / group_->size();
+  register_parameter("weight", &weight, zeros({out, in_per_rank}));
+  if (bias) register_parameter("bias", &this->bias, zeros({out}));
+}
+
+void RowParallelLinear::load_from_full(const Tensor& w, const Tensor& b) {
+  TS_CHECK(w.shape() == Shape({out_features, in_features}), "RowParallelLinear '", name(),
+           "': the whole weight must be [", out_features, ", ", in_features, "], got ",
+           w.describe());
+  NoGradGuard no_grad;
+  weight.copy_(w.narrow(1, group_->rank() * in_per_rank, in_per_rank));
+  if (bias.defined() && b.defined()) bias.copy_(b);
+}
+
+Tensor RowParallelLinear::forward(const Tensor& x) {
+  nn::ModuleScope scope(*this);
+  const Tensor xin = input_is_parallel ? x : scatter_to_tensor_parallel_region(x, *group_);
+  const Tensor y = reduce_from_tensor_parallel_region(linear(xin, weight), *group_);
+  return bias.defined() ? y + bias : y;
+}
+
+}  // namespace tessera::parallel
