@@ -1,6 +1,6 @@
 // Tensor's views (no copy), copies, casts and device moves, each with its gradient.
 #include <algorithm>
-#include <numeric>
+#include <tuple>
 
 #include "op_util.h"
 
@@ -60,19 +60,14 @@ Tensor Tensor::permute(const std::vector<int64_t>& dims) const {
 
 Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
   if (dim() == 0) return *this;
-  std::vector<int64_t> p(static_cast<size_t>(dim()));
-  std::iota(p.begin(), p.end(), 0);
-  std::swap(p[wrap_dim(d0, dim(), "transpose")], p[wrap_dim(d1, dim(), "transpose")]);
-  return permute(p);
+  return permute(transpose_permutation(dim(), d0, d1));
 }
 
 Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const {
   const TensorBase out = TensorBase::slice(d, start, end, step);
   // The gradient goes back into the same positions, with the bounds the view resolved.
   d = wrap_dim(d, dim(), "slice");
-  const int64_t n = shape()[d];
-  start = std::clamp<int64_t>(start < 0 ? start + n : start, 0, n);
-  end = start + out.shape()[d] * step;
+  std::tie(start, end) = slice_bounds(shape()[d], start, end);
   const Shape in_shape = shape();
   return record_view("SliceBackward", *this, out,
                      [in_shape, d, start, end, step](const std::vector<Tensor>& g) {
@@ -83,10 +78,8 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
 }
 
 Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
-  const TensorBase checked_range = TensorBase::narrow(d, start, length);
-  d = wrap_dim(d, dim(), "narrow");
-  if (start < 0) start += shape()[d];
-  return slice(d, start, start + checked_range.shape()[d]);
+  start = narrow_start(*this, d, start, length);
+  return slice(d, start, start + length);
 }
 
 Tensor Tensor::select(int64_t d, int64_t index) const {

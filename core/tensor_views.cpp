@@ -2,6 +2,7 @@
 // autograd. Tensor's methods of the same names (autograd/ops_shape.cpp) call these and record.
 #include <algorithm>
 #include <numeric>
+#include <tuple>
 
 #include "tessera/dispatch.h"
 #include "tessera/tensor_base.h"
@@ -89,35 +90,47 @@ TensorBase TensorBase::permute(const std::vector<int64_t>& dims) const {
   return make_view(*this, shape, st, offset());
 }
 
+std::vector<int64_t> transpose_permutation(int64_t dim, int64_t d0, int64_t d1) {
+  std::vector<int64_t> p(static_cast<size_t>(dim));
+  std::iota(p.begin(), p.end(), 0);
+  std::swap(p[wrap_dim(d0, dim, "transpose")], p[wrap_dim(d1, dim, "transpose")]);
+  return p;
+}
+
 TensorBase TensorBase::transpose(int64_t d0, int64_t d1) const {
   if (dim() == 0) return *this;
-  std::vector<int64_t> p(static_cast<size_t>(dim()));
-  std::iota(p.begin(), p.end(), 0);
-  std::swap(p[wrap_dim(d0, dim(), "transpose")], p[wrap_dim(d1, dim(), "transpose")]);
-  return permute(p);
+  return permute(transpose_permutation(dim(), d0, d1));
+}
+
+std::pair<int64_t, int64_t> slice_bounds(int64_t n, int64_t start, int64_t end) {
+  if (start < 0) start += n;
+  if (end < 0) end += n;
+  start = std::clamp<int64_t>(start, 0, n);
+  return {start, std::clamp<int64_t>(end, start, n)};
 }
 
 TensorBase TensorBase::slice(int64_t d, int64_t start, int64_t end, int64_t step) const {
   d = wrap_dim(d, dim(), "slice");
   TS_CHECK(step > 0, "slice: step must be positive, got ", step);
-  const int64_t n = shape()[d];
-  if (start < 0) start += n;
-  if (end < 0) end += n;
-  start = std::clamp<int64_t>(start, 0, n);
-  end = std::clamp<int64_t>(end, start, n);
+  std::tie(start, end) = slice_bounds(shape()[d], start, end);
   Shape shape = this->shape(), st = strides();
   shape[d] = (end - start + step - 1) / step;
   st[d] *= step;
   return make_view(*this, shape, st, offset() + start * strides()[d]);
 }
 
-TensorBase TensorBase::narrow(int64_t d, int64_t start, int64_t length) const {
-  d = wrap_dim(d, dim(), "narrow");
-  const int64_t n = shape()[d];
+int64_t narrow_start(const TensorBase& t, int64_t d, int64_t start, int64_t length) {
+  d = wrap_dim(d, t.dim(), "narrow");
+  const int64_t n = t.shape()[d];
   if (start < 0) start += n;
   TS_CHECK(start >= 0 && length >= 0 && start + length <= n, "narrow: range [", start, ", ",
            start + length, ") is out of bounds for dimension ", d, " of size ", n, " in ",
-           describe());
+           t.describe());
+  return start;
+}
+
+TensorBase TensorBase::narrow(int64_t d, int64_t start, int64_t length) const {
+  start = narrow_start(*this, d, start, length);
   return slice(d, start, start + length);
 }
 

@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tessera/device.h"
@@ -107,6 +108,14 @@ class TensorBase {
 Shape infer_shape(const Shape& requested, int64_t numel, const char* op);
 // The strides that view `t` as `shape` without copying, or nothing where a copy is needed.
 std::optional<Shape> view_strides(const TensorBase& t, const Shape& shape);
+// The permutation that swaps dimensions d0 and d1 of a `dim`-dimensional tensor.
+std::vector<int64_t> transpose_permutation(int64_t dim, int64_t d0, int64_t d1);
+// slice's bounds on a dimension of size n: negative ones counted from the end, both clamped
+// into [0, n] with end >= start.
+std::pair<int64_t, int64_t> slice_bounds(int64_t n, int64_t start, int64_t end);
+// narrow's start on dimension d of t, a negative one counted from the end; fails naming t
+// when [start, start + length) is out of bounds.
+int64_t narrow_start(const TensorBase& t, int64_t d, int64_t start, int64_t length);
 // A contiguous copy of `t` as `dtype` on `device` (the copy kernel casts and moves).
 TensorBase copy_to(const TensorBase& t, DType dtype, Device device);
 
