@@ -65,11 +65,7 @@ int profile_main(int argc, char** argv) {
   cfg.train.checkpoint_interval = 0;
   cfg.train.sample_tokens = 0;
 
-  const bool lead = world->rank() == 0;
-  io::TokenizedCorpus corpus;
-  if (lead) corpus = io::prepare_corpus(cfg.data, cfg.model.type == "bert", true);
-  world->barrier();
-  if (!lead) corpus = io::prepare_corpus(cfg.data, cfg.model.type == "bert", false);
+  const io::TokenizedCorpus corpus = shared_corpus(cfg, *world);
   auto model = build_model(cfg, corpus.vocab_size);
   auto eng = engine::initialize(*model, cfg, world);
   auto data = train_batches(cfg, corpus, world->rank(), world->size());
@@ -78,7 +74,7 @@ int profile_main(int argc, char** argv) {
   engine::Trainer<models::Batch> trainer(*eng, *data, options);
   const engine::TrainResult r = trainer.fit();
   if (r.stop_signal) return 128 + r.stop_signal;
-  if (!lead) return 0;
+  if (world->rank() != 0) return 0;
   const auto& profile = eng->flops_profile();
   TS_CHECK(profile.has_value(), "profile: the profiler did not run at step ", fp.profile_step);
   if (a.has("json"))

@@ -108,12 +108,7 @@ int train_main(int argc, char** argv) {
   auto world = parallel::world();
   const bool lead = world->rank() == 0;  // prints and writes files for the job
   io::TrainConfig cfg = read_config(a, *world);
-  world->set_timeout(cfg.distributed.timeout());  // covers the wait for rank 0's tokenising
-  // Rank 0 tokenises (or finds the cache); the others then read its files.
-  io::TokenizedCorpus corpus;
-  if (lead) corpus = io::prepare_corpus(cfg.data, cfg.model.type == "bert", true);
-  world->barrier();
-  if (!lead) corpus = io::prepare_corpus(cfg.data, cfg.model.type == "bert", false);
+  const io::TokenizedCorpus corpus = shared_corpus(cfg, *world);
   auto model = build_model(cfg, corpus.vocab_size);
   auto eng = engine::initialize(*model, cfg, world);
   auto train_data = train_batches(cfg, corpus, world->rank(), world->size());

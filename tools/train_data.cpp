@@ -148,4 +148,14 @@ std::unique_ptr<models::PretrainedModel> build_model(io::TrainConfig& cfg, int64
   return model;
 }
 
+io::TokenizedCorpus shared_corpus(const io::TrainConfig& cfg, parallel::ProcessGroup& world) {
+  world.set_timeout(cfg.distributed.timeout());
+  const bool bert = cfg.model.type == "bert";
+  io::TokenizedCorpus corpus;
+  if (world.rank() == 0) corpus = io::prepare_corpus(cfg.data, bert, true);
+  world.barrier();
+  if (world.rank() != 0) corpus = io::prepare_corpus(cfg.data, bert, false);
+  return corpus;
+}
+
 }  // namespace tessera::cli

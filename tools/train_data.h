@@ -10,12 +10,17 @@
 #include "tessera/io/token_data.h"
 #include "tessera/io/train_config.h"
 #include "tessera/models/pretrained.h"
+#include "tessera/parallel/process_group.h"
 
 namespace tessera::cli {
 
 // The config's model (seeded by train.seed, from model.init_from when set) on train.device
 // (under a launcher, "cuda" is this rank's local GPU).
 std::unique_ptr<models::PretrainedModel> build_model(io::TrainConfig& cfg, int64_t vocab);
+
+// The config's corpus on every rank of `world`: rank 0 tokenises it (or finds the cache), the
+// others then read its files; the wait is covered by distributed.timeout_s.
+io::TokenizedCorpus shared_corpus(const io::TrainConfig& cfg, parallel::ProcessGroup& world);
 
 // GPT: the corpus's non-overlapping windows through a shuffled DataLoader (seed train.seed + 1,
 // this rank's slice of every global batch, drop_last). BERT: its masking sampler's stream.

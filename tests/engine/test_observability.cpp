@@ -26,12 +26,6 @@ std::string read(const fs::path& p) {
   return s.str();
 }
 
-models::Batch micro_batch(int64_t k, int64_t rows = 2) {
-  Generator g(1000 + static_cast<uint64_t>(k));
-  const Tensor x = (rand({rows, 8}, DType::Float32, Device::cpu(), &g) * 96.0).to(DType::Int64);
-  const Tensor y = (rand({rows, 8}, DType::Float32, Device::cpu(), &g) * 96.0).to(DType::Int64);
-  return {x, y};
-}
 }  // namespace
 
 TEST_CASE("flops_profiler: the profile step's micro-batches, reported once after its step") {
@@ -43,7 +37,8 @@ TEST_CASE("flops_profiler: the profile step's micro-batches, reported once after
                        "detailed": false, "output_file": ")" +
                     out.string() + "\"}}");
   // One forward of a micro-batch, counted by hand on the same model (no engine).
-  const int64_t one = nn::get_model_profile<models::Batch>(*run.model, micro_batch(0)).flops;
+  const int64_t one =
+      nn::get_model_profile<models::Batch>(*run.model, test::TinyGpt::batch(0)).flops;
   int64_t k = 0;
   for (int64_t step = 0; step < 3; ++step) {
     for (int micro = 0; micro < 2; ++micro) run.train_step(k++);
@@ -90,7 +85,8 @@ TEST_CASE("wall_clock_breakdown: forward + backward + step add up to a clock aro
   const int steps = 9;
   std::vector<double> outside_ms;
   for (int64_t k = 0; k < steps; ++k) {
-    const models::Batch b = micro_batch(k, 128);  // several ms a step: the timers' cost is us
+    const models::Batch b =
+        test::TinyGpt::batch(k, 128);  // several ms a step: the timers' cost is us
     const auto t0 = std::chrono::steady_clock::now();
     const Tensor loss = run.engine->forward(b);
     run.engine->backward(loss);

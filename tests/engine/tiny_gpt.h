@@ -31,13 +31,15 @@ struct TinyGpt {
     }
     engine = engine::initialize(*model, io::TrainConfig::parse(config));
   }
-  // engine.forward on micro-batch k: `rows` sequences of 8 random ids and targets.
-  Tensor loss(int64_t k, int64_t rows = 2) {
+  // Micro-batch k: `rows` sequences of 8 random ids and targets.
+  static models::Batch batch(int64_t k, int64_t rows = 2) {
     Generator g(1000 + static_cast<uint64_t>(k));
     const Tensor x = (rand({rows, 8}, DType::Float32, Device::cpu(), &g) * 96.0).to(DType::Int64);
     const Tensor y = (rand({rows, 8}, DType::Float32, Device::cpu(), &g) * 96.0).to(DType::Int64);
-    return engine->forward(models::Batch{x, y});
+    return models::Batch{x, y};
   }
+  // engine.forward on micro-batch k.
+  Tensor loss(int64_t k, int64_t rows = 2) { return engine->forward(batch(k, rows)); }
   // forward, backward and step on micro-batch k; returns its loss.
   double train_step(int64_t k, int64_t rows = 2) {
     const Tensor l = loss(k, rows);
