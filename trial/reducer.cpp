@@ -3,6 +3,7 @@
 #include "tessera/trial/reducer.h"
 
 #include <algorithm>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "tessera/ops.h"
@@ -77,8 +78,13 @@ std::vector<std::string> all_gather_strings(parallel::ProcessGroup& group,
   return out;
 }
 
-Metrics reduce_batch_metrics(parallel::ProcessGroup& group, const std::vector<Metrics>& batches,
-                             const std::map<std::string, Reducer>& reducers) {
+namespace {
+// The reducer of each metric name (the one given for all, or a map's entry).
+using ReducerOf = std::function<Reducer(const std::string& name)>;
+
+Metrics reduce_batch_metrics_with(parallel::ProcessGroup& group,
+                                  const std::vector<Metrics>& batches,
+                                  const ReducerOf& reducer_of) {
   // This slot's reduction of its batches.
   Metrics mine;
   if (!batches.empty()) {
@@ -89,16 +95,14 @@ Metrics reduce_batch_metrics(parallel::ProcessGroup& group, const std::vector<Me
                "evaluate_batch: metric names must match across all batches of data");
     }
     for (const auto& [name, first] : batches[0]) {
-      auto it = reducers.find(name);
-      TS_CHECK(it != reducers.end(), "evaluation reducer: no reducer for metric '", name,
-               "' (give one reducer for all metrics or one for every metric)");
       std::vector<double> values;
       for (const Metrics& b : batches) values.push_back(b.at(name));
-      mine[name] = reduce_values(it->second, values, {}, name);
+      mine[name] = reduce_values(reducer_of(name), values, {}, name);
     }
   }
   if (group.size() == 1) return mine;
-  // The slots' results and batch counts, then their reduction; every rank computes it.
+  // The slots' results and batch counts, then their reduction; every rank computes it (a
+  // slot without batches learns the names from the others).
   const nlohmann::json slot{{"metrics", mine}, {"batches", batches.size()}};
   std::vector<Metrics> slots;
   std::vector<int64_t> counts;
@@ -116,24 +120,25 @@ Metrics reduce_batch_metrics(parallel::ProcessGroup& group, const std::vector<Me
       TS_CHECK(m.count(name), "evaluate_batch: metric '", name, "' is missing on some slots");
       values.push_back(m.at(name));
     }
-    out[name] = reduce_values(reducers.at(name), values, counts, name);
+    out[name] = reduce_values(reducer_of(name), values, counts, name);
   }
   return out;
+}
+}  // namespace
+
+Metrics reduce_batch_metrics(parallel::ProcessGroup& group, const std::vector<Metrics>& batches,
+                             const std::map<std::string, Reducer>& reducers) {
+  return reduce_batch_metrics_with(group, batches, [&](const std::string& name) {
+    auto it = reducers.find(name);
+    TS_CHECK(it != reducers.end(), "evaluation reducer: no reducer for metric '", name,
+             "' (give one reducer for all metrics or one for every metric)");
+    return it->second;
+  });
 }
 
 Metrics reduce_batch_metrics(parallel::ProcessGroup& group, const std::vector<Metrics>& batches,
                              Reducer all) {
-  std::map<std::string, Reducer> reducers;
-  for (const Metrics& b : batches)
-    for (const auto& [name, v] : b) reducers[name] = all;
-  // A slot without batches still takes part in the exchange; it learns the names from others.
-  if (group.size() > 1) {
-    nlohmann::json names = nlohmann::json::array();
-    for (const auto& [name, r] : reducers) names.push_back(name);
-    for (const std::string& s : all_gather_strings(group, names.dump()))
-      for (const auto& name : nlohmann::json::parse(s)) reducers[name.get<std::string>()] = all;
-  }
-  return reduce_batch_metrics(group, batches, reducers);
+  return reduce_batch_metrics_with(group, batches, [all](const std::string&) { return all; });
 }
 
 std::vector<Metrics> average_training_metrics(parallel::ProcessGroup& group,
