@@ -38,12 +38,7 @@ size_t FlopsProfiler::add_node(const Module& m, std::string name, int depth) {
 }
 
 void FlopsProfiler::start_profile() {
-  stop_profile();
-  for (Node& n : nodes_) {
-    n.flops = n.macs = 0;
-    n.duration = 0;
-    n.open.clear();
-  }
+  end_profile();
   resume_profile();
 }
 
@@ -64,7 +59,11 @@ void FlopsProfiler::stop_profile() {
 
 void FlopsProfiler::end_profile() {
   stop_profile();
-  for (Node& n : nodes_) n.flops = n.macs = 0, n.duration = 0;
+  for (Node& n : nodes_) {
+    n.flops = n.macs = 0;
+    n.duration = 0;
+    n.open.clear();
+  }
 }
 
 void FlopsProfiler::kernel_begin(Kernel k, Device, const KernelCall& call) {
