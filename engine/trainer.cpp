@@ -3,13 +3,14 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+
+#include "tessera/engine/stop_signals.h"
 
 namespace tessera::engine {
 
@@ -24,42 +25,6 @@ std::string fmt_duration(double secs) {
   std::snprintf(buf, sizeof buf, "%ld:%02ld", static_cast<long>(s / 60), static_cast<long>(s % 60));
   return buf;
 }
-
-// The first SIGINT/SIGTERM asks the loop to stop after the current step; a second one ends
-// the process at once with the default action.
-std::atomic<int> g_stop_signal{0};
-
-extern "C" void on_stop_signal(int sig) {
-  if (g_stop_signal.exchange(sig) != 0) {
-    std::signal(sig, SIG_DFL);
-    std::raise(sig);
-  }
-}
-
-// Installs the handlers for the duration of fit() and puts the previous ones back.
-class StopSignals {
- public:
-  explicit StopSignals(bool on) : on_(on) {
-    if (!on_) return;
-    g_stop_signal = 0;
-    struct sigaction sa = {};
-    sa.sa_handler = on_stop_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &old_int_);
-    sigaction(SIGTERM, &sa, &old_term_);
-  }
-  ~StopSignals() {
-    if (!on_) return;
-    sigaction(SIGINT, &old_int_, nullptr);
-    sigaction(SIGTERM, &old_term_, nullptr);
-  }
-  StopSignals(const StopSignals&) = delete;
-  StopSignals& operator=(const StopSignals&) = delete;
-
- private:
-  bool on_;
-  struct sigaction old_int_ = {}, old_term_ = {};
-};
 
 }  // namespace
 
@@ -184,7 +149,7 @@ void TrainLoop::report_step(const TrainResult& r, const StepStats& st) {
 
 int TrainLoop::agreed_stop_signal() {
   // Every rank stops at the same step: the signal may reach them at different times.
-  int sig = g_stop_signal.load();
+  int sig = stop_signal_received();
   if (engine_.world_size() > 1)
     sig = static_cast<int>(engine_.group().all_reduce_scalar(sig, parallel::ReduceOp::Max));
   if (sig != 0 && engine_.rank() == 0)

@@ -255,6 +255,16 @@ void parse_scalars(Node& root, ExperimentConfig& c) {
              ": 'resources.slots_per_trial' must be >= 1");
     r.warn_unknown();
   }
+  if (root.has("reproducibility")) {
+    Node r = root.sub("reproducibility");
+    int64_t seed = 0;
+    r.get("experiment_seed", seed);
+    TS_CHECK(seed >= 0 && seed <= 0xFFFFFFFFLL, r.where(r.node()),
+             ": 'reproducibility.experiment_seed' must be in [0, 2^32), found ", seed);
+    c.experiment_seed = static_cast<uint64_t>(seed);
+    r.warn_unknown();
+  }
+  if (root.has("data")) c.data = to_json(root.raw("data"));
   if (root.has("optimizations")) {
     Node o = root.sub("optimizations");
     o.get("aggregation_frequency", c.aggregation_frequency);

@@ -51,7 +51,10 @@ struct ExperimentConfig {
   int64_t slots_per_trial = 1;
   int64_t max_restarts = 5;
   int64_t aggregation_frequency = 1;
-  std::vector<std::string> warnings;  // unknown keys, with where they are
+  // reproducibility.experiment_seed: trial t's seed is experiment_seed + t (default 0).
+  uint64_t experiment_seed = 0;
+  nlohmann::json data = nlohmann::json::object();  // the `data` section, as the trial reads it
+  std::vector<std::string> warnings;               // unknown keys, with where they are
 
   static ExperimentConfig parse(const std::string& yaml_text, const std::string& source);
   static ExperimentConfig from_file(const std::string& path);

@@ -1,0 +1,135 @@
+#include "tessera/trial/run.h"
+
+#include <cstring>
+#include <iostream>
+#include <string>
+
+#include "tessera/error.h"
+#include "tessera/rng.h"
+
+namespace tessera::trial {
+
+std::map<std::string, nlohmann::json> trial_hparams(const ExperimentConfig& config,
+                                                    const nlohmann::json& chosen) {
+  TS_CHECK(chosen.is_null() || chosen.is_object(),
+           "--hparams must be a JSON object of hyperparameter names to values, got ",
+           chosen.dump());
+  std::map<std::string, nlohmann::json> out;
+  for (const auto& [name, h] : config.hyperparameters) {
+    if (chosen.is_object() && chosen.contains(name)) {
+      out[name] = chosen[name];
+    } else {
+      TS_CHECK(h.type == Hyperparameter::Const, "hyperparameter '", name,
+               "' is searched over; one trial needs a value for it: --hparams '{\"", name,
+               "\": ...}' (or run the search with `tessera experiment`)");
+      out[name] = h.val;
+    }
+  }
+  if (chosen.is_object())
+    for (const auto& [name, v] : chosen.items())
+      TS_CHECK(config.hyperparameters.count(name),
+               "--hparams: the experiment has no "
+               "hyperparameter '",
+               name, "'");
+  return out;
+}
+
+namespace {
+
+const char* kUsage =
+    "usage: %s EXP.yaml [--trial-id N] [--hparams JSON] [--device cpu|cuda] [--json] [--quiet]\n"
+    "  Trains one trial of the experiment (Determined's YAML) to searcher.max_length;\n"
+    "  a stopped trial (SIGTERM, SIGINT) resumes when the same command runs again.\n";
+
+struct Args {
+  std::string config_path;
+  int64_t trial_id = 1;
+  nlohmann::json hparams;
+  std::string device = "cpu";
+  bool json = false, quiet = false;
+};
+
+Args parse_args(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&]() -> std::string {
+      TS_CHECK(i + 1 < argc, arg, " needs a value");
+      return argv[++i];
+    };
+    if (arg == "--trial-id") {
+      const std::string v = value();
+      size_t end = 0;
+      try {
+        a.trial_id = std::stoll(v, &end);
+      } catch (const std::exception&) {
+        end = 0;
+      }
+      TS_CHECK(end == v.size() && a.trial_id >= 1, "--trial-id must be a positive integer, got '",
+               v, "'");
+    } else if (arg == "--hparams") {
+      const std::string v = value();
+      a.hparams = nlohmann::json::parse(v, nullptr, false);
+      TS_CHECK(!a.hparams.is_discarded(), "--hparams is not valid JSON: ", v);
+    } else if (arg == "--device") {
+      a.device = value();
+    } else if (arg == "--json") {
+      a.json = true;
+    } else if (arg == "--quiet") {
+      a.quiet = true;
+    } else if (!arg.empty() && arg[0] == '-') {
+      fail("unknown option '", arg, "' (--help for usage)");
+    } else {
+      TS_CHECK(a.config_path.empty(), "one experiment config, got '", a.config_path, "' and '", arg,
+               "'");
+      a.config_path = arg;
+    }
+  }
+  TS_CHECK(!a.config_path.empty(), "no experiment config given");
+  return a;
+}
+
+}  // namespace
+
+int run_trial_main(int argc, char** argv, const RunOneTrial& run_one) {
+  const char* program = argc > 0 ? argv[0] : "trial";
+  for (int i = 1; i < argc; ++i)
+    if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
+      std::printf(kUsage, program);
+      return 0;
+    }
+  std::shared_ptr<parallel::ProcessGroup> group;
+  try {
+    const Args args = parse_args(argc, argv);
+    TrialInfo info;
+    info.config = ExperimentConfig::from_file(args.config_path);
+    group = parallel::world();
+    const bool chief = group->rank() == 0;
+    if (chief)
+      for (const auto& w : info.config.warnings) std::cerr << "warning: " << w << "\n";
+    TS_CHECK(info.config.slots_per_trial == group->size(), args.config_path,
+             ": resources.slots_per_trial is ", info.config.slots_per_trial, " but this runs as ",
+             group->size(), " process(es): start it with mpirun -np ", info.config.slots_per_trial,
+             " ", program, " ", args.config_path);
+    info.hparams = trial_hparams(info.config, args.hparams);
+    info.trial_id = args.trial_id;
+    info.trial_seed = info.config.experiment_seed + static_cast<uint64_t>(args.trial_id);
+    info.trial_dir = trial_directory(info.config, args.trial_id);
+    info.group = group;
+    info.device = Device::parse(args.device);
+    // Every slot draws what one process would (dropout masks: its rows of the global batch).
+    set_data_parallel_shard(group->rank(), group->size());
+    manual_seed(info.trial_seed);
+    HarnessOptions options;
+    options.quiet = args.quiet || !chief;
+    const TrialResult result = run_one(info, options);
+    if (args.json && chief) std::cout << result.to_json().dump() << std::endl;
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    if (group && group->size() > 1) parallel::abort_job(1);  // the other slots would wait
+    return 1;
+  }
+}
+
+}  // namespace tessera::trial

@@ -1,0 +1,238 @@
+// A trial's checkpoints: writing one (atomically: into <uuid>.tmp, renamed when complete,
+// then the index), restoring the latest, and keeping only what checkpoint_storage asks for.
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <random>
+#include <set>
+
+#include "harness_run.h"
+#include "tessera/error.h"
+#include "tessera/io/files.h"
+#include "tessera/io/json_fields.h"
+#include "tessera/io/safetensors.h"
+#include "tessera/rng.h"
+
+namespace tessera::trial {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kIndex = "checkpoints.json";
+
+// A random (version 4) UUID, Determined's checkpoint names.
+std::string new_uuid() {
+  std::random_device rd;
+  std::mt19937_64 gen((static_cast<uint64_t>(rd()) << 32) ^ rd());
+  uint64_t hi = gen(), lo = gen();
+  hi = (hi & 0xFFFFFFFFFFFF0FFFULL) | 0x4000ULL;              // version 4
+  lo = (lo & 0x3FFFFFFFFFFFFFFFULL) | 0x8000000000000000ULL;  // variant 1
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%08x-%04x-%04x-%04x-%012llx", static_cast<unsigned>(hi >> 32),
+                static_cast<unsigned>((hi >> 16) & 0xFFFF), static_cast<unsigned>(hi & 0xFFFF),
+                static_cast<unsigned>(lo >> 48),
+                static_cast<unsigned long long>(lo & 0xFFFFFFFFFFFFULL));
+  return buf;
+}
+
+nlohmann::json read_index(const fs::path& path) {
+  if (!fs::exists(path)) return {{"latest", nullptr}, {"checkpoints", nlohmann::json::array()}};
+  nlohmann::json index = io::JsonFields::parse_file(path.string());
+  TS_CHECK(index.is_object() && index.contains("checkpoints") && index["checkpoints"].is_array(),
+           io::quoted(path.string()), ": not a checkpoint index (no 'checkpoints' list)");
+  return index;
+}
+
+void write_json_atomically(const fs::path& path, const nlohmann::json& j) {
+  io::write_file_atomically(path.string(), [&](std::ostream& out) { out << j.dump(1) << "\n"; });
+}
+
+// The checkpoints checkpoint_storage keeps: the latest, the save_trial_latest newest and the
+// save_trial_best best by the searcher metric (of the validation at their batch).
+std::set<std::string> kept(const nlohmann::json& list, const ExperimentConfig& c,
+                           const std::string& latest) {
+  std::vector<const nlohmann::json*> by_batch, by_metric;
+  for (const auto& e : list) {
+    by_batch.push_back(&e);
+    if (e["searcher_metric"].is_number()) by_metric.push_back(&e);
+  }
+  std::stable_sort(by_batch.begin(), by_batch.end(), [](auto* a, auto* b) {
+    return (*a)["batches"].template get<int64_t>() > (*b)["batches"].template get<int64_t>();
+  });
+  const bool smaller = c.searcher.smaller_is_better;
+  std::stable_sort(by_metric.begin(), by_metric.end(), [&](auto* a, auto* b) {
+    const double x = (*a)["searcher_metric"], y = (*b)["searcher_metric"];
+    return smaller ? x < y : x > y;
+  });
+  std::set<std::string> keep{latest};
+  const auto& st = c.checkpoint_storage;
+  for (size_t i = 0; i < by_batch.size() && static_cast<int64_t>(i) < st.save_trial_latest; ++i)
+    keep.insert((*by_batch[i])["uuid"].get<std::string>());
+  for (size_t i = 0; i < by_metric.size() && static_cast<int64_t>(i) < st.save_trial_best; ++i)
+    keep.insert((*by_metric[i])["uuid"].get<std::string>());
+  return keep;
+}
+
+nlohmann::json scheduler_states(const std::vector<std::shared_ptr<LRScheduler>>& all) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& s : all) out.push_back(s->state_dict());
+  return out;
+}
+
+}  // namespace
+
+std::optional<std::string> TrialHarness::Run::find_latest() const {
+  const nlohmann::json index = read_index(fs::path(trial_dir) / kIndex);
+  if (!index["latest"].is_string()) return std::nullopt;
+  const std::string uuid = index["latest"];
+  const fs::path dir = fs::path(trial_dir) / "checkpoints" / uuid;
+  TS_CHECK(fs::is_directory(dir), io::quoted((fs::path(trial_dir) / kIndex).string()),
+           ": its latest checkpoint ", io::quoted(dir.string()), " is missing");
+  return uuid;
+}
+
+void TrialHarness::Run::checkpoint() {
+  state.last_ckpt = state.batches_trained;
+  auto& group = context.group();
+  std::string uuid = chief ? new_uuid() : std::string();
+  if (context.distributed.size > 1) uuid = all_gather_strings(group, uuid).front();
+  const fs::path final_dir = fs::path(trial_dir) / "checkpoints" / uuid;
+  const fs::path tmp = final_dir.string() + ".tmp";
+  if (chief) {
+    fs::remove_all(tmp);
+    fs::create_directories(tmp);
+  }
+  if (context.distributed.size > 1) group.barrier();
+
+  auto* ds = dynamic_cast<DeepSpeedTrialContext*>(&context);
+  if (ds) {
+    for (size_t i = 0; i < ds->engines().size(); ++i)  // collective
+      ds->engines()[i]->save_checkpoint(tmp.string(), "model" + std::to_string(i), {}, false);
+  } else if (chief) {
+    for (size_t i = 0; i < context.models().size(); ++i)
+      io::save_safetensors((tmp / ("model" + std::to_string(i) + ".safetensors")).string(),
+                           context.models()[i]->state_dict());
+    for (size_t i = 0; i < context.optimizers().size(); ++i)
+      io::save_safetensors((tmp / ("optimizer" + std::to_string(i) + ".safetensors")).string(),
+                           context.optimizers()[i]->state_dict());
+  }
+  if (chief) {
+    std::vector<std::shared_ptr<LRScheduler>> schedulers;
+    for (const auto& s : context.schedulers_) schedulers.push_back(s.scheduler);
+    const GeneratorState rng = default_generator().state();
+    nlohmann::json ckpt = {
+        {"format", "tessera-trial-1"},
+        {"trial_type", ds ? "DeepSpeedTrial" : "PyTorchTrial"},
+        {"experiment", context.get_experiment_config().name},
+        {"trial_id", context.get_trial_id()},
+        {"hparams", context.get_hparams()},
+        {"batches_trained", state.batches_trained},
+        {"epochs_trained", state.epochs_trained},
+        {"last_val", state.last_val},
+        {"best_validation",
+         state.best_validation ? nlohmann::json(*state.best_validation) : nlohmann::json()},
+        {"last_validation", last_validation},
+        {"data", runner.data_state()},
+        {"rng", {{"seed", rng.seed}, {"offset", rng.offset}}},
+        {"lr_schedulers", scheduler_states(schedulers)},
+        {"callbacks", nlohmann::json::object()}};
+    for (auto& [name, cb] : runner.callbacks()) ckpt["callbacks"][name] = cb->state_dict();
+    for (auto& [name, cb] : runner.callbacks()) cb->on_checkpoint_save_start(ckpt);
+    runner.save_user_state(tmp.string());
+    write_json_atomically(tmp / "state.json", ckpt);
+    fs::remove_all(final_dir);
+    fs::rename(tmp, final_dir);
+
+    const fs::path index_path = fs::path(trial_dir) / kIndex;
+    nlohmann::json index = read_index(index_path);
+    const auto& metric = context.get_experiment_config().searcher.metric;
+    const bool validated = validation_current() && last_validation.contains(metric);
+    index["checkpoints"].push_back(
+        {{"uuid", uuid},
+         {"batches", state.batches_trained},
+         {"searcher_metric", validated ? last_validation[metric] : nlohmann::json()}});
+    index["latest"] = uuid;
+    const std::set<std::string> keep =
+        kept(index["checkpoints"], context.get_experiment_config(), uuid);
+    nlohmann::json list = nlohmann::json::array();
+    std::vector<std::string> dropped;
+    for (const auto& e : index["checkpoints"])
+      (keep.count(e["uuid"].get<std::string>()) ? list.push_back(e)
+                                                : dropped.push_back(e["uuid"].get<std::string>()));
+    index["checkpoints"] = list;
+    write_json_atomically(index_path, index);  // the new latest is loadable from here on
+    for (const auto& d : dropped) fs::remove_all(fs::path(trial_dir) / "checkpoints" / d);
+  }
+  if (context.distributed.size > 1) group.barrier();
+  latest_checkpoint = final_dir.string();
+  for (auto& [name, cb] : runner.callbacks()) cb->on_checkpoint_write_end(final_dir.string());
+  for (auto& [name, cb] : runner.callbacks()) cb->on_checkpoint_upload_end(uuid);
+  log("checkpoint " + uuid + " at batch " + std::to_string(state.batches_trained));
+}
+
+void TrialHarness::Run::load(const std::string& uuid) {
+  const fs::path dir = fs::path(trial_dir) / "checkpoints" / uuid;
+  const std::string where = io::quoted((dir / "state.json").string());
+  const nlohmann::json ckpt = io::JsonFields::parse_file((dir / "state.json").string());
+  const io::JsonFields f(ckpt, where);
+  for (auto& [name, cb] : runner.callbacks()) cb->on_checkpoint_load_start(ckpt);
+
+  auto* ds = dynamic_cast<DeepSpeedTrialContext*>(&context);
+  const std::string type = f.string("trial_type");
+  TS_CHECK(type == (ds ? "DeepSpeedTrial" : "PyTorchTrial"), where, ": a ", type,
+           " checkpoint cannot resume a ", ds ? "DeepSpeedTrial" : "PyTorchTrial");
+  if (ds) {
+    for (size_t i = 0; i < ds->engines().size(); ++i)
+      ds->engines()[i]->load_checkpoint(dir.string(), "model" + std::to_string(i));
+  } else {
+    for (size_t i = 0; i < context.models().size(); ++i)
+      context.models()[i]->load_state_dict(
+          io::load_safetensors((dir / ("model" + std::to_string(i) + ".safetensors")).string()));
+    for (size_t i = 0; i < context.optimizers().size(); ++i)
+      context.optimizers()[i]->load_state_dict(io::load_safetensors(
+          (dir / ("optimizer" + std::to_string(i) + ".safetensors")).string()));
+  }
+  const nlohmann::json& schedulers = f.array("lr_schedulers");
+  TS_CHECK(schedulers.size() == context.schedulers_.size(), where, ": ", schedulers.size(),
+           " lr schedulers saved, the trial wraps ", context.schedulers_.size());
+  for (size_t i = 0; i < schedulers.size(); ++i)
+    context.schedulers_[i].scheduler->load_state_dict(schedulers[i]);
+  const io::JsonFields callbacks = f.object("callbacks");
+  for (auto& [name, cb] : runner.callbacks()) {
+    if (callbacks.has(name))
+      cb->load_state_dict(ckpt["callbacks"][name]);
+    else if (chief)
+      std::cerr << "warning: " << where << " has no state for callback '" << name << "'\n";
+  }
+  const io::JsonFields rng = f.object("rng");
+  default_generator().set_state({rng.unsigned_integer("seed"), rng.unsigned_integer("offset")});
+  runner.set_data_state(ckpt.at("data"));
+  state.batches_trained = f.integer("batches_trained", 0);
+  state.epochs_trained = f.integer("epochs_trained", 0);
+  state.last_val = f.integer("last_val");
+  state.last_ckpt = state.batches_trained;
+  if (state.batches_trained > 0) context.current_batch_idx_ = state.batches_trained - 1;
+  if (ckpt.at("best_validation").is_number())
+    state.best_validation = ckpt["best_validation"].get<double>();
+  last_validation = ckpt.value("last_validation", nlohmann::json::object());
+  latest_checkpoint = dir.string();
+  runner.load_user_state(dir.string());
+  if (chief) truncate_metrics(state.batches_trained);
+}
+
+void TrialHarness::Run::truncate_metrics(int64_t batches) const {
+  const fs::path path = fs::path(trial_dir) / "metrics.jsonl";
+  if (!fs::exists(path)) return;
+  std::ifstream in(path);
+  std::string line, kept_lines;
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded()) continue;  // a line cut by a crash
+    if (j.value("batches", int64_t{0}) <= batches) kept_lines += line + "\n";
+  }
+  io::write_file_atomically(path.string(), [&](std::ostream& out) { out << kept_lines; });
+}
+
+}  // namespace tessera::trial
