@@ -37,6 +37,7 @@ StopSignals::~StopSignals() {
   if (!previous_) return;
   sigaction(SIGINT, &previous_->int_action, nullptr);
   sigaction(SIGTERM, &previous_->term_action, nullptr);
+  g_stop_signal = 0;  // handled (or ignored) by whoever installed these
 }
 
 int stop_signal_received() {

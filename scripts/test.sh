@@ -33,7 +33,12 @@ if meson install -C build --destdir "$stage" --quiet >/dev/null; then
   fi
   for src in examples/*.cpp; do
     exe="$stage/$(basename "$src" .cpp)"
-    if c++ "$src" -o "$exe" $flags && LD_LIBRARY_PATH="$libdir" "$exe" >"$exe.log" 2>&1; then
+    # A trial example takes its experiment config (examples/NAME.yaml); it runs in $stage,
+    # where its checkpoints go.
+    yaml="$PWD/examples/$(basename "$src" .cpp).yaml"; args=()
+    [ -f "$yaml" ] && args=("$yaml")
+    if c++ "$src" -o "$exe" $flags &&
+       (cd "$stage" && LD_LIBRARY_PATH="$libdir" "$exe" "${args[@]}") >"$exe.log" 2>&1; then
       echo "example $src (pkg-config build and run): ok"
     else
       echo "example $src (pkg-config build and run): FAILED"; cat "$exe.log" 2>/dev/null; example_status=1

@@ -4,6 +4,7 @@
 #include <iostream>
 #include <string>
 
+#include "tessera/engine/stop_signals.h"
 #include "tessera/error.h"
 #include "tessera/rng.h"
 
@@ -98,6 +99,9 @@ int run_trial_main(int argc, char** argv, const RunOneTrial& run_one) {
       std::printf(kUsage, program);
       return 0;
     }
+  // From the start: a SIGTERM while the job starts or the trial is built stops it at its
+  // first batch boundary (with a checkpoint) instead of killing it.
+  engine::StopSignals signals(true);
   std::shared_ptr<parallel::ProcessGroup> group;
   try {
     const Args args = parse_args(argc, argv);
@@ -122,6 +126,7 @@ int run_trial_main(int argc, char** argv, const RunOneTrial& run_one) {
     manual_seed(info.trial_seed);
     HarnessOptions options;
     options.quiet = args.quiet || !chief;
+    options.handle_signals = false;  // installed above
     const TrialResult result = run_one(info, options);
     if (args.json && chief) std::cout << result.to_json().dump() << std::endl;
     return 0;

@@ -6,8 +6,8 @@
 
 namespace tessera::engine {
 
-// Installs the handlers for its lifetime and puts the previous ones back (on = false: does
-// nothing, and stop_signal_received() stays 0).
+// Installs the handlers for its lifetime and puts the previous ones back, forgetting the signal
+// (on = false: does nothing).
 class StopSignals {
  public:
   explicit StopSignals(bool on);

@@ -31,8 +31,10 @@
 namespace tessera::trial {
 
 struct HarnessOptions {
-  bool handle_signals = true;  // SIGINT/SIGTERM stop with a checkpoint
-  bool quiet = false;          // no progress lines
+  // SIGINT/SIGTERM stop with a checkpoint: the harness installs the handlers (false: a caller
+  // that installed engine::StopSignals itself; its signals still stop the trial).
+  bool handle_signals = true;
+  bool quiet = false;  // no progress lines
 };
 
 struct TrialResult {
