@@ -61,7 +61,9 @@ TEST_CASE("trial on N slots reproduces one slot (dropout included)") {
   CHECK(std::abs(a - b) <= 1e-6 * std::abs(b));
   const auto wn = io::load_safetensors((fs::path(n.checkpoint) / "model0.safetensors").string());
   const auto w1 = io::load_safetensors((fs::path(one.checkpoint) / "model0.safetensors").string());
-  for (const auto& [name, t] : w1) {
+  for (const auto& entry : w1) {  // (clang 14: no structured binding in CAPTURE's lambda)
+    const std::string& name = entry.first;
+    const Tensor& t = entry.second;
     CAPTURE(name);
     CHECK(amax(abs(t - wn.at(name))).item() <= 1e-6 * amax(abs(t)).item());
   }

@@ -177,7 +177,9 @@ TEST_CASE("trial harness: aggregation_frequency 2 of batch 4 trains as batch 8")
   yaml.replace(yaml.find("global_batch_size: 8"), 20, "global_batch_size: 4");
   const auto b = run(yaml, l2);
   const auto wa = final_weights(a), wb = final_weights(b);
-  for (const auto& [name, t] : wa) {
+  for (const auto& entry : wa) {  // (clang 14: no structured binding in CAPTURE's lambda)
+    const std::string& name = entry.first;
+    const Tensor& t = entry.second;
     CAPTURE(name);
     const double scale = amax(abs(t)).item();
     CHECK(amax(abs(t - wb.at(name))).item() <= 1e-6 * scale);
