@@ -65,5 +65,6 @@ int estimate_memory_main(int argc, char** argv);
 int export_main(int argc, char** argv);
 int plot_main(int argc, char** argv);
 int profile_main(int argc, char** argv);
+int trial_main(int argc, char** argv);
 
 }  // namespace tessera::cli

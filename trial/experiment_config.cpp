@@ -333,7 +333,9 @@ ExperimentConfig parse_document(const YAML::Node& doc, const std::string& source
 }  // namespace
 
 ExperimentConfig ExperimentConfig::from_file(const std::string& path) {
-  return parse(io::read_text_file(path), path);
+  ExperimentConfig c = parse(io::read_text_file(path), path);
+  c.path = path;
+  return c;
 }
 
 int64_t ExperimentConfig::batches(const Length& length, int64_t global_batch_size) const {

@@ -92,8 +92,11 @@ Args parse_args(int argc, char** argv) {
 
 }  // namespace
 
-int run_trial_main(int argc, char** argv, const RunOneTrial& run_one) {
-  const char* program = argc > 0 ? argv[0] : "trial";
+int run_trial_main(int argc, char** argv, const RunOneTrial& run_one,
+                   const std::string& program_name) {
+  const std::string program_text =
+      !program_name.empty() ? program_name : argc > 0 ? argv[0] : "trial";
+  const char* program = program_text.c_str();
   for (int i = 1; i < argc; ++i)
     if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
       std::printf(kUsage, program);
@@ -131,7 +134,7 @@ int run_trial_main(int argc, char** argv, const RunOneTrial& run_one) {
     if (args.json && chief) std::cout << result.to_json().dump() << std::endl;
     return 0;
   } catch (const std::exception& e) {
-    std::cerr << "error: " << e.what() << "\n";
+    std::cerr << program << ": error: " << e.what() << "\n";
     if (group && group->size() > 1) parallel::abort_job(1);  // the other slots would wait
     return 1;
   }

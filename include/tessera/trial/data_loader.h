@@ -54,6 +54,12 @@ class DataLoader {
       : DataLoader(std::shared_ptr<const io::Dataset<Item>>(std::move(dataset)), options,
                    std::move(collate)) {}
 
+  // A loader of the caller's own making for slot (rank, world).
+  using Make = std::function<std::unique_ptr<SlotLoader<Batch>>(int rank, int world)>;
+  explicit DataLoader(Make make) : make_(std::move(make)) {
+    TS_CHECK(make_, "trial::DataLoader: no loader factory");
+  }
+
   // Slot `rank` of `world`'s loader.
   std::unique_ptr<SlotLoader<Batch>> build(int rank, int world) const { return make_(rank, world); }
 
@@ -70,7 +76,7 @@ class DataLoader {
    private:
     io::DataLoader<Item, Batch> loader_;
   };
-  std::function<std::unique_ptr<SlotLoader<Batch>>(int, int)> make_;
+  Make make_;
 };
 
 // What DeepSpeedTrial's train_batch and evaluate_batch pull micro-batches from (Determined's

@@ -55,6 +55,7 @@ struct ExperimentConfig {
   uint64_t experiment_seed = 0;
   nlohmann::json data = nlohmann::json::object();  // the `data` section, as the trial reads it
   std::vector<std::string> warnings;               // unknown keys, with where they are
+  std::string path;  // the file it was read from (from_file), else empty
 
   static ExperimentConfig parse(const std::string& yaml_text, const std::string& source);
   static ExperimentConfig from_file(const std::string& path);

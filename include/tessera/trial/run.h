@@ -21,8 +21,9 @@ namespace tessera::trial {
 using RunOneTrial = std::function<TrialResult(const TrialInfo& info, const HarnessOptions&)>;
 
 // The command line, the experiment config, the slots and seed, errors: everything but the
-// trial's type. `program` names the program in the usage line.
-int run_trial_main(int argc, char** argv, const RunOneTrial& run_one);
+// trial's type. `program` names the program in the usage line and errors (default argv[0]).
+int run_trial_main(int argc, char** argv, const RunOneTrial& run_one,
+                   const std::string& program = "");
 
 // The trial the config describes, trained by the harness (what run<T> runs for each trial).
 template <class T>

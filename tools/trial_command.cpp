@@ -1,0 +1,176 @@
+// `tessera trial EXP.yaml`: the built-in GPT-2 and BERT models as a Determined DeepSpeedTrial
+// (entrypoint: builtin:gpt2 | builtin:bert). hyperparameters.config names a `tessera train`
+// config; every other hyperparameter whose name is a dotted config key (optimizer.params.lr,
+// model.dropout) overrides it through overwrite_deepspeed_config. The trial reports `loss`
+// per training micro-batch and `validation_loss` per validation (train.eval_iters batches).
+#include <filesystem>
+#include <iostream>
+
+#include "cli.h"
+#include "tessera/io/files.h"
+#include "tessera/io/token_windows.h"
+#include "tessera/trial/deepspeed_config.h"
+#include "tessera/trial/run.h"
+#include "train_data.h"
+
+namespace tessera::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+const char* kHelp =
+    R"(usage: tessera trial EXP.yaml [--trial-id N] [--hparams JSON] [--device cpu|cuda] [--json]
+                     [--quiet]
+       mpirun -np N tessera trial EXP.yaml      (resources.slots_per_trial: N)
+
+Trains a built-in model as one Determined trial: the experiment config (Determined's YAML)
+says how long (searcher.max_length), how often to validate and checkpoint, and where the
+trial's files go (checkpoint_storage.host_path/<name>/trial_<id>). Stopped by SIGTERM or
+SIGINT, it checkpoints and exits 0; the same command then continues bit for bit.
+
+  entrypoint: builtin:gpt2 (or builtin:bert)
+  hyperparameters:
+    config: configs/quickstart.json     # a `tessera train` config (relative to EXP.yaml)
+    optimizer.params.lr: 0.001          # dotted config keys override the config
+    model.dropout: 0.1
+  searcher: {name: single, metric: validation_loss, max_length: {batches: 500}}
+
+The config's train_batch_size is the trial's batch (hyperparameters.global_batch_size, if
+given, must equal it). Metrics: loss (each training micro-batch), validation_loss (the mean of
+train.eval_iters validation batches). --json: the last line is {"trial_id", "batches",
+"state", "validation_metrics", "checkpoint"}.
+)";
+
+using models::Batch;
+
+// An io::BatchSource as one slot's loader, with epochs of `epoch_len` batches.
+class SourceLoader : public trial::SlotLoader<Batch> {
+ public:
+  SourceLoader(std::unique_ptr<io::BatchSource<Batch>> source, int64_t epoch_len)
+      : source_(std::move(source)), epoch_len_(epoch_len) {}
+  int64_t size() const override { return epoch_len_; }
+  std::optional<Batch> next() override {
+    if (in_epoch_ == epoch_len_) {
+      in_epoch_ = 0;
+      return std::nullopt;
+    }
+    ++in_epoch_;
+    return source_->next();
+  }
+  nlohmann::json state() const override {
+    return {{"source", source_->state()}, {"in_epoch", in_epoch_}};
+  }
+  void set_state(const nlohmann::json& state) override {
+    source_->set_state(state.at("source"));
+    in_epoch_ = state.at("in_epoch").get<int64_t>();
+  }
+
+ private:
+  std::unique_ptr<io::BatchSource<Batch>> source_;
+  int64_t epoch_len_, in_epoch_ = 0;
+};
+
+class BuiltinTrial : public trial::DeepSpeedTrial<Batch> {
+ public:
+  explicit BuiltinTrial(trial::DeepSpeedTrialContext& c) : DeepSpeedTrial(c) {
+    const auto& exp = c.get_experiment_config();
+    const std::string kind = exp.entrypoint == "builtin:bert" ? "bert" : "gpt2";
+    TS_CHECK(c.get_hparams().count("config"),
+             "the built-in trials need 'hyperparameters.config': the path of a `tessera train` "
+             "config");
+    TS_CHECK(c.get_hparam("config").is_string(), "'hyperparameters.config' must be a path");
+    fs::path path = c.get_hparam("config").get<std::string>();
+    if (path.is_relative() && !exp.path.empty()) path = fs::path(exp.path).parent_path() / path;
+    TS_CHECK(fs::is_regular_file(path), "hyperparameters.config: no file ",
+             io::quoted(path.string()),
+             " (a relative path is relative to the experiment config's directory)");
+    const nlohmann::json overrides =
+        trial::overrides_from_hparams(c.get_hparams(), {"config", "global_batch_size"});
+    const nlohmann::json merged = trial::overwrite_deepspeed_config(path.string(), overrides);
+    cfg_ = io::TrainConfig::parse(merged.dump(), c.get_data_parallel_world_size(), path.string());
+    if (c.distributed.is_chief())
+      for (const auto& w : cfg_.warnings) std::cerr << "warning: " << w << "\n";
+    TS_CHECK(cfg_.model.type == (kind == "bert" ? "bert" : "gpt2"), "entrypoint ", exp.entrypoint,
+             " but ", path.string(), " has model.type '", cfg_.model.type, "'");
+    if (c.device().is_cuda()) cfg_.train.device = "cuda";
+    if (c.get_hparams().count("global_batch_size"))
+      TS_CHECK(c.get_hparam("global_batch_size") == cfg_.train_batch_size,
+               "hyperparameters.global_batch_size (", c.get_hparam("global_batch_size").dump(),
+               ") differs from the config's train_batch_size (", cfg_.train_batch_size, ")");
+    corpus_ = shared_corpus(cfg_, c.group());
+    model_ = build_model(cfg_, corpus_.vocab_size);
+    engine_ = c.wrap_model_engine(engine::initialize(*model_, cfg_, c.group_ptr()));
+  }
+
+  trial::DataLoader<Batch> build_training_data_loader() override {
+    return trial::DataLoader<Batch>([this](int rank, int world) {
+      auto source = train_batches(cfg_, corpus_, rank, world);
+      // An epoch: the training split's windows once (GPT); BERT's stream has no end, so its
+      // epoch is as many batches as the split has blocks.
+      int64_t epoch = std::max<int64_t>(
+          1, corpus_.train->size() / (cfg_.model.block_size + 1) / (cfg_.micro_batch_size * world));
+      using Windows = io::RepeatingLoader<io::TokenWindow, Batch>;
+      if (auto* w = dynamic_cast<Windows*>(source.get())) epoch = w->loader().size();
+      std::unique_ptr<trial::SlotLoader<Batch>> slot =
+          std::make_unique<SourceLoader>(std::move(source), epoch);
+      return slot;
+    });
+  }
+  trial::DataLoader<Batch> build_validation_data_loader() override {
+    return trial::DataLoader<Batch>([this](int rank, int world) {
+      std::unique_ptr<trial::SlotLoader<Batch>> slot = std::make_unique<SourceLoader>(
+          val_batches(cfg_, corpus_, rank, world), cfg_.train.eval_iters);
+      return slot;
+    });
+  }
+  trial::BatchMetrics train_batch(trial::DataLoaderIterator<Batch>& it, int64_t, int64_t) override {
+    const Tensor loss = engine_->forward(it.next());
+    engine_->backward(loss);
+    engine_->step();
+    return {{"loss", loss}};
+  }
+  trial::BatchMetrics evaluate_batch(trial::DataLoaderIterator<Batch>& it, int64_t) override {
+    return {{"validation_loss", engine_->forward(it.next())}};
+  }
+  // The tokenizer beside the engine's checkpoint, so `tessera export CKPT --tag model0` works.
+  void save(trial::DeepSpeedTrialContext&, const std::string& path) override {
+    for (const auto& [name, text] : tokenizer_files(cfg_, corpus_)) {
+      const fs::path file = fs::path(path) / "model0" / name;
+      fs::create_directories(file.parent_path());
+      io::write_file_atomically(file.string(), [&](std::ostream& out) { out << text; });
+    }
+  }
+
+ private:
+  io::TrainConfig cfg_;
+  io::TokenizedCorpus corpus_;
+  std::unique_ptr<models::PretrainedModel> model_;
+  std::shared_ptr<engine::Engine> engine_;
+};
+
+}  // namespace
+
+int trial_main(int argc, char** argv) {
+  for (int i = 2; i < argc; ++i)
+    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
+      std::cout << kHelp;
+      return 0;
+    }
+  // Checked before any slot starts: the entrypoint is one of the built-in trials.
+  for (int i = 2; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg.empty() || arg[0] == '-') {
+      if (arg == "--trial-id" || arg == "--hparams" || arg == "--device") ++i;
+      continue;
+    }
+    const auto exp = trial::ExperimentConfig::from_file(arg);
+    TS_CHECK(exp.entrypoint == "builtin:gpt2" || exp.entrypoint == "builtin:bert", arg,
+             ": entrypoint '", exp.entrypoint,
+             "': tessera trial runs the built-in trials (builtin:gpt2, builtin:bert); a trial "
+             "of your own is a program of its own (trial::run<MyTrial>, see the README)");
+  }
+  return trial::run_trial_main(argc - 1, argv + 1, trial::run_trial<BuiltinTrial>, "tessera trial");
+}
+
+}  // namespace tessera::cli
