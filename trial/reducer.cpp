@@ -145,22 +145,24 @@ std::vector<Metrics> average_training_metrics(parallel::ProcessGroup& group,
                                               const std::vector<Metrics>& batches) {
   if (group.size() == 1) return batches;
   std::vector<std::vector<Metrics>> slots;
-  for (const std::string& s : all_gather_strings(group, nlohmann::json(batches).dump()))
+  size_t n = 0;
+  for (const std::string& s : all_gather_strings(group, nlohmann::json(batches).dump())) {
     slots.push_back(nlohmann::json::parse(s).get<std::vector<Metrics>>());
-  for (const auto& s : slots)
-    TS_CHECK(s.size() == batches.size(),
+    n = std::max(n, slots.back().size());
+  }
+  for (const auto& s : slots)  // a slot that reports nothing is left out
+    TS_CHECK(s.empty() || s.size() == n,
              "training metrics: slots ran different numbers of "
              "batches (",
-             s.size(), " and ", batches.size(), ")");
-  std::vector<Metrics> out(batches.size());
-  for (size_t i = 0; i < batches.size(); ++i)
-    for (const auto& [name, v] : batches[i]) {
-      double sum = 0;
-      int n = 0;
-      for (const auto& s : slots)
-        if (s[i].count(name)) sum += s[i].at(name), ++n;
-      out[i][name] = sum / n;
-    }
+             s.size(), " and ", n, ")");
+  std::vector<Metrics> out(n);
+  for (size_t i = 0; i < n; ++i) {
+    std::map<std::string, std::pair<double, int>> sums;
+    for (const auto& s : slots)
+      if (!s.empty())
+        for (const auto& [name, v] : s[i]) sums[name].first += v, ++sums[name].second;
+    for (const auto& [name, sum] : sums) out[i][name] = sum.first / sum.second;
+  }
   return out;
 }
 

@@ -94,8 +94,9 @@ Args parse_args(int argc, char** argv) {
 
 int run_trial_main(int argc, char** argv, const RunOneTrial& run_one,
                    const std::string& program_name) {
-  const std::string program_text =
-      !program_name.empty() ? program_name : argc > 0 ? argv[0] : "trial";
+  const std::string program_text = !program_name.empty() ? program_name
+                                   : argc > 0            ? argv[0]
+                                                         : "trial";
   const char* program = program_text.c_str();
   for (int i = 1; i < argc; ++i)
     if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {

@@ -74,6 +74,12 @@ TEST_CASE("trial reducers: training metrics are averaged across slots batch by b
   // mean over r of (1 + r) and of 2 r
   CHECK(avg[0].at("loss") == doctest::Approx(1.0 + (world - 1) / 2.0));
   CHECK(avg[1].at("loss") == doctest::Approx(static_cast<double>(world - 1)));
+  if (world == 1) return;
+  // Rank 0 reports nothing (should_report_metrics false): the mean over ranks 1..N-1.
+  const auto some = trial::average_training_metrics(
+      *group, rank == 0 ? std::vector<Metrics>{} : std::vector<Metrics>{{{"loss", 1.0 * rank}}});
+  REQUIRE(some.size() == 1);
+  CHECK(some[0].at("loss") == doctest::Approx(world / 2.0));  // mean of 1..N-1
 }
 
 namespace {

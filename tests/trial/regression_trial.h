@@ -52,6 +52,7 @@ struct Log {
   int64_t stop_at = -1;                                // set_stop_requested after this many batches
   std::function<void(trial::TrialContext&)> on_batch;  // after each train_batch
   std::function<void(trial::TrialContext&)> on_construct;  // at the end of the constructor
+  trial::Callbacks extra_callbacks;                        // besides the recorder
 };
 
 struct Recorder : trial::PyTorchCallback {
@@ -139,7 +140,9 @@ struct RegressionTrial : trial::Trial<Rows> {
   }
   trial::Callbacks build_callbacks() override {
     if (!log) return {};
-    return {{"recorder", std::make_shared<Recorder>(*log, context)}};
+    trial::Callbacks all = log->extra_callbacks;
+    all["recorder"] = std::make_shared<Recorder>(*log, context);
+    return all;
   }
 
   std::shared_ptr<Net> model;

@@ -188,6 +188,60 @@ TEST_CASE("trial harness: aggregation_frequency 2 of batch 4 trains as batch 8")
 
 namespace {
 
+// Determined's ReduceLROnPlateau example: the scheduler steps on every validation's loss.
+struct PlateauCallback : trial::PyTorchCallback {
+  void on_validation_end(const nlohmann::json& metrics) override {
+    scheduler->step(metrics["validation_loss"].get<double>());
+    lrs.push_back(scheduler->get_last_lr()[0]);
+  }
+  std::shared_ptr<trial::ReduceLROnPlateau> scheduler;
+  std::vector<double> lrs;
+};
+
+// A plateau scheduler that never sees an improvement after the first validation (an absolute
+// threshold of 1e9): every later validation halves the lr.
+std::shared_ptr<PlateauCallback> add_plateau(Log& log) {
+  auto cb = std::make_shared<PlateauCallback>();
+  log.extra_callbacks["plateau"] = cb;
+  log.on_construct = [cb](trial::TrialContext& c) {
+    trial::ReduceLROnPlateau::Options o;
+    o.factor = 0.5;
+    o.patience = 0;
+    o.threshold = 1e9;
+    o.threshold_mode = "abs";
+    cb->scheduler =
+        c.wrap_lr_scheduler(std::make_shared<trial::ReduceLROnPlateau>(*c.optimizers()[0], o),
+                            trial::StepMode::MANUAL_STEP);
+  };
+  return cb;
+}
+
+}  // namespace
+
+TEST_CASE("trial harness: ReduceLROnPlateau stepped by a callback on each validation, resumed") {
+  const std::string extra = "min_validation_period: {batches: 4}\n";
+  Log straight;
+  auto a = add_plateau(straight);
+  run(regression::config_yaml(fresh_dir("plateau"), 12, extra), straight);
+  CHECK(a->lrs == std::vector<double>{0.05, 0.025, 0.0125});  // validations at 4, 8, 12
+  // Stopped at 6 and resumed: the scheduler's state (best, lr) comes back from the checkpoint.
+  const std::string dir = fresh_dir("plateau-stop");
+  Log first;
+  first.stop_at = 6;
+  auto b = add_plateau(first);
+  run(regression::config_yaml(dir, 12, extra), first);
+  Log second;
+  auto c = add_plateau(second);
+  run(regression::config_yaml(dir, 12, extra), second);
+  CHECK(b->lrs == std::vector<double>{0.05});
+  CHECK(c->lrs == std::vector<double>{0.025, 0.0125});
+  std::vector<double> both = first.train_losses;
+  both.insert(both.end(), second.train_losses.begin(), second.train_losses.end());
+  CHECK(both == straight.train_losses);
+}
+
+namespace {
+
 // Records the batch index at each step.
 struct CountingScheduler : trial::LRScheduler {
   explicit CountingScheduler(trial::TrialContext& c) : context(c) {}

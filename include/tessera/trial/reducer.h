@@ -33,7 +33,9 @@ Metrics reduce_batch_metrics(parallel::ProcessGroup& group, const std::vector<Me
                              Reducer all = Reducer::AVG);
 
 // Training metrics across slots, as Determined averages them: batch i's metric is the mean of
-// the slots' values for batch i (slots run the same number of batches).
+// the slots' values for batch i (slots run the same number of batches; a slot that reports
+// none, as a DeepSpeedTrial rank whose ModelParallelUnit says should_report_metrics = false,
+// is left out). Every rank gets the result.
 std::vector<Metrics> average_training_metrics(parallel::ProcessGroup& group,
                                               const std::vector<Metrics>& batches);
 
