@@ -9,11 +9,12 @@
 #include "tessera/ops.h"
 #include "tessera/parallel/process_group.h"
 #include "tessera/parallel/tensor_parallel.h"
+#include "tessera/parallel/vocab_parallel.h"
 
 using namespace tessera;
 
 namespace {
-void check_close(const Tensor& got, const Tensor& want, const char* what) {
+void check_close(const Tensor& got, const Tensor& want, const std::string& what) {
   CAPTURE(what);
   REQUIRE(got.shape() == want.shape());
   const auto g = got.to_vector(), w = want.to_vector();
@@ -102,4 +103,50 @@ TEST_CASE("tensor parallel: gathered output, split input, scatter/gather round t
   if (n > 1)
     CHECK_THROWS_WITH_AS(parallel::ColumnParallelLinear(&holder, "bad", 8, 8 * n + 1, group),
                          doctest::Contains("do not divide"), Error);
+}
+
+TEST_CASE(
+    "tensor parallel: vocab-parallel embedding and tied-head cross-entropy equal one process") {
+  auto group = parallel::world();
+  const int n = group->size(), r = group->rank();
+  const int64_t vocab = 12, dim = 6;
+  if (vocab % n != 0) return;
+  manual_seed(21);
+  nn::Module holder;
+  nn::Embedding whole(&holder, "whole", vocab, dim);
+  parallel::VocabParallelEmbedding tp(&holder, "tp", vocab, dim, group);
+  tp.load_from_full(whole.weight);
+  const Tensor ids = from_vector(std::vector<int64_t>{0, 11, 5, 6, 3, 3, 9, 1}, {2, 4});
+  // Ignored targets and targets in every rank's range.
+  const Tensor targets = from_vector(std::vector<int64_t>{1, -100, 7, 11, 0, 4, -100, 8}, {2, 4});
+  Tensor proj = randn({dim, dim}).requires_grad_(true);  // between the embedding and the head
+
+  // One process: embedding -> tanh(x proj) -> tied head -> cross-entropy.
+  const Tensor ha = tanh(matmul(whole(ids), proj));
+  const Tensor la = cross_entropy(linear(ha, whole.weight), targets);
+  la.backward();
+  const Tensor proj_grad = proj.grad().clone();
+  proj.set_grad(Tensor());
+  // N ranks: the same through the vocabulary-parallel pair (only this rank's logit columns).
+  const Tensor hb = tanh(matmul(tp(ids), proj));
+  check_close(hb, ha.detach(), "embedding output");
+  const Tensor lb = parallel::vocab_parallel_cross_entropy(parallel::vocab_parallel_logits(hb, tp),
+                                                           targets, *group);
+  check_close(lb, la.detach(), "loss");
+  lb.backward();
+  const int64_t per = vocab / n;
+  check_close(tp.weight.grad(), whole.weight.grad().narrow(0, r * per, per),
+              "tied weight gradient (lookup + head)");
+  check_close(proj.grad(), proj_grad, "gradient before the head (all-reduced by the head)");
+  // All targets ignored: NaN loss and zero gradients, as torch.
+  const Tensor none = full({2, 4}, -100, DType::Int64);
+  Tensor logits = randn({2, 4, per}).requires_grad_(true);
+  const Tensor l0 = parallel::vocab_parallel_cross_entropy(logits, none, *group);
+  CHECK(std::isnan(l0.item()));
+  l0.backward();
+  CHECK(amax(abs(logits.grad())).item() == 0.0);
+  if (n > 1)
+    CHECK_THROWS_WITH_AS(
+        parallel::VocabParallelEmbedding(&holder, "bad", vocab * n + 1, dim, group),
+        doctest::Contains("pad the vocabulary to a multiple of"), Error);
 }

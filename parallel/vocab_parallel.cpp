@@ -1,0 +1,123 @@
+// Megatron's VocabParallelEmbedding and vocab_parallel_cross_entropy.
+#include "tessera/parallel/vocab_parallel.h"
+
+#include <any>
+#include <limits>
+
+#include "tessera/autograd/function.h"
+#include "tessera/grad_mode.h"
+#include "tessera/ops.h"
+#include "tessera/parallel/tensor_parallel.h"
+
+namespace tessera::parallel {
+
+namespace {
+
+// ids in [start, start + n), as a bool tensor.
+Tensor in_range(const Tensor& ids, int64_t start, int64_t n) {
+  const Tensor lo = ge(ids, scalar_tensor(static_cast<double>(start), DType::Int64, ids.device()));
+  const Tensor hi =
+      lt(ids, scalar_tensor(static_cast<double>(start + n), DType::Int64, ids.device()));
+  return where(lo, hi, lo);  // lo && hi
+}
+
+// ids - start where `inside`, else 0 (a valid local row whose result is then masked).
+Tensor local_ids(const Tensor& ids, const Tensor& inside, int64_t start) {
+  const Tensor shifted =
+      ids - scalar_tensor(static_cast<double>(start), DType::Int64, ids.device());
+  return where(inside, shifted, zeros_like(ids));
+}
+
+Tensor all_reduced(Tensor t, ProcessGroup& group, ReduceOp op) {
+  t = t.contiguous();
+  group.all_reduce(t, op);
+  return t;
+}
+
+}  // namespace
+
+VocabParallelEmbedding::VocabParallelEmbedding(nn::Module* parent, const std::string& name,
+                                               int64_t num_embeddings, int64_t dim,
+                                               std::shared_ptr<ProcessGroup> group)
+    : UnaryModule(parent, name),
+      num_embeddings(num_embeddings),
+      dim(dim),
+      group_(std::move(group)) {
+  TS_CHECK(group_, "VocabParallelEmbedding '", name, "': no process group");
+  TS_CHECK(num_embeddings % group_->size() == 0, "VocabParallelEmbedding '", name,
+           "': ", num_embeddings, " rows (the vocabulary) do not divide among ", group_->size(),
+           " ranks; pad the vocabulary to a multiple of ", group_->size());
+  vocab_per_rank = num_embeddings / group_->size();
+  vocab_start = group_->rank() * vocab_per_rank;
+  register_parameter("weight", &weight, zeros({vocab_per_rank, dim}));
+}
+
+void VocabParallelEmbedding::load_from_full(const Tensor& w) {
+  TS_CHECK(w.shape() == Shape({num_embeddings, dim}), "VocabParallelEmbedding '", name(),
+           "': the whole weight must be [", num_embeddings, ", ", dim, "], got ", w.describe());
+  NoGradGuard no_grad;
+  weight.copy_(w.narrow(0, vocab_start, vocab_per_rank));
+}
+
+Tensor VocabParallelEmbedding::forward(const Tensor& ids) {
+  nn::ModuleScope scope(*this);
+  const Tensor inside = in_range(ids, vocab_start, vocab_per_rank);
+  const Tensor rows = embedding(weight, local_ids(ids, inside, vocab_start));
+  const Tensor outside = eq(inside, zeros_like(inside)).unsqueeze(-1);
+  return reduce_from_tensor_parallel_region(masked_fill(rows, outside, 0.0), *group_);
+}
+
+Tensor vocab_parallel_logits(const Tensor& hidden, const VocabParallelEmbedding& embedding) {
+  return linear(copy_to_tensor_parallel_region(hidden, embedding.group()), embedding.weight);
+}
+
+Tensor vocab_parallel_cross_entropy(const Tensor& local_logits, const Tensor& targets,
+                                    ProcessGroup& group, int64_t ignore_index) {
+  const int64_t v = local_logits.shape().back();
+  TS_CHECK(targets.numel() * v == local_logits.numel(), "vocab_parallel_cross_entropy: logits ",
+           local_logits.describe(), " and targets ", targets.describe(), " do not match");
+  const int64_t start = group.rank() * v;
+  using autograd::FunctionContext;
+  return autograd::CustomFunction::apply(
+      {local_logits},
+      [&group, targets, v, start, ignore_index](FunctionContext& ctx,
+                                                const std::vector<Tensor>& in) {
+        NoGradGuard no_grad;
+        const int64_t rows = targets.numel();
+        const Tensor x = in[0].reshape({rows, v});
+        const Tensor shifted = x - all_reduced(amax(x, {1}, true), group, ReduceOp::Max);
+        const Tensor e = exp(shifted);
+        const Tensor sum_exp = all_reduced(sum(e, {1}, true), group, ReduceOp::Sum);
+        const Tensor t = targets.reshape({rows});
+        const Tensor valid =
+            ne(t, scalar_tensor(static_cast<double>(ignore_index), DType::Int64, t.device()));
+        const Tensor mine = where(valid, in_range(t, start, v), valid);
+        const Tensor columns = arange(0, static_cast<double>(v), 1, DType::Int64, t.device());
+        const Tensor onehot =
+            where(mine.unsqueeze(1),
+                  eq(columns.unsqueeze(0), local_ids(t, mine, start).unsqueeze(1)),
+                  mine.unsqueeze(1))
+                .to(x.dtype());
+        const Tensor target_logit =
+            all_reduced(sum(shifted * onehot, {1}, true), group, ReduceOp::Sum);
+        const Tensor weight = valid.to(x.dtype()).unsqueeze(1);
+        const double count = sum(valid.to(DType::Float64)).item();
+        const Tensor token_loss = (log(sum_exp) - target_logit) * weight;
+        ctx.save_for_backward({e / sum_exp, onehot, weight});
+        ctx.data["count"] = count;
+        const double total = sum(token_loss.to(DType::Float64)).item();
+        const double loss = count > 0 ? total / count : std::numeric_limits<double>::quiet_NaN();
+        return std::vector<Tensor>{scalar_tensor(loss, x.dtype(), x.device())};
+      },
+      [shape = local_logits.shape()](FunctionContext& ctx, const std::vector<Tensor>& g) {
+        NoGradGuard no_grad;
+        const auto& s = ctx.saved();
+        const double count = std::any_cast<double>(ctx.data.at("count"));
+        if (count == 0) return std::vector<Tensor>{zeros_like(s[0]).reshape(shape)};
+        const Tensor grad = (s[0] - s[1]) * s[2] * (g[0] / count);
+        return std::vector<Tensor>{grad.reshape(shape)};
+      },
+      "VocabParallelCrossEntropy")[0];
+}
+
+}  // namespace tessera::parallel
