@@ -5,6 +5,7 @@
 #include "tessera/autograd/function.h"
 #include "tessera/grad_mode.h"
 #include "tessera/ops.h"
+#include "tessera/parallel/sequence_parallel.h"
 
 namespace tessera::parallel {
 
@@ -79,13 +80,16 @@ Tensor gather_from_tensor_parallel_region(const Tensor& x, ProcessGroup& group) 
 
 ColumnParallelLinear::ColumnParallelLinear(nn::Module* parent, const std::string& name, int64_t in,
                                            int64_t out, std::shared_ptr<ProcessGroup> group,
-                                           bool gather_output, bool bias)
+                                           bool gather_output, bool bias, bool sequence_parallel)
     : UnaryModule(parent, name),
       in_features(in),
       out_features(out),
       gather_output(gather_output),
+      sequence_parallel(sequence_parallel),
       group_(std::move(group)) {
   TS_CHECK(group_, "ColumnParallelLinear '", name, "': no process group");
+  TS_CHECK(!(gather_output && sequence_parallel), "ColumnParallelLinear '", name,
+           "': gather_output and sequence_parallel exclude each other");
   TS_CHECK(out % group_->size() == 0, "ColumnParallelLinear '", name, "': ", out,
            " output features do not divide among ", group_->size(), " ranks");
   out_per_rank = out / group_->size();
@@ -105,19 +109,24 @@ void ColumnParallelLinear::load_from_full(const Tensor& w, const Tensor& b) {
 
 Tensor ColumnParallelLinear::forward(const Tensor& x) {
   nn::ModuleScope scope(*this);
-  const Tensor y = linear(copy_to_tensor_parallel_region(x, *group_), weight, bias);
+  const Tensor in = sequence_parallel ? gather_from_sequence_parallel_region(x, *group_)
+                                      : copy_to_tensor_parallel_region(x, *group_);
+  const Tensor y = linear(in, weight, bias);
   return gather_output ? gather_from_tensor_parallel_region(y, *group_) : y;
 }
 
 RowParallelLinear::RowParallelLinear(nn::Module* parent, const std::string& name, int64_t in,
                                      int64_t out, std::shared_ptr<ProcessGroup> group,
-                                     bool input_is_parallel, bool bias)
+                                     bool input_is_parallel, bool bias, bool sequence_parallel)
     : UnaryModule(parent, name),
       in_features(in),
       out_features(out),
       input_is_parallel(input_is_parallel),
+      sequence_parallel(sequence_parallel),
       group_(std::move(group)) {
   TS_CHECK(group_, "RowParallelLinear '", name, "': no process group");
+  TS_CHECK(input_is_parallel || !sequence_parallel, "RowParallelLinear '", name,
+           "': sequence_parallel needs input_is_parallel (a column-parallel layer's output)");
   TS_CHECK(in % group_->size() == 0, "RowParallelLinear '", name, "': ", in,
            " input features do not divide among ", group_->size(), " ranks");
   in_per_rank = in / group_->size();
@@ -137,7 +146,9 @@ void RowParallelLinear::load_from_full(const Tensor& w, const Tensor& b) {
 Tensor RowParallelLinear::forward(const Tensor& x) {
   nn::ModuleScope scope(*this);
   const Tensor xin = input_is_parallel ? x : scatter_to_tensor_parallel_region(x, *group_);
-  const Tensor y = reduce_from_tensor_parallel_region(linear(xin, weight), *group_);
+  const Tensor partial = linear(xin, weight);
+  const Tensor y = sequence_parallel ? reduce_scatter_to_sequence_parallel_region(partial, *group_)
+                                     : reduce_from_tensor_parallel_region(partial, *group_);
   return bias.defined() ? y + bias : y;
 }
 

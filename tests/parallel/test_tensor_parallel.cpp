@@ -5,9 +5,11 @@
 
 #include <cmath>
 
+#include "tessera/grad_mode.h"
 #include "tessera/nn/layers.h"
 #include "tessera/ops.h"
 #include "tessera/parallel/process_group.h"
+#include "tessera/parallel/sequence_parallel.h"
 #include "tessera/parallel/tensor_parallel.h"
 #include "tessera/parallel/vocab_parallel.h"
 
@@ -149,4 +151,66 @@ TEST_CASE(
     CHECK_THROWS_WITH_AS(
         parallel::VocabParallelEmbedding(&holder, "bad", vocab * n + 1, dim, group),
         doctest::Contains("pad the vocabulary to a multiple of"), Error);
+}
+
+TEST_CASE("sequence parallel: a pre-LayerNorm MLP block on sequence shards equals one process") {
+  // x -> LayerNorm -> column (all-gathers the sequence) -> GELU -> row (reduce-scatters it)
+  // -> + x, with everything outside the two GEMMs on 1/N of the sequence.
+  auto group = parallel::world();
+  const int n = group->size(), r = group->rank();
+  const int64_t B = 2, T = 12, C = 8, H = 16;
+  if (T % n != 0 || H % n != 0) return;
+  manual_seed(31);
+  nn::Module holder;
+  nn::LayerNorm ln_whole(&holder, "ln_whole", C);
+  nn::Linear fc1(&holder, "fc1", C, H), fc2(&holder, "fc2", H, C);
+  nn::LayerNorm ln(&holder, "ln", C);
+  {
+    NoGradGuard no_grad;  // a LayerNorm that is not the identity
+    ln_whole.weight.copy_(randn({C}) * 0.3 + 1.0);
+    ln_whole.bias.copy_(randn({C}) * 0.1);
+    ln.weight.copy_(ln_whole.weight);
+    ln.bias.copy_(ln_whole.bias);
+  }
+  parallel::ColumnParallelLinear col(&holder, "col", C, H, group, /*gather_output=*/false,
+                                     /*bias=*/true, /*sequence_parallel=*/true);
+  parallel::RowParallelLinear row(&holder, "row", H, C, group, /*input_is_parallel=*/true,
+                                  /*bias=*/true, /*sequence_parallel=*/true);
+  col.load_from_full(fc1.weight, fc1.bias);
+  row.load_from_full(fc2.weight, fc2.bias);
+  const Tensor x0 = randn({B, T, C}), v = randn({B, T, C});
+
+  Tensor xa = x0.clone().requires_grad_(true);
+  const Tensor ya = fc2(gelu(fc1(ln_whole(xa)))) + xa;
+  sum(ya * v).backward();
+
+  Tensor xb = x0.clone().requires_grad_(true);
+  const Tensor shard = parallel::scatter_to_sequence_parallel_region(xb, *group);
+  const int64_t t = T / n;
+  CHECK(shard.shape() == Shape{B, t, C});
+  const Tensor yb = row(gelu(col(ln(shard)))) + shard;  // this rank's chunk of the sequence
+  check_close(yb, ya.detach().narrow(1, r * t, t), "output chunk");
+  sum(yb * v.narrow(1, r * t, t)).backward();
+  check_close(xb.grad(), xa.grad(), "input gradient (all-gathered)");
+  const int64_t h = H / n;
+  check_close(col.weight.grad(), fc1.weight.grad().narrow(0, r * h, h), "column weight");
+  check_close(row.weight.grad(), fc2.weight.grad().narrow(1, r * h, h), "row weight");
+  // Replicated parameters applied to sequence shards: partial gradients, summed over ranks.
+  parallel::allreduce_sequence_parallel_grads({ln.weight, ln.bias, row.bias}, *group);
+  check_close(ln.weight.grad(), ln_whole.weight.grad(), "LayerNorm weight");
+  check_close(ln.bias.grad(), ln_whole.bias.grad(), "LayerNorm bias");
+  check_close(row.bias.grad(), fc2.bias.grad(), "row bias");
+  // Round trips and their gradients.
+  Tensor s = randn({2, T, 3}).requires_grad_(true);
+  const Tensor back = parallel::gather_from_sequence_parallel_region(
+      parallel::scatter_to_sequence_parallel_region(s, *group), *group);
+  check_close(back, s, "scatter then gather along the sequence");
+  if (n > 1) {
+    CHECK_THROWS_WITH_AS(
+        parallel::scatter_to_sequence_parallel_region(randn({2, T + 1, 3}), *group),
+        doctest::Contains("does not divide"), Error);
+    CHECK_THROWS_WITH_AS(
+        parallel::RowParallelLinear(&holder, "bad", H, C, group, false, true, true),
+        doctest::Contains("needs input_is_parallel"), Error);
+  }
 }

@@ -22,19 +22,21 @@ Tensor gather_from_tensor_parallel_region(const Tensor& x, ProcessGroup& group);
 
 // Y = X A^T + b with A's output rows split across the group: this rank holds rows
 // [r * out/N, (r + 1) * out/N) of A and of b. gather_output: every rank gets all of Y;
-// otherwise its slice (to feed a RowParallelLinear).
+// otherwise its slice (to feed a RowParallelLinear). sequence_parallel: X is this rank's
+// chunk of the sequence (dim 1), all-gathered before the GEMM (sequence_parallel.h); not with
+// gather_output.
 class ColumnParallelLinear : public nn::UnaryModule {
  public:
   ColumnParallelLinear(nn::Module* parent, const std::string& name, int64_t in, int64_t out,
                        std::shared_ptr<ProcessGroup> group, bool gather_output = true,
-                       bool bias = true);
+                       bool bias = true, bool sequence_parallel = false);
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "ColumnParallelLinear"; }
   // Takes this rank's rows of a whole layer's weight [out, in] and bias [out].
   void load_from_full(const Tensor& weight, const Tensor& bias = {});
   Tensor weight, bias;
   int64_t in_features, out_features, out_per_rank;
-  bool gather_output;
+  bool gather_output, sequence_parallel;
 
  private:
   std::shared_ptr<ProcessGroup> group_;
@@ -43,18 +45,20 @@ class ColumnParallelLinear : public nn::UnaryModule {
 // Y = X A^T + b with A's input columns split: this rank holds columns
 // [r * in/N, (r + 1) * in/N). input_is_parallel: X is already this rank's slice (a column-
 // parallel layer's output); otherwise it is split here. The partial products are all-reduced
-// and the whole bias added once.
+// and the whole bias added once. sequence_parallel: the partial products are reduce-scattered
+// over the sequence (dim 1) instead, each rank getting its chunk (needs input_is_parallel);
+// the bias's gradient is then partial on each rank (allreduce_sequence_parallel_grads).
 class RowParallelLinear : public nn::UnaryModule {
  public:
   RowParallelLinear(nn::Module* parent, const std::string& name, int64_t in, int64_t out,
                     std::shared_ptr<ProcessGroup> group, bool input_is_parallel = false,
-                    bool bias = true);
+                    bool bias = true, bool sequence_parallel = false);
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "RowParallelLinear"; }
   void load_from_full(const Tensor& weight, const Tensor& bias = {});
   Tensor weight, bias;
   int64_t in_features, out_features, in_per_rank;
-  bool input_is_parallel;
+  bool input_is_parallel, sequence_parallel;
 
  private:
   std::shared_ptr<ProcessGroup> group_;
