@@ -93,13 +93,13 @@ Tensor vocab_parallel_cross_entropy(const Tensor& local_logits, const Tensor& ta
             ne(t, scalar_tensor(static_cast<double>(ignore_index), DType::Int64, t.device()));
         const Tensor mine = where(valid, in_range(t, start, v), valid);
         const Tensor columns = arange(0, static_cast<double>(v), 1, DType::Int64, t.device());
-        const Tensor onehot =
-            where(mine.unsqueeze(1),
-                  eq(columns.unsqueeze(0), local_ids(t, mine, start).unsqueeze(1)),
-                  mine.unsqueeze(1))
-                .to(x.dtype());
-        const Tensor target_logit =
-            all_reduced(sum(shifted * onehot, {1}, true), group, ReduceOp::Sum);
+        const Tensor hit = where(mine.unsqueeze(1),
+                                 eq(columns.unsqueeze(0), local_ids(t, mine, start).unsqueeze(1)),
+                                 mine.unsqueeze(1));
+        const Tensor onehot = hit.to(x.dtype());
+        // (where, not a product: a masked column's -inf times 0 would be NaN)
+        const Tensor target_logit = all_reduced(
+            sum(where(hit, shifted, zeros_like(shifted)), {1}, true), group, ReduceOp::Sum);
         const Tensor weight = valid.to(x.dtype()).unsqueeze(1);
         const double count = sum(valid.to(DType::Float64)).item();
         const Tensor token_loss = (log(sum_exp) - target_logit) * weight;

@@ -1,0 +1,94 @@
+// GPT-2 with Megatron-LM's tensor parallelism over a process group of N ranks: each rank
+// holds n_head/N attention heads (c_attn column-parallel over its heads' q, k and v rows,
+// c_proj row-parallel), 1/N of the MLP (c_fc column-, c_proj row-parallel) and 1/N of the
+// vocabulary (a vocabulary-parallel embedding tied to the LM head, whose loss is
+// parallel::vocab_parallel_cross_entropy: no rank holds the whole logits). LayerNorms and
+// the position embedding are replicated. Every dropout sits outside the parallel regions, on
+// activations every rank holds whole, so each rank draws the mask one process draws: the
+// model reproduces GPT2LMHeadModel's loss and gradients, dropout included.
+//
+//   GPT2TensorParallelLMHeadModel tp(config, tp_group);
+//   tp.load_from_whole(whole);   // this rank's shard of a GPT2LMHeadModel (e.g. from HF)
+//
+// A vocabulary that does not divide among the ranks is padded to a multiple of N (as
+// Megatron does) with rows whose logits are excluded from the loss; the constructor says so.
+// Parameter names are GPT2LMHeadModel's, each holding this rank's shard.
+#pragma once
+#include <memory>
+
+#include "tessera/models/gpt2.h"
+#include "tessera/parallel/tensor_parallel.h"
+#include "tessera/parallel/vocab_parallel.h"
+#include "tessera/rng.h"
+
+namespace tessera::models {
+
+class TPGPT2Attention : public nn::Module {
+ public:
+  TPGPT2Attention(Module* parent, const std::string& name, const GPT2Config& c,
+                  std::shared_ptr<parallel::ProcessGroup> group);
+  Tensor forward(const Tensor& x);
+  parallel::ColumnParallelLinear c_attn;  // [3 C/N, C]: this rank's q, k, v rows
+  parallel::RowParallelLinear c_proj;
+  nn::Dropout resid_dropout;
+  int64_t local_heads;
+};
+
+class TPGPT2MLP : public nn::Module {
+ public:
+  TPGPT2MLP(Module* parent, const std::string& name, const GPT2Config& c,
+            std::shared_ptr<parallel::ProcessGroup> group);
+  Tensor forward(const Tensor& x);
+  parallel::ColumnParallelLinear c_fc;
+  parallel::RowParallelLinear c_proj;
+  nn::Dropout dropout;
+  GeluApprox activation;
+};
+
+class TPGPT2Block : public nn::Module {
+ public:
+  TPGPT2Block(Module* parent, const std::string& name, const GPT2Config& c,
+              std::shared_ptr<parallel::ProcessGroup> group);
+  Tensor forward(const Tensor& x);
+  nn::LayerNorm ln_1;
+  TPGPT2Attention attn;
+  nn::LayerNorm ln_2;
+  TPGPT2MLP mlp;
+};
+
+class TPGPT2Model : public nn::Module {
+ public:
+  TPGPT2Model(Module* parent, const std::string& name, const GPT2Config& c,
+              std::shared_ptr<parallel::ProcessGroup> group);
+  Tensor forward(const Tensor& input_ids);  // hidden states [B, T, C], whole on every rank
+  parallel::VocabParallelEmbedding wte;
+  nn::Embedding wpe;
+  nn::Dropout drop;
+  nn::ModuleList h;
+  nn::LayerNorm ln_f;
+  GPT2Config config;
+};
+
+class GPT2TensorParallelLMHeadModel : public nn::LossModel<Batch> {
+ public:
+  GPT2TensorParallelLMHeadModel(const GPT2Config& c, std::shared_ptr<parallel::ProcessGroup> group);
+  std::string type_name() const override { return "GPT2TensorParallelLMHeadModel"; }
+  std::string config_json() const override { return config.to_json(); }
+  // This rank's logit columns [B, T, padded_vocab / N] (padding columns are -inf).
+  Tensor local_logits(const Tensor& input_ids);
+  // The mean token loss (or, with target_weight, the sum times it), as GPT2LMHeadModel's.
+  Tensor loss(const Batch& b) override;
+  // Copies this rank's shard of every weight of `whole` (same config).
+  void load_from_whole(GPT2LMHeadModel& whole);
+
+  TPGPT2Model transformer;
+  GPT2Config config;
+  int64_t padded_vocab;
+
+ private:
+  GPT2TensorParallelLMHeadModel(const GPT2Config& c, std::shared_ptr<parallel::ProcessGroup> group,
+                                GeneratorState start);
+  std::shared_ptr<parallel::ProcessGroup> group_;
+};
+
+}  // namespace tessera::models

@@ -1,0 +1,185 @@
+#include "tessera/models/gpt2_tensor_parallel.h"
+
+#include <iostream>
+#include <limits>
+
+#include "tessera/grad_mode.h"
+
+namespace tessera::models {
+
+namespace {
+
+int64_t inner_size(const GPT2Config& c) {
+  return c.n_inner ? c.n_inner : 4 * c.n_embd;
+}
+
+// The config's sizes that must divide among the ranks, checked before any layer is built.
+const GPT2Config& checked(const GPT2Config& c, const parallel::ProcessGroup& g) {
+  c.validate();
+  const int64_t n = g.size();
+  TS_CHECK(c.n_head % n == 0, "GPT-2 tensor parallel: n_head ", c.n_head, " does not divide among ",
+           n, " ranks (each rank holds whole heads)");
+  TS_CHECK(inner_size(c) % n == 0, "GPT-2 tensor parallel: the MLP's ", inner_size(c),
+           " features do not divide among ", n, " ranks");
+  return c;
+}
+
+int64_t padded(int64_t vocab, int64_t n) {
+  return (vocab + n - 1) / n * n;
+}
+
+}  // namespace
+
+TPGPT2Attention::TPGPT2Attention(Module* parent, const std::string& name, const GPT2Config& c,
+                                 std::shared_ptr<parallel::ProcessGroup> g)
+    : Module(parent, name),
+      c_attn(this, "c_attn", c.n_embd, 3 * c.n_embd, g, /*gather_output=*/false, c.bias),
+      c_proj(this, "c_proj", c.n_embd, c.n_embd, g, /*input_is_parallel=*/true, c.bias),
+      resid_dropout(this, "resid_dropout", c.dropout),
+      local_heads(c.n_head / g->size()) {}
+
+Tensor TPGPT2Attention::forward(const Tensor& x) {
+  nn::ModuleScope scope(*this);
+  const Tensor qkv = c_attn(x);  // [B, T, 3 C/N]
+  const auto parts = split(qkv, qkv.size(2) / 3, 2);
+  const Tensor o = scaled_dot_product_attention(nn::split_heads(parts[0], local_heads),
+                                                nn::split_heads(parts[1], local_heads),
+                                                nn::split_heads(parts[2], local_heads), {}, true);
+  return resid_dropout(c_proj(nn::merge_heads(o)));
+}
+
+TPGPT2MLP::TPGPT2MLP(Module* parent, const std::string& name, const GPT2Config& c,
+                     std::shared_ptr<parallel::ProcessGroup> g)
+    : Module(parent, name),
+      c_fc(this, "c_fc", c.n_embd, inner_size(c), g, /*gather_output=*/false, c.bias),
+      c_proj(this, "c_proj", inner_size(c), c.n_embd, g, /*input_is_parallel=*/true, c.bias),
+      dropout(this, "dropout", c.dropout),
+      activation(c.activation) {}
+
+Tensor TPGPT2MLP::forward(const Tensor& x) {
+  nn::ModuleScope scope(*this);
+  return dropout(c_proj(gelu(c_fc(x), activation)));
+}
+
+TPGPT2Block::TPGPT2Block(Module* parent, const std::string& name, const GPT2Config& c,
+                         std::shared_ptr<parallel::ProcessGroup> g)
+    : Module(parent, name),
+      ln_1(this, "ln_1", c.n_embd, c.layer_norm_epsilon, true, c.bias),
+      attn(this, "attn", c, g),
+      ln_2(this, "ln_2", c.n_embd, c.layer_norm_epsilon, true, c.bias),
+      mlp(this, "mlp", c, g) {}
+
+Tensor TPGPT2Block::forward(const Tensor& x) {
+  nn::ModuleScope scope(*this);
+  const Tensor h = x + attn.forward(ln_1(x));
+  return h + mlp.forward(ln_2(h));
+}
+
+TPGPT2Model::TPGPT2Model(Module* parent, const std::string& name, const GPT2Config& c,
+                         std::shared_ptr<parallel::ProcessGroup> g)
+    : Module(parent, name),
+      wte(this, "wte", padded(c.vocab_size, g->size()), c.n_embd, g),
+      wpe(this, "wpe", c.n_positions, c.n_embd),
+      drop(this, "drop", c.dropout),
+      h(this, "h"),
+      ln_f(this, "ln_f", c.n_embd, c.layer_norm_epsilon, true, c.bias),
+      config(c) {
+  for (int64_t i = 0; i < c.n_layer; ++i) h.emplace_back<TPGPT2Block>(c, g);
+}
+
+Tensor TPGPT2Model::forward(const Tensor& input_ids) {
+  nn::ModuleScope scope(*this);
+  TS_CHECK(input_ids.dim() == 2, "GPT-2: input_ids must be [batch, time], got ",
+           input_ids.describe());
+  const int64_t T = input_ids.size(1);
+  TS_CHECK(T <= config.n_positions, "GPT-2: sequence of ", T,
+           " tokens exceeds the model's n_positions = ", config.n_positions);
+  const Tensor pos = arange(0, static_cast<double>(T), 1, DType::Int64, input_ids.device());
+  Tensor x = drop(wte(input_ids) + wpe(pos));
+  for (size_t i = 0; i < h.size(); ++i) x = h.at<TPGPT2Block>(i).forward(x);
+  return ln_f(x);
+}
+
+GPT2TensorParallelLMHeadModel::GPT2TensorParallelLMHeadModel(
+    const GPT2Config& c, std::shared_ptr<parallel::ProcessGroup> group)
+    : GPT2TensorParallelLMHeadModel(c, std::move(group), default_generator().state()) {}
+
+GPT2TensorParallelLMHeadModel::GPT2TensorParallelLMHeadModel(
+    const GPT2Config& c, std::shared_ptr<parallel::ProcessGroup> group, GeneratorState start)
+    : transformer(this, "transformer", checked(c, *group), group),
+      config(c),
+      padded_vocab(padded(c.vocab_size, group->size())),
+      group_(std::move(group)) {
+  if (padded_vocab != c.vocab_size && group_->rank() == 0)
+    std::cerr << "GPT-2 tensor parallel: vocab_size " << c.vocab_size << " padded to "
+              << padded_vocab << " (a multiple of " << group_->size()
+              << " ranks); the padding rows are left out of the loss\n";
+  // The whole model's initialisation, drawn from the default generator as it was before this
+  // model's layers were built (as GPT2LMHeadModel(c) would draw it), sharded: a TP run
+  // starts where one process does, and the generator is left where that process leaves it.
+  default_generator().set_state(start);
+  GPT2LMHeadModel whole(c);
+  load_from_whole(whole);
+}
+
+Tensor GPT2TensorParallelLMHeadModel::local_logits(const Tensor& input_ids) {
+  nn::ModuleScope scope(*this);
+  Tensor logits = parallel::vocab_parallel_logits(transformer.forward(input_ids), transformer.wte);
+  const int64_t start = transformer.wte.vocab_start, n = transformer.wte.vocab_per_rank;
+  if (start + n > config.vocab_size) {  // this rank holds padding columns
+    const Tensor columns = arange(static_cast<double>(start), static_cast<double>(start + n), 1,
+                                  DType::Int64, logits.device());
+    const Tensor pad = ge(columns, scalar_tensor(static_cast<double>(config.vocab_size),
+                                                 DType::Int64, logits.device()));
+    logits = masked_fill(logits, pad, -std::numeric_limits<double>::infinity());
+  }
+  return logits;
+}
+
+Tensor GPT2TensorParallelLMHeadModel::loss(const Batch& b) {
+  nn::ModuleScope scope(*this);
+  TS_CHECK(b.targets.defined(), "GPT-2 loss: the batch has no targets");
+  TS_CHECK(b.targets.shape() == b.input_ids.shape(), "GPT-2 loss: targets ", b.targets.describe(),
+           " must match input_ids ", b.input_ids.describe());
+  const Tensor lg = local_logits(b.input_ids);
+  const Tensor targets = b.targets.reshape({-1});
+  const Tensor mean = parallel::vocab_parallel_cross_entropy(
+      lg.view({-1, transformer.wte.vocab_per_rank}), targets, *group_, -100);
+  if (b.target_weight == 0.0) return mean;
+  const double count = b.loss_terms();
+  return count == 0 ? mean * 0.0 : mean * (count * b.target_weight);
+}
+
+void GPT2TensorParallelLMHeadModel::load_from_whole(GPT2LMHeadModel& whole) {
+  TS_CHECK(whole.config.to_json() == config.to_json(),
+           "GPT-2 tensor parallel: load_from_whole needs a model of the same config");
+  NoGradGuard no_grad;
+  auto& w = whole.transformer;
+  auto& t = transformer;
+  const int64_t C = config.n_embd, n = group_->size(), r = group_->rank(), cn = C / n;
+  Tensor wte = w.wte.weight;
+  if (padded_vocab != config.vocab_size)
+    wte = cat({wte, zeros({padded_vocab - config.vocab_size, C}, wte.dtype(), wte.device())}, 0);
+  t.wte.load_from_full(wte);
+  t.wpe.weight.copy_(w.wpe.weight);
+  t.ln_f.load_state_dict(w.ln_f.state_dict());
+  // c_attn's rows are [q | k | v], each C rows of n_head heads: this rank's heads of each.
+  auto qkv_rows = [&](const Tensor& whole_t) {
+    return cat({whole_t.narrow(0, r * cn, cn), whole_t.narrow(0, C + r * cn, cn),
+                whole_t.narrow(0, 2 * C + r * cn, cn)},
+               0);
+  };
+  for (size_t i = 0; i < t.h.size(); ++i) {
+    auto& wb = w.h.at<GPT2Block>(i);
+    auto& tb = t.h.at<TPGPT2Block>(i);
+    tb.ln_1.load_state_dict(wb.ln_1.state_dict());
+    tb.ln_2.load_state_dict(wb.ln_2.state_dict());
+    tb.attn.c_attn.weight.copy_(qkv_rows(wb.attn.c_attn.weight));
+    if (tb.attn.c_attn.bias.defined()) tb.attn.c_attn.bias.copy_(qkv_rows(wb.attn.c_attn.bias));
+    tb.attn.c_proj.load_from_full(wb.attn.c_proj.weight, wb.attn.c_proj.bias);
+    tb.mlp.c_fc.load_from_full(wb.mlp.c_fc.weight, wb.mlp.c_fc.bias);
+    tb.mlp.c_proj.load_from_full(wb.mlp.c_proj.weight, wb.mlp.c_proj.bias);
+  }
+}
+
+}  // namespace tessera::models

@@ -1,0 +1,127 @@
+// GPT-2 in tensor parallel on N ranks (this suite runs alone and under mpirun -np 2 and 4)
+// reproduces GPT2LMHeadModel on one process, dropout on and a padded vocabulary included:
+// the loss and every gradient (each rank's shard of the whole model's), then three SGD steps'
+// losses and the weights they reach, all to 1e-6 relative (the tensor's norm).
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "tessera/grad_mode.h"
+#include "tessera/models/gpt2_tensor_parallel.h"
+#include "tessera/ops.h"
+#include "tessera/parallel/process_group.h"
+
+using namespace tessera;
+
+namespace {
+
+// ||got - want|| / ||want|| (Frobenius): the relative error of the tensor as a whole.
+double rel_diff(const Tensor& got, const Tensor& want) {
+  REQUIRE(got.shape() == want.shape());
+  const auto g = got.to_vector(), w = want.to_vector();
+  double err = 0, norm = 1e-300;
+  for (size_t i = 0; i < g.size(); ++i) {
+    err += (g[i] - w[i]) * (g[i] - w[i]);
+    norm += w[i] * w[i];
+  }
+  return std::sqrt(err / norm);
+}
+
+// The whole gradient's part this rank's shard of `name` holds.
+Tensor shard_of(const std::string& name, const Tensor& whole, int64_t C, int64_t n, int64_t r,
+                int64_t padded_vocab) {
+  auto has = [&](const char* s) { return name.find(s) != std::string::npos; };
+  const int64_t cn = C / n;
+  if (has("wte.")) {
+    const int64_t per = padded_vocab / n;
+    Tensor padded = cat({whole, zeros({padded_vocab - whole.size(0), C})}, 0);
+    return padded.narrow(0, r * per, per);
+  }
+  if (has("c_attn."))
+    return cat({whole.narrow(0, r * cn, cn), whole.narrow(0, C + r * cn, cn),
+                whole.narrow(0, 2 * C + r * cn, cn)},
+               0);
+  if (has("mlp.c_fc.")) {
+    const int64_t per = whole.size(0) / n;
+    return whole.narrow(0, r * per, per);
+  }
+  if (has("c_proj.weight")) {
+    const int64_t per = whole.size(1) / n;
+    return whole.narrow(1, r * per, per);
+  }
+  return whole;  // replicated: LayerNorms, wpe, row-parallel biases
+}
+
+}  // namespace
+
+TEST_CASE("GPT-2 tensor parallel reproduces one process (dropout, padded vocabulary, SGD steps)") {
+  auto group = parallel::world();
+  const int64_t n = group->size(), r = group->rank();
+  for (int64_t vocab : {96, 97}) {
+    CAPTURE(vocab);
+    models::GPT2Config c = models::GPT2Config::named("tiny");  // 4 heads, C 32
+    c.vocab_size = vocab;
+    c.dropout = 0.1;
+    if (c.n_head % n != 0) return;
+    manual_seed(5);
+    models::GPT2LMHeadModel whole(c);
+    manual_seed(5);
+    models::GPT2TensorParallelLMHeadModel tp(c, group);  // the same initialisation, sharded
+    CHECK(tp.padded_vocab % n == 0);
+    CHECK(tp.padded_vocab - vocab < n);
+
+    std::vector<int64_t> ids, targets;
+    for (int64_t i = 0; i < 32; ++i)
+      ids.push_back((i * 37 + 11) % vocab), targets.push_back((i * 53 + 5) % vocab);
+    models::Batch b;
+    b.input_ids = from_vector(ids, {2, 16});
+    b.targets = from_vector(targets, {2, 16});
+    {
+      NoGradGuard no_grad;
+      b.targets.select(1, 3).fill_(-100);  // ignored targets
+      b.input_ids.select(1, 0).fill_(
+          static_cast<double>(vocab - 1));  // the last (padded) rank's row
+    }
+    auto whole_params = whole.named_parameters();
+    auto tp_params = tp.named_parameters();
+    REQUIRE(whole_params.size() == tp_params.size());
+    for (int step = 0; step < 3; ++step) {
+      CAPTURE(step);
+      manual_seed(100 + step);  // the same dropout masks on both
+      const Tensor la = whole.loss(b);
+      manual_seed(100 + step);
+      const Tensor lb = tp.loss(b);
+      CHECK(rel_diff(lb, la.detach()) < 1e-6);
+      whole.zero_grad();
+      tp.zero_grad();
+      la.backward();
+      lb.backward();
+      // Every gradient on the same weights; after the SGD steps, the losses and (below) the
+      // weights, which carry the steps' float32 rounding differences.
+      for (size_t i = 0; i < whole_params.size() && step == 0; ++i) {
+        const auto& [name, wt] = whole_params[i];
+        CAPTURE(name);
+        REQUIRE(name == tp_params[i].first);
+        const Tensor want = shard_of(name, wt->grad(), c.n_embd, n, r, tp.padded_vocab);
+        CHECK(rel_diff(tp_params[i].second->grad(), want) < 1e-6);
+      }
+      NoGradGuard no_grad;  // plain SGD on both
+      for (auto& [name, t] : whole_params) t->add_(t->grad(), -0.5);
+      for (auto& [name, t] : tp_params) t->add_(t->grad(), -0.5);
+    }
+    for (size_t i = 0; i < whole_params.size(); ++i) {
+      const auto& [name, wt] = whole_params[i];
+      CAPTURE(name);
+      const Tensor want = shard_of(name, *wt, c.n_embd, n, r, tp.padded_vocab);
+      CHECK(rel_diff(*tp_params[i].second, want) < 1e-6);
+    }
+  }
+  if (n > 1) {
+    models::GPT2Config bad = models::GPT2Config::named("tiny");
+    bad.n_head = 2;
+    bad.n_embd = 32;
+    if (bad.n_head % n != 0)
+      CHECK_THROWS_WITH_AS(models::GPT2TensorParallelLMHeadModel(bad, group),
+                           doctest::Contains("n_head 2 does not divide"), Error);
+  }
+}
