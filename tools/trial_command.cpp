@@ -135,8 +135,9 @@ class BuiltinTrial : public trial::DeepSpeedTrial<Batch> {
   }
   // The tokenizer beside the engine's checkpoint, so `tessera export CKPT --tag model0` works.
   void save(trial::DeepSpeedTrialContext&, const std::string& path) override {
-    for (const auto& [name, text] : tokenizer_files(cfg_, corpus_)) {
-      const fs::path file = fs::path(path) / "model0" / name;
+    for (const auto& entry : tokenizer_files(cfg_, corpus_)) {
+      const std::string& text = entry.second;  // (clang 14: no structured binding in a lambda)
+      const fs::path file = fs::path(path) / "model0" / entry.first;
       fs::create_directories(file.parent_path());
       io::write_file_atomically(file.string(), [&](std::ostream& out) { out << text; });
     }
