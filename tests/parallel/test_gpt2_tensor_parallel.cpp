@@ -99,7 +99,8 @@ TEST_CASE("GPT-2 tensor parallel reproduces one process (dropout, padded vocabul
       // Every gradient on the same weights; after the SGD steps, the losses and (below) the
       // weights, which carry the steps' float32 rounding differences.
       for (size_t i = 0; i < whole_params.size() && step == 0; ++i) {
-        const auto& [name, wt] = whole_params[i];
+        const std::string& name = whole_params[i].first;  // (clang 14: CAPTURE's lambda)
+        const Tensor* wt = whole_params[i].second;
         CAPTURE(name);
         REQUIRE(name == tp_params[i].first);
         const Tensor want = shard_of(name, wt->grad(), c.n_embd, n, r, tp.padded_vocab);
@@ -110,7 +111,8 @@ TEST_CASE("GPT-2 tensor parallel reproduces one process (dropout, padded vocabul
       for (auto& [name, t] : tp_params) t->add_(t->grad(), -0.5);
     }
     for (size_t i = 0; i < whole_params.size(); ++i) {
-      const auto& [name, wt] = whole_params[i];
+      const std::string& name = whole_params[i].first;
+      const Tensor* wt = whole_params[i].second;
       CAPTURE(name);
       const Tensor want = shard_of(name, *wt, c.n_embd, n, r, tp.padded_vocab);
       CHECK(rel_diff(*tp_params[i].second, want) < 1e-6);
