@@ -53,6 +53,10 @@ void Engine::save_checkpoint(const std::string& dir, const std::string& tag_or_d
                              const nlohmann::json& client_state, bool save_latest,
                              const std::map<std::string, std::string>& extra_files) {
   TS_CHECK(!dir.empty(), "save_checkpoint: the directory must be a non-empty path");
+  TS_CHECK(!tp_group_,
+           "save_checkpoint: checkpoints of a tensor-parallel engine "
+           "(tensor_parallel.autotp_size ",
+           tp_group_ ? tp_group_->size() : 1, ") are not built yet");
   const std::string tag =
       tag_or_default.empty() ? "global_step" + std::to_string(global_steps_) : tag_or_default;
   TS_CHECK(tag.find('/') == std::string::npos && tag != "latest" && tag != "." && tag != "..",
@@ -221,6 +225,9 @@ std::string checkpoint_tag_dir(const std::string& dir, const std::string& tag) {
 
 LoadedCheckpoint Engine::load_checkpoint(const std::string& dir, const std::string& tag,
                                          const LoadCheckpointOptions& options) {
+  TS_CHECK(!tp_group_,
+           "load_checkpoint: checkpoints of a tensor-parallel engine are not built "
+           "yet");
   const fs::path d = checkpoint_tag_dir(dir, tag);
   const std::string meta_path = (d / "engine.json").string();
   TS_CHECK(fs::exists(meta_path), "load_checkpoint: '", meta_path,

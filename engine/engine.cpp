@@ -37,21 +37,22 @@ Engine::Engine(nn::Module& model, io::TrainConfig config, InitializeOptions opti
            "initialize: with a client optimizer object its own groups are the parameter groups; "
            "model_parameters goes with the config's optimizer or a factory");
   const bool client_optimizer = options.optimizer || options.optimizer_factory;
-  if (client_optimizer && config_.optimizer.present && group_->rank() == 0)
+  setup_tensor_parallel(options.tensor_parallel_group);  // (before anything that reports)
+  if (client_optimizer && config_.optimizer.present && is_lead())
     std::cerr << "warning: initialize: the client optimizer replaces the config's \"optimizer\" "
                  "section (as in DeepSpeed)\n";
-  if (options.lr_scheduler && !config_.scheduler.type.empty() && group_->rank() == 0)
+  if (options.lr_scheduler && !config_.scheduler.type.empty() && is_lead())
     std::cerr << "warning: initialize: the client lr_scheduler replaces the config's "
                  "\"scheduler\" section (as in DeepSpeed)\n";
   group_->set_timeout(config_.distributed.timeout());
-  monitor_ = std::make_unique<MonitorMaster>(config_, group_->rank());
+  monitor_ = std::make_unique<MonitorMaster>(config_, is_lead() ? 0 : 1);
   if (config_.fp16.enabled) compute_dtype_ = DType::Float16;
   if (config_.bf16) compute_dtype_ = DType::BFloat16;
   TS_CHECK(!model_.named_parameters().empty(), "engine: the model has no parameters");
   const Device device = this->device();
   timers_ = EngineTimers(config_.wall_clock_breakdown,
                          device.is_cuda() ? std::function<void()>(cuda_synchronize) : nullptr);
-  if (config_.flops_profiler.enabled && group_->rank() == 0)
+  if (config_.flops_profiler.enabled && is_lead())
     flops_profiler_ = std::make_unique<nn::FlopsProfiler>(model_);
   // CUDA tensors communicate over NCCL (bootstrapped over the MPI world); CPU ones over MPI.
   // (TESSERA_DIST_BACKEND=nccl uses NCCL on one rank too: a single GPU can test it.)
@@ -152,8 +153,7 @@ bool Engine::is_gradient_accumulation_boundary() const {
 
 void Engine::count_backward(const char* what) {
   // A loop written as "gas backwards, then one step()" would accumulate twice the window.
-  if (backwards_since_step_++ == 1 && !boundary_override_ && !warned_backward_twice_ &&
-      rank() == 0) {
+  if (backwards_since_step_++ == 1 && !boundary_override_ && !warned_backward_twice_ && is_lead()) {
     warned_backward_twice_ = true;
     std::cerr << "warning: " << what << ": a second backward before step() (micro-step "
               << micro_steps_ << "): its gradients add to the same micro-batch. As in "
@@ -325,7 +325,7 @@ StepStats Engine::step(const LrKwargs& lr_kwargs) {
       } else {
         for (auto& [slot, master] : master_) holders.push_back(*slot);
       }
-      st.grad_norm = optim::grad_norm(holders) * unscale;
+      st.grad_norm = global_grad_norm(holders) * unscale;
       global_grad_norm_ = st.grad_norm;
       st.overflow = !std::isfinite(st.grad_norm);
       if (!st.overflow && config_.gradient_clipping > 0)
@@ -372,7 +372,7 @@ StepStats Engine::apply_step(StepStats st) {
       fail("engine.step: global step ", global_steps_, ": ", e.what());
     }
     if (scaler_.dynamic() && scaler_.scale() <= config_.fp16.min_loss_scale && !warned_min_scale_ &&
-        rank() == 0) {
+        is_lead()) {
       warned_min_scale_ = true;
       std::cerr << "warning: engine.step: global step " << global_steps_
                 << ": the fp16 loss scale is down to its minimum (fp16.min_loss_scale = "

@@ -26,7 +26,7 @@ void Engine::report_breakdowns() {
         events.push_back({EngineTimers::event(EngineTimers::Kind(k)), w[k], global_samples()});
     }
     monitor_->write_events(events);
-    if (print_now && rank() == 0) {
+    if (print_now && is_lead()) {
       // DeepSpeed's two lines: the ZeRO optimizer's (allgather, gradients, step), the engine's.
       auto line = [&](int from, int to) {
         std::string text = "time (ms)";

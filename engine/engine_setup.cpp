@@ -1,11 +1,14 @@
 // The engine's set-up from its config: the optimizer and LR schedule DeepSpeed's sections
 // name, parameter groups (the client's, or decay / no-decay by default), the optimizer over
 // them (or over ZeRO's partitions), the data-parallel and ZeRO machinery, and initialize().
+#include <algorithm>
+#include <cmath>
 #include <iostream>
 
 #include "tessera/engine/engine.h"
 #include "tessera/grad_mode.h"
 #include "tessera/ops.h"
+#include "tessera/parallel/tensor_parallel.h"
 
 namespace tessera::engine {
 
@@ -210,6 +213,29 @@ std::unique_ptr<Engine> initialize(nn::Module& model, const io::TrainConfig& con
 std::unique_ptr<Engine> initialize(nn::Module& model, const io::TrainConfig& config,
                                    std::shared_ptr<parallel::ProcessGroup> group) {
   return std::make_unique<Engine>(model, config, std::move(group));
+}
+
+void Engine::setup_tensor_parallel(std::shared_ptr<parallel::ProcessGroup> tp) {
+  if (!tp || tp->size() == 1) return;
+  TS_CHECK(config_.zero.stage == 0, "tensor_parallel.autotp_size ", tp->size(),
+           " with zero_optimization.stage ", config_.zero.stage,
+           ": ZeRO over tensor-parallel shards is not built yet (use stage 0)");
+  tp_group_ = std::move(tp);
+  for (Tensor* t : parallel::tensor_parallel_shards(model_)) tp_shards_.push_back(*t);
+  TS_CHECK(!tp_shards_.empty(), "engine: a tensor-parallel group of ", tp_group_->size(),
+           " ranks was given but the model has no tensor-parallel layers");
+}
+
+double Engine::global_grad_norm(const std::vector<Tensor>& holders) {
+  if (!tp_group_) return optim::grad_norm(holders);
+  std::vector<Tensor> shards, replicated;
+  for (const Tensor& h : holders) {
+    const bool shard = std::any_of(tp_shards_.begin(), tp_shards_.end(),
+                                   [&](const Tensor& s) { return s.same(h); });
+    (shard ? shards : replicated).push_back(h);
+  }
+  const double s = optim::grad_norm(shards), r = optim::grad_norm(replicated);
+  return std::sqrt(tp_group_->all_reduce_scalar(s * s) + r * r);
 }
 
 }  // namespace tessera::engine

@@ -49,7 +49,7 @@ TrainLoop::TrainLoop(Engine& engine, TrainerOptions options)
   TS_CHECK(options_.checkpoint_interval <= 0 || !options_.checkpoint_dir.empty(),
            "trainer: checkpoint_interval ", options_.checkpoint_interval,
            " needs a checkpoint_dir (train.checkpoint_dir)");
-  tty_ = engine_.rank() == 0 && ::isatty(STDERR_FILENO);
+  tty_ = engine_.is_lead() && ::isatty(STDERR_FILENO);
 }
 
 double TrainLoop::train_step(StepStats& stats) {
@@ -116,7 +116,7 @@ TrainResult TrainLoop::fit() {
       r.val_loss = evaluate();
       if (std::isfinite(r.val_loss))
         engine_.write_events({{"Eval/val_loss", r.val_loss, engine_.global_samples()}});
-      if (engine_.rank() == 0 && std::isfinite(r.val_loss))
+      if (engine_.is_lead() && std::isfinite(r.val_loss))
         std::cerr << (tty_ ? "\n" : "") << "step " << r.step << ": val loss " << r.val_loss << "\n";
     }
     if (options_.checkpoint_interval > 0 && r.step % options_.checkpoint_interval == 0)
@@ -135,7 +135,7 @@ TrainResult TrainLoop::fit() {
 
 void TrainLoop::report_step(const TrainResult& r, const StepStats& st) {
   engine_.write_events({{"Train/Samples/train_loss", r.train_loss, engine_.global_samples()}});
-  if (engine_.rank() != 0) return;
+  if (!engine_.is_lead()) return;
   const double samples_s = static_cast<double>(r.steps_run * engine_.config().train_batch_size) /
                            std::max(r.seconds, 1e-9);
   const double rate = options_.tokens_per_sample > 0
@@ -152,7 +152,9 @@ int TrainLoop::agreed_stop_signal() {
   int sig = stop_signal_received();
   if (engine_.world_size() > 1)
     sig = static_cast<int>(engine_.group().all_reduce_scalar(sig, parallel::ReduceOp::Max));
-  if (sig != 0 && engine_.rank() == 0)
+  if (auto* tp = engine_.tensor_parallel_group())  // (data x tensor: the whole job agrees)
+    sig = static_cast<int>(tp->all_reduce_scalar(sig, parallel::ReduceOp::Max));
+  if (sig != 0 && engine_.is_lead())
     std::cerr << (tty_ ? "\n" : "") << "stopping at step " << engine_.global_steps() << " ("
               << (sig == SIGINT    ? "SIGINT"
                   : sig == SIGTERM ? "SIGTERM"
@@ -162,7 +164,7 @@ int TrainLoop::agreed_stop_signal() {
 }
 
 void TrainLoop::finish(TrainResult& r) {
-  const bool lead = engine_.rank() == 0;
+  const bool lead = engine_.is_lead();
   if (r.stop_signal != 0) {
     // The last completed step, where a resumed run continues.
     const std::string& dir =
@@ -207,7 +209,7 @@ void TrainLoop::save(const std::string& dir) {
   if (client_state) state["user"] = client_state();
   engine_.save_checkpoint(dir, tag, state, /*save_latest=*/true,
                           extra_files ? extra_files() : std::map<std::string, std::string>{});
-  if (engine_.rank() != 0) return;
+  if (!engine_.is_lead()) return;
   std::cerr << "checkpoint: " << (fs::path(dir) / tag).string() << "\n";
   if (options_.keep_last > 0 && fs::path(dir) == fs::path(options_.checkpoint_dir))
     remove_old_checkpoints(dir, tag);
@@ -218,11 +220,11 @@ nlohmann::json TrainLoop::resume(const std::string& dir, const std::string& tag)
   const nlohmann::json& cs = loaded.client_state;
   if (cs.is_object() && cs.contains("data"))
     set_data_state(cs["data"]);
-  else if (engine_.rank() == 0)
+  else if (engine_.is_lead())
     std::cerr << "warning: trainer: resume: the checkpoint '" << loaded.path
               << "' holds no data position (client_state.data: not saved by a Trainer, or by an "
                  "older tessera); the data starts from its beginning\n";
-  if (engine_.rank() == 0) std::cerr << "resumed at step " << engine_.global_steps() << "\n";
+  if (engine_.is_lead()) std::cerr << "resumed at step " << engine_.global_steps() << "\n";
   return cs.is_object() && cs.contains("user") ? cs["user"] : nlohmann::json();
 }
 

@@ -280,6 +280,13 @@ void parse_zero(Section z, TrainConfig& c) {
   z.warn_unknown();
 }
 
+void parse_tensor_parallel(Section s, TrainConfig& c) {
+  auto& tp = c.tensor_parallel;
+  s.get_min<int64_t>("autotp_size", tp.autotp_size, 1, "a positive integer");
+  s.get("sequence_parallel", tp.sequence_parallel);
+  s.warn_unknown();
+}
+
 void parse_communication(Section& root, TrainConfig& c) {
   const std::string& source = root.source();
   root.get("prescale_gradients", c.prescale_gradients);
@@ -412,8 +419,13 @@ TrainConfig TrainConfig::parse(const std::string& text, int64_t world, const std
     fail(source, ": invalid JSON: ", e.what());
   }
   TrainConfig c;
-  c.world_size = world;
   Section root(j, "", source, c.warnings);
+  if (root.has("tensor_parallel")) config::parse_tensor_parallel(root.sub("tensor_parallel"), c);
+  const int64_t tp = c.tensor_parallel.autotp_size;
+  TS_CHECK(world % tp == 0, source, ": the job's ", world,
+           " ranks do not divide into tensor_parallel.autotp_size ", tp,
+           " (ranks = autotp_size x data-parallel size)");
+  c.world_size = world / tp;
   config::parse_batch(root, c);
   if (root.has("optimizer")) config::parse_optimizer(root.sub("optimizer"), c);
   if (root.has("scheduler")) config::parse_scheduler(root.sub("scheduler"), c);

@@ -6,6 +6,7 @@
 #include "tessera/grad_mode.h"
 #include "tessera/ops.h"
 #include "tessera/parallel/sequence_parallel.h"
+#include "tessera/parallel/vocab_parallel.h"
 
 namespace tessera::parallel {
 
@@ -150,6 +151,24 @@ Tensor RowParallelLinear::forward(const Tensor& x) {
   const Tensor y = sequence_parallel ? reduce_scatter_to_sequence_parallel_region(partial, *group_)
                                      : reduce_from_tensor_parallel_region(partial, *group_);
   return bias.defined() ? y + bias : y;
+}
+
+std::vector<Tensor*> tensor_parallel_shards(nn::Module& model) {
+  std::vector<Tensor*> out;
+  auto add = [&](Tensor& t) {
+    if (t.defined()) out.push_back(&t);
+  };
+  if (auto* c = dynamic_cast<ColumnParallelLinear*>(&model)) {
+    add(c->weight);
+    add(c->bias);
+  } else if (auto* r = dynamic_cast<RowParallelLinear*>(&model)) {
+    add(r->weight);
+  } else if (auto* e = dynamic_cast<VocabParallelEmbedding*>(&model)) {
+    add(e->weight);
+  }
+  for (auto& [name, child] : model.named_children())
+    for (Tensor* t : tensor_parallel_shards(*child)) out.push_back(t);
+  return out;
 }
 
 }  // namespace tessera::parallel

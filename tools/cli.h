@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "tessera/io/train_config.h"
+#include "tessera/models/gpt2.h"
 #include "tessera/models/pretrained.h"
 #include "tessera/shape.h"
 
@@ -41,6 +42,8 @@ double median_ms(const std::function<void()>& f, int iters, int warmup = 2);
 // The GPT-2/BERT model a training config's "model" section describes (fresh weights).
 std::unique_ptr<models::PretrainedModel> model_from_train_config(const io::TrainConfig& cfg,
                                                                  int64_t vocab_size);
+// The GPT-2 architecture of the config's "model" section.
+models::GPT2Config gpt2_config_from_train_config(const io::TrainConfig& cfg, int64_t vocab_size);
 
 // A checkpoint's tag directory: DIR itself when it holds engine.json, else DIR/TAG or the tag
 // DIR/latest names.

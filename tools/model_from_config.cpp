@@ -19,13 +19,18 @@ std::unique_ptr<models::PretrainedModel> model_from_train_config(const io::Train
     c.hidden_dropout_prob = m.dropout;
     return std::make_unique<models::BertForPreTraining>(c, cfg.data.nsp);
   }
+  return std::make_unique<models::GPT2LMHeadModel>(gpt2_config_from_train_config(cfg, vocab_size));
+}
+
+models::GPT2Config gpt2_config_from_train_config(const io::TrainConfig& cfg, int64_t vocab_size) {
+  const auto& m = cfg.model;
   models::GPT2Config c = m.size.empty() ? models::GPT2Config() : models::GPT2Config::named(m.size);
   if (m.size.empty()) c.n_embd = m.n_embd, c.n_layer = m.n_layer, c.n_head = m.n_head;
   c.vocab_size = vocab_size;
   c.n_positions = m.block_size;
   c.dropout = m.dropout;
   c.bias = m.bias;
-  return std::make_unique<models::GPT2LMHeadModel>(c);
+  return c;
 }
 
 }  // namespace tessera::cli

@@ -84,6 +84,10 @@ void print_json_line(const engine::TrainResult& r, engine::Engine& eng, bool com
                                 {"optimizer", mem.optimizer},
                                 {"buffers", mem.buffers}}}};
   if (std::isfinite(r.train_loss)) line["train_loss"] = r.train_loss;
+  if (auto* tp = eng.tensor_parallel_group()) {  // rank / world_size are data-parallel
+    line["tp_rank"] = tp->rank();
+    line["tp_size"] = tp->size();
+  }
   if (comms) {
     nlohmann::ordered_json c = nlohmann::ordered_json::object();
     for (const auto& [op, st] : r.comms)
@@ -108,20 +112,36 @@ int train_main(int argc, char** argv) {
   auto world = parallel::world();
   const bool lead = world->rank() == 0;  // prints and writes files for the job
   io::TrainConfig cfg = read_config(a, *world);
+  const TrainGroups groups = train_groups(cfg, world);
+  const int dp_rank = groups.dp->rank(), dp_size = groups.dp->size();
+  TS_CHECK(!groups.tp || (!a.has("save") && !a.has("resume") && cfg.train.checkpoint_dir.empty()),
+           "tensor_parallel.autotp_size ", cfg.tensor_parallel.autotp_size,
+           ": checkpoints of a tensor-parallel engine are not built yet (--save, --resume, "
+           "train.checkpoint_dir)");
   const io::TokenizedCorpus corpus = shared_corpus(cfg, *world);
-  auto model = build_model(cfg, corpus.vocab_size);
-  auto eng = engine::initialize(*model, cfg, world);
-  auto train_data = train_batches(cfg, corpus, world->rank(), world->size());
-  val_batches(cfg, corpus, world->rank(), world->size());  // its errors now, not after training
+  // The whole model, or with tensor_parallel.autotp_size this rank's shard of it.
+  std::unique_ptr<models::PretrainedModel> whole;
+  std::unique_ptr<nn::Module> shard;
+  if (groups.tp)
+    shard = build_tensor_parallel_model(cfg, corpus.vocab_size, groups.tp);
+  else
+    whole = build_model(cfg, corpus.vocab_size);
+  nn::Module& model = whole ? static_cast<nn::Module&>(*whole) : *shard;
+  engine::InitializeOptions init;
+  init.group = groups.dp;
+  init.tensor_parallel_group = groups.tp;
+  auto eng = engine::initialize(model, cfg, std::move(init));
+  auto train_data = train_batches(cfg, corpus, dp_rank, dp_size);
+  val_batches(cfg, corpus, dp_rank, dp_size);  // its errors now, not after training
   engine::TrainerOptions options = engine::TrainerOptions::from_config(cfg);
   options.save_dir = a.get("save", "");
   options.tokens_per_sample = cfg.model.block_size;
   engine::Trainer<models::Batch> trainer(*eng, *train_data, options);
-  trainer.set_eval_data([&] { return val_batches(cfg, corpus, world->rank(), world->size()); });
+  trainer.set_eval_data([&] { return val_batches(cfg, corpus, dp_rank, dp_size); });
   trainer.client_state = [&] { return nlohmann::json{{"vocab_size", corpus.vocab_size}}; };
   trainer.extra_files = [&] { return tokenizer_files(cfg, corpus); };
-  if (cfg.model.type != "bert" && cfg.train.sample_tokens > 0 && !a.has("json"))
-    trainer.sample = [&] { return sample_text(*model, cfg, corpus); };
+  if (whole && cfg.model.type != "bert" && cfg.train.sample_tokens > 0 && !a.has("json"))
+    trainer.sample = [&] { return sample_text(*whole, cfg, corpus); };
   if (a.has("resume")) {
     // (A checkpoint of an older tessera has no Trainer state: its weights' shapes are checked.)
     const nlohmann::json user = trainer.resume(a.get("resume", ""));
@@ -133,12 +153,16 @@ int train_main(int argc, char** argv) {
     }
   }
   if (lead)
-    std::cerr << model->type_name() << ": " << model->num_parameters() << " parameters, vocab "
-              << corpus.vocab_size << ", block " << cfg.model.block_size << ", batch "
+    std::cerr << model.type_name() << ": " << model.num_parameters()
+              << (groups.tp ? " parameters on each of " + std::to_string(groups.tp->size()) +
+                                  " tensor-parallel ranks"
+                            : std::string(" parameters"))
+              << ", vocab " << corpus.vocab_size << ", block " << cfg.model.block_size << ", batch "
               << cfg.train_batch_size << " (" << cfg.micro_batch_size << " x "
               << cfg.gradient_accumulation_steps << " accumulation), " << eng->optimizer().name()
               << ", " << cfg.train.steps << " steps"
               << (world->size() > 1 ? ", " + std::to_string(world->size()) + " ranks" : "")
+              << (groups.tp ? " (" + std::to_string(dp_size) + " data-parallel)" : std::string())
               << (eng->zero_stage() > 0 ? ", ZeRO stage " + std::to_string(eng->zero_stage()) : "")
               << "\n";
   const engine::TrainResult r = trainer.fit();

@@ -9,7 +9,9 @@
 #include "tessera/io/token_windows.h"
 #include "tessera/models/generate.h"
 #include "tessera/models/gpt2.h"
+#include "tessera/models/gpt2_tensor_parallel.h"
 #include "tessera/parallel/process_group.h"
+#include "tessera/parallel/topology.h"
 
 namespace tessera::cli {
 
@@ -156,6 +158,43 @@ io::TokenizedCorpus shared_corpus(const io::TrainConfig& cfg, parallel::ProcessG
   world.barrier();
   if (world.rank() != 0) corpus = io::prepare_corpus(cfg.data, bert, false);
   return corpus;
+}
+
+TrainGroups train_groups(const io::TrainConfig& cfg,
+                         std::shared_ptr<parallel::ProcessGroup> world) {
+  const int tp = static_cast<int>(cfg.tensor_parallel.autotp_size);
+  if (tp == 1) return {world, nullptr};
+  TS_CHECK(cfg.model.type == "gpt2", "tensor_parallel.autotp_size ", tp,
+           ": tensor parallelism is built for GPT-2; ", cfg.model.type,
+           " in tensor parallel is not "
+           "built yet");
+  TS_CHECK(!cfg.tensor_parallel.sequence_parallel,
+           "tensor_parallel.sequence_parallel: sequence parallelism inside the built-in models is "
+           "not built yet (its layers are: tessera/parallel/sequence_parallel.h)");
+  const parallel::ProcessTopology topo({"data", "model"}, {world->size() / tp, tp});
+  TrainGroups g{topo.group_for(*world, "data"), topo.group_for(*world, "model")};
+  const Device device = Device::parse(cfg.train.device);
+  if (device.is_cuda())
+    g.tp = parallel::make_nccl_group(g.tp, Device::cuda(parallel::local_device_index()));
+  return g;
+}
+
+std::unique_ptr<nn::Module> build_tensor_parallel_model(
+    io::TrainConfig& cfg, int64_t vocab, std::shared_ptr<parallel::ProcessGroup> tp) {
+  manual_seed(cfg.train.seed);
+  const models::GPT2Config c = gpt2_config_from_train_config(cfg, vocab);
+  auto model = std::make_unique<models::GPT2TensorParallelLMHeadModel>(c, tp);
+  if (!cfg.model.init_from.empty()) {
+    auto whole = models::load_pretrained(cfg.model.init_from);
+    auto* gpt = dynamic_cast<models::GPT2LMHeadModel*>(whole.get());
+    TS_CHECK(gpt, "model.init_from: ", cfg.model.init_from, " is not a GPT-2 model");
+    model->load_from_whole(*gpt);
+  }
+  Device device = Device::parse(cfg.train.device);
+  if (cfg.train.device == "cuda" && parallel::launched_distributed())
+    device = Device::cuda(parallel::local_device_index());
+  if (device.is_cuda()) model->to(device);
+  return model;
 }
 
 }  // namespace tessera::cli

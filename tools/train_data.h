@@ -18,6 +18,18 @@ namespace tessera::cli {
 // (under a launcher, "cuda" is this rank's local GPU).
 std::unique_ptr<models::PretrainedModel> build_model(io::TrainConfig& cfg, int64_t vocab);
 
+// The job's data-parallel and tensor-parallel groups (tensor_parallel.autotp_size adjacent
+// ranks share a model; tp is null without tensor parallelism; on CUDA both use NCCL).
+struct TrainGroups {
+  std::shared_ptr<parallel::ProcessGroup> dp, tp;
+};
+TrainGroups train_groups(const io::TrainConfig& cfg, std::shared_ptr<parallel::ProcessGroup> world);
+
+// The config's GPT-2 in tensor parallel over `tp` (seeded by train.seed, initialised as the
+// whole model would be, or sharded from model.init_from), on train.device.
+std::unique_ptr<nn::Module> build_tensor_parallel_model(io::TrainConfig& cfg, int64_t vocab,
+                                                        std::shared_ptr<parallel::ProcessGroup> tp);
+
 // The config's corpus on every rank of `world`: rank 0 tokenises it (or finds the cache), the
 // others then read its files; the wait is covered by distributed.timeout_s.
 io::TokenizedCorpus shared_corpus(const io::TrainConfig& cfg, parallel::ProcessGroup& world);

@@ -93,6 +93,11 @@ struct InitializeOptions {
   std::unique_ptr<optim::LRSchedule> lr_scheduler;
   // The data-parallel group (default: the job's world).
   std::shared_ptr<parallel::ProcessGroup> group;
+  // The tensor-parallel group of a model built with parallel/'s tensor-parallel layers (e.g.
+  // models::GPT2TensorParallelLMHeadModel): the global gradient norm then sums the shards
+  // over it and counts replicated parameters once. ZeRO and checkpoints with it are not built
+  // yet (errors say so).
+  std::shared_ptr<parallel::ProcessGroup> tensor_parallel_group;
 };
 
 // DeepSpeed's lr_kwargs of step(): last_batch_iteration moves the schedule to that iteration
@@ -221,6 +226,11 @@ class Engine {
   int rank() const { return group_->rank(); }
   int world_size() const { return group_->size(); }
   parallel::ProcessGroup& group() { return *group_; }
+  // The rank that prints and writes the job's monitors: data-parallel rank 0 and, with tensor
+  // parallelism, tensor-parallel rank 0.
+  bool is_lead() const { return group_->rank() == 0 && (!tp_group_ || tp_group_->rank() == 0); }
+  // The tensor-parallel group (null without tensor parallelism).
+  parallel::ProcessGroup* tensor_parallel_group() { return tp_group_.get(); }
   int zero_stage() const { return zero_ ? zero_->stage() : 0; }
   parallel::ZeroOptimizer* zero_optimizer() { return zero_.get(); }  // null at stage 0
   // Bytes of parameters, gradients and optimizer state this rank holds (see README).
@@ -257,6 +267,10 @@ class Engine {
   void sync_master_to_model();
   std::vector<Tensor> master_params();
   void setup_parallel(std::vector<optim::ParamGroup> groups, const optim::OptimizerFactory& make);
+  void setup_tensor_parallel(std::shared_ptr<parallel::ProcessGroup> tp);
+  // The global L2 norm of the holders' gradients: with tensor parallelism the shards'
+  // squares summed over the group, replicated parameters counted once.
+  double global_grad_norm(const std::vector<Tensor>& holders);
   // The optimizer's groups by parameter name (params empty): the client object's, the
   // client's model_parameters, or the default decay split.
   std::vector<optim::ParamGroup> resolve_groups(const InitializeOptions& options);
@@ -308,6 +322,8 @@ class Engine {
   std::vector<std::pair<Tensor*, Tensor>> master_;  // (model slot, float32 master)
   std::unique_ptr<optim::Optimizer> optimizer_;     // stage 0 (ZeRO owns its own)
   std::shared_ptr<parallel::ProcessGroup> group_;
+  std::shared_ptr<parallel::ProcessGroup> tp_group_;  // null without tensor parallelism
+  std::vector<Tensor> tp_shards_;                     // the parameters tp_group_ shards
   std::unique_ptr<parallel::ZeroOptimizer> zero_;
   std::unique_ptr<parallel::GradBuckets> dp_buckets_;  // stage 0 on more than one rank
   std::unique_ptr<optim::LRSchedule> schedule_;

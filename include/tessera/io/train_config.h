@@ -64,6 +64,14 @@ struct TrainConfig {
     bool stage3_gather_16bit_weights_on_model_save = false;
   } zero;
 
+  // DeepSpeed's "tensor_parallel" section: autotp_size ranks share each model replica
+  // (Megatron-style tensor parallelism of the built-in GPT-2, adjacent ranks); the rest of
+  // the world is data parallel. sequence_parallel is Tessera's key (Megatron-SP).
+  struct TensorParallel {
+    int64_t autotp_size = 1;
+    bool sequence_parallel = false;
+  } tensor_parallel;
+
   // Data-parallel gradient averaging (DeepSpeed's top-level keys).
   bool prescale_gradients = false;
   double gradient_predivide_factor = 1.0;
@@ -83,6 +91,7 @@ struct TrainConfig {
   } distributed;
 
   int64_t world_size = 1;  // the data-parallel size the batch triple was resolved for
+                           // (the ranks given to parse / tensor_parallel.autotp_size)
 
   int64_t steps_per_print = 10;
   bool wall_clock_breakdown = false;
@@ -156,7 +165,8 @@ struct TrainConfig {
 
   std::vector<std::string> warnings;
 
-  // world_size: data-parallel ranks. `source` names the file in messages.
+  // world_size: the job's ranks (divided by tensor_parallel.autotp_size: the data-parallel
+  // ranks). `source` names the file in messages.
   static TrainConfig parse(const std::string& json_text, int64_t world_size = 1,
                            const std::string& source = "config");
   static TrainConfig from_file(const std::string& path, int64_t world_size = 1);

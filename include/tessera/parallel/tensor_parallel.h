@@ -64,4 +64,10 @@ class RowParallelLinear : public nn::UnaryModule {
   std::shared_ptr<ProcessGroup> group_;
 };
 
+// The parameter slots of `model` that hold a shard (differ across the tensor-parallel ranks):
+// column-parallel weights and biases, row-parallel weights, vocabulary-parallel embeddings.
+// Everything else is replicated. A global gradient norm sums the shards' squares over the
+// group and counts the replicated parameters once.
+std::vector<Tensor*> tensor_parallel_shards(nn::Module& model);
+
 }  // namespace tessera::parallel
