@@ -53,19 +53,15 @@ void Engine::save_checkpoint(const std::string& dir, const std::string& tag_or_d
                              const nlohmann::json& client_state, bool save_latest,
                              const std::map<std::string, std::string>& extra_files) {
   TS_CHECK(!dir.empty(), "save_checkpoint: the directory must be a non-empty path");
-  TS_CHECK(!tp_group_,
-           "save_checkpoint: checkpoints of a tensor-parallel engine "
-           "(tensor_parallel.autotp_size ",
-           tp_group_ ? tp_group_->size() : 1, ") are not built yet");
   const std::string tag =
       tag_or_default.empty() ? "global_step" + std::to_string(global_steps_) : tag_or_default;
   TS_CHECK(tag.find('/') == std::string::npos && tag != "latest" && tag != "." && tag != "..",
            "save_checkpoint: invalid tag '", tag, "'");
-  const int rank = group_->rank();
-  const bool writer = rank == 0;
-  // Every rank writes into one temporary directory, named after rank 0's process.
+  const bool writer = is_lead();
+  // Every rank writes into one temporary directory, named after the lead rank's process.
   Tensor pid = full({1}, writer ? static_cast<double>(::getpid()) : 0.0, DType::Int64);
   group_->broadcast(pid, 0);
+  if (tp_group_) tp_group_->broadcast(pid, 0);  // (data x tensor: the lead's, everywhere)
   const std::string suffix = std::to_string(static_cast<int64_t>(pid.item()));
   const fs::path final_dir = fs::path(dir) / tag;
   const fs::path tmp = fs::path(dir) / ("." + tag + ".tmp-" + suffix);
@@ -76,7 +72,7 @@ void Engine::save_checkpoint(const std::string& dir, const std::string& tag_or_d
     if (!ec) fs::create_directories(tmp, ec);
     TS_CHECK(!ec, "save_checkpoint: cannot create '", tmp.string(), "': ", ec.message());
   }
-  group_->barrier();
+  job_barrier();
   try {
     write_checkpoint_files(tmp, client_state, extra_files);
   } catch (...) {
@@ -84,7 +80,7 @@ void Engine::save_checkpoint(const std::string& dir, const std::string& tag_or_d
     fs::remove_all(tmp, ec);  // a failed save leaves nothing behind; `latest` is untouched
     throw;
   }
-  group_->barrier();
+  job_barrier();
   if (writer) {
     // Swap the finished directory into place, then point `latest` at it.
     publish_directory(tmp, final_dir);
@@ -92,13 +88,24 @@ void Engine::save_checkpoint(const std::string& dir, const std::string& tag_or_d
       io::write_file_atomically((fs::path(dir) / "latest").string(),
                                 [&](std::ostream& os) { os << tag; });
   }
+  job_barrier();
+}
+
+void Engine::job_barrier() {
   group_->barrier();
+  if (tp_group_) tp_group_->barrier();  // every data-parallel group has entered: all ranks
+}
+
+std::string Engine::weights_file(const char* kind) const {
+  // Tensor parallelism: one file per tensor-parallel rank (each holds its shards).
+  return tp_group_ ? std::string(kind) + "_tp" + std::to_string(tp_group_->rank()) + ".safetensors"
+                   : std::string(kind) + ".safetensors";
 }
 
 void Engine::write_checkpoint_files(const fs::path& tmp, const nlohmann::json& client_state,
                                     const std::map<std::string, std::string>& extra_files) {
   const int rank = group_->rank();
-  const bool writer = rank == 0;
+  const bool writer = rank == 0;  // of this tensor-parallel rank's weights (each TP rank's)
   if (zero_) {
     std::map<std::string, Tensor> shard = zero_->shard_state();
     shard["step"] = full({}, static_cast<double>(zero_->optimizer().step_count()), DType::Int64);
@@ -113,13 +120,15 @@ void Engine::write_checkpoint_files(const fs::path& tmp, const nlohmann::json& c
         const auto named = model_.named_parameters();
         for (size_t i = 0; i < named.size(); ++i) weights[named[i].first] = master_[i].second;
       }
-      io::save_safetensors((tmp / "model.safetensors").string(), weights);
-      io::save_safetensors((tmp / "optimizer.safetensors").string(), optimizer_->state_dict());
+      io::save_safetensors((tmp / weights_file("model")).string(), weights);
+      io::save_safetensors((tmp / weights_file("optimizer")).string(), optimizer_->state_dict());
     } else if (zero_->stage() < 3) {
       // Whole weights (the model's dtype) for tools that read model.safetensors; ZeRO-3 has
       // none on one rank: `tessera zero-to-fp32` rebuilds them from the shards.
       io::save_safetensors((tmp / "model.safetensors").string(), model_.state_dict());
     }
+  }
+  if (is_lead()) {
     const GeneratorState rng = default_generator().state();
     const auto sc = scaler_.state();
     nlohmann::json state{{"global_steps", global_steps_},
@@ -137,6 +146,7 @@ void Engine::write_checkpoint_files(const fs::path& tmp, const nlohmann::json& c
                          {"world_size", group_->size()},
                          {"client_state", client_state}};
     if (zero_) state["zero"] = parallel::zero_metadata(zero_->stage(), zero_->layout());
+    if (tp_group_) state["tensor_parallel"] = {{"size", tp_group_->size()}};
     // A model that describes its architecture (the built-in models: their HF config), so
     // tools can rebuild it (zero-to-fp32, export). Not named config.json: the tag directory is
     // not an HF model directory (its weights are in Tessera's layout) and must not look like one.
@@ -225,15 +235,17 @@ std::string checkpoint_tag_dir(const std::string& dir, const std::string& tag) {
 
 LoadedCheckpoint Engine::load_checkpoint(const std::string& dir, const std::string& tag,
                                          const LoadCheckpointOptions& options) {
-  TS_CHECK(!tp_group_,
-           "load_checkpoint: checkpoints of a tensor-parallel engine are not built "
-           "yet");
   const fs::path d = checkpoint_tag_dir(dir, tag);
   const std::string meta_path = (d / "engine.json").string();
   TS_CHECK(fs::exists(meta_path), "load_checkpoint: '", meta_path,
            "' does not exist (not a Tessera checkpoint?)");
   const nlohmann::json state = io::JsonFields::parse_file(meta_path);
   const io::JsonFields meta(state, "load_checkpoint: '" + meta_path + "'");
+  const int64_t saved_tp =
+      state.contains("tensor_parallel") ? meta.object("tensor_parallel").integer("size", 1) : 1;
+  const int64_t tp = tp_group_ ? tp_group_->size() : 1;
+  TS_CHECK(saved_tp == tp, meta.where(), ": saved with tensor_parallel.autotp_size ", saved_tp,
+           ", loaded with ", tp, ": loading across tensor-parallel sizes is not built yet");
   const bool load_optimizer = options.load_optimizer_states && !options.load_module_only;
   if (load_optimizer) {
     // What the saved state means must match what it is loaded into.
@@ -273,8 +285,8 @@ void Engine::load_weights_and_optimizer(const fs::path& d, const nlohmann::json&
     weights = std::move(c.masters);
     opt_state = std::move(c.optimizer);
   } else {
-    weights = io::load_safetensors((d / "model.safetensors").string());
-    if (load_optimizer) opt_state = io::load_safetensors((d / "optimizer.safetensors").string());
+    weights = io::load_safetensors((d / weights_file("model")).string());
+    if (load_optimizer) opt_state = io::load_safetensors((d / weights_file("optimizer")).string());
   }
   if (zero_) {
     zero_->load_full_state(weights, load_optimizer ? &opt_state : nullptr);

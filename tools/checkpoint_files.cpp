@@ -33,6 +33,9 @@ std::map<std::string, Tensor> checkpoint_weights(const fs::path& tag_dir, const 
               << " ranks, " << weights.size() << " parameters\n";
   } else {
     const fs::path file = tag_dir / "model.safetensors";
+    TS_CHECK(!fs::exists(tag_dir / "model_tp0.safetensors"), cmd, ": '", tag_dir.string(),
+             "' is a tensor-parallel checkpoint (model_tp<r>.safetensors, one shard per rank): "
+             "merging its shards into whole weights is not built yet");
     TS_CHECK(fs::exists(file), cmd, ": '", tag_dir.string(),
              "' holds neither ZeRO shards nor model.safetensors: not a Tessera checkpoint");
     weights = io::load_safetensors(file.string());

@@ -114,10 +114,6 @@ int train_main(int argc, char** argv) {
   io::TrainConfig cfg = read_config(a, *world);
   const TrainGroups groups = train_groups(cfg, world);
   const int dp_rank = groups.dp->rank(), dp_size = groups.dp->size();
-  TS_CHECK(!groups.tp || (!a.has("save") && !a.has("resume") && cfg.train.checkpoint_dir.empty()),
-           "tensor_parallel.autotp_size ", cfg.tensor_parallel.autotp_size,
-           ": checkpoints of a tensor-parallel engine are not built yet (--save, --resume, "
-           "train.checkpoint_dir)");
   const io::TokenizedCorpus corpus = shared_corpus(cfg, *world);
   // The whole model, or with tensor_parallel.autotp_size this rank's shard of it.
   std::unique_ptr<models::PretrainedModel> whole;

@@ -271,6 +271,10 @@ class Engine {
   // The global L2 norm of the holders' gradients: with tensor parallelism the shards'
   // squares summed over the group, replicated parameters counted once.
   double global_grad_norm(const std::vector<Tensor>& holders);
+  // A barrier over every rank of the job (data x tensor parallel).
+  void job_barrier();
+  // "model.safetensors", or with tensor parallelism "model_tp<r>.safetensors".
+  std::string weights_file(const char* kind) const;
   // The optimizer's groups by parameter name (params empty): the client object's, the
   // client's model_parameters, or the default decay split.
   std::vector<optim::ParamGroup> resolve_groups(const InitializeOptions& options);
