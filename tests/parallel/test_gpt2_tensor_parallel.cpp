@@ -107,7 +107,25 @@ TEST_CASE("GPT-2 tensor parallel reproduces one process (dropout, padded vocabul
         CAPTURE(name);
         REQUIRE(name == tp_params[i].first);
         const Tensor want = shard_of(name, wt->grad(), c.n_embd, n, r, tp.padded_vocab);
-        CHECK(rel_diff(tp_params[i].second->grad(), want) < 1e-6);
+        const Tensor got = tp_params[i].second->grad();
+        if (name.find("c_attn.bias") == std::string::npos) {
+          CHECK(rel_diff(got, want) < 1e-6);
+          continue;
+        }
+        // The attention biases' gradients are sums over every position with heavy cancellation
+        // (the key bias's is 0 in exact arithmetic: softmax over keys ignores a shift every key
+        // shares), so float32 rounding is a larger share of their small norms: the query and
+        // value parts are compared to 2e-6 (measured: up to 1.1e-6 with clang's code), the key
+        // part must be rounding noise on both sides. The weights after the SGD steps (below)
+        // are held to 1e-6 like everything else.
+        const int64_t third = got.size(0) / 3;
+        const Tensor q_v_got = cat({got.narrow(0, 0, third), got.narrow(0, 2 * third, third)});
+        const Tensor q_v_want = cat({want.narrow(0, 0, third), want.narrow(0, 2 * third, third)});
+        CHECK(rel_diff(q_v_got, q_v_want) < 2e-6);
+
+        const double scale = amax(abs(q_v_want)).item();
+        CHECK(amax(abs(got.narrow(0, third, third))).item() < 1e-5 * scale);
+        CHECK(amax(abs(want.narrow(0, third, third))).item() < 1e-5 * scale);
       }
       NoGradGuard no_grad;  // plain SGD on both
       for (auto& [name, t] : whole_params) t->add_(t->grad(), -0.5);
