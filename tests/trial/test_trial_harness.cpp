@@ -8,6 +8,7 @@
 
 #include "regression_trial.h"
 #include "tessera/error.h"
+#include "tessera/io/event_file_reader.h"
 #include "tessera/io/json_fields.h"
 #include "tessera/io/safetensors.h"
 
@@ -81,6 +82,21 @@ TEST_CASE("trial harness: validations and checkpoints at the periods, reports at
     dirs += e.is_directory();
   CHECK(dirs == static_cast<int>(index["checkpoints"].size()));
   CHECK(fs::path(r.checkpoint).filename() == index["latest"].get<std::string>());
+  // TensorBoard: each batch's loss at its batch index, Determined's tags.
+  std::string events;
+  for (const auto& e : fs::directory_iterator(dir + "/regression/trial_1/tensorboard"))
+    if (e.is_regular_file()) events = e.path().string();
+  REQUIRE(!events.empty());
+  const auto series = io::read_event_scalars(events);
+  REQUIRE(series.count("Determined/loss"));
+  std::vector<int64_t> steps;
+  for (const auto& [step, value] : series.at("Determined/loss")) steps.push_back(step);
+  CHECK(steps == std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9});
+  CHECK(series.at("Determined/loss")[4].second == doctest::Approx(log.train_losses[4]));
+  std::vector<int64_t> val_steps;
+  for (const auto& [step, value] : series.at("Determined/validation_loss"))
+    val_steps.push_back(step);
+  CHECK(val_steps == std::vector<int64_t>{4, 8, 10});
 }
 
 TEST_CASE("trial harness: checkpoint_policy best checkpoints after each best validation") {
