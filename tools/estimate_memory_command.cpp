@@ -14,13 +14,15 @@ namespace {
 const char* kHelp =
     R"(usage: tessera estimate-memory CONFIG.json --ranks N [--vocab V] [--data PATH] [--json]
 
-Predicts the bytes of model state each of N data-parallel ranks will hold when training the
+Predicts the bytes of model state each of N ranks will hold when training the
 config's model: parameters, gradients and optimizer state (float32 master weights and
 moments), for the config's ZeRO stage (and, in the table, every other stage), with the same
 sharding and padding the engine uses, so the prediction matches what `tessera train --json`
 reports, buffers included: the communication staging (reduce-scatter buckets of
 reduce_bucket_size, all-gather chunks of allgather_bucket_size, ZeRO-3's prefetch of
-stage3_prefetch_bucket_size). Activations are not included.
+stage3_prefetch_bucket_size). Activations are not included. With
+"tensor_parallel": {"autotp_size": T} (GPT-2), each rank holds its shard of the model and
+N / T ranks are data parallel.
 
 The vocabulary decides the embedding size: --vocab V, else GPT-2's 50257 for the gpt2
 tokenizer, else the character vocabulary of data.path (--data), tokenised once and cached.
@@ -86,6 +88,21 @@ Estimate estimate(const io::TrainConfig& c, const parallel::ShardLayout& layout,
   return e;
 }
 
+// What models::GPT2TensorParallelLMHeadModel holds of parameter `name` on each of `tp` ranks:
+// column-parallel rows (c_attn, mlp.c_fc), row-parallel columns (the c_proj weights), the
+// vocabulary rows padded to a multiple of tp; the rest whole.
+Shape tensor_parallel_shard_shape(const std::string& name, Shape shape, int64_t tp, int64_t vocab) {
+  if (tp == 1) return shape;
+  auto has = [&](const char* s) { return name.find(s) != std::string::npos; };
+  if (has("wte.weight"))
+    shape[0] = (vocab + tp - 1) / tp;
+  else if (has("c_attn.") || has("mlp.c_fc."))
+    shape[0] /= tp;
+  else if (has("c_proj.weight"))
+    shape[1] /= tp;
+  return shape;
+}
+
 std::string human(int64_t b) {
   char buf[32];
   if (b >= (int64_t{1} << 30))
@@ -121,21 +138,32 @@ int estimate_memory_main(int argc, char** argv) {
     }
   }
   auto model = model_from_train_config(cfg, vocab);
+  const int64_t tp = cfg.tensor_parallel.autotp_size;
+  TS_CHECK(tp == 1 || cfg.model.type == "gpt2", "estimate-memory: tensor_parallel.autotp_size ", tp,
+           ": tensor parallelism is built for GPT-2 only");
+  TS_CHECK(tp == 1 || cfg.zero.stage == 0, "estimate-memory: tensor_parallel.autotp_size ", tp,
+           " with zero_optimization.stage ", cfg.zero.stage,
+           ": ZeRO over tensor-parallel shards "
+           "is not built yet");
+  const int dp = static_cast<int>(cfg.world_size);  // data-parallel ranks: ranks / autotp_size
   std::vector<std::pair<std::string, Shape>> shapes;
-  for (auto& [n, t] : model->named_parameters()) shapes.emplace_back(n, t->shape());
-  const parallel::ShardLayout layout(shapes, static_cast<int>(ranks));
+  for (auto& [n, t] : model->named_parameters())
+    shapes.emplace_back(n, tensor_parallel_shard_shape(n, t->shape(), tp, vocab));
+  const parallel::ShardLayout layout(shapes, dp);
   const int stage = static_cast<int>(cfg.zero.stage);
-  const Estimate mine = estimate(cfg, layout, stage, static_cast<int>(ranks));
-  std::cerr << model->type_name() << ": " << layout.total_numel() << " parameters, " << ranks
-            << " ranks, "
+  const Estimate mine = estimate(cfg, layout, stage, dp);
+  std::cerr << model->type_name() << ": " << layout.total_numel() << " parameters"
+            << (tp > 1 ? " per tensor-parallel rank (autotp_size " + std::to_string(tp) + ")"
+                       : std::string())
+            << ", " << ranks << " ranks, "
             << (cfg.bf16           ? "bf16"
                 : cfg.fp16.enabled ? "fp16"
                                    : "fp32")
             << ", " << cfg.optimizer.type << "\n";
   std::printf("%-8s %12s %12s %12s %12s %12s\n", "stage", "params", "grads", "optimizer", "buffers",
               "total/rank");
-  for (int s = 0; s <= 3; ++s) {
-    const Estimate e = estimate(cfg, layout, s, static_cast<int>(ranks));
+  for (int s = 0; s <= (tp > 1 ? 0 : 3); ++s) {  // (ZeRO with TP is not built yet)
+    const Estimate e = estimate(cfg, layout, s, dp);
     std::printf("%-8s %12s %12s %12s %12s %12s\n",
                 (std::to_string(s) + (s == stage ? " *" : "")).c_str(), human(e.params).c_str(),
                 human(e.grads).c_str(), human(e.optimizer).c_str(), human(e.buffers).c_str(),
@@ -147,7 +175,8 @@ int estimate_memory_main(int argc, char** argv) {
         "offload_optimizer cpu (stages 1-3): the optimizer column is host memory; a GPU "
         "holds params + grads\n");
   if (a.has("json"))
-    std::cout << "{\"ranks\": " << ranks << ", \"zero_stage\": " << stage
+    std::cout << "{\"ranks\": " << ranks << ", \"tensor_parallel\": " << tp
+              << ", \"zero_stage\": " << stage
               << ", \"optimizer_offloaded\": " << (offload ? "true" : "false")
               << ", \"num_parameters\": " << layout.total_numel()
               << ", \"memory\": {\"params\": " << mine.params << ", \"grads\": " << mine.grads

@@ -59,6 +59,19 @@ for job in ("tp2", "tp2dp2", "tp4"):
 raise SystemExit(fails)
 PY
 grep -q '"tp_size":2' tp2.out
+# estimate-memory predicts each rank's bytes to the byte, as the engine reports them.
+for run in "tp2 2 tp2" "tp2dp2 4 tp2" "tp4 4 tp4"; do
+  read -r out ranks cfg <<<"$run"
+  "$tessera" estimate-memory "$cfg.json" --ranks "$ranks" --json > "est-$out.out" 2>/dev/null
+  python3 - "$out" <<'PY'
+import json, sys
+job = sys.argv[1]
+trained = json.loads(open(job + ".out").read().splitlines()[-1])["memory"]
+est = json.loads(open("est-" + job + ".out").read().splitlines()[-1])["memory"]
+assert est == trained, (job, est, trained)
+print(f"{job}: estimate-memory {est} = the engine's")
+PY
+done
 expect_error() {  # ranks config expected-text [args]
   local n=$1 cfg=$2 want=$3; shift 3
   if mpirun -np "$n" "$tessera" train "$cfg" "$@" > err.out 2>&1; then echo "$cfg accepted"; exit 1; fi
