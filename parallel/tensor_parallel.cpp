@@ -2,7 +2,8 @@
 // autograd functions, and the column- and row-parallel linear layers built on them.
 #include "tessera/parallel/tensor_parallel.h"
 
-#include "tessera/autograd/function.h"
+#include "dim_collectives.h"
+
 #include "tessera/grad_mode.h"
 #include "tessera/ops.h"
 #include "tessera/parallel/sequence_parallel.h"
@@ -11,72 +12,34 @@
 namespace tessera::parallel {
 
 namespace {
-using autograd::CustomFunction;
-using autograd::FunctionContext;
-
-Tensor all_reduced(const Tensor& x, ProcessGroup& group) {
-  Tensor y = x.contiguous().clone();
-  group.all_reduce(y);
-  return y;
-}
-
-// This rank's chunk of the last dimension, as a contiguous tensor.
-Tensor last_dim_chunk(const Tensor& x, ProcessGroup& group) {
-  const int64_t d = x.shape().back(), n = group.size();
-  TS_CHECK(d % n == 0, "tensor parallel: the last dimension of ", x.describe(),
-           " does not divide among ", n, " ranks");
-  return x.narrow(-1, group.rank() * (d / n), d / n).contiguous();
-}
-
-// Every rank's x concatenated along the last dimension.
-Tensor last_dim_gather(const Tensor& x, ProcessGroup& group) {
-  const int64_t n = group.size(), d = x.shape().back(), rows = x.numel() / std::max<int64_t>(d, 1);
-  Tensor all = Tensor::empty({n * x.numel()}, x.dtype(), x.device());
-  group.all_gather(all, x.contiguous().view({x.numel()}));
-  Shape shape = x.shape();
-  shape.back() = n * d;
-  return all.view({n, rows, d}).permute({1, 0, 2}).reshape(shape);
-}
-
-Tensor apply(const Tensor& x, const char* name, std::function<Tensor(const Tensor&)> forward,
-             std::function<Tensor(const Tensor&)> backward) {
-  return CustomFunction::apply(
-      {x},
-      [forward](FunctionContext&, const std::vector<Tensor>& in) {
-        return std::vector<Tensor>{forward(in[0])};
-      },
-      [backward](FunctionContext&, const std::vector<Tensor>& g) {
-        return std::vector<Tensor>{backward(g[0])};
-      },
-      name)[0];
-}
+constexpr const char* kWhat = "tensor parallel (the last dimension)";
 }  // namespace
 
 Tensor copy_to_tensor_parallel_region(const Tensor& x, ProcessGroup& group) {
-  return apply(
+  return region_function(
       x, "CopyToTensorParallelRegion", [](const Tensor& t) { return t.detach(); },
       [&group](const Tensor& g) { return all_reduced(g, group); });
 }
 
 Tensor reduce_from_tensor_parallel_region(const Tensor& x, ProcessGroup& group) {
-  return apply(
+  return region_function(
       x, "ReduceFromTensorParallelRegion",
       [&group](const Tensor& t) { return all_reduced(t, group); },
       [](const Tensor& g) { return g; });
 }
 
 Tensor scatter_to_tensor_parallel_region(const Tensor& x, ProcessGroup& group) {
-  return apply(
+  return region_function(
       x, "ScatterToTensorParallelRegion",
-      [&group](const Tensor& t) { return last_dim_chunk(t, group); },
-      [&group](const Tensor& g) { return last_dim_gather(g, group); });
+      [&group](const Tensor& t) { return dim_chunk(t, -1, group, kWhat); },
+      [&group](const Tensor& g) { return dim_gather(g, -1, group); });
 }
 
 Tensor gather_from_tensor_parallel_region(const Tensor& x, ProcessGroup& group) {
-  return apply(
+  return region_function(
       x, "GatherFromTensorParallelRegion",
-      [&group](const Tensor& t) { return last_dim_gather(t, group); },
-      [&group](const Tensor& g) { return last_dim_chunk(g, group); });
+      [&group](const Tensor& t) { return dim_gather(t, -1, group); },
+      [&group](const Tensor& g) { return dim_chunk(g, -1, group, kWhat); });
 }
 
 ColumnParallelLinear::ColumnParallelLinear(nn::Module* parent, const std::string& name, int64_t in,

@@ -1,6 +1,8 @@
 // Megatron's VocabParallelEmbedding and vocab_parallel_cross_entropy.
 #include "tessera/parallel/vocab_parallel.h"
 
+#include "dim_collectives.h"
+
 #include <any>
 #include <limits>
 
@@ -26,12 +28,6 @@ Tensor local_ids(const Tensor& ids, const Tensor& inside, int64_t start) {
   const Tensor shifted =
       ids - scalar_tensor(static_cast<double>(start), DType::Int64, ids.device());
   return where(inside, shifted, zeros_like(ids));
-}
-
-Tensor all_reduced(Tensor t, ProcessGroup& group, ReduceOp op) {
-  t = t.contiguous();
-  group.all_reduce(t, op);
-  return t;
 }
 
 }  // namespace
