@@ -42,25 +42,18 @@ int64_t default_batch_length(const Batch& batch) {
   }
 }
 
-// Determined's PyTorchTrial. Define evaluate_batch (evaluated on every slot, reduced by
-// evaluation_reducer) or evaluate_full_dataset (run by the chief over the whole validation
-// set), not both.
-template <class BatchT>
-class Trial {
+// What PyTorchTrial and DeepSpeedTrial share: the data loaders, full-dataset evaluation, the
+// reducer, callbacks, batch length and extra checkpoint state of the trial's own.
+template <class BatchT, class ContextT>
+class TrialBase {
  public:
   using Batch = BatchT;
-  using Context = TrialContext;
-  explicit Trial(TrialContext& context) : context(context) {}
-  virtual ~Trial() = default;
+  using Context = ContextT;
+  explicit TrialBase(Context& context) : context(context) {}
+  virtual ~TrialBase() = default;
 
   virtual DataLoader<Batch> build_training_data_loader() = 0;
   virtual DataLoader<Batch> build_validation_data_loader() = 0;
-  // One batch: forward, context.backward, context.step_optimizer; the loss or named metrics.
-  virtual BatchMetrics train_batch(const Batch& batch, int64_t epoch_idx, int64_t batch_idx) = 0;
-  virtual BatchMetrics evaluate_batch(const Batch& /*batch*/, int64_t /*batch_idx*/) {
-    evaluate_batch_defined_ = false;
-    return Metrics{};
-  }
   virtual nlohmann::json evaluate_full_dataset(SlotLoader<Batch>& /*loader*/) {
     evaluate_full_dataset_defined_ = false;
     return nlohmann::json::object();
@@ -70,13 +63,30 @@ class Trial {
   virtual int64_t get_batch_length(const Batch& batch) { return default_batch_length(batch); }
   // Extra state of the trial's own, written into / read from each checkpoint directory (the
   // chief writes; every slot reads).
-  virtual void save(TrialContext& /*context*/, const std::string& /*path*/) {}
-  virtual void load(TrialContext& /*context*/, const std::string& /*path*/) {}
+  virtual void save(Context& /*context*/, const std::string& /*path*/) {}
+  virtual void load(Context& /*context*/, const std::string& /*path*/) {}
 
+  // Cleared by the default evaluate_batch / evaluate_full_dataset: the harness learns which
+  // one the trial defines (C++ cannot ask whether a virtual is overridden).
   bool evaluate_batch_defined_ = true, evaluate_full_dataset_defined_ = true;
 
  protected:
-  TrialContext& context;
+  Context& context;
+};
+
+// Determined's PyTorchTrial. Define evaluate_batch (evaluated on every slot, reduced by
+// evaluation_reducer) or evaluate_full_dataset (run by the chief over the whole validation
+// set), not both.
+template <class BatchT>
+class Trial : public TrialBase<BatchT, TrialContext> {
+ public:
+  using TrialBase<BatchT, TrialContext>::TrialBase;
+  // One batch: forward, context.backward, context.step_optimizer; the loss or named metrics.
+  virtual BatchMetrics train_batch(const BatchT& batch, int64_t epoch_idx, int64_t batch_idx) = 0;
+  virtual BatchMetrics evaluate_batch(const BatchT& /*batch*/, int64_t /*batch_idx*/) {
+    this->evaluate_batch_defined_ = false;
+    return Metrics{};
+  }
 };
 
 // Determined's ModelParallelUnit: which data-parallel slot this rank is, and whether it
@@ -126,35 +136,15 @@ class DeepSpeedTrialContext : public TrialContext {
 // iterator; by default the harness calls train_batch gradient_accumulation_steps times per
 // batch, each pulling one micro-batch and calling the engine's forward, backward and step.
 template <class BatchT>
-class DeepSpeedTrial {
+class DeepSpeedTrial : public TrialBase<BatchT, DeepSpeedTrialContext> {
  public:
-  using Batch = BatchT;
-  using Context = DeepSpeedTrialContext;
-  explicit DeepSpeedTrial(DeepSpeedTrialContext& context) : context(context) {}
-  virtual ~DeepSpeedTrial() = default;
-
-  virtual DataLoader<Batch> build_training_data_loader() = 0;
-  virtual DataLoader<Batch> build_validation_data_loader() = 0;
-  virtual BatchMetrics train_batch(DataLoaderIterator<Batch>& iter, int64_t epoch_idx,
+  using TrialBase<BatchT, DeepSpeedTrialContext>::TrialBase;
+  virtual BatchMetrics train_batch(DataLoaderIterator<BatchT>& iter, int64_t epoch_idx,
                                    int64_t batch_idx) = 0;
-  virtual BatchMetrics evaluate_batch(DataLoaderIterator<Batch>& /*iter*/, int64_t /*batch_idx*/) {
-    evaluate_batch_defined_ = false;
+  virtual BatchMetrics evaluate_batch(DataLoaderIterator<BatchT>& /*iter*/, int64_t /*batch_idx*/) {
+    this->evaluate_batch_defined_ = false;
     return Metrics{};
   }
-  virtual nlohmann::json evaluate_full_dataset(SlotLoader<Batch>& /*loader*/) {
-    evaluate_full_dataset_defined_ = false;
-    return nlohmann::json::object();
-  }
-  virtual EvaluationReducer evaluation_reducer() { return Reducer::AVG; }
-  virtual Callbacks build_callbacks() { return {}; }
-  virtual int64_t get_batch_length(const Batch& batch) { return default_batch_length(batch); }
-  virtual void save(DeepSpeedTrialContext& /*context*/, const std::string& /*path*/) {}
-  virtual void load(DeepSpeedTrialContext& /*context*/, const std::string& /*path*/) {}
-
-  bool evaluate_batch_defined_ = true, evaluate_full_dataset_defined_ = true;
-
- protected:
-  DeepSpeedTrialContext& context;
 };
 
 }  // namespace tessera::trial
