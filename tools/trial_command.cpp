@@ -159,19 +159,14 @@ int trial_main(int argc, char** argv) {
       return 0;
     }
   // Checked before any slot starts: the entrypoint is one of the built-in trials.
-  for (int i = 2; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg.empty() || arg[0] == '-') {
-      if (arg == "--trial-id" || arg == "--hparams" || arg == "--device") ++i;
-      continue;
-    }
-    const auto exp = trial::ExperimentConfig::from_file(arg);
-    TS_CHECK(exp.entrypoint == "builtin:gpt2" || exp.entrypoint == "builtin:bert", arg,
+  auto builtin_entrypoint = [](const trial::ExperimentConfig& exp) {
+    TS_CHECK(exp.entrypoint == "builtin:gpt2" || exp.entrypoint == "builtin:bert", exp.path,
              ": entrypoint '", exp.entrypoint,
              "': tessera trial runs the built-in trials (builtin:gpt2, builtin:bert); a trial "
              "of your own is a program of its own (trial::run<MyTrial>, see the README)");
-  }
-  return trial::run_trial_main(argc - 1, argv + 1, trial::run_trial<BuiltinTrial>, "tessera trial");
+  };
+  return trial::run_trial_main(argc - 1, argv + 1, trial::run_trial<BuiltinTrial>, "tessera trial",
+                               builtin_entrypoint);
 }
 
 }  // namespace tessera::cli

@@ -33,6 +33,8 @@ struct TrialHarness::Run {
   double train_seconds = 0.0;
 
   // trial_harness.cpp
+  // Dropout on or off in the wrapped models and engines.
+  void set_training(bool on);
   void train();
   void validate();
   void report_training(const std::vector<Metrics>& batch_metrics, int64_t records, double seconds);

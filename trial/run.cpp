@@ -93,7 +93,7 @@ Args parse_args(int argc, char** argv) {
 }  // namespace
 
 int run_trial_main(int argc, char** argv, const RunOneTrial& run_one,
-                   const std::string& program_name) {
+                   const std::string& program_name, const CheckConfig& check) {
   const std::string program_text = !program_name.empty() ? program_name
                                    : argc > 0            ? argv[0]
                                                          : "trial";
@@ -111,6 +111,7 @@ int run_trial_main(int argc, char** argv, const RunOneTrial& run_one,
     const Args args = parse_args(argc, argv);
     TrialInfo info;
     info.config = ExperimentConfig::from_file(args.config_path);
+    if (check) check(info.config);
     group = parallel::world();
     const bool chief = group->rank() == 0;
     if (chief)

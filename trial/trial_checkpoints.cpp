@@ -75,12 +75,6 @@ std::set<std::string> kept(const nlohmann::json& list, const ExperimentConfig& c
   return keep;
 }
 
-nlohmann::json scheduler_states(const std::vector<std::shared_ptr<LRScheduler>>& all) {
-  nlohmann::json out = nlohmann::json::array();
-  for (const auto& s : all) out.push_back(s->state_dict());
-  return out;
-}
-
 }  // namespace
 
 std::optional<std::string> TrialHarness::Run::find_latest() const {
@@ -119,8 +113,8 @@ void TrialHarness::Run::checkpoint() {
                            context.optimizers()[i]->state_dict());
   }
   if (chief) {
-    std::vector<std::shared_ptr<LRScheduler>> schedulers;
-    for (const auto& s : context.schedulers_) schedulers.push_back(s.scheduler);
+    nlohmann::json schedulers = nlohmann::json::array();
+    for (const auto& s : context.schedulers_) schedulers.push_back(s.scheduler->state_dict());
     const GeneratorState rng = default_generator().state();
     nlohmann::json ckpt = {
         {"format", "tessera-trial-1"},
@@ -136,7 +130,7 @@ void TrialHarness::Run::checkpoint() {
         {"last_validation", last_validation},
         {"data", runner.data_state()},
         {"rng", {{"seed", rng.seed}, {"offset", rng.offset}}},
-        {"lr_schedulers", scheduler_states(schedulers)},
+        {"lr_schedulers", schedulers},
         {"callbacks", nlohmann::json::object()}};
     for (auto& [name, cb] : runner.callbacks()) ckpt["callbacks"][name] = cb->state_dict();
     for (auto& [name, cb] : runner.callbacks()) cb->on_checkpoint_save_start(ckpt);

@@ -180,11 +180,15 @@ void TrialHarness::Run::report_training(const std::vector<Metrics>& local, int64
   log(head + fmt_metrics(avg) + tail);
 }
 
+void TrialHarness::Run::set_training(bool on) {
+  for (const auto& m : context.models()) m->train(on);
+  if (auto* ds = dynamic_cast<DeepSpeedTrialContext*>(&context))
+    for (const auto& e : ds->engines()) e->train(on);
+}
+
 void TrialHarness::Run::train() {
   while (state.batches_trained < total_batches) {
-    for (const auto& m : context.models()) m->train(true);
-    if (auto* ds = dynamic_cast<DeepSpeedTrialContext*>(&context))
-      for (const auto& e : ds->engines()) e->train();
+    set_training(true);
     context.reducers_.reset_reducers();
     std::vector<Metrics> batch_metrics;
     int64_t records = 0;
@@ -225,10 +229,7 @@ void TrialHarness::Run::train() {
 }
 
 void TrialHarness::Run::validate() {
-  for (const auto& m : context.models()) m->train(false);
-  auto* ds = dynamic_cast<DeepSpeedTrialContext*>(&context);
-  if (ds)
-    for (const auto& e : ds->engines()) e->eval();
+  set_training(false);
   context.reducers_.reset_reducers();
   for (auto& [name, cb] : runner.callbacks()) cb->on_validation_start();
   for (auto& [name, cb] : runner.callbacks()) cb->on_validation_epoch_start();

@@ -21,9 +21,11 @@ namespace tessera::trial {
 using RunOneTrial = std::function<TrialResult(const TrialInfo& info, const HarnessOptions&)>;
 
 // The command line, the experiment config, the slots and seed, errors: everything but the
-// trial's type. `program` names the program in the usage line and errors (default argv[0]).
+// trial's type. `program` names the program in the usage line and errors (default argv[0]);
+// `check` sees the experiment config as soon as it is read (e.g. its entrypoint).
+using CheckConfig = std::function<void(const ExperimentConfig& config)>;
 int run_trial_main(int argc, char** argv, const RunOneTrial& run_one,
-                   const std::string& program = "");
+                   const std::string& program = "", const CheckConfig& check = {});
 
 // The trial the config describes, trained by the harness (what run<T> runs for each trial).
 template <class T>
