@@ -9,12 +9,14 @@
 #include <iostream>
 #include <set>
 
+#include "tessera/engine/checkpoint_state.h"
 #include "tessera/engine/engine.h"
 #include "tessera/grad_mode.h"
 #include "tessera/io/files.h"
 #include "tessera/io/json_fields.h"
 #include "tessera/io/safetensors.h"
 #include "tessera/ops.h"
+#include "tessera/parallel/tensor_parallel_layout.h"
 #include "tessera/parallel/zero_checkpoint.h"
 #include "tessera/rng.h"
 
@@ -96,10 +98,8 @@ void Engine::job_barrier() {
   if (tp_group_) tp_group_->barrier();  // every data-parallel group has entered: all ranks
 }
 
-std::string Engine::weights_file(const char* kind) const {
-  // Tensor parallelism: one file per tensor-parallel rank (each holds its shards).
-  return tp_group_ ? std::string(kind) + "_tp" + std::to_string(tp_group_->rank()) + ".safetensors"
-                   : std::string(kind) + ".safetensors";
+int Engine::tp_file_rank() const {
+  return tp_group_ ? tp_group_->rank() : -1;  // one file per tensor-parallel rank, or none
 }
 
 void Engine::write_checkpoint_files(const fs::path& tmp, const nlohmann::json& client_state,
@@ -109,7 +109,7 @@ void Engine::write_checkpoint_files(const fs::path& tmp, const nlohmann::json& c
   if (zero_) {
     std::map<std::string, Tensor> shard = zero_->shard_state();
     shard["step"] = full({}, static_cast<double>(zero_->optimizer().step_count()), DType::Int64);
-    io::save_safetensors((tmp / parallel::zero_shard_file(rank)).string(), shard);
+    io::save_safetensors((tmp / parallel::zero_shard_file(rank, tp_file_rank())).string(), shard);
   }
   if (writer) {
     if (!zero_) {
@@ -120,12 +120,15 @@ void Engine::write_checkpoint_files(const fs::path& tmp, const nlohmann::json& c
         const auto named = model_.named_parameters();
         for (size_t i = 0; i < named.size(); ++i) weights[named[i].first] = master_[i].second;
       }
-      io::save_safetensors((tmp / weights_file("model")).string(), weights);
-      io::save_safetensors((tmp / weights_file("optimizer")).string(), optimizer_->state_dict());
+      io::save_safetensors((tmp / checkpoint_weights_file("model", tp_file_rank())).string(),
+                           weights);
+      io::save_safetensors((tmp / checkpoint_weights_file("optimizer", tp_file_rank())).string(),
+                           optimizer_->state_dict());
     } else if (zero_->stage() < 3) {
       // Whole weights (the model's dtype) for tools that read model.safetensors; ZeRO-3 has
       // none on one rank: `tessera zero-to-fp32` rebuilds them from the shards.
-      io::save_safetensors((tmp / "model.safetensors").string(), model_.state_dict());
+      io::save_safetensors((tmp / checkpoint_weights_file("model", tp_file_rank())).string(),
+                           model_.state_dict());
     }
   }
   if (is_lead()) {
@@ -146,7 +149,10 @@ void Engine::write_checkpoint_files(const fs::path& tmp, const nlohmann::json& c
                          {"world_size", group_->size()},
                          {"client_state", client_state}};
     if (zero_) state["zero"] = parallel::zero_metadata(zero_->stage(), zero_->layout());
-    if (tp_group_) state["tensor_parallel"] = {{"size", tp_group_->size()}};
+    if (tp_group_)  // how the shards merge (a load at another size, zero-to-fp32, export)
+      state["tensor_parallel"] = {
+          {"size", tp_group_->size()},
+          {"layout", parallel::layout_to_json(parallel::tensor_parallel_layout(model_))}};
     // A model that describes its architecture (the built-in models: their HF config), so
     // tools can rebuild it (zero-to-fp32, export). Not named config.json: the tag directory is
     // not an HF model directory (its weights are in Tessera's layout) and must not look like one.
@@ -241,11 +247,6 @@ LoadedCheckpoint Engine::load_checkpoint(const std::string& dir, const std::stri
            "' does not exist (not a Tessera checkpoint?)");
   const nlohmann::json state = io::JsonFields::parse_file(meta_path);
   const io::JsonFields meta(state, "load_checkpoint: '" + meta_path + "'");
-  const int64_t saved_tp =
-      state.contains("tensor_parallel") ? meta.object("tensor_parallel").integer("size", 1) : 1;
-  const int64_t tp = tp_group_ ? tp_group_->size() : 1;
-  TS_CHECK(saved_tp == tp, meta.where(), ": saved with tensor_parallel.autotp_size ", saved_tp,
-           ", loaded with ", tp, ": loading across tensor-parallel sizes is not built yet");
   const bool load_optimizer = options.load_optimizer_states && !options.load_module_only;
   if (load_optimizer) {
     // What the saved state means must match what it is loaded into.
@@ -271,22 +272,36 @@ LoadedCheckpoint Engine::load_checkpoint(const std::string& dir, const std::stri
 
 void Engine::load_weights_and_optimizer(const fs::path& d, const nlohmann::json& state, bool strict,
                                         bool load_optimizer) {
-  if (zero_ && state.contains("zero")) {
+  const io::JsonFields meta(state, "load_checkpoint: '" + (d / "engine.json").string() + "'");
+  const int64_t saved_tp =
+      state.contains("tensor_parallel") ? meta.object("tensor_parallel").integer("size", 1) : 1;
+  const int tp = tp_group_ ? tp_group_->size() : 1;
+  if (zero_ && state.contains("zero") && saved_tp == tp) {
     // Each rank reads only the parts of the saved shards that make up its own partition.
     const parallel::ConsolidatedState c =
-        parallel::load_zero_partition(d.string(), zero_->layout(), group_->rank());
+        parallel::load_zero_partition(d.string(), zero_->layout(), group_->rank(), tp_file_rank());
     zero_->load_partition_state(c.masters, load_optimizer ? &c.optimizer : nullptr);
     return;
   }
   // Whole (unsharded) masters and optimizer state, whatever stage and size saved them.
   std::map<std::string, Tensor> weights, opt_state;
-  if (state.contains("zero")) {
-    parallel::ConsolidatedState c = parallel::consolidate_zero_checkpoint(d.string());
+  if (saved_tp == tp && state.contains("zero")) {
+    parallel::ConsolidatedState c =
+        parallel::consolidate_zero_checkpoint(d.string(), tp_file_rank());
     weights = std::move(c.masters);
     opt_state = std::move(c.optimizer);
+  } else if (saved_tp == tp) {
+    weights = io::load_safetensors((d / checkpoint_weights_file("model", tp_file_rank())).string());
+    if (load_optimizer)
+      opt_state =
+          io::load_safetensors((d / checkpoint_weights_file("optimizer", tp_file_rank())).string());
   } else {
-    weights = io::load_safetensors((d / weights_file("model")).string());
-    if (load_optimizer) opt_state = io::load_safetensors((d / weights_file("optimizer")).string());
+    // Another tensor-parallel size: the whole model's state, cut into this rank's shards.
+    WholeCheckpointState whole = read_whole_checkpoint(d.string(), load_optimizer);
+    const parallel::TensorParallelLayout layout = parallel::tensor_parallel_layout(model_);
+    const int r = tp_group_ ? tp_group_->rank() : 0;
+    weights = parallel::shard_state(whole.weights, layout, r, tp);
+    opt_state = parallel::shard_state(whole.optimizer, layout, r, tp);
   }
   if (zero_) {
     zero_->load_full_state(weights, load_optimizer ? &opt_state : nullptr);

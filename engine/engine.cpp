@@ -60,9 +60,11 @@ Engine::Engine(nn::Module& model, io::TrainConfig config, InitializeOptions opti
   const bool want_nccl = world > 1 || (backend && std::string(backend) == "nccl");
   if (device.is_cuda() && want_nccl && group_->backend() != "nccl")
     group_ = parallel::make_nccl_group(group_, device);
-  group_->logger().enable(
-      config_.comms_logger.enabled, config_.comms_logger.verbose,
-      config_.comms_logger.prof_all ? std::vector<std::string>{} : config_.comms_logger.prof_ops);
+  for (parallel::ProcessGroup* g : {group_.get(), tp_group_.get()})
+    if (g)
+      g->logger().enable(config_.comms_logger.enabled, config_.comms_logger.verbose,
+                         config_.comms_logger.prof_all ? std::vector<std::string>{}
+                                                       : config_.comms_logger.prof_ops);
   if (config_.trace.enabled) start_trace();
   // Dropout masks as one process would draw them for the global batch (see rng.h).
   set_data_parallel_shard(group_->rank(), static_cast<int>(world));

@@ -9,6 +9,7 @@
 #include "tessera/grad_mode.h"
 #include "tessera/ops.h"
 #include "tessera/parallel/tensor_parallel.h"
+#include "tessera/parallel/tensor_parallel_layout.h"
 
 namespace tessera::engine {
 
@@ -199,6 +200,11 @@ void Engine::setup_parallel(std::vector<optim::ParamGroup> groups,
   zo.offload_optimizer = c.zero.offload_optimizer_device == "cpu";
   zo.pin_memory = zo.offload_optimizer && c.zero.offload_pin_memory;
   zo.allgather_bucket_size = c.zero.allgather_bucket_size;
+  if (tp_group_) {
+    zo.tensor_parallel_group = tp_group_;
+    for (const auto& split : parallel::tensor_parallel_layout(model_))
+      zo.tensor_parallel_params.insert(split.first);
+  }
   zero_ = std::make_unique<parallel::ZeroOptimizer>(model_, group_, zo, make, std::move(groups));
   TS_CHECK(zero_->optimizer().name() != "Lamb", "engine: zero_optimization.stage ", c.zero.stage,
            " with optimizer Lamb is not supported (LAMB's trust ratio needs whole tensors); use "
@@ -217,9 +223,6 @@ std::unique_ptr<Engine> initialize(nn::Module& model, const io::TrainConfig& con
 
 void Engine::setup_tensor_parallel(std::shared_ptr<parallel::ProcessGroup> tp) {
   if (!tp || tp->size() == 1) return;
-  TS_CHECK(config_.zero.stage == 0, "tensor_parallel.autotp_size ", tp->size(),
-           " with zero_optimization.stage ", config_.zero.stage,
-           ": ZeRO over tensor-parallel shards is not built yet (use stage 0)");
   tp_group_ = std::move(tp);
   for (Tensor* t : parallel::tensor_parallel_shards(model_)) tp_shards_.push_back(*t);
   TS_CHECK(!tp_shards_.empty(), "engine: a tensor-parallel group of ", tp_group_->size(),

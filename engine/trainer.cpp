@@ -124,6 +124,7 @@ TrainResult TrainLoop::fit() {
   }
   if (tty_) std::cerr << "\n";
   r.comms = engine_.group().logger().totals();  // the training steps' alone
+  if (auto* tp = engine_.tensor_parallel_group()) r.tp_comms = tp->logger().totals();
   r.step = engine_.global_steps();
   r.steps_run = r.step - start;
   const double samples = static_cast<double>(r.steps_run * engine_.config().train_batch_size);

@@ -1,9 +1,8 @@
 #include "tessera/models/gpt2_tensor_parallel.h"
 
 #include <iostream>
-#include <limits>
 
-#include "tessera/grad_mode.h"
+#include "tessera/parallel/tensor_parallel_layout.h"
 
 namespace tessera::models {
 
@@ -13,19 +12,10 @@ int64_t inner_size(const GPT2Config& c) {
   return c.n_inner ? c.n_inner : 4 * c.n_embd;
 }
 
-// The config's sizes that must divide among the ranks, checked before any layer is built.
+// The config, checked before any layer is built.
 const GPT2Config& checked(const GPT2Config& c, const parallel::ProcessGroup& g) {
-  c.validate();
-  const int64_t n = g.size();
-  TS_CHECK(c.n_head % n == 0, "GPT-2 tensor parallel: n_head ", c.n_head, " does not divide among ",
-           n, " ranks (each rank holds whole heads)");
-  TS_CHECK(inner_size(c) % n == 0, "GPT-2 tensor parallel: the MLP's ", inner_size(c),
-           " features do not divide among ", n, " ranks");
+  GPT2TensorParallelLMHeadModel::check_divisible(c, g.size());
   return c;
-}
-
-int64_t padded(int64_t vocab, int64_t n) {
-  return (vocab + n - 1) / n * n;
 }
 
 }  // namespace
@@ -33,7 +23,8 @@ int64_t padded(int64_t vocab, int64_t n) {
 TPGPT2Attention::TPGPT2Attention(Module* parent, const std::string& name, const GPT2Config& c,
                                  std::shared_ptr<parallel::ProcessGroup> g)
     : Module(parent, name),
-      c_attn(this, "c_attn", c.n_embd, 3 * c.n_embd, g, /*gather_output=*/false, c.bias),
+      c_attn(this, "c_attn", c.n_embd, 3 * c.n_embd, g, /*gather_output=*/false, c.bias,
+             /*sequence_parallel=*/false, /*stride=*/3),
       c_proj(this, "c_proj", c.n_embd, c.n_embd, g, /*input_is_parallel=*/true, c.bias),
       resid_dropout(this, "resid_dropout", c.dropout),
       local_heads(c.n_head / g->size()) {}
@@ -78,7 +69,7 @@ Tensor TPGPT2Block::forward(const Tensor& x) {
 TPGPT2Model::TPGPT2Model(Module* parent, const std::string& name, const GPT2Config& c,
                          std::shared_ptr<parallel::ProcessGroup> g)
     : Module(parent, name),
-      wte(this, "wte", padded(c.vocab_size, g->size()), c.n_embd, g),
+      wte(this, "wte", c.vocab_size, c.n_embd, g),
       wpe(this, "wpe", c.n_positions, c.n_embd),
       drop(this, "drop", c.dropout),
       h(this, "h"),
@@ -108,7 +99,7 @@ GPT2TensorParallelLMHeadModel::GPT2TensorParallelLMHeadModel(
     const GPT2Config& c, std::shared_ptr<parallel::ProcessGroup> group, GeneratorState start)
     : transformer(this, "transformer", checked(c, *group), group),
       config(c),
-      padded_vocab(padded(c.vocab_size, group->size())),
+      padded_vocab(transformer.wte.padded_embeddings),
       group_(std::move(group)) {
   if (padded_vocab != c.vocab_size && group_->rank() == 0)
     std::cerr << "GPT-2 tensor parallel: vocab_size " << c.vocab_size << " padded to "
@@ -124,16 +115,7 @@ GPT2TensorParallelLMHeadModel::GPT2TensorParallelLMHeadModel(
 
 Tensor GPT2TensorParallelLMHeadModel::local_logits(const Tensor& input_ids) {
   nn::ModuleScope scope(*this);
-  Tensor logits = parallel::vocab_parallel_logits(transformer.forward(input_ids), transformer.wte);
-  const int64_t start = transformer.wte.vocab_start, n = transformer.wte.vocab_per_rank;
-  if (start + n > config.vocab_size) {  // this rank holds padding columns
-    const Tensor columns = arange(static_cast<double>(start), static_cast<double>(start + n), 1,
-                                  DType::Int64, logits.device());
-    const Tensor pad = ge(columns, scalar_tensor(static_cast<double>(config.vocab_size),
-                                                 DType::Int64, logits.device()));
-    logits = masked_fill(logits, pad, -std::numeric_limits<double>::infinity());
-  }
-  return logits;
+  return parallel::vocab_parallel_logits(transformer.forward(input_ids), transformer.wte);
 }
 
 Tensor GPT2TensorParallelLMHeadModel::loss(const Batch& b) {
@@ -153,33 +135,31 @@ Tensor GPT2TensorParallelLMHeadModel::loss(const Batch& b) {
 void GPT2TensorParallelLMHeadModel::load_from_whole(GPT2LMHeadModel& whole) {
   TS_CHECK(whole.config.to_json() == config.to_json(),
            "GPT-2 tensor parallel: load_from_whole needs a model of the same config");
-  NoGradGuard no_grad;
-  auto& w = whole.transformer;
-  auto& t = transformer;
-  const int64_t C = config.n_embd, n = group_->size(), r = group_->rank(), cn = C / n;
-  Tensor wte = w.wte.weight;
-  if (padded_vocab != config.vocab_size)
-    wte = cat({wte, zeros({padded_vocab - config.vocab_size, C}, wte.dtype(), wte.device())}, 0);
-  t.wte.load_from_full(wte);
-  t.wpe.weight.copy_(w.wpe.weight);
-  t.ln_f.load_state_dict(w.ln_f.state_dict());
-  // c_attn's rows are [q | k | v], each C rows of n_head heads: this rank's heads of each.
-  auto qkv_rows = [&](const Tensor& whole_t) {
-    return cat({whole_t.narrow(0, r * cn, cn), whole_t.narrow(0, C + r * cn, cn),
-                whole_t.narrow(0, 2 * C + r * cn, cn)},
-               0);
-  };
-  for (size_t i = 0; i < t.h.size(); ++i) {
-    auto& wb = w.h.at<GPT2Block>(i);
-    auto& tb = t.h.at<TPGPT2Block>(i);
-    tb.ln_1.load_state_dict(wb.ln_1.state_dict());
-    tb.ln_2.load_state_dict(wb.ln_2.state_dict());
-    tb.attn.c_attn.weight.copy_(qkv_rows(wb.attn.c_attn.weight));
-    if (tb.attn.c_attn.bias.defined()) tb.attn.c_attn.bias.copy_(qkv_rows(wb.attn.c_attn.bias));
-    tb.attn.c_proj.load_from_full(wb.attn.c_proj.weight, wb.attn.c_proj.bias);
-    tb.mlp.c_fc.load_from_full(wb.mlp.c_fc.weight, wb.mlp.c_fc.bias);
-    tb.mlp.c_proj.load_from_full(wb.mlp.c_proj.weight, wb.mlp.c_proj.bias);
+  parallel::load_whole_state(*this, whole.state_dict(), group_->rank(), group_->size());
+}
+
+void GPT2TensorParallelLMHeadModel::check_divisible(const GPT2Config& c, int64_t n) {
+  c.validate();
+  TS_CHECK(c.n_head % n == 0, "GPT-2 tensor parallel: n_head ", c.n_head, " does not divide among ",
+           n, " ranks (each rank holds whole heads)");
+  TS_CHECK(inner_size(c) % n == 0, "GPT-2 tensor parallel: the MLP's ", inner_size(c),
+           " features do not divide among ", n, " ranks");
+}
+
+parallel::TensorParallelLayout GPT2TensorParallelLMHeadModel::layout(const GPT2Config& c) {
+  parallel::TensorParallelLayout out{{"transformer.wte.weight", {0, 1, c.vocab_size}}};
+  for (int64_t i = 0; i < c.n_layer; ++i) {
+    const std::string h = "transformer.h." + std::to_string(i) + ".";
+    out[h + "attn.c_attn.weight"] = {0, 3, 3 * c.n_embd};
+    out[h + "attn.c_proj.weight"] = {1, 1, c.n_embd};
+    out[h + "mlp.c_fc.weight"] = {0, 1, inner_size(c)};
+    out[h + "mlp.c_proj.weight"] = {1, 1, inner_size(c)};
+    if (c.bias) {
+      out[h + "attn.c_attn.bias"] = {0, 3, 3 * c.n_embd};
+      out[h + "mlp.c_fc.bias"] = {0, 1, inner_size(c)};
+    }
   }
+  return out;
 }
 
 }  // namespace tessera::models

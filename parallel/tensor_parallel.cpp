@@ -7,6 +7,7 @@
 #include "tessera/grad_mode.h"
 #include "tessera/ops.h"
 #include "tessera/parallel/sequence_parallel.h"
+#include "tessera/parallel/tensor_parallel_layout.h"
 #include "tessera/parallel/vocab_parallel.h"
 
 namespace tessera::parallel {
@@ -44,18 +45,25 @@ Tensor gather_from_tensor_parallel_region(const Tensor& x, ProcessGroup& group) 
 
 ColumnParallelLinear::ColumnParallelLinear(nn::Module* parent, const std::string& name, int64_t in,
                                            int64_t out, std::shared_ptr<ProcessGroup> group,
-                                           bool gather_output, bool bias, bool sequence_parallel)
+                                           bool gather_output, bool bias, bool sequence_parallel,
+                                           int64_t stride)
     : UnaryModule(parent, name),
       in_features(in),
       out_features(out),
+      stride(stride),
       gather_output(gather_output),
       sequence_parallel(sequence_parallel),
       group_(std::move(group)) {
   TS_CHECK(group_, "ColumnParallelLinear '", name, "': no process group");
   TS_CHECK(!(gather_output && sequence_parallel), "ColumnParallelLinear '", name,
            "': gather_output and sequence_parallel exclude each other");
-  TS_CHECK(out % group_->size() == 0, "ColumnParallelLinear '", name, "': ", out,
-           " output features do not divide among ", group_->size(), " ranks");
+  TS_CHECK(stride >= 1 && out % stride == 0 && (out / stride) % group_->size() == 0,
+           "ColumnParallelLinear '", name, "': ", out, " output features",
+           stride > 1 ? " in " + std::to_string(stride) + " fused blocks" : std::string(),
+           " do not divide among ", group_->size(), " ranks");
+  TS_CHECK(stride == 1 || !gather_output, "ColumnParallelLinear '", name,
+           "': a gathered output of fused blocks (stride ", stride,
+           ") would interleave the ranks' slices; use gather_output = false");
   out_per_rank = out / group_->size();
   register_parameter("weight", &weight, zeros({out_per_rank, in}));
   if (bias) register_parameter("bias", &this->bias, zeros({out_per_rank}));
@@ -66,9 +74,10 @@ void ColumnParallelLinear::load_from_full(const Tensor& w, const Tensor& b) {
            "': the whole weight must be [", out_features, ", ", in_features, "], got ",
            w.describe());
   NoGradGuard no_grad;
-  const int64_t r = group_->rank();
-  weight.copy_(w.narrow(0, r * out_per_rank, out_per_rank));
-  if (bias.defined() && b.defined()) bias.copy_(b.narrow(0, r * out_per_rank, out_per_rank));
+  const TensorParallelSplit split{0, stride, out_features};
+  weight.copy_(shard_of_whole(w, split, group_->rank(), group_->size()));
+  if (bias.defined() && b.defined())
+    bias.copy_(shard_of_whole(b, split, group_->rank(), group_->size()));
 }
 
 Tensor ColumnParallelLinear::forward(const Tensor& x) {

@@ -10,6 +10,7 @@
 #include "tessera/grad_mode.h"
 #include "tessera/ops.h"
 #include "tessera/parallel/tensor_parallel.h"
+#include "tessera/parallel/tensor_parallel_layout.h"
 
 namespace tessera::parallel {
 
@@ -40,10 +41,11 @@ VocabParallelEmbedding::VocabParallelEmbedding(nn::Module* parent, const std::st
       dim(dim),
       group_(std::move(group)) {
   TS_CHECK(group_, "VocabParallelEmbedding '", name, "': no process group");
-  TS_CHECK(num_embeddings % group_->size() == 0, "VocabParallelEmbedding '", name,
-           "': ", num_embeddings, " rows (the vocabulary) do not divide among ", group_->size(),
-           " ranks; pad the vocabulary to a multiple of ", group_->size());
-  vocab_per_rank = num_embeddings / group_->size();
+  TS_CHECK(num_embeddings >= 1 && dim >= 1, "VocabParallelEmbedding '", name, "': ", num_embeddings,
+           " x ", dim, " is not an embedding");
+  const int64_t n = group_->size();
+  padded_embeddings = (num_embeddings + n - 1) / n * n;
+  vocab_per_rank = padded_embeddings / n;
   vocab_start = group_->rank() * vocab_per_rank;
   register_parameter("weight", &weight, zeros({vocab_per_rank, dim}));
 }
@@ -52,7 +54,7 @@ void VocabParallelEmbedding::load_from_full(const Tensor& w) {
   TS_CHECK(w.shape() == Shape({num_embeddings, dim}), "VocabParallelEmbedding '", name(),
            "': the whole weight must be [", num_embeddings, ", ", dim, "], got ", w.describe());
   NoGradGuard no_grad;
-  weight.copy_(w.narrow(0, vocab_start, vocab_per_rank));
+  weight.copy_(shard_of_whole(w, {0, 1, num_embeddings}, group_->rank(), group_->size()));
 }
 
 Tensor VocabParallelEmbedding::forward(const Tensor& ids) {
@@ -64,7 +66,16 @@ Tensor VocabParallelEmbedding::forward(const Tensor& ids) {
 }
 
 Tensor vocab_parallel_logits(const Tensor& hidden, const VocabParallelEmbedding& embedding) {
-  return linear(copy_to_tensor_parallel_region(hidden, embedding.group()), embedding.weight);
+  const Tensor logits =
+      linear(copy_to_tensor_parallel_region(hidden, embedding.group()), embedding.weight);
+  const int64_t start = embedding.vocab_start, n = embedding.vocab_per_rank;
+  if (start + n <= embedding.num_embeddings) return logits;
+  // This rank holds padding columns.
+  const Tensor columns = arange(static_cast<double>(start), static_cast<double>(start + n), 1,
+                                DType::Int64, logits.device());
+  const Tensor pad = ge(columns, scalar_tensor(static_cast<double>(embedding.num_embeddings),
+                                               DType::Int64, logits.device()));
+  return masked_fill(logits, pad, -std::numeric_limits<double>::infinity());
 }
 
 Tensor vocab_parallel_cross_entropy(const Tensor& local_logits, const Tensor& targets,

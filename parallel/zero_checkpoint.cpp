@@ -13,8 +13,9 @@ namespace tessera::parallel {
 
 namespace fs = std::filesystem;
 
-std::string zero_shard_file(int rank) {
-  return "zero_rank" + std::to_string(rank) + ".safetensors";
+std::string zero_shard_file(int rank, int tp_rank) {
+  const std::string tp = tp_rank >= 0 ? "_tp" + std::to_string(tp_rank) : std::string();
+  return "zero_rank" + std::to_string(rank) + tp + ".safetensors";
 }
 
 nlohmann::json zero_metadata(int stage, const ShardLayout& layout) {
@@ -58,8 +59,8 @@ SavedLayout read_saved_layout(const fs::path& dir) {
           ShardLayout(shapes, static_cast<int>(z.integer("world_size", 1, 1 << 20)))};
 }
 
-fs::path shard_path(const fs::path& dir, int rank, int world) {
-  const fs::path f = dir / zero_shard_file(rank);
+fs::path shard_path(const fs::path& dir, int rank, int world, int tp_rank) {
+  const fs::path f = dir / zero_shard_file(rank, tp_rank);
   TS_CHECK(fs::exists(f), "'", f.string(), "' is missing: the checkpoint was saved by ", world,
            " ranks and needs every rank's shard file");
   return f;
@@ -76,7 +77,7 @@ const ShardLayout::Entry* owner(const ShardLayout& layout, const std::string& ke
 
 }  // namespace
 
-ConsolidatedState consolidate_zero_checkpoint(const std::string& tag_dir) {
+ConsolidatedState consolidate_zero_checkpoint(const std::string& tag_dir, int tp_rank) {
   const fs::path dir(tag_dir);
   const SavedLayout saved = read_saved_layout(dir);
   const ShardLayout& layout = saved.layout;
@@ -86,34 +87,35 @@ ConsolidatedState consolidate_zero_checkpoint(const std::string& tag_dir) {
 
   std::vector<std::map<std::string, Tensor>> shards;
   for (int r = 0; r < out.world_size; ++r)
-    shards.push_back(io::load_safetensors(shard_path(dir, r, out.world_size).string()));
+    shards.push_back(io::load_safetensors(shard_path(dir, r, out.world_size, tp_rank).string()));
   auto it = shards[0].find("step");
-  TS_CHECK(it != shards[0].end(), "'", (dir / zero_shard_file(0)).string(), "' has no 'step'");
+  TS_CHECK(it != shards[0].end(), "'", (dir / zero_shard_file(0, tp_rank)).string(),
+           "' has no 'step'");
   out.optimizer["step"] = it->second;
   // Every other key of rank 0's file names a parameter or "<parameter>.<slot>".
   for (const auto& [key, first] : shards[0]) {
     if (key == "step") continue;
     bool master = false;
-    const ShardLayout::Entry* e = owner(layout, key, master, dir / zero_shard_file(0));
+    const ShardLayout::Entry* e = owner(layout, key, master, dir / zero_shard_file(0, tp_rank));
     Tensor full_padded = Tensor::empty({e->shard * out.world_size}, first.dtype());
     for (int r = 0; r < out.world_size; ++r) {
       auto s = shards[static_cast<size_t>(r)].find(key);
       TS_CHECK(s != shards[static_cast<size_t>(r)].end() && s->second.numel() == e->shard, "'",
-               (dir / zero_shard_file(r)).string(), "': '", key, "' is missing or not ", e->shard,
-               " elements");
+               (dir / zero_shard_file(r, tp_rank)).string(), "': '", key, "' is missing or not ",
+               e->shard, " elements");
       full_padded.narrow(0, r * e->shard, e->shard).copy_(s->second);
     }
     (master ? out.masters : out.optimizer)[key] =
         full_padded.narrow(0, 0, e->numel).view(e->shape).contiguous();
   }
   for (const auto& e : layout.entries)
-    TS_CHECK(out.masters.count(e.name), "'", (dir / zero_shard_file(0)).string(),
+    TS_CHECK(out.masters.count(e.name), "'", (dir / zero_shard_file(0, tp_rank)).string(),
              "' has no master values for '", e.name, "'");
   return out;
 }
 
 ConsolidatedState load_zero_partition(const std::string& tag_dir, const ShardLayout& layout,
-                                      int rank) {
+                                      int rank, int tp_rank) {
   const fs::path dir(tag_dir);
   const SavedLayout saved = read_saved_layout(dir);
   const ShardLayout& old = saved.layout;
@@ -125,7 +127,8 @@ ConsolidatedState load_zero_partition(const std::string& tag_dir, const ShardLay
   auto file = [&](int q) -> const io::SafetensorsFile& {
     auto it = files.find(q);
     if (it == files.end())
-      it = files.emplace(q, io::SafetensorsFile(shard_path(dir, q, old.world).string())).first;
+      it = files.emplace(q, io::SafetensorsFile(shard_path(dir, q, old.world, tp_rank).string()))
+               .first;
     return it->second;
   };
   // Every shard file lists the same keys: take them from one this rank needs anyway (its

@@ -203,8 +203,18 @@ double ZeroOptimizer::prepare_master_grads(double scale) {
       const ShardLayout::Entry* e = layout_.find(g.names[k]);
       g.params[k].set_grad(master_grads_.narrow(0, e->offset, e->shard));
     }
-  const double local = norm(master_grads_).item();
-  return std::sqrt(group_->all_reduce_scalar(local * local));
+  if (!options_.tensor_parallel_group) {
+    const double local = norm(master_grads_).item();
+    return std::sqrt(group_->all_reduce_scalar(local * local));
+  }
+  double shards = 0, replicated = 0;  // squares of this rank's partition of each kind
+  for (const auto& e : layout_.entries) {
+    const double n = norm(master_grads_.narrow(0, e.offset, e.shard)).item();
+    (options_.tensor_parallel_params.count(e.name) ? shards : replicated) += n * n;
+  }
+  shards = group_->all_reduce_scalar(shards);
+  replicated = group_->all_reduce_scalar(replicated);
+  return std::sqrt(options_.tensor_parallel_group->all_reduce_scalar(shards) + replicated);
 }
 
 void ZeroOptimizer::scale_master_grads(double coef) {

@@ -3,12 +3,12 @@
 #include <iostream>
 
 #include "cli.h"
+#include "tessera/engine/checkpoint_state.h"
 #include "tessera/engine/engine.h"
 #include "tessera/grad_mode.h"
 #include "tessera/io/files.h"
 #include "tessera/io/safetensors.h"
 #include "tessera/ops.h"
-#include "tessera/parallel/zero_checkpoint.h"
 
 namespace tessera::cli {
 
@@ -25,22 +25,15 @@ fs::path checkpoint_tag_dir(const std::string& dir, const std::string& tag, cons
 }
 
 std::map<std::string, Tensor> checkpoint_weights(const fs::path& tag_dir, const char* cmd) {
-  std::map<std::string, Tensor> weights;
-  if (fs::exists(tag_dir / parallel::zero_shard_file(0))) {
-    parallel::ConsolidatedState c = parallel::consolidate_zero_checkpoint(tag_dir.string());
-    weights = std::move(c.masters);
-    std::cerr << cmd << ": ZeRO stage " << c.stage << " checkpoint of " << c.world_size
-              << " ranks, " << weights.size() << " parameters\n";
-  } else {
-    const fs::path file = tag_dir / "model.safetensors";
-    TS_CHECK(!fs::exists(tag_dir / "model_tp0.safetensors"), cmd, ": '", tag_dir.string(),
-             "' is a tensor-parallel checkpoint (model_tp<r>.safetensors, one shard per rank): "
-             "merging its shards into whole weights is not built yet");
-    TS_CHECK(fs::exists(file), cmd, ": '", tag_dir.string(),
-             "' holds neither ZeRO shards nor model.safetensors: not a Tessera checkpoint");
-    weights = io::load_safetensors(file.string());
-    std::cerr << cmd << ": checkpoint without ZeRO, " << weights.size() << " tensors\n";
-  }
+  TS_CHECK(fs::exists(tag_dir / "engine.json"), cmd, ": '", tag_dir.string(),
+           "' has no engine.json: not a Tessera checkpoint");
+  engine::WholeCheckpointState c = engine::read_whole_checkpoint(tag_dir.string(), false);
+  std::map<std::string, Tensor> weights = std::move(c.weights);
+  std::cerr << cmd << ": checkpoint of " << c.data_parallel << " data-parallel rank(s)";
+  if (c.tensor_parallel > 1)
+    std::cerr << " x " << c.tensor_parallel << " tensor-parallel ranks (shards merged)";
+  if (c.zero_stage > 0) std::cerr << ", ZeRO stage " << c.zero_stage;
+  std::cerr << ", " << weights.size() << " tensors\n";
   NoGradGuard no_grad;
   for (auto& [k, v] : weights) {
     TS_CHECK(is_floating(v.dtype()), cmd, ": '", k, "' is ", dtype_name(v.dtype()),

@@ -1,9 +1,11 @@
-// `tessera estimate-memory CONFIG.json --ranks N [--vocab V] [--data PATH] [--json]`
+// `tessera estimate-memory CONFIG.json --ranks N [--tp T] [--vocab V] [--data PATH] [--json]`
 #include <cstdio>
 #include <iostream>
 
 #include "cli.h"
+#include "tessera/io/json_fields.h"
 #include "tessera/io/token_data.h"
+#include "tessera/models/gpt2_tensor_parallel.h"
 #include "tessera/parallel/shard_layout.h"
 #include "tessera/parallel/zero_optimizer.h"
 
@@ -12,7 +14,7 @@ namespace tessera::cli {
 namespace {
 
 const char* kHelp =
-    R"(usage: tessera estimate-memory CONFIG.json --ranks N [--vocab V] [--data PATH] [--json]
+    R"(usage: tessera estimate-memory CONFIG.json --ranks N [--tp T] [--vocab V] [--data PATH] [--json]
 
 Predicts the bytes of model state each of N ranks will hold when training the
 config's model: parameters, gradients and optimizer state (float32 master weights and
@@ -21,8 +23,8 @@ sharding and padding the engine uses, so the prediction matches what `tessera tr
 reports, buffers included: the communication staging (reduce-scatter buckets of
 reduce_bucket_size, all-gather chunks of allgather_bucket_size, ZeRO-3's prefetch of
 stage3_prefetch_bucket_size). Activations are not included. With
-"tensor_parallel": {"autotp_size": T} (GPT-2), each rank holds its shard of the model and
-N / T ranks are data parallel.
+"tensor_parallel": {"autotp_size": T} (GPT-2; --tp T sets it), each rank holds its shard of
+the model and N / T ranks are data parallel: ZeRO partitions the shards over those.
 
 The vocabulary decides the embedding size: --vocab V, else GPT-2's 50257 for the gpt2
 tokenizer, else the character vocabulary of data.path (--data), tokenised once and cached.
@@ -88,21 +90,6 @@ Estimate estimate(const io::TrainConfig& c, const parallel::ShardLayout& layout,
   return e;
 }
 
-// What models::GPT2TensorParallelLMHeadModel holds of parameter `name` on each of `tp` ranks:
-// column-parallel rows (c_attn, mlp.c_fc), row-parallel columns (the c_proj weights), the
-// vocabulary rows padded to a multiple of tp; the rest whole.
-Shape tensor_parallel_shard_shape(const std::string& name, Shape shape, int64_t tp, int64_t vocab) {
-  if (tp == 1) return shape;
-  auto has = [&](const char* s) { return name.find(s) != std::string::npos; };
-  if (has("wte.weight"))
-    shape[0] = (vocab + tp - 1) / tp;
-  else if (has("c_attn.") || has("mlp.c_fc."))
-    shape[0] /= tp;
-  else if (has("c_proj.weight"))
-    shape[1] /= tp;
-  return shape;
-}
-
 std::string human(int64_t b) {
   char buf[32];
   if (b >= (int64_t{1} << 30))
@@ -117,7 +104,7 @@ std::string human(int64_t b) {
 }  // namespace
 
 int estimate_memory_main(int argc, char** argv) {
-  const Args a(argc, argv, 2, {"json", "help"}, {"ranks", "vocab", "data"});
+  const Args a(argc, argv, 2, {"json", "help"}, {"ranks", "tp", "vocab", "data"});
   if (a.has("help")) {
     std::cout << kHelp;
     return 0;
@@ -125,7 +112,17 @@ int estimate_memory_main(int argc, char** argv) {
   TS_CHECK(a.positional().size() == 1, "estimate-memory: expected one CONFIG.json (see --help)");
   const int64_t ranks = a.get_int("ranks", 1);
   TS_CHECK(ranks >= 1, "estimate-memory: --ranks must be >= 1, got ", ranks);
-  io::TrainConfig cfg = io::TrainConfig::from_file(a.positional()[0], ranks);
+  const std::string path = a.positional()[0];
+  io::TrainConfig cfg;
+  if (a.has("tp")) {  // the config with tensor_parallel.autotp_size replaced
+    const int64_t tp = a.get_int("tp", 1);
+    TS_CHECK(tp >= 1, "estimate-memory: --tp must be >= 1, got ", tp);
+    nlohmann::json j = io::JsonFields::parse_file(path);
+    j["tensor_parallel"]["autotp_size"] = tp;
+    cfg = io::TrainConfig::parse(j.dump(), ranks, path);
+  } else {
+    cfg = io::TrainConfig::from_file(path, ranks);
+  }
   if (a.has("data")) cfg.data.path = a.get("data", "");
   int64_t vocab = a.get_int("vocab", 0);
   if (vocab <= 0) {
@@ -141,14 +138,21 @@ int estimate_memory_main(int argc, char** argv) {
   const int64_t tp = cfg.tensor_parallel.autotp_size;
   TS_CHECK(tp == 1 || cfg.model.type == "gpt2", "estimate-memory: tensor_parallel.autotp_size ", tp,
            ": tensor parallelism is built for GPT-2 only");
-  TS_CHECK(tp == 1 || cfg.zero.stage == 0, "estimate-memory: tensor_parallel.autotp_size ", tp,
-           " with zero_optimization.stage ", cfg.zero.stage,
-           ": ZeRO over tensor-parallel shards "
-           "is not built yet");
   const int dp = static_cast<int>(cfg.world_size);  // data-parallel ranks: ranks / autotp_size
+  // Each rank's shard of the split parameters, as GPT2TensorParallelLMHeadModel holds them.
+  parallel::TensorParallelLayout split;
+  if (tp > 1) {
+    const models::GPT2Config c = gpt2_config_from_train_config(cfg, vocab);
+    models::GPT2TensorParallelLMHeadModel::check_divisible(c, tp);
+    split = models::GPT2TensorParallelLMHeadModel::layout(c);
+  }
   std::vector<std::pair<std::string, Shape>> shapes;
-  for (auto& [n, t] : model->named_parameters())
-    shapes.emplace_back(n, tensor_parallel_shard_shape(n, t->shape(), tp, vocab));
+  for (auto& [n, t] : model->named_parameters()) {
+    auto it = split.find(n);
+    shapes.emplace_back(
+        n, it == split.end() ? t->shape()
+                             : parallel::shard_shape(t->shape(), it->second, static_cast<int>(tp)));
+  }
   const parallel::ShardLayout layout(shapes, dp);
   const int stage = static_cast<int>(cfg.zero.stage);
   const Estimate mine = estimate(cfg, layout, stage, dp);
@@ -162,7 +166,7 @@ int estimate_memory_main(int argc, char** argv) {
             << ", " << cfg.optimizer.type << "\n";
   std::printf("%-8s %12s %12s %12s %12s %12s\n", "stage", "params", "grads", "optimizer", "buffers",
               "total/rank");
-  for (int s = 0; s <= (tp > 1 ? 0 : 3); ++s) {  // (ZeRO with TP is not built yet)
+  for (int s = 0; s <= 3; ++s) {
     const Estimate e = estimate(cfg, layout, s, dp);
     std::printf("%-8s %12s %12s %12s %12s %12s\n",
                 (std::to_string(s) + (s == stage ? " *" : "")).c_str(), human(e.params).c_str(),

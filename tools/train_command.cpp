@@ -88,14 +88,18 @@ void print_json_line(const engine::TrainResult& r, engine::Engine& eng, bool com
     line["tp_rank"] = tp->rank();
     line["tp_size"] = tp->size();
   }
-  if (comms) {
+  auto ops = [](const std::map<std::string, parallel::CommsLogger::OpStats>& totals) {
     nlohmann::ordered_json c = nlohmann::ordered_json::object();
-    for (const auto& [op, st] : r.comms)
+    for (const auto& [op, st] : totals)
       c[op] = {{"calls", st.calls},
                {"message_bytes", st.message_bytes},
                {"bus_bytes", st.bus_bytes},
                {"seconds", st.seconds}};
-    line["comms"] = c;
+    return c;
+  };
+  if (comms) {
+    line["comms"] = ops(r.comms);
+    if (eng.tensor_parallel_group()) line["tp_comms"] = ops(r.tp_comms);
   }
   std::cout << line.dump() << "\n" << std::flush;
 }

@@ -10,6 +10,7 @@
 #include "tessera/models/gpt2_tensor_parallel.h"
 #include "tessera/ops.h"
 #include "tessera/parallel/process_group.h"
+#include "tessera/parallel/tensor_parallel_layout.h"
 
 using namespace tessera;
 
@@ -147,4 +148,81 @@ TEST_CASE("GPT-2 tensor parallel reproduces one process (dropout, padded vocabul
       CHECK_THROWS_WITH_AS(models::GPT2TensorParallelLMHeadModel(bad, group),
                            doctest::Contains("n_head 2 does not divide"), Error);
   }
+}
+
+TEST_CASE("tensor-parallel layout: hand-derived shards (fused blocks, padding) and merges") {
+  // [6, 2] of 3 fused blocks (q|k|v) of 2 rows over 2 ranks: rank 0 holds rows 0, 2, 4.
+  const Tensor qkv = arange(0, 12, 1, DType::Float32).view({6, 2});
+  const parallel::TensorParallelSplit fused{0, 3, 6};
+  const Tensor r0 = parallel::shard_of_whole(qkv, fused, 0, 2);
+  const Tensor r1 = parallel::shard_of_whole(qkv, fused, 1, 2);
+  CHECK(r0.to_vector() == std::vector<double>{0, 1, 4, 5, 8, 9});
+  CHECK(r1.to_vector() == std::vector<double>{2, 3, 6, 7, 10, 11});
+  CHECK(parallel::whole_from_shards({r0, r1}, fused).to_vector() == qkv.to_vector());
+  // 5 rows over 2 ranks: 3 each, the last one zero padding.
+  const Tensor rows = arange(1, 6, 1, DType::Float32).view({5, 1});
+  const parallel::TensorParallelSplit padded{0, 1, 5};
+  const Tensor p1 = parallel::shard_of_whole(rows, padded, 1, 2);
+  CHECK(p1.to_vector() == std::vector<double>{4, 5, 0});
+  CHECK(parallel::whole_from_shards({parallel::shard_of_whole(rows, padded, 0, 2), p1}, padded)
+            .to_vector() == rows.to_vector());
+  // Columns (a row-parallel weight): [2, 4] over 4 ranks, column r on rank r.
+  const Tensor w = arange(0, 8, 1, DType::Float32).view({2, 4});
+  CHECK(parallel::shard_of_whole(w, {1, 1, 4}, 2, 4).to_vector() == std::vector<double>{2, 6});
+  CHECK_THROWS_WITH_AS(parallel::shard_of_whole(qkv, {0, 3, 6}, 0, 4),
+                       doctest::Contains("3 fused blocks of 2 do not divide among 4 ranks"), Error);
+  CHECK_THROWS_WITH_AS(parallel::whole_from_shards({r0, r1.narrow(0, 0, 2)}, fused),
+                       doctest::Contains("should have 3 along dim 0 (6 over 2 ranks)"), Error);
+  const auto back = parallel::layout_from_json(
+      parallel::layout_to_json({{"a.weight", fused}, {"b.weight", padded}}), "test");
+  CHECK(back.at("a.weight").stride == 3);
+  CHECK(back.at("b.weight").size == 5);
+  CHECK_THROWS_WITH_AS(parallel::layout_from_json(nlohmann::json{{"a", {{"dim", -1}}}}, "test"),
+                       doctest::Contains("test: 'a'"), Error);
+}
+
+TEST_CASE("tensor-parallel layout: GPT-2's shards all-gathered and merged are the whole model") {
+  auto group = parallel::world();
+  const int n = group->size(), r = group->rank();
+  models::GPT2Config c = models::GPT2Config::named("tiny");
+  c.vocab_size = 97;  // padded on 2 and 4 ranks
+  if (c.n_head % n != 0) return;
+  manual_seed(9);
+  models::GPT2LMHeadModel whole(c);
+  manual_seed(9);
+  models::GPT2TensorParallelLMHeadModel tp(c, group);
+  const parallel::TensorParallelLayout layout = parallel::tensor_parallel_layout(tp);
+  // Split: c_attn (stride 3) and c_fc weights and biases, both c_proj weights, wte.
+  CHECK(layout.size() == static_cast<size_t>(6 * c.n_layer + 1));
+  CHECK(layout.at("transformer.h.0.attn.c_attn.weight").stride == 3);
+  CHECK(layout.at("transformer.wte.weight").size == 97);
+  CHECK(layout.count("transformer.h.0.attn.c_proj.bias") == 0);  // replicated
+  // The layout the model states without being built (estimate-memory's) is the same.
+  const auto stated = models::GPT2TensorParallelLMHeadModel::layout(c);
+  REQUIRE(stated.size() == layout.size());
+  for (const auto& [name, s] : layout) {
+    CAPTURE(name);
+    REQUIRE(stated.count(name));
+    CHECK((stated.at(name).dim == s.dim && stated.at(name).stride == s.stride &&
+           stated.at(name).size == s.size));
+  }
+  // Every rank's state, gathered to every rank, merges into the whole model's, bit for bit.
+  std::vector<std::map<std::string, Tensor>> ranks(static_cast<size_t>(n));
+  for (const auto& [name, t] : tp.state_dict()) {
+    Tensor all = Tensor::empty(Shape{n * t.numel()}, t.dtype());
+    group->all_gather_async(all, t.contiguous().reshape({-1})).wait();
+    for (int q = 0; q < n; ++q)
+      ranks[static_cast<size_t>(q)][name] = all.narrow(0, q * t.numel(), t.numel()).view(t.shape());
+  }
+  const auto merged = parallel::merge_states(ranks, layout);
+  const auto want = whole.state_dict();
+  CHECK(merged.size() == want.size());
+  for (const auto& [name, t] : want) {
+    CAPTURE(name);
+    REQUIRE(merged.count(name));
+    CHECK(merged.at(name).to_vector() == t.to_vector());
+  }
+  // And the whole state sharded again is this rank's.
+  const auto mine = parallel::shard_state(want, layout, r, n);
+  for (const auto& [name, t] : tp.state_dict()) CHECK(mine.at(name).to_vector() == t.to_vector());
 }

@@ -274,7 +274,7 @@ class Engine {
   // A barrier over every rank of the job (data x tensor parallel).
   void job_barrier();
   // "model.safetensors", or with tensor parallelism "model_tp<r>.safetensors".
-  std::string weights_file(const char* kind) const;
+  int tp_file_rank() const;  // checkpoint files' tensor-parallel rank (-1: none)
   // The optimizer's groups by parameter name (params empty): the client object's, the
   // client's model_parameters, or the default decay split.
   std::vector<optim::ParamGroup> resolve_groups(const InitializeOptions& options);

@@ -59,6 +59,8 @@ struct TrainResult {
   double samples_per_s = 0.0, tokens_per_s = 0.0;
   int stop_signal = 0;  // SIGINT/SIGTERM when a signal stopped training, else 0
   std::map<std::string, parallel::CommsLogger::OpStats> comms;  // the training steps' communication
+  std::map<std::string, parallel::CommsLogger::OpStats>
+      tp_comms;  // ... in the tensor-parallel group
 };
 
 // What the loop does, whatever the batch type; Trainer<Batch> supplies the data.

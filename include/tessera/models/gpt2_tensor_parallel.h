@@ -18,6 +18,7 @@
 
 #include "tessera/models/gpt2.h"
 #include "tessera/parallel/tensor_parallel.h"
+#include "tessera/parallel/tensor_parallel_layout.h"
 #include "tessera/parallel/vocab_parallel.h"
 #include "tessera/rng.h"
 
@@ -80,6 +81,11 @@ class GPT2TensorParallelLMHeadModel : public nn::LossModel<Batch> {
   Tensor loss(const Batch& b) override;
   // Copies this rank's shard of every weight of `whole` (same config).
   void load_from_whole(GPT2LMHeadModel& whole);
+  // How the model of config `c` is split, without building it (any number of ranks: the
+  // splits name whole sizes): parallel::tensor_parallel_layout of the model, by name.
+  static parallel::TensorParallelLayout layout(const GPT2Config& c);
+  // Throws, naming the size, when `c` does not split among `ranks` (heads, MLP features).
+  static void check_divisible(const GPT2Config& c, int64_t ranks);
 
   TPGPT2Model transformer;
   GPT2Config config;

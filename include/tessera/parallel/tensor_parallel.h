@@ -24,18 +24,19 @@ Tensor gather_from_tensor_parallel_region(const Tensor& x, ProcessGroup& group);
 // [r * out/N, (r + 1) * out/N) of A and of b. gather_output: every rank gets all of Y;
 // otherwise its slice (to feed a RowParallelLinear). sequence_parallel: X is this rank's
 // chunk of the sequence (dim 1), all-gathered before the GEMM (sequence_parallel.h); not with
-// gather_output.
+// gather_output. stride (Megatron's): the output features are `stride` fused blocks (GPT-2's
+// q|k|v: 3), each split on its own, so a rank holds its slice of every block.
 class ColumnParallelLinear : public nn::UnaryModule {
  public:
   ColumnParallelLinear(nn::Module* parent, const std::string& name, int64_t in, int64_t out,
                        std::shared_ptr<ProcessGroup> group, bool gather_output = true,
-                       bool bias = true, bool sequence_parallel = false);
+                       bool bias = true, bool sequence_parallel = false, int64_t stride = 1);
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "ColumnParallelLinear"; }
   // Takes this rank's rows of a whole layer's weight [out, in] and bias [out].
   void load_from_full(const Tensor& weight, const Tensor& bias = {});
   Tensor weight, bias;
-  int64_t in_features, out_features, out_per_rank;
+  int64_t in_features, out_features, out_per_rank, stride;
   bool gather_output, sequence_parallel;
 
  private:
@@ -65,9 +66,10 @@ class RowParallelLinear : public nn::UnaryModule {
 };
 
 // The parameter slots of `model` that hold a shard (differ across the tensor-parallel ranks):
-// column-parallel weights and biases, row-parallel weights, vocabulary-parallel embeddings.
-// Everything else is replicated. A global gradient norm sums the shards' squares over the
-// group and counts the replicated parameters once.
+// column-parallel weights and biases, row-parallel weights, vocabulary-parallel embeddings
+// (tensor_parallel_layout.h says how each is cut). Everything else is replicated. A global
+// gradient norm sums the shards' squares over the group and counts the replicated
+// parameters once.
 std::vector<Tensor*> tensor_parallel_shards(nn::Module& model);
 
 }  // namespace tessera::parallel

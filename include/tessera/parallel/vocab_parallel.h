@@ -10,10 +10,11 @@
 namespace tessera::parallel {
 
 // An embedding of `num_embeddings` rows split across the group: rank r holds rows
-// [r * V/N, (r + 1) * V/N). Each rank looks up the ids in its range (zero rows elsewhere) and
-// the ranks' results are all-reduced, so every rank gets the whole lookup; the gradient of
-// each row reaches only the rank that holds it. `weight` [V/N, dim] is also the weight of a
-// tied, vocabulary-parallel LM head (vocab_parallel_logits).
+// [r * P/N, (r + 1) * P/N) of the vocabulary padded to P, the next multiple of N (Megatron's
+// padding; padding rows are zero and never looked up). Each rank looks up the ids in its
+// range (zero rows elsewhere) and the ranks' results are all-reduced, so every rank gets the
+// whole lookup; the gradient of each row reaches only the rank that holds it. `weight`
+// [P/N, dim] is also the weight of a tied, vocabulary-parallel LM head (vocab_parallel_logits).
 class VocabParallelEmbedding : public nn::UnaryModule {
  public:
   VocabParallelEmbedding(nn::Module* parent, const std::string& name, int64_t num_embeddings,
@@ -21,26 +22,27 @@ class VocabParallelEmbedding : public nn::UnaryModule {
   Tensor forward(const Tensor& ids) override;
   std::string type_name() const override { return "VocabParallelEmbedding"; }
   ProcessGroup& group() const { return *group_; }
-  // Takes this rank's rows of a whole embedding [V, dim].
+  // Takes this rank's rows of a whole embedding [num_embeddings, dim].
   void load_from_full(const Tensor& weight);
   Tensor weight;
-  int64_t num_embeddings, dim, vocab_start, vocab_per_rank;
+  int64_t num_embeddings, padded_embeddings, dim, vocab_start, vocab_per_rank;
 
  private:
   std::shared_ptr<ProcessGroup> group_;
 };
 
-// The tied LM head's logits for this rank's vocabulary columns, [..., V/N] (Megatron's
+// The tied LM head's logits for this rank's vocabulary columns, [..., P/N] (Megatron's
 // parallel_lm_logits): hidden enters the parallel region (identity forward, all-reduce of its
-// gradient backward, since each rank's columns contribute part of it).
+// gradient backward, since each rank's columns contribute part of it). Padding columns are
+// -inf, so they take no probability.
 Tensor vocab_parallel_logits(const Tensor& hidden, const VocabParallelEmbedding& embedding);
 
 // cross_entropy(whole logits, targets, ignore_index) (the mean over targets that are not
 // ignored; NaN when all are, as torch) from this rank's logit columns `local_logits`
-// [..., V/N] (vocabulary [r * V/N, (r + 1) * V/N)): the row maximum, the sum of exponentials
-// and the target's logit are all-reduced (Megatron's three all-reduces of one value per row).
-// Every rank passes the same targets and gets the same loss; the gradient of its columns is
-// softmax - one-hot, computed from its own columns.
+// [..., V/N] (vocabulary [r * V/N, (r + 1) * V/N), V possibly padded): the row maximum, the sum of
+// exponentials and the target's logit are all-reduced (Megatron's three all-reduces of one value
+// per row). Every rank passes the same targets and gets the same loss; the gradient of its columns
+// is softmax - one-hot, computed from its own columns.
 Tensor vocab_parallel_cross_entropy(const Tensor& local_logits, const Tensor& targets,
                                     ProcessGroup& group, int64_t ignore_index = -100);
 

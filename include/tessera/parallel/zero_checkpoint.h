@@ -1,5 +1,7 @@
 // ZeRO checkpoints: each rank writes its shards (float32 master and optimizer state of its
-// partition) to zero_rank<R>.safetensors; engine.json's "zero" section records the stage,
+// partition) to zero_rank<R>.safetensors (with tensor parallelism, zero_rank<R>_tp<T>: the
+// data-parallel rank R of tensor-parallel rank T's group; every tp_rank argument below is
+// that T, or -1 without tensor parallelism); engine.json's "zero" section records the stage,
 // the data-parallel size and every parameter's shape, so the shards can be put back
 // together at any other size (or by `tessera zero-to-fp32`).
 #pragma once
@@ -12,7 +14,7 @@
 
 namespace tessera::parallel {
 
-std::string zero_shard_file(int rank);  // "zero_rank<R>.safetensors"
+std::string zero_shard_file(int rank, int tp_rank = -1);  // "zero_rank<R>[_tp<T>].safetensors"
 nlohmann::json zero_metadata(int stage, const ShardLayout& layout);
 
 struct ConsolidatedState {
@@ -21,12 +23,12 @@ struct ConsolidatedState {
   int stage = 0, world_size = 1;
 };
 // Reads every shard file of a checkpoint directory (TAG dir) and rebuilds the full tensors.
-ConsolidatedState consolidate_zero_checkpoint(const std::string& tag_dir);
+ConsolidatedState consolidate_zero_checkpoint(const std::string& tag_dir, int tp_rank = -1);
 
 // `rank`'s partition in `layout` (any data-parallel size): masters and optimizer state as
 // [shard] tensors zero-padded like ShardLayout's, read only from the parts of the saved
 // shard files that overlap it (at the size it was saved with: this rank's own file only).
 ConsolidatedState load_zero_partition(const std::string& tag_dir, const ShardLayout& layout,
-                                      int rank);
+                                      int rank, int tp_rank = -1);
 
 }  // namespace tessera::parallel

@@ -18,6 +18,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,11 @@ struct ZeroOptions {
   bool offload_optimizer = false;           // masters and optimizer state on the host (GPU models)
   bool pin_memory = false;  // offloaded GPU models: stage host<->GPU transfers in pinned memory
   int64_t allgather_bucket_size = 500000000;  // elements gathered per all-gather (DeepSpeed's)
+  // Tensor parallelism (the ZeRO group is then the data-parallel group of one tensor-
+  // parallel rank): the parameters, by name, that are shards across this group. The gradient
+  // norm sums their squares over it and counts every other (replicated) parameter once.
+  std::shared_ptr<ProcessGroup> tensor_parallel_group;
+  std::set<std::string> tensor_parallel_params;
 };
 
 // Stage-3 parameter gathers of training passes so far, and how many of them were started

@@ -1,0 +1,74 @@
+#include "tessera/engine/checkpoint_state.h"
+
+#include <filesystem>
+
+#include "tessera/io/json_fields.h"
+#include "tessera/io/safetensors.h"
+#include "tessera/parallel/tensor_parallel_layout.h"
+#include "tessera/parallel/zero_checkpoint.h"
+
+namespace tessera::engine {
+
+namespace fs = std::filesystem;
+
+std::string checkpoint_weights_file(const std::string& kind, int tp_rank) {
+  return tp_rank >= 0 ? kind + "_tp" + std::to_string(tp_rank) + ".safetensors"
+                      : kind + ".safetensors";
+}
+
+namespace {
+
+std::map<std::string, Tensor> load_file(const fs::path& dir, const std::string& name) {
+  const fs::path f = dir / name;
+  TS_CHECK(fs::exists(f), "checkpoint: '", f.string(), "' is missing");
+  return io::load_safetensors(f.string());
+}
+
+}  // namespace
+
+WholeCheckpointState read_whole_checkpoint(const std::string& tag_dir, bool with_optimizer) {
+  const fs::path dir(tag_dir);
+  const fs::path meta_path = dir / "engine.json";
+  TS_CHECK(fs::exists(meta_path), "checkpoint: '", meta_path.string(),
+           "' does not exist (not a Tessera checkpoint?)");
+  const nlohmann::json meta = io::JsonFields::parse_file(meta_path.string());
+  const io::JsonFields root(meta, io::quoted(meta_path.string()));
+  WholeCheckpointState out;
+  parallel::TensorParallelLayout layout;
+  if (root.has("tensor_parallel")) {
+    const io::JsonFields tp = root.object("tensor_parallel");
+    out.tensor_parallel = static_cast<int>(tp.integer("size", 1, 1 << 16));
+    TS_CHECK(out.tensor_parallel == 1 || tp.has("layout"), tp.where(),
+             " has no \"layout\": the checkpoint was saved before tensor-parallel shards could "
+             "be merged; load it at its own autotp_size ",
+             out.tensor_parallel);
+    if (tp.has("layout"))
+      layout = parallel::layout_from_json(meta["tensor_parallel"]["layout"], tp.where());
+  }
+  const bool zero = root.has("zero");
+  std::vector<std::map<std::string, Tensor>> weights, optimizer;
+  for (int t = 0; t < out.tensor_parallel; ++t) {
+    const int tp_rank = out.tensor_parallel > 1 ? t : -1;
+    if (zero) {
+      parallel::ConsolidatedState c = parallel::consolidate_zero_checkpoint(tag_dir, tp_rank);
+      out.zero_stage = c.stage;
+      out.data_parallel = c.world_size;
+      weights.push_back(std::move(c.masters));
+      optimizer.push_back(with_optimizer ? std::move(c.optimizer)
+                                         : std::map<std::string, Tensor>{});
+    } else {
+      weights.push_back(load_file(dir, checkpoint_weights_file("model", tp_rank)));
+      optimizer.push_back(with_optimizer
+                              ? load_file(dir, checkpoint_weights_file("optimizer", tp_rank))
+                              : std::map<std::string, Tensor>{});
+    }
+  }
+  if (!zero) out.data_parallel = static_cast<int>(root.integer("world_size", 1, 1 << 20));
+  out.weights = out.tensor_parallel > 1 ? parallel::merge_states(weights, layout) : weights[0];
+  if (with_optimizer)
+    out.optimizer =
+        out.tensor_parallel > 1 ? parallel::merge_states(optimizer, layout) : optimizer[0];
+  return out;
+}
+
+}  // namespace tessera::engine

@@ -1,0 +1,28 @@
+// A training checkpoint's weights and optimizer state as whole tensors, whatever layout
+// saved it: one process, data parallel, ZeRO shards of any stage and size, tensor-parallel
+// shards of any size (merged through the layout engine.json records), or both. The engine
+// uses it to load a checkpoint into another tensor-parallel size; zero-to-fp32 and export use
+// it to write HF weights.
+#pragma once
+#include <map>
+#include <string>
+
+#include "tessera/tensor.h"
+
+namespace tessera::engine {
+
+struct WholeCheckpointState {
+  std::map<std::string, Tensor> weights;    // by parameter (and buffer) name
+  std::map<std::string, Tensor> optimizer;  // "<param>.<slot>" and "step"; empty if not read
+  int zero_stage = 0;                       // 0: saved without ZeRO
+  int data_parallel = 1, tensor_parallel = 1;
+};
+
+// Reads TAG_DIR (a checkpoint's tag directory); with_optimizer false skips the optimizer state.
+WholeCheckpointState read_whole_checkpoint(const std::string& tag_dir, bool with_optimizer);
+
+// The file a checkpoint without ZeRO keeps `kind` ("model", "optimizer") in: kind.safetensors,
+// or with tensor parallelism one per tensor-parallel rank, kind_tp<T>.safetensors.
+std::string checkpoint_weights_file(const std::string& kind, int tp_rank = -1);
+
+}  // namespace tessera::engine
