@@ -80,6 +80,12 @@ void ColumnParallelLinear::load_from_full(const Tensor& w, const Tensor& b) {
     bias.copy_(shard_of_whole(b, split, group_->rank(), group_->size()));
 }
 
+TensorParallelLayout ColumnParallelLinear::tensor_parallel_splits() const {
+  TensorParallelLayout out{{"weight", {0, stride, out_features}}};
+  if (bias.defined()) out["bias"] = {0, stride, out_features};
+  return out;
+}
+
 Tensor ColumnParallelLinear::forward(const Tensor& x) {
   nn::ModuleScope scope(*this);
   const Tensor in = sequence_parallel ? gather_from_sequence_parallel_region(x, *group_)
@@ -116,6 +122,10 @@ void RowParallelLinear::load_from_full(const Tensor& w, const Tensor& b) {
   if (bias.defined() && b.defined()) bias.copy_(b);
 }
 
+TensorParallelLayout RowParallelLinear::tensor_parallel_splits() const {
+  return {{"weight", {1, 1, in_features}}};
+}
+
 Tensor RowParallelLinear::forward(const Tensor& x) {
   nn::ModuleScope scope(*this);
   const Tensor xin = input_is_parallel ? x : scatter_to_tensor_parallel_region(x, *group_);
@@ -126,20 +136,10 @@ Tensor RowParallelLinear::forward(const Tensor& x) {
 }
 
 std::vector<Tensor*> tensor_parallel_shards(nn::Module& model) {
+  const TensorParallelLayout layout = tensor_parallel_layout(model);
   std::vector<Tensor*> out;
-  auto add = [&](Tensor& t) {
-    if (t.defined()) out.push_back(&t);
-  };
-  if (auto* c = dynamic_cast<ColumnParallelLinear*>(&model)) {
-    add(c->weight);
-    add(c->bias);
-  } else if (auto* r = dynamic_cast<RowParallelLinear*>(&model)) {
-    add(r->weight);
-  } else if (auto* e = dynamic_cast<VocabParallelEmbedding*>(&model)) {
-    add(e->weight);
-  }
-  for (auto& [name, child] : model.named_children())
-    for (Tensor* t : tensor_parallel_shards(*child)) out.push_back(t);
+  for (auto& [name, t] : model.named_parameters())
+    if (layout.count(name)) out.push_back(t);
   return out;
 }
 

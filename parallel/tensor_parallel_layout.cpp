@@ -3,25 +3,14 @@
 #include "tessera/grad_mode.h"
 #include "tessera/io/json_fields.h"
 #include "tessera/ops.h"
-#include "tessera/parallel/tensor_parallel.h"
-#include "tessera/parallel/vocab_parallel.h"
 
 namespace tessera::parallel {
 
 namespace {
 
 void collect(nn::Module& m, const std::string& prefix, TensorParallelLayout& out) {
-  auto add = [&](const Tensor& t, const char* name, TensorParallelSplit s) {
-    if (t.defined()) out[prefix + name] = s;
-  };
-  if (auto* c = dynamic_cast<ColumnParallelLinear*>(&m)) {
-    add(c->weight, "weight", {0, c->stride, c->out_features});
-    add(c->bias, "bias", {0, c->stride, c->out_features});
-  } else if (auto* r = dynamic_cast<RowParallelLinear*>(&m)) {
-    add(r->weight, "weight", {1, 1, r->in_features});
-  } else if (auto* e = dynamic_cast<VocabParallelEmbedding*>(&m)) {
-    add(e->weight, "weight", {0, 1, e->num_embeddings});
-  }
+  if (const auto* tp = dynamic_cast<const TensorParallelModule*>(&m))
+    for (const auto& [name, split] : tp->tensor_parallel_splits()) out[prefix + name] = split;
   for (auto& [name, child] : m.named_children()) collect(*child, prefix + name + ".", out);
 }
 

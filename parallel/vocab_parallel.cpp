@@ -57,6 +57,10 @@ void VocabParallelEmbedding::load_from_full(const Tensor& w) {
   weight.copy_(shard_of_whole(w, {0, 1, num_embeddings}, group_->rank(), group_->size()));
 }
 
+TensorParallelLayout VocabParallelEmbedding::tensor_parallel_splits() const {
+  return {{"weight", {0, 1, num_embeddings}}};
+}
+
 Tensor VocabParallelEmbedding::forward(const Tensor& ids) {
   nn::ModuleScope scope(*this);
   const Tensor inside = in_range(ids, vocab_start, vocab_per_rank);

@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "tessera/io/train_config.h"
+#include "tessera/models/bert.h"
 #include "tessera/models/gpt2.h"
 #include "tessera/models/pretrained.h"
 #include "tessera/shape.h"
@@ -44,6 +45,7 @@ std::unique_ptr<models::PretrainedModel> model_from_train_config(const io::Train
                                                                  int64_t vocab_size);
 // The GPT-2 architecture of the config's "model" section.
 models::GPT2Config gpt2_config_from_train_config(const io::TrainConfig& cfg, int64_t vocab_size);
+models::BertConfig bert_config_from_train_config(const io::TrainConfig& cfg, int64_t vocab_size);
 
 // A checkpoint's tag directory: DIR itself when it holds engine.json, else DIR/TAG or the tag
 // DIR/latest names.

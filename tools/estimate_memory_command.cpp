@@ -5,6 +5,7 @@
 #include "cli.h"
 #include "tessera/io/json_fields.h"
 #include "tessera/io/token_data.h"
+#include "tessera/models/bert_tensor_parallel.h"
 #include "tessera/models/gpt2_tensor_parallel.h"
 #include "tessera/parallel/shard_layout.h"
 #include "tessera/parallel/zero_optimizer.h"
@@ -23,7 +24,7 @@ sharding and padding the engine uses, so the prediction matches what `tessera tr
 reports, buffers included: the communication staging (reduce-scatter buckets of
 reduce_bucket_size, all-gather chunks of allgather_bucket_size, ZeRO-3's prefetch of
 stage3_prefetch_bucket_size). Activations are not included. With
-"tensor_parallel": {"autotp_size": T} (GPT-2; --tp T sets it), each rank holds its shard of
+"tensor_parallel": {"autotp_size": T} (--tp T sets it), each rank holds its shard of
 the model and N / T ranks are data parallel: ZeRO partitions the shards over those.
 
 The vocabulary decides the embedding size: --vocab V, else GPT-2's 50257 for the gpt2
@@ -136,12 +137,14 @@ int estimate_memory_main(int argc, char** argv) {
   }
   auto model = model_from_train_config(cfg, vocab);
   const int64_t tp = cfg.tensor_parallel.autotp_size;
-  TS_CHECK(tp == 1 || cfg.model.type == "gpt2", "estimate-memory: tensor_parallel.autotp_size ", tp,
-           ": tensor parallelism is built for GPT-2 only");
   const int dp = static_cast<int>(cfg.world_size);  // data-parallel ranks: ranks / autotp_size
-  // Each rank's shard of the split parameters, as GPT2TensorParallelLMHeadModel holds them.
+  // Each rank's shard of the split parameters, as the tensor-parallel model holds them.
   parallel::TensorParallelLayout split;
-  if (tp > 1) {
+  if (tp > 1 && cfg.model.type == "bert") {
+    const models::BertConfig c = bert_config_from_train_config(cfg, vocab);
+    models::BertTensorParallelForPreTraining::check_divisible(c, tp);
+    split = models::BertTensorParallelForPreTraining::layout(c);
+  } else if (tp > 1) {
     const models::GPT2Config c = gpt2_config_from_train_config(cfg, vocab);
     models::GPT2TensorParallelLMHeadModel::check_divisible(c, tp);
     split = models::GPT2TensorParallelLMHeadModel::layout(c);

@@ -6,20 +6,23 @@ namespace tessera::cli {
 
 std::unique_ptr<models::PretrainedModel> model_from_train_config(const io::TrainConfig& cfg,
                                                                  int64_t vocab_size) {
-  const auto& m = cfg.model;
-  if (m.type == "bert") {
-    models::BertConfig c =
-        m.size.empty() ? models::BertConfig() : models::BertConfig::named(m.size);
-    if (m.size.empty()) {
-      c.hidden_size = m.n_embd, c.num_hidden_layers = m.n_layer, c.num_attention_heads = m.n_head;
-      c.intermediate_size = m.intermediate_size ? m.intermediate_size : 4 * m.n_embd;
-    }
-    c.vocab_size = vocab_size;
-    c.max_position_embeddings = m.block_size;
-    c.hidden_dropout_prob = m.dropout;
-    return std::make_unique<models::BertForPreTraining>(c, cfg.data.nsp);
-  }
+  if (cfg.model.type == "bert")
+    return std::make_unique<models::BertForPreTraining>(
+        bert_config_from_train_config(cfg, vocab_size), cfg.data.nsp);
   return std::make_unique<models::GPT2LMHeadModel>(gpt2_config_from_train_config(cfg, vocab_size));
+}
+
+models::BertConfig bert_config_from_train_config(const io::TrainConfig& cfg, int64_t vocab_size) {
+  const auto& m = cfg.model;
+  models::BertConfig c = m.size.empty() ? models::BertConfig() : models::BertConfig::named(m.size);
+  if (m.size.empty()) {
+    c.hidden_size = m.n_embd, c.num_hidden_layers = m.n_layer, c.num_attention_heads = m.n_head;
+    c.intermediate_size = m.intermediate_size ? m.intermediate_size : 4 * m.n_embd;
+  }
+  c.vocab_size = vocab_size;
+  c.max_position_embeddings = m.block_size;
+  c.hidden_dropout_prob = m.dropout;
+  return c;
 }
 
 models::GPT2Config gpt2_config_from_train_config(const io::TrainConfig& cfg, int64_t vocab_size) {

@@ -7,6 +7,7 @@
 #include "tessera/io/files.h"
 #include "tessera/io/json_fields.h"
 #include "tessera/io/token_windows.h"
+#include "tessera/models/bert_tensor_parallel.h"
 #include "tessera/models/generate.h"
 #include "tessera/models/gpt2.h"
 #include "tessera/models/gpt2_tensor_parallel.h"
@@ -164,10 +165,6 @@ TrainGroups train_groups(const io::TrainConfig& cfg,
                          std::shared_ptr<parallel::ProcessGroup> world) {
   const int tp = static_cast<int>(cfg.tensor_parallel.autotp_size);
   if (tp == 1) return {world, nullptr};
-  TS_CHECK(cfg.model.type == "gpt2", "tensor_parallel.autotp_size ", tp,
-           ": tensor parallelism is built for GPT-2; ", cfg.model.type,
-           " in tensor parallel is not "
-           "built yet");
   TS_CHECK(!cfg.tensor_parallel.sequence_parallel,
            "tensor_parallel.sequence_parallel: sequence parallelism inside the built-in models is "
            "not built yet (its layers are: tessera/parallel/sequence_parallel.h)");
@@ -182,13 +179,27 @@ TrainGroups train_groups(const io::TrainConfig& cfg,
 std::unique_ptr<nn::Module> build_tensor_parallel_model(
     io::TrainConfig& cfg, int64_t vocab, std::shared_ptr<parallel::ProcessGroup> tp) {
   manual_seed(cfg.train.seed);
-  const models::GPT2Config c = gpt2_config_from_train_config(cfg, vocab);
-  auto model = std::make_unique<models::GPT2TensorParallelLMHeadModel>(c, tp);
-  if (!cfg.model.init_from.empty()) {
-    auto whole = models::load_pretrained(cfg.model.init_from);
-    auto* gpt = dynamic_cast<models::GPT2LMHeadModel*>(whole.get());
-    TS_CHECK(gpt, "model.init_from: ", cfg.model.init_from, " is not a GPT-2 model");
-    model->load_from_whole(*gpt);
+  std::unique_ptr<models::PretrainedModel> whole;  // model.init_from's weights
+  if (!cfg.model.init_from.empty()) whole = models::load_pretrained(cfg.model.init_from);
+  std::unique_ptr<nn::Module> model;
+  if (cfg.model.type == "bert") {
+    auto bert = std::make_unique<models::BertTensorParallelForPreTraining>(
+        bert_config_from_train_config(cfg, vocab), cfg.data.nsp, tp);
+    if (whole) {
+      auto* w = dynamic_cast<models::BertForPreTraining*>(whole.get());
+      TS_CHECK(w, "model.init_from: ", cfg.model.init_from, " is not a BERT model");
+      bert->load_from_whole(*w);
+    }
+    model = std::move(bert);
+  } else {
+    auto gpt = std::make_unique<models::GPT2TensorParallelLMHeadModel>(
+        gpt2_config_from_train_config(cfg, vocab), tp);
+    if (whole) {
+      auto* w = dynamic_cast<models::GPT2LMHeadModel*>(whole.get());
+      TS_CHECK(w, "model.init_from: ", cfg.model.init_from, " is not a GPT-2 model");
+      gpt->load_from_whole(*w);
+    }
+    model = std::move(gpt);
   }
   Device device = Device::parse(cfg.train.device);
   if (cfg.train.device == "cuda" && parallel::launched_distributed())

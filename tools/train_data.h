@@ -25,8 +25,8 @@ struct TrainGroups {
 };
 TrainGroups train_groups(const io::TrainConfig& cfg, std::shared_ptr<parallel::ProcessGroup> world);
 
-// The config's GPT-2 in tensor parallel over `tp` (seeded by train.seed, initialised as the
-// whole model would be, or sharded from model.init_from), on train.device.
+// The config's GPT-2 or BERT in tensor parallel over `tp` (seeded by train.seed, initialised
+// as the whole model would be, or sharded from model.init_from), on train.device.
 std::unique_ptr<nn::Module> build_tensor_parallel_model(io::TrainConfig& cfg, int64_t vocab,
                                                         std::shared_ptr<parallel::ProcessGroup> tp);
 

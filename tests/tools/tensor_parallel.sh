@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # `tessera train` with "tensor_parallel": {"autotp_size": N} reproduces one process: every
 # step's training loss and the validation losses within 1e-6 (gradient clipping on, so the
-# global norm across shards matters), with and without dropout, at tp 2 (2 ranks), tp 4,
-# tp 2 x dp 2, and tp 2 x dp 2 with ZeRO stages 1, 2 and 3 (4 ranks). estimate-memory
-# predicts every rank's bytes. A checkpoint saved and resumed at tp 2 x dp 2 continues bit for
-# bit; checkpoints load across layouts (tp 2 x dp 2 ZeRO-2 -> one process and -> tp 4, one
-# process -> tp 2 x dp 2 ZeRO-3) and continue the same losses; export merges the shards.
+# global norm across shards matters), GPT-2 and BERT, with and without dropout, at tp 2
+# (2 ranks), tp 4, tp 2 x dp 2, and tp 2 x dp 2 with ZeRO stages 1, 2 and 3 (4 ranks).
+# estimate-memory predicts every rank's bytes; parameter bytes and the TP communication match
+# hand-derived formulas. A checkpoint saved and resumed at tp 2 x dp 2 continues bit for bit;
+# checkpoints load across layouts (tp 2 x dp 2 ZeRO-2 -> one process and -> tp 4, for both
+# models; one process -> tp 2 x dp 2 ZeRO-3) and continue the same losses; export and
+# zero-to-fp32 merge the shards.
 # Configurations not built yet stop with a message naming the key.
 set -euo pipefail
 tessera="$(realpath "$1")"; fixtures="$(realpath "$2")"
@@ -15,7 +17,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 cp "$fixtures/../../README.md" "$work/corpus.txt"
 cd "$work"
 python3 - "$fixtures/train_small.json" <<'PY'
-import json, sys
+import itertools, json, sys
 c = json.load(open(sys.argv[1]))
 c["data"]["path"] = "corpus.txt"
 c["model"]["n_head"] = 4          # 4 heads: tp 2 and tp 4
@@ -23,21 +25,23 @@ c["gradient_clipping"] = 0.5      # clipping active: the norm must count every s
 c["train"].update({"steps": 8, "sample_tokens": 0, "eval_interval": 4})
 runs = [("one", 1, 0), ("tp2", 2, 0), ("tp4", 4, 0), ("tp2dp2", 2, 0), ("z1", 2, 1),
         ("z2", 2, 2), ("z3", 2, 3)]
-for name, tp, zero in runs:
-    for drop in (0.1, 0.0):
-        d = json.loads(json.dumps(c))
-        job = name + ("" if drop else "-nodrop")
-        d["model"]["dropout"] = drop
-        d["csv_monitor"] = {"enabled": True, "output_path": "csv", "job_name": job}
-        if tp > 1:
-            d["tensor_parallel"] = {"autotp_size": tp}
-        if zero:
-            d["zero_optimization"] = {"stage": zero}
-        json.dump(d, open(job + ".json", "w"))
-bad = {"bert": {"model": {"type": "bert", "n_layer": 2, "n_head": 2, "n_embd": 32,
-                          "block_size": 16}},
-       "sp": {"tensor_parallel": {"autotp_size": 2, "sequence_parallel": True}},
-       "heads": {"tensor_parallel": {"autotp_size": 3}}}
+bert = {"type": "bert", "n_layer": 2, "n_head": 4, "n_embd": 32, "block_size": 16}
+for (model, name, tp, zero), drop in itertools.product(
+        [(m, *r) for m in ("", "bert-") for r in runs], (0.1, 0.0)):
+    d = json.loads(json.dumps(c))
+    job = model + name + ("" if drop else "-nodrop")
+    if model:
+        d["model"] = dict(bert)
+    d["model"]["dropout"] = drop
+    d["csv_monitor"] = {"enabled": True, "output_path": "csv", "job_name": job}
+    if tp > 1:
+        d["tensor_parallel"] = {"autotp_size": tp}
+    if zero:
+        d["zero_optimization"] = {"stage": zero}
+    json.dump(d, open(job + ".json", "w"))
+bad = {"sp": {"tensor_parallel": {"autotp_size": 2, "sequence_parallel": True}},
+       "heads": {"tensor_parallel": {"autotp_size": 3}},
+       "bert-heads": {"tensor_parallel": {"autotp_size": 3}, "model": dict(bert, n_head=2)}}
 for name, change in bad.items():
     d = json.loads(json.dumps(c))
     d["tensor_parallel"] = {"autotp_size": 2}
@@ -45,9 +49,8 @@ for name, change in bad.items():
         d[k] = v
     json.dump(d, open(name + ".json", "w"))
 PY
-ranks() { case $1 in one*) echo 1;; tp2|tp2-nodrop) echo 2;; *) echo 4;; esac; }
-for job in one one-nodrop tp2 tp2-nodrop tp4 tp4-nodrop tp2dp2 tp2dp2-nodrop z1 z1-nodrop \
-           z2 z2-nodrop z3 z3-nodrop; do
+ranks() { case ${1#bert-} in one*) echo 1;; tp2|tp2-nodrop) echo 2;; *) echo 4;; esac; }
+for job in {,bert-}{one,tp2,tp4,tp2dp2,z1,z2,z3}{,-nodrop}; do
   mpirun -np "$(ranks "$job")" "$tessera" train "$job.json" --json > "$job.out" 2> "$job.err" ||
     { echo "$job failed:"; tail -5 "$job.err"; exit 1; }
 done
@@ -57,11 +60,11 @@ def rows(job, name):
     with open(f"csv/{job}/{name}.csv") as f:
         return {int(r[0]) // 4: float(r[1]) for r in list(csv.reader(f))[1:]}
 fails = 0
-for drop in ("", "-nodrop"):
-    one_t = rows("one" + drop, "Train_Samples_train_loss")
-    one_v = rows("one" + drop, "Eval_val_loss")
+for model, drop in ((m, d) for m in ("", "bert-") for d in ("", "-nodrop")):
+    one_t = rows(model + "one" + drop, "Train_Samples_train_loss")
+    one_v = rows(model + "one" + drop, "Eval_val_loss")
     for name in ("tp2", "tp4", "tp2dp2", "z1", "z2", "z3"):
-        job = name + drop
+        job = model + name + drop
         t, v = rows(job, "Train_Samples_train_loss"), rows(job, "Eval_val_loss")
         worst = max(abs(t[s] - one_t[s]) / abs(one_t[s]) for s in one_t)
         worst_v = max(abs(v[s] - one_v[s]) / abs(one_v[s]) for s in one_v)
@@ -74,7 +77,8 @@ raise SystemExit(fails)
 PY
 grep -q '"tp_size":2' tp2.out
 # estimate-memory predicts each rank's bytes to the byte, as the engine reports them.
-for run in "tp2 2 tp2" "tp2dp2 4 tp2dp2" "tp4 4 tp4" "z1 4 z1" "z2 4 z2" "z3 4 z3"; do
+for run in "tp2 2 tp2" "tp2dp2 4 tp2dp2" "tp4 4 tp4" "z1 4 z1" "z2 4 z2" "z3 4 z3" \
+           "bert-tp2 2 bert-tp2" "bert-tp4 4 bert-tp4" "bert-z3 4 bert-z3"; do
   read -r out ranks cfg <<<"$run"
   "$tessera" estimate-memory "$cfg.json" --ranks "$ranks" --json > "est-$out.out" 2>/dev/null
   python3 - "$out" <<'PY'
@@ -129,8 +133,8 @@ expect_error() {  # ranks config expected-text [args]
   echo "$cfg: $(grep -F "$want" err.out | head -1)"
 }
 expect_error 2 tp4.json "ranks do not divide into tensor_parallel.autotp_size 4"
-expect_error 2 bert.json "bert in tensor parallel is not built yet"
 expect_error 3 heads.json "n_head 4 does not divide among 3 ranks"
+expect_error 3 bert-heads.json "num_attention_heads 2 does not divide among 3 ranks"
 expect_error 2 sp.json "tensor_parallel.sequence_parallel"
 # Checkpoints: one weights/optimizer file per tensor-parallel rank; save at step 4 and resume
 # in new processes: step 8 bit for bit as the straight run (tp 2 x dp 2).
@@ -151,15 +155,17 @@ sed -i 's/"job_name": "z2"/"job_name": "z2-ck"/' z2.json
 mpirun -np 4 "$tessera" train z2.json --steps 4 --save ckz --json > savez.out 2> savez.err
 ls ckz/step4/zero_rank1_tp1.safetensors > /dev/null
 "$tessera" train one.json --steps 4 --save ck1 --json > save1.out 2> save1.err
-for run in "one 1 ckz" "tp4 4 ckz" "z3 4 ck1"; do
+sed -i 's/"job_name": "bert-z2"/"job_name": "bert-z2-ck"/' bert-z2.json
+mpirun -np 4 "$tessera" train bert-z2.json --steps 4 --save ckb --json > saveb.out 2> saveb.err
+for run in "one 1 ckz" "tp4 4 ckz" "z3 4 ck1" "bert-one 1 ckb" "bert-tp4 4 ckb"; do
   read -r job n dir <<<"$run"
   sed -i "s/\"job_name\": \"$job\"/\"job_name\": \"$job-from-$dir\"/" "$job.json"
   mpirun -np "$n" "$tessera" train "$job.json" --resume "$dir" --json > "from-$dir-$job.out" \
     2> "from-$dir-$job.err" || { echo "$job from $dir failed:"; tail -5 "from-$dir-$job.err"; exit 1; }
-  python3 - "from-$dir-$job.out" <<'PY'
+  python3 - "from-$dir-$job.out" "$job" <<'PY'
 import json, sys
 last = lambda f: json.loads(open(f).read().splitlines()[-1])
-a, b = last("one.out"), last(sys.argv[1])
+a, b = last(("bert-" if sys.argv[2].startswith("bert") else "") + "one.out"), last(sys.argv[1])
 worst = max(abs(a[k] - b[k]) / abs(a[k]) for k in ("train_loss", "val_loss"))
 assert b["step"] == 8 and worst <= 1e-6, (a, b)
 print(f"{sys.argv[1]}: resumed across layouts, step 8 within {worst:.1e} of one process")

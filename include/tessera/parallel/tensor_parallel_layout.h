@@ -23,8 +23,18 @@ struct TensorParallelSplit {
 
 using TensorParallelLayout = std::map<std::string, TensorParallelSplit>;  // by parameter name
 
-// The split parameters of `model` (ColumnParallelLinear's weight and bias, RowParallelLinear's
-// weight, VocabParallelEmbedding's weight), by state_dict name.
+// A module whose own parameters are split across a tensor-parallel group says how, by local
+// name ("weight"). The parallel layers are such modules; so can a user's module be (a split
+// bias, say): its parameters then shard, merge and load across layouts like the layers'.
+class TensorParallelModule {
+ public:
+  virtual ~TensorParallelModule() = default;
+  virtual TensorParallelLayout tensor_parallel_splits() const = 0;
+};
+
+// The split parameters of `model` (every TensorParallelModule's in it: ColumnParallelLinear's
+// weight and bias, RowParallelLinear's weight, VocabParallelEmbedding's weight, ...), by
+// state_dict name.
 TensorParallelLayout tensor_parallel_layout(nn::Module& model);
 
 nlohmann::json layout_to_json(const TensorParallelLayout& layout);

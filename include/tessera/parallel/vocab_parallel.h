@@ -6,6 +6,7 @@
 
 #include "tessera/nn/layers.h"
 #include "tessera/parallel/process_group.h"
+#include "tessera/parallel/tensor_parallel_layout.h"
 
 namespace tessera::parallel {
 
@@ -15,12 +16,13 @@ namespace tessera::parallel {
 // range (zero rows elsewhere) and the ranks' results are all-reduced, so every rank gets the
 // whole lookup; the gradient of each row reaches only the rank that holds it. `weight`
 // [P/N, dim] is also the weight of a tied, vocabulary-parallel LM head (vocab_parallel_logits).
-class VocabParallelEmbedding : public nn::UnaryModule {
+class VocabParallelEmbedding : public nn::UnaryModule, public TensorParallelModule {
  public:
   VocabParallelEmbedding(nn::Module* parent, const std::string& name, int64_t num_embeddings,
                          int64_t dim, std::shared_ptr<ProcessGroup> group);
   Tensor forward(const Tensor& ids) override;
   std::string type_name() const override { return "VocabParallelEmbedding"; }
+  TensorParallelLayout tensor_parallel_splits() const override;  // weight: vocabulary rows
   ProcessGroup& group() const { return *group_; }
   // Takes this rank's rows of a whole embedding [num_embeddings, dim].
   void load_from_full(const Tensor& weight);
