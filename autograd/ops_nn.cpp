@@ -157,16 +157,10 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
   return outs[0];
 }
 
-Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
-  TS_CHECK(p >= 0.0 && p <= 1.0, "dropout: probability must be in [0, 1], got ", p);
-  if (!training || p == 0.0) return x;
-  detail::check_floating("dropout", x);
-  // Under data parallelism: the counters of the whole global batch, this rank's slice of them.
-  const DataParallelShard shard = data_parallel_shard();
-  GeneratorState s =
-      (gen ? *gen : default_generator())
-          .reserve(static_cast<uint64_t>(x.numel()) * static_cast<uint64_t>(shard.world));
-  s.offset += static_cast<uint64_t>(shard.rank) * static_cast<uint64_t>(x.numel());
+namespace {
+
+// Dropout of a contiguous block whose elements use counters seed, offset + i.
+Tensor dropout_block(const Tensor& x, double p, GeneratorState s) {
   KernelAttrs a;
   a.scalar = p;
   a.seed = s.seed;
@@ -178,6 +172,38 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
     return std::vector<Tensor>{run1(Kernel::dropout, {gc}, gc.shape(), gc.dtype(), gc.dtype(), a)};
   });
   return outs[0];
+}
+
+}  // namespace
+
+Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
+  TS_CHECK(p >= 0.0 && p <= 1.0, "dropout: probability must be in [0, 1], got ", p);
+  if (!training || p == 0.0) return x;
+  detail::check_floating("dropout", x);
+  // Under data parallelism: the counters of the whole global batch, this rank's slice of them;
+  // under sequence parallelism also of the whole sequence, this rank's chunk of each row.
+  const DataParallelShard shard = data_parallel_shard();
+  const SequenceShard seq = sequence_shard();
+  const uint64_t n = static_cast<uint64_t>(x.numel());
+  GeneratorState s =
+      (gen ? *gen : default_generator())
+          .reserve(n * static_cast<uint64_t>(shard.world) * static_cast<uint64_t>(seq.world));
+  s.offset += static_cast<uint64_t>(shard.rank) * n * static_cast<uint64_t>(seq.world);
+  if (seq.world == 1) return dropout_block(x, p, s);
+  TS_CHECK(x.dim() >= 2, "dropout under sequence parallelism: ", x.describe(),
+           " is not [batch, sequence, ...]");
+  // Row b's chunk is the seq.rank-th of the row's seq.world chunks.
+  const int64_t rows = x.size(0);
+  const uint64_t chunk = rows > 0 ? n / static_cast<uint64_t>(rows) : 0;
+  std::vector<Tensor> out;
+  for (int64_t b = 0; b < rows; ++b) {
+    GeneratorState row = s;
+    row.offset += (static_cast<uint64_t>(b) * static_cast<uint64_t>(seq.world) +
+                   static_cast<uint64_t>(seq.rank)) *
+                  chunk;
+    out.push_back(dropout_block(x.narrow(0, b, 1), p, row));
+  }
+  return cat(out, 0);
 }
 
 }  // namespace tessera

@@ -71,6 +71,26 @@ DataParallelShard data_parallel_shard() {
   return shard_state();
 }
 
+namespace {
+SequenceShard& sequence_state() {
+  static SequenceShard s;
+  return s;
+}
+}  // namespace
+
+SequenceShard sequence_shard() {
+  return sequence_state();
+}
+
+SequenceShardGuard::SequenceShardGuard(int rank, int world) : previous_(sequence_state()) {
+  TS_CHECK(world >= 1 && rank >= 0 && rank < world, "sequence shard: rank ", rank, " of ", world);
+  sequence_state() = {rank, world};
+}
+
+SequenceShardGuard::~SequenceShardGuard() {
+  sequence_state() = previous_;
+}
+
 Generator& default_generator() {
   static Generator generator(0);
   return generator;

@@ -19,17 +19,17 @@ const BertConfig& checked(const BertConfig& c, const parallel::ProcessGroup& g) 
 }  // namespace
 
 TPBertLayer::SelfAttention::SelfAttention(Module* parent, const std::string& name,
-                                          const BertConfig& c, GroupPtr g)
+                                          const BertConfig& c, GroupPtr g, bool sp)
     : Module(parent, name),
-      query(this, "query", c.hidden_size, c.hidden_size, g, /*gather_output=*/false),
-      key(this, "key", c.hidden_size, c.hidden_size, g, /*gather_output=*/false),
-      value(this, "value", c.hidden_size, c.hidden_size, g, /*gather_output=*/false) {}
+      query(this, "query", c.hidden_size, c.hidden_size, g, /*gather_output=*/false, true, sp),
+      key(this, "key", c.hidden_size, c.hidden_size, g, /*gather_output=*/false, true, sp),
+      value(this, "value", c.hidden_size, c.hidden_size, g, /*gather_output=*/false, true, sp) {}
 
 TPBertLayer::Output::Output(Module* parent, const std::string& name, int64_t in,
-                            const BertConfig& c, GroupPtr g)
+                            const BertConfig& c, GroupPtr g, bool sp)
     : Module(parent, name),
-      dense(this, "dense", in, c.hidden_size, g, /*input_is_parallel=*/true),
-      LayerNorm(this, "LayerNorm", c.hidden_size, c.layer_norm_eps),
+      dense(this, "dense", in, c.hidden_size, g, /*input_is_parallel=*/true, true, sp),
+      LayerNorm(this, "LayerNorm", c.hidden_size, c.layer_norm_eps, true, true, sp ? g : nullptr),
       dropout(this, "dropout", c.hidden_dropout_prob) {}
 
 Tensor TPBertLayer::Output::forward(const Tensor& x, const Tensor& residual) {
@@ -38,19 +38,23 @@ Tensor TPBertLayer::Output::forward(const Tensor& x, const Tensor& residual) {
 }
 
 TPBertLayer::Attention::Attention(Module* parent, const std::string& name, const BertConfig& c,
-                                  GroupPtr g)
-    : Module(parent, name), self(this, "self", c, g), output(this, "output", c.hidden_size, c, g) {}
+                                  GroupPtr g, bool sp)
+    : Module(parent, name),
+      self(this, "self", c, g, sp),
+      output(this, "output", c.hidden_size, c, g, sp) {}
 
 TPBertLayer::Intermediate::Intermediate(Module* parent, const std::string& name,
-                                        const BertConfig& c, GroupPtr g)
+                                        const BertConfig& c, GroupPtr g, bool sp)
     : Module(parent, name),
-      dense(this, "dense", c.hidden_size, c.intermediate_size, g, /*gather_output=*/false) {}
+      dense(this, "dense", c.hidden_size, c.intermediate_size, g, /*gather_output=*/false, true,
+            sp) {}
 
-TPBertLayer::TPBertLayer(Module* parent, const std::string& name, const BertConfig& c, GroupPtr g)
+TPBertLayer::TPBertLayer(Module* parent, const std::string& name, const BertConfig& c, GroupPtr g,
+                         bool sp)
     : Module(parent, name),
-      attention(this, "attention", c, g),
-      intermediate(this, "intermediate", c, g),
-      output(this, "output", c.intermediate_size, c, g),
+      attention(this, "attention", c, g, sp),
+      intermediate(this, "intermediate", c, g, sp),
+      output(this, "output", c.intermediate_size, c, g, sp),
       local_heads(c.num_attention_heads / g->size()),
       activation(c.activation) {}
 
@@ -65,23 +69,26 @@ Tensor TPBertLayer::forward(const Tensor& x, const Tensor& mask) {
 }
 
 BertTensorParallelForPreTraining::Embeddings::Embeddings(Module* parent, const std::string& name,
-                                                         const BertConfig& c, GroupPtr g)
+                                                         const BertConfig& c, GroupPtr g, bool sp)
     : Module(parent, name),
-      word_embeddings(this, "word_embeddings", c.vocab_size, c.hidden_size, g),
+      word_embeddings(this, "word_embeddings", c.vocab_size, c.hidden_size, g, sp),
       position_embeddings(this, "position_embeddings", c.max_position_embeddings, c.hidden_size),
       token_type_embeddings(this, "token_type_embeddings", c.type_vocab_size, c.hidden_size),
-      LayerNorm(this, "LayerNorm", c.hidden_size, c.layer_norm_eps),
+      LayerNorm(this, "LayerNorm", c.hidden_size, c.layer_norm_eps, true, true, sp ? g : nullptr),
       dropout(this, "dropout", c.hidden_dropout_prob) {}
 
 BertTensorParallelForPreTraining::Bert::Encoder::Encoder(Module* parent, const std::string& name,
-                                                         const BertConfig& c, GroupPtr g)
+                                                         const BertConfig& c, GroupPtr g, bool sp)
     : Module(parent, name), layer(this, "layer") {
-  for (int64_t i = 0; i < c.num_hidden_layers; ++i) layer.emplace_back<TPBertLayer>(c, g);
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) layer.emplace_back<TPBertLayer>(c, g, sp);
 }
 
 BertTensorParallelForPreTraining::Bert::Bert(Module* parent, const std::string& name,
-                                             const BertConfig& c, bool with_pooler, GroupPtr g)
-    : Module(parent, name), embeddings(this, "embeddings", c, g), encoder(this, "encoder", c, g) {
+                                             const BertConfig& c, bool with_pooler, GroupPtr g,
+                                             bool sp)
+    : Module(parent, name),
+      embeddings(this, "embeddings", c, g, sp),
+      encoder(this, "encoder", c, g, sp) {
   if (with_pooler) {
     pooler = std::make_unique<nn::Module>(this, "pooler");
     pooler_dense =
@@ -91,8 +98,10 @@ BertTensorParallelForPreTraining::Bert::Bert(Module* parent, const std::string& 
 
 BertTensorParallelForPreTraining::Cls::Predictions::Predictions(
     Module* parent, const std::string& name, const BertConfig& c,
-    const parallel::VocabParallelEmbedding& embedding)
-    : Module(parent, name), transform(this, "transform", c), vocab_size(c.vocab_size) {
+    const parallel::VocabParallelEmbedding& embedding, GroupPtr sequence_group)
+    : Module(parent, name),
+      transform(this, "transform", c, std::move(sequence_group)),
+      vocab_size(c.vocab_size) {
   register_parameter("bias", &bias, zeros({embedding.vocab_per_rank}));
 }
 
@@ -101,26 +110,38 @@ BertTensorParallelForPreTraining::Cls::Predictions::tensor_parallel_splits() con
   return {{"bias", {0, 1, vocab_size}}};
 }
 
+BertTensorParallelForPreTraining::Cls::Predictions::Transform::Transform(Module* parent,
+                                                                         const std::string& name,
+                                                                         const BertConfig& c,
+                                                                         GroupPtr sequence_group)
+    : Module(parent, name),
+      dense(this, "dense", c.hidden_size, c.hidden_size),
+      LayerNorm(this, "LayerNorm", c.hidden_size, c.layer_norm_eps, true, true,
+                std::move(sequence_group)) {}
+
 BertTensorParallelForPreTraining::Cls::Cls(Module* parent, const std::string& name,
                                            const BertConfig& c, bool nsp,
-                                           const parallel::VocabParallelEmbedding& embedding)
-    : Module(parent, name), predictions(this, "predictions", c, embedding) {
+                                           const parallel::VocabParallelEmbedding& embedding,
+                                           GroupPtr sequence_group)
+    : Module(parent, name), predictions(this, "predictions", c, embedding, sequence_group) {
   if (nsp)
     seq_relationship = std::make_unique<nn::Linear>(this, "seq_relationship", c.hidden_size, 2);
 }
 
 BertTensorParallelForPreTraining::BertTensorParallelForPreTraining(const BertConfig& c,
-                                                                   bool with_nsp, GroupPtr group)
-    : BertTensorParallelForPreTraining(c, with_nsp, std::move(group), default_generator().state()) {
-}
+                                                                   bool with_nsp, GroupPtr group,
+                                                                   bool sequence_parallel)
+    : BertTensorParallelForPreTraining(c, with_nsp, std::move(group), sequence_parallel,
+                                       default_generator().state()) {}
 
 BertTensorParallelForPreTraining::BertTensorParallelForPreTraining(const BertConfig& c, bool nsp,
-                                                                   GroupPtr group,
+                                                                   GroupPtr group, bool sp,
                                                                    GeneratorState start)
-    : bert(this, "bert", checked(c, *group), nsp, group),
-      cls(this, "cls", c, nsp, bert.embeddings.word_embeddings),
+    : bert(this, "bert", checked(c, *group), nsp, group, sp),
+      cls(this, "cls", c, nsp, bert.embeddings.word_embeddings, sp ? group : nullptr),
       config(c),
       with_nsp(nsp),
+      sequence_parallel(sp),
       group_(std::move(group)) {
   const int64_t padded = bert.embeddings.word_embeddings.padded_embeddings;
   if (padded != c.vocab_size && group_->rank() == 0)
@@ -151,11 +172,23 @@ Tensor BertTensorParallelForPreTraining::encode(const Batch& b) {
   const int64_t T = ids.size(1);
   TS_CHECK(T <= config.max_position_embeddings, "BERT: sequence of ", T,
            " tokens exceeds max_position_embeddings = ", config.max_position_embeddings);
-  const Tensor pos = arange(0, static_cast<double>(T), 1, DType::Int64, ids.device());
   const Tensor types = b.token_type_ids.defined() ? b.token_type_ids
                                                   : zeros(ids.shape(), DType::Int64, ids.device());
-  Tensor x = e.dropout(e.LayerNorm(e.word_embeddings(ids) + e.position_embeddings(pos) +
-                                   e.token_type_embeddings(types)));
+  const int n = sequence_parallel ? group_->size() : 1, r = sequence_parallel ? group_->rank() : 0;
+  TS_CHECK(T % n == 0, "BERT sequence parallel: a sequence of ", T,
+           " tokens does not divide among ", n, " ranks");
+  // With sequence parallelism this rank's chunk of the positions (and of dropout's masks).
+  const int64_t t = T / n;
+  SequenceShardGuard chunk(r, n);
+  const Tensor pos = arange(static_cast<double>(r * t), static_cast<double>((r + 1) * t), 1,
+                            DType::Int64, ids.device());
+  auto lookup = [&](nn::Embedding& table, const Tensor& rows) {
+    return sequence_parallel
+               ? embedding(parallel::sequence_parallel_weight(table.weight, *group_), rows)
+               : table(rows);
+  };
+  Tensor x = e.dropout(e.LayerNorm(e.word_embeddings(ids) + lookup(e.position_embeddings, pos) +
+                                   lookup(e.token_type_embeddings, types.narrow(1, r * t, t))));
   for (size_t i = 0; i < bert.encoder.layer.size(); ++i)
     x = bert.encoder.layer.at<TPBertLayer>(i).forward(x, mask);
   return x;
@@ -163,8 +196,14 @@ Tensor BertTensorParallelForPreTraining::encode(const Batch& b) {
 
 Tensor BertTensorParallelForPreTraining::mlm_logits(const Tensor& seq) {
   auto& p = cls.predictions;
-  const Tensor h = p.transform.LayerNorm(gelu(p.transform.dense(seq), config.activation));
-  return parallel::vocab_parallel_logits(h, bert.embeddings.word_embeddings) + p.bias;
+  auto& dense = p.transform.dense;
+  const Tensor d = sequence_parallel
+                       ? linear(seq, parallel::sequence_parallel_weight(dense.weight, *group_),
+                                parallel::sequence_parallel_weight(dense.bias, *group_))
+                       : dense(seq);
+  const Tensor h = p.transform.LayerNorm(gelu(d, config.activation));
+  return parallel::vocab_parallel_logits(h, bert.embeddings.word_embeddings, sequence_parallel) +
+         p.bias;
 }
 
 Tensor BertTensorParallelForPreTraining::local_logits(const Batch& b) {
@@ -188,7 +227,12 @@ Tensor BertTensorParallelForPreTraining::loss(const Batch& b) {
     loss = count == 0 ? mean * 0.0 : mean * (count * b.target_weight);
   }
   if (with_nsp && b.next_sentence_label.defined()) {
-    const Tensor pooled = tanh((*bert.pooler_dense)(seq.select(1, 0)));
+    // The first token, which one rank holds under sequence parallelism: gathered, and every
+    // rank's identical pooler gradient taken back as its own chunk's.
+    const Tensor whole =
+        sequence_parallel ? parallel::gather_from_sequence_parallel_region(seq, *group_, 1, false)
+                          : seq;
+    const Tensor pooled = tanh((*bert.pooler_dense)(whole.select(1, 0)));
     loss =
         loss + cross_entropy((*cls.seq_relationship)(pooled), b.next_sentence_label.reshape({-1}));
   }

@@ -21,11 +21,11 @@ const GPT2Config& checked(const GPT2Config& c, const parallel::ProcessGroup& g) 
 }  // namespace
 
 TPGPT2Attention::TPGPT2Attention(Module* parent, const std::string& name, const GPT2Config& c,
-                                 std::shared_ptr<parallel::ProcessGroup> g)
+                                 std::shared_ptr<parallel::ProcessGroup> g, bool sp)
     : Module(parent, name),
-      c_attn(this, "c_attn", c.n_embd, 3 * c.n_embd, g, /*gather_output=*/false, c.bias,
-             /*sequence_parallel=*/false, /*stride=*/3),
-      c_proj(this, "c_proj", c.n_embd, c.n_embd, g, /*input_is_parallel=*/true, c.bias),
+      c_attn(this, "c_attn", c.n_embd, 3 * c.n_embd, g, /*gather_output=*/false, c.bias, sp,
+             /*stride=*/3),
+      c_proj(this, "c_proj", c.n_embd, c.n_embd, g, /*input_is_parallel=*/true, c.bias, sp),
       resid_dropout(this, "resid_dropout", c.dropout),
       local_heads(c.n_head / g->size()) {}
 
@@ -40,10 +40,10 @@ Tensor TPGPT2Attention::forward(const Tensor& x) {
 }
 
 TPGPT2MLP::TPGPT2MLP(Module* parent, const std::string& name, const GPT2Config& c,
-                     std::shared_ptr<parallel::ProcessGroup> g)
+                     std::shared_ptr<parallel::ProcessGroup> g, bool sp)
     : Module(parent, name),
-      c_fc(this, "c_fc", c.n_embd, inner_size(c), g, /*gather_output=*/false, c.bias),
-      c_proj(this, "c_proj", inner_size(c), c.n_embd, g, /*input_is_parallel=*/true, c.bias),
+      c_fc(this, "c_fc", c.n_embd, inner_size(c), g, /*gather_output=*/false, c.bias, sp),
+      c_proj(this, "c_proj", inner_size(c), c.n_embd, g, /*input_is_parallel=*/true, c.bias, sp),
       dropout(this, "dropout", c.dropout),
       activation(c.activation) {}
 
@@ -53,12 +53,12 @@ Tensor TPGPT2MLP::forward(const Tensor& x) {
 }
 
 TPGPT2Block::TPGPT2Block(Module* parent, const std::string& name, const GPT2Config& c,
-                         std::shared_ptr<parallel::ProcessGroup> g)
+                         std::shared_ptr<parallel::ProcessGroup> g, bool sp)
     : Module(parent, name),
-      ln_1(this, "ln_1", c.n_embd, c.layer_norm_epsilon, true, c.bias),
-      attn(this, "attn", c, g),
-      ln_2(this, "ln_2", c.n_embd, c.layer_norm_epsilon, true, c.bias),
-      mlp(this, "mlp", c, g) {}
+      ln_1(this, "ln_1", c.n_embd, c.layer_norm_epsilon, true, c.bias, sp ? g : nullptr),
+      attn(this, "attn", c, g, sp),
+      ln_2(this, "ln_2", c.n_embd, c.layer_norm_epsilon, true, c.bias, sp ? g : nullptr),
+      mlp(this, "mlp", c, g, sp) {}
 
 Tensor TPGPT2Block::forward(const Tensor& x) {
   nn::ModuleScope scope(*this);
@@ -67,15 +67,17 @@ Tensor TPGPT2Block::forward(const Tensor& x) {
 }
 
 TPGPT2Model::TPGPT2Model(Module* parent, const std::string& name, const GPT2Config& c,
-                         std::shared_ptr<parallel::ProcessGroup> g)
+                         std::shared_ptr<parallel::ProcessGroup> g, bool sp)
     : Module(parent, name),
-      wte(this, "wte", c.vocab_size, c.n_embd, g),
+      wte(this, "wte", c.vocab_size, c.n_embd, g, sp),
       wpe(this, "wpe", c.n_positions, c.n_embd),
       drop(this, "drop", c.dropout),
       h(this, "h"),
-      ln_f(this, "ln_f", c.n_embd, c.layer_norm_epsilon, true, c.bias),
-      config(c) {
-  for (int64_t i = 0; i < c.n_layer; ++i) h.emplace_back<TPGPT2Block>(c, g);
+      ln_f(this, "ln_f", c.n_embd, c.layer_norm_epsilon, true, c.bias, sp ? g : nullptr),
+      config(c),
+      sequence_parallel(sp),
+      group_(g) {
+  for (int64_t i = 0; i < c.n_layer; ++i) h.emplace_back<TPGPT2Block>(c, g, sp);
 }
 
 Tensor TPGPT2Model::forward(const Tensor& input_ids) {
@@ -85,19 +87,35 @@ Tensor TPGPT2Model::forward(const Tensor& input_ids) {
   const int64_t T = input_ids.size(1);
   TS_CHECK(T <= config.n_positions, "GPT-2: sequence of ", T,
            " tokens exceeds the model's n_positions = ", config.n_positions);
-  const Tensor pos = arange(0, static_cast<double>(T), 1, DType::Int64, input_ids.device());
-  Tensor x = drop(wte(input_ids) + wpe(pos));
+  if (!sequence_parallel) {
+    const Tensor pos = arange(0, static_cast<double>(T), 1, DType::Int64, input_ids.device());
+    Tensor x = drop(wte(input_ids) + wpe(pos));
+    for (size_t i = 0; i < h.size(); ++i) x = h.at<TPGPT2Block>(i).forward(x);
+    return ln_f(x);
+  }
+  const int n = group_->size(), r = group_->rank();
+  TS_CHECK(T % n == 0, "GPT-2 sequence parallel: a sequence of ", T,
+           " tokens does not divide among ", n, " ranks");
+  // This rank's positions; its dropout masks are its chunk of the whole sequence's.
+  const int64_t t = T / n;
+  SequenceShardGuard chunk(r, n);
+  const Tensor pos = arange(static_cast<double>(r * t), static_cast<double>((r + 1) * t), 1,
+                            DType::Int64, input_ids.device());
+  Tensor x = drop(wte(input_ids) +
+                  embedding(parallel::sequence_parallel_weight(wpe.weight, *group_), pos));
   for (size_t i = 0; i < h.size(); ++i) x = h.at<TPGPT2Block>(i).forward(x);
   return ln_f(x);
 }
 
 GPT2TensorParallelLMHeadModel::GPT2TensorParallelLMHeadModel(
-    const GPT2Config& c, std::shared_ptr<parallel::ProcessGroup> group)
-    : GPT2TensorParallelLMHeadModel(c, std::move(group), default_generator().state()) {}
+    const GPT2Config& c, std::shared_ptr<parallel::ProcessGroup> group, bool sequence_parallel)
+    : GPT2TensorParallelLMHeadModel(c, std::move(group), sequence_parallel,
+                                    default_generator().state()) {}
 
 GPT2TensorParallelLMHeadModel::GPT2TensorParallelLMHeadModel(
-    const GPT2Config& c, std::shared_ptr<parallel::ProcessGroup> group, GeneratorState start)
-    : transformer(this, "transformer", checked(c, *group), group),
+    const GPT2Config& c, std::shared_ptr<parallel::ProcessGroup> group, bool sequence_parallel,
+    GeneratorState start)
+    : transformer(this, "transformer", checked(c, *group), group, sequence_parallel),
       config(c),
       padded_vocab(transformer.wte.padded_embeddings),
       group_(std::move(group)) {
@@ -115,7 +133,8 @@ GPT2TensorParallelLMHeadModel::GPT2TensorParallelLMHeadModel(
 
 Tensor GPT2TensorParallelLMHeadModel::local_logits(const Tensor& input_ids) {
   nn::ModuleScope scope(*this);
-  return parallel::vocab_parallel_logits(transformer.forward(input_ids), transformer.wte);
+  return parallel::vocab_parallel_logits(transformer.forward(input_ids), transformer.wte,
+                                         transformer.sequence_parallel);
 }
 
 Tensor GPT2TensorParallelLMHeadModel::loss(const Batch& b) {

@@ -5,6 +5,7 @@
 
 #include "tessera/grad_mode.h"
 #include "tessera/ops.h"
+#include "tessera/parallel/tensor_parallel.h"
 
 namespace tessera::parallel {
 
@@ -19,11 +20,19 @@ Tensor scatter_to_sequence_parallel_region(const Tensor& x, ProcessGroup& group,
       [&group, dim](const Tensor& g) { return dim_gather(g, dim, group); });
 }
 
-Tensor gather_from_sequence_parallel_region(const Tensor& x, ProcessGroup& group, int64_t dim) {
+Tensor gather_from_sequence_parallel_region(const Tensor& x, ProcessGroup& group, int64_t dim,
+                                            bool tensor_parallel_output_grad) {
   return region_function(
       x, "GatherFromSequenceParallelRegion",
       [&group, dim](const Tensor& t) { return dim_gather(t, dim, group); },
-      [&group, dim](const Tensor& g) { return dim_reduce_scatter(g, dim, group, kWhat); });
+      [&group, dim, tensor_parallel_output_grad](const Tensor& g) {
+        return tensor_parallel_output_grad ? dim_reduce_scatter(g, dim, group, kWhat)
+                                           : dim_chunk(g, dim, group, kWhat);
+      });
+}
+
+Tensor sequence_parallel_weight(const Tensor& param, ProcessGroup& group) {
+  return copy_to_tensor_parallel_region(param, group);
 }
 
 Tensor reduce_scatter_to_sequence_parallel_region(const Tensor& x, ProcessGroup& group,
@@ -32,6 +41,20 @@ Tensor reduce_scatter_to_sequence_parallel_region(const Tensor& x, ProcessGroup&
       x, "ReduceScatterToSequenceParallelRegion",
       [&group, dim](const Tensor& t) { return dim_reduce_scatter(t, dim, group, kWhat); },
       [&group, dim](const Tensor& g) { return dim_gather(g, dim, group); });
+}
+
+SequenceParallelLayerNorm::SequenceParallelLayerNorm(nn::Module* parent, const std::string& name,
+                                                     int64_t dim, double eps, bool affine,
+                                                     bool bias, std::shared_ptr<ProcessGroup> group)
+    : LayerNorm(parent, name, dim, eps, affine, bias), group_(std::move(group)) {}
+
+Tensor SequenceParallelLayerNorm::forward(const Tensor& x) {
+  if (!group_) return LayerNorm::forward(x);
+  nn::ModuleScope scope(*this);
+  auto shared = [&](const Tensor& p) {
+    return p.defined() ? sequence_parallel_weight(p, *group_) : p;
+  };
+  return layer_norm(x, {dim}, shared(weight), shared(bias), eps);
 }
 
 void allreduce_sequence_parallel_grads(const std::vector<Tensor>& params, ProcessGroup& group) {

@@ -130,9 +130,12 @@ Tensor RowParallelLinear::forward(const Tensor& x) {
   nn::ModuleScope scope(*this);
   const Tensor xin = input_is_parallel ? x : scatter_to_tensor_parallel_region(x, *group_);
   const Tensor partial = linear(xin, weight);
-  const Tensor y = sequence_parallel ? reduce_scatter_to_sequence_parallel_region(partial, *group_)
-                                     : reduce_from_tensor_parallel_region(partial, *group_);
-  return bias.defined() ? y + bias : y;
+  if (!sequence_parallel) {
+    const Tensor y = reduce_from_tensor_parallel_region(partial, *group_);
+    return bias.defined() ? y + bias : y;
+  }
+  const Tensor y = reduce_scatter_to_sequence_parallel_region(partial, *group_);
+  return bias.defined() ? y + sequence_parallel_weight(bias, *group_) : y;
 }
 
 std::vector<Tensor*> tensor_parallel_shards(nn::Module& model) {

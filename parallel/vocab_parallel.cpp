@@ -9,6 +9,7 @@
 #include "tessera/autograd/function.h"
 #include "tessera/grad_mode.h"
 #include "tessera/ops.h"
+#include "tessera/parallel/sequence_parallel.h"
 #include "tessera/parallel/tensor_parallel.h"
 #include "tessera/parallel/tensor_parallel_layout.h"
 
@@ -35,10 +36,12 @@ Tensor local_ids(const Tensor& ids, const Tensor& inside, int64_t start) {
 
 VocabParallelEmbedding::VocabParallelEmbedding(nn::Module* parent, const std::string& name,
                                                int64_t num_embeddings, int64_t dim,
-                                               std::shared_ptr<ProcessGroup> group)
+                                               std::shared_ptr<ProcessGroup> group,
+                                               bool sequence_parallel)
     : UnaryModule(parent, name),
       num_embeddings(num_embeddings),
       dim(dim),
+      sequence_parallel(sequence_parallel),
       group_(std::move(group)) {
   TS_CHECK(group_, "VocabParallelEmbedding '", name, "': no process group");
   TS_CHECK(num_embeddings >= 1 && dim >= 1, "VocabParallelEmbedding '", name, "': ", num_embeddings,
@@ -66,12 +69,17 @@ Tensor VocabParallelEmbedding::forward(const Tensor& ids) {
   const Tensor inside = in_range(ids, vocab_start, vocab_per_rank);
   const Tensor rows = embedding(weight, local_ids(ids, inside, vocab_start));
   const Tensor outside = eq(inside, zeros_like(inside)).unsqueeze(-1);
-  return reduce_from_tensor_parallel_region(masked_fill(rows, outside, 0.0), *group_);
+  const Tensor mine = masked_fill(rows, outside, 0.0);
+  return sequence_parallel ? reduce_scatter_to_sequence_parallel_region(mine, *group_)
+                           : reduce_from_tensor_parallel_region(mine, *group_);
 }
 
-Tensor vocab_parallel_logits(const Tensor& hidden, const VocabParallelEmbedding& embedding) {
-  const Tensor logits =
-      linear(copy_to_tensor_parallel_region(hidden, embedding.group()), embedding.weight);
+Tensor vocab_parallel_logits(const Tensor& hidden, const VocabParallelEmbedding& embedding,
+                             bool sequence_parallel) {
+  const Tensor in = sequence_parallel
+                        ? gather_from_sequence_parallel_region(hidden, embedding.group())
+                        : copy_to_tensor_parallel_region(hidden, embedding.group());
+  const Tensor logits = linear(in, embedding.weight);
   const int64_t start = embedding.vocab_start, n = embedding.vocab_per_rank;
   if (start + n <= embedding.num_embeddings) return logits;
   // This rank holds padding columns.

@@ -165,9 +165,6 @@ TrainGroups train_groups(const io::TrainConfig& cfg,
                          std::shared_ptr<parallel::ProcessGroup> world) {
   const int tp = static_cast<int>(cfg.tensor_parallel.autotp_size);
   if (tp == 1) return {world, nullptr};
-  TS_CHECK(!cfg.tensor_parallel.sequence_parallel,
-           "tensor_parallel.sequence_parallel: sequence parallelism inside the built-in models is "
-           "not built yet (its layers are: tessera/parallel/sequence_parallel.h)");
   const parallel::ProcessTopology topo({"data", "model"}, {world->size() / tp, tp});
   TrainGroups g{topo.group_for(*world, "data"), topo.group_for(*world, "model")};
   const Device device = Device::parse(cfg.train.device);
@@ -184,7 +181,8 @@ std::unique_ptr<nn::Module> build_tensor_parallel_model(
   std::unique_ptr<nn::Module> model;
   if (cfg.model.type == "bert") {
     auto bert = std::make_unique<models::BertTensorParallelForPreTraining>(
-        bert_config_from_train_config(cfg, vocab), cfg.data.nsp, tp);
+        bert_config_from_train_config(cfg, vocab), cfg.data.nsp, tp,
+        cfg.tensor_parallel.sequence_parallel);
     if (whole) {
       auto* w = dynamic_cast<models::BertForPreTraining*>(whole.get());
       TS_CHECK(w, "model.init_from: ", cfg.model.init_from, " is not a BERT model");
@@ -193,7 +191,7 @@ std::unique_ptr<nn::Module> build_tensor_parallel_model(
     model = std::move(bert);
   } else {
     auto gpt = std::make_unique<models::GPT2TensorParallelLMHeadModel>(
-        gpt2_config_from_train_config(cfg, vocab), tp);
+        gpt2_config_from_train_config(cfg, vocab), tp, cfg.tensor_parallel.sequence_parallel);
     if (whole) {
       auto* w = dynamic_cast<models::GPT2LMHeadModel*>(whole.get());
       TS_CHECK(w, "model.init_from: ", cfg.model.init_from, " is not a GPT-2 model");

@@ -50,6 +50,25 @@ DataParallelShard make_data_parallel_shard(int rank, int world);
 void set_data_parallel_shard(int rank, int world);
 DataParallelShard data_parallel_shard();
 
+// Sequence parallelism: activations [batch, sequence, ...] of which this process holds chunk
+// `rank` of `world` along the sequence (dim 1). Inside a SequenceShardGuard, dropout reserves
+// counters for the whole sequence (and the whole global batch) and uses this chunk's, so the
+// ranks apply exactly the masks one process applies to the whole activation. Default: 0 of 1.
+struct SequenceShard {
+  int rank = 0, world = 1;
+};
+SequenceShard sequence_shard();
+class SequenceShardGuard {
+ public:
+  SequenceShardGuard(int rank, int world);  // checks 0 <= rank < world
+  ~SequenceShardGuard();
+  SequenceShardGuard(const SequenceShardGuard&) = delete;
+  SequenceShardGuard& operator=(const SequenceShardGuard&) = delete;
+
+ private:
+  SequenceShard previous_;
+};
+
 // The process-wide default generator, used when an op is given none (torch.manual_seed).
 Generator& default_generator();
 void manual_seed(uint64_t seed);

@@ -80,3 +80,33 @@ TEST_CASE("dropout's stream: word q % 4 of Philox draw q / 4 in counter space 1"
     same += philox_packed_uniform(seed, 4 * k) == philox_uniform(seed, k);
   CHECK(same == 0);
 }
+
+TEST_CASE("dropout under data and sequence shards applies one process's mask, chunk by chunk") {
+  // Global batch of 4 rows, 6 positions, 3 features; 2 data-parallel ranks (2 rows each) x 3
+  // sequence ranks (2 positions each). Each (data, sequence) rank's dropout of its block must
+  // be the block of one process's dropout of the whole, and leave the generator where it does.
+  const Tensor x = arange(1, 73, 1, DType::Float32).view({4, 6, 3});
+  Generator whole_gen(77);
+  whole_gen.reserve(5);
+  const Tensor whole = dropout(x, 0.4, true, &whole_gen);
+  for (int d = 0; d < 2; ++d)
+    for (int s = 0; s < 3; ++s) {
+      CAPTURE(d);
+      CAPTURE(s);
+      Generator gen(77);
+      gen.reserve(5);
+      set_data_parallel_shard(d, 2);
+      Tensor got;
+      {
+        SequenceShardGuard guard(s, 3);
+        got = dropout(x.narrow(0, 2 * d, 2).narrow(1, 2 * s, 2), 0.4, true, &gen);
+      }
+      set_data_parallel_shard(0, 1);
+      CHECK(got.to_vector() ==
+            whole.narrow(0, 2 * d, 2).narrow(1, 2 * s, 2).contiguous().to_vector());
+      CHECK(gen.state().offset == whole_gen.state().offset);
+    }
+  CHECK(sequence_shard().world == 1);  // the guard restored it
+  CHECK_THROWS_WITH_AS(SequenceShardGuard(3, 3), doctest::Contains("sequence shard: rank 3 of 3"),
+                       Error);
+}

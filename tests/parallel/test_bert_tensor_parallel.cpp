@@ -1,6 +1,7 @@
 // BERT in tensor parallel on N ranks (this suite runs alone and under mpirun -np 2 and 4)
 // reproduces BertForPreTraining on one process: dropout on, attention mask, token types,
-// next-sentence head, ignored MLM targets and a padded vocabulary (99 tokens) included. The
+// next-sentence head, ignored MLM targets, a padded vocabulary (99 tokens) and sequence
+// parallelism (with and without) included. The
 // loss and every gradient (each rank's shard of the whole model's, cut by hand below, not
 // through the layout code under test), then three SGD steps' losses and weights. In float64
 // all of it to 1e-12 relative: the same computation, only summed in another order. In float32
@@ -53,21 +54,29 @@ Tensor shard_of(const std::string& name, const Tensor& whole, int64_t n, int64_t
 
 }  // namespace
 
-TEST_CASE("BERT tensor parallel reproduces one process (dropout, mask, NSP, padded vocabulary)") {
+TEST_CASE(
+    "BERT tensor parallel reproduces one process (dropout, mask, NSP, padded vocabulary, "
+    "sequence parallelism)") {
   auto group = parallel::world();
   const int64_t n = group->size(), r = group->rank();
   set_data_parallel_shard(0, 1);  // (an earlier engine in this process may have set it)
   models::BertConfig c = models::BertConfig::named("tiny");  // 4 heads, 99 tokens
   c.hidden_dropout_prob = 0.1;
   if (c.num_attention_heads % n != 0) return;
-  for (DType dtype : {DType::Float64, DType::Float32}) {
+  for (const auto& [dt, sequence_parallel] : {std::pair<DType, bool>{DType::Float64, false},
+                                              {DType::Float32, false},
+                                              {DType::Float64, true},
+                                              {DType::Float32, true}}) {
+    const DType dtype = dt;  // (clang 14: CAPTURE's lambda)
+    const bool sp = sequence_parallel;
     CAPTURE(dtype_name(dtype));
+    CAPTURE(sp);
     const double loss_tol = dtype == DType::Float64 ? 1e-12 : 1e-6;
     const double tol = dtype == DType::Float64 ? 1e-12 : 5e-6;
     manual_seed(7);
     models::BertForPreTraining whole(c, /*with_nsp=*/true);
     manual_seed(7);
-    models::BertTensorParallelForPreTraining tp(c, true, group);
+    models::BertTensorParallelForPreTraining tp(c, true, group, sp);
     whole.to(dtype);
     tp.to(dtype);
     CHECK(tp.bert.embeddings.word_embeddings.padded_embeddings == (n == 1 ? 99 : 100));

@@ -1,5 +1,6 @@
 // GPT-2 in tensor parallel on N ranks (this suite runs alone and under mpirun -np 2 and 4)
-// reproduces GPT2LMHeadModel on one process, dropout on and a padded vocabulary included:
+// reproduces GPT2LMHeadModel on one process, dropout on, a padded vocabulary and sequence
+// parallelism included:
 // the loss and every gradient (each rank's shard of the whole model's), then three SGD steps'
 // losses and the weights they reach, all to 1e-6 relative (the tensor's norm).
 #include <doctest/doctest.h>
@@ -55,36 +56,41 @@ Tensor shard_of(const std::string& name, const Tensor& whole, int64_t C, int64_t
 
 }  // namespace
 
-TEST_CASE("GPT-2 tensor parallel reproduces one process (dropout, padded vocabulary, SGD steps)") {
+TEST_CASE(
+    "GPT-2 tensor parallel reproduces one process (dropout, padded vocabulary, sequence "
+    "parallelism, SGD steps)") {
   auto group = parallel::world();
   const int64_t n = group->size(), r = group->rank();
   // Tensor-parallel ranks hold the same rows: no data-parallel mask slicing (an engine built
   // by an earlier test case of this process may have set it).
   set_data_parallel_shard(0, 1);
-  for (int64_t vocab : {96, 97}) {
-    CAPTURE(vocab);
+  for (const auto& [vocab, sequence_parallel] :
+       {std::pair<int64_t, bool>{96, false}, {97, false}, {97, true}}) {
+    const int64_t v = vocab;  // (clang 14: CAPTURE's lambda)
+    const bool sp = sequence_parallel;
+    CAPTURE(v);
+    CAPTURE(sp);
     models::GPT2Config c = models::GPT2Config::named("tiny");  // 4 heads, C 32
-    c.vocab_size = vocab;
+    c.vocab_size = v;
     c.dropout = 0.1;
     if (c.n_head % n != 0) return;
     manual_seed(5);
     models::GPT2LMHeadModel whole(c);
     manual_seed(5);
-    models::GPT2TensorParallelLMHeadModel tp(c, group);  // the same initialisation, sharded
+    models::GPT2TensorParallelLMHeadModel tp(c, group, sp);  // the same initialisation, sharded
     CHECK(tp.padded_vocab % n == 0);
-    CHECK(tp.padded_vocab - vocab < n);
+    CHECK(tp.padded_vocab - v < n);
 
     std::vector<int64_t> ids, targets;
     for (int64_t i = 0; i < 32; ++i)
-      ids.push_back((i * 37 + 11) % vocab), targets.push_back((i * 53 + 5) % vocab);
+      ids.push_back((i * 37 + 11) % v), targets.push_back((i * 53 + 5) % v);
     models::Batch b;
     b.input_ids = from_vector(ids, {2, 16});
     b.targets = from_vector(targets, {2, 16});
     {
       NoGradGuard no_grad;
-      b.targets.select(1, 3).fill_(-100);  // ignored targets
-      b.input_ids.select(1, 0).fill_(
-          static_cast<double>(vocab - 1));  // the last (padded) rank's row
+      b.targets.select(1, 3).fill_(-100);                          // ignored targets
+      b.input_ids.select(1, 0).fill_(static_cast<double>(v - 1));  // the last (padded) rank's row
     }
     auto whole_params = whole.named_parameters();
     auto tp_params = tp.named_parameters();

@@ -2,7 +2,8 @@
 # `tessera train` with "tensor_parallel": {"autotp_size": N} reproduces one process: every
 # step's training loss and the validation losses within 1e-6 (gradient clipping on, so the
 # global norm across shards matters), GPT-2 and BERT, with and without dropout, at tp 2
-# (2 ranks), tp 4, tp 2 x dp 2, and tp 2 x dp 2 with ZeRO stages 1, 2 and 3 (4 ranks).
+# (2 ranks), tp 4, tp 2 x dp 2, tp 2 x dp 2 with ZeRO stages 1, 2 and 3 (4 ranks), and with
+# sequence parallelism at tp 2, tp 4 and tp 2 x dp 2 with ZeRO-2 and ZeRO-3.
 # estimate-memory predicts every rank's bytes; parameter bytes and the TP communication match
 # hand-derived formulas. A checkpoint saved and resumed at tp 2 x dp 2 continues bit for bit;
 # checkpoints load across layouts (tp 2 x dp 2 ZeRO-2 -> one process and -> tp 4, for both
@@ -23,10 +24,11 @@ c["data"]["path"] = "corpus.txt"
 c["model"]["n_head"] = 4          # 4 heads: tp 2 and tp 4
 c["gradient_clipping"] = 0.5      # clipping active: the norm must count every shard once
 c["train"].update({"steps": 8, "sample_tokens": 0, "eval_interval": 4})
-runs = [("one", 1, 0), ("tp2", 2, 0), ("tp4", 4, 0), ("tp2dp2", 2, 0), ("z1", 2, 1),
-        ("z2", 2, 2), ("z3", 2, 3)]
+runs = [("one", 1, 0, False), ("tp2", 2, 0, False), ("tp4", 4, 0, False),
+        ("tp2dp2", 2, 0, False), ("z1", 2, 1, False), ("z2", 2, 2, False), ("z3", 2, 3, False),
+        ("sp", 2, 0, True), ("sp4", 4, 0, True), ("spz2", 2, 2, True), ("spz3", 2, 3, True)]
 bert = {"type": "bert", "n_layer": 2, "n_head": 4, "n_embd": 32, "block_size": 16}
-for (model, name, tp, zero), drop in itertools.product(
+for (model, name, tp, zero, sp), drop in itertools.product(
         [(m, *r) for m in ("", "bert-") for r in runs], (0.1, 0.0)):
     d = json.loads(json.dumps(c))
     job = model + name + ("" if drop else "-nodrop")
@@ -35,12 +37,11 @@ for (model, name, tp, zero), drop in itertools.product(
     d["model"]["dropout"] = drop
     d["csv_monitor"] = {"enabled": True, "output_path": "csv", "job_name": job}
     if tp > 1:
-        d["tensor_parallel"] = {"autotp_size": tp}
+        d["tensor_parallel"] = {"autotp_size": tp, "sequence_parallel": sp}
     if zero:
         d["zero_optimization"] = {"stage": zero}
     json.dump(d, open(job + ".json", "w"))
-bad = {"sp": {"tensor_parallel": {"autotp_size": 2, "sequence_parallel": True}},
-       "heads": {"tensor_parallel": {"autotp_size": 3}},
+bad = {"heads": {"tensor_parallel": {"autotp_size": 3}},
        "bert-heads": {"tensor_parallel": {"autotp_size": 3}, "model": dict(bert, n_head=2)}}
 for name, change in bad.items():
     d = json.loads(json.dumps(c))
@@ -49,8 +50,8 @@ for name, change in bad.items():
         d[k] = v
     json.dump(d, open(name + ".json", "w"))
 PY
-ranks() { case ${1#bert-} in one*) echo 1;; tp2|tp2-nodrop) echo 2;; *) echo 4;; esac; }
-for job in {,bert-}{one,tp2,tp4,tp2dp2,z1,z2,z3}{,-nodrop}; do
+ranks() { case ${1#bert-} in one*) echo 1;; tp2|tp2-nodrop|sp|sp-nodrop) echo 2;; *) echo 4;; esac; }
+for job in {,bert-}{one,tp2,tp4,tp2dp2,z1,z2,z3,sp,sp4,spz2,spz3}{,-nodrop}; do
   mpirun -np "$(ranks "$job")" "$tessera" train "$job.json" --json > "$job.out" 2> "$job.err" ||
     { echo "$job failed:"; tail -5 "$job.err"; exit 1; }
 done
@@ -63,7 +64,7 @@ fails = 0
 for model, drop in ((m, d) for m in ("", "bert-") for d in ("", "-nodrop")):
     one_t = rows(model + "one" + drop, "Train_Samples_train_loss")
     one_v = rows(model + "one" + drop, "Eval_val_loss")
-    for name in ("tp2", "tp4", "tp2dp2", "z1", "z2", "z3"):
+    for name in ("tp2", "tp4", "tp2dp2", "z1", "z2", "z3", "sp", "sp4", "spz2", "spz3"):
         job = model + name + drop
         t, v = rows(job, "Train_Samples_train_loss"), rows(job, "Eval_val_loss")
         worst = max(abs(t[s] - one_t[s]) / abs(one_t[s]) for s in one_t)
@@ -107,24 +108,44 @@ PY
 # and the embedding's; backward 2 per layer (the column-parallel inputs' gradients) and the LM
 # head's input gradient; the vocabulary-parallel loss's 3 per-token values (max, sum of
 # exponentials, target logit); per step the gradient norm and the stop agreement (8 bytes).
+# With sequence parallelism each of those B*T*C all-reduces becomes an all-gather or a
+# reduce-scatter of the same B*T*C floats (message size; half the bus bytes of an all-reduce),
+# and the replicated parameters used on sequence chunks have their gradients all-reduced, one
+# all-reduce each: per layer 2 LayerNorms' weights and biases and 2 row-parallel biases (C
+# each), ln_f's weight and bias, wpe (positions x C).
 python3 - <<'PY'
 import json
-c = json.load(open("tp2.json"))
-c["comms_logger"] = {"enabled": True}
-c["train"]["eval_interval"] = 0
-json.dump(c, open("comm.json", "w"))
+for name, sp in (("comm", False), ("comm-sp", True)):
+    c = json.load(open("tp2.json"))
+    c["comms_logger"] = {"enabled": True}
+    c["train"]["eval_interval"] = 0
+    c["tensor_parallel"]["sequence_parallel"] = sp
+    json.dump(c, open(name + ".json", "w"))
 PY
 mpirun -np 2 "$tessera" train comm.json --json > comm.out 2> comm.err
+mpirun -np 2 "$tessera" train comm-sp.json --json > comm-sp.out 2> comm-sp.err
 python3 - <<'PY'
 import json
-line = json.loads(open("comm.out").read().splitlines()[-1])
-got = line["tp_comms"]["all_reduce"]
-B, T, C, L, steps = 4, 16, 32, 2, 8
-calls = steps * (4 * L + 2 + 3 + 2)
-want = steps * (4 * ((4 * L + 2) * B * T * C + 3 * B * T) + 2 * 8)
-assert got["calls"] == calls and abs(got["message_bytes"] - want) <= 0.02 * want, (got, calls, want)
-print(f"tp 2: {got['calls']} all-reduces of {got['message_bytes']} bytes in 8 steps "
-      f"(theory {calls}, {want})")
+B, T, C, L, steps, positions = 4, 16, 32, 2, 8, 16
+act = 4 * B * T * C  # bytes of one [B, T, C] float32 activation
+loss = [4 * B * T] * 3 + [8, 8]  # the loss's 3 per-token values; norm and stop agreement
+def check(label, got, calls, nbytes):
+    ok = got["calls"] == calls and abs(got["message_bytes"] - nbytes) <= 0.02 * nbytes
+    print(f"{label}: {got['calls']} calls, {got['message_bytes']} bytes in {steps} steps "
+          f"(theory {calls}, {nbytes}) {'ok' if ok else 'FAIL'}")
+    return ok
+plain = json.loads(open("comm.out").read().splitlines()[-1])["tp_comms"]
+sp = json.loads(open("comm-sp.out").read().splitlines()[-1])["tp_comms"]
+ok = check("tp 2 all_reduce", plain["all_reduce"], steps * (4 * L + 2 + len(loss)),
+           steps * ((4 * L + 2) * act + sum(loss)))
+weights = [4 * C] * 6 * L + [4 * C] * 2 + [4 * positions * C]  # one all-reduce each
+ok &= check("tp 2 + sp all_gather", sp["all_gather"], steps * (2 * L + 1) * 2,
+            steps * (2 * L + 1) * 2 * act)
+ok &= check("tp 2 + sp reduce_scatter", sp["reduce_scatter"], steps * (2 * L + 1) * 2,
+            steps * (2 * L + 1) * 2 * act)
+ok &= check("tp 2 + sp all_reduce", sp["all_reduce"], steps * (len(loss) + len(weights)),
+            steps * (sum(loss) + sum(weights)))
+raise SystemExit(0 if ok else 1)
 PY
 expect_error() {  # ranks config expected-text [args]
   local n=$1 cfg=$2 want=$3; shift 3
@@ -135,7 +156,6 @@ expect_error() {  # ranks config expected-text [args]
 expect_error 2 tp4.json "ranks do not divide into tensor_parallel.autotp_size 4"
 expect_error 3 heads.json "n_head 4 does not divide among 3 ranks"
 expect_error 3 bert-heads.json "num_attention_heads 2 does not divide among 3 ranks"
-expect_error 2 sp.json "tensor_parallel.sequence_parallel"
 # Checkpoints: one weights/optimizer file per tensor-parallel rank; save at step 4 and resume
 # in new processes: step 8 bit for bit as the straight run (tp 2 x dp 2).
 sed -i 's/"job_name": "tp2dp2"/"job_name": "tp2dp2-ck"/' tp2dp2.json

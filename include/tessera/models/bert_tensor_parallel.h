@@ -12,11 +12,16 @@
 //   BertTensorParallelForPreTraining tp(config, with_nsp, tp_group);  // = BertForPreTraining's
 //   init tp.load_from_whole(whole);   // this rank's shard of a BertForPreTraining (e.g. from HF)
 //
+// sequence_parallel (Megatron-SP): LayerNorms, dropout, residual adds and the MLM transform run
+// on this rank's 1/N of the sequence (which must divide), with each rank's chunk of one
+// process's dropout masks; the model still reproduces BertForPreTraining.
+//
 // Parameter names are BertForPreTraining's, each holding this rank's shard.
 #pragma once
 #include <memory>
 
 #include "tessera/models/bert.h"
+#include "tessera/parallel/sequence_parallel.h"
 #include "tessera/parallel/tensor_parallel.h"
 #include "tessera/parallel/vocab_parallel.h"
 #include "tessera/rng.h"
@@ -26,31 +31,31 @@ namespace tessera::models {
 class TPBertLayer : public nn::Module {
  public:
   TPBertLayer(Module* parent, const std::string& name, const BertConfig& c,
-              std::shared_ptr<parallel::ProcessGroup> group);
+              std::shared_ptr<parallel::ProcessGroup> group, bool sequence_parallel);
   Tensor forward(const Tensor& x, const Tensor& mask);
 
   struct SelfAttention : nn::Module {
     SelfAttention(Module* parent, const std::string& name, const BertConfig& c,
-                  std::shared_ptr<parallel::ProcessGroup> group);
+                  std::shared_ptr<parallel::ProcessGroup> group, bool sequence_parallel);
     parallel::ColumnParallelLinear query, key, value;
   };
   struct Output : nn::Module {  // row-parallel dense -> dropout -> LayerNorm(x + residual)
     Output(Module* parent, const std::string& name, int64_t in, const BertConfig& c,
-           std::shared_ptr<parallel::ProcessGroup> group);
+           std::shared_ptr<parallel::ProcessGroup> group, bool sequence_parallel);
     Tensor forward(const Tensor& x, const Tensor& residual);
     parallel::RowParallelLinear dense;
-    nn::LayerNorm LayerNorm;
+    parallel::SequenceParallelLayerNorm LayerNorm;
     nn::Dropout dropout;
   };
   struct Attention : nn::Module {
     Attention(Module* parent, const std::string& name, const BertConfig& c,
-              std::shared_ptr<parallel::ProcessGroup> group);
+              std::shared_ptr<parallel::ProcessGroup> group, bool sequence_parallel);
     SelfAttention self;
     Output output;
   };
   struct Intermediate : nn::Module {
     Intermediate(Module* parent, const std::string& name, const BertConfig& c,
-                 std::shared_ptr<parallel::ProcessGroup> group);
+                 std::shared_ptr<parallel::ProcessGroup> group, bool sequence_parallel);
     parallel::ColumnParallelLinear dense;
   };
 
@@ -64,13 +69,15 @@ class TPBertLayer : public nn::Module {
 class BertTensorParallelForPreTraining : public nn::LossModel<Batch> {
  public:
   BertTensorParallelForPreTraining(const BertConfig& c, bool with_nsp,
-                                   std::shared_ptr<parallel::ProcessGroup> group);
+                                   std::shared_ptr<parallel::ProcessGroup> group,
+                                   bool sequence_parallel = false);
   std::string type_name() const override { return "BertTensorParallelForPreTraining"; }
   // The whole model's HF config (export and zero-to-fp32 rebuild BertForPreTraining from it).
   std::string config_json() const override {
     return config.to_json(with_nsp ? "BertForPreTraining" : "BertForMaskedLM");
   }
-  Tensor encode(const Batch& b);        // sequence output [B, T, H], whole on every rank
+  // Sequence output [B, T, H], whole on every rank (sequence_parallel: this rank's chunk).
+  Tensor encode(const Batch& b);
   Tensor local_logits(const Batch& b);  // this rank's MLM logit columns (padding: -inf)
   // The MLM loss (mean, or with target_weight the sum times it), plus NSP, as BertForPreTraining.
   Tensor loss(const Batch& b) override;
@@ -82,19 +89,19 @@ class BertTensorParallelForPreTraining : public nn::LossModel<Batch> {
 
   struct Embeddings : nn::Module {
     Embeddings(Module* parent, const std::string& name, const BertConfig& c,
-               std::shared_ptr<parallel::ProcessGroup> group);
+               std::shared_ptr<parallel::ProcessGroup> group, bool sequence_parallel);
     parallel::VocabParallelEmbedding word_embeddings;
     nn::Embedding position_embeddings, token_type_embeddings;
-    nn::LayerNorm LayerNorm;
+    parallel::SequenceParallelLayerNorm LayerNorm;
     nn::Dropout dropout;
   };
   struct Bert : nn::Module {
     Bert(Module* parent, const std::string& name, const BertConfig& c, bool with_pooler,
-         std::shared_ptr<parallel::ProcessGroup> group);
+         std::shared_ptr<parallel::ProcessGroup> group, bool sequence_parallel);
     Embeddings embeddings;
     struct Encoder : nn::Module {
       Encoder(Module* parent, const std::string& name, const BertConfig& c,
-              std::shared_ptr<parallel::ProcessGroup> group);
+              std::shared_ptr<parallel::ProcessGroup> group, bool sequence_parallel);
       nn::ModuleList layer;
     } encoder;
     std::unique_ptr<nn::Module> pooler;
@@ -102,26 +109,33 @@ class BertTensorParallelForPreTraining : public nn::LossModel<Batch> {
   } bert;
   struct Cls : nn::Module {
     Cls(Module* parent, const std::string& name, const BertConfig& c, bool with_nsp,
-        const parallel::VocabParallelEmbedding& embedding);
+        const parallel::VocabParallelEmbedding& embedding,
+        std::shared_ptr<parallel::ProcessGroup> sequence_group);
     // The MLM transform (replicated) and bias, split over the vocabulary as the tied word
     // embedding is (padding included).
     struct Predictions : nn::Module, parallel::TensorParallelModule {
       Predictions(Module* parent, const std::string& name, const BertConfig& c,
-                  const parallel::VocabParallelEmbedding& embedding);
+                  const parallel::VocabParallelEmbedding& embedding,
+                  std::shared_ptr<parallel::ProcessGroup> sequence_group);
       parallel::TensorParallelLayout tensor_parallel_splits() const override;
-      BertLMPredictionHead::Transform transform;
+      struct Transform : nn::Module {  // dense -> GELU -> LayerNorm, on sequence chunks with SP
+        Transform(Module* parent, const std::string& name, const BertConfig& c,
+                  std::shared_ptr<parallel::ProcessGroup> sequence_group);
+        nn::Linear dense;
+        parallel::SequenceParallelLayerNorm LayerNorm;
+      } transform;
       Tensor bias;  // [padded vocabulary / N]
       int64_t vocab_size;
     } predictions;
     std::unique_ptr<nn::Linear> seq_relationship;
   } cls;
   BertConfig config;
-  bool with_nsp;
+  bool with_nsp, sequence_parallel;
 
  private:
   BertTensorParallelForPreTraining(const BertConfig& c, bool with_nsp,
                                    std::shared_ptr<parallel::ProcessGroup> group,
-                                   GeneratorState start);
+                                   bool sequence_parallel, GeneratorState start);
   Tensor mlm_logits(const Tensor& sequence_output);
   std::shared_ptr<parallel::ProcessGroup> group_;
 };

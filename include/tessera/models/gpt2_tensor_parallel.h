@@ -12,11 +12,18 @@
 //
 // A vocabulary that does not divide among the ranks is padded to a multiple of N (as
 // Megatron does) with rows whose logits are excluded from the loss; the constructor says so.
+// sequence_parallel (Megatron-SP): LayerNorms, dropout and residual adds run on this rank's
+// 1/N of the sequence (which must divide among the ranks): the column-parallel layers
+// all-gather it, the row-parallel ones and the embedding reduce-scatter, the LM head gathers
+// it. Dropout then draws each rank's chunk of one process's mask (SequenceShardGuard), so the
+// model still reproduces GPT2LMHeadModel.
+//
 // Parameter names are GPT2LMHeadModel's, each holding this rank's shard.
 #pragma once
 #include <memory>
 
 #include "tessera/models/gpt2.h"
+#include "tessera/parallel/sequence_parallel.h"
 #include "tessera/parallel/tensor_parallel.h"
 #include "tessera/parallel/tensor_parallel_layout.h"
 #include "tessera/parallel/vocab_parallel.h"
@@ -27,7 +34,7 @@ namespace tessera::models {
 class TPGPT2Attention : public nn::Module {
  public:
   TPGPT2Attention(Module* parent, const std::string& name, const GPT2Config& c,
-                  std::shared_ptr<parallel::ProcessGroup> group);
+                  std::shared_ptr<parallel::ProcessGroup> group, bool sequence_parallel);
   Tensor forward(const Tensor& x);
   parallel::ColumnParallelLinear c_attn;  // [3 C/N, C]: this rank's q, k, v rows
   parallel::RowParallelLinear c_proj;
@@ -38,7 +45,7 @@ class TPGPT2Attention : public nn::Module {
 class TPGPT2MLP : public nn::Module {
  public:
   TPGPT2MLP(Module* parent, const std::string& name, const GPT2Config& c,
-            std::shared_ptr<parallel::ProcessGroup> group);
+            std::shared_ptr<parallel::ProcessGroup> group, bool sequence_parallel);
   Tensor forward(const Tensor& x);
   parallel::ColumnParallelLinear c_fc;
   parallel::RowParallelLinear c_proj;
@@ -49,30 +56,37 @@ class TPGPT2MLP : public nn::Module {
 class TPGPT2Block : public nn::Module {
  public:
   TPGPT2Block(Module* parent, const std::string& name, const GPT2Config& c,
-              std::shared_ptr<parallel::ProcessGroup> group);
+              std::shared_ptr<parallel::ProcessGroup> group, bool sequence_parallel);
   Tensor forward(const Tensor& x);
-  nn::LayerNorm ln_1;
+  parallel::SequenceParallelLayerNorm ln_1;
   TPGPT2Attention attn;
-  nn::LayerNorm ln_2;
+  parallel::SequenceParallelLayerNorm ln_2;
   TPGPT2MLP mlp;
 };
 
 class TPGPT2Model : public nn::Module {
  public:
   TPGPT2Model(Module* parent, const std::string& name, const GPT2Config& c,
-              std::shared_ptr<parallel::ProcessGroup> group);
-  Tensor forward(const Tensor& input_ids);  // hidden states [B, T, C], whole on every rank
+              std::shared_ptr<parallel::ProcessGroup> group, bool sequence_parallel);
+  // Hidden states [B, T, C], whole on every rank (sequence_parallel: [B, T/N, C], this rank's
+  // chunk of the sequence).
+  Tensor forward(const Tensor& input_ids);
   parallel::VocabParallelEmbedding wte;
   nn::Embedding wpe;
   nn::Dropout drop;
   nn::ModuleList h;
-  nn::LayerNorm ln_f;
+  parallel::SequenceParallelLayerNorm ln_f;
   GPT2Config config;
+  bool sequence_parallel;
+
+ private:
+  std::shared_ptr<parallel::ProcessGroup> group_;
 };
 
 class GPT2TensorParallelLMHeadModel : public nn::LossModel<Batch> {
  public:
-  GPT2TensorParallelLMHeadModel(const GPT2Config& c, std::shared_ptr<parallel::ProcessGroup> group);
+  GPT2TensorParallelLMHeadModel(const GPT2Config& c, std::shared_ptr<parallel::ProcessGroup> group,
+                                bool sequence_parallel = false);
   std::string type_name() const override { return "GPT2TensorParallelLMHeadModel"; }
   std::string config_json() const override { return config.to_json(); }
   // This rank's logit columns [B, T, padded_vocab / N] (padding columns are -inf).
@@ -93,7 +107,7 @@ class GPT2TensorParallelLMHeadModel : public nn::LossModel<Batch> {
 
  private:
   GPT2TensorParallelLMHeadModel(const GPT2Config& c, std::shared_ptr<parallel::ProcessGroup> group,
-                                GeneratorState start);
+                                bool sequence_parallel, GeneratorState start);
   std::shared_ptr<parallel::ProcessGroup> group_;
 };
 

@@ -6,8 +6,10 @@
 // RowParallelLinear with sequence_parallel = true). `dim` is the sequence dimension: 1 for the
 // [B, T, C] activations of the built-in models.
 #pragma once
+#include <memory>
 #include <vector>
 
+#include "tessera/nn/layers.h"
 #include "tessera/parallel/process_group.h"
 #include "tessera/tensor.h"
 
@@ -15,17 +17,38 @@ namespace tessera::parallel {
 
 // This rank's chunk of the sequence forward; the gradient all-gathered backward (enters SP).
 Tensor scatter_to_sequence_parallel_region(const Tensor& x, ProcessGroup& group, int64_t dim = 1);
-// The whole sequence all-gathered forward; the gradient reduce-scattered backward (the
-// input of a column-parallel layer, whose ranks each contribute part of it).
-Tensor gather_from_sequence_parallel_region(const Tensor& x, ProcessGroup& group, int64_t dim = 1);
+// The whole sequence all-gathered forward. Backward (Megatron's tensor_parallel_output_grad):
+// true, the gradient reduce-scattered (the input of a column-parallel layer or of the
+// vocabulary-parallel head, whose ranks each contribute part of it); false, this rank's chunk
+// of it (a replicated consumer that every rank computes alike, e.g. BERT's pooler).
+Tensor gather_from_sequence_parallel_region(const Tensor& x, ProcessGroup& group, int64_t dim = 1,
+                                            bool tensor_parallel_output_grad = true);
 // The ranks' partial sums reduce-scattered over the sequence forward; the gradient
 // all-gathered backward (the output of a row-parallel layer).
 Tensor reduce_scatter_to_sequence_parallel_region(const Tensor& x, ProcessGroup& group,
                                                   int64_t dim = 1);
 
-// Parameters replicated across the group but applied to sequence shards (LayerNorm weights,
-// a row-parallel layer's bias) receive each rank's part of their gradient: this sums them over
-// the group, as Megatron does before the optimizer step.
+// A parameter replicated across the group but applied to this rank's sequence chunk
+// (LayerNorm weights, a row-parallel layer's bias, position embeddings): identity forward; its
+// gradient summed over the group backward, so every rank's copy receives the whole gradient
+// without a separate step (the built-in models and RowParallelLinear use it; one small
+// all-reduce per parameter and backward, where Megatron buckets them before the step).
+Tensor sequence_parallel_weight(const Tensor& param, ProcessGroup& group);
+
+// A LayerNorm applied to this rank's sequence chunk: its weight and bias are replicated and go
+// through sequence_parallel_weight. With a null group it is an nn::LayerNorm.
+class SequenceParallelLayerNorm : public nn::LayerNorm {
+ public:
+  SequenceParallelLayerNorm(nn::Module* parent, const std::string& name, int64_t dim, double eps,
+                            bool affine, bool bias, std::shared_ptr<ProcessGroup> group);
+  Tensor forward(const Tensor& x) override;
+
+ private:
+  std::shared_ptr<ProcessGroup> group_;
+};
+
+// The other way: parameters applied to sequence chunks directly receive each rank's part of
+// their gradient; this sums them over the group (as Megatron does before the optimizer step).
 void allreduce_sequence_parallel_grads(const std::vector<Tensor>& params, ProcessGroup& group);
 
 }  // namespace tessera::parallel

@@ -50,7 +50,8 @@ class ColumnParallelLinear : public nn::UnaryModule, public TensorParallelModule
 // parallel layer's output); otherwise it is split here. The partial products are all-reduced
 // and the whole bias added once. sequence_parallel: the partial products are reduce-scattered
 // over the sequence (dim 1) instead, each rank getting its chunk (needs input_is_parallel);
-// the bias's gradient is then partial on each rank (allreduce_sequence_parallel_grads).
+// the bias, added to the chunk, goes through sequence_parallel_weight, so its gradient
+// arrives whole on every rank.
 class RowParallelLinear : public nn::UnaryModule, public TensorParallelModule {
  public:
   RowParallelLinear(nn::Module* parent, const std::string& name, int64_t in, int64_t out,

@@ -16,10 +16,13 @@ namespace tessera::parallel {
 // range (zero rows elsewhere) and the ranks' results are all-reduced, so every rank gets the
 // whole lookup; the gradient of each row reaches only the rank that holds it. `weight`
 // [P/N, dim] is also the weight of a tied, vocabulary-parallel LM head (vocab_parallel_logits).
+// sequence_parallel: the lookups are reduce-scattered over the sequence (dim 1) instead, each
+// rank getting its chunk of the whole lookup.
 class VocabParallelEmbedding : public nn::UnaryModule, public TensorParallelModule {
  public:
   VocabParallelEmbedding(nn::Module* parent, const std::string& name, int64_t num_embeddings,
-                         int64_t dim, std::shared_ptr<ProcessGroup> group);
+                         int64_t dim, std::shared_ptr<ProcessGroup> group,
+                         bool sequence_parallel = false);
   Tensor forward(const Tensor& ids) override;
   std::string type_name() const override { return "VocabParallelEmbedding"; }
   TensorParallelLayout tensor_parallel_splits() const override;  // weight: vocabulary rows
@@ -28,6 +31,7 @@ class VocabParallelEmbedding : public nn::UnaryModule, public TensorParallelModu
   void load_from_full(const Tensor& weight);
   Tensor weight;
   int64_t num_embeddings, padded_embeddings, dim, vocab_start, vocab_per_rank;
+  bool sequence_parallel;
 
  private:
   std::shared_ptr<ProcessGroup> group_;
@@ -36,8 +40,10 @@ class VocabParallelEmbedding : public nn::UnaryModule, public TensorParallelModu
 // The tied LM head's logits for this rank's vocabulary columns, [..., P/N] (Megatron's
 // parallel_lm_logits): hidden enters the parallel region (identity forward, all-reduce of its
 // gradient backward, since each rank's columns contribute part of it). Padding columns are
-// -inf, so they take no probability.
-Tensor vocab_parallel_logits(const Tensor& hidden, const VocabParallelEmbedding& embedding);
+// -inf, so they take no probability. sequence_parallel: `hidden` is this rank's chunk of the
+// sequence, all-gathered first (its gradient reduce-scattered back), as Megatron's head does.
+Tensor vocab_parallel_logits(const Tensor& hidden, const VocabParallelEmbedding& embedding,
+                             bool sequence_parallel = false);
 
 // cross_entropy(whole logits, targets, ignore_index) (the mean over targets that are not
 // ignored; NaN when all are, as torch) from this rank's logit columns `local_logits`
