@@ -423,6 +423,10 @@ bool Engine::masters_finite() {
   return group_->all_reduce_scalar(flag) == 0.0;  // every rank decides alike
 }
 
+int64_t Engine::allocated_bytes() {
+  return allocator_for(device().type).stats().allocated;
+}
+
 parallel::MemoryStats Engine::memory() const {
   if (zero_) return zero_->memory();
   parallel::MemoryStats m;

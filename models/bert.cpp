@@ -165,10 +165,12 @@ Tensor BertModel::forward(const Batch& b) {
                .unsqueeze(1)
                .unsqueeze(1);
   }
-  Tensor x = embeddings.forward(b.input_ids, b.token_type_ids);
-  for (size_t i = 0; i < encoder.layer.size(); ++i)
-    x = encoder.layer.at<BertLayer>(i).forward(x, mask);
-  return x;
+  return parallel::run_layers(
+      activation_checkpointing.get(), static_cast<int64_t>(encoder.layer.size()),
+      [this, mask](int64_t i, const Tensor& in) {
+        return encoder.layer.at<BertLayer>(static_cast<size_t>(i)).forward(in, mask);
+      },
+      embeddings.forward(b.input_ids, b.token_type_ids));
 }
 
 Tensor BertModel::pool(const Tensor& seq) {

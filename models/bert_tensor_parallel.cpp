@@ -187,11 +187,15 @@ Tensor BertTensorParallelForPreTraining::encode(const Batch& b) {
                ? embedding(parallel::sequence_parallel_weight(table.weight, *group_), rows)
                : table(rows);
   };
-  Tensor x = e.dropout(e.LayerNorm(e.word_embeddings(ids) + lookup(e.position_embeddings, pos) +
-                                   lookup(e.token_type_embeddings, types.narrow(1, r * t, t))));
-  for (size_t i = 0; i < bert.encoder.layer.size(); ++i)
-    x = bert.encoder.layer.at<TPBertLayer>(i).forward(x, mask);
-  return x;
+  const Tensor x =
+      e.dropout(e.LayerNorm(e.word_embeddings(ids) + lookup(e.position_embeddings, pos) +
+                            lookup(e.token_type_embeddings, types.narrow(1, r * t, t))));
+  return parallel::run_layers(
+      activation_checkpointing.get(), static_cast<int64_t>(bert.encoder.layer.size()),
+      [this, mask](int64_t i, const Tensor& in) {
+        return bert.encoder.layer.at<TPBertLayer>(static_cast<size_t>(i)).forward(in, mask);
+      },
+      x, /*partition=*/!sequence_parallel);
 }
 
 Tensor BertTensorParallelForPreTraining::mlm_logits(const Tensor& seq) {

@@ -162,6 +162,16 @@ Tensor GPT2Model::forward(const Tensor& input_ids, KVCache* cache) {
   const Tensor pos = arange(static_cast<double>(start), static_cast<double>(start + T), 1,
                             DType::Int64, input_ids.device());
   Tensor x = drop(wte(input_ids) + wpe(pos));
+  if (activation_checkpointing && !cache) {
+    x = parallel::run_layers(
+        activation_checkpointing.get(), static_cast<int64_t>(h.size()),
+        [this](int64_t i, const Tensor& in) {
+          return h.at<GPT2Block>(static_cast<size_t>(i))
+              .forward(in, nullptr, static_cast<size_t>(i));
+        },
+        x);
+    return ln_f(x);
+  }
   for (size_t i = 0; i < h.size(); ++i) x = h.at<GPT2Block>(i).forward(x, cache, i);
   if (cache) cache->length += T;
   return ln_f(x);

@@ -80,6 +80,15 @@ TPGPT2Model::TPGPT2Model(Module* parent, const std::string& name, const GPT2Conf
   for (int64_t i = 0; i < c.n_layer; ++i) h.emplace_back<TPGPT2Block>(c, g, sp);
 }
 
+Tensor TPGPT2Model::blocks(const Tensor& x) {
+  return parallel::run_layers(
+      activation_checkpointing.get(), static_cast<int64_t>(h.size()),
+      [this](int64_t i, const Tensor& in) {
+        return h.at<TPGPT2Block>(static_cast<size_t>(i)).forward(in);
+      },
+      x, /*partition=*/!sequence_parallel);
+}
+
 Tensor TPGPT2Model::forward(const Tensor& input_ids) {
   nn::ModuleScope scope(*this);
   TS_CHECK(input_ids.dim() == 2, "GPT-2: input_ids must be [batch, time], got ",
@@ -89,9 +98,7 @@ Tensor TPGPT2Model::forward(const Tensor& input_ids) {
            " tokens exceeds the model's n_positions = ", config.n_positions);
   if (!sequence_parallel) {
     const Tensor pos = arange(0, static_cast<double>(T), 1, DType::Int64, input_ids.device());
-    Tensor x = drop(wte(input_ids) + wpe(pos));
-    for (size_t i = 0; i < h.size(); ++i) x = h.at<TPGPT2Block>(i).forward(x);
-    return ln_f(x);
+    return ln_f(blocks(drop(wte(input_ids) + wpe(pos))));
   }
   const int n = group_->size(), r = group_->rank();
   TS_CHECK(T % n == 0, "GPT-2 sequence parallel: a sequence of ", T,
@@ -101,10 +108,9 @@ Tensor TPGPT2Model::forward(const Tensor& input_ids) {
   SequenceShardGuard chunk(r, n);
   const Tensor pos = arange(static_cast<double>(r * t), static_cast<double>((r + 1) * t), 1,
                             DType::Int64, input_ids.device());
-  Tensor x = drop(wte(input_ids) +
-                  embedding(parallel::sequence_parallel_weight(wpe.weight, *group_), pos));
-  for (size_t i = 0; i < h.size(); ++i) x = h.at<TPGPT2Block>(i).forward(x);
-  return ln_f(x);
+  const Tensor x = drop(wte(input_ids) +
+                        embedding(parallel::sequence_parallel_weight(wpe.weight, *group_), pos));
+  return ln_f(blocks(x));
 }
 
 GPT2TensorParallelLMHeadModel::GPT2TensorParallelLMHeadModel(

@@ -82,7 +82,8 @@ void print_json_line(const engine::TrainResult& r, engine::Engine& eng, bool com
                                {{"params", mem.params},
                                 {"grads", mem.grads},
                                 {"optimizer", mem.optimizer},
-                                {"buffers", mem.buffers}}}};
+                                {"buffers", mem.buffers},
+                                {"activations", eng.activation_bytes()}}}};
   if (std::isfinite(r.train_loss)) line["train_loss"] = r.train_loss;
   if (auto* tp = eng.tensor_parallel_group()) {  // rank / world_size are data-parallel
     line["tp_rank"] = tp->rank();
@@ -127,6 +128,7 @@ int train_main(int argc, char** argv) {
   else
     whole = build_model(cfg, corpus.vocab_size);
   nn::Module& model = whole ? static_cast<nn::Module&>(*whole) : *shard;
+  const auto checkpointing = attach_activation_checkpointing(model, cfg, groups.tp);
   engine::InitializeOptions init;
   init.group = groups.dp;
   init.tensor_parallel_group = groups.tp;
@@ -167,6 +169,8 @@ int train_main(int argc, char** argv) {
               << "\n";
   const engine::TrainResult r = trainer.fit();
   if (cfg.comms_logger.enabled && lead) std::cerr << world->logger().summary(0, world->size());
+  if (checkpointing && cfg.activation_checkpointing.profile && lead)
+    std::cerr << checkpointing->profile_report();
   if (a.has("json")) print_json_line(r, *eng, cfg.comms_logger.enabled);
   return r.stop_signal ? 128 + r.stop_signal : 0;
 }

@@ -151,6 +151,32 @@ std::unique_ptr<models::PretrainedModel> build_model(io::TrainConfig& cfg, int64
   return model;
 }
 
+std::shared_ptr<parallel::ActivationCheckpointing> attach_activation_checkpointing(
+    nn::Module& model, const io::TrainConfig& cfg, std::shared_ptr<parallel::ProcessGroup> tp) {
+  const auto& a = cfg.activation_checkpointing;
+  if (!a.enabled) return nullptr;
+  parallel::ActivationCheckpointingOptions o;
+  o.partition_activations = a.partition_activations;
+  o.cpu_checkpointing = a.cpu_checkpointing;
+  o.contiguous_memory_optimization = a.contiguous_memory_optimization;
+  o.number_checkpoints = a.number_checkpoints;
+  o.synchronize_checkpoint_boundary = a.synchronize_checkpoint_boundary;
+  o.profile = a.profile;
+  o.checkpoint_num_layers = a.checkpoint_num_layers;
+  auto ckpt = std::make_shared<parallel::ActivationCheckpointing>(o, std::move(tp));
+  if (auto* g = dynamic_cast<models::GPT2LMHeadModel*>(&model))
+    g->transformer.activation_checkpointing = ckpt;
+  else if (auto* b = dynamic_cast<models::BertForPreTraining*>(&model))
+    b->bert.activation_checkpointing = ckpt;
+  else if (auto* gt = dynamic_cast<models::GPT2TensorParallelLMHeadModel*>(&model))
+    gt->transformer.activation_checkpointing = ckpt;
+  else if (auto* bt = dynamic_cast<models::BertTensorParallelForPreTraining*>(&model))
+    bt->activation_checkpointing = ckpt;
+  else
+    fail("activation_checkpointing: ", model.type_name(), " is not a built-in model");
+  return ckpt;
+}
+
 io::TokenizedCorpus shared_corpus(const io::TrainConfig& cfg, parallel::ProcessGroup& world) {
   world.set_timeout(cfg.distributed.timeout());
   const bool bert = cfg.model.type == "bert";

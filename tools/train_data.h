@@ -10,6 +10,7 @@
 #include "tessera/io/token_data.h"
 #include "tessera/io/train_config.h"
 #include "tessera/models/pretrained.h"
+#include "tessera/parallel/activation_checkpointing.h"
 #include "tessera/parallel/process_group.h"
 
 namespace tessera::cli {
@@ -29,6 +30,11 @@ TrainGroups train_groups(const io::TrainConfig& cfg, std::shared_ptr<parallel::P
 // as the whole model would be, or sharded from model.init_from), on train.device.
 std::unique_ptr<nn::Module> build_tensor_parallel_model(io::TrainConfig& cfg, int64_t vocab,
                                                         std::shared_ptr<parallel::ProcessGroup> tp);
+
+// The config's activation_checkpointing section set on the built-in model `model` (whole or
+// tensor parallel over `tp`, which may be null); null when the config has no such section.
+std::shared_ptr<parallel::ActivationCheckpointing> attach_activation_checkpointing(
+    nn::Module& model, const io::TrainConfig& cfg, std::shared_ptr<parallel::ProcessGroup> tp);
 
 // The config's corpus on every rank of `world`: rank 0 tokenises it (or finds the cache), the
 // others then read its files; the wait is covered by distributed.timeout_s.

@@ -140,6 +140,7 @@ class Engine {
       weight = loss_weight(terms);
     }
     Tensor loss;
+    const int64_t held = allocated_bytes();
     if constexpr (nn::DeviceMovableBatch<Batch> || nn::WeightedBatch<Batch>) {
       Batch local = batch;
       if constexpr (nn::DeviceMovableBatch<Batch>) local = batch.to(device());
@@ -153,6 +154,8 @@ class Engine {
     if constexpr (nn::CountedBatch<Batch> && !nn::WeightedBatch<Batch>)
       if (weight != 0.0) loss = scaled(loss, weight * static_cast<double>(terms));
     timers_.stop(EngineTimers::Forward, started);
+    if (model_.is_training() && loss.requires_grad())
+      activation_bytes_ = std::max(activation_bytes_, allocated_bytes() - held);
     if (profiling) flops_profiler_->stop_profile();
     return loss.requires_grad() ? track_direct_backward(loss) : loss;
   }
@@ -235,6 +238,9 @@ class Engine {
   parallel::ZeroOptimizer* zero_optimizer() { return zero_.get(); }  // null at stage 0
   // Bytes of parameters, gradients and optimizer state this rank holds (see README).
   parallel::MemoryStats memory() const;
+  // Activation memory: the most bytes a training forward left allocated on the model's device
+  // (what the graph keeps for backward, the loss included), over the forwards so far.
+  int64_t activation_bytes() const { return activation_bytes_; }
   const io::TrainConfig& config() const { return config_; }
   nn::Module& module() { return model_; }
 
@@ -333,6 +339,8 @@ class Engine {
   std::unique_ptr<optim::LRSchedule> schedule_;
   LossScaler scaler_;
   int64_t global_steps_ = 0, micro_steps_ = 0, skipped_steps_ = 0;
+  int64_t activation_bytes_ = 0;
+  int64_t allocated_bytes();  // on the model's device, by its allocator
   int64_t schedule_step_ = 0;  // DeepSpeed does not advance the schedule on skipped steps
   double post_scale_ = 1.0;    // ZeRO: averages the summed gradient partitions
   bool warned_min_scale_ = false;

@@ -72,6 +72,18 @@ struct TrainConfig {
     bool sequence_parallel = false;
   } tensor_parallel;
 
+  // DeepSpeed's "activation_checkpointing" section; present = the built-in models checkpoint
+  // their transformer layers (parallel/activation_checkpointing.h says what each key does).
+  // checkpoint_num_layers is Megatron's (layers per checkpoint, when number_checkpoints is unset).
+  struct ActivationCheckpointing {
+    bool enabled = false;
+    bool partition_activations = false, cpu_checkpointing = false;
+    bool contiguous_memory_optimization = false, synchronize_checkpoint_boundary = false;
+    bool profile = false;
+    int64_t number_checkpoints = 0;  // 0: unset
+    int64_t checkpoint_num_layers = 1;
+  } activation_checkpointing;
+
   // Data-parallel gradient averaging (DeepSpeed's top-level keys).
   bool prescale_gradients = false;
   double gradient_predivide_factor = 1.0;

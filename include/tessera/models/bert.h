@@ -6,6 +6,7 @@
 
 #include "tessera/models/pretrained.h"
 #include "tessera/nn/layers.h"
+#include "tessera/parallel/activation_checkpointing.h"
 
 namespace tessera::models {
 
@@ -83,6 +84,8 @@ class BertModel : public nn::Module {
   std::unique_ptr<nn::Linear> pooler_dense;  // "pooler.dense", when the model has a pooler
   std::unique_ptr<nn::Module> pooler;
   BertConfig config;
+  // Set: training forwards run the layers through activation checkpoints.
+  std::shared_ptr<parallel::ActivationCheckpointing> activation_checkpointing;
 };
 
 // The masked-LM head: transform (dense, GELU, LayerNorm), then logits through the tied word

@@ -21,6 +21,7 @@
 #include <memory>
 
 #include "tessera/models/bert.h"
+#include "tessera/parallel/activation_checkpointing.h"
 #include "tessera/parallel/sequence_parallel.h"
 #include "tessera/parallel/tensor_parallel.h"
 #include "tessera/parallel/vocab_parallel.h"
@@ -131,6 +132,9 @@ class BertTensorParallelForPreTraining : public nn::LossModel<Batch> {
   } cls;
   BertConfig config;
   bool with_nsp, sequence_parallel;
+  // Set: training forwards run the layers through activation checkpoints (partitioned over
+  // the group with partition_activations, unless sequence parallel).
+  std::shared_ptr<parallel::ActivationCheckpointing> activation_checkpointing;
 
  private:
   BertTensorParallelForPreTraining(const BertConfig& c, bool with_nsp,

@@ -5,6 +5,7 @@
 
 #include "tessera/models/pretrained.h"
 #include "tessera/nn/layers.h"
+#include "tessera/parallel/activation_checkpointing.h"
 
 namespace tessera::models {
 
@@ -70,6 +71,8 @@ class GPT2Model : public nn::Module {
   nn::ModuleList h;
   nn::LayerNorm ln_f;
   GPT2Config config;
+  // Set: training forwards run the blocks through activation checkpoints (not with a cache).
+  std::shared_ptr<parallel::ActivationCheckpointing> activation_checkpointing;
 };
 
 class GPT2LMHeadModel : public PretrainedModel {

@@ -23,6 +23,7 @@
 #include <memory>
 
 #include "tessera/models/gpt2.h"
+#include "tessera/parallel/activation_checkpointing.h"
 #include "tessera/parallel/sequence_parallel.h"
 #include "tessera/parallel/tensor_parallel.h"
 #include "tessera/parallel/tensor_parallel_layout.h"
@@ -78,8 +79,12 @@ class TPGPT2Model : public nn::Module {
   parallel::SequenceParallelLayerNorm ln_f;
   GPT2Config config;
   bool sequence_parallel;
+  // Set: training forwards run the blocks through activation checkpoints (partitioned over
+  // the group with partition_activations, unless sequence parallel).
+  std::shared_ptr<parallel::ActivationCheckpointing> activation_checkpointing;
 
  private:
+  Tensor blocks(const Tensor& x);  // through h, with activation checkpoints when set
   std::shared_ptr<parallel::ProcessGroup> group_;
 };
 

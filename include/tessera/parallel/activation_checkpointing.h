@@ -1,0 +1,80 @@
+// DeepSpeed's activation checkpointing (deepspeed.checkpointing, the config's
+// "activation_checkpointing" section) over autograd::checkpoint: a model runs groups of its
+// layers through checkpoint(), which keeps only each group's input for backward and runs the
+// group again there.
+//   partition_activations: each kept input is split across the tensor-parallel group (this rank
+//     keeps 1/N of it) and all-gathered before the rerun (inputs every TP rank holds alike;
+//     the built-in models turn it off under sequence parallelism, whose inputs are chunks
+//     already).
+//   cpu_checkpointing: kept inputs live in host memory (pinned when they come from a GPU).
+//   contiguous_memory_optimization: kept inputs are copied into number_checkpoints buffers that
+//     are allocated once and reused every step (no allocations, no fragmentation).
+//   synchronize_checkpoint_boundary: the device is synchronised at each checkpoint (CUDA).
+//   profile: the time of each checkpoint's forward and of its rerun are summed (profile()).
+// Which layers form a checkpoint: number_checkpoints groups of consecutive layers (DeepSpeed's
+// key, there only sizing the contiguous buffers), else Megatron's checkpoint_num_layers per
+// group (default 1: every layer).
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tessera/autograd/activation_checkpoint.h"
+#include "tessera/parallel/process_group.h"
+
+namespace tessera::parallel {
+
+struct ActivationCheckpointingOptions {
+  bool partition_activations = false;
+  bool cpu_checkpointing = false;
+  bool contiguous_memory_optimization = false;
+  int64_t number_checkpoints = 0;  // 0: unset
+  bool synchronize_checkpoint_boundary = false;
+  bool profile = false;
+  int64_t checkpoint_num_layers = 1;  // layers per checkpoint when number_checkpoints is unset
+};
+
+struct CheckpointProfile {
+  int64_t forwards = 0, recomputes = 0;
+  double forward_seconds = 0, recompute_seconds = 0;
+};
+
+class ActivationCheckpointing {
+ public:
+  // `tensor_parallel` (may be null): the group partition_activations splits inputs over.
+  explicit ActivationCheckpointing(ActivationCheckpointingOptions options,
+                                   std::shared_ptr<ProcessGroup> tensor_parallel = nullptr);
+  const ActivationCheckpointingOptions& options() const { return options_; }
+  // Consecutive layers per checkpoint for a model of `layers` layers.
+  int64_t layers_per_checkpoint(int64_t layers) const;
+  // fn(inputs), its inputs kept as the options say and fn run again in backward. `partition`
+  // false keeps the inputs whole even with partition_activations (they differ across ranks).
+  std::vector<Tensor> checkpoint(const autograd::CheckpointFn& fn,
+                                 const std::vector<Tensor>& inputs, bool partition = true);
+  Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& input,
+                    bool partition = true);
+  // Per checkpoint index (its position in the forward), the summed forward and rerun times.
+  const std::vector<CheckpointProfile>& profile() const { return profile_; }
+  std::string profile_report() const;  // one line per checkpoint index
+
+ private:
+  Tensor pack(const Tensor& t, bool partition, size_t index);
+  Tensor unpack(const Tensor& kept, const Shape& shape, Device device, bool partition) const;
+
+  ActivationCheckpointingOptions options_;
+  std::shared_ptr<ProcessGroup> tensor_parallel_;
+  std::vector<Tensor> buffers_;  // contiguous_memory_optimization: one per checkpoint index
+  std::vector<CheckpointProfile> profile_;
+  size_t next_position_ = 0;  // the next checkpoint's position in the current forward
+  size_t next_index_ = 0;     // the next kept input's (contiguous buffers)
+  int64_t outstanding_ = 0;   // checkpoints whose rerun has not happened yet
+};
+
+// x through layer(0, .), ..., layer(layers - 1, .) in order; with `checkpointing` (may be null)
+// in checkpoints of layers_per_checkpoint(layers) consecutive layers. `layer` is kept and run
+// again in backward: it must capture what it uses by value (tensors, `this`), not by reference.
+Tensor run_layers(ActivationCheckpointing* checkpointing, int64_t layers,
+                  const std::function<Tensor(int64_t, const Tensor&)>& layer, const Tensor& x,
+                  bool partition = true);
+
+}  // namespace tessera::parallel
