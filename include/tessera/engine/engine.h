@@ -340,7 +340,7 @@ class Engine {
   LossScaler scaler_;
   int64_t global_steps_ = 0, micro_steps_ = 0, skipped_steps_ = 0;
   int64_t activation_bytes_ = 0;
-  int64_t allocated_bytes();  // on the model's device, by its allocator
+  int64_t allocated_bytes();   // on the model's device, by its allocator
   int64_t schedule_step_ = 0;  // DeepSpeed does not advance the schedule on skipped steps
   double post_scale_ = 1.0;    // ZeRO: averages the summed gradient partitions
   bool warned_min_scale_ = false;
