@@ -3,10 +3,13 @@
 #include "dim_collectives.h"
 
 #include <cstdio>
+#include <map>
+#include <optional>
 
 #include "tessera/cuda.h"
 #include "tessera/grad_mode.h"
 #include "tessera/ops.h"
+#include "tessera/parallel/rng_tracker.h"
 
 namespace tessera::parallel {
 
@@ -102,7 +105,22 @@ std::vector<Tensor> ActivationCheckpointing::checkpoint(const autograd::Checkpoi
     profile_[position].recompute_seconds += s;
     --outstanding_;
   };
-  return autograd::checkpoint(fn, inputs, hooks);
+  // The rerun also replays the RNG tracker's named states (a fork inside fn: Megatron's
+  // dropout in model-parallel regions), as DeepSpeed's CheckpointFunction does.
+  auto states = std::make_shared<std::optional<std::map<std::string, GeneratorState>>>();
+  auto replayed = [fn, states](const std::vector<Tensor>& in) {
+    RNGStatesTracker& tracker = get_cuda_rng_tracker();
+    if (!*states) {
+      *states = tracker.get_states();
+      return fn(in);
+    }
+    const auto after = tracker.get_states();
+    tracker.set_states(**states);
+    std::vector<Tensor> out = fn(in);
+    tracker.set_states(after);
+    return out;
+  };
+  return autograd::checkpoint(replayed, inputs, hooks);
 }
 
 Tensor ActivationCheckpointing::checkpoint(const std::function<Tensor(const Tensor&)>& fn,
