@@ -193,14 +193,52 @@ void parse_hparams(const YAML::Node& n, const std::string& prefix, Node& parent,
 void parse_searcher(Node& root, ExperimentConfig& c) {
   TS_CHECK(root.has("searcher"), root.source(), ": 'searcher' is required");
   Node s = root.sub("searcher");
-  s.get("name", c.searcher.name);
-  TS_CHECK(c.searcher.name == "single", s.where(s.node()), ": 'searcher.name' is '",
-           c.searcher.name, "'; this version runs the single searcher only");
+  auto& se = c.searcher;
+  s.get("name", se.name);
+  const std::string& n = se.name;
+  TS_CHECK(n == "single" || n == "random" || n == "grid" || n == "adaptive_asha" ||
+               n == "async_halving",
+           s.where(s.node()), ": 'searcher.name' is '", n,
+           "'; expected single, random, grid, adaptive_asha or async_halving");
+  auto positive = [&](const char* k, int64_t& out, int64_t min) {
+    s.get(k, out);
+    TS_CHECK(out >= min, s.where(s.node()), ": 'searcher.", k, "' is ", out, ", expected >= ", min);
+  };
+  if (n != "single" && n != "grid") {
+    TS_CHECK(s.has("max_trials"), s.where(s.node()), ": 'searcher.max_trials' is required by the ",
+             n, " searcher");
+    positive("max_trials", se.max_trials, 1);
+  }
+  if (n != "single") positive("max_concurrent_trials", se.max_concurrent_trials, 0);
+  if (n == "adaptive_asha" || n == "async_halving") {
+    s.get("divisor", se.divisor);
+    TS_CHECK(se.divisor > 1, s.where(s.node()), ": 'searcher.divisor' is ", se.divisor,
+             ", expected > 1");
+  }
+  if (n == "adaptive_asha") {
+    positive("max_rungs", se.max_rungs, 1);
+    s.get("mode", se.mode);
+    TS_CHECK(se.mode == "aggressive" || se.mode == "standard" || se.mode == "conservative",
+             s.where(s.node()), ": 'searcher.mode' is '", se.mode,
+             "'; expected aggressive, standard or conservative");
+    if (s.has("bracket_rungs")) {
+      const YAML::Node b = s.raw("bracket_rungs");
+      TS_CHECK(b.IsSequence(), s.where(b), ": 'searcher.bracket_rungs' must be a list of integers");
+      for (const auto& x : b) se.bracket_rungs.push_back(s.as<int64_t>(x, "searcher.bracket_rungs"));
+      for (int64_t r : se.bracket_rungs)
+        TS_CHECK(r >= 1, s.where(b), ": 'searcher.bracket_rungs' entries must be >= 1");
+    }
+  }
+  if (n == "async_halving") {
+    TS_CHECK(s.has("num_rungs"), s.where(s.node()), ": 'searcher.num_rungs' is required by the ",
+             "async_halving searcher");
+    positive("num_rungs", se.num_rungs, 1);
+  }
   TS_CHECK(s.has("metric"), s.where(s.node()), ": 'searcher.metric' is required");
-  s.get("metric", c.searcher.metric);
-  s.get("smaller_is_better", c.searcher.smaller_is_better);
+  s.get("metric", se.metric);
+  s.get("smaller_is_better", se.smaller_is_better);
   TS_CHECK(s.has("max_length"), s.where(s.node()), ": 'searcher.max_length' is required");
-  c.searcher.max_length = parse_length(s, "max_length");
+  se.max_length = parse_length(s, "max_length");
   s.warn_unknown();
 }
 

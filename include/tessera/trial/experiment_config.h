@@ -1,5 +1,4 @@
-// An experiment's configuration in Determined's YAML schema (the keys a single trial uses;
-// the searchers beyond `single` come with the experiments issue). Unknown keys warn; a wrong
+// An experiment's configuration in Determined's YAML schema. Unknown keys warn; a wrong
 // value is an error naming the file, line and key:
 //   exp.yaml:7: 'searcher.max_length' must be a map with one of batches, records, epochs
 #pragma once
@@ -32,11 +31,20 @@ struct ExperimentConfig {
   std::string name, description, entrypoint;
   // Nested groups are flattened with dots: {optimizer: {lr: 0.1}} is "optimizer.lr".
   std::map<std::string, Hyperparameter> hyperparameters;
+  // Determined's searcher section: single, random, grid, adaptive_asha, async_halving (the
+  // keys each takes, with Determined's defaults).
   struct Searcher {
     std::string name = "single";
     std::string metric;
     bool smaller_is_better = true;
     Length max_length;
+    int64_t max_trials = 1;              // random, adaptive_asha, async_halving
+    int64_t max_concurrent_trials = 16;  // 0: the searcher's own default
+    int64_t max_rungs = 5;               // adaptive_asha
+    int64_t num_rungs = 0;               // async_halving
+    double divisor = 4;                  // adaptive_asha, async_halving
+    std::string mode = "standard";       // adaptive_asha: aggressive, standard, conservative
+    std::vector<int64_t> bracket_rungs;  // adaptive_asha: explicit brackets (overrides mode)
   } searcher;
   std::optional<int64_t> records_per_epoch;
   std::optional<Length> min_validation_period, min_checkpoint_period;
