@@ -153,18 +153,20 @@ BertModel::BertModel(Module* parent, const std::string& name, const BertConfig& 
   }
 }
 
+Tensor bert_attention_mask(const Batch& b) {
+  if (!b.attention_mask.defined()) return {};
+  TS_CHECK(b.attention_mask.shape() == b.input_ids.shape(), "BERT: attention_mask ",
+           b.attention_mask.describe(), " must match input_ids ", b.input_ids.describe());
+  return ne(b.attention_mask, zeros({}, b.attention_mask.dtype(), b.attention_mask.device()))
+      .unsqueeze(1)
+      .unsqueeze(1);
+}
+
 Tensor BertModel::forward(const Batch& b) {
   nn::ModuleScope scope(*this);
   TS_CHECK(b.input_ids.dim() == 2, "BERT: input_ids must be [batch, time], got ",
            b.input_ids.describe());
-  Tensor mask;
-  if (b.attention_mask.defined()) {
-    TS_CHECK(b.attention_mask.shape() == b.input_ids.shape(), "BERT: attention_mask ",
-             b.attention_mask.describe(), " must match input_ids ", b.input_ids.describe());
-    mask = ne(b.attention_mask, zeros({}, b.attention_mask.dtype(), b.attention_mask.device()))
-               .unsqueeze(1)
-               .unsqueeze(1);
-  }
+  const Tensor mask = bert_attention_mask(b);
   return parallel::run_layers(
       activation_checkpointing.get(), static_cast<int64_t>(encoder.layer.size()),
       [this, mask](int64_t i, const Tensor& in) {

@@ -159,14 +159,7 @@ Tensor BertTensorParallelForPreTraining::encode(const Batch& b) {
   nn::ModuleScope scope(*this);
   TS_CHECK(b.input_ids.dim() == 2, "BERT: input_ids must be [batch, time], got ",
            b.input_ids.describe());
-  Tensor mask;
-  if (b.attention_mask.defined()) {
-    TS_CHECK(b.attention_mask.shape() == b.input_ids.shape(), "BERT: attention_mask ",
-             b.attention_mask.describe(), " must match input_ids ", b.input_ids.describe());
-    mask = ne(b.attention_mask, zeros({}, b.attention_mask.dtype(), b.attention_mask.device()))
-               .unsqueeze(1)
-               .unsqueeze(1);
-  }
+  const Tensor mask = bert_attention_mask(b);
   auto& e = bert.embeddings;
   const Tensor& ids = b.input_ids;
   const int64_t T = ids.size(1);
@@ -174,14 +167,11 @@ Tensor BertTensorParallelForPreTraining::encode(const Batch& b) {
            " tokens exceeds max_position_embeddings = ", config.max_position_embeddings);
   const Tensor types = b.token_type_ids.defined() ? b.token_type_ids
                                                   : zeros(ids.shape(), DType::Int64, ids.device());
-  const int n = sequence_parallel ? group_->size() : 1, r = sequence_parallel ? group_->rank() : 0;
-  TS_CHECK(T % n == 0, "BERT sequence parallel: a sequence of ", T,
-           " tokens does not divide among ", n, " ranks");
   // With sequence parallelism this rank's chunk of the positions (and of dropout's masks).
-  const int64_t t = T / n;
-  SequenceShardGuard chunk(r, n);
-  const Tensor pos = arange(static_cast<double>(r * t), static_cast<double>((r + 1) * t), 1,
-                            DType::Int64, ids.device());
+  const parallel::ProcessGroup* seq = sequence_parallel ? group_.get() : nullptr;
+  const Tensor pos = parallel::sequence_parallel_positions(T, seq, ids.device(), "BERT");
+  SequenceShardGuard chunk(seq ? seq->rank() : 0, seq ? seq->size() : 1);
+  const int64_t t = pos.size(0), start = seq ? seq->rank() * t : 0;
   auto lookup = [&](nn::Embedding& table, const Tensor& rows) {
     return sequence_parallel
                ? embedding(parallel::sequence_parallel_weight(table.weight, *group_), rows)
@@ -189,7 +179,7 @@ Tensor BertTensorParallelForPreTraining::encode(const Batch& b) {
   };
   const Tensor x =
       e.dropout(e.LayerNorm(e.word_embeddings(ids) + lookup(e.position_embeddings, pos) +
-                            lookup(e.token_type_embeddings, types.narrow(1, r * t, t))));
+                            lookup(e.token_type_embeddings, types.narrow(1, start, t))));
   return parallel::run_layers(
       activation_checkpointing.get(), static_cast<int64_t>(bert.encoder.layer.size()),
       [this, mask](int64_t i, const Tensor& in) {

@@ -100,14 +100,10 @@ Tensor TPGPT2Model::forward(const Tensor& input_ids) {
     const Tensor pos = arange(0, static_cast<double>(T), 1, DType::Int64, input_ids.device());
     return ln_f(blocks(drop(wte(input_ids) + wpe(pos))));
   }
-  const int n = group_->size(), r = group_->rank();
-  TS_CHECK(T % n == 0, "GPT-2 sequence parallel: a sequence of ", T,
-           " tokens does not divide among ", n, " ranks");
   // This rank's positions; its dropout masks are its chunk of the whole sequence's.
-  const int64_t t = T / n;
-  SequenceShardGuard chunk(r, n);
-  const Tensor pos = arange(static_cast<double>(r * t), static_cast<double>((r + 1) * t), 1,
-                            DType::Int64, input_ids.device());
+  const Tensor pos =
+      parallel::sequence_parallel_positions(T, group_.get(), input_ids.device(), "GPT-2");
+  SequenceShardGuard chunk(group_->rank(), group_->size());
   const Tensor x = drop(wte(input_ids) +
                         embedding(parallel::sequence_parallel_weight(wpe.weight, *group_), pos));
   return ln_f(blocks(x));

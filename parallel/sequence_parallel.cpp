@@ -43,6 +43,16 @@ Tensor reduce_scatter_to_sequence_parallel_region(const Tensor& x, ProcessGroup&
       [&group, dim](const Tensor& g) { return dim_gather(g, dim, group); });
 }
 
+Tensor sequence_parallel_positions(int64_t length, const ProcessGroup* group, Device device,
+                                   const std::string& what) {
+  const int n = group ? group->size() : 1, r = group ? group->rank() : 0;
+  TS_CHECK(length % n == 0, what, " sequence parallel: a sequence of ", length,
+           " tokens does not divide among ", n, " ranks");
+  const int64_t t = length / n;
+  return arange(static_cast<double>(r * t), static_cast<double>((r + 1) * t), 1, DType::Int64,
+                device);
+}
+
 SequenceParallelLayerNorm::SequenceParallelLayerNorm(nn::Module* parent, const std::string& name,
                                                      int64_t dim, double eps, bool affine,
                                                      bool bias, std::shared_ptr<ProcessGroup> group)

@@ -7,6 +7,7 @@
 
 #include <cmath>
 
+#include "relative_error.h"
 #include "tessera/grad_mode.h"
 #include "tessera/models/gpt2_tensor_parallel.h"
 #include "tessera/ops.h"
@@ -16,18 +17,6 @@
 using namespace tessera;
 
 namespace {
-
-// ||got - want|| / ||want|| (Frobenius): the relative error of the tensor as a whole.
-double rel_diff(const Tensor& got, const Tensor& want) {
-  REQUIRE(got.shape() == want.shape());
-  const auto g = got.to_vector(), w = want.to_vector();
-  double err = 0, norm = 1e-300;
-  for (size_t i = 0; i < g.size(); ++i) {
-    err += (g[i] - w[i]) * (g[i] - w[i]);
-    norm += w[i] * w[i];
-  }
-  return std::sqrt(err / norm);
-}
 
 // The whole gradient's part this rank's shard of `name` holds.
 Tensor shard_of(const std::string& name, const Tensor& whole, int64_t C, int64_t n, int64_t r,

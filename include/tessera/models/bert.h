@@ -71,6 +71,10 @@ class BertLayer : public nn::Module {
   GeluApprox activation;
 };
 
+// The batch's attention mask as the attention takes it: bool [B, 1, 1, T], true for real tokens
+// (undefined without one); a mask not shaped like input_ids is an error.
+Tensor bert_attention_mask(const Batch& b);
+
 class BertModel : public nn::Module {
  public:
   BertModel(Module* parent, const std::string& name, const BertConfig& c, bool with_pooler);

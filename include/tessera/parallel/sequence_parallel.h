@@ -35,6 +35,12 @@ Tensor reduce_scatter_to_sequence_parallel_region(const Tensor& x, ProcessGroup&
 // all-reduce per parameter and backward, where Megatron buckets them before the step).
 Tensor sequence_parallel_weight(const Tensor& param, ProcessGroup& group);
 
+// The positions of this rank's chunk of a `length`-token sequence split over `group`
+// ([r L/N, (r + 1) L/N), int64; all L positions with a null group). A length that does not
+// divide is an error naming `what` (the model).
+Tensor sequence_parallel_positions(int64_t length, const ProcessGroup* group, Device device,
+                                   const std::string& what);
+
 // A LayerNorm applied to this rank's sequence chunk: its weight and bias are replicated and go
 // through sequence_parallel_weight. With a null group it is an nn::LayerNorm.
 class SequenceParallelLayerNorm : public nn::LayerNorm {
