@@ -94,14 +94,15 @@ print(f"{job}: estimate-memory {est} = the engine's")
 PY
 done
 # Each rank's parameter bytes, hand-derived for this model (C 32, 2 layers, inner 128, 16
-# positions, 95 characters): the split parameters are 12512 per layer (c_attn 3072 + 96,
+# positions, V characters): the split parameters are 12512 per layer (c_attn 3072 + 96,
 # c_proj 1024, c_fc 4096 + 128, c_proj 4096) plus the vocabulary rows padded to a multiple of
 # tp; replicated: 2 x 192 per layer (two LayerNorms, two row-parallel biases), ln_f 64, wpe 512.
 python3 - <<'PY'
 import json
 for job, tp in (("tp2", 2), ("tp4", 4)):
     got = json.loads(open(job + ".out").read().splitlines()[-1])["memory"]["params"]
-    want = 4 * (2 * 12512 // tp + -(-95 // tp) * 32 + 2 * 192 + 64 + 512)
+    V = len(set(open("corpus.txt", encoding="utf-8").read()))  # the character vocabulary
+    want = 4 * (2 * 12512 // tp + -(-V // tp) * 32 + 2 * 192 + 64 + 512)
     assert got == want, (job, got, want)
     print(f"{job}: {got} parameter bytes per rank = 4 x (sharded / {tp} + replicated)")
 PY
