@@ -102,6 +102,50 @@ std::string human(int64_t b) {
   return buf;
 }
 
+// The config at `ranks` ranks (--tp replacing tensor_parallel.autotp_size, --data data.path)
+// and its vocabulary size (--vocab, GPT-2's for the gpt2 tokenizer, else data.path's).
+io::TrainConfig read_config(const Args& a, int64_t ranks, int64_t& vocab) {
+  const std::string path = a.positional()[0];
+  io::TrainConfig cfg;
+  if (a.has("tp")) {
+    const int64_t tp = a.get_int("tp", 1);
+    TS_CHECK(tp >= 1, "estimate-memory: --tp must be >= 1, got ", tp);
+    nlohmann::json j = io::JsonFields::parse_file(path);
+    j["tensor_parallel"]["autotp_size"] = tp;
+    cfg = io::TrainConfig::parse(j.dump(), ranks, path);
+  } else {
+    cfg = io::TrainConfig::from_file(path, ranks);
+  }
+  if (a.has("data")) cfg.data.path = a.get("data", "");
+  vocab = a.get_int("vocab", 0);
+  if (vocab <= 0) {
+    if (cfg.data.tokenizer == "gpt2") {
+      vocab = 50257;
+    } else {
+      TS_CHECK(!cfg.data.path.empty(), "estimate-memory: the vocabulary size depends on the ",
+               "corpus: give --vocab V or --data PATH");
+      vocab = io::prepare_corpus(cfg.data, cfg.model.type == "bert", false).vocab_size;
+    }
+  }
+  return cfg;
+}
+
+// How the config's tensor-parallel model splits its parameters (empty without TP); heads or
+// features that do not divide are an error.
+parallel::TensorParallelLayout tensor_parallel_layout_of(const io::TrainConfig& cfg,
+                                                         int64_t vocab) {
+  const int64_t tp = cfg.tensor_parallel.autotp_size;
+  if (tp == 1) return {};
+  if (cfg.model.type == "bert") {
+    const models::BertConfig c = bert_config_from_train_config(cfg, vocab);
+    models::BertTensorParallelForPreTraining::check_divisible(c, tp);
+    return models::BertTensorParallelForPreTraining::layout(c);
+  }
+  const models::GPT2Config c = gpt2_config_from_train_config(cfg, vocab);
+  models::GPT2TensorParallelLMHeadModel::check_divisible(c, tp);
+  return models::GPT2TensorParallelLMHeadModel::layout(c);
+}
+
 }  // namespace
 
 int estimate_memory_main(int argc, char** argv) {
@@ -113,42 +157,12 @@ int estimate_memory_main(int argc, char** argv) {
   TS_CHECK(a.positional().size() == 1, "estimate-memory: expected one CONFIG.json (see --help)");
   const int64_t ranks = a.get_int("ranks", 1);
   TS_CHECK(ranks >= 1, "estimate-memory: --ranks must be >= 1, got ", ranks);
-  const std::string path = a.positional()[0];
-  io::TrainConfig cfg;
-  if (a.has("tp")) {  // the config with tensor_parallel.autotp_size replaced
-    const int64_t tp = a.get_int("tp", 1);
-    TS_CHECK(tp >= 1, "estimate-memory: --tp must be >= 1, got ", tp);
-    nlohmann::json j = io::JsonFields::parse_file(path);
-    j["tensor_parallel"]["autotp_size"] = tp;
-    cfg = io::TrainConfig::parse(j.dump(), ranks, path);
-  } else {
-    cfg = io::TrainConfig::from_file(path, ranks);
-  }
-  if (a.has("data")) cfg.data.path = a.get("data", "");
-  int64_t vocab = a.get_int("vocab", 0);
-  if (vocab <= 0) {
-    if (cfg.data.tokenizer == "gpt2") {
-      vocab = 50257;
-    } else {
-      TS_CHECK(!cfg.data.path.empty(), "estimate-memory: the vocabulary size depends on the ",
-               "corpus: give --vocab V or --data PATH");
-      vocab = io::prepare_corpus(cfg.data, cfg.model.type == "bert", false).vocab_size;
-    }
-  }
+  int64_t vocab = 0;
+  io::TrainConfig cfg = read_config(a, ranks, vocab);
   auto model = model_from_train_config(cfg, vocab);
   const int64_t tp = cfg.tensor_parallel.autotp_size;
   const int dp = static_cast<int>(cfg.world_size);  // data-parallel ranks: ranks / autotp_size
-  // Each rank's shard of the split parameters, as the tensor-parallel model holds them.
-  parallel::TensorParallelLayout split;
-  if (tp > 1 && cfg.model.type == "bert") {
-    const models::BertConfig c = bert_config_from_train_config(cfg, vocab);
-    models::BertTensorParallelForPreTraining::check_divisible(c, tp);
-    split = models::BertTensorParallelForPreTraining::layout(c);
-  } else if (tp > 1) {
-    const models::GPT2Config c = gpt2_config_from_train_config(cfg, vocab);
-    models::GPT2TensorParallelLMHeadModel::check_divisible(c, tp);
-    split = models::GPT2TensorParallelLMHeadModel::layout(c);
-  }
+  const parallel::TensorParallelLayout split = tensor_parallel_layout_of(cfg, vocab);
   std::vector<std::pair<std::string, Shape>> shapes;
   for (auto& [n, t] : model->named_parameters()) {
     auto it = split.find(n);
