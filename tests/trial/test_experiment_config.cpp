@@ -141,8 +141,23 @@ TEST_CASE("experiment config: wrong values are errors naming file, line and key"
       {"searcher:\n  metric: loss\n  max_length: {batches: -3}\n",
        "'searcher.max_length.batches' must be > 0"},
       {"searcher:\n  metric: loss\n  max_length: {epochs: 3}\n", "needs 'records_per_epoch'"},
+      {"searcher:\n  name: bayesian\n  metric: loss\n  max_length: {batches: 3}\n",
+       "'searcher.name' is 'bayesian'; expected single, random, grid, adaptive_asha or "
+       "async_halving"},
       {"searcher:\n  name: random\n  metric: loss\n  max_length: {batches: 3}\n",
-       "'searcher.name' is 'random'"},
+       "'searcher.max_trials' is required by the random searcher"},
+      {"searcher:\n  name: async_halving\n  metric: l\n  max_length: {batches: 3}\n"
+       "  max_trials: 4\n",
+       "'searcher.num_rungs' is required by the async_halving searcher"},
+      {"searcher:\n  name: adaptive_asha\n  metric: l\n  max_length: {batches: 3}\n"
+       "  max_trials: 4\n  mode: fast\n",
+       "'searcher.mode' is 'fast'; expected aggressive, standard or conservative"},
+      {"searcher:\n  name: adaptive_asha\n  metric: l\n  max_length: {batches: 3}\n"
+       "  max_trials: 4\n  divisor: 1\n",
+       "'searcher.divisor' is 1, expected > 1"},
+      {"searcher:\n  name: random\n  metric: l\n  max_length: {batches: 3}\n"
+       "  max_trials: 0\n",
+       "'searcher.max_trials' is 0, expected >= 1"},
       {with("max_restarts: many\n"), "exp.yaml:6: 'max_restarts' must be an integer, found 'many'"},
       {with("checkpoint_policy: sometimes\n"), "'checkpoint_policy' is 'sometimes'"},
       {with("perform_initial_validation: maybe\n"),
