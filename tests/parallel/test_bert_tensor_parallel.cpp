@@ -133,7 +133,8 @@ TEST_CASE(
     const auto stated = models::BertTensorParallelForPreTraining::layout(c);
     CHECK(built.size() == stated.size());
     for (const auto& [name, s] : built) {
-      CAPTURE(name);
+      const std::string& key = name;  // (clang 14: CAPTURE's lambda)
+      CAPTURE(key);
       REQUIRE(stated.count(name));
       CHECK((stated.at(name).dim == s.dim && stated.at(name).size == s.size));
     }

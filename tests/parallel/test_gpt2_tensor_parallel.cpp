@@ -196,7 +196,8 @@ TEST_CASE("tensor-parallel layout: GPT-2's shards all-gathered and merged are th
   const auto stated = models::GPT2TensorParallelLMHeadModel::layout(c);
   REQUIRE(stated.size() == layout.size());
   for (const auto& [name, s] : layout) {
-    CAPTURE(name);
+    const std::string& key = name;  // (clang 14: CAPTURE's lambda)
+    CAPTURE(key);
     REQUIRE(stated.count(name));
     CHECK((stated.at(name).dim == s.dim && stated.at(name).stride == s.stride &&
            stated.at(name).size == s.size));
@@ -213,7 +214,8 @@ TEST_CASE("tensor-parallel layout: GPT-2's shards all-gathered and merged are th
   const auto want = whole.state_dict();
   CHECK(merged.size() == want.size());
   for (const auto& [name, t] : want) {
-    CAPTURE(name);
+    const std::string& key = name;  // (clang 14: CAPTURE's lambda)
+    CAPTURE(key);
     REQUIRE(merged.count(name));
     CHECK(merged.at(name).to_vector() == t.to_vector());
   }
