@@ -285,16 +285,11 @@ void Engine::load_weights_and_optimizer(const fs::path& d, const nlohmann::json&
   }
   // Whole (unsharded) masters and optimizer state, whatever stage and size saved them.
   std::map<std::string, Tensor> weights, opt_state;
-  if (saved_tp == tp && state.contains("zero")) {
-    parallel::ConsolidatedState c =
-        parallel::consolidate_zero_checkpoint(d.string(), tp_file_rank());
-    weights = std::move(c.masters);
-    opt_state = std::move(c.optimizer);
-  } else if (saved_tp == tp) {
-    weights = io::load_safetensors((d / checkpoint_weights_file("model", tp_file_rank())).string());
-    if (load_optimizer)
-      opt_state =
-          io::load_safetensors((d / checkpoint_weights_file("optimizer", tp_file_rank())).string());
+  if (saved_tp == tp) {
+    RankCheckpointState mine =
+        read_rank_checkpoint(d.string(), state.contains("zero"), tp_file_rank(), load_optimizer);
+    weights = std::move(mine.weights);
+    opt_state = std::move(mine.optimizer);
   } else {
     // Another tensor-parallel size: the whole model's state, cut into this rank's shards.
     WholeCheckpointState whole = read_whole_checkpoint(d.string(), load_optimizer);

@@ -46,28 +46,39 @@ WholeCheckpointState read_whole_checkpoint(const std::string& tag_dir, bool with
       layout = parallel::layout_from_json(meta["tensor_parallel"]["layout"], tp.where());
   }
   const bool zero = root.has("zero");
+  if (zero) {
+    const io::JsonFields z = root.object("zero");
+    out.zero_stage = static_cast<int>(z.integer("stage", 1, 3));
+    out.data_parallel = static_cast<int>(z.integer("world_size", 1, 1 << 20));
+  } else {
+    out.data_parallel = static_cast<int>(root.integer("world_size", 1, 1 << 20));
+  }
   std::vector<std::map<std::string, Tensor>> weights, optimizer;
   for (int t = 0; t < out.tensor_parallel; ++t) {
-    const int tp_rank = out.tensor_parallel > 1 ? t : -1;
-    if (zero) {
-      parallel::ConsolidatedState c = parallel::consolidate_zero_checkpoint(tag_dir, tp_rank);
-      out.zero_stage = c.stage;
-      out.data_parallel = c.world_size;
-      weights.push_back(std::move(c.masters));
-      optimizer.push_back(with_optimizer ? std::move(c.optimizer)
-                                         : std::map<std::string, Tensor>{});
-    } else {
-      weights.push_back(load_file(dir, checkpoint_weights_file("model", tp_rank)));
-      optimizer.push_back(with_optimizer
-                              ? load_file(dir, checkpoint_weights_file("optimizer", tp_rank))
-                              : std::map<std::string, Tensor>{});
-    }
+    RankCheckpointState r =
+        read_rank_checkpoint(tag_dir, zero, out.tensor_parallel > 1 ? t : -1, with_optimizer);
+    weights.push_back(std::move(r.weights));
+    optimizer.push_back(std::move(r.optimizer));
   }
-  if (!zero) out.data_parallel = static_cast<int>(root.integer("world_size", 1, 1 << 20));
   out.weights = out.tensor_parallel > 1 ? parallel::merge_states(weights, layout) : weights[0];
   if (with_optimizer)
     out.optimizer =
         out.tensor_parallel > 1 ? parallel::merge_states(optimizer, layout) : optimizer[0];
+  return out;
+}
+
+RankCheckpointState read_rank_checkpoint(const std::string& tag_dir, bool zero, int tp_rank,
+                                         bool with_optimizer) {
+  RankCheckpointState out;
+  if (zero) {
+    parallel::ConsolidatedState c = parallel::consolidate_zero_checkpoint(tag_dir, tp_rank);
+    out.weights = std::move(c.masters);
+    if (with_optimizer) out.optimizer = std::move(c.optimizer);
+    return out;
+  }
+  const fs::path dir(tag_dir);
+  out.weights = load_file(dir, checkpoint_weights_file("model", tp_rank));
+  if (with_optimizer) out.optimizer = load_file(dir, checkpoint_weights_file("optimizer", tp_rank));
   return out;
 }
 

@@ -25,8 +25,6 @@ fs::path checkpoint_tag_dir(const std::string& dir, const std::string& tag, cons
 }
 
 std::map<std::string, Tensor> checkpoint_weights(const fs::path& tag_dir, const char* cmd) {
-  TS_CHECK(fs::exists(tag_dir / "engine.json"), cmd, ": '", tag_dir.string(),
-           "' has no engine.json: not a Tessera checkpoint");
   engine::WholeCheckpointState c = engine::read_whole_checkpoint(tag_dir.string(), false);
   std::map<std::string, Tensor> weights = std::move(c.weights);
   std::cerr << cmd << ": checkpoint of " << c.data_parallel << " data-parallel rank(s)";

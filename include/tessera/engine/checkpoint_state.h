@@ -21,6 +21,15 @@ struct WholeCheckpointState {
 // Reads TAG_DIR (a checkpoint's tag directory); with_optimizer false skips the optimizer state.
 WholeCheckpointState read_whole_checkpoint(const std::string& tag_dir, bool with_optimizer);
 
+// One tensor-parallel rank's part of a checkpoint (`tp_rank` -1: saved without tensor
+// parallelism), whole over data parallelism: its ZeRO shards consolidated (`zero`), else its
+// model and optimizer files. with_optimizer false leaves `optimizer` empty.
+struct RankCheckpointState {
+  std::map<std::string, Tensor> weights, optimizer;
+};
+RankCheckpointState read_rank_checkpoint(const std::string& tag_dir, bool zero, int tp_rank,
+                                         bool with_optimizer);
+
 // The file a checkpoint without ZeRO keeps `kind` ("model", "optimizer") in: kind.safetensors,
 // or with tensor parallelism one per tensor-parallel rank, kind_tp<T>.safetensors.
 std::string checkpoint_weights_file(const std::string& kind, int tp_rank = -1);
