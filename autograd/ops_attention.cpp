@@ -51,7 +51,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
            run_kernel(Kernel::attention_backward, qc.device(), qc.dtype(), ins, outs, a);
            return std::vector<Tensor>{dq, dk, dv};
          },
-         {q, k, v});
+         {qc, kc, vc});  // the copies, not q, k, v: a view must not keep its whole base alive
   return outs[0];
 }
 

@@ -221,12 +221,13 @@ Tensor BertTensorParallelForPreTraining::loss(const Batch& b) {
     loss = count == 0 ? mean * 0.0 : mean * (count * b.target_weight);
   }
   if (with_nsp && b.next_sentence_label.defined()) {
-    // The first token, which one rank holds under sequence parallelism: gathered, and every
-    // rank's identical pooler gradient taken back as its own chunk's.
-    const Tensor whole =
-        sequence_parallel ? parallel::gather_from_sequence_parallel_region(seq, *group_, 1, false)
-                          : seq;
-    const Tensor pooled = tanh((*bert.pooler_dense)(whole.select(1, 0)));
+    // The first token, which rank 0 holds under sequence parallelism: each rank's first token
+    // gathered (not the whole sequence), and every rank's identical pooler gradient taken back
+    // as its own token's.
+    const Tensor first = sequence_parallel ? parallel::gather_from_sequence_parallel_region(
+                                                 seq.narrow(1, 0, 1), *group_, 1, false)
+                                           : seq;
+    const Tensor pooled = tanh((*bert.pooler_dense)(first.select(1, 0)));
     loss =
         loss + cross_entropy((*cls.seq_relationship)(pooled), b.next_sentence_label.reshape({-1}));
   }

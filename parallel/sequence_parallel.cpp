@@ -3,6 +3,8 @@
 
 #include "dim_collectives.h"
 
+#include "tessera/autograd/backward.h"
+#include "tessera/autograd/function.h"
 #include "tessera/grad_mode.h"
 #include "tessera/ops.h"
 #include "tessera/parallel/tensor_parallel.h"
@@ -29,6 +31,35 @@ Tensor gather_from_sequence_parallel_region(const Tensor& x, ProcessGroup& group
         return tensor_parallel_output_grad ? dim_reduce_scatter(g, dim, group, kWhat)
                                            : dim_chunk(g, dim, group, kWhat);
       });
+}
+
+Tensor sequence_parallel_linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                ProcessGroup& group) {
+  std::vector<Tensor> inputs{x, weight};
+  if (bias.defined()) inputs.push_back(bias);
+  return autograd::CustomFunction::apply(
+      inputs,
+      [&group](autograd::FunctionContext& ctx, const std::vector<Tensor>& in) {
+        ctx.save_for_backward(in);
+        return std::vector<Tensor>{
+            linear(dim_gather(in[0], 1, group), in[1], in.size() > 2 ? in[2] : Tensor())};
+      },
+      [&group](autograd::FunctionContext& ctx, const std::vector<Tensor>& g) {
+        const std::vector<Tensor> saved = ctx.saved();
+        // The same linear's gradients on the whole input, as one process computes them.
+        std::vector<Tensor> leaves{dim_gather(saved[0], 1, group)};
+        for (size_t i = 1; i < saved.size(); ++i) leaves.push_back(saved[i].detach());
+        for (Tensor& t : leaves) t.requires_grad_(true);
+        {
+          GradModeGuard enable(true);
+          const Tensor y = linear(leaves[0], leaves[1], leaves.size() > 2 ? leaves[2] : Tensor());
+          autograd::backward({y}, {g[0]});
+        }
+        std::vector<Tensor> grads{dim_reduce_scatter(leaves[0].grad(), 1, group, kWhat)};
+        for (size_t i = 1; i < leaves.size(); ++i) grads.push_back(leaves[i].grad());
+        return grads;
+      },
+      "SequenceParallelLinear")[0];
 }
 
 Tensor sequence_parallel_weight(const Tensor& param, ProcessGroup& group) {

@@ -88,9 +88,9 @@ TensorParallelLayout ColumnParallelLinear::tensor_parallel_splits() const {
 
 Tensor ColumnParallelLinear::forward(const Tensor& x) {
   nn::ModuleScope scope(*this);
-  const Tensor in = sequence_parallel ? gather_from_sequence_parallel_region(x, *group_)
-                                      : copy_to_tensor_parallel_region(x, *group_);
-  const Tensor y = linear(in, weight, bias);
+  const Tensor y = sequence_parallel
+                       ? sequence_parallel_linear(x, weight, bias, *group_)
+                       : linear(copy_to_tensor_parallel_region(x, *group_), weight, bias);
   return gather_output ? gather_from_tensor_parallel_region(y, *group_) : y;
 }
 

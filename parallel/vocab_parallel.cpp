@@ -76,10 +76,10 @@ Tensor VocabParallelEmbedding::forward(const Tensor& ids) {
 
 Tensor vocab_parallel_logits(const Tensor& hidden, const VocabParallelEmbedding& embedding,
                              bool sequence_parallel) {
-  const Tensor in = sequence_parallel
-                        ? gather_from_sequence_parallel_region(hidden, embedding.group())
-                        : copy_to_tensor_parallel_region(hidden, embedding.group());
-  const Tensor logits = linear(in, embedding.weight);
+  const Tensor logits =
+      sequence_parallel
+          ? sequence_parallel_linear(hidden, embedding.weight, Tensor(), embedding.group())
+          : linear(copy_to_tensor_parallel_region(hidden, embedding.group()), embedding.weight);
   const int64_t start = embedding.vocab_start, n = embedding.vocab_per_rank;
   if (start + n <= embedding.num_embeddings) return logits;
   // This rank holds padding columns.
@@ -112,17 +112,19 @@ Tensor vocab_parallel_cross_entropy(const Tensor& local_logits, const Tensor& ta
             ne(t, scalar_tensor(static_cast<double>(ignore_index), DType::Int64, t.device()));
         const Tensor mine = where(valid, in_range(t, start, v), valid);
         const Tensor columns = arange(0, static_cast<double>(v), 1, DType::Int64, t.device());
-        const Tensor hit = where(mine.unsqueeze(1),
-                                 eq(columns.unsqueeze(0), local_ids(t, mine, start).unsqueeze(1)),
-                                 mine.unsqueeze(1));
-        const Tensor onehot = hit.to(x.dtype());
+        // Each row's target column on this rank, -1 where the target lives elsewhere (or is
+        // ignored): kept for backward instead of a [rows, v] one-hot.
+        const Tensor target_column =
+            where(mine, local_ids(t, mine, start), full(t.shape(), -1.0, DType::Int64, t.device()))
+                .unsqueeze(1);
+        const Tensor hit = eq(columns.unsqueeze(0), target_column);
         // (where, not a product: a masked column's -inf times 0 would be NaN)
         const Tensor target_logit = all_reduced(
             sum(where(hit, shifted, zeros_like(shifted)), {1}, true), group, ReduceOp::Sum);
         const Tensor weight = valid.to(x.dtype()).unsqueeze(1);
         const double count = sum(valid.to(DType::Float64)).item();
         const Tensor token_loss = (log(sum_exp) - target_logit) * weight;
-        ctx.save_for_backward({e / sum_exp, onehot, weight});
+        ctx.save_for_backward({e / sum_exp, target_column, weight});
         ctx.data["count"] = count;
         const double total = sum(token_loss.to(DType::Float64)).item();
         const double loss = count > 0 ? total / count : std::numeric_limits<double>::quiet_NaN();
@@ -133,7 +135,10 @@ Tensor vocab_parallel_cross_entropy(const Tensor& local_logits, const Tensor& ta
         const auto& s = ctx.saved();
         const double count = std::any_cast<double>(ctx.data.at("count"));
         if (count == 0) return std::vector<Tensor>{zeros_like(s[0]).reshape(shape)};
-        const Tensor grad = (s[0] - s[1]) * s[2] * (g[0] / count);
+        const int64_t v = s[0].size(1);
+        const Tensor columns = arange(0, static_cast<double>(v), 1, DType::Int64, s[0].device());
+        const Tensor onehot = eq(columns.unsqueeze(0), s[1]).to(s[0].dtype());
+        const Tensor grad = (s[0] - onehot) * s[2] * (g[0] / count);
         return std::vector<Tensor>{grad.reshape(shape)};
       },
       "VocabParallelCrossEntropy")[0];

@@ -5,6 +5,7 @@
 #include "cli.h"
 #include "tessera/io/json_fields.h"
 #include "tessera/io/token_data.h"
+#include "tessera/models/activation_memory.h"
 #include "tessera/models/bert_tensor_parallel.h"
 #include "tessera/models/gpt2_tensor_parallel.h"
 #include "tessera/parallel/shard_layout.h"
@@ -23,9 +24,18 @@ moments), for the config's ZeRO stage (and, in the table, every other stage), wi
 sharding and padding the engine uses, so the prediction matches what `tessera train --json`
 reports, buffers included: the communication staging (reduce-scatter buckets of
 reduce_bucket_size, all-gather chunks of allgather_bucket_size, ZeRO-3's prefetch of
-stage3_prefetch_bucket_size). Activations are not included. With
+stage3_prefetch_bucket_size). With
 "tensor_parallel": {"autotp_size": T} (--tp T sets it), each rank holds its shard of
 the model and N / T ranks are data parallel: ZeRO partitions the shards over those.
+
+Activations: the bytes a training forward of one micro-batch (train_micro_batch_size_per_gpu
+rows of block_size tokens) keeps for backward on each rank, as the engine reports them
+("memory": {"activations"}), for the config's tensor and sequence parallelism and
+activation_checkpointing. A transformer layer keeps, with N tensor-parallel ranks, R rows
+(B*T, or B*T/N with sequence parallelism), C hidden, I inner and H heads:
+  (4 R C + (5 B*T*C + 2 B*T*I) / N) values of the model's dtype + (4 R + B*T*H / N) float32;
+a checkpointed stack keeps one R x C input per checkpoint instead (1/N of it with
+partition_activations, none on the GPU with cpu_checkpointing).
 
 The vocabulary decides the embedding size: --vocab V, else GPT-2's 50257 for the gpt2
 tokenizer, else the character vocabulary of data.path (--data), tokenised once and cached.
@@ -100,6 +110,30 @@ std::string human(int64_t b) {
   else
     std::snprintf(buf, sizeof buf, "%.1f KiB", static_cast<double>(b) / 1024);
   return buf;
+}
+
+// The activation bytes per rank of the config's model, micro-batch and layout.
+int64_t activation_bytes(const io::TrainConfig& cfg, int64_t vocab) {
+  models::ActivationPlan p;
+  p.batch = cfg.micro_batch_size;
+  p.sequence = cfg.model.block_size;
+  p.tensor_parallel = cfg.tensor_parallel.autotp_size;
+  p.sequence_parallel = cfg.tensor_parallel.sequence_parallel;
+  p.dtype = cfg.bf16 ? DType::BFloat16 : cfg.fp16.enabled ? DType::Float16 : DType::Float32;
+  const auto& ac = cfg.activation_checkpointing;
+  if (ac.enabled) {
+    const int64_t L = cfg.model.n_layer;
+    p.layers_per_checkpoint =
+        ac.number_checkpoints > 0
+            ? std::max<int64_t>(1, (L + ac.number_checkpoints - 1) / ac.number_checkpoints)
+            : ac.checkpoint_num_layers;
+    p.partition_activations = ac.partition_activations;
+    p.checkpoints_on_host = ac.cpu_checkpointing && cfg.train.device.rfind("cuda", 0) == 0;
+  }
+  if (cfg.model.type == "bert")
+    return models::bert_activation_bytes(bert_config_from_train_config(cfg, vocab), cfg.data.nsp, p)
+        .total();
+  return models::gpt2_activation_bytes(gpt2_config_from_train_config(cfg, vocab), p).total();
 }
 
 // The config at `ranks` ranks (--tp replacing tensor_parallel.autotp_size, --data data.path)
@@ -190,6 +224,10 @@ int estimate_memory_main(int argc, char** argv) {
                 human(e.grads).c_str(), human(e.optimizer).c_str(), human(e.buffers).c_str(),
                 human(e.total()).c_str());
   }
+  const int64_t activations = activation_bytes(cfg, vocab);
+  std::printf("activations: %s per rank (micro-batch of %lld x %lld tokens)\n",
+              human(activations).c_str(), static_cast<long long>(cfg.micro_batch_size),
+              static_cast<long long>(cfg.model.block_size));
   const bool offload = cfg.zero.offload_optimizer_device == "cpu";
   if (offload)
     std::printf(
@@ -202,7 +240,7 @@ int estimate_memory_main(int argc, char** argv) {
               << ", \"num_parameters\": " << layout.total_numel()
               << ", \"memory\": {\"params\": " << mine.params << ", \"grads\": " << mine.grads
               << ", \"optimizer\": " << mine.optimizer << ", \"buffers\": " << mine.buffers
-              << "}}\n";
+              << ", \"activations\": " << activations << "}}\n";
   return 0;
 }
 

@@ -5,8 +5,9 @@
 # and tp 2 x dp 2 with ZeRO-3. The activation memory the engine reports ("memory":
 # {"activations"}) drops, and partition_activations at tp 2 saves each checkpoint's half
 # input: layers x B*T*C x 4 bytes x (1 - 1/2), within 2% (the measure also sees the odd
-# 64-byte block a collective allocates on its own thread meanwhile). A wrong section is an
-# error naming the key.
+# 64-byte block a collective allocates on its own thread meanwhile). `estimate-memory`
+# predicts every run's activation bytes within 1% (the same odd blocks), and on one process
+# to the byte of a hand count. A wrong section is an error naming the key.
 set -euo pipefail
 tessera="$(realpath "$1")"; fixtures="$(realpath "$2")"
 work="$(mktemp -d)"; trap 'pkill -9 -f "$work" 2>/dev/null || true; rm -rf "$work"' EXIT
@@ -51,6 +52,10 @@ for model in "" bert-; do
   done
 done
 grep -q "checkpoint 1: 8 forwards" tp2-all.err  # profile: two checkpoints, one per layer
+for job in *-*.json; do
+  job=${job%.json}; n=2; case $job in *one-*) n=1;; *z3-*) n=4;; esac
+  "$tessera" estimate-memory "$job.json" --ranks "$n" --json 2> /dev/null | tail -1 > "$job.estimate"
+done
 python3 - <<'PY'
 import json
 last = lambda job: json.loads(open(job + ".out").read().splitlines()[-1])
@@ -65,6 +70,26 @@ for model in ("", "bert-"):
             fails += not (same and less)
             print(f"{model}{layout} {ck}: losses {'equal' if same else 'DIFFER'}, activations "
                   f"{run['memory']['activations']} B (without: {plain['memory']['activations']} B)")
+# estimate-memory's prediction against the measure.
+for job in sorted(p[:-9] for p in __import__("os").listdir(".") if p.endswith(".estimate")):
+    want = json.loads(open(job + ".estimate").read())["memory"]["activations"]
+    got = last(job)["memory"]["activations"]
+    ok = abs(want - got) <= 0.01 * got
+    fails += not ok
+    print(f"{job}: measured {got} B, predicted {want} B ({100 * (want - got) / got:+.2f}%)"
+          f"{'' if ok else ' FAIL'}")
+# The hand count for GPT-2 on one process (L layers, N = B*T rows, C, H heads, V tokens, in
+# float32 values): per layer 17 N C (input, LayerNorms' output and residual sum, q, k, v,
+# attention output and merged heads, 8 N C of MLP) + 4 N (LayerNorm statistics) + N H
+# (attention logsumexp); ln_f's input and output 2 N C + 2 N; logits N V and their
+# logsumexp N; then 8 T bytes of position ids and two 64-byte scalars (loss, target count).
+L, B, T, C, H = 2, 4, 16, 32, 4
+N = B * T
+V = (json.loads(open("one-plain.estimate").read())["num_parameters"]
+     - T * C - L * (12 * C * C + 13 * C) - 2 * C) // C
+hand = 4 * (L * (17 * N * C + 4 * N + N * H) + 2 * N * C + 3 * N + N * V) + 8 * T + 128
+print(f"GPT-2 one process: hand count {hand} B, measured {last('one-plain')['memory']['activations']} B")
+fails += hand != last("one-plain")["memory"]["activations"]
 # partition_activations at tp 2: each of the 2 layers' kept input [4, 16, 32] float32 halves.
 saved = last("tp2-ac")["memory"]["activations"] - last("tp2-part")["memory"]["activations"]
 want = 2 * 4 * 16 * 32 * 4 // 2

@@ -23,6 +23,12 @@ Tensor scatter_to_sequence_parallel_region(const Tensor& x, ProcessGroup& group,
 // of it (a replicated consumer that every rank computes alike, e.g. BERT's pooler).
 Tensor gather_from_sequence_parallel_region(const Tensor& x, ProcessGroup& group, int64_t dim = 1,
                                             bool tensor_parallel_output_grad = true);
+// linear(gather_from_sequence_parallel_region(x), weight, bias) keeping only this rank's
+// chunk x for backward, as Megatron's linear with sequence parallelism: backward all-gathers
+// the chunk again for the weight's gradient, so the saved input is 1/N of the gathered one.
+// The gradient of x is the reduce-scatter of the whole input's gradient.
+Tensor sequence_parallel_linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                ProcessGroup& group);
 // The ranks' partial sums reduce-scattered over the sequence forward; the gradient
 // all-gathered backward (the output of a row-parallel layer).
 Tensor reduce_scatter_to_sequence_parallel_region(const Tensor& x, ProcessGroup& group,

@@ -1,0 +1,48 @@
+// The activation memory of the reference models: the bytes a training forward leaves
+// allocated for backward on one rank, which the engine reports as "memory": {"activations"}
+// and `tessera estimate-memory` predicts. Counted from what each op keeps for its backward:
+//
+//   per transformer layer (GPT-2 and BERT alike), R rows of the replicated region (B*T, or
+//   B*T/N with sequence parallelism), B*T rows of the split one, N tensor-parallel ranks:
+//     model dtype:  4 R C   (the layer's input, both LayerNorms' inputs or outputs feeding
+//                            the next op, the residual sum)
+//                 + (5 B*T*C + 2 B*T*I) / N   (q, k, v, the attention output and its
+//                            merged heads; the MLP's input to and output of GeLU)
+//     float32:      4 R (two LayerNorms' mean and 1/std) + B*T*H/N (attention's logsumexp)
+//
+// No B*T*T term: attention keeps its logsumexp, not its probabilities, and dropout keeps no
+// mask (backward draws it again from the Philox stream). Activation checkpointing keeps one
+// input per checkpoint instead of the layers' tensors (with partition_activations, this
+// rank's 1/N of it; with cpu_checkpointing on a GPU, none on the device). Each tensor is
+// counted in the allocator's 64-byte blocks.
+#pragma once
+#include <cstdint>
+
+#include "tessera/dtype.h"
+#include "tessera/models/bert.h"
+#include "tessera/models/gpt2.h"
+
+namespace tessera::models {
+
+struct ActivationPlan {
+  int64_t batch = 1;     // micro-batch rows on this rank
+  int64_t sequence = 1;  // tokens per row
+  int64_t tensor_parallel = 1;
+  bool sequence_parallel = false;
+  int64_t layers_per_checkpoint = 0;  // 0: no activation checkpointing
+  bool partition_activations = false;
+  bool checkpoints_on_host = false;  // cpu_checkpointing on a GPU
+  DType dtype = DType::Float32;      // the model's
+};
+
+struct ActivationBytes {
+  int64_t embeddings = 0, layers = 0, head = 0;  // head: final norm, logits, loss
+  int64_t total() const { return embeddings + layers + head; }
+};
+
+ActivationBytes gpt2_activation_bytes(const GPT2Config& c, const ActivationPlan& plan);
+// With the next-sentence head when `nsp`; batches carry token types and an attention mask
+// (as the built-in data gives them).
+ActivationBytes bert_activation_bytes(const BertConfig& c, bool nsp, const ActivationPlan& plan);
+
+}  // namespace tessera::models

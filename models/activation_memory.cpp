@@ -1,0 +1,122 @@
+// What each op of the reference models keeps for backward, tensor by tensor. The comments name
+// the op that keeps each one; tests/tools/activation_memory.sh checks the sums against what
+// the engine measures.
+#include "tessera/models/activation_memory.h"
+
+#include "tessera/error.h"
+
+namespace tessera::models {
+
+namespace {
+
+constexpr int64_t kFloat32 = 4, kInt64 = 8, kBool = 1;
+
+// Bytes of one tensor of `elems` elements, in the allocator's 64-byte blocks.
+int64_t tensor_bytes(int64_t elems, int64_t itemsize) {
+  const int64_t bytes = elems * itemsize;
+  return (bytes + 63) / 64 * 64;
+}
+
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
+struct Sizes {
+  int64_t B, T, N, R, n, b;  // rows, tokens, B*T, replicated-region rows, ranks, dtype bytes
+};
+
+Sizes sizes_of(const ActivationPlan& p, const char* model) {
+  TS_CHECK(p.batch >= 1 && p.sequence >= 1 && p.tensor_parallel >= 1, model,
+           " activation memory: batch, sequence and tensor_parallel must be >= 1");
+  TS_CHECK(!p.sequence_parallel || p.sequence % p.tensor_parallel == 0, model,
+           " activation memory: a sequence of ", p.sequence, " tokens does not divide among ",
+           p.tensor_parallel, " ranks");
+  const int64_t N = p.batch * p.sequence;
+  return {p.batch,
+          p.sequence,
+          N,
+          p.sequence_parallel ? N / p.tensor_parallel : N,
+          p.tensor_parallel,
+          static_cast<int64_t>(itemsize(p.dtype))};
+}
+
+// One transformer layer (GPT-2's block or BERT's layer): C hidden, I inner, H heads.
+int64_t layer_bytes(const Sizes& s, int64_t C, int64_t I, int64_t H) {
+  const int64_t N = s.N, R = s.R, n = s.n;
+  // Merging the heads copies the attention output unless it is already [B, T, C] in memory
+  // (one head per rank, or one token).
+  const int64_t merged = H / n > 1 && s.T > 1 ? 1 : 0;
+  return 4 * tensor_bytes(R * C, s.b)                   // input, two LayerNorm tensors, residual
+         + (4 + merged) * tensor_bytes(N * C / n, s.b)  // attention: q, k, v, output; merged
+         + 2 * tensor_bytes(N * I / n, s.b)             // MLP: GeLU's input and output
+         + 4 * tensor_bytes(R, kFloat32)                // two LayerNorms' mean and 1/std
+         + tensor_bytes(N * H / n, kFloat32);           // attention's logsumexp
+}
+
+// The stack of `L` layers, or the inputs its checkpoints keep.
+int64_t stack_bytes(const Sizes& s, const ActivationPlan& p, int64_t L, int64_t C, int64_t I,
+                    int64_t H) {
+  if (p.layers_per_checkpoint <= 0) return L * layer_bytes(s, C, I, H);
+  if (p.checkpoints_on_host) return 0;
+  const int64_t checkpoints = ceil_div(L, p.layers_per_checkpoint);
+  const bool split = p.partition_activations && s.n > 1 && !p.sequence_parallel;
+  return checkpoints *
+         (split ? tensor_bytes(ceil_div(s.R * C, s.n), s.b) : tensor_bytes(s.R * C, s.b));
+}
+
+// The loss over a vocabulary of V: cross-entropy keeps the logits and each row's logsumexp;
+// the vocabulary-parallel one keeps its softmax shard, each row's target column and weight.
+int64_t loss_bytes(const Sizes& s, int64_t V) {
+  const int64_t scalars = 2 * tensor_bytes(1, kFloat32);  // the loss, the target count
+  if (s.n == 1) return tensor_bytes(s.N * V, s.b) + tensor_bytes(s.N, kFloat32) + scalars;
+  return tensor_bytes(s.N * ceil_div(V, s.n), s.b) + tensor_bytes(s.N, kInt64) +
+         tensor_bytes(s.N, s.b) + scalars;
+}
+
+// A vocabulary-parallel embedding keeps its local ids and its rows' out-of-shard mask.
+int64_t vocab_parallel_lookup_bytes(const Sizes& s) {
+  return s.n == 1 ? 0 : tensor_bytes(s.N, kInt64) + tensor_bytes(s.N, kBool);
+}
+
+}  // namespace
+
+ActivationBytes gpt2_activation_bytes(const GPT2Config& c, const ActivationPlan& p) {
+  const Sizes s = sizes_of(p, "GPT-2");
+  const int64_t C = c.n_embd, I = c.n_inner ? c.n_inner : 4 * c.n_embd;
+  ActivationBytes a;
+  // The position ids (this rank's chunk with sequence parallelism) kept by wpe's lookup.
+  a.embeddings =
+      vocab_parallel_lookup_bytes(s) + tensor_bytes(p.sequence_parallel ? s.T / s.n : s.T, kInt64);
+  a.layers = stack_bytes(s, p, c.n_layer, C, I, c.n_head);
+  // ln_f: its input and output (the tied head's input), mean and 1/std; then the loss.
+  a.head = 2 * tensor_bytes(s.R * C, s.b) + 2 * tensor_bytes(s.R, kFloat32) +
+           loss_bytes(s, c.vocab_size);
+  return a;
+}
+
+ActivationBytes bert_activation_bytes(const BertConfig& c, bool nsp, const ActivationPlan& p) {
+  const Sizes s = sizes_of(p, "BERT");
+  const int64_t C = c.hidden_size;
+  ActivationBytes a;
+  // Position ids; token types (a copy of this rank's chunk with sequence parallelism); the
+  // attention mask as bool; the LayerNorm's input, mean and 1/std.
+  a.embeddings = vocab_parallel_lookup_bytes(s) +
+                 tensor_bytes(p.sequence_parallel ? s.T / s.n : s.T, kInt64) +
+                 (p.sequence_parallel ? tensor_bytes(s.R, kInt64) : 0) + tensor_bytes(s.N, kBool) +
+                 tensor_bytes(s.R * C, s.b) + 2 * tensor_bytes(s.R, kFloat32);
+  a.layers = stack_bytes(s, p, c.num_hidden_layers, C, c.intermediate_size, c.num_attention_heads);
+  // The MLM transform: the dense layer's input and output, GeLU's output, the LayerNorm's
+  // output (the head's input), mean and 1/std; then the loss.
+  a.head = 4 * tensor_bytes(s.R * C, s.b) + 2 * tensor_bytes(s.R, kFloat32) +
+           loss_bytes(s, c.vocab_size);
+  if (nsp) {
+    // The pooler's first tokens (gathered from each rank with sequence parallelism), its
+    // tanh output, the two logits per row and their logsumexp, the summed loss.
+    a.head += (p.sequence_parallel ? tensor_bytes(s.B * s.n * C, s.b) : 0) +
+              tensor_bytes(s.B * C, s.b) + tensor_bytes(2 * s.B, s.b) +
+              tensor_bytes(s.B, kFloat32) + 2 * tensor_bytes(1, kFloat32);
+  }
+  return a;
+}
+
+}  // namespace tessera::models
