@@ -71,5 +71,6 @@ int export_main(int argc, char** argv);
 int plot_main(int argc, char** argv);
 int profile_main(int argc, char** argv);
 int trial_main(int argc, char** argv);
+int experiment_main(int argc, char** argv);
 
 }  // namespace tessera::cli

@@ -21,6 +21,8 @@ commands:
   train CONFIG.json          train GPT-2/BERT from a DeepSpeed-style config (configs/)
   profile CONFIG.json        DeepSpeed's flops profiler report of the config's model at a step
   trial EXP.yaml             a built-in model as one Determined trial (periods, preemption)
+  experiment create EXP.yaml a hyperparameter search (Determined's searchers), its trials as
+                             processes, restarts, pause/resume; list/describe/logs/best
   eval MODEL_DIR             loss (and gradient norms) of a Hugging Face GPT-2/BERT on a batch
   generate MODEL_DIR         sample text from a GPT-2 model directory with a KV cache
   zero-to-fp32 CKPT OUT      whole float32 weights (HF names) from a checkpoint of any ZeRO stage
@@ -70,6 +72,7 @@ int main(int argc, char** argv) {
     if (cmd == "plot") return tessera::cli::plot_main(argc, argv);
     if (cmd == "profile") return tessera::cli::profile_main(argc, argv);
     if (cmd == "trial") return tessera::cli::trial_main(argc, argv);
+    if (cmd == "experiment") return tessera::cli::experiment_main(argc, argv);
     std::cerr << "tessera: unknown command '" << cmd << "'\n\n" << kUsage;
     return 2;
   } catch (const tessera::Error& e) {

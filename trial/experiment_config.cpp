@@ -291,6 +291,12 @@ void parse_scalars(Node& root, ExperimentConfig& c) {
     r.get("slots_per_trial", c.slots_per_trial);
     TS_CHECK(c.slots_per_trial >= 1, r.where(r.node()),
              ": 'resources.slots_per_trial' must be >= 1");
+    r.get("max_slots", c.max_slots);
+    TS_CHECK(c.max_slots >= 0, r.where(r.node()),
+             ": 'resources.max_slots' must be >= 1 (or 0: the machine's cores)");
+    TS_CHECK(c.max_slots == 0 || c.max_slots >= c.slots_per_trial, r.where(r.node()),
+             ": 'resources.max_slots' (", c.max_slots, ") is fewer than slots_per_trial (",
+             c.slots_per_trial, "): no trial could start");
     r.warn_unknown();
   }
   if (root.has("reproducibility")) {

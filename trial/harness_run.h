@@ -36,7 +36,9 @@ struct TrialHarness::Run {
   // Dropout on or off in the wrapped models and engines.
   void set_training(bool on);
   void train();
-  void validate();
+  // `await_decision`: the metrics line says the searcher's decision follows (searcher_stops).
+  void validate(bool await_decision = false);
+  bool searcher_agrees_to_stop();
   void report_training(const std::vector<Metrics>& batch_metrics, int64_t records, double seconds);
   void write_metrics_line(const nlohmann::json& line);
   void log(const std::string& line) const;

@@ -38,16 +38,21 @@ std::map<std::string, nlohmann::json> trial_hparams(const ExperimentConfig& conf
 namespace {
 
 const char* kUsage =
-    "usage: %s EXP.yaml [--trial-id N] [--hparams JSON] [--device cpu|cuda] [--json] [--quiet]\n"
+    "usage: %s EXP.yaml [--trial-id N] [--hparams JSON] [--trial-dir DIR] [--device cpu|cuda]\n"
+    "       [--json] [--quiet]\n"
     "  Trains one trial of the experiment (Determined's YAML) to searcher.max_length;\n"
-    "  a stopped trial (SIGTERM, SIGINT) resumes when the same command runs again.\n";
+    "  a stopped trial (SIGTERM, SIGINT) resumes when the same command runs again.\n"
+    "  --trial-dir: the trial's files there instead of under checkpoint_storage (the\n"
+    "  experiment runner gives each experiment's trials their own). --searcher-stdin (the\n"
+    "  runner's): after each validation before the end, a line on stdin says continue or stop.\n";
 
 struct Args {
   std::string config_path;
   int64_t trial_id = 1;
   nlohmann::json hparams;
+  std::string trial_dir;  // "": trial_directory(config, trial_id)
   std::string device = "cpu";
-  bool json = false, quiet = false;
+  bool json = false, quiet = false, searcher_stdin = false;
 };
 
 Args parse_args(int argc, char** argv) {
@@ -72,10 +77,15 @@ Args parse_args(int argc, char** argv) {
       const std::string v = value();
       a.hparams = nlohmann::json::parse(v, nullptr, false);
       TS_CHECK(!a.hparams.is_discarded(), "--hparams is not valid JSON: ", v);
+    } else if (arg == "--trial-dir") {
+      a.trial_dir = value();
+      TS_CHECK(!a.trial_dir.empty(), "--trial-dir needs a directory");
     } else if (arg == "--device") {
       a.device = value();
     } else if (arg == "--json") {
       a.json = true;
+    } else if (arg == "--searcher-stdin") {
+      a.searcher_stdin = true;
     } else if (arg == "--quiet") {
       a.quiet = true;
     } else if (!arg.empty() && arg[0] == '-') {
@@ -123,7 +133,8 @@ int run_trial_main(int argc, char** argv, const RunOneTrial& run_one,
     info.hparams = trial_hparams(info.config, args.hparams);
     info.trial_id = args.trial_id;
     info.trial_seed = info.config.experiment_seed + static_cast<uint64_t>(args.trial_id);
-    info.trial_dir = trial_directory(info.config, args.trial_id);
+    info.trial_dir =
+        args.trial_dir.empty() ? trial_directory(info.config, args.trial_id) : args.trial_dir;
     info.group = group;
     info.device = Device::parse(args.device);
     // Every slot draws what one process would (dropout masks: its rows of the global batch).
@@ -132,6 +143,14 @@ int run_trial_main(int argc, char** argv, const RunOneTrial& run_one,
     HarnessOptions options;
     options.quiet = args.quiet || !chief;
     options.handle_signals = false;  // installed above
+    if (args.searcher_stdin && chief)
+      options.searcher_stops = [] {
+        std::string answer;
+        // EOF: the runner is gone; stop with a checkpoint.
+        return !std::getline(std::cin, answer) || answer != "continue";
+      };
+    else if (args.searcher_stdin)
+      options.searcher_stops = [] { return false; };  // (the chief's answer is all-reduced)
     const TrialResult result = run_one(info, options);
     if (args.json && chief) std::cout << result.to_json().dump() << std::endl;
     return 0;

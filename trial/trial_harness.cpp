@@ -220,7 +220,11 @@ void TrialHarness::Run::train() {
     const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     train_seconds += seconds;
     report_training(batch_metrics, records, seconds);
-    if (validate_now && !validation_current()) validate();
+    if (validate_now && !validation_current()) {
+      const bool ask = options.searcher_stops && state.batches_trained < total_batches;
+      validate(ask);
+      if (ask && searcher_agrees_to_stop()) stop = true;
+    }
     if (checkpoint_now && !checkpoint_current()) checkpoint();
     if (stop) throw StopTraining{};
   }
@@ -228,7 +232,14 @@ void TrialHarness::Run::train() {
   if (!checkpoint_current()) checkpoint();
 }
 
-void TrialHarness::Run::validate() {
+bool TrialHarness::Run::searcher_agrees_to_stop() {
+  double stop = chief && options.searcher_stops() ? 1.0 : 0.0;
+  if (context.distributed.size > 1)
+    stop = context.group().all_reduce_scalar(stop, parallel::ReduceOp::Max);
+  return stop != 0.0;
+}
+
+void TrialHarness::Run::validate(bool await_decision) {
   set_training(false);
   context.reducers_.reset_reducers();
   for (auto& [name, cb] : runner.callbacks()) cb->on_validation_start();
@@ -292,10 +303,12 @@ void TrialHarness::Run::validate() {
     nlohmann::json reported = metrics;
     reported["batches"] = n;
     reported["epochs"] = state.epochs_trained;
-    write_metrics_line({{"type", "validation"},
-                        {"batches", n},
-                        {"epochs", state.epochs_trained},
-                        {"metrics", reported}});
+    nlohmann::json line = {{"type", "validation"},
+                           {"batches", n},
+                           {"epochs", state.epochs_trained},
+                           {"metrics", reported}};
+    if (await_decision) line["awaits_decision"] = true;
+    write_metrics_line(line);
     const double s = std::chrono::duration<double>(Clock::now() - t0).count();
     char tail[96];
     std::snprintf(tail, sizeof tail, " (%ld records in %.2f s)%s", static_cast<long>(e.records), s,

@@ -57,6 +57,7 @@ struct ExperimentConfig {
     int64_t save_experiment_best = 0, save_trial_best = 1, save_trial_latest = 1;
   } checkpoint_storage;
   int64_t slots_per_trial = 1;
+  int64_t max_slots = 0;  // resources.max_slots: slots all trials may use at once (0: the cores)
   int64_t max_restarts = 5;
   int64_t aggregation_frequency = 1;
   // reproducibility.experiment_seed: trial t's seed is experiment_seed + t (default 0).

@@ -17,6 +17,7 @@
 //   tensorboard/          the same metrics as TensorBoard scalars (Determined/<name>)
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -35,6 +36,11 @@ struct HarnessOptions {
   // that installed engine::StopSignals itself; its signals still stop the trial).
   bool handle_signals = true;
   bool quiet = false;  // no progress lines
+  // The searcher's decision after a validation before the end (the experiment runner's ASHA
+  // stopping a trial at a rung): the harness marks such validations "awaits_decision" in
+  // metrics.jsonl and asks this on the chief, all slots then stopping (with a checkpoint,
+  // state STOPPED) or continuing alike. Unset: no validation waits.
+  std::function<bool()> searcher_stops;
 };
 
 struct TrialResult {

@@ -1,0 +1,126 @@
+// An experiment's files and its creation (experiment_runner.h).
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "tessera/error.h"
+#include "tessera/experiment/experiment_runner.h"
+#include "tessera/experiment/search_method.h"
+#include "tessera/io/files.h"
+#include "tessera/trial/experiment_config.h"
+
+namespace fs = std::filesystem;
+
+namespace tessera::experiment {
+
+namespace {
+
+nlohmann::json read_experiment_json(const std::string& store_dir, int64_t experiment) {
+  const fs::path path = fs::path(experiment_dir(store_dir, experiment)) / "experiment.json";
+  std::ifstream in(path);
+  TS_CHECK(in, "experiment ", experiment, ": its file ", path.string(),
+           " is missing (was the store directory moved?)");
+  auto j = nlohmann::json::parse(in, nullptr, false);
+  TS_CHECK(!j.is_discarded() && j.is_object() && j.contains("trials_root"), path.string(),
+           ": not an experiment file");
+  return j;
+}
+
+// The command that runs one trial of `config`, without its arguments.
+std::vector<std::string> trial_command(const trial::ExperimentConfig& config,
+                                       const fs::path& yaml, const std::string& tessera) {
+  const std::string& e = config.entrypoint;
+  TS_CHECK(!e.empty(), yaml.string(),
+           ": no 'entrypoint': builtin:gpt2, builtin:bert, or your trial program (a path "
+           "relative to this file, built with tessera/trial/run.h)");
+  if (e.rfind("builtin:", 0) == 0) {
+    TS_CHECK(e == "builtin:gpt2" || e == "builtin:bert", yaml.string(), ": entrypoint '", e,
+             "' is not a built-in trial (builtin:gpt2 or builtin:bert)");
+    return {tessera, "trial"};
+  }
+  if (e.find('/') == std::string::npos) return {e};  // a command on PATH
+  const fs::path program = fs::absolute(yaml.parent_path() / e);
+  TS_CHECK(access(program.c_str(), X_OK) == 0, yaml.string(), ": entrypoint '", e, "' (",
+           program.string(), ") is not an executable program");
+  return {program.string()};
+}
+
+}  // namespace
+
+std::string experiment_dir(const std::string& store_dir, int64_t experiment) {
+  return (fs::path(store_dir) / ("experiment_" + std::to_string(experiment))).string();
+}
+
+std::string trial_dir(const std::string& store_dir, int64_t experiment, int64_t request_id) {
+  const nlohmann::json j = read_experiment_json(store_dir, experiment);
+  return (fs::path(j["trials_root"].get<std::string>()) / ("trial_" + std::to_string(request_id)))
+      .string();
+}
+
+int64_t create_experiment(ExperimentStore& store, const std::string& store_dir,
+                          const std::string& yaml_path, const std::string& tessera) {
+  const trial::ExperimentConfig config = trial::ExperimentConfig::from_file(yaml_path);
+  make_search_method(config);  // its errors before anything is recorded
+  const fs::path yaml = fs::absolute(yaml_path);
+  const std::vector<std::string> command = trial_command(config, yaml, tessera);
+  std::ifstream in(yaml);
+  std::stringstream text;
+  text << in.rdbuf();
+  const int64_t id = store.create_experiment(config.name, text.str());
+  fs::path root = experiment_dir(store_dir, id);
+  const auto& storage = config.checkpoint_storage;
+  if (!storage.host_path.empty()) {
+    root = fs::absolute(storage.host_path) / storage.storage_path /
+           (config.name.empty() ? "experiment" : config.name) /
+           ("experiment_" + std::to_string(id));
+  }
+  fs::create_directories(experiment_dir(store_dir, id));
+  const nlohmann::json files = {
+      {"yaml", yaml.string()}, {"command", command}, {"trials_root", fs::absolute(root).string()}};
+  io::write_file_atomically(
+      (fs::path(experiment_dir(store_dir, id)) / "experiment.json").string(),
+      [&](std::ostream& out) { out << files.dump(1) << "\n"; });
+  return id;
+}
+
+RunnerLock::RunnerLock(const std::string& store_dir, int64_t experiment, double wait_seconds) {
+  const fs::path path = fs::path(experiment_dir(store_dir, experiment)) / "runner.lock";
+  // Not O_CLOEXEC: the trial processes inherit it, so the lock outlives a killed runner until
+  // its trials have stopped.
+  fd_ = open(path.c_str(), O_RDWR | O_CREAT, 0644);
+  TS_CHECK(fd_ >= 0, "cannot open ", path.string(), ": ", std::strerror(errno));
+  const auto until =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(wait_seconds);
+  while (flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    if (std::chrono::steady_clock::now() >= until) {
+      close(fd_);
+      fd_ = -1;
+      fail("experiment ", experiment,
+           " is running (another runner, or its trials, hold its lock ", path.string(), ")");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+}
+
+RunnerLock::~RunnerLock() {
+  if (fd_ >= 0) close(fd_);  // (trials still running keep it held)
+}
+
+bool RunnerLock::held(const std::string& store_dir, int64_t experiment) {
+  const fs::path path = fs::path(experiment_dir(store_dir, experiment)) / "runner.lock";
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool free = flock(fd, LOCK_SH | LOCK_NB) == 0;
+  close(fd);
+  return !free;
+}
+
+}  // namespace tessera::experiment

@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# `tessera experiment` end to end, on the test GPT-2 (README.md as its corpus):
+#  1. adaptive ASHA over lr and dropout, 6 trials on 2 slots: every trial ends COMPLETED, the
+#     trials the searcher stopped early ran fewer batches, and only up to a rung (8 or 16 of
+#     32); the same YAML again gives the same samples, the same stops and the same metrics
+#     (seeded); `best` names a checkpoint that exists; the store is sound.
+#  2. Fault tolerance, against an uninterrupted run of one trial (400 batches): kill -9 of the
+#     trial mid-run (restarted from its checkpoint: restarts 1, the same validations bit for
+#     bit); kill -9 of the runner (its trial checkpoints and stops; `resume` continues it to
+#     the same validations); pause (the trial stops with a checkpoint, PAUSED) and activate
+#     (the same validations again); kill (CANCELED).
+#  3. A trial that always fails ends ERROR after max_restarts restarts, its log kept; a trial
+#     of 2 slots runs under mpirun.
+set -euo pipefail
+tessera="$(realpath "$1")"; fixtures="$(realpath "$2")"
+work="$(mktemp -d)"; trap 'pkill -9 -f "$work" 2>/dev/null || true; rm -rf "$work"' EXIT
+export TESSERA_STORE="$work/store" OMP_NUM_THREADS=1 XDG_CACHE_HOME="$work/cache"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+cp "$fixtures/../../README.md" "$work/corpus.txt"
+cd "$work"
+python3 - "$fixtures/train_small.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["data"]["path"] = "corpus.txt"
+c["train"]["sample_tokens"] = 0
+json.dump(c, open("small.json", "w"))
+common = """entrypoint: builtin:gpt2
+min_validation_period:
+  batches: {period}
+min_checkpoint_period:
+  batches: {period}
+scheduling_unit: 8
+max_restarts: {restarts}
+resources:
+  max_slots: 2
+  slots_per_trial: {slots}
+reproducibility:
+  experiment_seed: 3
+"""
+asha = """name: asha
+hyperparameters:
+  config: small.json
+  train.eval_iters: 2
+  optimizer.params.lr: {type: log, minval: -3.5, maxval: -1.5}
+  model.dropout: {type: double, minval: 0.0, maxval: 0.2}
+searcher:
+  name: adaptive_asha
+  metric: validation_loss
+  max_trials: 6
+  max_length: {batches: 32}
+  divisor: 2
+  max_rungs: 3
+  max_concurrent_trials: 2
+""" + common.format(period=8, restarts=5, slots=1)
+single = """name: single
+hyperparameters:
+  config: %s
+  train.eval_iters: 2
+searcher:
+  name: single
+  metric: validation_loss
+  max_length: {batches: %d}
+"""
+open("asha.yaml", "w").write(asha)
+open("single.yaml", "w").write(single % ("small.json", 400) + common.format(period=40, restarts=5, slots=1))
+open("broken.yaml", "w").write(single % ("missing.json", 400) + common.format(period=40, restarts=2, slots=1))
+open("two.yaml", "w").write(single % ("small.json", 40) + common.format(period=20, restarts=0, slots=2))
+PY
+
+describe() { "$tessera" experiment describe "$1" --json 2>/dev/null | tail -1; }
+# Waits until experiment $1's trial 1 has reported $2 training batches.
+wait_batches() {
+  for _ in $(seq 600); do
+    if python3 -c "
+import json, sys; d = json.loads(sys.argv[1]); t = d['trials']
+sys.exit(0 if t and t[0]['batches'] >= $2 else 1)" "$(describe "$1")" 2>/dev/null; then return 0; fi
+    sleep 0.05
+  done
+  echo "experiment $1 never reached $2 batches"; exit 1
+}
+wait_state() {  # experiment state
+  for _ in $(seq 1200); do
+    [ "$(describe "$1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])')" = "$2" ] && return 0
+    sleep 0.05
+  done
+  echo "experiment $1 never became $2"; describe "$1"; exit 1
+}
+
+# 1. ASHA, twice.
+"$tessera" experiment create asha.yaml --follow --json > asha1.out 2> asha1.err
+"$tessera" experiment create asha.yaml --follow --json > asha2.out 2> asha2.err
+"$tessera" experiment best 1 > best.out
+python3 - <<'PY'
+import json, os
+a, b = (json.loads(open(f).read().splitlines()[-1]) for f in ("asha1.out", "asha2.out"))
+assert a["state"] == "COMPLETED" and len(a["trials"]) == 6, a
+assert all(t["state"] == "COMPLETED" and t["restarts"] == 0 for t in a["trials"]), a
+lengths = sorted(t["batches"] for t in a["trials"])
+assert lengths[0] < 32 and set(lengths) <= {8, 16, 32}, lengths
+key = lambda d: [(t["hparams"], t["batches"], t["best_validation"]) for t in d["trials"]]
+assert key(a) == key(b), "the same experiment seed gave another search"
+best = open("best.out").read().split()[0]
+assert os.path.isdir(best), best
+print(f"ASHA: 6 trials, batches {lengths}; repeated exactly; best checkpoint {best}")
+PY
+grep -q "stopped by the searcher at 8 batches\|stopped by the searcher at 16 batches" asha1.err
+
+# 2. One trial uninterrupted, then with its process killed, its runner killed, paused.
+"$tessera" experiment create single.yaml --follow --json > ref.out 2> ref.err        # 3
+"$tessera" experiment create single.yaml --json > /dev/null 2>&1                     # 4
+wait_batches 4 80
+pkill -9 -f "trial-dir $TESSERA_STORE/experiment_4/trial_1"
+wait_state 4 COMPLETED
+"$tessera" experiment create single.yaml --json > /dev/null 2>&1                     # 5
+wait_batches 5 80
+pkill -9 -f "experiment resume 5 --store"
+"$tessera" experiment resume 5 --follow --json > resumed.out 2> resumed.err
+"$tessera" experiment create single.yaml --json > /dev/null 2>&1                     # 6
+wait_batches 6 80
+"$tessera" experiment pause 6 > /dev/null 2>&1
+for _ in $(seq 600); do
+  describe 6 | grep -q '"state":"PAUSED","trials":\[{.*"state":"PAUSED"' && break; sleep 0.05
+done
+describe 6 | grep -q '"state":"PAUSED"' || { echo "pause did not pause"; describe 6; exit 1; }
+paused=$(describe 6 | python3 -c 'import json,sys; print(json.load(sys.stdin)["trials"][0]["batches"])')
+sleep 1
+[ "$(describe 6 | python3 -c 'import json,sys; print(json.load(sys.stdin)["trials"][0]["batches"])')" = "$paused" ]
+"$tessera" experiment activate 6 > /dev/null 2>&1
+wait_state 6 COMPLETED
+"$tessera" experiment create single.yaml --json > /dev/null 2>&1                     # 7
+wait_batches 7 40
+"$tessera" experiment kill 7 > /dev/null 2>&1
+wait_state 7 CANCELED
+python3 - "$TESSERA_STORE" <<'PY'
+import json, sqlite3, sys
+db = sqlite3.connect(sys.argv[1] + "/experiments.db")
+def validations(e):
+    return [json.loads(m)["validation_loss"] for (m,) in db.execute(
+        "SELECT m.metrics FROM metrics m JOIN trials t ON m.trial_id = t.id "
+        "WHERE t.experiment_id = ? AND m.kind = 'validation' ORDER BY m.batches", (e,))]
+ref = validations(3)
+assert len(ref) == 10, ref
+for e, what, restarts in ((4, "trial killed -9", 1), (5, "runner killed -9", 0),
+                          (6, "paused and activated", 0)):
+    (state, r), = db.execute("SELECT state, restarts FROM trials WHERE experiment_id = ?", (e,))
+    got = validations(e)
+    assert state == "COMPLETED" and r == restarts and got == ref, (e, what, state, r, got, ref)
+    print(f"{what}: {len(got)} validations equal to the uninterrupted run's, restarts {r}")
+(state,), = db.execute("SELECT state FROM trials WHERE experiment_id = 7")
+assert state == "CANCELED", state
+assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+PY
+
+# 3. A failing trial; two slots.
+if "$tessera" experiment create broken.yaml --follow > broken.out 2> broken.err; then
+  echo "broken.yaml completed"; exit 1
+fi
+grep -q "after 2 restarts (max_restarts): ERROR" broken.err
+broken=$(describe 8 | python3 -c 'import json,sys; print(json.load(sys.stdin)["trials"][0]["id"])')
+"$tessera" experiment logs "$broken" | grep -q "missing.json"
+"$tessera" experiment create two.yaml --follow --json > two.out 2> two.err
+grep -q '"state":"COMPLETED"' two.out
+grep -q "on 2 slot(s)" "$TESSERA_STORE/experiment_9/trial_1/trial.log"
+"$tessera" experiment list
+echo ok

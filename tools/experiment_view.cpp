@@ -1,0 +1,105 @@
+#include "experiment_view.h"
+
+#include <cstdio>
+#include <map>
+
+#include "tessera/trial/experiment_config.h"
+
+namespace tessera::cli {
+
+namespace {
+
+std::string number(const nlohmann::json& v) {
+  if (!v.is_number()) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4g", v.get<double>());
+  return buf;
+}
+
+}  // namespace
+
+nlohmann::json describe_experiment(const experiment::ExperimentStore& store, int64_t id) {
+  const experiment::ExperimentRecord e = store.experiment(id);
+  const trial::ExperimentConfig c =
+      trial::ExperimentConfig::parse(e.config, "experiment " + std::to_string(id));
+  const std::string& metric = c.searcher.metric;
+  nlohmann::json trials = nlohmann::json::array();
+  for (const experiment::TrialRecord& t : store.trials(id)) {
+    nlohmann::json best = nlohmann::json::object(), latest = nlohmann::json::object();
+    if (const auto b = store.best_validation(t.id, metric, c.searcher.smaller_is_better))
+      best[metric] = *b;
+    const auto validations = store.metrics(t.id, "validation");
+    if (!validations.empty() && validations.back().metrics.contains(metric))
+      latest[metric] = validations.back().metrics[metric];
+    trials.push_back({{"id", t.id},
+                      {"request_id", t.request_id},
+                      {"state", t.state},
+                      {"hparams", t.hparams},
+                      {"batches", t.batches},
+                      {"best_validation", best},
+                      {"latest_validation", latest},
+                      {"restarts", t.restarts},
+                      {"checkpoints", store.checkpoints(t.id).size()}});
+  }
+  return {{"id", e.id},
+          {"name", e.name},
+          {"state", e.state},
+          {"searcher",
+           {{"name", c.searcher.name},
+            {"metric", metric},
+            {"smaller_is_better", c.searcher.smaller_is_better}}},
+          {"trials", trials}};
+}
+
+std::string trials_table(const nlohmann::json& d) {
+  std::map<std::string, int> count;
+  for (const auto& t : d["trials"]) ++count[t["state"].get<std::string>()];
+  std::string out = "experiment " + std::to_string(d["id"].get<int64_t>()) + " (" +
+                    d["name"].get<std::string>() + ") " + d["state"].get<std::string>() + ":";
+  for (const auto& [state, n] : count) out += " " + std::to_string(n) + " " + state;
+  out += "\n";
+  const std::string metric = d["searcher"]["metric"];
+  char line[512];
+  std::snprintf(line, sizeof line, "%6s %6s  %-10s %8s %8s  %-24s %s\n", "trial", "id", "state",
+                "batches", "restarts", (metric + " latest/best").c_str(), "hparams");
+  out += line;
+  for (const auto& t : d["trials"]) {
+    const auto& latest = t["latest_validation"];
+    const auto& best = t["best_validation"];
+    const std::string m = number(latest.contains(metric) ? latest[metric] : nlohmann::json()) +
+                          " / " + number(best.contains(metric) ? best[metric] : nlohmann::json());
+    std::snprintf(line, sizeof line, "%6lld %6lld  %-10s %8lld %8lld  %-24s %s\n",
+                  static_cast<long long>(t["request_id"].get<int64_t>()),
+                  static_cast<long long>(t["id"].get<int64_t>()),
+                  t["state"].get<std::string>().c_str(),
+                  static_cast<long long>(t["batches"].get<int64_t>()),
+                  static_cast<long long>(t["restarts"].get<int64_t>()), m.c_str(),
+                  t["hparams"].dump().c_str());
+    out += line;
+  }
+  return out;
+}
+
+std::optional<nlohmann::json> best_checkpoint(const experiment::ExperimentStore& store,
+                                              int64_t id) {
+  const experiment::ExperimentRecord e = store.experiment(id);
+  const trial::ExperimentConfig c =
+      trial::ExperimentConfig::parse(e.config, "experiment " + std::to_string(id));
+  const std::string& metric = c.searcher.metric;
+  std::optional<nlohmann::json> best;
+  for (const experiment::TrialRecord& t : store.trials(id))
+    for (const experiment::CheckpointRecord& k : store.checkpoints(t.id)) {
+      if (!k.metrics.is_object() || !k.metrics.contains(metric) || !k.metrics[metric].is_number())
+        continue;
+      const double v = k.metrics[metric];
+      const bool better =
+          !best || (c.searcher.smaller_is_better ? v < (*best)["metric"].get<double>()
+                                                 : v > (*best)["metric"].get<double>());
+      if (better)
+        best = nlohmann::json{{"path", k.path},       {"uuid", k.uuid}, {"trial_id", t.id},
+                              {"batches", k.batches}, {"metric", v},    {"metric_name", metric}};
+    }
+  return best;
+}
+
+}  // namespace tessera::cli
