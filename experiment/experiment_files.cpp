@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <thread>
 
@@ -35,8 +36,8 @@ nlohmann::json read_experiment_json(const std::string& store_dir, int64_t experi
 }
 
 // The command that runs one trial of `config`, without its arguments.
-std::vector<std::string> trial_command(const trial::ExperimentConfig& config,
-                                       const fs::path& yaml, const std::string& tessera) {
+std::vector<std::string> trial_command(const trial::ExperimentConfig& config, const fs::path& yaml,
+                                       const std::string& tessera) {
   const std::string& e = config.entrypoint;
   TS_CHECK(!e.empty(), yaml.string(),
            ": no 'entrypoint': builtin:gpt2, builtin:bert, or your trial program (a path "
@@ -85,9 +86,8 @@ int64_t create_experiment(ExperimentStore& store, const std::string& store_dir,
   fs::create_directories(experiment_dir(store_dir, id));
   const nlohmann::json files = {
       {"yaml", yaml.string()}, {"command", command}, {"trials_root", fs::absolute(root).string()}};
-  io::write_file_atomically(
-      (fs::path(experiment_dir(store_dir, id)) / "experiment.json").string(),
-      [&](std::ostream& out) { out << files.dump(1) << "\n"; });
+  io::write_file_atomically((fs::path(experiment_dir(store_dir, id)) / "experiment.json").string(),
+                            [&](std::ostream& out) { out << files.dump(1) << "\n"; });
   return id;
 }
 
@@ -97,21 +97,35 @@ RunnerLock::RunnerLock(const std::string& store_dir, int64_t experiment, double 
   // its trials have stopped.
   fd_ = open(path.c_str(), O_RDWR | O_CREAT, 0644);
   TS_CHECK(fd_ >= 0, "cannot open ", path.string(), ": ", std::strerror(errno));
-  const auto until =
-      std::chrono::steady_clock::now() + std::chrono::duration<double>(wait_seconds);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(wait_seconds);
   while (flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     if (std::chrono::steady_clock::now() >= until) {
       close(fd_);
       fd_ = -1;
-      fail("experiment ", experiment,
-           " is running (another runner, or its trials, hold its lock ", path.string(), ")");
+      fail("experiment ", experiment, " is running (another runner, or its trials, hold its lock ",
+           path.string(), ")");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  const std::string pid = std::to_string(getpid()) + "\n";
+  if (ftruncate(fd_, 0) != 0 || pwrite(fd_, pid.data(), pid.size(), 0) < 0) {
+    // (only runner_alive reads it; a lock without the pid still works)
   }
 }
 
 RunnerLock::~RunnerLock() {
   if (fd_ >= 0) close(fd_);  // (trials still running keep it held)
+}
+
+bool RunnerLock::runner_alive(const std::string& store_dir, int64_t experiment) {
+  if (!held(store_dir, experiment)) return false;
+  std::ifstream in(fs::path(experiment_dir(store_dir, experiment)) / "runner.lock");
+  long pid = 0;
+  if (!(in >> pid) || pid <= 0) return false;
+  // Alive and a tessera runner (not a recycled pid): its command line names the experiment.
+  std::ifstream cmd("/proc/" + std::to_string(pid) + "/cmdline");
+  std::string args((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
+  return args.find("experiment") != std::string::npos;
 }
 
 bool RunnerLock::held(const std::string& store_dir, int64_t experiment) {

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -54,7 +55,7 @@ struct ExperimentRunner::Impl {
   std::vector<std::string> command;
   std::string yaml;
   std::unique_ptr<SearchMethod> searcher;
-  std::map<int64_t, TrialRun> trials;  // by request id
+  std::map<int64_t, TrialRun> trials;    // by request id
   std::map<int64_t, int64_t> validated;  // request id -> batches the searcher has seen
   std::set<int64_t> exited;              // request ids whose exit the searcher has seen
   int64_t max_slots = 1;
@@ -72,10 +73,10 @@ struct ExperimentRunner::Impl {
   void save_searcher() {
     nlohmann::json seen = nlohmann::json::object();
     for (const auto& [r, b] : validated) seen[std::to_string(r)] = b;
-    store.save_searcher_state(experiment, {{"searcher", searcher->snapshot()},
-                                           {"validated", seen},
-                                           {"exited", std::vector<int64_t>(exited.begin(),
-                                                                           exited.end())}});
+    store.save_searcher_state(experiment,
+                              {{"searcher", searcher->snapshot()},
+                               {"validated", seen},
+                               {"exited", std::vector<int64_t>(exited.begin(), exited.end())}});
   }
   void apply(const std::vector<Action>& actions);
   void replay_unseen();
@@ -117,6 +118,11 @@ void ExperimentRunner::Impl::load() {
                   ? config.max_slots
                   : std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency()));
   searcher = make_search_method(config);
+  // Each slot's share of the cores for the trials' OpenMP threads, unless the user chose.
+  if (!std::getenv("OMP_NUM_THREADS")) {
+    const auto cores = static_cast<int64_t>(std::thread::hardware_concurrency());
+    setenv("OMP_NUM_THREADS", std::to_string(std::max<int64_t>(1, cores / max_slots)).c_str(), 1);
+  }
   for (const TrialRecord& t : store.trials(experiment)) {
     TrialRun& run = trials[t.request_id];
     run.request_id = t.request_id;
@@ -190,12 +196,10 @@ void ExperimentRunner::Impl::apply(const std::vector<Action>& actions) {
 void ExperimentRunner::Impl::launch(TrialRun& t) {
   fs::create_directories(t.dir);
   std::vector<std::string> argv;
-  if (config.slots_per_trial > 1)
-    argv = {"mpirun", "-np", std::to_string(config.slots_per_trial)};
+  if (config.slots_per_trial > 1) argv = {"mpirun", "-np", std::to_string(config.slots_per_trial)};
   argv.insert(argv.end(), command.begin(), command.end());
   argv.insert(argv.end(), {yaml, "--trial-id", std::to_string(t.request_id), "--hparams",
-                           t.hparams.dump(), "--trial-dir", t.dir, "--json",
-                           "--searcher-stdin"});
+                           t.hparams.dump(), "--trial-dir", t.dir, "--json", "--searcher-stdin"});
   if (!options.device.empty()) argv.insert(argv.end(), {"--device", options.device});
   t.tail = std::make_unique<MetricsTail>((fs::path(t.dir) / "metrics.jsonl").string());
   t.process = std::make_unique<TrialProcess>(argv, (fs::path(t.dir) / "trial.log").string());
@@ -312,12 +316,19 @@ void ExperimentRunner::Impl::on_exit(TrialRun& t, const ExitStatus& status) {
   t.tail.reset();
   const std::string who = "trial " + std::to_string(t.request_id);
   switch (t.stop) {
-    case StopReason::Searcher: return end_trial(t, "COMPLETED", false);
-    case StopReason::Pause: log(who + " paused"); return set_trial_state(t, "PAUSED");
-    case StopReason::Kill: return end_trial(t, "CANCELED", true);
-    case StopReason::Invalid: return end_trial(t, "ERROR", true);
-    case StopReason::Runner: return;  // stays ACTIVE: the next runner resumes it
-    case StopReason::None: break;
+    case StopReason::Searcher:
+      return end_trial(t, "COMPLETED", false);
+    case StopReason::Pause:
+      log(who + " paused");
+      return set_trial_state(t, "PAUSED");
+    case StopReason::Kill:
+      return end_trial(t, "CANCELED", true);
+    case StopReason::Invalid:
+      return end_trial(t, "ERROR", true);
+    case StopReason::Runner:
+      return;  // stays ACTIVE: the next runner resumes it
+    case StopReason::None:
+      break;
   }
   // Reached max_length, or ended by something else than the runner: a failure.
   if (status.ok() && reported_state(t.dir) == "COMPLETED") {

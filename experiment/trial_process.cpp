@@ -23,7 +23,7 @@ namespace {
 
 // In the child, before exec: only async-signal-safe calls.
 [[noreturn]] void exec_child(const std::vector<char*>& argv, int log_fd, int input_fd,
-                            pid_t parent) {
+                             pid_t parent) {
   setpgid(0, 0);
   prctl(PR_SET_PDEATHSIG, SIGTERM);
   if (getppid() != parent) _exit(1);  // the runner died before prctl took effect

@@ -6,6 +6,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh || { echo "0 passed, 1 failed, 0 skipped"; exit 1; }
+# A browser for the experiment page's test (tests/tools/experiment_browser.sh; skipped without).
+(source scripts/lib/debian.sh && install_missing chromium) ||
+  echo "test.sh: no chromium: the browser test is skipped"
 # Python with transformers for the comparisons against Hugging Face (skipped without it).
 ./scripts/test_python.sh || echo "test.sh: no Python with transformers: those comparisons are skipped"
 

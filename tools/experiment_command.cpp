@@ -3,14 +3,17 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <thread>
 
 #include "cli.h"
+#include "experiment_serve.h"
 #include "experiment_view.h"
 #include "tessera/error.h"
 #include "tessera/experiment/experiment_runner.h"
@@ -34,6 +37,8 @@ const char* kHelp = R"(usage: tessera experiment <command> [--store DIR] [--json
   resume ID [--follow] [--device D]         continue after the runner stopped or was killed
   best ID                                   the checkpoint with the best searcher metric (for
                                             `tessera export PATH/model0 OUT`)
+  serve [--port P] [--host H]               a web page of the experiments, trials and curves
+                                            (default 127.0.0.1:8080)
 
 The store (an SQLite database, experiments.db, and each experiment's files) is --store DIR,
 else $TESSERA_STORE, else ~/.local/share/tessera/experiments. A runner stopped by Ctrl-C (or
@@ -79,10 +84,24 @@ std::string follow(experiment::ExperimentStore& store, const std::string& dir, i
   experiment::RunnerLock lock(dir, id, 60.0);
   experiment::RunnerOptions o;
   o.device = device;
-  o.log = [](const std::string& line) { std::cerr << line << std::endl; };
+  // On a terminal the table is redrawn in place (below the last event line); elsewhere it is
+  // printed when the trials' states change.
+  const bool tty = isatty(STDERR_FILENO) != 0;
+  auto drawn = std::make_shared<int>(0);           // lines of the table on the terminal
+  auto summary = std::make_shared<std::string>();  // its first line when last printed
+  o.log = [drawn](const std::string& line) {
+    std::cerr << line << std::endl;
+    *drawn = 0;
+  };
   if (table)
-    o.on_change = [&store](int64_t e) {
-      std::cerr << trials_table(describe_experiment(store, e)) << std::flush;
+    o.on_change = [&store, tty, drawn, summary](int64_t e) {
+      const std::string text = trials_table(describe_experiment(store, e));
+      const std::string first = text.substr(0, text.find('\n'));
+      if (!tty && first == *summary) return;
+      if (tty && *drawn > 0) std::cerr << "\033[" << *drawn << "F\033[J";
+      std::cerr << text << std::flush;
+      *drawn = static_cast<int>(std::count(text.begin(), text.end(), '\n'));
+      *summary = first;
     };
   const std::string state = experiment::ExperimentRunner(store, dir, id, o).run();
   if (table) std::cerr << trials_table(describe_experiment(store, id));
@@ -151,9 +170,12 @@ int resume(const Args& a, const std::string& dir) {
   const std::string state = store.experiment(id).state;
   TS_CHECK(state == "ACTIVE" || state == "PAUSED" || state.rfind("STOPPING", 0) == 0, "experiment ",
            id, " is ", state, ": nothing to resume");
-  TS_CHECK(a.has("detached") || !experiment::RunnerLock::held(dir, id), "experiment ", id,
-           " is already running (its runner holds ", experiment::experiment_dir(dir, id),
+  TS_CHECK(a.has("detached") || !experiment::RunnerLock::runner_alive(dir, id), "experiment ", id,
+           " is already running (its runner's pid is in ", experiment::experiment_dir(dir, id),
            "/runner.lock)");
+  if (experiment::RunnerLock::held(dir, id))
+    std::cerr << "experiment " << id
+              << ": waiting for the trials of its stopped runner to checkpoint and stop\n";
   if (!a.has("follow") && !a.has("detached")) {
     start_detached(dir, id, a.get("device", ""));
     std::cerr << "experiment " << id << " resumed in the background\n";
@@ -176,7 +198,7 @@ int request(const Args& a, const std::string& dir, const std::string& verb) {
   const std::string state = store.experiment(id).state;
   TS_CHECK(state != "COMPLETED" && state != "CANCELED" && state != "ERROR", "experiment ", id,
            " has ended (", state, ")");
-  const bool running = experiment::RunnerLock::held(dir, id);
+  const bool running = experiment::RunnerLock::runner_alive(dir, id);
   if (verb == "pause") {
     store.set_experiment_state(id, "PAUSED");
   } else if (verb == "activate") {
@@ -214,7 +236,8 @@ int logs(const Args& a, const std::string& dir) {
 
 int experiment_main(int argc, char** argv) {
   const std::string sub = argc > 2 ? argv[2] : "";
-  const Args a(argc, argv, 3, {"json", "help", "follow", "detached"}, {"store", "device"});
+  const Args a(argc, argv, 3, {"json", "help", "follow", "detached"},
+               {"store", "device", "port", "host"});
   if (sub.empty() || sub == "--help" || sub == "-h" || a.has("help")) {
     std::cout << kHelp;
     return sub.empty() ? 2 : 0;
@@ -224,6 +247,13 @@ int experiment_main(int argc, char** argv) {
   if (sub == "resume") return resume(a, dir);
   if (sub == "pause" || sub == "activate" || sub == "kill") return request(a, dir, sub);
   if (sub == "logs") return logs(a, dir);
+  if (sub == "serve") {
+    const int64_t port = a.get_int("port", 8080);
+    TS_CHECK(port >= 1 && port <= 65535, "experiment serve: --port must be 1..65535, got ", port);
+    fs::create_directories(dir);
+    open_store(dir);  // (creates an empty store, so that the page has something to read)
+    return serve_experiments(dir, a.get("host", "127.0.0.1"), static_cast<int>(port));
+  }
   if (sub == "list") {
     auto store = open_store(dir);
     nlohmann::json all = nlohmann::json::array();

@@ -2,7 +2,9 @@
 
 #include <cstdio>
 #include <map>
+#include <set>
 
+#include "tessera/experiment/search_method.h"
 #include "tessera/trial/experiment_config.h"
 
 namespace tessera::cli {
@@ -78,6 +80,60 @@ std::string trials_table(const nlohmann::json& d) {
     out += line;
   }
   return out;
+}
+
+nlohmann::json experiments_summary(const experiment::ExperimentStore& store) {
+  nlohmann::json all = nlohmann::json::array();
+  for (const auto& e : store.experiments())
+    all.push_back({{"id", e.id},
+                   {"name", e.name},
+                   {"state", e.state},
+                   {"trials", store.trials(e.id).size()}});
+  return {{"experiments", all}};
+}
+
+namespace {
+
+std::vector<int64_t> rung_lengths(const trial::ExperimentConfig& c) {
+  const auto& s = c.searcher;
+  if (s.max_length.unit != trial::Length::Batches) return {};
+  std::set<int64_t> rungs;
+  if (s.name == "async_halving")
+    for (int64_t r : experiment::asha_rung_lengths(s.num_rungs, s.divisor, s.max_length.value))
+      rungs.insert(r);
+  if (s.name == "adaptive_asha")
+    for (const auto& b : experiment::adaptive_asha_brackets(s, s.max_length.value))
+      for (int64_t r : experiment::asha_rung_lengths(b.num_rungs, s.divisor, s.max_length.value))
+        rungs.insert(r);
+  return {rungs.begin(), rungs.end()};
+}
+
+}  // namespace
+
+nlohmann::json experiment_detail(const experiment::ExperimentStore& store, int64_t id) {
+  nlohmann::json d = describe_experiment(store, id);
+  const trial::ExperimentConfig c = trial::ExperimentConfig::parse(
+      store.experiment(id).config, "experiment " + std::to_string(id));
+  d["rungs"] = rung_lengths(c);
+  std::string training_metric;
+  nlohmann::json curves = nlohmann::json::array();
+  for (const auto& t : store.trials(id)) {
+    nlohmann::json train = nlohmann::json::array(), val = nlohmann::json::array();
+    for (const auto& m : store.metrics(t.id)) {
+      if (m.kind == "training" && training_metric.empty())
+        for (const auto& [k, v] : m.metrics.items())
+          if (v.is_number() && k != "batches" && k != "epochs" &&
+              (training_metric.empty() || k == "loss"))
+            training_metric = k;
+      const std::string& name = m.kind == "training" ? training_metric : c.searcher.metric;
+      if (m.metrics.contains(name) && m.metrics[name].is_number())
+        (m.kind == "training" ? train : val).push_back({m.batches, m.metrics[name]});
+    }
+    curves.push_back({{"trial", t.request_id}, {"training", train}, {"validation", val}});
+  }
+  d["training_metric"] = training_metric;
+  d["curves"] = curves;
+  return d;
 }
 
 std::optional<nlohmann::json> best_checkpoint(const experiment::ExperimentStore& store,

@@ -17,6 +17,14 @@ nlohmann::json describe_experiment(const experiment::ExperimentStore& store, int
 // The table of describe_experiment's trials, one line each, with a summary line first.
 std::string trials_table(const nlohmann::json& described);
 
+// {"experiments": [{"id", "name", "state", "trials"}]}
+nlohmann::json experiments_summary(const experiment::ExperimentStore& store);
+
+// describe_experiment's, plus "rungs" (ASHA's rung lengths in batches, [] for other searchers),
+// "training_metric" and "curves": [{"trial", "training": [[batches, value]...], "validation":
+// [...]}] (the training metric "loss", or the first one reported; the searcher's metric).
+nlohmann::json experiment_detail(const experiment::ExperimentStore& store, int64_t id);
+
 // The checkpoint with the best searcher metric among the experiment's trials (path, trial,
 // batches, metric), or nullopt when no checkpoint has a validation.
 std::optional<nlohmann::json> best_checkpoint(const experiment::ExperimentStore& store, int64_t id);

@@ -103,33 +103,36 @@ best = open("best.out").read().split()[0]
 assert os.path.isdir(best), best
 print(f"ASHA: 6 trials, batches {lengths}; repeated exactly; best checkpoint {best}")
 PY
-grep -q "stopped by the searcher at 8 batches\|stopped by the searcher at 16 batches" asha1.err
+grep -q "stopped by the searcher at 8 batches\|stopped by the searcher at 16 batches" asha1.err ||
+  { echo "no early stop in the runner's log:"; cat asha1.err; exit 1; }
 
 # 2. One trial uninterrupted, then with its process killed, its runner killed, paused.
 "$tessera" experiment create single.yaml --follow --json > ref.out 2> ref.err        # 3
 "$tessera" experiment create single.yaml --json > /dev/null 2>&1                     # 4
 wait_batches 4 80
-pkill -9 -f "trial-dir $TESSERA_STORE/experiment_4/trial_1"
+pkill -9 -f "trial-dir $TESSERA_STORE/experiment_4/trial_1" || { echo "no trial process to kill"; exit 1; }
 wait_state 4 COMPLETED
 "$tessera" experiment create single.yaml --json > /dev/null 2>&1                     # 5
 wait_batches 5 80
-pkill -9 -f "experiment resume 5 --store"
-"$tessera" experiment resume 5 --follow --json > resumed.out 2> resumed.err
+pkill -9 -f "experiment resume 5 --store" || { echo "no runner to kill"; exit 1; }
+"$tessera" experiment resume 5 --follow --json > resumed.out 2> resumed.err ||
+  { echo "resume failed:"; cat resumed.err; exit 1; }
 "$tessera" experiment create single.yaml --json > /dev/null 2>&1                     # 6
 wait_batches 6 80
-"$tessera" experiment pause 6 > /dev/null 2>&1
+"$tessera" experiment pause 6 > pause.out 2>&1 || { echo "pause failed:"; cat pause.out; exit 1; }
 for _ in $(seq 600); do
   describe 6 | grep -q '"state":"PAUSED","trials":\[{.*"state":"PAUSED"' && break; sleep 0.05
 done
 describe 6 | grep -q '"state":"PAUSED"' || { echo "pause did not pause"; describe 6; exit 1; }
 paused=$(describe 6 | python3 -c 'import json,sys; print(json.load(sys.stdin)["trials"][0]["batches"])')
 sleep 1
-[ "$(describe 6 | python3 -c 'import json,sys; print(json.load(sys.stdin)["trials"][0]["batches"])')" = "$paused" ]
+now=$(describe 6 | python3 -c 'import json,sys; print(json.load(sys.stdin)["trials"][0]["batches"])')
+[ "$now" = "$paused" ] || { echo "a paused trial went on: $paused -> $now batches"; exit 1; }
 "$tessera" experiment activate 6 > /dev/null 2>&1
 wait_state 6 COMPLETED
 "$tessera" experiment create single.yaml --json > /dev/null 2>&1                     # 7
 wait_batches 7 40
-"$tessera" experiment kill 7 > /dev/null 2>&1
+"$tessera" experiment kill 7 > kill.out 2>&1 || { echo "kill failed:"; cat kill.out; exit 1; }
 wait_state 7 CANCELED
 python3 - "$TESSERA_STORE" <<'PY'
 import json, sqlite3, sys

@@ -54,8 +54,11 @@ class RunnerLock {
   ~RunnerLock();
   RunnerLock(const RunnerLock&) = delete;
   RunnerLock& operator=(const RunnerLock&) = delete;
-  // Whether some process holds the experiment's lock now.
+  // Whether some process holds the experiment's lock now (a runner, or a killed runner's
+  // trials still stopping).
   static bool held(const std::string& store_dir, int64_t experiment);
+  // Whether the runner that last took the lock (its pid is written in it) is alive.
+  static bool runner_alive(const std::string& store_dir, int64_t experiment);
 
  private:
   int fd_ = -1;
