@@ -14,6 +14,7 @@
 
 #include "tessera/engine/stop_signals.h"
 #include "tessera/error.h"
+#include "tessera/experiment/checkpoint_gc.h"
 #include "tessera/experiment/search_method.h"
 #include "tessera/experiment/trial_process.h"
 #include "tessera/trial/experiment_config.h"
@@ -87,6 +88,7 @@ struct ExperimentRunner::Impl {
   void on_validation(TrialRun& t, const nlohmann::json& metrics, int64_t batches);
   void on_exit(TrialRun& t, const ExitStatus& status);
   void end_trial(TrialRun& t, const std::string& state, bool early);
+  void collect_checkpoints();
   void set_trial_state(TrialRun& t, const std::string& state) {
     if (t.state == state) return;
     store.set_trial_state(t.id, state);
@@ -349,8 +351,23 @@ void ExperimentRunner::Impl::on_exit(TrialRun& t, const ExitStatus& status) {
   end_trial(t, "ERROR", true);
 }
 
+// checkpoint_storage's rules on the ended trials' checkpoints (checkpoint_gc.h).
+void ExperimentRunner::Impl::collect_checkpoints() {
+  std::vector<TrialCheckpoints> all;
+  for (const auto& [r, t] : trials)
+    all.push_back({terminal(t.state) && !t.process, store.checkpoints(t.id)});
+  const std::vector<std::string> doomed = checkpoints_to_delete(all, config);
+  for (auto& [r, t] : trials)
+    for (const std::string& uuid : doomed)
+      if (t.checkpoints.erase(uuid)) {
+        delete_trial_checkpoint(t.dir, uuid);
+        store.delete_checkpoint(uuid);
+      }
+}
+
 void ExperimentRunner::Impl::end_trial(TrialRun& t, const std::string& state, bool early) {
   set_trial_state(t, state);
+  collect_checkpoints();
   if (exited.insert(t.request_id).second)
     apply(early ? searcher->trial_exited_early(t.request_id, state == "CANCELED"
                                                                  ? ExitReason::UserCanceled

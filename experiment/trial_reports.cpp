@@ -1,7 +1,10 @@
 #include "trial_reports.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+
+#include "tessera/io/files.h"
 
 namespace fs = std::filesystem;
 
@@ -34,6 +37,18 @@ nlohmann::json read_checkpoint_index(const std::string& trial_dir) {
       !j["checkpoints"].is_array())
     return empty;
   return j;
+}
+
+void delete_trial_checkpoint(const std::string& trial_dir, const std::string& uuid) {
+  nlohmann::json index = read_checkpoint_index(trial_dir);
+  auto& list = index["checkpoints"];
+  list.erase(std::remove_if(list.begin(), list.end(),
+                            [&](const nlohmann::json& e) { return e.value("uuid", "") == uuid; }),
+             list.end());
+  if (index["latest"] == uuid) index["latest"] = nullptr;
+  io::write_file_atomically((fs::path(trial_dir) / "checkpoints.json").string(),
+                            [&](std::ostream& out) { out << index.dump(1) << "\n"; });
+  fs::remove_all(fs::path(trial_dir) / "checkpoints" / uuid);
 }
 
 }  // namespace tessera::experiment

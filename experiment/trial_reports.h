@@ -26,4 +26,8 @@ class MetricsTail {
 // (an empty list when there is none yet).
 nlohmann::json read_checkpoint_index(const std::string& trial_dir);
 
+// Drops checkpoint `uuid` from the trial's index (atomically rewritten; "latest" becomes null
+// if it was that one) and deletes its directory: for an ended trial's collected checkpoints.
+void delete_trial_checkpoint(const std::string& trial_dir, const std::string& uuid);
+
 }  // namespace tessera::experiment

@@ -62,6 +62,10 @@ searcher:
   max_length: {batches: %d}
 """
 open("asha.yaml", "w").write(asha)
+# Only the experiment's best checkpoint survives (trial directories under host_path).
+open("gc.yaml", "w").write(asha.replace("name: asha", "name: gc").replace("max_trials: 6", "max_trials: 4")
+    + "checkpoint_storage:\n  host_path: ckpts\n  save_experiment_best: 1\n"
+    + "  save_trial_best: 0\n  save_trial_latest: 0\n")
 open("single.yaml", "w").write(single % ("small.json", 400) + common.format(period=40, restarts=5, slots=1))
 open("broken.yaml", "w").write(single % ("missing.json", 400) + common.format(period=40, restarts=2, slots=1))
 open("two.yaml", "w").write(single % ("small.json", 40) + common.format(period=20, restarts=0, slots=2))
@@ -106,34 +110,40 @@ PY
 grep -q "stopped by the searcher at 8 batches\|stopped by the searcher at 16 batches" asha1.err ||
   { echo "no early stop in the runner's log:"; cat asha1.err; exit 1; }
 
+"$tessera" experiment create gc.yaml --follow --json > gc.out 2> gc.err           # 3
+kept=$(find ckpts/gc/experiment_3 -mindepth 3 -maxdepth 3 -path '*/checkpoints/*' | sort)
+[ "$(echo "$kept" | wc -l)" = 1 ] && [ "$(realpath "$kept")" = "$("$tessera" experiment best 3)" ] ||
+  { echo "save_experiment_best 1 kept: $kept"; exit 1; }
+echo "save_experiment_best 1: only $kept is left"
+
 # 2. One trial uninterrupted, then with its process killed, its runner killed, paused.
-"$tessera" experiment create single.yaml --follow --json > ref.out 2> ref.err        # 3
-"$tessera" experiment create single.yaml --json > /dev/null 2>&1                     # 4
-wait_batches 4 80
-pkill -9 -f "trial-dir $TESSERA_STORE/experiment_4/trial_1" || { echo "no trial process to kill"; exit 1; }
-wait_state 4 COMPLETED
+"$tessera" experiment create single.yaml --follow --json > ref.out 2> ref.err        # 4
 "$tessera" experiment create single.yaml --json > /dev/null 2>&1                     # 5
 wait_batches 5 80
-pkill -9 -f "experiment resume 5 --store" || { echo "no runner to kill"; exit 1; }
-"$tessera" experiment resume 5 --follow --json > resumed.out 2> resumed.err ||
-  { echo "resume failed:"; cat resumed.err; exit 1; }
+pkill -9 -f "trial-dir $TESSERA_STORE/experiment_5/trial_1" || { echo "no trial process to kill"; exit 1; }
+wait_state 5 COMPLETED
 "$tessera" experiment create single.yaml --json > /dev/null 2>&1                     # 6
 wait_batches 6 80
-"$tessera" experiment pause 6 > pause.out 2>&1 || { echo "pause failed:"; cat pause.out; exit 1; }
-for _ in $(seq 600); do
-  describe 6 | grep -q '"state":"PAUSED","trials":\[{.*"state":"PAUSED"' && break; sleep 0.05
-done
-describe 6 | grep -q '"state":"PAUSED"' || { echo "pause did not pause"; describe 6; exit 1; }
-paused=$(describe 6 | python3 -c 'import json,sys; print(json.load(sys.stdin)["trials"][0]["batches"])')
-sleep 1
-now=$(describe 6 | python3 -c 'import json,sys; print(json.load(sys.stdin)["trials"][0]["batches"])')
-[ "$now" = "$paused" ] || { echo "a paused trial went on: $paused -> $now batches"; exit 1; }
-"$tessera" experiment activate 6 > /dev/null 2>&1
-wait_state 6 COMPLETED
+pkill -9 -f "experiment resume 6 --store" || { echo "no runner to kill"; exit 1; }
+"$tessera" experiment resume 6 --follow --json > resumed.out 2> resumed.err ||
+  { echo "resume failed:"; cat resumed.err; exit 1; }
 "$tessera" experiment create single.yaml --json > /dev/null 2>&1                     # 7
-wait_batches 7 40
-"$tessera" experiment kill 7 > kill.out 2>&1 || { echo "kill failed:"; cat kill.out; exit 1; }
-wait_state 7 CANCELED
+wait_batches 7 80
+"$tessera" experiment pause 7 > pause.out 2>&1 || { echo "pause failed:"; cat pause.out; exit 1; }
+for _ in $(seq 600); do
+  describe 7 | grep -q '"state":"PAUSED","trials":\[{.*"state":"PAUSED"' && break; sleep 0.05
+done
+describe 7 | grep -q '"state":"PAUSED"' || { echo "pause did not pause"; describe 7; exit 1; }
+paused=$(describe 7 | python3 -c 'import json,sys; print(json.load(sys.stdin)["trials"][0]["batches"])')
+sleep 1
+now=$(describe 7 | python3 -c 'import json,sys; print(json.load(sys.stdin)["trials"][0]["batches"])')
+[ "$now" = "$paused" ] || { echo "a paused trial went on: $paused -> $now batches"; exit 1; }
+"$tessera" experiment activate 7 > /dev/null 2>&1
+wait_state 7 COMPLETED
+"$tessera" experiment create single.yaml --json > /dev/null 2>&1                     # 8
+wait_batches 8 40
+"$tessera" experiment kill 8 > kill.out 2>&1 || { echo "kill failed:"; cat kill.out; exit 1; }
+wait_state 8 CANCELED
 python3 - "$TESSERA_STORE" <<'PY'
 import json, sqlite3, sys
 db = sqlite3.connect(sys.argv[1] + "/experiments.db")
@@ -141,15 +151,15 @@ def validations(e):
     return [json.loads(m)["validation_loss"] for (m,) in db.execute(
         "SELECT m.metrics FROM metrics m JOIN trials t ON m.trial_id = t.id "
         "WHERE t.experiment_id = ? AND m.kind = 'validation' ORDER BY m.batches", (e,))]
-ref = validations(3)
+ref = validations(4)
 assert len(ref) == 10, ref
-for e, what, restarts in ((4, "trial killed -9", 1), (5, "runner killed -9", 0),
-                          (6, "paused and activated", 0)):
+for e, what, restarts in ((5, "trial killed -9", 1), (6, "runner killed -9", 0),
+                          (7, "paused and activated", 0)):
     (state, r), = db.execute("SELECT state, restarts FROM trials WHERE experiment_id = ?", (e,))
     got = validations(e)
     assert state == "COMPLETED" and r == restarts and got == ref, (e, what, state, r, got, ref)
     print(f"{what}: {len(got)} validations equal to the uninterrupted run's, restarts {r}")
-(state,), = db.execute("SELECT state FROM trials WHERE experiment_id = 7")
+(state,), = db.execute("SELECT state FROM trials WHERE experiment_id = 8")
 assert state == "CANCELED", state
 assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 PY
@@ -159,10 +169,10 @@ if "$tessera" experiment create broken.yaml --follow > broken.out 2> broken.err;
   echo "broken.yaml completed"; exit 1
 fi
 grep -q "after 2 restarts (max_restarts): ERROR" broken.err
-broken=$(describe 8 | python3 -c 'import json,sys; print(json.load(sys.stdin)["trials"][0]["id"])')
+broken=$(describe 9 | python3 -c 'import json,sys; print(json.load(sys.stdin)["trials"][0]["id"])')
 "$tessera" experiment logs "$broken" | grep -q "missing.json"
 "$tessera" experiment create two.yaml --follow --json > two.out 2> two.err
 grep -q '"state":"COMPLETED"' two.out
-grep -q "on 2 slot(s)" "$TESSERA_STORE/experiment_9/trial_1/trial.log"
+grep -q "on 2 slot(s)" "$TESSERA_STORE/experiment_10/trial_1/trial.log"
 "$tessera" experiment list
 echo ok
