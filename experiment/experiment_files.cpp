@@ -56,6 +56,26 @@ std::vector<std::string> trial_command(const trial::ExperimentConfig& config, co
 
 }  // namespace
 
+std::vector<std::string> trial_command_line(const trial::ExperimentConfig& c,
+                                            const std::vector<std::string>& program,
+                                            const std::string& job_name) {
+  std::vector<std::string> argv;
+  const std::string slots = std::to_string(c.slots_per_trial);
+  if (c.scheduler == "slurm") {
+    argv = {"srun",      "--mpi=pmix", "--ntasks", slots,
+            "--input=0", "--job-name", job_name,   "--kill-on-bad-exit=1"};
+    if (!c.slurm.partition.empty()) argv.insert(argv.end(), {"--partition", c.slurm.partition});
+    if (!c.slurm.time_limit.empty()) argv.insert(argv.end(), {"--time", c.slurm.time_limit});
+    if (c.slurm.gpus_per_slot > 0)
+      argv.push_back("--gpus-per-task=" + std::to_string(c.slurm.gpus_per_slot));
+    argv.insert(argv.end(), c.slurm.srun_args.begin(), c.slurm.srun_args.end());
+  } else if (c.slots_per_trial > 1) {
+    argv = {"mpirun", "-np", slots};
+  }
+  argv.insert(argv.end(), program.begin(), program.end());
+  return argv;
+}
+
 std::string experiment_dir(const std::string& store_dir, int64_t experiment) {
   return (fs::path(store_dir) / ("experiment_" + std::to_string(experiment))).string();
 }

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <set>
 #include <thread>
@@ -82,6 +83,10 @@ struct ExperimentRunner::Impl {
   void apply(const std::vector<Action>& actions);
   void replay_unseen();
   void launch(TrialRun& t);
+  std::string job_name(const TrialRun& t) const {
+    return "tessera-e" + std::to_string(experiment) + "-t" + std::to_string(t.request_id);
+  }
+  void kill(TrialRun& t);
   void launch_queued();
   void read_reports(TrialRun& t);
   void sync_checkpoints(TrialRun& t);
@@ -116,13 +121,14 @@ void ExperimentRunner::Impl::load() {
   command = j.at("command").get<std::vector<std::string>>();
   config = trial::ExperimentConfig::parse(rec.config, yaml);
   config.path = yaml;
-  max_slots = config.max_slots > 0
-                  ? config.max_slots
-                  : std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency()));
+  // Slurm schedules its jobs itself: no limit here unless max_slots sets one.
+  const auto cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
+  max_slots = config.max_slots > 0          ? config.max_slots
+              : config.scheduler == "slurm" ? std::numeric_limits<int32_t>::max()
+                                            : cores;
   searcher = make_search_method(config);
   // Each slot's share of the cores for the trials' OpenMP threads, unless the user chose.
-  if (!std::getenv("OMP_NUM_THREADS")) {
-    const auto cores = static_cast<int64_t>(std::thread::hardware_concurrency());
+  if (!std::getenv("OMP_NUM_THREADS") && config.scheduler == "local") {
     setenv("OMP_NUM_THREADS", std::to_string(std::max<int64_t>(1, cores / max_slots)).c_str(), 1);
   }
   for (const TrialRecord& t : store.trials(experiment)) {
@@ -197,12 +203,12 @@ void ExperimentRunner::Impl::apply(const std::vector<Action>& actions) {
 
 void ExperimentRunner::Impl::launch(TrialRun& t) {
   fs::create_directories(t.dir);
-  std::vector<std::string> argv;
-  if (config.slots_per_trial > 1) argv = {"mpirun", "-np", std::to_string(config.slots_per_trial)};
-  argv.insert(argv.end(), command.begin(), command.end());
-  argv.insert(argv.end(), {yaml, "--trial-id", std::to_string(t.request_id), "--hparams",
-                           t.hparams.dump(), "--trial-dir", t.dir, "--json", "--searcher-stdin"});
-  if (!options.device.empty()) argv.insert(argv.end(), {"--device", options.device});
+  std::vector<std::string> program = command;
+  program.insert(program.end(),
+                 {yaml, "--trial-id", std::to_string(t.request_id), "--hparams", t.hparams.dump(),
+                  "--trial-dir", t.dir, "--json", "--searcher-stdin"});
+  if (!options.device.empty()) program.insert(program.end(), {"--device", options.device});
+  const std::vector<std::string> argv = trial_command_line(config, program, job_name(t));
   t.tail = std::make_unique<MetricsTail>((fs::path(t.dir) / "metrics.jsonl").string());
   t.process = std::make_unique<TrialProcess>(argv, (fs::path(t.dir) / "trial.log").string());
   t.stop = StopReason::None;
@@ -210,6 +216,19 @@ void ExperimentRunner::Impl::launch(TrialRun& t) {
   log("trial " + std::to_string(t.request_id) + " running (pid " +
       std::to_string(t.process->pid()) + ", " + std::to_string(config.slots_per_trial) +
       " slot(s))");
+}
+
+// SIGKILL to the trial's processes; a Slurm job is also cancelled (srun killed outright may
+// leave its tasks running).
+void ExperimentRunner::Impl::kill(TrialRun& t) {
+  if (!t.process) return;
+  t.process->kill();
+  if (config.scheduler == "slurm") {
+    TrialProcess scancel({"scancel", "--name", job_name(t)},
+                         (fs::path(t.dir) / "trial.log").string());
+    for (int i = 0; i < 100 && !scancel.poll(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
 }
 
 void ExperimentRunner::Impl::launch_queued() {
@@ -255,7 +274,7 @@ void ExperimentRunner::Impl::on_validation(TrialRun& t, const nlohmann::json& me
     log("trial " + std::to_string(t.request_id) + ": its validation has no number '" + name +
         "' (searcher.metric); it reports: " + has);
     t.stop = StopReason::Invalid;
-    if (t.process) t.process->kill();
+    kill(t);
     return;
   }
   if (batches <= validated[t.request_id]) return;
@@ -395,7 +414,7 @@ bool ExperimentRunner::Impl::follow_requests(std::string& state) {
     } else if (state == "STOPPING_KILLED") {
       if (t.process && t.stop != StopReason::Kill) {
         t.stop = StopReason::Kill;
-        t.process->kill();
+        kill(t);
       } else if (!t.process) {
         end_trial(t, "CANCELED", true);
       }

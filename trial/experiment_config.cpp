@@ -106,6 +106,36 @@ nlohmann::json to_json(const YAML::Node& n) {
   return s;
 }
 
+void parse_resources(Node& root, ExperimentConfig& c) {
+  Node r = root.sub("resources");
+  r.get("slots_per_trial", c.slots_per_trial);
+  TS_CHECK(c.slots_per_trial >= 1, r.where(r.node()), ": 'resources.slots_per_trial' must be >= 1");
+  r.get("max_slots", c.max_slots);
+  TS_CHECK(c.max_slots >= 0, r.where(r.node()),
+           ": 'resources.max_slots' must be >= 1 (or 0: the machine's cores)");
+  TS_CHECK(c.max_slots == 0 || c.max_slots >= c.slots_per_trial, r.where(r.node()),
+           ": 'resources.max_slots' (", c.max_slots, ") is fewer than slots_per_trial (",
+           c.slots_per_trial, "): no trial could start");
+  r.get("scheduler", c.scheduler);
+  TS_CHECK(c.scheduler == "local" || c.scheduler == "slurm", r.where(r.node()),
+           ": 'resources.scheduler' is '", c.scheduler, "'; expected local or slurm");
+  if (r.has("slurm")) {
+    Node s = r.sub("slurm");
+    s.get("partition", c.slurm.partition);
+    s.get("time_limit", c.slurm.time_limit);
+    s.get("gpus_per_slot", c.slurm.gpus_per_slot);
+    TS_CHECK(c.slurm.gpus_per_slot >= 0, s.where(s.node()),
+             ": 'resources.slurm.gpus_per_slot' must be >= 0");
+    if (s.has("srun_args")) {
+      const YAML::Node a = s.raw("srun_args");
+      TS_CHECK(a.IsSequence(), s.where(a), ": 'resources.slurm.srun_args' must be a list");
+      for (const auto& x : a) c.slurm.srun_args.push_back(s.as<std::string>(x, "srun_args"));
+    }
+    s.warn_unknown();
+  }
+  r.warn_unknown();
+}
+
 Length parse_length(Node& parent, const std::string& k) {
   const YAML::Node v = parent.raw(k);
   const std::string what = parent.key(k);
@@ -196,10 +226,10 @@ void parse_searcher(Node& root, ExperimentConfig& c) {
   auto& se = c.searcher;
   s.get("name", se.name);
   const std::string& n = se.name;
-  TS_CHECK(n == "single" || n == "random" || n == "grid" || n == "adaptive_asha" ||
-               n == "async_halving",
-           s.where(s.node()), ": 'searcher.name' is '", n,
-           "'; expected single, random, grid, adaptive_asha or async_halving");
+  TS_CHECK(
+      n == "single" || n == "random" || n == "grid" || n == "adaptive_asha" || n == "async_halving",
+      s.where(s.node()), ": 'searcher.name' is '", n,
+      "'; expected single, random, grid, adaptive_asha or async_halving");
   auto positive = [&](const char* k, int64_t& out, int64_t min) {
     s.get(k, out);
     TS_CHECK(out >= min, s.where(s.node()), ": 'searcher.", k, "' is ", out, ", expected >= ", min);
@@ -224,7 +254,8 @@ void parse_searcher(Node& root, ExperimentConfig& c) {
     if (s.has("bracket_rungs")) {
       const YAML::Node b = s.raw("bracket_rungs");
       TS_CHECK(b.IsSequence(), s.where(b), ": 'searcher.bracket_rungs' must be a list of integers");
-      for (const auto& x : b) se.bracket_rungs.push_back(s.as<int64_t>(x, "searcher.bracket_rungs"));
+      for (const auto& x : b)
+        se.bracket_rungs.push_back(s.as<int64_t>(x, "searcher.bracket_rungs"));
       for (int64_t r : se.bracket_rungs)
         TS_CHECK(r >= 1, s.where(b), ": 'searcher.bracket_rungs' entries must be >= 1");
     }
@@ -286,19 +317,7 @@ void parse_scalars(Node& root, ExperimentConfig& c) {
            "'; expected best, all or none");
   root.get("max_restarts", c.max_restarts);
   TS_CHECK(c.max_restarts >= 0, root.source(), ": 'max_restarts' must be >= 0");
-  if (root.has("resources")) {
-    Node r = root.sub("resources");
-    r.get("slots_per_trial", c.slots_per_trial);
-    TS_CHECK(c.slots_per_trial >= 1, r.where(r.node()),
-             ": 'resources.slots_per_trial' must be >= 1");
-    r.get("max_slots", c.max_slots);
-    TS_CHECK(c.max_slots >= 0, r.where(r.node()),
-             ": 'resources.max_slots' must be >= 1 (or 0: the machine's cores)");
-    TS_CHECK(c.max_slots == 0 || c.max_slots >= c.slots_per_trial, r.where(r.node()),
-             ": 'resources.max_slots' (", c.max_slots, ") is fewer than slots_per_trial (",
-             c.slots_per_trial, "): no trial could start");
-    r.warn_unknown();
-  }
+  if (root.has("resources")) parse_resources(root, c);
   if (root.has("reproducibility")) {
     Node r = root.sub("reproducibility");
     int64_t seed = 0;

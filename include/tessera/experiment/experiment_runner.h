@@ -21,8 +21,10 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "tessera/experiment/experiment_store.h"
+#include "tessera/trial/experiment_config.h"
 
 namespace tessera::experiment {
 
@@ -37,6 +39,15 @@ struct RunnerOptions {
 // The experiment's files (above).
 std::string experiment_dir(const std::string& store_dir, int64_t experiment);
 std::string trial_dir(const std::string& store_dir, int64_t experiment, int64_t request_id);
+
+// The command line that starts one trial: `program` (the trial command and its arguments)
+// under `mpirun -np slots_per_trial` when it needs more than one slot, or with
+// resources.scheduler slurm as a Slurm job: `srun --mpi=pmix --ntasks slots --input=0
+// --job-name JOB --kill-on-bad-exit=1 [--partition P] [--time T] [--gpus-per-task G]
+// [srun_args...] program` (stdin, the searcher's answers, to task 0 only).
+std::vector<std::string> trial_command_line(const trial::ExperimentConfig& config,
+                                            const std::vector<std::string>& program,
+                                            const std::string& job_name);
 
 // Reads and checks the YAML (and its searcher), records the experiment ACTIVE in the store
 // with its files under `store_dir`, and returns its id. `tessera` is the program that runs

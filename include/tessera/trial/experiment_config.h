@@ -58,6 +58,14 @@ struct ExperimentConfig {
   } checkpoint_storage;
   int64_t slots_per_trial = 1;
   int64_t max_slots = 0;  // resources.max_slots: slots all trials may use at once (0: the cores)
+  // resources.scheduler: "local" (trials as processes here) or "slurm" (each trial a Slurm job
+  // started with srun), with resources.slurm's options.
+  std::string scheduler = "local";
+  struct Slurm {
+    std::string partition, time_limit;   // srun --partition, --time ("" = the cluster's)
+    int64_t gpus_per_slot = 0;           // srun --gpus-per-task
+    std::vector<std::string> srun_args;  // anything else, passed as is
+  } slurm;
   int64_t max_restarts = 5;
   int64_t aggregation_frequency = 1;
   // reproducibility.experiment_seed: trial t's seed is experiment_seed + t (default 0).
