@@ -102,12 +102,17 @@ std::unique_ptr<SearchMethod> make_search_method(const trial::ExperimentConfig& 
   context->hparams = config.hyperparameters;
   context->random = SearchRandom(config.experiment_seed);
   TS_CHECK(s.max_length.unit == trial::Length::Batches || s.name == "single" ||
-               s.name == "random" || s.name == "grid",
+               s.name == "random" || s.name == "grid" || s.name == "tpe",
            "searcher ", s.name, ": max_length must be in batches here (", s.max_length.str(), ")");
   if (s.name == "single") return std::make_unique<RandomSearch>(context, 1, 1);
   if (s.name == "random")
     return std::make_unique<RandomSearch>(context, s.max_trials, s.max_concurrent_trials);
   if (s.name == "grid") return std::make_unique<GridSearch>(context, s.max_concurrent_trials);
+  if (s.name == "tpe")
+    return std::make_unique<TPESearch>(
+        context,
+        TPESearch::Options{s.max_trials, s.max_concurrent_trials, s.n_startup_trials,
+                           s.n_ei_candidates, s.gamma, s.prior_weight, s.smaller_is_better});
   const int64_t length = s.max_length.value;
   if (s.name == "async_halving")
     return std::make_unique<AsyncHalvingSearch>(context, s.num_rungs, s.divisor, length,

@@ -86,4 +86,33 @@ class TournamentSearch : public SearchMethod {
   std::map<int64_t, size_t> table_;
 };
 
+// Optuna's TPE sampler as a searcher (beyond Determined): the first n_startup_trials random,
+// then each new trial's hyperparameters drawn one by one from the Parzen estimator of the best
+// gamma fraction of the finished trials (at most 25), as the best of n_ei_candidates by l(x) /
+// g(x) against the estimator of the others. A trial's result is its last validation.
+class TPESearch : public SearchMethod {
+ public:
+  struct Options {
+    int64_t max_trials = 1, max_concurrent = 16, n_startup_trials = 10, n_ei_candidates = 24;
+    double gamma = 0.1, prior_weight = 1.0;
+    bool smaller_is_better = true;
+  };
+  TPESearch(std::shared_ptr<SearchContext> c, Options options);
+  std::vector<Action> initial_trials() override;
+  std::vector<Action> validation_completed(int64_t id, int64_t length, double metric) override;
+  std::vector<Action> trial_exited(int64_t id) override;
+  std::vector<Action> trial_exited_early(int64_t id, ExitReason reason) override;
+  nlohmann::json snapshot(bool with_context) const override;
+  void restore(const nlohmann::json& state, bool with_context) override;
+
+ private:
+  Action next();
+  nlohmann::json suggest();
+  Options options_;
+  int64_t created_ = 0, pending_ = 0;
+  std::map<int64_t, nlohmann::json> hparams_;                    // of every created trial
+  std::map<int64_t, double> last_metric_;                        // of trials still running
+  std::vector<std::pair<nlohmann::json, double>> observations_;  // finished: (hparams, metric)
+};
+
 }  // namespace tessera::experiment

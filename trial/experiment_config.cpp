@@ -226,10 +226,10 @@ void parse_searcher(Node& root, ExperimentConfig& c) {
   auto& se = c.searcher;
   s.get("name", se.name);
   const std::string& n = se.name;
-  TS_CHECK(
-      n == "single" || n == "random" || n == "grid" || n == "adaptive_asha" || n == "async_halving",
-      s.where(s.node()), ": 'searcher.name' is '", n,
-      "'; expected single, random, grid, adaptive_asha or async_halving");
+  TS_CHECK(n == "single" || n == "random" || n == "grid" || n == "adaptive_asha" ||
+               n == "async_halving" || n == "tpe",
+           s.where(s.node()), ": 'searcher.name' is '", n,
+           "'; expected single, random, grid, adaptive_asha, async_halving or tpe");
   auto positive = [&](const char* k, int64_t& out, int64_t min) {
     s.get(k, out);
     TS_CHECK(out >= min, s.where(s.node()), ": 'searcher.", k, "' is ", out, ", expected >= ", min);
@@ -244,6 +244,16 @@ void parse_searcher(Node& root, ExperimentConfig& c) {
     s.get("divisor", se.divisor);
     TS_CHECK(se.divisor > 1, s.where(s.node()), ": 'searcher.divisor' is ", se.divisor,
              ", expected > 1");
+  }
+  if (n == "tpe") {
+    positive("n_startup_trials", se.n_startup_trials, 1);
+    positive("n_ei_candidates", se.n_ei_candidates, 1);
+    s.get("gamma", se.gamma);
+    TS_CHECK(se.gamma > 0 && se.gamma <= 1, s.where(s.node()), ": 'searcher.gamma' is ", se.gamma,
+             ", expected in (0, 1]");
+    s.get("prior_weight", se.prior_weight);
+    TS_CHECK(se.prior_weight > 0, s.where(s.node()), ": 'searcher.prior_weight' is ",
+             se.prior_weight, ", expected > 0");
   }
   if (n == "adaptive_asha") {
     positive("max_rungs", se.max_rungs, 1);

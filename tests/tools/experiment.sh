@@ -62,6 +62,8 @@ searcher:
   max_length: {batches: %d}
 """
 open("asha.yaml", "w").write(asha)
+open("tpe.yaml", "w").write(asha.replace("name: asha", "name: tpe").replace(
+    "name: adaptive_asha", "name: tpe\n  n_startup_trials: 3"))
 # Only the experiment's best checkpoint survives (trial directories under host_path).
 open("gc.yaml", "w").write(asha.replace("name: asha", "name: gc").replace("max_trials: 6", "max_trials: 4")
     + "checkpoint_storage:\n  host_path: ckpts\n  save_experiment_best: 1\n"
@@ -110,40 +112,49 @@ PY
 grep -q "stopped by the searcher at 8 batches\|stopped by the searcher at 16 batches" asha1.err ||
   { echo "no early stop in the runner's log:"; cat asha1.err; exit 1; }
 
-"$tessera" experiment create gc.yaml --follow --json > gc.out 2> gc.err           # 3
-kept=$(find ckpts/gc/experiment_3 -mindepth 3 -maxdepth 3 -path '*/checkpoints/*' | sort)
-[ "$(echo "$kept" | wc -l)" = 1 ] && [ "$(realpath "$kept")" = "$("$tessera" experiment best 3)" ] ||
+"$tessera" experiment create tpe.yaml --follow --json > tpe.out 2> tpe.err         # 3
+python3 - <<'PY'
+import json
+d = json.loads(open("tpe.out").read().splitlines()[-1])
+assert d["state"] == "COMPLETED" and len(d["trials"]) == 6, d
+assert all(t["batches"] == 32 and 10**-3.5 <= t["hparams"]["optimizer.params.lr"] <= 10**-1.5
+           for t in d["trials"]), d
+print("TPE: 6 trials of 32 batches, the last 3 suggested from the first ones")
+PY
+"$tessera" experiment create gc.yaml --follow --json > gc.out 2> gc.err           # 4
+kept=$(find ckpts/gc/experiment_4 -mindepth 3 -maxdepth 3 -path '*/checkpoints/*' | sort)
+[ "$(echo "$kept" | wc -l)" = 1 ] && [ "$(realpath "$kept")" = "$("$tessera" experiment best 4)" ] ||
   { echo "save_experiment_best 1 kept: $kept"; exit 1; }
 echo "save_experiment_best 1: only $kept is left"
 
 # 2. One trial uninterrupted, then with its process killed, its runner killed, paused.
-"$tessera" experiment create single.yaml --follow --json > ref.out 2> ref.err        # 4
-"$tessera" experiment create single.yaml --json > /dev/null 2>&1                     # 5
-wait_batches 5 80
-pkill -9 -f "trial-dir $TESSERA_STORE/experiment_5/trial_1" || { echo "no trial process to kill"; exit 1; }
-wait_state 5 COMPLETED
+"$tessera" experiment create single.yaml --follow --json > ref.out 2> ref.err        # 5
 "$tessera" experiment create single.yaml --json > /dev/null 2>&1                     # 6
 wait_batches 6 80
-pkill -9 -f "experiment resume 6 --store" || { echo "no runner to kill"; exit 1; }
-"$tessera" experiment resume 6 --follow --json > resumed.out 2> resumed.err ||
-  { echo "resume failed:"; cat resumed.err; exit 1; }
+pkill -9 -f "trial-dir $TESSERA_STORE/experiment_6/trial_1" || { echo "no trial process to kill"; exit 1; }
+wait_state 6 COMPLETED
 "$tessera" experiment create single.yaml --json > /dev/null 2>&1                     # 7
 wait_batches 7 80
-"$tessera" experiment pause 7 > pause.out 2>&1 || { echo "pause failed:"; cat pause.out; exit 1; }
-for _ in $(seq 600); do
-  describe 7 | grep -q '"state":"PAUSED","trials":\[{.*"state":"PAUSED"' && break; sleep 0.05
-done
-describe 7 | grep -q '"state":"PAUSED"' || { echo "pause did not pause"; describe 7; exit 1; }
-paused=$(describe 7 | python3 -c 'import json,sys; print(json.load(sys.stdin)["trials"][0]["batches"])')
-sleep 1
-now=$(describe 7 | python3 -c 'import json,sys; print(json.load(sys.stdin)["trials"][0]["batches"])')
-[ "$now" = "$paused" ] || { echo "a paused trial went on: $paused -> $now batches"; exit 1; }
-"$tessera" experiment activate 7 > /dev/null 2>&1
-wait_state 7 COMPLETED
+pkill -9 -f "experiment resume 7 --store" || { echo "no runner to kill"; exit 1; }
+"$tessera" experiment resume 7 --follow --json > resumed.out 2> resumed.err ||
+  { echo "resume failed:"; cat resumed.err; exit 1; }
 "$tessera" experiment create single.yaml --json > /dev/null 2>&1                     # 8
-wait_batches 8 40
-"$tessera" experiment kill 8 > kill.out 2>&1 || { echo "kill failed:"; cat kill.out; exit 1; }
-wait_state 8 CANCELED
+wait_batches 8 80
+"$tessera" experiment pause 8 > pause.out 2>&1 || { echo "pause failed:"; cat pause.out; exit 1; }
+for _ in $(seq 600); do
+  describe 8 | grep -q '"state":"PAUSED","trials":\[{.*"state":"PAUSED"' && break; sleep 0.05
+done
+describe 8 | grep -q '"state":"PAUSED"' || { echo "pause did not pause"; describe 8; exit 1; }
+paused=$(describe 8 | python3 -c 'import json,sys; print(json.load(sys.stdin)["trials"][0]["batches"])')
+sleep 1
+now=$(describe 8 | python3 -c 'import json,sys; print(json.load(sys.stdin)["trials"][0]["batches"])')
+[ "$now" = "$paused" ] || { echo "a paused trial went on: $paused -> $now batches"; exit 1; }
+"$tessera" experiment activate 8 > /dev/null 2>&1
+wait_state 8 COMPLETED
+"$tessera" experiment create single.yaml --json > /dev/null 2>&1                     # 9
+wait_batches 9 40
+"$tessera" experiment kill 9 > kill.out 2>&1 || { echo "kill failed:"; cat kill.out; exit 1; }
+wait_state 9 CANCELED
 python3 - "$TESSERA_STORE" <<'PY'
 import json, sqlite3, sys
 db = sqlite3.connect(sys.argv[1] + "/experiments.db")
@@ -151,15 +162,15 @@ def validations(e):
     return [json.loads(m)["validation_loss"] for (m,) in db.execute(
         "SELECT m.metrics FROM metrics m JOIN trials t ON m.trial_id = t.id "
         "WHERE t.experiment_id = ? AND m.kind = 'validation' ORDER BY m.batches", (e,))]
-ref = validations(4)
+ref = validations(5)
 assert len(ref) == 10, ref
-for e, what, restarts in ((5, "trial killed -9", 1), (6, "runner killed -9", 0),
-                          (7, "paused and activated", 0)):
+for e, what, restarts in ((6, "trial killed -9", 1), (7, "runner killed -9", 0),
+                          (8, "paused and activated", 0)):
     (state, r), = db.execute("SELECT state, restarts FROM trials WHERE experiment_id = ?", (e,))
     got = validations(e)
     assert state == "COMPLETED" and r == restarts and got == ref, (e, what, state, r, got, ref)
     print(f"{what}: {len(got)} validations equal to the uninterrupted run's, restarts {r}")
-(state,), = db.execute("SELECT state FROM trials WHERE experiment_id = 8")
+(state,), = db.execute("SELECT state FROM trials WHERE experiment_id = 9")
 assert state == "CANCELED", state
 assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 PY
@@ -169,10 +180,10 @@ if "$tessera" experiment create broken.yaml --follow > broken.out 2> broken.err;
   echo "broken.yaml completed"; exit 1
 fi
 grep -q "after 2 restarts (max_restarts): ERROR" broken.err
-broken=$(describe 9 | python3 -c 'import json,sys; print(json.load(sys.stdin)["trials"][0]["id"])')
+broken=$(describe 10 | python3 -c 'import json,sys; print(json.load(sys.stdin)["trials"][0]["id"])')
 "$tessera" experiment logs "$broken" | grep -q "missing.json"
 "$tessera" experiment create two.yaml --follow --json > two.out 2> two.err
 grep -q '"state":"COMPLETED"' two.out
-grep -q "on 2 slot(s)" "$TESSERA_STORE/experiment_10/trial_1/trial.log"
+grep -q "on 2 slot(s)" "$TESSERA_STORE/experiment_11/trial_1/trial.log"
 "$tessera" experiment list
 echo ok

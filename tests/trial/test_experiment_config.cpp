@@ -142,8 +142,11 @@ TEST_CASE("experiment config: wrong values are errors naming file, line and key"
        "'searcher.max_length.batches' must be > 0"},
       {"searcher:\n  metric: loss\n  max_length: {epochs: 3}\n", "needs 'records_per_epoch'"},
       {"searcher:\n  name: bayesian\n  metric: loss\n  max_length: {batches: 3}\n",
-       "'searcher.name' is 'bayesian'; expected single, random, grid, adaptive_asha or "
-       "async_halving"},
+       "'searcher.name' is 'bayesian'; expected single, random, grid, adaptive_asha, "
+       "async_halving or tpe"},
+      {"searcher:\n  name: tpe\n  metric: l\n  max_length: {batches: 3}\n  max_trials: 4\n"
+       "  gamma: 0\n",
+       "'searcher.gamma' is 0, expected in (0, 1]"},
       {"searcher:\n  name: random\n  metric: loss\n  max_length: {batches: 3}\n",
        "'searcher.max_trials' is required by the random searcher"},
       {"searcher:\n  name: async_halving\n  metric: l\n  max_length: {batches: 3}\n"

@@ -9,6 +9,7 @@
 //   max_length / divisor^k; a trial reaching a rung continues only in the top 1/divisor of the
 //   rung's metrics so far, or as the rung's best while it has fewer than divisor). adaptive_asha:
 //   brackets of async_halving with 1..max_rungs rungs by `mode`, trials split between them.
+//   tpe: Optuna's TPE sampler (searchers.h says how).
 #pragma once
 #include <cstdint>
 #include <memory>

@@ -32,7 +32,7 @@ struct ExperimentConfig {
   // Nested groups are flattened with dots: {optimizer: {lr: 0.1}} is "optimizer.lr".
   std::map<std::string, Hyperparameter> hyperparameters;
   // Determined's searcher section: single, random, grid, adaptive_asha, async_halving (the
-  // keys each takes, with Determined's defaults).
+  // keys each takes, with Determined's defaults), and tpe.
   struct Searcher {
     std::string name = "single";
     std::string metric;
@@ -45,6 +45,9 @@ struct ExperimentConfig {
     double divisor = 4;                  // adaptive_asha, async_halving
     std::string mode = "standard";       // adaptive_asha: aggressive, standard, conservative
     std::vector<int64_t> bracket_rungs;  // adaptive_asha: explicit brackets (overrides mode)
+    // tpe (Optuna's sampler, beyond Determined): its defaults.
+    int64_t n_startup_trials = 10, n_ei_candidates = 24;
+    double gamma = 0.1, prior_weight = 1.0;
   } searcher;
   std::optional<int64_t> records_per_epoch;
   std::optional<Length> min_validation_period, min_checkpoint_period;
