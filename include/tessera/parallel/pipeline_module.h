@@ -1,0 +1,130 @@
+// DeepSpeed's PipelineModule in C++: a model given as a list of layer specifications, split
+// among pipeline stages, each stage building only its own layers.
+//
+//   std::vector<parallel::LayerSpec> specs{
+//       parallel::LayerSpec::of<Embed>("Embed", vocab, dim),
+//       parallel::LayerSpec::of<Block>("Block", dim), parallel::LayerSpec::of<Block>("Block", dim),
+//       parallel::LayerSpec::of<Head>("Head", dim, vocab)};
+//   parallel::PipelineModule model(specs, loss_fn, stage_id, {.num_stages = 2,
+//                                                              .partition_method = "type:block"});
+//
+// Layers pass one value from one to the next: a tuple of tensors (PipeValue), as DeepSpeed's
+// layers pass a tensor or a tuple. A layer is a PipeLayer (or an nn::UnaryModule wrapped by
+// LayerSpec::unary). A TiedLayerSpec (LayerSpec::tied) names a key: every position with that
+// key uses one module (built on each stage that holds one of them), optionally through its own
+// forward function (GPT-2's embedding reused as the LM head); the engine sums the tied
+// parameters' gradients over those stages. With seed_layers, layer i is built right after
+// manual_seed(base_seed + i), so any split builds the same weights as one process.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tessera/nn/layers.h"
+#include "tessera/nn/module.h"
+#include "tessera/parallel/pipe_partition.h"
+
+namespace tessera::parallel {
+
+using PipeValue = std::vector<Tensor>;
+
+class PipeLayer : public nn::Module {
+ public:
+  using nn::Module::Module;
+  virtual PipeValue forward(const PipeValue& x) = 0;
+};
+
+struct LayerSpec {
+  std::string type_name;  // what partition_method "type:REGEX" matches
+  std::function<std::unique_ptr<PipeLayer>(nn::Module* parent, const std::string& name)> build;
+  // TiedLayerSpec: the key shared by its positions, the tied parameters (by name in the
+  // module; empty: all of them), and the forward used at this position (empty: the layer's).
+  std::string tied_key;
+  std::vector<std::string> tied_weights;
+  std::function<PipeValue(PipeLayer&, const PipeValue&)> forward_fn;
+
+  // L(parent, name, args...) for a PipeLayer L.
+  template <class L, class... Args>
+  static LayerSpec of(std::string type_name, Args... args) {
+    return {std::move(type_name),
+            [=](nn::Module* parent, const std::string& name) -> std::unique_ptr<PipeLayer> {
+              return std::make_unique<L>(parent, name, args...);
+            }};
+  }
+  // An nn::UnaryModule M(parent, name, args...) on the value's single tensor.
+  template <class M, class... Args>
+  static LayerSpec unary(std::string type_name, Args... args);
+  template <class L, class... Args>
+  static LayerSpec tied(std::string key, std::vector<std::string> tied_weights,
+                        std::function<PipeValue(PipeLayer&, const PipeValue&)> forward_fn,
+                        std::string type_name, Args... args) {
+    LayerSpec s = of<L>(std::move(type_name), args...);
+    s.tied_key = std::move(key);
+    s.tied_weights = std::move(tied_weights);
+    s.forward_fn = std::move(forward_fn);
+    return s;
+  }
+};
+
+// A UnaryModule as a PipeLayer (LayerSpec::unary).
+template <class M>
+class UnaryPipeLayer : public PipeLayer {
+ public:
+  template <class... Args>
+  UnaryPipeLayer(nn::Module* parent, const std::string& name, Args... args)
+      : PipeLayer(parent, name), inner_(this, "inner", args...) {}
+  PipeValue forward(const PipeValue& x) override { return {inner_.forward(x.at(0))}; }
+  std::string type_name() const override { return inner_.type_name(); }
+  M& inner() { return inner_; }
+
+ private:
+  M inner_;
+};
+
+template <class M, class... Args>
+LayerSpec LayerSpec::unary(std::string type_name, Args... args) {
+  return of<UnaryPipeLayer<M>>(std::move(type_name), args...);
+}
+
+// The loss of the last stage's output against the micro-batch's labels.
+using PipeLossFn = std::function<Tensor(const PipeValue& outputs, const PipeValue& labels)>;
+
+struct PipelineModuleOptions {
+  int64_t num_stages = 1;
+  std::string partition_method = "parameters";  // DeepSpeed's default
+  std::vector<int64_t> partition_bounds;        // explicit (num_stages + 1), else the method
+  bool seed_layers = false;
+  uint64_t base_seed = 1234;
+};
+
+class PipelineModule : public nn::Module {
+ public:
+  PipelineModule(std::vector<LayerSpec> specs, PipeLossFn loss_fn, int64_t stage_id,
+                 PipelineModuleOptions options = {});
+  // This stage's layers on `x` (the previous stage's output, or the micro-batch's inputs).
+  PipeValue forward(const PipeValue& x);
+  Tensor loss(const PipeValue& outputs, const PipeValue& labels) const;
+  int64_t num_stages() const { return options_.num_stages; }
+  int64_t stage_id() const { return stage_id_; }
+  const std::vector<int64_t>& bounds() const { return bounds_; }  // every stage's layers
+  int64_t num_layers() const { return static_cast<int64_t>(specs_.size()); }
+  // Tied keys: the stages holding a position of each, and this stage's tied parameters.
+  std::map<std::string, std::vector<int64_t>> tied_stages() const;
+  std::vector<Tensor*> tied_parameters(const std::string& key);
+
+ private:
+  std::vector<LayerSpec> specs_;
+  PipeLossFn loss_fn_;
+  int64_t stage_id_;
+  PipelineModuleOptions options_;
+  std::vector<int64_t> bounds_;
+  std::unique_ptr<nn::Module> tied_modules_;  // "tied_modules.<key>"
+  std::map<std::string, std::unique_ptr<PipeLayer>> tied_;
+  std::vector<std::unique_ptr<PipeLayer>> layers_;  // this stage's untied ones, by position
+  std::vector<PipeLayer*> positions_;               // this stage's layer at each position
+};
+
+}  // namespace tessera::parallel

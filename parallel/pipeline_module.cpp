@@ -1,0 +1,108 @@
+#include "tessera/parallel/pipeline_module.h"
+#include <algorithm>
+
+#include "tessera/error.h"
+#include "tessera/rng.h"
+
+namespace tessera::parallel {
+
+namespace {
+
+// Keeps the default generator where it was: building (or counting) layers draws from it.
+class GeneratorRestore {
+ public:
+  GeneratorRestore() : state_(default_generator().state()) {}
+  ~GeneratorRestore() { default_generator().set_state(state_); }
+  GeneratorRestore(const GeneratorRestore&) = delete;
+  GeneratorRestore& operator=(const GeneratorRestore&) = delete;
+
+ private:
+  GeneratorState state_;
+};
+
+}  // namespace
+
+PipelineModule::PipelineModule(std::vector<LayerSpec> specs, PipeLossFn loss_fn, int64_t stage_id,
+                               PipelineModuleOptions options)
+    : specs_(std::move(specs)),
+      loss_fn_(std::move(loss_fn)),
+      stage_id_(stage_id),
+      options_(std::move(options)) {
+  const int64_t p = options_.num_stages, n = num_layers();
+  TS_CHECK(p >= 1 && stage_id >= 0 && stage_id < p, "PipelineModule: stage ", stage_id, " of ", p,
+           " stages");
+  TS_CHECK(n >= p, "PipelineModule: ", n, " layers cannot fill ", p, " stages");
+  for (int64_t i = 0; i < n; ++i)
+    TS_CHECK(specs_[static_cast<size_t>(i)].build, "PipelineModule: layer ", i, " has no builder");
+  GeneratorRestore restore;
+  if (!options_.partition_bounds.empty()) {
+    bounds_ = check_partition(options_.partition_bounds, n, p);
+  } else {
+    std::vector<LayerInfo> info;
+    for (int64_t i = 0; i < n; ++i) {
+      const LayerSpec& s = specs_[static_cast<size_t>(i)];
+      int64_t params = 0;
+      if (options_.partition_method == "parameters")
+        params = s.build(nullptr, "count")->num_parameters();
+      info.push_back({s.type_name, params});
+    }
+    bounds_ = partition_layers(options_.partition_method, info, p);
+  }
+  for (int64_t i = bounds_[static_cast<size_t>(stage_id)];
+       i < bounds_[static_cast<size_t>(stage_id + 1)]; ++i) {
+    const LayerSpec& s = specs_[static_cast<size_t>(i)];
+    if (options_.seed_layers) manual_seed(options_.base_seed + static_cast<uint64_t>(i));
+    if (s.tied_key.empty()) {
+      layers_.push_back(s.build(this, std::to_string(i)));
+      positions_.push_back(layers_.back().get());
+      continue;
+    }
+    if (!tied_modules_) tied_modules_ = std::make_unique<nn::Module>(this, "tied_modules");
+    auto& module = tied_[s.tied_key];
+    if (!module) module = s.build(tied_modules_.get(), s.tied_key);
+    positions_.push_back(module.get());
+  }
+}
+
+PipeValue PipelineModule::forward(const PipeValue& x) {
+  nn::ModuleScope scope(*this);
+  PipeValue h = x;
+  const int64_t first = bounds_[static_cast<size_t>(stage_id_)];
+  for (size_t k = 0; k < positions_.size(); ++k) {
+    const LayerSpec& s = specs_[static_cast<size_t>(first) + k];
+    h = s.forward_fn ? s.forward_fn(*positions_[k], h) : positions_[k]->forward(h);
+  }
+  return h;
+}
+
+Tensor PipelineModule::loss(const PipeValue& outputs, const PipeValue& labels) const {
+  TS_CHECK(loss_fn_, "PipelineModule: no loss_fn");
+  return loss_fn_(outputs, labels);
+}
+
+std::map<std::string, std::vector<int64_t>> PipelineModule::tied_stages() const {
+  std::map<std::string, std::vector<int64_t>> out;
+  for (int64_t s = 0; s < options_.num_stages; ++s)
+    for (int64_t i = bounds_[static_cast<size_t>(s)]; i < bounds_[static_cast<size_t>(s + 1)];
+         ++i) {
+      const std::string& key = specs_[static_cast<size_t>(i)].tied_key;
+      if (!key.empty() && (out[key].empty() || out[key].back() != s)) out[key].push_back(s);
+    }
+  return out;
+}
+
+std::vector<Tensor*> PipelineModule::tied_parameters(const std::string& key) {
+  auto it = tied_.find(key);
+  if (it == tied_.end()) return {};
+  const LayerSpec* spec = nullptr;
+  for (const LayerSpec& s : specs_)
+    if (s.tied_key == key) spec = &s;
+  std::vector<Tensor*> out;
+  for (auto& [name, t] : it->second->named_parameters()) {
+    const auto& w = spec->tied_weights;
+    if (w.empty() || std::find(w.begin(), w.end(), name) != w.end()) out.push_back(t);
+  }
+  return out;
+}
+
+}  // namespace tessera::parallel

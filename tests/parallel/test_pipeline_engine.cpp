@@ -1,0 +1,142 @@
+// PipelineModule + PipelineEngine (1F1B) at 1, 2 and 4 stages reproduce one process: an MLP
+// of 6 layers trained 3 batches of 4 micro-batches, and a model whose first and last layers
+// are one tied module (its gradient summed over the two stages that hold it), against the same
+// layers run as one module with the micro-batches' losses / 4 backwarded one after another.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "relative_error.h"
+#include "tessera/engine/pipeline_engine.h"
+#include "tessera/ops.h"
+#include "tessera/rng.h"
+
+using namespace tessera;
+using parallel::LayerSpec;
+using parallel::PipeLayer;
+using parallel::PipeValue;
+
+namespace {
+
+class Dense : public PipeLayer {
+ public:
+  Dense(nn::Module* parent, const std::string& name, int64_t in, int64_t out)
+      : PipeLayer(parent, name), fc(this, "fc", in, out) {}
+  PipeValue forward(const PipeValue& x) override { return {tanh(fc(x.at(0)))}; }
+  std::string type_name() const override { return "Dense"; }
+  nn::Linear fc;
+};
+
+Tensor mse(const PipeValue& y, const PipeValue& labels) {
+  const Tensor d = y.at(0) - labels.at(0);
+  return mean(d * d);
+}
+
+std::vector<LayerSpec> mlp() {
+  return {LayerSpec::of<Dense>("Dense", 4, 8), LayerSpec::of<Dense>("Dense", 8, 8),
+          LayerSpec::of<Dense>("Dense", 8, 8), LayerSpec::of<Dense>("Dense", 8, 8),
+          LayerSpec::of<Dense>("Dense", 8, 8), LayerSpec::unary<nn::Linear>("Linear", 8, 4)};
+}
+
+// The embedding-like layer at position 0 and, through its transposed weight, at the end.
+std::vector<LayerSpec> tied() {
+  auto head = [](PipeLayer& l, const PipeValue& x) -> PipeValue {
+    return {matmul(x.at(0), dynamic_cast<Dense&>(l).fc.weight)};
+  };
+  return {LayerSpec::tied<Dense>("embed", {}, {}, "Dense", 4, 6),
+          LayerSpec::of<Dense>("Dense", 6, 6), LayerSpec::of<Dense>("Dense", 6, 6),
+          LayerSpec::tied<Dense>("embed", {}, head, "Dense", 4, 6)};
+}
+
+std::vector<engine::PipeMicroBatch> batches(int64_t count) {
+  GeneratorState saved = default_generator().state();
+  manual_seed(99);
+  std::vector<engine::PipeMicroBatch> out;
+  for (int64_t i = 0; i < count; ++i) out.push_back({{randn({3, 4})}, {randn({3, 4})}});
+  default_generator().set_state(saved);
+  return out;
+}
+
+std::unique_ptr<optim::Optimizer> sgd(nn::Module& m) {
+  optim::ParamGroup g;
+  for (auto& [name, t] : m.named_parameters()) g.names.push_back(name), g.params.push_back(*t);
+  g.lr = 0.1;
+  return std::make_unique<optim::SGD>(std::vector<optim::ParamGroup>{g}, optim::SGDOptions{0.9});
+}
+
+// One process: the whole model, each micro-batch's loss / m backwarded in turn, then a step.
+void check_against_one_process(const std::vector<LayerSpec>& specs, const char* what) {
+  auto world = parallel::world();
+  const int p = world->size(), s = world->rank();
+  const int64_t m = 4, steps = 3;
+  parallel::PipelineModuleOptions o;
+  o.num_stages = p;
+  o.partition_method = "uniform";
+  o.seed_layers = true;
+  o.base_seed = 5;
+  parallel::PipelineModule piped(specs, mse, s, o);
+  o.num_stages = 1;
+  parallel::PipelineModule whole(specs, mse, 0, o);
+  engine::PipelineEngine engine(piped, world, sgd(piped), {m});
+  auto opt = sgd(whole);
+  const auto data = batches(m * steps);
+  for (int64_t step = 0; step < steps; ++step) {
+    int64_t next = step * m;
+    const double got = engine.train_batch([&] { return data[static_cast<size_t>(next++)]; });
+    double want = 0;
+    for (int64_t k = step * m; k < (step + 1) * m; ++k) {
+      const auto& mb = data[static_cast<size_t>(k)];
+      const Tensor loss = whole.loss(whole.forward(mb.inputs), mb.labels);
+      want += loss.item() / static_cast<double>(m);
+      (loss * (1.0 / static_cast<double>(m))).backward();
+    }
+    opt->step();
+    whole.zero_grad();
+    CAPTURE(what);
+    CAPTURE(step);
+    CHECK(std::abs(got - want) <= 1e-6 * std::abs(want));
+  }
+  // This stage's parameters after the steps: the whole model's of the same names.
+  auto ref = whole.state_dict();
+  for (auto& [name, t] : piped.named_parameters()) {
+    CAPTURE(name);
+    REQUIRE(ref.count(name));
+    CHECK(rel_diff(*t, ref.at(name)) <= 1e-6);
+  }
+  // Evaluation: the mean forward loss of 4 micro-batches.
+  int64_t next = 0;
+  const double eval = engine.eval_batch([&] { return data[static_cast<size_t>(next++)]; });
+  double want = 0;
+  for (int64_t k = 0; k < m; ++k)
+    want += whole
+                .loss(whole.forward(data[static_cast<size_t>(k)].inputs),
+                      data[static_cast<size_t>(k)].labels)
+                .item() /
+            static_cast<double>(m);
+  CHECK(std::abs(eval - want) <= 1e-6 * std::abs(want));
+}
+
+}  // namespace
+
+TEST_CASE("pipeline engine (1F1B): an MLP at this job's stage count equals one process") {
+  if (parallel::world()->size() > 6) return;
+  check_against_one_process(mlp(), "mlp");
+}
+
+TEST_CASE("pipeline engine: tied first and last layers equal one process") {
+  if (parallel::world()->size() > 4) return;
+  check_against_one_process(tied(), "tied");
+}
+
+TEST_CASE("pipeline engine: forward/backward/step point to train_batch; unbuilt schedules") {
+  auto world = parallel::world();
+  parallel::PipelineModuleOptions o;
+  o.num_stages = world->size();
+  o.partition_method = "uniform";
+  if (world->size() > 6) return;
+  parallel::PipelineModule piped(mlp(), mse, world->rank(), o);
+  engine::PipelineEngine engine(piped, world, sgd(piped), {2});
+  CHECK_THROWS_WITH(engine.forward(), doctest::Contains("use train_batch()"));
+  CHECK_THROWS_WITH(engine::PipelineEngine(piped, world, sgd(piped), {2, "zb-h1"}),
+                    doctest::Contains("schedule 'zb-h1' is not built yet"));
+}
