@@ -63,7 +63,8 @@ TEST_CASE("pipe schedules: DeepSpeed's streams, instruction for instruction") {
 }
 
 TEST_CASE("1F1B (TrainSchedule): bubble (p - 1) / (m + p - 1), at most p - stage in flight") {
-  for (auto [p, m] : {std::pair<int64_t, int64_t>{2, 4}, {4, 8}, {4, 16}, {3, 5}, {5, 2}}) {
+  for (const auto& pm : {std::pair<int64_t, int64_t>{2, 4}, {4, 8}, {4, 16}, {3, 5}, {5, 2}}) {
+    const int64_t p = pm.first, m = pm.second;  // (clang 14 cannot capture bindings)
     CAPTURE(p);
     CAPTURE(m);
     const auto streams = pipeline_streams(p, [&](int64_t s) { return TrainSchedule(m, p, s); });
@@ -86,8 +87,9 @@ TEST_CASE("interleaved 1F1B: Megatron's order, bubble (p - 1) / (v m + p - 1)") 
   CHECK(compute_order(InterleavedSchedule(4, 2, 0, 2).steps()) ==
         std::vector<std::string>{"F0.0", "F0.1", "F1.0", "F1.1", "F0.2", "B1.0", "F0.3", "B1.1",
                                  "F1.2", "B0.0", "F1.3", "B0.1", "B1.2", "B1.3", "B0.2", "B0.3"});
-  for (auto [p, v, m] :
+  for (const auto& pvm :
        {std::tuple<int64_t, int64_t, int64_t>{2, 2, 4}, {4, 2, 8}, {4, 3, 8}, {2, 4, 6}}) {
+    const int64_t p = std::get<0>(pvm), v = std::get<1>(pvm), m = std::get<2>(pvm);
     CAPTURE(p);
     CAPTURE(v);
     CAPTURE(m);
@@ -110,7 +112,8 @@ TEST_CASE("ZB-H1: the hand-derived order and bubble (p - 1) / (3 m + p - 1)") {
   CHECK(compute_order(ZeroBubbleH1Schedule(3, 2, 1).steps()) ==
         std::vector<std::string>{"F0.0", "I0.0", "F0.1", "I0.1", "F0.2", "I0.2", "W0.0", "W0.1",
                                  "W0.2"});
-  for (auto [p, m] : {std::pair<int64_t, int64_t>{2, 3}, {2, 8}, {4, 8}, {4, 16}}) {
+  for (const auto& pm : {std::pair<int64_t, int64_t>{2, 3}, {2, 8}, {4, 8}, {4, 16}}) {
+    const int64_t p = pm.first, m = pm.second;
     CAPTURE(p);
     CAPTURE(m);
     const auto sim = simulate_pipeline(

@@ -98,7 +98,9 @@ void check_against_one_process(const std::vector<LayerSpec>& specs, const char* 
   }
   // This stage's parameters after the steps: the whole model's of the same names.
   auto ref = whole.state_dict();
-  for (auto& [name, t] : piped.named_parameters()) {
+  for (auto& named : piped.named_parameters()) {
+    const std::string name = named.first;  // (clang 14 cannot capture a binding)
+    const Tensor* t = named.second;
     CAPTURE(name);
     REQUIRE(ref.count(name));
     CHECK(rel_diff(*t, ref.at(name)) <= 1e-6);
