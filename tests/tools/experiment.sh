@@ -14,16 +14,8 @@
 set -euo pipefail
 tessera="$(realpath "$1")"; fixtures="$(realpath "$2")"
 work="$(mktemp -d)"; trap 'pkill -9 -f "$work" 2>/dev/null || true; rm -rf "$work"' EXIT
-export TESSERA_STORE="$work/store" OMP_NUM_THREADS=1 XDG_CACHE_HOME="$work/cache"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-cp "$fixtures/../../README.md" "$work/corpus.txt"
-cd "$work"
-python3 - "$fixtures/train_small.json" <<'PY'
-import json, sys
-c = json.load(open(sys.argv[1]))
-c["data"]["path"] = "corpus.txt"
-c["train"]["sample_tokens"] = 0
-json.dump(c, open("small.json", "w"))
+source "$(dirname "$0")/experiment_setup.sh"
+python3 - <<'PY'
 common = """entrypoint: builtin:gpt2
 min_validation_period:
   batches: {period}

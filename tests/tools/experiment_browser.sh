@@ -10,15 +10,9 @@ browser="$(command -v chromium || command -v chromium-browser || true)"
 [ -n "$browser" ] || { echo "no chromium: skipped"; exit 77; }
 work="$(mktemp -d)"
 trap 'kill "${server:-0}" 2>/dev/null || true; pkill -9 -f "$work" 2>/dev/null || true; rm -rf "$work"' EXIT
-export TESSERA_STORE="$work/store" OMP_NUM_THREADS=1 XDG_CACHE_HOME="$work/cache" HOME="$work"
-cp "$fixtures/../../README.md" "$work/corpus.txt"
-cd "$work"
-python3 - "$fixtures/train_small.json" <<'PY'
-import json, sys
-c = json.load(open(sys.argv[1]))
-c["data"]["path"] = "corpus.txt"
-c["train"]["sample_tokens"] = 0
-json.dump(c, open("small.json", "w"))
+export HOME="$work"
+source "$(dirname "$0")/experiment_setup.sh"
+python3 - <<'PY'
 open("asha.yaml", "w").write("""name: browser-asha
 entrypoint: builtin:gpt2
 hyperparameters:

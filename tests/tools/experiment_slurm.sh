@@ -14,16 +14,8 @@ cleanup() {  # (a cancelled job's tasks may still be writing for a moment)
   for _ in $(seq 20); do rm -rf "$work" 2>/dev/null && return 0; sleep 0.5; done
 }
 trap cleanup EXIT
-export TESSERA_STORE="$work/store" OMP_NUM_THREADS=1 XDG_CACHE_HOME="$work/cache"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-cp "$fixtures/../../README.md" "$work/corpus.txt"
-cd "$work"
-python3 - "$fixtures/train_small.json" <<'PY'
-import json, sys
-c = json.load(open(sys.argv[1]))
-c["data"]["path"] = "corpus.txt"
-c["train"]["sample_tokens"] = 0
-json.dump(c, open("small.json", "w"))
+source "$(dirname "$0")/experiment_setup.sh"
+python3 - <<'PY'
 body = """entrypoint: builtin:gpt2
 hyperparameters: {config: small.json, train.eval_iters: 2}
 searcher: {name: single, metric: validation_loss, max_length: {batches: %d}}
