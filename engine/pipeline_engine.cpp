@@ -41,24 +41,44 @@ PipelineEngine::PipelineEngine(parallel::PipelineModule& module,
            "PipelineEngine: the pipeline group's rank and size must be the module's stage and "
            "stage count (",
            module_.stage_id(), " of ", module_.num_stages(), ")");
-  TS_CHECK(pipe_->size() == parallel::world()->size(),
-           "PipelineEngine: the pipeline must span the whole job (data parallelism across "
-           "pipelines is not built yet)");
+  auto world = parallel::world();
+  std::vector<std::vector<int>> pipelines;  // world ranks of each pipeline's stages
+  if (options_.topology) {
+    const auto& topo = *options_.topology;
+    TS_CHECK(topo.world_size() == world->size() && topo.dim("pipe") == pipe_->size(),
+             "PipelineEngine: the topology (", topo.world_size(), " ranks, pipe ", topo.dim("pipe"),
+             ") does not match the job (", world->size(), " ranks) and the pipeline (",
+             pipe_->size(), " stages)");
+    data_parallel_ = topo.group_for(*world, "data");
+    pipelines = topo.axis_groups("pipe");
+  } else {
+    TS_CHECK(pipe_->size() == world->size(), "PipelineEngine: a pipeline of ", pipe_->size(),
+             " stages in a job of ", world->size(),
+             " ranks: give options.topology ({\"pipe\", \"data\"}) for pipelines side by side");
+    std::vector<int> all(static_cast<size_t>(world->size()));
+    for (int r = 0; r < world->size(); ++r) all[static_cast<size_t>(r)] = r;
+    pipelines = {all};
+  }
   TS_CHECK(options_.micro_batches >= 1, "PipelineEngine: micro_batches must be >= 1, got ",
            options_.micro_batches);
   TS_CHECK(options_.schedule == "1f1b", "PipelineEngine: schedule '", options_.schedule,
            "' is not built yet (1f1b)");
   TS_CHECK(optimizer_, "PipelineEngine: no optimizer");
-  // One group per tied key held by several stages (every stage takes part in building it).
+  // One group per tied key held by several stages, in every pipeline (every rank of the job
+  // takes part in building each, in the same order).
   for (const auto& [key, stages] : module_.tied_stages()) {
     if (stages.size() < 2) continue;
-    auto g = pipe_->new_group(std::vector<int>(stages.begin(), stages.end()));
-    if (!g) continue;
-    tied_groups_[key] = g;
+    for (const std::vector<int>& line : pipelines) {
+      std::vector<int> ranks;
+      for (int64_t s : stages) ranks.push_back(line.at(static_cast<size_t>(s)));
+      if (auto g = world->new_group(ranks)) tied_groups_[key] = g;
+    }
+    auto it = tied_groups_.find(key);
+    if (it == tied_groups_.end()) continue;
     // Each stage built its copy itself: all start from the first stage's (DeepSpeed's
     // _synchronize_tied_weights).
     NoGradGuard no_grad;
-    for (Tensor* t : module_.tied_parameters(key)) g->broadcast_async(*t, 0).wait();
+    for (Tensor* t : module_.tied_parameters(key)) it->second->broadcast_async(*t, 0).wait();
   }
   module_.zero_grad();
 }
@@ -106,6 +126,9 @@ double PipelineEngine::run(const std::vector<parallel::PipeStep>& steps,
   Tensor loss = scalar_tensor(loss_sum_ / static_cast<double>(options_.micro_batches),
                               DType::Float64, Device::cpu());
   pipe_->broadcast_async(loss, static_cast<int>(module_.num_stages() - 1)).wait();
+  if (data_parallel_ && data_parallel_->size() > 1)
+    return data_parallel_->all_reduce_scalar(loss.item()) /
+           static_cast<double>(data_parallel_->size());
   return loss.item();
 }
 
@@ -173,7 +196,8 @@ void PipelineEngine::execute(const PipeInstruction& in, Buffers& b, const PipeDa
       reduce_tied_grads();
       break;
     case PipeInstruction::ReduceGrads:
-      break;  // one pipeline: nothing to average over
+      reduce_grads();
+      break;
     case PipeInstruction::OptimizerStep:
       optimizer_->step();
       module_.zero_grad();
@@ -241,6 +265,18 @@ void PipelineEngine::reduce_tied_grads() {
       if (!p->grad().defined()) p->set_grad(zeros_like(*p));
       group->all_reduce_async(p->grad()).wait();
     }
+}
+
+// The mean gradient over this stage's data-parallel replicas.
+void PipelineEngine::reduce_grads() {
+  if (!data_parallel_ || data_parallel_->size() == 1) return;
+  const double scale = 1.0 / static_cast<double>(data_parallel_->size());
+  NoGradGuard no_grad;
+  for (auto& [name, p] : module_.named_parameters()) {
+    if (!p->grad().defined()) p->set_grad(zeros_like(*p));
+    data_parallel_->all_reduce_async(p->grad()).wait();
+    p->grad().mul_(scale);
+  }
 }
 
 }  // namespace tessera::engine

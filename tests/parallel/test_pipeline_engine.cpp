@@ -1,7 +1,8 @@
 // PipelineModule + PipelineEngine (1F1B) at 1, 2 and 4 stages reproduce one process: an MLP
 // of 6 layers trained 3 batches of 4 micro-batches, and a model whose first and last layers
 // are one tied module (its gradient summed over the two stages that hold it), against the same
-// layers run as one module with the micro-batches' losses / 4 backwarded one after another.
+// layers run as one module with the micro-batches' losses / 4 backwarded one after another;
+// and 2 replicas of a pipeline of 1 or 2 stages, each on half of every micro-batch's rows.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -9,6 +10,7 @@
 #include "relative_error.h"
 #include "tessera/engine/pipeline_engine.h"
 #include "tessera/ops.h"
+#include "tessera/parallel/topology.h"
 #include "tessera/rng.h"
 
 using namespace tessera;
@@ -128,6 +130,59 @@ TEST_CASE("pipeline engine (1F1B): an MLP at this job's stage count equals one p
 TEST_CASE("pipeline engine: tied first and last layers equal one process") {
   if (parallel::world()->size() > 4) return;
   check_against_one_process(tied(), "tied");
+}
+
+TEST_CASE("pipeline engine: pipelines side by side (pipe x data) equal one process") {
+  auto world = parallel::world();
+  const int n = world->size();
+  if (n != 2 && n != 4) return;
+  const int pipes = n / 2, replicas = 2;  // np 2: 1 stage x 2 replicas; np 4: 2 x 2
+  const parallel::ProcessTopology topo({"pipe", "data"}, {pipes, replicas});
+  const auto me = topo.coords_of(world->rank());
+  const int64_t m = 4;
+  parallel::PipelineModuleOptions o;
+  o.num_stages = pipes;
+  o.partition_method = "uniform";
+  o.seed_layers = true;
+  parallel::PipelineModule piped(tied(), mse, me.at("pipe"), o);
+  o.num_stages = 1;
+  parallel::PipelineModule whole(tied(), mse, 0, o);
+  engine::PipelineEngineOptions eo;
+  eo.micro_batches = m;
+  eo.topology = topo;
+  engine::PipelineEngine engine(piped, topo.group_for(*world, "pipe"), sgd(piped), eo);
+  auto opt = sgd(whole);
+  // Global micro-batches of 6 rows; replica d takes rows [3 d, 3 d + 3).
+  GeneratorState saved = default_generator().state();
+  manual_seed(123);
+  std::vector<engine::PipeMicroBatch> global;
+  for (int64_t k = 0; k < 2 * m; ++k) global.push_back({{randn({6, 4})}, {randn({6, 4})}});
+  default_generator().set_state(saved);
+  const int64_t d = me.at("data");
+  for (int64_t step = 0; step < 2; ++step) {
+    int64_t next = step * m;
+    const double got = engine.train_batch([&] {
+      const auto& g = global[static_cast<size_t>(next++)];
+      return engine::PipeMicroBatch{{g.inputs[0].narrow(0, 3 * d, 3).contiguous()},
+                                    {g.labels[0].narrow(0, 3 * d, 3).contiguous()}};
+    });
+    double want = 0;
+    for (int64_t k = step * m; k < (step + 1) * m; ++k) {
+      const auto& g = global[static_cast<size_t>(k)];
+      const Tensor loss = whole.loss(whole.forward(g.inputs), g.labels);
+      want += loss.item() / static_cast<double>(m);
+      (loss * (1.0 / static_cast<double>(m))).backward();
+    }
+    opt->step();
+    whole.zero_grad();
+    CHECK(std::abs(got - want) <= 1e-6 * std::abs(want));
+  }
+  auto ref = whole.state_dict();
+  for (auto& named : piped.named_parameters()) {
+    const std::string name = named.first;
+    CAPTURE(name);
+    CHECK(rel_diff(*named.second, ref.at(name)) <= 1e-6);
+  }
 }
 
 TEST_CASE("pipeline engine: forward/backward/step point to train_batch; unbuilt schedules") {

@@ -10,15 +10,17 @@
 // cached (DeepSpeed's behaviour: every batch must have the shapes of the first). Each
 // micro-batch's loss is scaled by 1 / micro_batches before its backward, so the gradients are
 // the mean's; tied parameters' gradients are summed over the stages that hold them
-// (ReduceTiedGrads); the optimizer steps at the end of the batch. (Built so far: one pipeline
-// over the whole job, the 1F1B schedule; data parallelism across pipelines, the other
-// schedules, ZeRO and the config are not yet.) train_batch returns the mean loss on every stage.
-// forward/backward/step are errors pointing to train_batch, as in DeepSpeed.
+// (ReduceTiedGrads) and, with pipelines side by side (options.topology), averaged over each
+// stage's data-parallel replicas (ReduceGrads); the optimizer steps at the end of the batch;
+// the returned loss is also averaged over the replicas. (Built so far: the 1F1B schedule; the
+// other schedules, ZeRO and the config are not yet.) train_batch returns the mean loss on every
+// stage. forward/backward/step are errors pointing to train_batch, as in DeepSpeed.
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +28,7 @@
 #include "tessera/parallel/pipe_schedule.h"
 #include "tessera/parallel/pipeline_module.h"
 #include "tessera/parallel/process_group.h"
+#include "tessera/parallel/topology.h"
 
 namespace tessera::engine {
 
@@ -37,6 +40,11 @@ using PipeDataIterator = std::function<PipeMicroBatch()>;
 struct PipelineEngineOptions {
   int64_t micro_batches = 1;      // gradient_accumulation_steps
   std::string schedule = "1f1b";  // DeepSpeed's TrainSchedule (the only one the engine runs yet)
+  // Pipelines side by side: the job's ranks on axes {"pipe", "data"} (DeepSpeed's
+  // PipeDataParallelTopology); the pipe group argument is then this rank's pipeline (the
+  // topology's "pipe" group) and each stage's gradients are averaged over its "data" group
+  // (ReduceGrads). Without one, the pipeline spans the whole job.
+  std::optional<parallel::ProcessTopology> topology;
 };
 
 class PipelineEngine {
@@ -64,9 +72,10 @@ class PipelineEngine {
   void send(const parallel::PipeValue& value, int peer, bool activation);
   parallel::PipeValue recv(int peer, bool activation);
   void reduce_tied_grads();
+  void reduce_grads();
 
   parallel::PipelineModule& module_;
-  std::shared_ptr<parallel::ProcessGroup> pipe_;
+  std::shared_ptr<parallel::ProcessGroup> pipe_, data_parallel_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   PipelineEngineOptions options_;
   PipeDataIterator data_;
