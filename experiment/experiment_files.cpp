@@ -24,17 +24,6 @@ namespace tessera::experiment {
 
 namespace {
 
-nlohmann::json read_experiment_json(const std::string& store_dir, int64_t experiment) {
-  const fs::path path = fs::path(experiment_dir(store_dir, experiment)) / "experiment.json";
-  std::ifstream in(path);
-  TS_CHECK(in, "experiment ", experiment, ": its file ", path.string(),
-           " is missing (was the store directory moved?)");
-  auto j = nlohmann::json::parse(in, nullptr, false);
-  TS_CHECK(!j.is_discarded() && j.is_object() && j.contains("trials_root"), path.string(),
-           ": not an experiment file");
-  return j;
-}
-
 // The command that runs one trial of `config`, without its arguments.
 std::vector<std::string> trial_command(const trial::ExperimentConfig& config, const fs::path& yaml,
                                        const std::string& tessera) {
@@ -80,10 +69,25 @@ std::string experiment_dir(const std::string& store_dir, int64_t experiment) {
   return (fs::path(store_dir) / ("experiment_" + std::to_string(experiment))).string();
 }
 
+ExperimentFiles read_experiment_files(const std::string& store_dir, int64_t experiment) {
+  const fs::path path = fs::path(experiment_dir(store_dir, experiment)) / "experiment.json";
+  std::ifstream in(path);
+  TS_CHECK(in, "experiment ", experiment, ": its file ", path.string(),
+           " is missing (was the store directory moved?)");
+  const auto j = nlohmann::json::parse(in, nullptr, false);
+  TS_CHECK(!j.is_discarded() && j.is_object() && j.contains("yaml") && j["yaml"].is_string() &&
+               j.contains("command") && j["command"].is_array() && j.contains("trials_root") &&
+               j["trials_root"].is_string(),
+           path.string(), ": not an experiment file");
+  return {j["yaml"], j["command"].get<std::vector<std::string>>(), j["trials_root"]};
+}
+
+std::string ExperimentFiles::trial_dir(int64_t request_id) const {
+  return (fs::path(trials_root) / ("trial_" + std::to_string(request_id))).string();
+}
+
 std::string trial_dir(const std::string& store_dir, int64_t experiment, int64_t request_id) {
-  const nlohmann::json j = read_experiment_json(store_dir, experiment);
-  return (fs::path(j["trials_root"].get<std::string>()) / ("trial_" + std::to_string(request_id)))
-      .string();
+  return read_experiment_files(store_dir, experiment).trial_dir(request_id);
 }
 
 int64_t create_experiment(ExperimentStore& store, const std::string& store_dir,

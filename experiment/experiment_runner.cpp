@@ -54,8 +54,7 @@ struct ExperimentRunner::Impl {
   int64_t experiment;
   RunnerOptions options;
   trial::ExperimentConfig config;
-  std::vector<std::string> command;
-  std::string yaml;
+  ExperimentFiles files;
   std::unique_ptr<SearchMethod> searcher;
   std::map<int64_t, TrialRun> trials;    // by request id
   std::map<int64_t, int64_t> validated;  // request id -> batches the searcher has seen
@@ -113,14 +112,9 @@ struct ExperimentRunner::Impl {
 
 void ExperimentRunner::Impl::load() {
   const ExperimentRecord rec = store.experiment(experiment);
-  const fs::path files = fs::path(experiment_dir(store_dir, experiment)) / "experiment.json";
-  std::ifstream in(files);
-  TS_CHECK(in, "experiment ", experiment, ": ", files.string(), " is missing");
-  const nlohmann::json j = nlohmann::json::parse(in);
-  yaml = j.at("yaml").get<std::string>();
-  command = j.at("command").get<std::vector<std::string>>();
-  config = trial::ExperimentConfig::parse(rec.config, yaml);
-  config.path = yaml;
+  files = read_experiment_files(store_dir, experiment);
+  config = trial::ExperimentConfig::parse(rec.config, files.yaml);
+  config.path = files.yaml;
   // Slurm schedules its jobs itself: no limit here unless max_slots sets one.
   const auto cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
   max_slots = config.max_slots > 0          ? config.max_slots
@@ -138,7 +132,7 @@ void ExperimentRunner::Impl::load() {
     run.hparams = t.hparams;
     run.state = t.state;
     run.restarts = t.restarts;
-    run.dir = trial_dir(store_dir, experiment, t.request_id);
+    run.dir = files.trial_dir(t.request_id);
     for (const MetricRecord& m : store.metrics(t.id))
       (m.kind == "training" ? run.last_training : run.last_validation) = m.batches;
     for (const CheckpointRecord& c : store.checkpoints(t.id)) run.checkpoints.insert(c.uuid);
@@ -182,7 +176,7 @@ void ExperimentRunner::Impl::apply(const std::vector<Action>& actions) {
       t.request_id = a.request_id;
       t.hparams = a.hparams;
       t.id = store.add_trial(experiment, a.request_id, a.hparams);
-      t.dir = trial_dir(store_dir, experiment, a.request_id);
+      t.dir = files.trial_dir(a.request_id);
       log("trial " + std::to_string(a.request_id) + " created: " + a.hparams.dump());
       changed = true;
       apply(searcher->trial_created(a.request_id));
@@ -203,10 +197,10 @@ void ExperimentRunner::Impl::apply(const std::vector<Action>& actions) {
 
 void ExperimentRunner::Impl::launch(TrialRun& t) {
   fs::create_directories(t.dir);
-  std::vector<std::string> program = command;
+  std::vector<std::string> program = files.command;
   program.insert(program.end(),
-                 {yaml, "--trial-id", std::to_string(t.request_id), "--hparams", t.hparams.dump(),
-                  "--trial-dir", t.dir, "--json", "--searcher-stdin"});
+                 {files.yaml, "--trial-id", std::to_string(t.request_id), "--hparams",
+                  t.hparams.dump(), "--trial-dir", t.dir, "--json", "--searcher-stdin"});
   if (!options.device.empty()) program.insert(program.end(), {"--device", options.device});
   const std::vector<std::string> argv = trial_command_line(config, program, job_name(t));
   t.tail = std::make_unique<MetricsTail>((fs::path(t.dir) / "metrics.jsonl").string());

@@ -38,6 +38,15 @@ struct RunnerOptions {
 
 // The experiment's files (above).
 std::string experiment_dir(const std::string& store_dir, int64_t experiment);
+// What experiment.json records: the YAML (absolute), the trial command without its arguments,
+// the directory holding the trial directories.
+struct ExperimentFiles {
+  std::string yaml;
+  std::vector<std::string> command;
+  std::string trials_root;
+  std::string trial_dir(int64_t request_id) const;  // trials_root/trial_<request_id>
+};
+ExperimentFiles read_experiment_files(const std::string& store_dir, int64_t experiment);
 std::string trial_dir(const std::string& store_dir, int64_t experiment, int64_t request_id);
 
 // The command line that starts one trial: `program` (the trial command and its arguments)
