@@ -26,11 +26,11 @@ ActivationCheckpointing::ActivationCheckpointing(ActivationCheckpointingOptions 
            "number of buffers to allocate), as in DeepSpeed");
 }
 
-int64_t ActivationCheckpointing::layers_per_checkpoint(int64_t layers) const {
-  if (options_.number_checkpoints > 0)
+int64_t layers_per_checkpoint(const ActivationCheckpointingOptions& options, int64_t layers) {
+  if (options.number_checkpoints > 0)
     return std::max<int64_t>(
-        1, (layers + options_.number_checkpoints - 1) / options_.number_checkpoints);
-  return options_.checkpoint_num_layers;
+        1, (layers + options.number_checkpoints - 1) / options.number_checkpoints);
+  return options.checkpoint_num_layers;
 }
 
 Tensor ActivationCheckpointing::pack(const Tensor& t, bool partition, size_t index) {

@@ -10,6 +10,7 @@
 #include "tessera/models/gpt2_tensor_parallel.h"
 #include "tessera/parallel/shard_layout.h"
 #include "tessera/parallel/zero_optimizer.h"
+#include "train_data.h"
 
 namespace tessera::cli {
 
@@ -50,6 +51,11 @@ struct Estimate {
   int64_t total() const { return params + grads + optimizer + buffers; }
 };
 
+// The model's dtype: bf16 or fp16 training, else float32.
+DType model_dtype(const io::TrainConfig& c) {
+  return c.bf16 ? DType::BFloat16 : c.fp16.enabled ? DType::Float16 : DType::Float32;
+}
+
 DType dtype_of(const std::string& name, DType fallback) {
   if (name == "fp32") return DType::Float32;
   if (name == "fp16") return DType::Float16;
@@ -62,7 +68,7 @@ DType dtype_of(const std::string& name, DType fallback) {
 Estimate estimate(const io::TrainConfig& c, const parallel::ShardLayout& layout, int stage,
                   int world) {
   const bool mixed = c.fp16.enabled || c.bf16;
-  const DType model = c.bf16 ? DType::BFloat16 : c.fp16.enabled ? DType::Float16 : DType::Float32;
+  const DType model = model_dtype(c);
   const DType comm = dtype_of(c.communication_data_type, model);
   const int64_t pb = static_cast<int64_t>(itemsize(model)),
                 gb = static_cast<int64_t>(itemsize(comm));
@@ -119,14 +125,10 @@ int64_t activation_bytes(const io::TrainConfig& cfg, int64_t vocab) {
   p.sequence = cfg.model.block_size;
   p.tensor_parallel = cfg.tensor_parallel.autotp_size;
   p.sequence_parallel = cfg.tensor_parallel.sequence_parallel;
-  p.dtype = cfg.bf16 ? DType::BFloat16 : cfg.fp16.enabled ? DType::Float16 : DType::Float32;
-  const auto& ac = cfg.activation_checkpointing;
-  if (ac.enabled) {
-    const int64_t L = cfg.model.n_layer;
-    p.layers_per_checkpoint =
-        ac.number_checkpoints > 0
-            ? std::max<int64_t>(1, (L + ac.number_checkpoints - 1) / ac.number_checkpoints)
-            : ac.checkpoint_num_layers;
+  p.dtype = model_dtype(cfg);
+  if (cfg.activation_checkpointing.enabled) {
+    const parallel::ActivationCheckpointingOptions ac = activation_checkpointing_options(cfg);
+    p.layers_per_checkpoint = parallel::layers_per_checkpoint(ac, cfg.model.n_layer);
     p.partition_activations = ac.partition_activations;
     p.checkpoints_on_host = ac.cpu_checkpointing && cfg.train.device.rfind("cuda", 0) == 0;
   }

@@ -151,10 +151,9 @@ std::unique_ptr<models::PretrainedModel> build_model(io::TrainConfig& cfg, int64
   return model;
 }
 
-std::shared_ptr<parallel::ActivationCheckpointing> attach_activation_checkpointing(
-    nn::Module& model, const io::TrainConfig& cfg, std::shared_ptr<parallel::ProcessGroup> tp) {
+parallel::ActivationCheckpointingOptions activation_checkpointing_options(
+    const io::TrainConfig& cfg) {
   const auto& a = cfg.activation_checkpointing;
-  if (!a.enabled) return nullptr;
   parallel::ActivationCheckpointingOptions o;
   o.partition_activations = a.partition_activations;
   o.cpu_checkpointing = a.cpu_checkpointing;
@@ -163,7 +162,14 @@ std::shared_ptr<parallel::ActivationCheckpointing> attach_activation_checkpointi
   o.synchronize_checkpoint_boundary = a.synchronize_checkpoint_boundary;
   o.profile = a.profile;
   o.checkpoint_num_layers = a.checkpoint_num_layers;
-  auto ckpt = std::make_shared<parallel::ActivationCheckpointing>(o, std::move(tp));
+  return o;
+}
+
+std::shared_ptr<parallel::ActivationCheckpointing> attach_activation_checkpointing(
+    nn::Module& model, const io::TrainConfig& cfg, std::shared_ptr<parallel::ProcessGroup> tp) {
+  if (!cfg.activation_checkpointing.enabled) return nullptr;
+  auto ckpt = std::make_shared<parallel::ActivationCheckpointing>(
+      activation_checkpointing_options(cfg), std::move(tp));
   if (auto* g = dynamic_cast<models::GPT2LMHeadModel*>(&model))
     g->transformer.activation_checkpointing = ckpt;
   else if (auto* b = dynamic_cast<models::BertForPreTraining*>(&model))

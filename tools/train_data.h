@@ -31,6 +31,11 @@ TrainGroups train_groups(const io::TrainConfig& cfg, std::shared_ptr<parallel::P
 std::unique_ptr<nn::Module> build_tensor_parallel_model(io::TrainConfig& cfg, int64_t vocab,
                                                         std::shared_ptr<parallel::ProcessGroup> tp);
 
+// The config's activation_checkpointing section as the runtime's options (the section is
+// present when cfg.activation_checkpointing.enabled).
+parallel::ActivationCheckpointingOptions activation_checkpointing_options(
+    const io::TrainConfig& cfg);
+
 // The config's activation_checkpointing section set on the built-in model `model` (whole or
 // tensor parallel over `tp`, which may be null); null when the config has no such section.
 std::shared_ptr<parallel::ActivationCheckpointing> attach_activation_checkpointing(

@@ -34,6 +34,10 @@ struct ActivationCheckpointingOptions {
   int64_t checkpoint_num_layers = 1;  // layers per checkpoint when number_checkpoints is unset
 };
 
+// Consecutive layers per checkpoint for a model of `layers` layers: ceil(layers /
+// number_checkpoints) when that is set, else checkpoint_num_layers.
+int64_t layers_per_checkpoint(const ActivationCheckpointingOptions& options, int64_t layers);
+
 struct CheckpointProfile {
   int64_t forwards = 0, recomputes = 0;
   double forward_seconds = 0, recompute_seconds = 0;
@@ -45,8 +49,9 @@ class ActivationCheckpointing {
   explicit ActivationCheckpointing(ActivationCheckpointingOptions options,
                                    std::shared_ptr<ProcessGroup> tensor_parallel = nullptr);
   const ActivationCheckpointingOptions& options() const { return options_; }
-  // Consecutive layers per checkpoint for a model of `layers` layers.
-  int64_t layers_per_checkpoint(int64_t layers) const;
+  int64_t layers_per_checkpoint(int64_t layers) const {
+    return parallel::layers_per_checkpoint(options_, layers);
+  }
   // fn(inputs), its inputs kept as the options say and fn run again in backward. `partition`
   // false keeps the inputs whole even with partition_activations (they differ across ranks).
   std::vector<Tensor> checkpoint(const autograd::CheckpointFn& fn,
