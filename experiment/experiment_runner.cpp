@@ -26,10 +26,6 @@ namespace tessera::experiment {
 
 namespace {
 
-bool terminal(const std::string& state) {
-  return state == "COMPLETED" || state == "CANCELED" || state == "ERROR";
-}
-
 // Why the runner stopped a trial process, which decides the trial's state after it exits.
 enum class StopReason { None, Searcher, Pause, Kill, Runner, Invalid };
 
@@ -160,7 +156,7 @@ void ExperimentRunner::Impl::replay_unseen() {
         apply(searcher->validation_completed(r, m.batches,
                                              m.metrics[config.searcher.metric].get<double>()));
       }
-    if (terminal(t.state) && !exited.count(r)) {
+    if (is_final_state(t.state) && !exited.count(r)) {
       exited.insert(r);
       apply(t.state == "COMPLETED" ? searcher->trial_exited(r)
                                    : searcher->trial_exited_early(r, ExitReason::Errored));
@@ -182,7 +178,7 @@ void ExperimentRunner::Impl::apply(const std::vector<Action>& actions) {
       apply(searcher->trial_created(a.request_id));
     } else {
       auto it = trials.find(a.request_id);
-      if (it == trials.end() || terminal(it->second.state)) continue;
+      if (it == trials.end() || is_final_state(it->second.state)) continue;
       TrialRun& t = it->second;
       if (t.process) {
         t.stop = StopReason::Searcher;  // answered "stop" at its validation (read_reports)
@@ -368,7 +364,7 @@ void ExperimentRunner::Impl::on_exit(TrialRun& t, const ExitStatus& status) {
 void ExperimentRunner::Impl::collect_checkpoints() {
   std::vector<TrialCheckpoints> all;
   for (const auto& [r, t] : trials)
-    all.push_back({terminal(t.state) && !t.process, store.checkpoints(t.id)});
+    all.push_back({is_final_state(t.state) && !t.process, store.checkpoints(t.id)});
   const std::vector<std::string> doomed = checkpoints_to_delete(all, config);
   for (auto& [r, t] : trials)
     for (const std::string& uuid : doomed)
@@ -394,7 +390,7 @@ void ExperimentRunner::Impl::end_trial(TrialRun& t, const std::string& state, bo
 bool ExperimentRunner::Impl::follow_requests(std::string& state) {
   state = store.experiment(experiment).state;
   for (auto& [r, t] : trials) {
-    if (terminal(t.state)) continue;
+    if (is_final_state(t.state)) continue;
     if (state == "PAUSED") {
       if (t.process && t.stop == StopReason::None) {
         t.stop = StopReason::Pause;
@@ -414,7 +410,7 @@ bool ExperimentRunner::Impl::follow_requests(std::string& state) {
       }
     }
   }
-  return !terminal(state);
+  return !is_final_state(state);
 }
 
 std::string ExperimentRunner::Impl::finish() {
@@ -468,7 +464,7 @@ std::string ExperimentRunner::run() {
     }
     if (!going) return state;
     bool open = false;
-    for (const auto& [r, t] : m.trials) open |= !terminal(t.state);
+    for (const auto& [r, t] : m.trials) open |= !is_final_state(t.state);
     if (!open) return m.finish();
   }
 }

@@ -156,6 +156,10 @@ void ExperimentStore::transition(const std::string& entity, int64_t id, const st
       .run();
 }
 
+bool is_final_state(const std::string& state) {
+  return state == "COMPLETED" || state == "CANCELED" || state == "ERROR";
+}
+
 int64_t ExperimentStore::create_experiment(const std::string& name, const std::string& config) {
   Transaction t(*this);
   Statement(db_.get(),

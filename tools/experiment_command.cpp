@@ -141,6 +141,13 @@ void print_json(const nlohmann::json& j) {
   std::cout << j.dump() << std::endl;
 }
 
+// The --json line of an experiment run here to its end (or its runner's stop).
+void print_result(const experiment::ExperimentStore& store, int64_t id) {
+  nlohmann::json out = describe_experiment(store, id);
+  out["experiment_id"] = id;
+  print_json(out);
+}
+
 int create(const Args& a, const std::string& dir) {
   TS_CHECK(a.positional().size() == 1, "experiment create: expected one EXP.yaml");
   auto store = open_store(dir);
@@ -156,11 +163,7 @@ int create(const Args& a, const std::string& dir) {
     return 0;
   }
   const std::string state = follow(store, dir, id, device, true);
-  if (a.has("json")) {
-    nlohmann::json out = describe_experiment(store, id);
-    out["experiment_id"] = id;
-    print_json(out);
-  }
+  if (a.has("json")) print_result(store, id);
   return state == "COMPLETED" || state == "ACTIVE" || state == "PAUSED" ? 0 : 1;
 }
 
@@ -183,11 +186,7 @@ int resume(const Args& a, const std::string& dir) {
     return 0;
   }
   const std::string end = follow(store, dir, id, a.get("device", ""), !a.has("detached"));
-  if (a.has("json")) {
-    nlohmann::json out = describe_experiment(store, id);
-    out["experiment_id"] = id;
-    print_json(out);
-  }
+  if (a.has("json")) print_result(store, id);
   return end == "ERROR" ? 1 : 0;
 }
 
@@ -196,8 +195,7 @@ int request(const Args& a, const std::string& dir, const std::string& verb) {
   const int64_t id = id_argument(a, "experiment ID");
   auto store = open_store(dir);
   const std::string state = store.experiment(id).state;
-  TS_CHECK(state != "COMPLETED" && state != "CANCELED" && state != "ERROR", "experiment ", id,
-           " has ended (", state, ")");
+  TS_CHECK(!experiment::is_final_state(state), "experiment ", id, " has ended (", state, ")");
   const bool running = experiment::RunnerLock::runner_alive(dir, id);
   if (verb == "pause") {
     store.set_experiment_state(id, "PAUSED");
@@ -210,8 +208,7 @@ int request(const Args& a, const std::string& dir, const std::string& verb) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
   } else {
     for (const auto& t : store.trials(id))
-      if (t.state != "COMPLETED" && t.state != "ERROR" && t.state != "CANCELED")
-        store.set_trial_state(t.id, "CANCELED");
+      if (!experiment::is_final_state(t.state)) store.set_trial_state(t.id, "CANCELED");
     store.set_experiment_state(id, "CANCELED");
   }
   const std::string now = store.experiment(id).state;

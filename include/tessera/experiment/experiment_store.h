@@ -19,6 +19,9 @@ struct sqlite3;
 
 namespace tessera::experiment {
 
+// Whether an experiment or trial state is final: COMPLETED, CANCELED or ERROR.
+bool is_final_state(const std::string& state);
+
 struct TrialRecord {
   int64_t id = 0, experiment_id = 0, request_id = 0;
   std::string state;  // Determined's: ACTIVE, PAUSED, STOPPING_*, COMPLETED, CANCELED, ERROR
