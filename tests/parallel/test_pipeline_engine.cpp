@@ -66,7 +66,23 @@ std::unique_ptr<optim::Optimizer> sgd(nn::Module& m) {
   return std::make_unique<optim::SGD>(std::vector<optim::ParamGroup>{g}, optim::SGDOptions{0.9});
 }
 
-// One process: the whole model, each micro-batch's loss / m backwarded in turn, then a step.
+// One process's step on micro-batches [first, first + m): each loss / m backwarded in turn,
+// then the optimizer; their mean loss.
+double one_process_step(parallel::PipelineModule& whole, optim::Optimizer& opt,
+                        const std::vector<engine::PipeMicroBatch>& data, int64_t first, int64_t m) {
+  double mean = 0;
+  for (int64_t k = first; k < first + m; ++k) {
+    const auto& mb = data[static_cast<size_t>(k)];
+    const Tensor loss = whole.loss(whole.forward(mb.inputs), mb.labels);
+    mean += loss.item() / static_cast<double>(m);
+    (loss * (1.0 / static_cast<double>(m))).backward();
+  }
+  opt.step();
+  whole.zero_grad();
+  return mean;
+}
+
+// The pipeline at this job's stage count against one process, step by step.
 void check_against_one_process(const std::vector<LayerSpec>& specs, const char* what) {
   auto world = parallel::world();
   const int p = world->size(), s = world->rank();
@@ -85,15 +101,7 @@ void check_against_one_process(const std::vector<LayerSpec>& specs, const char* 
   for (int64_t step = 0; step < steps; ++step) {
     int64_t next = step * m;
     const double got = engine.train_batch([&] { return data[static_cast<size_t>(next++)]; });
-    double want = 0;
-    for (int64_t k = step * m; k < (step + 1) * m; ++k) {
-      const auto& mb = data[static_cast<size_t>(k)];
-      const Tensor loss = whole.loss(whole.forward(mb.inputs), mb.labels);
-      want += loss.item() / static_cast<double>(m);
-      (loss * (1.0 / static_cast<double>(m))).backward();
-    }
-    opt->step();
-    whole.zero_grad();
+    const double want = one_process_step(whole, *opt, data, step * m, m);
     CAPTURE(what);
     CAPTURE(step);
     CHECK(std::abs(got - want) <= 1e-6 * std::abs(want));
@@ -166,15 +174,7 @@ TEST_CASE("pipeline engine: pipelines side by side (pipe x data) equal one proce
       return engine::PipeMicroBatch{{g.inputs[0].narrow(0, 3 * d, 3).contiguous()},
                                     {g.labels[0].narrow(0, 3 * d, 3).contiguous()}};
     });
-    double want = 0;
-    for (int64_t k = step * m; k < (step + 1) * m; ++k) {
-      const auto& g = global[static_cast<size_t>(k)];
-      const Tensor loss = whole.loss(whole.forward(g.inputs), g.labels);
-      want += loss.item() / static_cast<double>(m);
-      (loss * (1.0 / static_cast<double>(m))).backward();
-    }
-    opt->step();
-    whole.zero_grad();
+    const double want = one_process_step(whole, *opt, global, step * m, m);
     CHECK(std::abs(got - want) <= 1e-6 * std::abs(want));
   }
   auto ref = whole.state_dict();
