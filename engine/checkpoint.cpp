@@ -63,7 +63,8 @@ void Engine::save_checkpoint(const std::string& dir, const std::string& tag_or_d
   // Every rank writes into one temporary directory, named after the lead rank's process.
   Tensor pid = full({1}, writer ? static_cast<double>(::getpid()) : 0.0, DType::Int64);
   group_->broadcast(pid, 0);
-  if (tp_group_) tp_group_->broadcast(pid, 0);  // (data x tensor: the lead's, everywhere)
+  if (tp_group_) tp_group_->broadcast(pid, 0);      // (data x tensor: the lead's, everywhere)
+  if (pipe_group_) pipe_group_->broadcast(pid, 0);  // (x pipe: stage 0's)
   const std::string suffix = std::to_string(static_cast<int64_t>(pid.item()));
   const fs::path final_dir = fs::path(dir) / tag;
   const fs::path tmp = fs::path(dir) / ("." + tag + ".tmp-" + suffix);
@@ -96,6 +97,7 @@ void Engine::save_checkpoint(const std::string& dir, const std::string& tag_or_d
 void Engine::job_barrier() {
   group_->barrier();
   if (tp_group_) tp_group_->barrier();  // every data-parallel group has entered: all ranks
+  if (pipe_group_) pipe_group_->barrier();
 }
 
 int Engine::tp_file_rank() const {
@@ -106,12 +108,14 @@ void Engine::write_checkpoint_files(const fs::path& tmp, const nlohmann::json& c
                                     const std::map<std::string, std::string>& extra_files) {
   const int rank = group_->rank();
   const bool writer = rank == 0;  // of this tensor-parallel rank's weights (each TP rank's)
-  if (zero_) {
+  if (pipe_checkpoint_names_) {
+    write_layer_files(tmp);  // (collective over the replicas with ZeRO)
+  } else if (zero_) {
     std::map<std::string, Tensor> shard = zero_->shard_state();
     shard["step"] = full({}, static_cast<double>(zero_->optimizer().step_count()), DType::Int64);
     io::save_safetensors((tmp / parallel::zero_shard_file(rank, tp_file_rank())).string(), shard);
   }
-  if (writer) {
+  if (writer && !pipe_checkpoint_names_) {
     if (!zero_) {
       std::map<std::string, Tensor> weights;
       if (master_.empty()) {
@@ -149,6 +153,7 @@ void Engine::write_checkpoint_files(const fs::path& tmp, const nlohmann::json& c
                          {"world_size", group_->size()},
                          {"client_state", client_state}};
     if (zero_) state["zero"] = parallel::zero_metadata(zero_->stage(), zero_->layout());
+    if (pipe_group_) state["pipeline"] = {{"stages", pipe_group_->size()}};
     if (tp_group_)  // how the shards merge (a load at another size, zero-to-fp32, export)
       state["tensor_parallel"] = {
           {"size", tp_group_->size()},
@@ -276,6 +281,10 @@ void Engine::load_weights_and_optimizer(const fs::path& d, const nlohmann::json&
   const int64_t saved_tp =
       state.contains("tensor_parallel") ? meta.object("tensor_parallel").integer("size", 1) : 1;
   const int tp = tp_group_ ? tp_group_->size() : 1;
+  if (pipe_checkpoint_names_) {
+    load_layer_files(d, strict, load_optimizer);
+    return;
+  }
   if (zero_ && state.contains("zero") && saved_tp == tp) {
     // Each rank reads only the parts of the saved shards that make up its own partition.
     const parallel::ConsolidatedState c =
@@ -285,13 +294,14 @@ void Engine::load_weights_and_optimizer(const fs::path& d, const nlohmann::json&
   }
   // Whole (unsharded) masters and optimizer state, whatever stage and size saved them.
   std::map<std::string, Tensor> weights, opt_state;
-  if (saved_tp == tp) {
+  if (saved_tp == tp && !state.contains("pipeline")) {
     RankCheckpointState mine =
         read_rank_checkpoint(d.string(), state.contains("zero"), tp_file_rank(), load_optimizer);
     weights = std::move(mine.weights);
     opt_state = std::move(mine.optimizer);
   } else {
-    // Another tensor-parallel size: the whole model's state, cut into this rank's shards.
+    // Another tensor-parallel size, or a pipeline's layer files: the whole model's state, cut
+    // into this rank's shards.
     WholeCheckpointState whole = read_whole_checkpoint(d.string(), load_optimizer);
     const parallel::TensorParallelLayout layout = parallel::tensor_parallel_layout(model_);
     const int r = tp_group_ ? tp_group_->rank() : 0;

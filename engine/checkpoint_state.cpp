@@ -1,5 +1,6 @@
 #include "tessera/engine/checkpoint_state.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "tessera/io/json_fields.h"
@@ -22,6 +23,25 @@ std::map<std::string, Tensor> load_file(const fs::path& dir, const std::string& 
   const fs::path f = dir / name;
   TS_CHECK(fs::exists(f), "checkpoint: '", f.string(), "' is missing");
   return io::load_safetensors(f.string());
+}
+
+// Every layer_*-model.safetensors (and -optimizer) of a pipeline checkpoint, merged.
+void read_layer_files(const fs::path& dir, WholeCheckpointState& out, bool with_optimizer) {
+  std::vector<std::string> layers;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    const std::string suffix = "-model.safetensors";
+    if (name.rfind("layer_", 0) == 0 && name.size() > suffix.size() &&
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
+      layers.push_back(name.substr(0, name.size() - suffix.size()));
+  }
+  TS_CHECK(!layers.empty(), "checkpoint: '", dir.string(),
+           "' is a pipeline checkpoint without layer_*-model.safetensors files");
+  std::sort(layers.begin(), layers.end());
+  for (const std::string& layer : layers) {
+    out.weights.merge(load_file(dir, layer + "-model.safetensors"));
+    if (with_optimizer) out.optimizer.merge(load_file(dir, layer + "-optimizer.safetensors"));
+  }
 }
 
 }  // namespace
@@ -52,6 +72,12 @@ WholeCheckpointState read_whole_checkpoint(const std::string& tag_dir, bool with
     out.data_parallel = static_cast<int>(z.integer("world_size", 1, 1 << 20));
   } else {
     out.data_parallel = static_cast<int>(root.integer("world_size", 1, 1 << 20));
+  }
+  if (root.has("pipeline")) {  // one file pair per layer, names already the whole model's
+    out.data_parallel = static_cast<int>(root.integer("world_size", 1, 1 << 20));
+    out.pipeline_stages = static_cast<int>(root.object("pipeline").integer("stages", 1, 1 << 16));
+    read_layer_files(dir, out, with_optimizer);
+    return out;
   }
   std::vector<std::map<std::string, Tensor>> weights, optimizer;
   for (int t = 0; t < out.tensor_parallel; ++t) {

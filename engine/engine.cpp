@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <iostream>
 
+#include "tessera/autograd/backward.h"
 #include "tessera/autograd/function.h"
 #include "tessera/cuda.h"
 #include "tessera/grad_mode.h"
@@ -38,6 +39,16 @@ Engine::Engine(nn::Module& model, io::TrainConfig config, InitializeOptions opti
            "model_parameters goes with the config's optimizer or a factory");
   const bool client_optimizer = options.optimizer || options.optimizer_factory;
   setup_tensor_parallel(options.tensor_parallel_group);  // (before anything that reports)
+  if (options.pipeline_group && options.pipeline_group->size() > 1) {
+    pipe_group_ = options.pipeline_group;
+    pipe_checkpoint_names_ = options.pipeline_checkpoint_names;
+    TS_CHECK(config_.zero.stage <= 2,
+             "engine: zero_optimization.stage 3 with pipeline "
+             "parallelism: each stage would gather its parameters again for every micro-batch's "
+             "forward and backward (2 x gradient_accumulation_steps gathers per step); use "
+             "stage 1 or 2, which partition the optimizer state and gradients of each stage");
+    TS_CHECK(!tp_group_, "engine: pipeline with tensor parallelism is not built yet");
+  }
   if (client_optimizer && config_.optimizer.present && is_lead())
     std::cerr << "warning: initialize: the client optimizer replaces the config's \"optimizer\" "
                  "section (as in DeepSpeed)\n";
@@ -48,7 +59,9 @@ Engine::Engine(nn::Module& model, io::TrainConfig config, InitializeOptions opti
   monitor_ = std::make_unique<MonitorMaster>(config_, is_lead() ? 0 : 1);
   if (config_.fp16.enabled) compute_dtype_ = DType::Float16;
   if (config_.bf16) compute_dtype_ = DType::BFloat16;
-  TS_CHECK(!model_.named_parameters().empty(), "engine: the model has no parameters");
+  // (A pipeline stage may hold only copies of tied layers: no parameters of its own.)
+  TS_CHECK(!model_.named_parameters().empty() || pipe_group_,
+           "engine: the model has no parameters");
   const Device device = this->device();
   timers_ = EngineTimers(config_.wall_clock_breakdown,
                          device.is_cuda() ? std::function<void()>(cuda_synchronize) : nullptr);
@@ -60,7 +73,7 @@ Engine::Engine(nn::Module& model, io::TrainConfig config, InitializeOptions opti
   const bool want_nccl = world > 1 || (backend && std::string(backend) == "nccl");
   if (device.is_cuda() && want_nccl && group_->backend() != "nccl")
     group_ = parallel::make_nccl_group(group_, device);
-  for (parallel::ProcessGroup* g : {group_.get(), tp_group_.get()})
+  for (parallel::ProcessGroup* g : {group_.get(), tp_group_.get(), pipe_group_.get()})
     if (g)
       g->logger().enable(config_.comms_logger.enabled, config_.comms_logger.verbose,
                          config_.comms_logger.prof_all ? std::vector<std::string>{}
@@ -122,7 +135,8 @@ void Engine::begin_forward() {
 }
 
 Device Engine::device() {
-  return model_.named_parameters().front().second->device();
+  const auto named = model_.named_parameters();
+  return named.empty() ? Device::cpu() : named.front().second->device();
 }
 
 void Engine::fail_not_loss_model(const std::type_info& batch) const {
@@ -187,12 +201,28 @@ Tensor Engine::backward(const Tensor& loss, const BackwardOptions& options) {
       options.scale_wrt_gas ? static_cast<double>(config_.gradient_accumulation_steps) : 1.0;
   const double factor = scaler_.scale() / gas;
   count_backward("engine.backward");
+  reduced_backward(options.allreduce_gradients, [&] {
+    (factor == 1.0 ? loss : loss * factor).backward(Tensor(), options.retain_graph);
+  });
+  NoGradGuard no_grad;
+  return gas == 1.0 ? loss.detach() : loss.detach() / gas;
+}
+
+void Engine::backward_stage(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grads) {
+  TS_CHECK(outputs.size() == grads.size(), "engine.backward_stage: ", outputs.size(),
+           " outputs but ", grads.size(), " gradients");
+  finish_direct_backward();
+  count_backward("engine.backward_stage");
+  reduced_backward(true, [&] { autograd::backward(outputs, grads); });
+}
+
+void Engine::reduced_backward(bool allreduce, const std::function<void()>& pass) {
   const auto started = timers_.start();
-  begin_reduction(options.allreduce_gradients);
+  begin_reduction(allreduce);
   in_engine_backward_ = true;
   const auto inner = timers_.start();
   try {
-    (factor == 1.0 ? loss : loss * factor).backward(Tensor(), options.retain_graph);
+    pass();
   } catch (...) {
     in_engine_backward_ = false;
     throw;
@@ -203,8 +233,6 @@ Tensor Engine::backward(const Tensor& loss, const BackwardOptions& options) {
   end_reduction();
   timers_.stop(EngineTimers::BackwardAllreduce, reduce);
   timers_.stop(EngineTimers::Backward, started);
-  NoGradGuard no_grad;
-  return gas == 1.0 ? loss.detach() : loss.detach() / gas;
 }
 
 Tensor Engine::scale(const Tensor& loss) {
@@ -308,6 +336,8 @@ StepStats Engine::step(const LrKwargs& lr_kwargs) {
     const auto gradients = timers_.start();
     // Partition gradients are sums over ranks (and loss-scaled): average and unscale.
     st.grad_norm = zero_->prepare_master_grads(post_scale_ / scaler_.scale());
+    if (pipe_group_)  // (every stage's partitions)
+      st.grad_norm = std::sqrt(pipe_group_->all_reduce_scalar(st.grad_norm * st.grad_norm));
     global_grad_norm_ = st.grad_norm;
     st.overflow = !std::isfinite(st.grad_norm);
     if (!st.overflow && config_.gradient_clipping > 0) {

@@ -117,7 +117,9 @@ void Engine::update_forced_timers() {
 void Engine::start_trace() {
   const std::string group = group_->backend() + ", " + std::to_string(group_->size()) +
                             (group_->size() == 1 ? " rank" : " ranks");
-  trace_ = std::make_unique<TraceRecorder>(config_.trace, group_->rank(), group);
+  // One file per process of the job (trace_rank<world rank>): with tensor or pipeline
+  // parallelism several processes share a data-parallel rank.
+  trace_ = std::make_unique<TraceRecorder>(config_.trace, parallel::world()->rank(), group);
   TraceRecorder* trace = trace_.get();
   timers_.set_listener([trace](EngineTimers::Kind kind, EngineTimers::Clock::time_point start,
                                EngineTimers::Clock::time_point end) {

@@ -230,15 +230,19 @@ void Engine::setup_tensor_parallel(std::shared_ptr<parallel::ProcessGroup> tp) {
 }
 
 double Engine::global_grad_norm(const std::vector<Tensor>& holders) {
-  if (!tp_group_) return optim::grad_norm(holders);
+  if (!tp_group_ && !pipe_group_) return optim::grad_norm(holders);
+  auto listed = [](const std::vector<Tensor>& list, const Tensor& h) {
+    return std::any_of(list.begin(), list.end(), [&](const Tensor& s) { return s.same(h); });
+  };
   std::vector<Tensor> shards, replicated;
   for (const Tensor& h : holders) {
-    const bool shard = std::any_of(tp_shards_.begin(), tp_shards_.end(),
-                                   [&](const Tensor& s) { return s.same(h); });
-    (shard ? shards : replicated).push_back(h);
+    (tp_group_ && listed(tp_shards_, h) ? shards : replicated).push_back(h);
   }
   const double s = optim::grad_norm(shards), r = optim::grad_norm(replicated);
-  return std::sqrt(tp_group_->all_reduce_scalar(s * s) + r * r);
+  double squares = r * r;
+  if (tp_group_) squares += tp_group_->all_reduce_scalar(s * s);
+  if (pipe_group_) squares = pipe_group_->all_reduce_scalar(squares);
+  return std::sqrt(squares);
 }
 
 }  // namespace tessera::engine

@@ -1,6 +1,9 @@
 #include "tessera/engine/pipeline_engine.h"
 
-#include "tessera/autograd/backward.h"
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
 #include "tessera/error.h"
 #include "tessera/grad_mode.h"
 #include "tessera/ops.h"
@@ -12,10 +15,29 @@ using parallel::PipeValue;
 
 namespace {
 
-constexpr int kActivationTag = 7001, kGradTag = 7002;
+using Clock = std::chrono::steady_clock;
+constexpr int kRngTag = 7003, kTiedTag = 7004;
 
 bool needs_grad(const Tensor& t) {
   return is_floating(t.dtype());
+}
+
+bool is_compute(PipeInstruction::Kind k) {
+  return k == PipeInstruction::ForwardPass || k == PipeInstruction::BackwardPass ||
+         k == PipeInstruction::BackwardInputPass || k == PipeInstruction::BackwardWeightPass ||
+         k == PipeInstruction::OptimizerStep || k == PipeInstruction::LoadMicroBatch;
+}
+
+// The config a PipelineEngine with a client optimizer runs under: float32, no clipping, one
+// sample per micro-batch (the batch triple only counts samples).
+io::TrainConfig client_config(int64_t micro_batches, int64_t data_parallel) {
+  io::TrainConfig c;
+  c.micro_batch_size = 1;
+  c.gradient_accumulation_steps = micro_batches;
+  c.train_batch_size = micro_batches * data_parallel;
+  c.world_size = data_parallel;
+  c.steps_per_print = 1 << 30;
+  return c;
 }
 
 }  // namespace
@@ -29,43 +51,72 @@ struct PipelineEngine::Buffers {
         labels(static_cast<size_t>(n)) {}
 };
 
+parallel::ProcessTopology pipe_data_topology(int64_t stages) {
+  const int world = parallel::world()->size();
+  TS_CHECK(stages >= 1 && world % stages == 0, "pipeline: ", stages,
+           " stages do not divide the job's ", world, " ranks");
+  return parallel::ProcessTopology({"pipe", "data"},
+                                   {static_cast<int>(stages), world / static_cast<int>(stages)});
+}
+
+PipelineEngine::PipelineEngine(parallel::PipelineModule& module,
+                               std::shared_ptr<parallel::ProcessGroup> pipe,
+                               const io::TrainConfig& config, InitializeOptions init,
+                               PipelineEngineOptions options)
+    : module_(module), pipe_(std::move(pipe)), options_(std::move(options)) {
+  setup(init.group);
+  micro_batches_ = config.gradient_accumulation_steps;
+  init.group = data_parallel_;
+  init.pipeline_group = pipe_;
+  init.pipeline_checkpoint_names = checkpoint_names();
+  engine_ = std::make_unique<Engine>(module_, config, std::move(init));
+  module_.zero_grad();
+}
+
 PipelineEngine::PipelineEngine(parallel::PipelineModule& module,
                                std::shared_ptr<parallel::ProcessGroup> pipe,
                                std::unique_ptr<optim::Optimizer> optimizer,
                                PipelineEngineOptions options)
-    : module_(module),
-      pipe_(std::move(pipe)),
-      optimizer_(std::move(optimizer)),
-      options_(std::move(options)) {
+    : module_(module), pipe_(std::move(pipe)), options_(std::move(options)) {
+  TS_CHECK(optimizer, "PipelineEngine: no optimizer");
+  TS_CHECK(options_.micro_batches >= 1, "PipelineEngine: micro_batches must be >= 1, got ",
+           options_.micro_batches);
+  setup(nullptr);
+  micro_batches_ = options_.micro_batches;
+  InitializeOptions init;
+  init.optimizer = std::move(optimizer);
+  init.group = data_parallel_;
+  init.pipeline_group = pipe_;
+  engine_ = std::make_unique<Engine>(module_, client_config(micro_batches_, data_parallel_->size()),
+                                     std::move(init));
+  module_.zero_grad();
+}
+
+// The data-parallel group and the tied groups; the tied copies start from the first stage's.
+void PipelineEngine::setup(std::shared_ptr<parallel::ProcessGroup> data_parallel) {
   TS_CHECK(pipe_ && pipe_->size() == module_.num_stages() && pipe_->rank() == module_.stage_id(),
            "PipelineEngine: the pipeline group's rank and size must be the module's stage and "
            "stage count (",
            module_.stage_id(), " of ", module_.num_stages(), ")");
-  auto world = parallel::world();
-  std::vector<std::vector<int>> pipelines;  // world ranks of each pipeline's stages
-  if (options_.topology) {
-    const auto& topo = *options_.topology;
-    TS_CHECK(topo.world_size() == world->size() && topo.dim("pipe") == pipe_->size(),
-             "PipelineEngine: the topology (", topo.world_size(), " ranks, pipe ", topo.dim("pipe"),
-             ") does not match the job (", world->size(), " ranks) and the pipeline (",
-             pipe_->size(), " stages)");
-    data_parallel_ = topo.group_for(*world, "data");
-    pipelines = topo.axis_groups("pipe");
-  } else {
-    TS_CHECK(pipe_->size() == world->size(), "PipelineEngine: a pipeline of ", pipe_->size(),
-             " stages in a job of ", world->size(),
-             " ranks: give options.topology ({\"pipe\", \"data\"}) for pipelines side by side");
-    std::vector<int> all(static_cast<size_t>(world->size()));
-    for (int r = 0; r < world->size(); ++r) all[static_cast<size_t>(r)] = r;
-    pipelines = {all};
-  }
-  TS_CHECK(options_.micro_batches >= 1, "PipelineEngine: micro_batches must be >= 1, got ",
-           options_.micro_batches);
   TS_CHECK(options_.schedule == "1f1b", "PipelineEngine: schedule '", options_.schedule,
            "' is not built yet (1f1b)");
-  TS_CHECK(optimizer_, "PipelineEngine: no optimizer");
+  auto world = parallel::world();
+  if (!options_.topology) {
+    TS_CHECK(pipe_->size() == world->size() || data_parallel, "PipelineEngine: a pipeline of ",
+             pipe_->size(), " stages in a job of ", world->size(),
+             " ranks: give options.topology ({\"pipe\", \"data\"}) for pipelines side by side");
+    options_.topology = pipe_data_topology(pipe_->size());
+  }
+  const auto& topo = *options_.topology;
+  TS_CHECK(topo.world_size() == world->size() && topo.dim("pipe") == pipe_->size(),
+           "PipelineEngine: the topology (", topo.world_size(), " ranks, pipe ", topo.dim("pipe"),
+           ") does not match the job (", world->size(), " ranks) and the pipeline (", pipe_->size(),
+           " stages)");
+  data_parallel_ = data_parallel ? std::move(data_parallel) : topo.group_for(*world, "data");
+  const std::vector<std::vector<int>> pipelines = topo.axis_groups("pipe");
   // One group per tied key held by several stages, in every pipeline (every rank of the job
-  // takes part in building each, in the same order).
+  // takes part in building each, in the same order): the owner (the key's first stage)
+  // refreshes the copies through it.
   for (const auto& [key, stages] : module_.tied_stages()) {
     if (stages.size() < 2) continue;
     for (const std::vector<int>& line : pipelines) {
@@ -73,17 +124,25 @@ PipelineEngine::PipelineEngine(parallel::PipelineModule& module,
       for (int64_t s : stages) ranks.push_back(line.at(static_cast<size_t>(s)));
       if (auto g = world->new_group(ranks)) tied_groups_[key] = g;
     }
-    auto it = tied_groups_.find(key);
-    if (it == tied_groups_.end()) continue;
-    // Each stage built its copy itself: all start from the first stage's (DeepSpeed's
-    // _synchronize_tied_weights).
-    NoGradGuard no_grad;
-    for (Tensor* t : module_.tied_parameters(key)) it->second->broadcast_async(*t, 0).wait();
+    if (!tied_groups_.count(key)) continue;
+    if (stages.front() == module_.stage_id())
+      tied_sources_[key] = std::vector<int64_t>(stages.begin() + 1, stages.end());
+    else
+      tied_owner_[key] = stages.front();
   }
-  module_.zero_grad();
 }
 
 PipelineEngine::~PipelineEngine() = default;
+
+std::function<std::pair<std::string, std::string>(const std::string&)>
+PipelineEngine::checkpoint_names() {
+  return [this](const std::string& param) -> std::pair<std::string, std::string> {
+    char file[32];
+    std::snprintf(file, sizeof file, "layer_%02lld",
+                  static_cast<long long>(module_.layer_of(param)));
+    return {module_.saves(param) ? file : "", module_.saved_name(param)};
+  };
+}
 
 void PipelineEngine::forward() {
   fail(
@@ -100,33 +159,85 @@ void PipelineEngine::step() {
 double PipelineEngine::train_batch(const PipeDataIterator& data) {
   TS_CHECK(data, "PipelineEngine::train_batch: no data iterator (set_dataiterator)");
   module_.train();
-  parallel::TrainSchedule schedule(options_.micro_batches, module_.num_stages(),
-                                   module_.stage_id());
-  return run(schedule.steps(), data, true);
-}
-
-double PipelineEngine::eval_batch(const PipeDataIterator& data) {
-  TS_CHECK(data, "PipelineEngine::eval_batch: no data iterator");
-  module_.eval();
-  parallel::InferenceSchedule schedule(options_.micro_batches, module_.num_stages(),
-                                       module_.stage_id());
-  NoGradGuard no_grad;
-  const double loss = run(schedule.steps(), data, false);
-  module_.train();
+  parallel::TrainSchedule schedule(micro_batches_, module_.num_stages(), module_.stage_id());
+  rng_base_ = default_generator().state();
+  rng_calibrating_ = rng_per_micro_batch_ < 0;
+  backwards_ = 0;
+  const double loss = run(schedule.steps(), data, true, micro_batches_);
+  // Where one process leaves the generator after these micro-batches.
+  default_generator().set_state(
+      {rng_base_.seed,
+       rng_base_.offset + static_cast<uint64_t>(micro_batches_ * rng_per_micro_batch_)});
   return loss;
 }
 
+double PipelineEngine::eval_batch(const PipeDataIterator& data, int64_t num_micro_batches) {
+  TS_CHECK(data, "PipelineEngine::eval_batch: no data iterator");
+  TS_CHECK(num_micro_batches >= 0, "PipelineEngine::eval_batch: num_micro_batches ",
+           num_micro_batches, " < 0");
+  const int64_t m = num_micro_batches > 0 ? num_micro_batches : micro_batches_;
+  const bool was_training = module_.is_training();
+  module_.eval();
+  parallel::InferenceSchedule schedule(m, module_.num_stages(), module_.stage_id());
+  NoGradGuard no_grad;
+  const double loss = run(schedule.steps(), data, false, m);
+  module_.train(was_training);
+  return loss;
+}
+
+double PipelineEngine::bubble_fraction() const {
+  if (bubbles_.empty()) return 0.0;
+  std::vector<double> sorted = bubbles_;    // the median: one batch slowed by the machine is not
+  std::sort(sorted.begin(), sorted.end());  // the schedule's
+  return sorted[sorted.size() / 2];
+}
+
 double PipelineEngine::run(const std::vector<parallel::PipeStep>& steps,
-                           const PipeDataIterator& data, bool train) {
-  Buffers b(std::max<int64_t>(2, options_.micro_batches));
+                           const PipeDataIterator& data, bool train, int64_t micro_batches) {
+  Buffers b(std::max<int64_t>(2, micro_batches));
   loss_sum_ = 0;
+  std::vector<PipeTimelineEvent> events;
+  const auto start = Clock::now();
+  auto seconds = [&](Clock::time_point t) {
+    return std::chrono::duration<double>(t - start).count();
+  };
+  // Waiting for the owners' step (the copies' refresh) is part of this batch's time.
+  refresh_tied_copies();
+  events.push_back({"RefreshTiedCopies", -1, 0.0, seconds(Clock::now()), false});
+  if (train) engine_->begin_pipeline_batch();  // (the trace window)
   for (const parallel::PipeStep& step : steps)
-    for (const PipeInstruction& in : step) execute(in, b, data, train);
+    for (const PipeInstruction& in : step) {
+      const auto t0 = Clock::now();
+      execute(in, b, data, train);
+      const auto t1 = Clock::now();
+      events.push_back({in.name(), in.micro_batch, seconds(t0), seconds(t1), is_compute(in.kind)});
+      engine_->trace_phase(
+          in.micro_batch >= 0 ? in.name() + " " + std::to_string(in.micro_batch) : in.name(), t0,
+          t1);
+    }
   // The last stage's mean loss, on every stage.
-  Tensor loss = scalar_tensor(loss_sum_ / static_cast<double>(options_.micro_batches),
-                              DType::Float64, Device::cpu());
+  Tensor loss =
+      scalar_tensor(loss_sum_ / static_cast<double>(micro_batches), DType::Float64, Device::cpu());
   pipe_->broadcast_async(loss, static_cast<int>(module_.num_stages() - 1)).wait();
-  if (data_parallel_ && data_parallel_->size() > 1)
+  if (train) {
+    timeline_ = std::move(events);
+    // 1F1B's bubble: the share of the pipeline's forward/backward phase (from the batch's
+    // start to stage 0's last backward, which comes after every other stage's) this stage
+    // spends outside forward and backward passes. (The optimizer step is left out: the last
+    // stages' steps overlap stage 0's last backwards.)
+    double last_backward = 0, passes = 0;
+    for (const PipeTimelineEvent& e : timeline_)
+      if (e.instruction == "ForwardPass" || e.instruction == "BackwardPass") {
+        passes += e.end - e.start;
+        last_backward = std::max(last_backward, e.end);
+      }
+    Tensor phase = full({1}, last_backward, DType::Float64);
+    pipe_->broadcast_async(phase, 0).wait();
+    const double window = std::max(phase.data<double>()[0], last_backward);
+    if (batches_++ > 0 && window > 0)  // the first batch warms up (shapes, calibration, ...)
+      bubbles_.push_back(1.0 - passes / window);
+  }
+  if (data_parallel_->size() > 1)
     return data_parallel_->all_reduce_scalar(loss.item()) /
            static_cast<double>(data_parallel_->size());
   return loss.item();
@@ -143,140 +254,168 @@ void PipelineEngine::execute(const PipeInstruction& in, Buffers& b, const PipeDa
       if (is_last_stage()) b.labels[buf] = std::move(mb.labels);
       break;
     }
-    case PipeInstruction::ForwardPass: {
-      PipeValue x = b.inputs[buf];
-      if (train && !is_first_stage())
-        for (Tensor& t : x)
-          if (needs_grad(t)) t = t.detach().requires_grad_(true);
-      b.inputs[buf] = x;
-      PipeValue y = module_.forward(x);
-      if (is_last_stage()) {
-        const Tensor loss = module_.loss(y, b.labels[buf]);
-        loss_sum_ += loss.item();
-        y = {loss};
-      }
-      b.outputs[buf] = std::move(y);
+    case PipeInstruction::ForwardPass:
+      forward_pass(in, b, train);
       break;
-    }
     case PipeInstruction::SendActivation:
       send(b.outputs[buf], stage + 1, true);
       if (!train) b.outputs[buf].clear();
+      if (train && rng_calibrating_) {
+        // Where the next stage's draws start (its forward of micro-batch 0 runs before the
+        // counts are gathered).
+        pipe_->send(
+            full({1}, static_cast<double>(rng_before_stage_ + rng_this_stage_), DType::Int64),
+            stage + 1, kRngTag);
+        calibrate_rng();
+      }
       break;
     case PipeInstruction::RecvActivation:
       b.inputs[buf] = recv(stage - 1, true);
+      if (train && rng_calibrating_) {
+        Tensor before = zeros({1}, DType::Int64, Device::cpu());
+        pipe_->recv(before, stage - 1, kRngTag);
+        rng_before_stage_ = before.data<int64_t>()[0];
+      }
       break;
     case PipeInstruction::RecvGrad:
       b.grads[buf] = recv(stage + 1, false);
       break;
-    case PipeInstruction::BackwardPass: {
-      // The micro-batch's share of the mean: loss / micro_batches.
-      if (is_last_stage()) {
-        autograd::backward(
-            {b.outputs[buf][0] * (1.0 / static_cast<double>(options_.micro_batches))}, {});
-      } else {
-        std::vector<Tensor> roots;
-        for (const Tensor& t : b.outputs[buf])
-          if (needs_grad(t)) roots.push_back(t);
-        autograd::backward(roots, b.grads[buf]);
-      }
-      b.outputs[buf].clear();
-      b.grads[buf].clear();
-      b.labels[buf].clear();
+    case PipeInstruction::BackwardPass:
+      backward_pass(in, b);
       break;
-    }
     case PipeInstruction::SendGrad: {
       PipeValue g;
       for (const Tensor& t : b.inputs[buf])
         if (needs_grad(t)) g.push_back(t.grad().defined() ? t.grad() : zeros_like(t));
       send(g, stage - 1, false);
       b.inputs[buf].clear();
+      // After the last gradient has gone back (so the owner can receive them before its
+      // last backward without waiting on this stage).
+      if (in.micro_batch == micro_batches_ - 1) send_tied_grads();
       break;
     }
     case PipeInstruction::ReduceTiedGrads:
-      reduce_tied_grads();
-      break;
+      break;  // the copies' gradients reached their owners before the owners' last backward
     case PipeInstruction::ReduceGrads:
-      reduce_grads();
-      break;
+      break;  // the stage's Engine has reduced them in the last micro-batch's backward
     case PipeInstruction::OptimizerStep:
-      optimizer_->step();
-      module_.zero_grad();
+      last_step_ = engine_->step();
       break;
     default:
       fail("PipelineEngine: instruction ", in.str(), " is not supported yet");
   }
 }
 
-// The first message in each direction describes the tensors: [count, then per tensor dtype,
-// rank, dims...]; gradients go back in the shapes of the floating activations.
-void PipelineEngine::send(const PipeValue& value, int peer, bool activation) {
-  const int tag = activation ? kActivationTag : kGradTag;
-  if (activation && !sent_.known) {
-    std::vector<int64_t> meta{static_cast<int64_t>(value.size())};
-    for (const Tensor& t : value) {
-      meta.push_back(static_cast<int64_t>(t.dtype()));
-      meta.push_back(t.dim());
-      for (int64_t d : t.shape()) meta.push_back(d);
-      sent_.dtypes.push_back(t.dtype());
-      sent_.shapes.push_back(t.shape());
-    }
-    Tensor length = scalar_tensor(static_cast<double>(meta.size()), DType::Int64, Device::cpu());
-    pipe_->send_async(length.reshape({1}), peer, tag).wait();
-    pipe_->send_async(from_vector(meta, {static_cast<int64_t>(meta.size())}), peer, tag).wait();
-    sent_.known = true;
+void PipelineEngine::forward_pass(const PipeInstruction& in, Buffers& b, bool train) {
+  if (train && rng_calibrating_ && is_first_stage()) rng_before_stage_ = 0;
+  const auto buf = static_cast<size_t>(in.buffer_id);
+  PipeValue x = b.inputs[buf];
+  if (train && !is_first_stage())
+    for (Tensor& t : x)
+      if (needs_grad(t)) t = t.detach().requires_grad_(true);
+  b.inputs[buf] = x;
+  if (train) position_rng(in.micro_batch);
+  const uint64_t drawn_from = default_generator().state().offset;
+  PipeValue y = module_.forward(x);
+  if (train && rng_calibrating_ && in.micro_batch == 0)
+    rng_this_stage_ = static_cast<int64_t>(default_generator().state().offset - drawn_from);
+  if (is_last_stage()) {
+    const Tensor loss = module_.loss(y, b.labels[buf]);
+    loss_sum_ += loss.item();
+    y = {loss};
+    if (train && rng_calibrating_ && in.micro_batch == 0) calibrate_rng();
   }
-  // (Every batch must have the first batch's shapes: DeepSpeed caches them likewise.)
-  for (const Tensor& t : value) pipe_->send_async(t.contiguous(), peer, tag).wait();
+  b.outputs[buf] = std::move(y);
+  if (train) peak_in_flight_ = std::max(peak_in_flight_, ++in_flight_);
 }
 
-PipeValue PipelineEngine::recv(int peer, bool activation) {
-  const int tag = activation ? kActivationTag : kGradTag;
-  if (activation && !received_.known) {
-    Tensor length = zeros({1}, DType::Int64, Device::cpu());
-    pipe_->recv_async(length, peer, tag).wait();
-    Tensor meta = zeros({static_cast<int64_t>(length.item())}, DType::Int64, Device::cpu());
-    pipe_->recv_async(meta, peer, tag).wait();
-    const int64_t* v = meta.data<int64_t>();
-    size_t at = 1;
-    for (int64_t i = 0; i < v[0]; ++i) {
-      received_.dtypes.push_back(static_cast<DType>(v[at++]));
-      const int64_t rank = v[at++];
-      received_.shapes.emplace_back(v + at, v + at + rank);
-      at += static_cast<size_t>(rank);
-    }
-    received_.known = true;
+void PipelineEngine::backward_pass(const PipeInstruction& in, Buffers& b) {
+  const auto buf = static_cast<size_t>(in.buffer_id);
+  // Every micro-batch but the last is one the stage's Engine counts (its step() is then not
+  // a boundary); the last one's step comes at OptimizerStep, after the tied gradients.
+  if (backwards_ > 0) engine_->step();
+  ++backwards_;
+  // The copies' gradients join the owner's before its last backward reduces them.
+  if (in.micro_batch == micro_batches_ - 1) receive_tied_grads();
+  if (is_last_stage()) {
+    engine_->backward(b.outputs[buf][0]);  // the loss / micro_batches (x the fp16 scale)
+  } else {
+    std::vector<Tensor> roots;
+    for (const Tensor& t : b.outputs[buf])
+      if (needs_grad(t)) roots.push_back(t);
+    engine_->backward_stage(roots, b.grads[buf]);
   }
-  // Activations arrive as the previous stage sent them; gradients as this stage sent its
-  // floating outputs.
-  const Meta& m = activation ? received_ : sent_;
-  PipeValue out;
-  for (size_t i = 0; i < m.shapes.size(); ++i) {
-    if (!activation && !is_floating(m.dtypes[i])) continue;
-    Tensor t = Tensor::empty(m.shapes[i], m.dtypes[i], Device::cpu());
-    pipe_->recv_async(t, peer, tag).wait();
-    out.push_back(t);
-  }
-  return out;
+  b.outputs[buf].clear();
+  b.grads[buf].clear();
+  b.labels[buf].clear();
+  --in_flight_;
 }
 
-void PipelineEngine::reduce_tied_grads() {
+// The generator offset of this stage's first draw for `micro_batch`, as one process would
+// reach it: the batch's start, the micro-batches before, the stages before.
+void PipelineEngine::position_rng(int64_t micro_batch) {
+  if (micro_batch > 0)
+    TS_CHECK(rng_per_micro_batch_ >= 0, "PipelineEngine: dropout offsets not learnt yet");
+  const int64_t before = micro_batch * std::max<int64_t>(rng_per_micro_batch_, 0);
+  default_generator().set_state(
+      {rng_base_.seed, rng_base_.offset + static_cast<uint64_t>(before + rng_before_stage_)});
+}
+
+// On the first training batch, after this stage's forward of micro-batch 0 has gone on: the
+// stages' counts, so each knows where its draws start (every stage reaches this before any
+// needs another stage's later messages, so the collective cannot deadlock).
+void PipelineEngine::calibrate_rng() {
+  rng_calibrating_ = false;
+  Tensor mine = full({1}, static_cast<double>(rng_this_stage_), DType::Int64);
+  Tensor all = zeros({pipe_->size()}, DType::Int64, Device::cpu());
+  pipe_->all_gather_async(all, mine).wait();
+  const int64_t* v = all.data<int64_t>();
+  rng_per_micro_batch_ = 0;
+  rng_before_stage_ = 0;
+  for (int s = 0; s < pipe_->size(); ++s) {
+    if (s < module_.stage_id()) rng_before_stage_ += v[s];
+    rng_per_micro_batch_ += v[s];
+  }
+}
+
+// The owner's weights onto the copies (at every batch: after a step or a checkpoint load).
+void PipelineEngine::refresh_tied_copies() {
+  NoGradGuard no_grad;
   for (auto& [key, group] : tied_groups_)
     for (Tensor* p : module_.tied_parameters(key)) {
-      if (!p->grad().defined()) p->set_grad(zeros_like(*p));
-      group->all_reduce_async(p->grad()).wait();
+      if (!p->is_contiguous()) *p = p->contiguous();
+      group->broadcast_async(*p, 0).wait();
     }
 }
 
-// The mean gradient over this stage's data-parallel replicas.
-void PipelineEngine::reduce_grads() {
-  if (!data_parallel_ || data_parallel_->size() == 1) return;
-  const double scale = 1.0 / static_cast<double>(data_parallel_->size());
+void PipelineEngine::send_tied_grads() {
   NoGradGuard no_grad;
-  for (auto& [name, p] : module_.named_parameters()) {
-    if (!p->grad().defined()) p->set_grad(zeros_like(*p));
-    data_parallel_->all_reduce_async(p->grad()).wait();
-    p->grad().mul_(scale);
-  }
+  for (const auto& [key, owner] : tied_owner_)
+    for (Tensor* p : module_.tied_parameters(key)) {
+      const Tensor g = p->grad().defined() ? p->grad().contiguous() : zeros_like(*p);
+      pipe_->send(g, static_cast<int>(owner), kTiedTag);
+      p->set_grad(Tensor());
+    }
+}
+
+void PipelineEngine::receive_tied_grads() {
+  NoGradGuard no_grad;
+  for (const auto& [key, sources] : tied_sources_)
+    for (int64_t source : sources)
+      for (Tensor* p : module_.tied_parameters(key)) {
+        Tensor g = Tensor::empty(p->shape(), p->dtype(), p->device());
+        pipe_->recv(g, static_cast<int>(source), kTiedTag);
+        p->set_grad(p->grad().defined() ? p->grad() + g : g);
+      }
+}
+
+std::unique_ptr<PipelineEngine> initialize(parallel::PipelineModule& model,
+                                           const io::TrainConfig& config, InitializeOptions init,
+                                           PipelineEngineOptions options) {
+  if (!options.topology) options.topology = pipe_data_topology(model.num_stages());
+  auto pipe = options.topology->group_for(*parallel::world(), "pipe");
+  return std::make_unique<PipelineEngine>(model, std::move(pipe), config, std::move(init),
+                                          std::move(options));
 }
 
 }  // namespace tessera::engine

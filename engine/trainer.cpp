@@ -155,6 +155,8 @@ int TrainLoop::agreed_stop_signal() {
     sig = static_cast<int>(engine_.group().all_reduce_scalar(sig, parallel::ReduceOp::Max));
   if (auto* tp = engine_.tensor_parallel_group())  // (data x tensor: the whole job agrees)
     sig = static_cast<int>(tp->all_reduce_scalar(sig, parallel::ReduceOp::Max));
+  if (auto* pipe = engine_.pipeline_group())
+    sig = static_cast<int>(pipe->all_reduce_scalar(sig, parallel::ReduceOp::Max));
   if (sig != 0 && engine_.is_lead())
     std::cerr << (tty_ ? "\n" : "") << "stopping at step " << engine_.global_steps() << " ("
               << (sig == SIGINT    ? "SIGINT"

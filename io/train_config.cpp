@@ -439,11 +439,12 @@ TrainConfig TrainConfig::parse(const std::string& text, int64_t world, const std
   if (root.has("tensor_parallel")) config::parse_tensor_parallel(root.sub("tensor_parallel"), c);
   if (root.has("activation_checkpointing"))
     config::parse_activation_checkpointing(root.sub("activation_checkpointing"), c);
-  const int64_t tp = c.tensor_parallel.autotp_size;
-  TS_CHECK(world % tp == 0, source, ": the job's ", world,
-           " ranks do not divide into tensor_parallel.autotp_size ", tp,
-           " (ranks = autotp_size x data-parallel size)");
-  c.world_size = world / tp;
+  if (root.has("pipeline")) config::parse_pipeline(root.sub("pipeline"), c);
+  const int64_t tp = c.tensor_parallel.autotp_size, pp = c.pipeline.stages;
+  TS_CHECK(world % (tp * pp) == 0, source, ": the job's ", world,
+           " ranks do not divide into tensor_parallel.autotp_size ", tp, " x pipeline.stages ", pp,
+           " (ranks = pipeline stages x data-parallel size x autotp_size)");
+  c.world_size = world / (tp * pp);
   config::parse_batch(root, c);
   if (root.has("optimizer")) config::parse_optimizer(root.sub("optimizer"), c);
   if (root.has("scheduler")) config::parse_scheduler(root.sub("scheduler"), c);

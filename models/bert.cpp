@@ -226,7 +226,8 @@ Tensor BertForPreTraining::loss(const Batch& b) {
            " must match input_ids ", b.input_ids.describe());
   const Tensor seq = bert.forward(b);
   const Tensor lg = cls.predictions.forward(seq, bert.embeddings.word_embeddings.weight);
-  Tensor loss = b.target_weight == 0.0
+  // A batch without masked positions (short NSP pairs) adds no MLM loss instead of a NaN mean.
+  Tensor loss = b.target_weight == 0.0 && b.loss_terms() > 0
                     ? cross_entropy(lg.view({-1, config.vocab_size}), b.targets.reshape({-1}), -100)
                     : cross_entropy(lg.view({-1, config.vocab_size}), b.targets.reshape({-1}), -100,
                                     0.0, Reduction::Sum) *

@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "tessera/error.h"
+#include "tessera/grad_mode.h"
 #include "tessera/rng.h"
 
 namespace tessera::parallel {
@@ -42,8 +43,10 @@ PipelineModule::PipelineModule(std::vector<LayerSpec> specs, PipeLossFn loss_fn,
     for (int64_t i = 0; i < n; ++i) {
       const LayerSpec& s = specs_[static_cast<size_t>(i)];
       int64_t params = 0;
-      if (options_.partition_method == "parameters")
-        params = s.build(nullptr, "count")->num_parameters();
+      if (options_.partition_method == "parameters") {
+        nn::Module scratch;  // (built to be counted, then dropped)
+        params = s.build(&scratch, "count")->num_parameters();
+      }
       info.push_back({s.type_name, params});
     }
     bounds_ = partition_layers(options_.partition_method, info, p);
@@ -57,15 +60,27 @@ PipelineModule::PipelineModule(std::vector<LayerSpec> specs, PipeLossFn loss_fn,
       positions_.push_back(layers_.back().get());
       continue;
     }
-    if (!tied_modules_) tied_modules_ = std::make_unique<nn::Module>(this, "tied_modules");
+    // The key's first stage owns the module (a parameter of that stage); the others hold a
+    // copy outside the module tree, which the engine refreshes from the owner every batch and
+    // whose gradients it sends there.
+    const bool owner = tied_stages().at(s.tied_key).front() == stage_id_;
+    nn::Module* parent = nullptr;
+    if (owner) {
+      if (!tied_modules_) tied_modules_ = std::make_unique<nn::Module>(this, "tied_modules");
+      parent = tied_modules_.get();
+    } else {
+      if (!tied_copies_) tied_copies_ = std::make_unique<nn::Module>();
+      parent = tied_copies_.get();
+    }
     auto& module = tied_[s.tied_key];
-    if (!module) module = s.build(tied_modules_.get(), s.tied_key);
+    if (!module) module = s.build(parent, s.tied_key);
     positions_.push_back(module.get());
   }
 }
 
 PipeValue PipelineModule::forward(const PipeValue& x) {
   nn::ModuleScope scope(*this);
+  if (tied_copies_) tied_copies_->train(is_training());  // (outside the tree: set here)
   PipeValue h = x;
   const int64_t first = bounds_[static_cast<size_t>(stage_id_)];
   for (size_t k = 0; k < positions_.size(); ++k) {
@@ -103,6 +118,40 @@ std::vector<Tensor*> PipelineModule::tied_parameters(const std::string& key) {
     if (w.empty() || std::find(w.begin(), w.end(), name) != w.end()) out.push_back(t);
   }
   return out;
+}
+
+int64_t PipelineModule::layer_of(const std::string& param) const {
+  const std::string tied = "tied_modules.";
+  if (param.rfind(tied, 0) == 0) {
+    const std::string key = param.substr(tied.size(), param.find('.', tied.size()) - tied.size());
+    for (size_t i = 0; i < specs_.size(); ++i)
+      if (specs_[i].tied_key == key) return static_cast<int64_t>(i);
+  } else if (const size_t dot = param.find('.');
+             dot != std::string::npos && dot > 0 && param.find_first_not_of("0123456789") == dot) {
+    return std::stoll(param.substr(0, dot));
+  }
+  fail("PipelineModule: '", param, "' is not one of its parameters' names");
+}
+
+bool PipelineModule::saves(const std::string& param) const {
+  const int64_t layer = layer_of(param);
+  return layer >= bounds_[static_cast<size_t>(stage_id_)] &&
+         layer < bounds_[static_cast<size_t>(stage_id_ + 1)];
+}
+
+std::string PipelineModule::saved_name(const std::string& param) const {
+  return saved_names_ ? saved_names_(param) : param;
+}
+
+void PipelineModule::load_saved_state(const std::map<std::string, Tensor>& state) {
+  NoGradGuard no_grad;
+  for (auto& [name, t] : named_parameters()) {
+    const std::string from = saved_name(name);
+    auto it = state.find(from);
+    TS_CHECK(it != state.end() && it->second.shape() == t->shape(), "PipelineModule: '", name,
+             "' has no counterpart '", from, "' of its shape ", shape_str(t->shape()));
+    t->copy_(it->second);
+  }
 }
 
 }  // namespace tessera::parallel

@@ -152,6 +152,9 @@ io::TrainConfig read_config(const Args& a, int64_t ranks, int64_t& vocab) {
   } else {
     cfg = io::TrainConfig::from_file(path, ranks);
   }
+  TS_CHECK(cfg.pipeline.stages == 1, "estimate-memory: pipeline.stages ", cfg.pipeline.stages,
+           " is not modelled yet (the estimate covers one whole model per data-parallel rank); "
+           "`tessera train --json` reports each stage's bytes");
   if (a.has("data")) cfg.data.path = a.get("data", "");
   vocab = a.get_int("vocab", 0);
   if (vocab <= 0) {

@@ -6,9 +6,12 @@
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
+#include "tessera/engine/pipeline_trainer.h"
 #include "tessera/engine/trainer.h"
 #include "tessera/io/files.h"
 #include "tessera/io/json_fields.h"
+#include "tessera/models/bert_pipeline.h"
+#include "tessera/models/gpt2_pipeline.h"
 #include "tessera/parallel/process_group.h"
 #include "train_data.h"
 
@@ -69,7 +72,8 @@ io::TrainConfig read_config(const Args& a, parallel::ProcessGroup& world) {
   return cfg;
 }
 
-void print_json_line(const engine::TrainResult& r, engine::Engine& eng, bool comms) {
+void print_json_line(const engine::TrainResult& r, engine::Engine& eng, bool comms,
+                     const engine::PipelineEngine* pipe = nullptr) {
   const parallel::MemoryStats mem = eng.memory();
   nlohmann::ordered_json line{{"step", r.step},
                               {"train_loss", nullptr},
@@ -89,6 +93,13 @@ void print_json_line(const engine::TrainResult& r, engine::Engine& eng, bool com
     line["tp_rank"] = tp->rank();
     line["tp_size"] = tp->size();
   }
+  if (pipe)
+    line["pipeline"] = {{"stage", pipe->module().stage_id()},
+                        {"stages", pipe->module().num_stages()},
+                        {"schedule", "1f1b"},
+                        {"micro_batches", pipe->micro_batches()},
+                        {"bubble_fraction", pipe->bubble_fraction()},
+                        {"peak_in_flight", pipe->peak_in_flight()}};
   auto ops = [](const std::map<std::string, parallel::CommsLogger::OpStats>& totals) {
     nlohmann::ordered_json c = nlohmann::ordered_json::object();
     for (const auto& [op, st] : totals)
@@ -105,6 +116,95 @@ void print_json_line(const engine::TrainResult& r, engine::Engine& eng, bool com
   std::cout << line.dump() << "\n" << std::flush;
 }
 
+// The config's GPT-2 or BERT as this stage's part of a pipeline, starting from the whole
+// model's weights (as one process draws them, or model.init_from's), saving checkpoints under
+// the whole model's names and config (one process, export and zero-to-fp32 read them).
+std::unique_ptr<parallel::PipelineModule> build_pipeline_model(io::TrainConfig& cfg, int64_t vocab,
+                                                               int stage) {
+  parallel::PipelineModuleOptions po;
+  po.num_stages = cfg.pipeline.stages;
+  po.partition_method = cfg.pipeline.partition;
+  std::unique_ptr<models::PretrainedModel> whole = build_model(cfg, vocab);
+  std::unique_ptr<parallel::PipelineModule> model;
+  if (auto* bert = dynamic_cast<models::BertForPreTraining*>(whole.get())) {
+    const models::BertConfig& bc = bert->config;
+    model = std::make_unique<parallel::PipelineModule>(
+        models::bert_pipeline_layers(bc, bert->with_nsp), models::bert_pipeline_loss(), stage, po);
+    model->set_saved_names([n = bc.num_hidden_layers](const std::string& name) {
+      return models::bert_name_of_pipeline_parameter(name, n);
+    });
+  } else {
+    auto& gpt = dynamic_cast<models::GPT2LMHeadModel&>(*whole);
+    model = std::make_unique<parallel::PipelineModule>(models::gpt2_pipeline_layers(gpt.config),
+                                                       models::gpt2_pipeline_loss(), stage, po);
+    model->set_saved_names([n = gpt.config.n_layer](const std::string& name) {
+      return models::gpt2_name_of_pipeline_parameter(name, n);
+    });
+  }
+  model->load_saved_state(whole->state_dict());
+  model->set_config_json(whole->config_json());
+  return model;
+}
+
+// The built-in model as a pipeline of pipeline.stages stages (DeepSpeed's PipelineModule and
+// PipelineEngine), pipelines side by side over the rest of the job.
+int train_pipeline(const Args& a, io::TrainConfig& cfg,
+                   std::shared_ptr<parallel::ProcessGroup> world) {
+  TS_CHECK(cfg.tensor_parallel.autotp_size == 1,
+           "pipeline with tensor_parallel.autotp_size > 1 (3D) is not built yet");
+  TS_CHECK(!cfg.activation_checkpointing.enabled,
+           "pipeline with activation_checkpointing is not built yet");
+  TS_CHECK(Device::parse(cfg.train.device).is_cpu(), "pipeline: train.device ", cfg.train.device,
+           ": pipelines run on the CPU (MPI) so far");
+  const auto topo = engine::pipe_data_topology(cfg.pipeline.stages);
+  const int stage = topo.coords_of(world->rank()).at("pipe");
+  auto pipe_group = topo.group_for(*world, "pipe");
+  auto data_group = topo.group_for(*world, "data");
+  const io::TokenizedCorpus corpus = shared_corpus(cfg, *world);
+  const std::unique_ptr<parallel::PipelineModule> built =
+      build_pipeline_model(cfg, corpus.vocab_size, stage);
+  parallel::PipelineModule& model = *built;
+  engine::InitializeOptions init;
+  init.group = data_group;
+  engine::PipelineEngine pipe(model, pipe_group, cfg, std::move(init), {.topology = topo});
+  const int dp_rank = data_group->rank(), dp_size = data_group->size();
+  auto train_data = train_batches(cfg, corpus, dp_rank, dp_size);
+  val_batches(cfg, corpus, dp_rank, dp_size);  // its errors now, not after training
+  engine::TrainerOptions options = engine::TrainerOptions::from_config(cfg);
+  options.save_dir = a.get("save", "");
+  options.tokens_per_sample = cfg.model.block_size;
+  const bool bert = cfg.model.type == "bert";
+  auto convert = [&pipe, bert](const models::Batch& b) {
+    if (!bert) return engine::PipeMicroBatch{{b.input_ids}, {b.targets}};
+    // The last stage weighs the loss as the engine weighs a whole model's (nn/loss_model.h).
+    const double weight =
+        pipe.is_last_stage() ? pipe.stage_engine().loss_weight(b.loss_terms()) : 0.0;
+    return engine::PipeMicroBatch{models::bert_pipeline_inputs(b),
+                                  models::bert_pipeline_labels(b, weight)};
+  };
+  engine::PipelineTrainer<models::Batch> trainer(pipe, *train_data, convert, options);
+  trainer.set_eval_data([&] { return val_batches(cfg, corpus, dp_rank, dp_size); });
+  trainer.client_state = [&] { return nlohmann::json{{"vocab_size", corpus.vocab_size}}; };
+  trainer.extra_files = [&] { return tokenizer_files(cfg, corpus); };
+  if (a.has("resume")) trainer.resume(a.get("resume", ""));
+  const auto& b = model.bounds();
+  if (world->rank() == 0) {
+    std::cerr << (bert ? "BERT" : "GPT2") << " pipeline: " << cfg.pipeline.stages << " stages x "
+              << dp_size << " data-parallel, layers per stage:";
+    for (size_t s = 0; s + 1 < b.size(); ++s) std::cerr << " " << b[s + 1] - b[s];
+    std::cerr << " (partition " << cfg.pipeline.partition << "), vocab " << corpus.vocab_size
+              << ", block " << cfg.model.block_size << ", batch " << cfg.train_batch_size << " ("
+              << cfg.micro_batch_size << " x " << cfg.gradient_accumulation_steps
+              << " micro-batches), " << pipe.optimizer().name() << ", " << cfg.train.steps
+              << " steps\n";
+  }
+  const engine::TrainResult r = trainer.fit();
+  if (cfg.comms_logger.enabled && world->rank() == 0)
+    std::cerr << world->logger().summary(0, world->size());
+  if (a.has("json")) print_json_line(r, pipe.stage_engine(), cfg.comms_logger.enabled, &pipe);
+  return r.stop_signal ? 128 + r.stop_signal : 0;
+}
+
 }  // namespace
 
 int train_main(int argc, char** argv) {
@@ -117,6 +217,7 @@ int train_main(int argc, char** argv) {
   auto world = parallel::world();
   const bool lead = world->rank() == 0;  // prints and writes files for the job
   io::TrainConfig cfg = read_config(a, *world);
+  if (cfg.pipeline.stages > 1) return train_pipeline(a, cfg, world);
   const TrainGroups groups = train_groups(cfg, world);
   const int dp_rank = groups.dp->rank(), dp_size = groups.dp->size();
   const io::TokenizedCorpus corpus = shared_corpus(cfg, *world);

@@ -1,6 +1,7 @@
 // A training checkpoint's weights and optimizer state as whole tensors, whatever layout
 // saved it: one process, data parallel, ZeRO shards of any stage and size, tensor-parallel
-// shards of any size (merged through the layout engine.json records), or both. The engine
+// shards of any size (merged through the layout engine.json records), or both, or a
+// pipeline's layer files (layer_XX-model.safetensors, layer_XX-optimizer.safetensors). The engine
 // uses it to load a checkpoint into another tensor-parallel size; zero-to-fp32 and export use
 // it to write HF weights.
 #pragma once
@@ -15,7 +16,7 @@ struct WholeCheckpointState {
   std::map<std::string, Tensor> weights;    // by parameter (and buffer) name
   std::map<std::string, Tensor> optimizer;  // "<param>.<slot>" and "step"; empty if not read
   int zero_stage = 0;                       // 0: saved without ZeRO
-  int data_parallel = 1, tensor_parallel = 1;
+  int data_parallel = 1, tensor_parallel = 1, pipeline_stages = 1;
 };
 
 // Reads TAG_DIR (a checkpoint's tag directory); with_optimizer false skips the optimizer state.

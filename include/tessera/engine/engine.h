@@ -9,6 +9,7 @@
 //   engine->save_checkpoint("ckpt", "step100", client_state);
 #pragma once
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -98,6 +99,15 @@ struct InitializeOptions {
   // over it and counts replicated parameters once. ZeRO and checkpoints with it are not built
   // yet (errors say so).
   std::shared_ptr<parallel::ProcessGroup> tensor_parallel_group;
+  // The model is one stage of a pipeline (engine::PipelineEngine builds this): the global
+  // gradient norm sums the stages' squares over this group; the job's lead rank is stage 0's.
+  std::shared_ptr<parallel::ProcessGroup> pipeline_group;
+  // A pipeline stage's checkpoint layout: for each of the module's parameter names, the file
+  // (a layer's: "layer_03") and the name its state is saved under (the whole model's), or an
+  // empty file for a copy another stage saves (and which loads from that name). Checkpoints then
+  // hold one <file>-model.safetensors and <file>-optimizer.safetensors per layer, written by each
+  // stage's first data-parallel rank, and load at any number of stages or in one process.
+  std::function<std::pair<std::string, std::string>(const std::string&)> pipeline_checkpoint_names;
 };
 
 // DeepSpeed's lr_kwargs of step(): last_batch_iteration moves the schedule to that iteration
@@ -159,6 +169,10 @@ class Engine {
     if (profiling) flops_profiler_->stop_profile();
     return loss.requires_grad() ? track_direct_backward(loss) : loss;
   }
+  // The data-parallel weight of a batch with `terms` loss terms (nn/loss_model.h): N / (every
+  // rank's terms), or 0 when the ranks hold equal numbers. Collective over the group (one
+  // all-reduce); forward() applies it itself, a pipeline's last stage through its labels.
+  double loss_weight(int64_t terms);
   // DeepSpeed's deepspeed_io: a DataLoader of `dataset` for this rank: micro-batches of
   // train_micro_batch_size_per_gpu (or batch_size), this rank's slice of each global batch,
   // shuffled with seed 0 + epoch for training (in order when !train, as DeepSpeed's eval
@@ -181,6 +195,10 @@ class Engine {
   // backward; gradients are reduced across ranks when the micro-batch is a boundary (ZeRO-2/3:
   // every micro-batch). Returns the loss divided by the accumulation steps, as DeepSpeed.
   Tensor backward(const Tensor& loss, const BackwardOptions& options = {});
+  // A pipeline stage's backward: from its outputs with the next stage's gradients for them
+  // (already scaled by the last stage's engine.backward), reducing across data-parallel
+  // ranks at the boundary as backward(loss) does.
+  void backward_stage(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grads);
   // DeepSpeed's scale(loss) for a direct backward. A loss from forward() may be differentiated
   // directly, with engine.backward's results:
   //   engine->scale(engine->forward(batch)).backward();  engine->step();
@@ -198,6 +216,13 @@ class Engine {
   // Overrides the count (DeepSpeed's): false before the first backwards of a window, true
   // before its last, then one step() updates. Stays in force until set again.
   void set_gradient_accumulation_boundary(bool is_boundary) { boundary_override_ = is_boundary; }
+  // A pipeline stage's batch (engine::PipelineEngine, which runs no forward()): starts the
+  // trace when the step is in the trace window; trace_phase records one of its instructions.
+  void begin_pipeline_batch() { begin_forward(); }
+  void trace_phase(const std::string& name, EngineTimers::Clock::time_point start,
+                   EngineTimers::Clock::time_point end) {
+    if (trace_ && trace_->recording()) trace_->phase(name.c_str(), start, end);
+  }
   // Drops every gradient accumulated so far in this window (model, ZeRO partitions).
   void zero_grad();
   // The model's training mode (dropout on) or evaluation mode (DeepSpeed's engine.train/eval).
@@ -230,10 +255,15 @@ class Engine {
   int world_size() const { return group_->size(); }
   parallel::ProcessGroup& group() { return *group_; }
   // The rank that prints and writes the job's monitors: data-parallel rank 0 and, with tensor
-  // parallelism, tensor-parallel rank 0.
-  bool is_lead() const { return group_->rank() == 0 && (!tp_group_ || tp_group_->rank() == 0); }
+  // parallelism, tensor-parallel rank 0; in a pipeline, stage 0.
+  bool is_lead() const {
+    return group_->rank() == 0 && (!tp_group_ || tp_group_->rank() == 0) &&
+           (!pipe_group_ || pipe_group_->rank() == 0);
+  }
   // The tensor-parallel group (null without tensor parallelism).
   parallel::ProcessGroup* tensor_parallel_group() { return tp_group_.get(); }
+  // The pipeline group of a stage's engine (null outside a pipeline).
+  parallel::ProcessGroup* pipeline_group() { return pipe_group_.get(); }
   int zero_stage() const { return zero_ ? zero_->stage() : 0; }
   parallel::ZeroOptimizer* zero_optimizer() { return zero_.get(); }  // null at stage 0
   // Bytes of parameters, gradients and optimizer state this rank holds (see README).
@@ -292,8 +322,6 @@ class Engine {
                               const std::map<std::string, std::string>& extra_files);
   // Whether every rank's optimizer parameters (the float32 masters) are finite.
   bool masters_finite();
-  // N / (every rank's loss terms), or 0 when the ranks hold equal numbers (one all-reduce).
-  double loss_weight(int64_t terms);
   // Before a forward: ZeRO-3 gathers on use in eval mode.
   void begin_forward();
   Device device();
@@ -306,6 +334,9 @@ class Engine {
   bool begin_direct_backward();
   void finish_direct_backward();
   void begin_reduction(bool allreduce);
+  // A backward pass (`pass`) between begin_reduction and end_reduction, timed (backward(loss)
+  // and backward_stage share it).
+  void reduced_backward(bool allreduce, const std::function<void()>& pass);
   void end_reduction();
   // Counts backwards since step() and warns once at the second.
   void count_backward(const char* what);
@@ -318,6 +349,9 @@ class Engine {
   // Timers run when wall_clock_breakdown asks, or while the profiler or a trace needs them.
   void update_forced_timers();
   void start_trace();
+  // Pipeline stages: this stage's layer files, and loading them (pipeline_checkpoint.cpp).
+  void write_layer_files(const std::filesystem::path& tmp);
+  void load_layer_files(const std::filesystem::path& dir, bool strict, bool load_optimizer);
   // Steps, schedule position (when `schedule`), loss scaler and RNG from engine.json.
   void restore_engine_state(const nlohmann::json& state, bool schedule);
   // The tag directory's weights (into the masters and the model) and, when `load_optimizer`,
@@ -332,8 +366,10 @@ class Engine {
   std::vector<std::pair<Tensor*, Tensor>> master_;  // (model slot, float32 master)
   std::unique_ptr<optim::Optimizer> optimizer_;     // stage 0 (ZeRO owns its own)
   std::shared_ptr<parallel::ProcessGroup> group_;
-  std::shared_ptr<parallel::ProcessGroup> tp_group_;  // null without tensor parallelism
-  std::vector<Tensor> tp_shards_;                     // the parameters tp_group_ shards
+  std::shared_ptr<parallel::ProcessGroup> tp_group_;    // null without tensor parallelism
+  std::vector<Tensor> tp_shards_;                       // the parameters tp_group_ shards
+  std::shared_ptr<parallel::ProcessGroup> pipe_group_;  // null outside a pipeline
+  std::function<std::pair<std::string, std::string>(const std::string&)> pipe_checkpoint_names_;
   std::unique_ptr<parallel::ZeroOptimizer> zero_;
   std::unique_ptr<parallel::GradBuckets> dp_buckets_;  // stage 0 on more than one rank
   std::unique_ptr<optim::LRSchedule> schedule_;

@@ -1,20 +1,35 @@
 // DeepSpeed's PipelineEngine in C++: trains a PipelineModule over a pipeline group by running
 // a schedule's instruction stream (tessera/parallel/pipe_schedule.h) on each stage.
 //
+//   // DeepSpeed's initialize(model=PipelineModule, config=...): the config's optimizer,
+//   // schedule, precision, clipping, monitors and checkpoints, one stage's Engine each.
+//   auto pipe = engine::initialize(model, config, {.topology = topo});
+//   double loss = pipe->train_batch(next_micro_batch);  // mean over the config's
+//                                                      // gradient_accumulation_steps
+//   // Or with a client optimizer and no config:
 //   engine::PipelineEngine pipe(model, pipe_group, std::move(optimizer), {.micro_batches = 8});
-//   double loss = pipe.train_batch(next_micro_batch);   // mean over the 8 micro-batches
 //
 // `next_micro_batch` is called only on the stages that need data (the first: inputs; the
 // last: labels), once per micro-batch. Activations go forward and gradients back as
 // point-to-point messages whose shapes and dtypes are exchanged once, on the first batch, and
 // cached (DeepSpeed's behaviour: every batch must have the shapes of the first). Each
-// micro-batch's loss is scaled by 1 / micro_batches before its backward, so the gradients are
-// the mean's; tied parameters' gradients are summed over the stages that hold them
-// (ReduceTiedGrads) and, with pipelines side by side (options.topology), averaged over each
-// stage's data-parallel replicas (ReduceGrads); the optimizer steps at the end of the batch;
-// the returned loss is also averaged over the replicas. (Built so far: the 1F1B schedule; the
-// other schedules, ZeRO and the config are not yet.) train_batch returns the mean loss on every
-// stage. forward/backward/step are errors pointing to train_batch, as in DeepSpeed.
+// micro-batch's loss is scaled by 1 / micro_batches before its backward (engine.backward), so
+// the gradients are the mean's. A tied module's copies (on all but its first stage) send their
+// gradients to the owner after their last backward; the owner adds them before its own last
+// backward, so its Engine's reduction over the data-parallel replicas (plain averaging or ZeRO)
+// covers them, steps (clipping by the norm over all stages), and refreshes the copies at the
+// next batch. train_batch returns the mean loss on every stage, averaged over
+// the replicas. forward/backward/step are errors pointing to train_batch, as in DeepSpeed.
+//
+// Dropout: each stage draws its masks at the generator offsets one process running the whole
+// model on the same micro-batches would (learnt on the first batch: each stage's forward draws a
+// fixed count), so a pipeline with dropout reproduces one process.
+//
+// Timeline: every instruction's start and end on this stage; compute (forward, backward,
+// data loading, optimizer) is busy, the rest (sends, receives, reductions) is waiting.
+// bubble_fraction() is 1F1B's bubble as measured: the share of the pipeline's forward/backward
+// phase (the batch's start to stage 0's last backward) this stage spends outside forward and
+// backward passes: the median over the batches since the first (warm-up) one.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -24,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "tessera/engine/engine.h"
 #include "tessera/optim/optimizer.h"
 #include "tessera/parallel/pipe_schedule.h"
 #include "tessera/parallel/pipeline_module.h"
@@ -38,48 +54,90 @@ struct PipeMicroBatch {
 using PipeDataIterator = std::function<PipeMicroBatch()>;
 
 struct PipelineEngineOptions {
-  int64_t micro_batches = 1;      // gradient_accumulation_steps
+  // Micro-batches per train_batch, without a config (with one: its
+  // gradient_accumulation_steps).
+  int64_t micro_batches = 1;
   std::string schedule = "1f1b";  // DeepSpeed's TrainSchedule (the only one the engine runs yet)
   // Pipelines side by side: the job's ranks on axes {"pipe", "data"} (DeepSpeed's
-  // PipeDataParallelTopology); the pipe group argument is then this rank's pipeline (the
-  // topology's "pipe" group) and each stage's gradients are averaged over its "data" group
-  // (ReduceGrads). Without one, the pipeline spans the whole job.
+  // PipeDataParallelTopology); the pipe group is then this rank's pipeline (the topology's
+  // "pipe" group) and each stage's gradients are averaged over its "data" group. Without one,
+  // the pipeline spans the whole job.
   std::optional<parallel::ProcessTopology> topology;
+};
+
+// One instruction as this stage ran it: seconds from the batch's start.
+struct PipeTimelineEvent {
+  std::string instruction;  // "ForwardPass"
+  int64_t micro_batch = -1;
+  double start = 0, end = 0;
+  bool busy = false;  // compute, as opposed to waiting on messages or reductions
 };
 
 class PipelineEngine {
  public:
+  // With a config (the Engine's features); `pipe` is this rank's pipeline group.
+  PipelineEngine(parallel::PipelineModule& module, std::shared_ptr<parallel::ProcessGroup> pipe,
+                 const io::TrainConfig& config, InitializeOptions init,
+                 PipelineEngineOptions options);
+  // With a client optimizer and no config (float32, no clipping or schedule).
   PipelineEngine(parallel::PipelineModule& module, std::shared_ptr<parallel::ProcessGroup> pipe,
                  std::unique_ptr<optim::Optimizer> optimizer, PipelineEngineOptions options);
   ~PipelineEngine();
   double train_batch(const PipeDataIterator& data);
-  double eval_batch(const PipeDataIterator& data);  // forward only; the mean loss
+  // Forward only: the mean loss over num_micro_batches (0: the training micro-batches).
+  double eval_batch(const PipeDataIterator& data, int64_t num_micro_batches = 0);
   bool is_first_stage() const { return module_.stage_id() == 0; }
   bool is_last_stage() const { return module_.stage_id() == module_.num_stages() - 1; }
   void set_dataiterator(PipeDataIterator data) { data_ = std::move(data); }
   double train_batch() { return train_batch(data_); }
-  optim::Optimizer& optimizer() { return *optimizer_; }
+  optim::Optimizer& optimizer() { return engine_->optimizer(); }
+  // This stage's Engine: steps, schedule, checkpoints, monitors, memory.
+  Engine& stage_engine() { return *engine_; }
+  parallel::PipelineModule& module() { return module_; }
+  const parallel::PipelineModule& module() const { return module_; }
+  int64_t micro_batches() const { return micro_batches_; }
+  // The last train_batch's optimizer step (grad norm, lr, overflow).
+  const StepStats& last_step() const { return last_step_; }
+  // The last batch's instructions, and the idle share of the batches since the first.
+  const std::vector<PipeTimelineEvent>& timeline() const { return timeline_; }
+  double bubble_fraction() const;
+  // The most micro-batches whose activations this stage held at once (1F1B: <= p - stage).
+  int64_t peak_in_flight() const { return peak_in_flight_; }
   [[noreturn]] void forward();
   [[noreturn]] void backward();
   [[noreturn]] void step();
 
  private:
   struct Buffers;
-  double run(const std::vector<parallel::PipeStep>& steps, const PipeDataIterator& data,
-             bool train);
+  void setup(std::shared_ptr<parallel::ProcessGroup> data_parallel);
+  // Where the Engine saves each parameter: its layer's file and its saved name.
+  std::function<std::pair<std::string, std::string>(const std::string&)> checkpoint_names();
+  double run(const std::vector<parallel::PipeStep>& steps, const PipeDataIterator& data, bool train,
+             int64_t micro_batches);
   void execute(const parallel::PipeInstruction& in, Buffers& b, const PipeDataIterator& data,
                bool train);
+  void forward_pass(const parallel::PipeInstruction& in, Buffers& b, bool train);
+  void backward_pass(const parallel::PipeInstruction& in, Buffers& b);
   void send(const parallel::PipeValue& value, int peer, bool activation);
   parallel::PipeValue recv(int peer, bool activation);
-  void reduce_tied_grads();
-  void reduce_grads();
+  // Dropout's generator offsets: set before a training forward of `micro_batch`; learnt
+  // (calibrate_rng) on the first training batch.
+  void position_rng(int64_t micro_batch);
+  void calibrate_rng();
+  // Tied keys: the copies take the owner's weights; their gradients go to the owner.
+  void refresh_tied_copies();
+  void send_tied_grads();
+  void receive_tied_grads();
 
   parallel::PipelineModule& module_;
   std::shared_ptr<parallel::ProcessGroup> pipe_, data_parallel_;
-  std::unique_ptr<optim::Optimizer> optimizer_;
+  std::unique_ptr<Engine> engine_;
   PipelineEngineOptions options_;
+  int64_t micro_batches_ = 1;
   PipeDataIterator data_;
   std::map<std::string, std::shared_ptr<parallel::ProcessGroup>> tied_groups_;
+  std::map<std::string, std::vector<int64_t>> tied_sources_;  // keys this stage owns: copies
+  std::map<std::string, int64_t> tied_owner_;                 // keys this stage holds a copy of
   // What this stage sends forward and receives from behind (gradients go back alike), learnt
   // on the first batch: each tensor's dtype and shape.
   struct Meta {
@@ -89,6 +147,27 @@ class PipelineEngine {
   };
   Meta sent_, received_;
   double loss_sum_ = 0;
+  int64_t backwards_ = 0;  // this batch's
+  StepStats last_step_;
+  // Dropout alignment: the batch's starting generator state, the counters one micro-batch's
+  // forward draws over the whole pipeline (-1: not learnt yet) and before this stage.
+  GeneratorState rng_base_;
+  int64_t rng_per_micro_batch_ = -1, rng_before_stage_ = 0, rng_this_stage_ = 0;
+  bool rng_calibrating_ = false;
+  std::vector<PipeTimelineEvent> timeline_;
+  std::vector<double> bubbles_;  // per batch after the first
+  int64_t batches_ = 0, in_flight_ = 0, peak_in_flight_ = 0;
 };
+
+// DeepSpeed's initialize(model=PipelineModule): the pipeline engine over this job, the
+// module's stages along options.topology's "pipe" axis (default: {"pipe", "data"} of
+// num_stages x world / num_stages).
+std::unique_ptr<PipelineEngine> initialize(parallel::PipelineModule& model,
+                                           const io::TrainConfig& config,
+                                           InitializeOptions init = {},
+                                           PipelineEngineOptions options = {});
+
+// The {"pipe", "data"} topology of `stages` pipelines over this job's ranks, checked.
+parallel::ProcessTopology pipe_data_topology(int64_t stages);
 
 }  // namespace tessera::engine

@@ -96,10 +96,11 @@ class TrainLoop {
   virtual std::vector<double> eval_losses(int64_t n) = 0;
   virtual nlohmann::json data_state() const = 0;
   virtual void set_data_state(const nlohmann::json& state) = 0;
+  // One optimizer step (gradient_accumulation_steps micro-batches); returns the mean loss
+  // over them and the ranks. (A pipeline's trainer runs its engine's train_batch instead.)
+  virtual double train_step(StepStats& stats);
 
  private:
-  // One optimizer step (gradient_accumulation_steps micro-batches); returns the mean loss.
-  double train_step(StepStats& stats);
   void print_progress(int64_t step, double loss, const StepStats& stats, double rate, double eta_s);
   void remove_old_checkpoints(const std::string& dir, const std::string& newest) const;
   // CSV monitor, progress line and wall-clock breakdown after a step.

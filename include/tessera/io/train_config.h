@@ -72,6 +72,18 @@ struct TrainConfig {
     bool sequence_parallel = false;
   } tensor_parallel;
 
+  // DeepSpeed's "pipeline" section: the built-in models as pipelines of `stages` stages
+  // (adjacent groups of ranks: rank = (stage x data-parallel size + data rank) x autotp_size +
+  // tensor rank); "auto" or 1 is no pipeline. partition: "parameters" ("best", DeepSpeed's
+  // default, means it), "uniform", "type:REGEX". schedule is Tessera's ("1f1b").
+  struct Pipeline {
+    int64_t stages = 1;
+    std::string partition = "parameters";
+    bool seed_layers = false;
+    int64_t activation_checkpoint_interval = 0;
+    std::string schedule = "1f1b";
+  } pipeline;
+
   // DeepSpeed's "activation_checkpointing" section; present = the built-in models checkpoint
   // their transformer layers (parallel/activation_checkpointing.h says what each key does).
   // checkpoint_num_layers is Megatron's (layers per checkpoint, when number_checkpoints is unset).
@@ -102,8 +114,8 @@ struct TrainConfig {
     }
   } distributed;
 
-  int64_t world_size = 1;  // the data-parallel size the batch triple was resolved for
-                           // (the ranks given to parse / tensor_parallel.autotp_size)
+  int64_t world_size = 1;  // the data-parallel size the batch triple was resolved for (the
+                           // ranks given to parse / (autotp_size x pipeline.stages))
 
   int64_t steps_per_print = 10;
   bool wall_clock_breakdown = false;
@@ -177,8 +189,8 @@ struct TrainConfig {
 
   std::vector<std::string> warnings;
 
-  // world_size: the job's ranks (divided by tensor_parallel.autotp_size: the data-parallel
-  // ranks). `source` names the file in messages.
+  // world_size: the job's ranks (divided by tensor_parallel.autotp_size and pipeline.stages:
+  // the data-parallel ranks). `source` names the file in messages.
   static TrainConfig parse(const std::string& json_text, int64_t world_size = 1,
                            const std::string& source = "config");
   static TrainConfig from_file(const std::string& path, int64_t world_size = 1);

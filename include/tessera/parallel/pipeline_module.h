@@ -12,8 +12,10 @@
 // layers pass a tensor or a tuple. A layer is a PipeLayer (or an nn::UnaryModule wrapped by
 // LayerSpec::unary). A TiedLayerSpec (LayerSpec::tied) names a key: every position with that
 // key uses one module (built on each stage that holds one of them), optionally through its own
-// forward function (GPT-2's embedding reused as the LM head); the engine sums the tied
-// parameters' gradients over those stages. With seed_layers, layer i is built right after
+// forward function (GPT-2's embedding reused as the LM head). The key's first stage owns it (its
+// parameters are that stage's); the other stages hold a copy that is not a parameter of theirs:
+// the engine sends the copies' gradients to the owner, which steps, and refreshes the copies
+// from it every batch. With seed_layers, layer i is built right after
 // manual_seed(base_seed + i), so any split builds the same weights as one process.
 #pragma once
 #include <cstdint>
@@ -111,9 +113,26 @@ class PipelineModule : public nn::Module {
   int64_t stage_id() const { return stage_id_; }
   const std::vector<int64_t>& bounds() const { return bounds_; }  // every stage's layers
   int64_t num_layers() const { return static_cast<int64_t>(specs_.size()); }
-  // Tied keys: the stages holding a position of each, and this stage's tied parameters.
+  // Tied keys: the stages holding a position of each, and this stage's tied parameters (its
+  // own or its copy's).
   std::map<std::string, std::vector<int64_t>> tied_stages() const;
   std::vector<Tensor*> tied_parameters(const std::string& key);
+  // Checkpoints: the layer a parameter ("3.fc.weight", "tied_modules.embed.wte.weight")
+  // belongs to (a tied module's: its key's first position), whether this stage saves it (a
+  // tied module on any but its first stage does not), and the name it is saved under: its
+  // own, or what set_saved_names gives (e.g. the whole model's, so one process loads it).
+  int64_t layer_of(const std::string& param) const;
+  bool saves(const std::string& param) const;
+  std::string saved_name(const std::string& param) const;
+  void set_saved_names(std::function<std::string(const std::string&)> names) {
+    saved_names_ = std::move(names);
+  }
+  // This stage's parameters from `state` under their saved names (e.g. the whole model's
+  // state_dict); a missing or mis-shaped entry is an error naming both names.
+  void load_saved_state(const std::map<std::string, Tensor>& state);
+  // The architecture saved with checkpoints (nn::Module::config_json), e.g. GPT-2's.
+  std::string config_json() const override { return config_json_; }
+  void set_config_json(std::string json) { config_json_ = std::move(json); }
 
  private:
   std::vector<LayerSpec> specs_;
@@ -121,10 +140,13 @@ class PipelineModule : public nn::Module {
   int64_t stage_id_;
   PipelineModuleOptions options_;
   std::vector<int64_t> bounds_;
-  std::unique_ptr<nn::Module> tied_modules_;  // "tied_modules.<key>"
+  std::unique_ptr<nn::Module> tied_modules_;  // "tied_modules.<key>": the keys this stage owns
+  std::unique_ptr<nn::Module> tied_copies_;   // the other keys' copies (not parameters here)
   std::map<std::string, std::unique_ptr<PipeLayer>> tied_;
   std::vector<std::unique_ptr<PipeLayer>> layers_;  // this stage's untied ones, by position
   std::vector<PipeLayer*> positions_;               // this stage's layer at each position
+  std::function<std::string(const std::string&)> saved_names_;
+  std::string config_json_;
 };
 
 }  // namespace tessera::parallel

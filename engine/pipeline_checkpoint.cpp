@@ -1,0 +1,117 @@
+// A pipeline stage's part of a checkpoint: one pair of files per layer
+// (layer_XX-model.safetensors, layer_XX-optimizer.safetensors, DeepSpeed's layer_XX-model_states
+// idea), under the names the whole model gives its parameters, so any number of stages, or
+// one process, finds what it needs.
+#include <filesystem>
+#include <map>
+
+#include "tessera/engine/checkpoint_state.h"
+#include "tessera/engine/engine.h"
+#include "tessera/io/safetensors.h"
+#include "tessera/ops.h"
+#include "tessera/parallel/zero_optimizer.h"
+
+namespace tessera::engine {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// ZeRO-1/2: this stage's masters and optimizer state, whole, from every replica's shards
+// (collective over the data-parallel group).
+void gather_zero_state(parallel::ZeroOptimizer& zero, parallel::ProcessGroup& group,
+                       std::map<std::string, Tensor>& weights, std::map<std::string, Tensor>& opt) {
+  const std::map<std::string, Tensor> shards = zero.shard_state();
+  const int world = group.size();
+  for (const auto& e : zero.layout().entries) {
+    const std::string prefix = e.name + ".";
+    for (auto it = shards.lower_bound(e.name); it != shards.end(); ++it) {
+      const std::string& key = it->first;
+      const bool master = key == e.name;
+      if (!master && key.compare(0, prefix.size(), prefix) != 0) break;
+      if (!master && key.find('.', prefix.size()) != std::string::npos) continue;  // another's
+      Tensor all = Tensor::empty({world * e.shard}, it->second.dtype(), it->second.device());
+      group.all_gather(all, it->second.contiguous());
+      Tensor whole = all.narrow(0, 0, e.numel).reshape(e.shape);
+      (master ? weights[e.name] : opt[key]) = whole;
+    }
+  }
+  const auto state = zero.optimizer().state_dict();
+  if (state.count("step")) opt["step"] = state.at("step");
+}
+
+}  // namespace
+
+void Engine::write_layer_files(const fs::path& tmp) {
+  TS_CHECK(!zero_ || zero_->stage() < 3, "save_checkpoint: pipelines with ZeRO-3 are not built");
+  std::map<std::string, Tensor> weights, opt;  // by this stage's parameter names
+  if (zero_) {
+    gather_zero_state(*zero_, *group_, weights, opt);
+  } else {
+    const auto named = model_.named_parameters();
+    for (size_t i = 0; i < named.size(); ++i)
+      weights[named[i].first] = master_.empty() ? *named[i].second : master_[i].second;
+    opt = optimizer_->state_dict();
+  }
+  if (group_->rank() != 0) return;  // each stage's first replica writes
+  std::map<std::string, std::map<std::string, Tensor>> model_files, optimizer_files;
+  std::map<std::string, std::pair<std::string, std::string>> where;  // name -> (file, saved)
+  for (const auto& [name, value] : weights) {
+    const auto [file, saved] = pipe_checkpoint_names_(name);
+    if (file.empty()) continue;  // another stage's copy
+    where[name] = {file, saved};
+    model_files[file][saved] = value;
+  }
+  // Optimizer state: "<param>.<slot>", and the step count in every file.
+  for (const auto& [key, value] : opt) {
+    if (key == "step") continue;
+    const size_t dot = key.rfind('.');
+    auto it = dot == std::string::npos ? where.end() : where.find(key.substr(0, dot));
+    if (it == where.end()) continue;
+    optimizer_files[it->second.first][it->second.second + key.substr(dot)] = value;
+  }
+  for (auto& [file, layer_weights] : model_files) {
+    io::save_safetensors((tmp / (file + "-model.safetensors")).string(), layer_weights);
+    auto& state = optimizer_files[file];
+    if (opt.count("step")) state["step"] = opt.at("step");
+    io::save_safetensors((tmp / (file + "-optimizer.safetensors")).string(), state);
+  }
+}
+
+void Engine::load_layer_files(const fs::path& dir, bool strict, bool load_optimizer) {
+  // Whatever layout saved it: the whole model's state, by the whole model's names.
+  const WholeCheckpointState whole = read_whole_checkpoint(dir.string(), load_optimizer);
+  const auto named = model_.named_parameters();
+  std::map<std::string, Tensor> opt_state, masters;
+  for (size_t i = 0; i < named.size(); ++i) {
+    const std::string& name = named[i].first;
+    // (A copy another stage saves loads from the same entry.)
+    const std::string saved = pipe_checkpoint_names_(name).second;
+    auto it = whole.weights.find(saved);
+    TS_CHECK(it != whole.weights.end() || !strict, "load_checkpoint: '", dir.string(),
+             "' has no weights for '", saved, "' (this stage's '", name, "')");
+    if (it == whole.weights.end()) continue;
+    Tensor& target = master_.empty() ? *named[i].second : master_[i].second;
+    TS_CHECK(it->second.shape() == target.shape(), "load_checkpoint: '", dir.string(), "': '",
+             saved, "' is ", it->second.describe(), ", this stage's '", name, "' ",
+             target.describe());
+    if (zero_)
+      masters[name] = it->second;
+    else
+      target.copy_(it->second);
+    if (!load_optimizer) continue;
+    const std::string prefix = saved + ".";
+    for (auto o = whole.optimizer.lower_bound(prefix);
+         o != whole.optimizer.end() && o->first.compare(0, prefix.size(), prefix) == 0; ++o)
+      opt_state[name + o->first.substr(saved.size())] = o->second;
+  }
+  if (whole.optimizer.count("step")) opt_state["step"] = whole.optimizer.at("step");
+  if (zero_) {
+    zero_->load_full_state(masters, load_optimizer ? &opt_state : nullptr);
+    return;
+  }
+  if (!master_.empty()) sync_master_to_model();
+  if (load_optimizer) optimizer_->load_state_dict(opt_state);
+}
+
+}  // namespace tessera::engine

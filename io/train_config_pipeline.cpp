@@ -1,0 +1,40 @@
+// DeepSpeed's "pipeline" section (deepspeed/runtime/config.py get_pipeline_config) with
+// Tessera's schedule key.
+#include "config_sections.h"
+
+namespace tessera::io::config {
+
+void parse_pipeline(Section s, TrainConfig& c) {
+  auto& p = c.pipeline;
+  if (s.has("stages")) {
+    const json& v = s.raw("stages");
+    if (v.is_string()) {
+      TS_CHECK(v.get<std::string>() == "auto", s.source(), ": '", s.key("stages"),
+               "' must be a positive integer or \"auto\", found ", v.dump());
+      p.stages = 1;  // DeepSpeed's "auto": the module decides; the built-in models: one stage
+    } else {
+      s.get_min<int64_t>("stages", p.stages, 1, "a positive integer or \"auto\"");
+    }
+  }
+  s.get("partition", p.partition);
+  if (p.partition == "best") p.partition = "parameters";
+  TS_CHECK(
+      p.partition == "parameters" || p.partition == "uniform" || p.partition.rfind("type:", 0) == 0,
+      s.source(), ": '", s.key("partition"), "' is \"", p.partition,
+      "\", expected \"parameters\", \"best\", \"uniform\" or \"type:REGEX\"");
+  s.get("seed_layers", p.seed_layers);
+  s.get_min<int64_t>("activation_checkpoint_interval", p.activation_checkpoint_interval, 0,
+                     ">= 0 (0 = off)");
+  TS_CHECK(p.activation_checkpoint_interval == 0, s.source(), ": '",
+           s.key("activation_checkpoint_interval"),
+           "' > 0 is not built yet for pipelines (use 0; activation_checkpointing works without "
+           "a pipeline)");
+  s.ignored<bool>("pipe_partitioned", "activations go whole from stage to stage");
+  s.ignored<bool>("grad_partitioned", "gradients go whole from stage to stage");
+  s.get("schedule", p.schedule);
+  TS_CHECK(p.schedule == "1f1b", s.source(), ": '", s.key("schedule"), "' is \"", p.schedule,
+           "\": the engine runs \"1f1b\" (\"interleaved\" and \"zb-h1\" are not built yet)");
+  s.warn_unknown();
+}
+
+}  // namespace tessera::io::config

@@ -1,0 +1,154 @@
+#include "tessera/models/bert_pipeline.h"
+
+#include "tessera/ops.h"
+
+namespace tessera::models {
+
+using parallel::LayerSpec;
+using parallel::PipeLayer;
+using parallel::PipeValue;
+
+namespace {
+
+// An empty mask passed between stages stands for "none" (a value holds defined tensors).
+Tensor mask_or_none(const Tensor& m) {
+  return m.numel() == 0 ? Tensor() : m;
+}
+
+class BertEmbeddingsPipe : public PipeLayer {
+ public:
+  BertEmbeddingsPipe(nn::Module* parent, const std::string& name, const BertConfig& c)
+      : PipeLayer(parent, name), embeddings(this, "embeddings", c) {}
+  PipeValue forward(const PipeValue& x) override {
+    TS_CHECK(x.size() == 3 && x[0].dim() == 2,
+             "BERT pipeline: expected {input_ids [B, T], "
+             "token_type_ids, attention_mask}, got ",
+             x.size(), " tensors");
+    return {embeddings.forward(x[0], x[1]), x[2]};
+  }
+  std::string type_name() const override { return "BertEmbeddings"; }
+  BertEmbeddings embeddings;
+};
+
+class BertLayerPipe : public PipeLayer {
+ public:
+  BertLayerPipe(nn::Module* parent, const std::string& name, const BertConfig& c)
+      : PipeLayer(parent, name), layer(this, "layer", c) {}
+  PipeValue forward(const PipeValue& x) override {
+    return {layer.forward(x.at(0), mask_or_none(x.at(1))), x.at(1)};
+  }
+  std::string type_name() const override { return "BertLayer"; }
+  BertLayer layer;
+};
+
+// The masked-LM transform, and the pooler with the next-sentence classifier.
+class BertHeadsPipe : public PipeLayer {
+ public:
+  BertHeadsPipe(nn::Module* parent, const std::string& name, const BertConfig& c, bool with_nsp)
+      : PipeLayer(parent, name), transform(this, "transform", c), activation(c.activation) {
+    if (with_nsp) {
+      pooler = std::make_unique<nn::Linear>(this, "pooler", c.hidden_size, c.hidden_size);
+      seq_relationship = std::make_unique<nn::Linear>(this, "seq_relationship", c.hidden_size, 2);
+    }
+  }
+  PipeValue forward(const PipeValue& x) override {
+    const Tensor& seq = x.at(0);
+    PipeValue out{transform.LayerNorm(gelu(transform.dense(seq), activation))};
+    if (pooler) out.push_back((*seq_relationship)(tanh((*pooler)(seq.select(1, 0)))));
+    return out;
+  }
+  std::string type_name() const override { return "BertHeads"; }
+  BertLMPredictionHead::Transform transform;
+  GeluApprox activation;
+  std::unique_ptr<nn::Linear> pooler, seq_relationship;
+};
+
+class BertDecoderBiasPipe : public PipeLayer {
+ public:
+  BertDecoderBiasPipe(nn::Module* parent, const std::string& name, const BertConfig& c)
+      : PipeLayer(parent, name) {
+    register_parameter("bias", &bias, zeros({c.vocab_size}));
+  }
+  PipeValue forward(const PipeValue& x) override {
+    PipeValue out = x;
+    out[0] = x.at(0) + bias;
+    return out;
+  }
+  std::string type_name() const override { return "BertDecoderBias"; }
+  Tensor bias;
+};
+
+}  // namespace
+
+std::vector<LayerSpec> bert_pipeline_layers(const BertConfig& c, bool with_nsp) {
+  c.validate();
+  const std::vector<std::string> tied{"embeddings.word_embeddings.weight"};
+  std::vector<LayerSpec> specs{
+      LayerSpec::tied<BertEmbeddingsPipe>("embed", tied, {}, "BertEmbeddings", c)};
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i)
+    specs.push_back(LayerSpec::of<BertLayerPipe>("BertLayer", c));
+  specs.push_back(LayerSpec::of<BertHeadsPipe>("BertHeads", c, with_nsp));
+  // The decoder: the word embedding's weight, transposed (the NSP logits pass through).
+  auto decoder = [](PipeLayer& embed, const PipeValue& x) -> PipeValue {
+    PipeValue out = x;
+    out[0] =
+        linear(x.at(0), dynamic_cast<BertEmbeddingsPipe&>(embed).embeddings.word_embeddings.weight);
+    return out;
+  };
+  specs.push_back(LayerSpec::tied<BertEmbeddingsPipe>("embed", tied, decoder, "BertEmbeddings", c));
+  specs.push_back(LayerSpec::of<BertDecoderBiasPipe>("BertDecoderBias", c));
+  return specs;
+}
+
+parallel::PipeLossFn bert_pipeline_loss() {
+  return [](const PipeValue& out, const PipeValue& labels) {
+    const Tensor& lg = out.at(0);
+    const Tensor& targets = labels.at(0);
+    const double weight = labels.at(2).item();
+    const Tensor flat = lg.view({-1, lg.size(2)});
+    // (No masked position: no MLM loss rather than a NaN mean, as BertForPreTraining.)
+    Batch counted;
+    counted.targets = targets;
+    const bool any = counted.loss_terms() > 0;
+    Tensor loss =
+        weight == 0.0 && any
+            ? cross_entropy(flat, targets.reshape({-1}), -100)
+            : cross_entropy(flat, targets.reshape({-1}), -100, 0.0, Reduction::Sum) * weight;
+    if (out.size() > 1 && labels.at(1).defined())
+      loss = loss + cross_entropy(out[1], labels[1].reshape({-1}));
+    return loss;
+  };
+}
+
+PipeValue bert_pipeline_inputs(const Batch& b) {
+  const Tensor types = b.token_type_ids.defined()
+                           ? b.token_type_ids
+                           : zeros(b.input_ids.shape(), DType::Int64, b.input_ids.device());
+  const Tensor mask = bert_attention_mask(b);
+  return {b.input_ids, types, mask.defined() ? mask : zeros({0}, DType::Bool)};
+}
+
+PipeValue bert_pipeline_labels(const Batch& b, double weight) {
+  return {b.targets, b.next_sentence_label, full({1}, weight, DType::Float64)};
+}
+
+std::string bert_name_of_pipeline_parameter(const std::string& name, int64_t num_layers) {
+  const std::string tied = "tied_modules.embed.";
+  if (name.rfind(tied, 0) == 0) return "bert." + name.substr(tied.size());
+  const size_t dot = name.find('.');
+  TS_CHECK(dot != std::string::npos && dot > 0 && name.find_first_not_of("0123456789") == dot,
+           "BERT pipeline: '", name, "' is not a pipeline parameter name");
+  const int64_t layer = std::stoll(name.substr(0, dot));
+  const std::string rest = name.substr(dot + 1);
+  if (layer >= 1 && layer <= num_layers && rest.rfind("layer.", 0) == 0)
+    return "bert.encoder.layer." + std::to_string(layer - 1) + rest.substr(5);
+  if (layer == num_layers + 1) {
+    if (rest.rfind("transform.", 0) == 0) return "cls.predictions." + rest;
+    if (rest.rfind("pooler.", 0) == 0) return "bert.pooler.dense." + rest.substr(7);
+    if (rest.rfind("seq_relationship.", 0) == 0) return "cls." + rest;
+  }
+  if (layer == num_layers + 3 && rest == "bias") return "cls.predictions.bias";
+  fail("BERT pipeline: '", name, "' is not a parameter of a ", num_layers, "-layer BERT pipeline");
+}
+
+}  // namespace tessera::models
