@@ -99,6 +99,7 @@ void CommThread::loop() {
       poll = poll_;
     }
     if (job) job();
+    job = nullptr;  // its captured tensors go before the poller finishes more Work
     polling = poll && poll();
   }
 }
