@@ -44,11 +44,13 @@ io::TrainConfig client_config(int64_t micro_batches, int64_t data_parallel) {
 
 struct PipelineEngine::Buffers {
   std::vector<PipeValue> inputs, outputs, grads, labels;
+  std::vector<int64_t> activation_bytes;  // what each buffer's forward left allocated
   explicit Buffers(int64_t n)
       : inputs(static_cast<size_t>(n)),
         outputs(static_cast<size_t>(n)),
         grads(static_cast<size_t>(n)),
-        labels(static_cast<size_t>(n)) {}
+        labels(static_cast<size_t>(n)),
+        activation_bytes(static_cast<size_t>(n)) {}
 };
 
 parallel::ProcessTopology pipe_data_topology(int64_t stages) {
@@ -315,6 +317,7 @@ void PipelineEngine::forward_pass(const PipeInstruction& in, Buffers& b, bool tr
       if (needs_grad(t)) t = t.detach().requires_grad_(true);
   b.inputs[buf] = x;
   if (train) position_rng(in.micro_batch);
+  const int64_t held = allocated_bytes();
   const uint64_t drawn_from = default_generator().state().offset;
   PipeValue y = module_.forward(x);
   if (train && rng_calibrating_ && in.micro_batch == 0)
@@ -326,7 +329,15 @@ void PipelineEngine::forward_pass(const PipeInstruction& in, Buffers& b, bool tr
     if (train && rng_calibrating_ && in.micro_batch == 0) calibrate_rng();
   }
   b.outputs[buf] = std::move(y);
-  if (train) peak_in_flight_ = std::max(peak_in_flight_, ++in_flight_);
+  if (!train) return;
+  peak_in_flight_ = std::max(peak_in_flight_, ++in_flight_);
+  b.activation_bytes[buf] = allocated_bytes() - held;
+  in_flight_bytes_ += b.activation_bytes[buf];
+  activation_bytes_ = std::max(activation_bytes_, in_flight_bytes_);
+}
+
+int64_t PipelineEngine::allocated_bytes() {
+  return allocator_for(engine_->device().type).stats().allocated;
 }
 
 void PipelineEngine::backward_pass(const PipeInstruction& in, Buffers& b) {
@@ -349,6 +360,7 @@ void PipelineEngine::backward_pass(const PipeInstruction& in, Buffers& b) {
   b.grads[buf].clear();
   b.labels[buf].clear();
   --in_flight_;
+  in_flight_bytes_ -= b.activation_bytes[buf];
 }
 
 // The generator offset of this stage's first draw for `micro_batch`, as one process would

@@ -25,10 +25,6 @@ void parse_pipeline(Section s, TrainConfig& c) {
   s.get("seed_layers", p.seed_layers);
   s.get_min<int64_t>("activation_checkpoint_interval", p.activation_checkpoint_interval, 0,
                      ">= 0 (0 = off)");
-  TS_CHECK(p.activation_checkpoint_interval == 0, s.source(), ": '",
-           s.key("activation_checkpoint_interval"),
-           "' > 0 is not built yet for pipelines (use 0; activation_checkpointing works without "
-           "a pipeline)");
   s.ignored<bool>("pipe_partitioned", "activations go whole from stage to stage");
   s.ignored<bool>("grad_partitioned", "gradients go whole from stage to stage");
   s.get("schedule", p.schedule);

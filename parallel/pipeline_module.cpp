@@ -3,6 +3,7 @@
 
 #include "tessera/error.h"
 #include "tessera/grad_mode.h"
+#include "tessera/ops.h"
 #include "tessera/rng.h"
 
 namespace tessera::parallel {
@@ -35,6 +36,15 @@ PipelineModule::PipelineModule(std::vector<LayerSpec> specs, PipeLossFn loss_fn,
   TS_CHECK(n >= p, "PipelineModule: ", n, " layers cannot fill ", p, " stages");
   for (int64_t i = 0; i < n; ++i)
     TS_CHECK(specs_[static_cast<size_t>(i)].build, "PipelineModule: layer ", i, " has no builder");
+  TS_CHECK(options_.activation_checkpoint_interval >= 0,
+           "PipelineModule: activation_checkpoint_interval must be >= 0, got ",
+           options_.activation_checkpoint_interval);
+  // Its buffers hold one forward's inputs; a stage holds several micro-batches' at once.
+  TS_CHECK(
+      !options_.checkpointing || !options_.checkpointing->options().contiguous_memory_optimization,
+      "PipelineModule: activation_checkpointing.contiguous_memory_optimization keeps one "
+      "forward's inputs, but a pipeline stage holds up to (stages - stage) micro-batches' "
+      "at once; turn it off with a pipeline");
   GeneratorRestore restore;
   if (!options_.partition_bounds.empty()) {
     bounds_ = check_partition(options_.partition_bounds, n, p);
@@ -81,13 +91,68 @@ PipelineModule::PipelineModule(std::vector<LayerSpec> specs, PipeLossFn loss_fn,
 PipeValue PipelineModule::forward(const PipeValue& x) {
   nn::ModuleScope scope(*this);
   if (tied_copies_) tied_copies_->train(is_training());  // (outside the tree: set here)
+  const int64_t k = options_.activation_checkpoint_interval;
+  if (k <= 0) return forward_run(0, positions_.size(), x);
+  if (options_.checkpointing) options_.checkpointing->begin_forward();
   PipeValue h = x;
-  const int64_t first = bounds_[static_cast<size_t>(stage_id_)];
-  for (size_t k = 0; k < positions_.size(); ++k) {
-    const LayerSpec& s = specs_[static_cast<size_t>(first) + k];
+  const auto& types = options_.checkpointable_layers;
+  auto listed = [&](size_t i) {
+    return std::find(types.begin(), types.end(), positions_[i]->type_name()) != types.end();
+  };
+  for (size_t begin = 0, end = 0; begin < positions_.size(); begin = end) {
+    // With checkpointable_layers, runs of k listed layers (the others alone, not checkpointed),
+    // so a stage's blocks group as in one process; else k positions from the stage's first.
+    end = std::min(positions_.size(), begin + static_cast<size_t>(k));
+    if (!types.empty()) {
+      end = begin + 1;
+      while (listed(begin) && end < positions_.size() && end - begin < static_cast<size_t>(k) &&
+             listed(end))
+        ++end;
+    }
+    if (!checkpointable(begin, end)) {
+      h = forward_run(begin, end, h);
+      continue;
+    }
+    // (captures `this` and the run by value: the rerun happens in backward)
+    autograd::CheckpointFn run = [this, begin, end](const std::vector<Tensor>& in) {
+      return forward_run(begin, end, in);
+    };
+    PipeValue in = h;
+    if (grad_enabled() && std::none_of(h.begin(), h.end(), [](const Tensor& t) {
+          return t.defined() && t.requires_grad();
+        })) {
+      // The run's inputs carry no gradient (the first stage's data): autograd records a
+      // checkpoint only when one does, so an extra input that does (dropped before the run)
+      // lets backward reach the rerun, which gives the run's parameters their gradients.
+      in.push_back(zeros({}).requires_grad_(true));
+      run = [run](const std::vector<Tensor>& x) { return run({x.begin(), x.end() - 1}); };
+    }
+    h = options_.checkpointing ? options_.checkpointing->checkpoint(run, in)
+                               : autograd::checkpoint(run, in);
+  }
+  return h;
+}
+
+PipeValue PipelineModule::forward_run(size_t begin, size_t end, const PipeValue& x) {
+  PipeValue h = x;
+  const auto first = static_cast<size_t>(bounds_[static_cast<size_t>(stage_id_)]);
+  for (size_t k = begin; k < end; ++k) {
+    const LayerSpec& s = specs_[first + k];
     h = s.forward_fn ? s.forward_fn(*positions_[k], h) : positions_[k]->forward(h);
   }
   return h;
+}
+
+bool PipelineModule::checkpointable(size_t begin, size_t end) const {
+  const auto& types = options_.checkpointable_layers;
+  bool any_params = false;
+  for (size_t k = begin; k < end; ++k) {
+    if (!types.empty() &&
+        std::find(types.begin(), types.end(), positions_[k]->type_name()) == types.end())
+      return false;
+    any_params = any_params || positions_[k]->num_parameters() > 0;
+  }
+  return !types.empty() || any_params;
 }
 
 Tensor PipelineModule::loss(const PipeValue& outputs, const PipeValue& labels) const {

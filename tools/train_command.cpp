@@ -75,19 +75,20 @@ io::TrainConfig read_config(const Args& a, parallel::ProcessGroup& world) {
 void print_json_line(const engine::TrainResult& r, engine::Engine& eng, bool comms,
                      const engine::PipelineEngine* pipe = nullptr) {
   const parallel::MemoryStats mem = eng.memory();
-  nlohmann::ordered_json line{{"step", r.step},
-                              {"train_loss", nullptr},
-                              {"val_loss", r.val_loss},
-                              {"tokens_per_s", r.tokens_per_s},
-                              {"rank", eng.rank()},
-                              {"world_size", eng.world_size()},
-                              {"zero_stage", eng.zero_stage()},
-                              {"memory",
-                               {{"params", mem.params},
-                                {"grads", mem.grads},
-                                {"optimizer", mem.optimizer},
-                                {"buffers", mem.buffers},
-                                {"activations", eng.activation_bytes()}}}};
+  nlohmann::ordered_json line{
+      {"step", r.step},
+      {"train_loss", nullptr},
+      {"val_loss", r.val_loss},
+      {"tokens_per_s", r.tokens_per_s},
+      {"rank", eng.rank()},
+      {"world_size", eng.world_size()},
+      {"zero_stage", eng.zero_stage()},
+      {"memory",
+       {{"params", mem.params},
+        {"grads", mem.grads},
+        {"optimizer", mem.optimizer},
+        {"buffers", mem.buffers},
+        {"activations", pipe ? pipe->activation_bytes() : eng.activation_bytes()}}}};
   if (std::isfinite(r.train_loss)) line["train_loss"] = r.train_loss;
   if (auto* tp = eng.tensor_parallel_group()) {  // rank / world_size are data-parallel
     line["tp_rank"] = tp->rank();
@@ -124,6 +125,17 @@ std::unique_ptr<parallel::PipelineModule> build_pipeline_model(io::TrainConfig& 
   parallel::PipelineModuleOptions po;
   po.num_stages = cfg.pipeline.stages;
   po.partition_method = cfg.pipeline.partition;
+  // Checkpoints of activation_checkpoint_interval layers, or, with only the
+  // activation_checkpointing section, of as many blocks as it groups in one process.
+  po.activation_checkpoint_interval = cfg.pipeline.activation_checkpoint_interval;
+  if (cfg.activation_checkpointing.enabled) {
+    po.checkpointing =
+        std::make_shared<parallel::ActivationCheckpointing>(activation_checkpointing_options(cfg));
+    if (po.activation_checkpoint_interval == 0)
+      po.activation_checkpoint_interval =
+          po.checkpointing->layers_per_checkpoint(cfg.model.n_layer);
+  }
+  po.checkpointable_layers = {cfg.model.type == "bert" ? "BertLayer" : "GPT2Block"};
   std::unique_ptr<models::PretrainedModel> whole = build_model(cfg, vocab);
   std::unique_ptr<parallel::PipelineModule> model;
   if (auto* bert = dynamic_cast<models::BertForPreTraining*>(whole.get())) {
@@ -152,8 +164,6 @@ int train_pipeline(const Args& a, io::TrainConfig& cfg,
                    std::shared_ptr<parallel::ProcessGroup> world) {
   TS_CHECK(cfg.tensor_parallel.autotp_size == 1,
            "pipeline with tensor_parallel.autotp_size > 1 (3D) is not built yet");
-  TS_CHECK(!cfg.activation_checkpointing.enabled,
-           "pipeline with activation_checkpointing is not built yet");
   TS_CHECK(Device::parse(cfg.train.device).is_cpu(), "pipeline: train.device ", cfg.train.device,
            ": pipelines run on the CPU (MPI) so far");
   const auto topo = engine::pipe_data_topology(cfg.pipeline.stages);
@@ -192,15 +202,19 @@ int train_pipeline(const Args& a, io::TrainConfig& cfg,
     std::cerr << (bert ? "BERT" : "GPT2") << " pipeline: " << cfg.pipeline.stages << " stages x "
               << dp_size << " data-parallel, layers per stage:";
     for (size_t s = 0; s + 1 < b.size(); ++s) std::cerr << " " << b[s + 1] - b[s];
-    std::cerr << " (partition " << cfg.pipeline.partition << "), vocab " << corpus.vocab_size
-              << ", block " << cfg.model.block_size << ", batch " << cfg.train_batch_size << " ("
-              << cfg.micro_batch_size << " x " << cfg.gradient_accumulation_steps
-              << " micro-batches), " << pipe.optimizer().name() << ", " << cfg.train.steps
-              << " steps\n";
+    std::cerr << " (partition " << cfg.pipeline.partition << ")";
+    if (const int64_t k = model.options().activation_checkpoint_interval; k > 0)
+      std::cerr << ", activation checkpoints of " << k << " layer" << (k > 1 ? "s" : "");
+    std::cerr << ", vocab " << corpus.vocab_size << ", block " << cfg.model.block_size << ", batch "
+              << cfg.train_batch_size << " (" << cfg.micro_batch_size << " x "
+              << cfg.gradient_accumulation_steps << " micro-batches), " << pipe.optimizer().name()
+              << ", " << cfg.train.steps << " steps\n";
   }
   const engine::TrainResult r = trainer.fit();
   if (cfg.comms_logger.enabled && world->rank() == 0)
     std::cerr << world->logger().summary(0, world->size());
+  if (cfg.activation_checkpointing.profile && dp_rank == 0)  // one report per stage
+    std::cerr << "stage " << stage << " " << model.options().checkpointing->profile_report();
   if (a.has("json")) print_json_line(r, pipe.stage_engine(), cfg.comms_logger.enabled, &pipe);
   return r.stop_signal ? 128 + r.stop_signal : 0;
 }

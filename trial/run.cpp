@@ -114,8 +114,10 @@ int run_trial_main(int argc, char** argv, const RunOneTrial& run_one,
       return 0;
     }
   // From the start: a SIGTERM while the job starts or the trial is built stops it at its
-  // first batch boundary (with a checkpoint) instead of killing it.
-  engine::StopSignals signals(true);
+  // first batch boundary (with a checkpoint) instead of killing it. Kept until the process
+  // exits (static): one after the trial ended, while MPI finalizes at exit, then stops
+  // nothing instead of killing the rank, which made mpirun report a completed trial as failed.
+  static engine::StopSignals signals(true);
   std::shared_ptr<parallel::ProcessGroup> group;
   try {
     const Args args = parse_args(argc, argv);

@@ -132,7 +132,12 @@ TEST_CASE(
       const Tensor* wt = whole_params[i].second;
       CAPTURE(name);
       const Tensor want = shard_of(name, *wt, c.n_embd, n, r, tp.padded_vocab);
-      CHECK(rel_diff(*tp_params[i].second, want) < 1e-6);
+      // The attention biases carry their gradients' cancellation (above) into the weights:
+      // 2e-6 for them (measured: h.0.attn.c_proj.bias 1.11e-6 with OpenBLAS's AVX-512 kernels,
+      // under 1e-6 with its Haswell ones), 1e-6 for everything else.
+      const bool attention_bias = name.find(".attn.") != std::string::npos && name.size() > 5 &&
+                                  name.substr(name.size() - 5) == ".bias";
+      CHECK(rel_diff(*tp_params[i].second, want) < (attention_bias ? 2e-6 : 1e-6));
     }
   }
   if (n > 1) {

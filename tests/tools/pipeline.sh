@@ -11,8 +11,10 @@
 # and zero-to-fp32 read them. Each stage's instructions are in its rank's trace. The measured
 # bubble on 2 ranks (one core each) at 8 micro-batches (the stages' mean of each stage's
 # median over 15 steps) is within 5 points of 1F1B's (p - 1) / (m + p - 1) = 1/9, and the
-# micro-batches in flight obey 1F1B's bound p - stage. Configurations not built yet stop with a
-# message naming the key.
+# micro-batches in flight obey 1F1B's bound p - stage. Activation checkpoints inside stages
+# (activation_checkpoint_interval, or the activation_checkpointing section) keep the losses
+# bit for bit and lower each stage's activation bytes (GPT-2's stage 0 to a hand count).
+# Configurations not built yet stop with a message naming the key.
 set -euo pipefail
 tessera="$(realpath "$1")"; fixtures="$(realpath "$2")"
 work="$(mktemp -d)"; trap 'pkill -9 -f "$work" 2>/dev/null || true; rm -rf "$work"' EXIT
@@ -52,10 +54,14 @@ d["train_batch_size"], d["gradient_accumulation_steps"] = 32, 8
 d["train"].update({"steps": 16, "eval_interval": 0})
 json.dump(d, open("bubble.json", "w"))
 bad = {"interleaved": {"stages": 2, "schedule": "interleaved"},
-       "threes": {"stages": 3}, "ckpt": {"stages": 2, "activation_checkpoint_interval": 1},
-       "partition": {"stages": 2, "partition": "random"}}
+       "threes": {"stages": 3}, "partition": {"stages": 2, "partition": "random"},
+       "contiguous": {"stages": 2}}
 for name, p in bad.items():
     d = json.loads(json.dumps(c)); d["pipeline"] = p; json.dump(d, open(name + ".json", "w"))
+d["activation_checkpointing"] = {"contiguous_memory_optimization": True, "number_checkpoints": 2}
+json.dump(d, open("contiguous.json", "w"))
+# Activation checkpoints inside the stages: every block its own.
+d = write("ck-pp2", 2, partition="parameters", activation_checkpoint_interval=1)
 # BERT pretraining (MLM + next sentence, dropout 0.1), and MLM alone.
 c["model"] = {"type": "bert", "n_layer": 3, "n_head": 2, "n_embd": 32, "block_size": 16,
               "dropout": 0.1}
@@ -67,6 +73,13 @@ for name, stages in (("bert-one", 1), ("bert-pp2", 2), ("bert-pp4", 4), ("bert-p
         d["zero_optimization"] = {"stage": 2}
     json.dump(d, open(name + ".json", "w"))
 write("mlm-one"); write("mlm-pp2", 2)
+# The activation_checkpointing section alone checkpoints a pipeline's layers as it groups them
+# in one process (checkpoint_num_layers 2: each stage's two-layer runs of BertLayers).
+d = write("bert-ck-pp2", 2, partition="parameters")
+d["data"]["nsp"] = True
+d["activation_checkpointing"] = {"checkpoint_num_layers": 2, "cpu_checkpointing": True,
+                                 "profile": True}
+json.dump(d, open("bert-ck-pp2.json", "w"))
 # Each stage's timeline in the per-rank trace (step 2).
 d = write("trace", 2)
 d["trace"] = {"enabled": True, "output_path": "traces", "from": 2, "to": 2}
@@ -94,6 +107,7 @@ run 4 r-z2-z1 --resume ck4
 "$tessera" train bert-one.json --json > bert-one.out 2> bert-one.err
 "$tessera" train mlm-one.json --json > mlm-one.out 2> mlm-one.err
 run 2 bert-pp2; run 4 bert-pp4; run 4 bert-pp2dp2; run 2 mlm-pp2
+run 2 ck-pp2; run 2 bert-ck-pp2
 run 2 bert-s-pp2 --steps 10 --save ck3
 "$tessera" train bert-r-one.json --resume ck3 > bert-r-one.out 2> bert-r-one.err
 "$tessera" export ck1 hf > /dev/null 2>&1 && test -s hf/model.safetensors
@@ -128,8 +142,31 @@ for job, p in (("pp2", 2), ("pp4", 4), ("pp2dp2", 2)):
         pipe = json.loads(line)["pipeline"]
         assert pipe["stages"] == p and 1 <= pipe["peak_in_flight"] <= p - pipe["stage"], (job, pipe)
 print("micro-batches in flight per stage <= p - stage")
+# Activation checkpoints inside the stages: the same losses bit for bit, less memory on every
+# stage. GPT-2's stage 0 (embedding, 2 blocks; N = 2 x 16 rows, C = 32, H = 2, 2 micro-batches
+# in flight) by hand: without, the embedding's output and per block 17 N C + 4 N + N H floats
+# (as in tests/tools/activation_checkpointing.sh) plus 8 T bytes of position ids; with a
+# checkpoint per block, the embedding's and the two blocks' outputs alone.
+for plain, ck in (("pp2", "ck-pp2"), ("bert-pp2", "bert-ck-pp2")):
+    same = all(rows(plain, n) == rows(ck, n) for n in ("Train_Samples_train_loss", "Eval_val_loss"))
+    mem = lambda job: {json.loads(l)["pipeline"]["stage"]: json.loads(l)["memory"]["activations"]
+                       for l in open(job + ".out")}
+    a, b = mem(plain), mem(ck)
+    ok = same and all(b[s] < a[s] for s in a)
+    fails += not ok
+    print(f"{ck}: losses {'equal' if same else 'DIFFER'} to {plain}'s, activation bytes per stage "
+          f"{[b[s] for s in sorted(b)]} (without: {[a[s] for s in sorted(a)]})")
+N, C, H, T = 32, 32, 2, 16
+hand = {"pp2": 2 * (4 * (N * C + 2 * (17 * N * C + 4 * N + N * H)) + 8 * T),
+        "ck-pp2": 2 * (4 * 3 * N * C + 8 * T)}
+for job, want in hand.items():
+    got = [json.loads(l)["memory"]["activations"] for l in open(job + ".out")
+           if json.loads(l)["pipeline"]["stage"] == 0][0]
+    fails += got != want
+    print(f"{job} stage 0: activation bytes {got}, by hand {want}")
 raise SystemExit(fails)
 PY
+test "$(grep -c 'checkpoint 0: 80 forwards' bert-ck-pp2.err)" = 2  # the profile, per stage
 run 2 trace --steps 3
 python3 - <<'PY'
 import json
@@ -166,6 +203,6 @@ expect_error() {  # config, ranks, message
 expect_error interleaved 2 "pipeline.schedule"
 expect_error z3 4 "zero_optimization.stage 3 with pipeline"
 expect_error threes 2 "pipeline.stages 3"
-expect_error ckpt 2 "pipeline.activation_checkpoint_interval"
+expect_error contiguous 2 "contiguous_memory_optimization"
 expect_error partition 2 "pipeline.partition"
 echo "pipeline: ok"

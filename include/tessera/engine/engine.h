@@ -271,6 +271,8 @@ class Engine {
   // Activation memory: the most bytes a training forward left allocated on the model's device
   // (what the graph keeps for backward, the loss included), over the forwards so far.
   int64_t activation_bytes() const { return activation_bytes_; }
+  // The model's device: its first parameter's (the CPU when it has none).
+  Device device();
   const io::TrainConfig& config() const { return config_; }
   nn::Module& module() { return model_; }
 
@@ -324,7 +326,6 @@ class Engine {
   bool masters_finite();
   // Before a forward: ZeRO-3 gathers on use in eval mode.
   void begin_forward();
-  Device device();
   static Tensor scaled(const Tensor& loss, double factor);
   [[noreturn]] void fail_not_loss_model(const std::type_info& batch) const;
   // forward()'s loss passes through a node that, when a direct loss.backward() reaches it,

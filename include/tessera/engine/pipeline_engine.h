@@ -103,6 +103,10 @@ class PipelineEngine {
   double bubble_fraction() const;
   // The most micro-batches whose activations this stage held at once (1F1B: <= p - stage).
   int64_t peak_in_flight() const { return peak_in_flight_; }
+  // The most bytes this stage's in-flight micro-batches held at once: each training
+  // forward's allocations still alive when it ends (its kept activations and output), summed
+  // over the micro-batches not yet through backward. activation_checkpoint_interval lowers it.
+  int64_t activation_bytes() const { return activation_bytes_; }
   [[noreturn]] void forward();
   [[noreturn]] void backward();
   [[noreturn]] void step();
@@ -157,6 +161,8 @@ class PipelineEngine {
   std::vector<PipeTimelineEvent> timeline_;
   std::vector<double> bubbles_;  // per batch after the first
   int64_t batches_ = 0, in_flight_ = 0, peak_in_flight_ = 0;
+  int64_t in_flight_bytes_ = 0, activation_bytes_ = 0;
+  int64_t allocated_bytes();  // on the stage's device, by its allocator
 };
 
 // DeepSpeed's initialize(model=PipelineModule): the pipeline engine over this job, the

@@ -58,6 +58,10 @@ class ActivationCheckpointing {
                                  const std::vector<Tensor>& inputs, bool partition = true);
   Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& input,
                     bool partition = true);
+  // A new forward starts: its checkpoints are numbered from 0 again. Without it a forward
+  // starts when no rerun is outstanding, which a pipeline stage (several micro-batches in
+  // flight) never reaches.
+  void begin_forward() { next_index_ = 0, next_position_ = 0; }
   // Per checkpoint index (its position in the forward), the summed forward and rerun times.
   const std::vector<CheckpointProfile>& profile() const { return profile_; }
   std::string profile_report() const;  // one line per checkpoint index

@@ -17,6 +17,13 @@
 // the engine sends the copies' gradients to the owner, which steps, and refreshes the copies
 // from it every batch. With seed_layers, layer i is built right after
 // manual_seed(base_seed + i), so any split builds the same weights as one process.
+// With activation_checkpoint_interval k > 0, a stage runs its layers in checkpoints (their
+// activations freed, recomputed in backward with the same dropout): as DeepSpeed, runs of k
+// positions from the stage's first, each checkpointed when some layer in it has parameters;
+// with checkpointable_layers (type names), runs of up to k consecutive layers of those types
+// (the layers of other types run alone, not checkpointed), so a stage's transformer blocks
+// group as in one process wherever the stage boundaries fall. The checkpoints go through
+// `checkpointing` (the config's activation_checkpointing section) when given.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -27,6 +34,7 @@
 
 #include "tessera/nn/layers.h"
 #include "tessera/nn/module.h"
+#include "tessera/parallel/activation_checkpointing.h"
 #include "tessera/parallel/pipe_partition.h"
 
 namespace tessera::parallel {
@@ -100,6 +108,10 @@ struct PipelineModuleOptions {
   std::vector<int64_t> partition_bounds;        // explicit (num_stages + 1), else the method
   bool seed_layers = false;
   uint64_t base_seed = 1234;
+  int64_t activation_checkpoint_interval = 0;      // 0: no checkpoints
+  std::vector<std::string> checkpointable_layers;  // type names; empty: runs with parameters
+  // Where checkpoints go (its options: cpu_checkpointing, profile...); null: plain ones.
+  std::shared_ptr<ActivationCheckpointing> checkpointing;
 };
 
 class PipelineModule : public nn::Module {
@@ -110,6 +122,7 @@ class PipelineModule : public nn::Module {
   PipeValue forward(const PipeValue& x);
   Tensor loss(const PipeValue& outputs, const PipeValue& labels) const;
   int64_t num_stages() const { return options_.num_stages; }
+  const PipelineModuleOptions& options() const { return options_; }
   int64_t stage_id() const { return stage_id_; }
   const std::vector<int64_t>& bounds() const { return bounds_; }  // every stage's layers
   int64_t num_layers() const { return static_cast<int64_t>(specs_.size()); }
@@ -147,6 +160,10 @@ class PipelineModule : public nn::Module {
   std::vector<PipeLayer*> positions_;               // this stage's layer at each position
   std::function<std::string(const std::string&)> saved_names_;
   std::string config_json_;
+
+  // Positions [begin, end) of this stage on h; checkpointed when the run qualifies.
+  PipeValue forward_run(size_t begin, size_t end, const PipeValue& h);
+  bool checkpointable(size_t begin, size_t end) const;
 };
 
 }  // namespace tessera::parallel
