@@ -251,7 +251,7 @@ void PipelineEngine::execute(const PipeInstruction& in, Buffers& b, const PipeDa
   const int stage = static_cast<int>(module_.stage_id());
   switch (in.kind) {
     case PipeInstruction::LoadMicroBatch: {
-      PipeMicroBatch mb = data();
+      PipeMicroBatch mb = batch_fn_ ? batch_fn_(data()) : data();
       if (is_first_stage()) b.inputs[buf] = std::move(mb.inputs);
       if (is_last_stage()) b.labels[buf] = std::move(mb.labels);
       break;

@@ -167,16 +167,24 @@ TEST_CASE("pipeline engine: pipelines side by side (pipe x data) equal one proce
   for (int64_t k = 0; k < 2 * m; ++k) global.push_back({{randn({6, 4})}, {randn({6, 4})}});
   default_generator().set_state(saved);
   const int64_t d = me.at("data");
+  // The iterator gives halved global inputs; DeepSpeed's batch_fn doubles them back and takes
+  // this replica's rows (wrong losses if it were not applied), on the loading stages alone.
+  int64_t batch_fn_calls = 0;
+  engine.set_batch_fn([&](engine::PipeMicroBatch g) {
+    ++batch_fn_calls;
+    return engine::PipeMicroBatch{{(g.inputs[0] * 2.0).narrow(0, 3 * d, 3).contiguous()},
+                                  {g.labels[0].narrow(0, 3 * d, 3).contiguous()}};
+  });
   for (int64_t step = 0; step < 2; ++step) {
     int64_t next = step * m;
     const double got = engine.train_batch([&] {
       const auto& g = global[static_cast<size_t>(next++)];
-      return engine::PipeMicroBatch{{g.inputs[0].narrow(0, 3 * d, 3).contiguous()},
-                                    {g.labels[0].narrow(0, 3 * d, 3).contiguous()}};
+      return engine::PipeMicroBatch{{g.inputs[0] * 0.5}, {g.labels[0]}};
     });
     const double want = one_process_step(whole, *opt, global, step * m, m);
     CHECK(std::abs(got - want) <= 1e-6 * std::abs(want));
   }
+  CHECK(batch_fn_calls == (engine.is_first_stage() || engine.is_last_stage() ? 2 * m : 0));
   auto ref = whole.state_dict();
   for (auto& named : piped.named_parameters()) {
     const std::string name = named.first;

@@ -89,6 +89,9 @@ class PipelineEngine {
   bool is_first_stage() const { return module_.stage_id() == 0; }
   bool is_last_stage() const { return module_.stage_id() == module_.num_stages() - 1; }
   void set_dataiterator(PipeDataIterator data) { data_ = std::move(data); }
+  // DeepSpeed's set_batch_fn: applied to every micro-batch a stage loads (train and eval),
+  // e.g. to move or reshape it; empty: none.
+  void set_batch_fn(std::function<PipeMicroBatch(PipeMicroBatch)> fn) { batch_fn_ = std::move(fn); }
   double train_batch() { return train_batch(data_); }
   optim::Optimizer& optimizer() { return engine_->optimizer(); }
   // This stage's Engine: steps, schedule, checkpoints, monitors, memory.
@@ -139,6 +142,7 @@ class PipelineEngine {
   PipelineEngineOptions options_;
   int64_t micro_batches_ = 1;
   PipeDataIterator data_;
+  std::function<PipeMicroBatch(PipeMicroBatch)> batch_fn_;
   std::map<std::string, std::shared_ptr<parallel::ProcessGroup>> tied_groups_;
   std::map<std::string, std::vector<int64_t>> tied_sources_;  // keys this stage owns: copies
   std::map<std::string, int64_t> tied_owner_;                 // keys this stage holds a copy of
