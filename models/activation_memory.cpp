@@ -119,4 +119,62 @@ ActivationBytes bert_activation_bytes(const BertConfig& c, bool nsp, const Activ
   return a;
 }
 
+int64_t gpt2_pipeline_stage_bytes(const GPT2Config& c, const ActivationPlan& p, int64_t first,
+                                  int64_t last) {
+  const Sizes s = sizes_of(p, "GPT-2 pipeline");
+  TS_CHECK(p.tensor_parallel == 1, "GPT-2 pipeline activation memory: no tensor parallelism");
+  const int64_t C = c.n_embd, I = c.n_inner ? c.n_inner : 4 * c.n_embd, L = c.n_layer;
+  TS_CHECK(0 <= first && first < last && last <= L + 3,
+           "GPT-2 pipeline activation memory: ", "layers [", first, ", ", last, ") of ", L + 3);
+  const int64_t hidden = tensor_bytes(s.R * C, s.b);
+  int64_t bytes = 0, blocks = 0;
+  for (int64_t i = first; i < last; ++i) {
+    if (i == 0)
+      bytes += tensor_bytes(s.T, kInt64) + hidden;  // the position ids; the output
+    else if (i <= L)
+      ++blocks;
+    else if (i == L + 1)
+      bytes += hidden + 2 * tensor_bytes(s.R, kFloat32);  // ln_f's output, mean and 1/std
+    else
+      bytes += loss_bytes(s, c.vocab_size);  // the tied head's logits; the loss
+  }
+  // A block keeps layer_bytes less its input (counted where it was made: the previous layer's
+  // output, or the received value), plus its output: layer_bytes in all.
+  if (p.layers_per_checkpoint <= 0) return bytes + blocks * layer_bytes(s, C, I, c.n_head);
+  return bytes + ceil_div(blocks, p.layers_per_checkpoint) * hidden;
+}
+
+int64_t bert_pipeline_stage_bytes(const BertConfig& c, bool nsp, const ActivationPlan& p,
+                                  int64_t first, int64_t last) {
+  const Sizes s = sizes_of(p, "BERT pipeline");
+  TS_CHECK(p.tensor_parallel == 1, "BERT pipeline activation memory: no tensor parallelism");
+  const int64_t C = c.hidden_size, L = c.num_hidden_layers;
+  TS_CHECK(0 <= first && first < last && last <= L + 4,
+           "BERT pipeline activation memory: ", "layers [", first, ", ", last, ") of ", L + 4);
+  const int64_t hidden = tensor_bytes(s.R * C, s.b), logits = tensor_bytes(s.N * c.vocab_size, s.b);
+  const int64_t stats = 2 * tensor_bytes(s.R, kFloat32), scalar = tensor_bytes(1, kFloat32);
+  int64_t bytes = 0, layers = 0;
+  for (int64_t i = first; i < last; ++i) {
+    if (i == 0) {  // position ids; the LayerNorm's input, mean and 1/std; the output
+      bytes += tensor_bytes(s.T, kInt64) + 2 * hidden + stats;
+    } else if (i <= L) {
+      ++layers;
+    } else if (i == L + 1) {  // the MLM transform's dense output, GeLU's, the LayerNorm's
+      bytes += 3 * hidden + stats;
+      // The pooler's tanh output and the next-sentence logits.
+      if (nsp) bytes += tensor_bytes(s.B * C, s.b) + tensor_bytes(2 * s.B, s.b);
+    } else if (i == L + 2) {  // the decoder's logits: freed by the bias's add unless sent on
+      if (i == last - 1) bytes += logits;
+    } else {  // the biased logits, each row's logsumexp, two scalars (the loss and its target
+              // count, or with data-parallel weights the summed loss and its weighted value)
+      bytes += logits + tensor_bytes(s.N, kFloat32) + 2 * scalar;
+      // The next-sentence loss: each row's logsumexp, its loss and count, and the sum.
+      if (nsp) bytes += tensor_bytes(s.B, kFloat32) + 3 * scalar;
+    }
+  }
+  if (p.layers_per_checkpoint <= 0)
+    return bytes + layers * layer_bytes(s, C, c.intermediate_size, c.num_attention_heads);
+  return bytes + ceil_div(layers, p.layers_per_checkpoint) * hidden;
+}
+
 }  // namespace tessera::models

@@ -1,12 +1,16 @@
 // `tessera estimate-memory CONFIG.json --ranks N [--tp T] [--vocab V] [--data PATH] [--json]`
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
+#include <nlohmann/json.hpp>
 
 #include "cli.h"
 #include "tessera/io/json_fields.h"
 #include "tessera/io/token_data.h"
 #include "tessera/models/activation_memory.h"
+#include "tessera/models/bert_pipeline.h"
 #include "tessera/models/bert_tensor_parallel.h"
+#include "tessera/models/gpt2_pipeline.h"
 #include "tessera/models/gpt2_tensor_parallel.h"
 #include "tessera/parallel/shard_layout.h"
 #include "tessera/parallel/zero_optimizer.h"
@@ -118,8 +122,8 @@ std::string human(int64_t b) {
   return buf;
 }
 
-// The activation bytes per rank of the config's model, micro-batch and layout.
-int64_t activation_bytes(const io::TrainConfig& cfg, int64_t vocab) {
+// The config's micro-batch and layout as an activation plan.
+models::ActivationPlan activation_plan(const io::TrainConfig& cfg) {
   models::ActivationPlan p;
   p.batch = cfg.micro_batch_size;
   p.sequence = cfg.model.block_size;
@@ -132,6 +136,12 @@ int64_t activation_bytes(const io::TrainConfig& cfg, int64_t vocab) {
     p.partition_activations = ac.partition_activations;
     p.checkpoints_on_host = ac.cpu_checkpointing && cfg.train.device.rfind("cuda", 0) == 0;
   }
+  return p;
+}
+
+// The activation bytes per rank of the config's model, micro-batch and layout.
+int64_t activation_bytes(const io::TrainConfig& cfg, int64_t vocab) {
+  const models::ActivationPlan p = activation_plan(cfg);
   if (cfg.model.type == "bert")
     return models::bert_activation_bytes(bert_config_from_train_config(cfg, vocab), cfg.data.nsp, p)
         .total();
@@ -152,9 +162,6 @@ io::TrainConfig read_config(const Args& a, int64_t ranks, int64_t& vocab) {
   } else {
     cfg = io::TrainConfig::from_file(path, ranks);
   }
-  TS_CHECK(cfg.pipeline.stages == 1, "estimate-memory: pipeline.stages ", cfg.pipeline.stages,
-           " is not modelled yet (the estimate covers one whole model per data-parallel rank); "
-           "`tessera train --json` reports each stage's bytes");
   if (a.has("data")) cfg.data.path = a.get("data", "");
   vocab = a.get_int("vocab", 0);
   if (vocab <= 0) {
@@ -185,6 +192,81 @@ parallel::TensorParallelLayout tensor_parallel_layout_of(const io::TrainConfig& 
   return models::GPT2TensorParallelLMHeadModel::layout(c);
 }
 
+// A pipeline: per stage, its PipelineModule's model state (ZeRO over the stage's replicas)
+// and its activations (1F1B: min(micro-batches, stages - stage) micro-batches in flight), as
+// `tessera train --json` reports them per stage; the JSON's "memory" is the largest stage's.
+int estimate_pipeline(const Args& a, const io::TrainConfig& cfg, int64_t vocab, int64_t ranks) {
+  TS_CHECK(cfg.tensor_parallel.autotp_size == 1, "estimate-memory: pipeline with ",
+           "tensor_parallel.autotp_size > 1 (3D) is not built yet");
+  TS_CHECK(cfg.zero.stage < 3,
+           "estimate-memory: zero_optimization.stage 3 with pipeline "
+           "stages is refused by the engine (see the README)");
+  const parallel::PipelineModuleOptions po = pipeline_module_options(cfg);
+  const bool bert = cfg.model.type == "bert";
+  const models::GPT2Config gc =
+      bert ? models::GPT2Config{} : gpt2_config_from_train_config(cfg, vocab);
+  const models::BertConfig bc =
+      bert ? bert_config_from_train_config(cfg, vocab) : models::BertConfig{};
+  const std::vector<parallel::LayerSpec> specs =
+      bert ? models::bert_pipeline_layers(bc, cfg.data.nsp) : models::gpt2_pipeline_layers(gc);
+  const int dp = static_cast<int>(cfg.world_size), zero = static_cast<int>(cfg.zero.stage);
+  models::ActivationPlan plan = activation_plan(cfg);
+  plan.layers_per_checkpoint = po.activation_checkpoint_interval;
+  auto stage_bytes = [&](int64_t first, int64_t last) {
+    return bert ? models::bert_pipeline_stage_bytes(bc, cfg.data.nsp, plan, first, last)
+                : models::gpt2_pipeline_stage_bytes(gc, plan, first, last);
+  };
+  const int64_t p = cfg.pipeline.stages, m = cfg.gradient_accumulation_steps;
+  std::cerr << (bert ? "BERT" : "GPT-2") << " pipeline: " << p << " stages x " << dp
+            << " data-parallel, ZeRO stage " << zero << ", " << m << " micro-batches of "
+            << cfg.micro_batch_size << " x " << cfg.model.block_size << " tokens\n";
+  std::printf("%-8s %8s %12s %12s %12s %12s %12s %12s\n", "stage", "layers", "params", "grads",
+              "optimizer", "buffers", "activations", "total/rank");
+  nlohmann::ordered_json stages = nlohmann::ordered_json::array();
+  int64_t peak = -1;
+  nlohmann::ordered_json peak_memory;
+  for (int64_t s = 0; s < p; ++s) {
+    parallel::PipelineModule stage(specs, {}, s, po);  // (builds this stage's layers)
+    std::vector<std::pair<std::string, Shape>> shapes;
+    for (auto& [n, t] : stage.named_parameters()) shapes.emplace_back(n, t->shape());
+    const Estimate e = estimate(cfg, parallel::ShardLayout(shapes, dp), zero, dp);
+    const int64_t first = stage.bounds()[static_cast<size_t>(s)],
+                  last = stage.bounds()[static_cast<size_t>(s + 1)];
+    const int64_t act = std::min(m, p - s) * stage_bytes(first, last);
+    // A tied module's copy (not a parameter of this stage): its weights and their gradient.
+    int64_t copies = 0;
+    for (const auto& [key, holders] : stage.tied_stages())
+      if (holders.front() != s && std::count(holders.begin(), holders.end(), s))
+        for (const Tensor* t : stage.tied_parameters(key))
+          copies += 2 * t->numel() * static_cast<int64_t>(itemsize(model_dtype(cfg)));
+    const std::string layers = std::to_string(first) + "-" + std::to_string(last - 1);
+    std::printf("%-8lld %8s %12s %12s %12s %12s %12s %12s\n", static_cast<long long>(s),
+                layers.c_str(), human(e.params).c_str(), human(e.grads).c_str(),
+                human(e.optimizer).c_str(), human(e.buffers).c_str(), human(act).c_str(),
+                human(e.total() + act).c_str());
+    nlohmann::ordered_json mem{{"params", e.params},
+                               {"grads", e.grads},
+                               {"optimizer", e.optimizer},
+                               {"buffers", e.buffers},
+                               {"activations", act}};
+    stages.push_back(
+        {{"stage", s}, {"layers", {first, last}}, {"memory", mem}, {"tied_copies", copies}});
+    if (copies > 0)
+      std::printf("%-8s %8s tied copies (weights and gradients, not this stage's parameters): %s\n",
+                  "", "", human(copies).c_str());
+    if (e.total() + act > peak) peak = e.total() + act, peak_memory = mem;
+  }
+  if (a.has("json"))
+    std::cout << nlohmann::ordered_json{{"ranks", ranks},
+                                        {"pipeline_stages", p},
+                                        {"zero_stage", zero},
+                                        {"memory", peak_memory},
+                                        {"stages", stages}}
+                     .dump()
+              << "\n";
+  return 0;
+}
+
 }  // namespace
 
 int estimate_memory_main(int argc, char** argv) {
@@ -198,6 +280,7 @@ int estimate_memory_main(int argc, char** argv) {
   TS_CHECK(ranks >= 1, "estimate-memory: --ranks must be >= 1, got ", ranks);
   int64_t vocab = 0;
   io::TrainConfig cfg = read_config(a, ranks, vocab);
+  if (cfg.pipeline.stages > 1) return estimate_pipeline(a, cfg, vocab, ranks);
   auto model = model_from_train_config(cfg, vocab);
   const int64_t tp = cfg.tensor_parallel.autotp_size;
   const int dp = static_cast<int>(cfg.world_size);  // data-parallel ranks: ranks / autotp_size

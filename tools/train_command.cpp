@@ -122,20 +122,7 @@ void print_json_line(const engine::TrainResult& r, engine::Engine& eng, bool com
 // the whole model's names and config (one process, export and zero-to-fp32 read them).
 std::unique_ptr<parallel::PipelineModule> build_pipeline_model(io::TrainConfig& cfg, int64_t vocab,
                                                                int stage) {
-  parallel::PipelineModuleOptions po;
-  po.num_stages = cfg.pipeline.stages;
-  po.partition_method = cfg.pipeline.partition;
-  // Checkpoints of activation_checkpoint_interval layers, or, with only the
-  // activation_checkpointing section, of as many blocks as it groups in one process.
-  po.activation_checkpoint_interval = cfg.pipeline.activation_checkpoint_interval;
-  if (cfg.activation_checkpointing.enabled) {
-    po.checkpointing =
-        std::make_shared<parallel::ActivationCheckpointing>(activation_checkpointing_options(cfg));
-    if (po.activation_checkpoint_interval == 0)
-      po.activation_checkpoint_interval =
-          po.checkpointing->layers_per_checkpoint(cfg.model.n_layer);
-  }
-  po.checkpointable_layers = {cfg.model.type == "bert" ? "BertLayer" : "GPT2Block"};
+  const parallel::PipelineModuleOptions po = pipeline_module_options(cfg);
   std::unique_ptr<models::PretrainedModel> whole = build_model(cfg, vocab);
   std::unique_ptr<parallel::PipelineModule> model;
   if (auto* bert = dynamic_cast<models::BertForPreTraining*>(whole.get())) {

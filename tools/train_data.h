@@ -11,6 +11,7 @@
 #include "tessera/io/train_config.h"
 #include "tessera/models/pretrained.h"
 #include "tessera/parallel/activation_checkpointing.h"
+#include "tessera/parallel/pipeline_module.h"
 #include "tessera/parallel/process_group.h"
 
 namespace tessera::cli {
@@ -35,6 +36,12 @@ std::unique_ptr<nn::Module> build_tensor_parallel_model(io::TrainConfig& cfg, in
 // present when cfg.activation_checkpointing.enabled).
 parallel::ActivationCheckpointingOptions activation_checkpointing_options(
     const io::TrainConfig& cfg);
+
+// The config's pipeline section as the built-in models' PipelineModule options: stages,
+// partition, and checkpoints of activation_checkpoint_interval transformer blocks (with only
+// the activation_checkpointing section, of as many as it groups in one process) through the
+// section's options.
+parallel::PipelineModuleOptions pipeline_module_options(const io::TrainConfig& cfg);
 
 // The config's activation_checkpointing section set on the built-in model `model` (whole or
 // tensor parallel over `tp`, which may be null); null when the config has no such section.

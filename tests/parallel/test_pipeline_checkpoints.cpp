@@ -65,9 +65,10 @@ Run run(parallel::PipelineModuleOptions options) {
 void check_equal(const Run& a, const Run& b) {
   CHECK(a.loss == b.loss);
   REQUIRE(a.grads.size() == b.grads.size());
-  for (const auto& [name, g] : a.grads) {
+  for (const auto& entry : a.grads) {
+    const std::string& name = entry.first;  // (clang 14: INFO's lambda takes no bindings)
     INFO(name);
-    CHECK(amax(abs(g - b.grads.at(name))).item() == 0.0);
+    CHECK(amax(abs(entry.second - b.grads.at(name))).item() == 0.0);
   }
 }
 
@@ -81,13 +82,14 @@ std::shared_ptr<parallel::ActivationCheckpointing> profiled() {
 
 TEST_CASE("pipeline checkpoints: DeepSpeed's runs of k positions, those with parameters") {
   const Run plain = run({});
-  for (const auto& [k, checkpoints] : {std::pair<int64_t, size_t>{1, 4}, {2, 3}, {4, 2}}) {
+  for (const auto& [interval, checkpoints] : {std::pair<int64_t, size_t>{1, 4}, {2, 3}, {4, 2}}) {
+    const int64_t k = interval;  // (clang 14: INFO's lambda takes no bindings)
     INFO("interval ", k);
     auto ckpt = profiled();
     // k 1: each Dense and the Linear; k 2: [Noise Dense] [Dense Noise] [Dense Linear];
     // k 4: [Noise Dense Dense Noise] [Dense Linear].
     check_equal(run({.activation_checkpoint_interval = k, .checkpointing = ckpt}), plain);
-    REQUIRE(ckpt->profile().size() == checkpoints);
+    REQUIRE(ckpt->profile().size() == static_cast<size_t>(checkpoints));
     for (const auto& p : ckpt->profile()) CHECK((p.forwards == 1 && p.recomputes == 1));
   }
   // Without an ActivationCheckpointing: autograd's checkpoint, the same values.

@@ -14,6 +14,7 @@
 # micro-batches in flight obey 1F1B's bound p - stage. Activation checkpoints inside stages
 # (activation_checkpoint_interval, or the activation_checkpointing section) keep the losses
 # bit for bit and lower each stage's activation bytes (GPT-2's stage 0 to a hand count).
+# `estimate-memory` predicts every stage's bytes of every run to the byte.
 # Configurations not built yet stop with a message naming the key.
 set -euo pipefail
 tessera="$(realpath "$1")"; fixtures="$(realpath "$2")"
@@ -167,6 +168,33 @@ for job, want in hand.items():
 raise SystemExit(fails)
 PY
 test "$(grep -c 'checkpoint 0: 80 forwards' bert-ck-pp2.err)" = 2  # the profile, per stage
+# estimate-memory predicts every stage's parameters, gradients, optimizer state, ZeRO buffers
+# and activations to the byte.
+for job in pp2:2 ck-pp2:2 pp4:4 pp2dp2:4 z1:4 z2:4 bert-pp2:2 bert-pp4:4 bert-pp2dp2:4 \
+           mlm-pp2:2 bert-ck-pp2:2; do
+  "$tessera" estimate-memory "${job%:*}.json" --ranks "${job#*:}" --json 2> /dev/null |
+    tail -1 > "${job%:*}.estimate"
+done
+python3 - <<'PY'
+import json
+fails = 0
+for job in ("pp2", "ck-pp2", "pp4", "pp2dp2", "z1", "z2", "bert-pp2", "bert-pp4", "bert-pp2dp2",
+            "mlm-pp2", "bert-ck-pp2"):
+    stages = json.load(open(job + ".estimate"))["stages"]
+    bad = 0
+    for line in open(job + ".out"):
+        run = json.loads(line)
+        want = stages[run["pipeline"]["stage"]]["memory"]
+        differ = {k: (run["memory"][k], v) for k, v in want.items() if run["memory"][k] != v}
+        bad += bool(differ)
+        if differ:
+            print(f"{job} rank {run['rank']} stage {run['pipeline']['stage']}: measured, predicted "
+                  f"{differ}")
+    fails += bad
+    print(f"{job}: estimate-memory's {len(stages)} stages {'DIFFER from' if bad else 'equal'}"
+          f" the measured bytes")
+raise SystemExit(fails)
+PY
 run 2 trace --steps 3
 python3 - <<'PY'
 import json

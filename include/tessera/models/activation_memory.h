@@ -45,4 +45,15 @@ ActivationBytes gpt2_activation_bytes(const GPT2Config& c, const ActivationPlan&
 // (as the built-in data gives them).
 ActivationBytes bert_activation_bytes(const BertConfig& c, bool nsp, const ActivationPlan& plan);
 
+// One micro-batch's bytes on the pipeline stage that holds positions [first, last) of
+// gpt2_pipeline_layers(c): what its layers keep for backward and its output, not the input it
+// received (the previous stage's). With plan.layers_per_checkpoint k, the stage's blocks run
+// in checkpoints of up to k, each keeping its output alone beyond the input it shares. A
+// stage of a 1F1B pipeline holds min(micro-batches, stages - stage) of these at once.
+int64_t gpt2_pipeline_stage_bytes(const GPT2Config& c, const ActivationPlan& plan, int64_t first,
+                                  int64_t last);
+// The same for bert_pipeline_layers(c, nsp).
+int64_t bert_pipeline_stage_bytes(const BertConfig& c, bool nsp, const ActivationPlan& plan,
+                                  int64_t first, int64_t last);
+
 }  // namespace tessera::models
