@@ -5,6 +5,8 @@
 // for bit, dropout included (the rerun replays its masks).
 #include <doctest/doctest.h>
 
+#include "pipe_test_layers.h"
+
 #include "tessera/ops.h"
 #include "tessera/parallel/pipeline_module.h"
 #include "tessera/rng.h"
@@ -13,17 +15,10 @@ using namespace tessera;
 using parallel::LayerSpec;
 using parallel::PipeLayer;
 using parallel::PipeValue;
+using pipe_test::Dense;
+using pipe_test::mse;
 
 namespace {
-
-class Dense : public PipeLayer {
- public:
-  Dense(nn::Module* parent, const std::string& name, int64_t in, int64_t out)
-      : PipeLayer(parent, name), fc(this, "fc", in, out) {}
-  PipeValue forward(const PipeValue& x) override { return {tanh(fc(x.at(0)))}; }
-  std::string type_name() const override { return "Dense"; }
-  nn::Linear fc;
-};
 
 class Noise : public PipeLayer {  // no parameters; draws from the default generator
  public:
@@ -36,11 +31,6 @@ std::vector<LayerSpec> layers() {
   return {LayerSpec::of<Noise>("Noise"),       LayerSpec::of<Dense>("Dense", 4, 8),
           LayerSpec::of<Dense>("Dense", 8, 8), LayerSpec::of<Noise>("Noise"),
           LayerSpec::of<Dense>("Dense", 8, 8), LayerSpec::unary<nn::Linear>("Linear", 8, 4)};
-}
-
-Tensor mse(const PipeValue& y, const PipeValue& labels) {
-  const Tensor d = y.at(0) - labels.at(0);
-  return mean(d * d);
 }
 
 struct Run {

@@ -5,6 +5,8 @@
 // and 2 replicas of a pipeline of 1 or 2 stages, each on half of every micro-batch's rows.
 #include <doctest/doctest.h>
 
+#include "pipe_test_layers.h"
+
 #include <cmath>
 
 #include "relative_error.h"
@@ -17,22 +19,10 @@ using namespace tessera;
 using parallel::LayerSpec;
 using parallel::PipeLayer;
 using parallel::PipeValue;
+using pipe_test::Dense;
+using pipe_test::mse;
 
 namespace {
-
-class Dense : public PipeLayer {
- public:
-  Dense(nn::Module* parent, const std::string& name, int64_t in, int64_t out)
-      : PipeLayer(parent, name), fc(this, "fc", in, out) {}
-  PipeValue forward(const PipeValue& x) override { return {tanh(fc(x.at(0)))}; }
-  std::string type_name() const override { return "Dense"; }
-  nn::Linear fc;
-};
-
-Tensor mse(const PipeValue& y, const PipeValue& labels) {
-  const Tensor d = y.at(0) - labels.at(0);
-  return mean(d * d);
-}
 
 std::vector<LayerSpec> mlp() {
   return {LayerSpec::of<Dense>("Dense", 4, 8), LayerSpec::of<Dense>("Dense", 8, 8),

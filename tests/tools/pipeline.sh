@@ -17,12 +17,7 @@
 # `estimate-memory` predicts every stage's bytes of every run to the byte.
 # Configurations not built yet stop with a message naming the key.
 set -euo pipefail
-tessera="$(realpath "$1")"; fixtures="$(realpath "$2")"
-work="$(mktemp -d)"; trap 'pkill -9 -f "$work" 2>/dev/null || true; rm -rf "$work"' EXIT
-export XDG_CACHE_HOME="$work/cache" OMP_NUM_THREADS=1
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-cp "$fixtures/../../README.md" "$work/corpus.txt"
-cd "$work"
+source "$(dirname "$0")/cli_setup.sh"
 python3 - "$fixtures/train_small.json" <<'PY'
 import json, sys
 c = json.load(open(sys.argv[1]))
