@@ -7,6 +7,7 @@
 
 #include "cli.h"
 #include "tessera/engine/pipeline_trainer.h"
+#include "tessera/engine/stop_signals.h"
 #include "tessera/engine/trainer.h"
 #include "tessera/io/files.h"
 #include "tessera/io/json_fields.h"
@@ -168,6 +169,7 @@ int train_pipeline(const Args& a, io::TrainConfig& cfg,
   auto train_data = train_batches(cfg, corpus, dp_rank, dp_size);
   val_batches(cfg, corpus, dp_rank, dp_size);  // its errors now, not after training
   engine::TrainerOptions options = engine::TrainerOptions::from_config(cfg);
+  options.handle_signals = false;  // (train_main's, installed at start)
   options.save_dir = a.get("save", "");
   options.tokens_per_sample = cfg.model.block_size;
   const bool bert = cfg.model.type == "bert";
@@ -215,6 +217,10 @@ int train_main(int argc, char** argv) {
     return 0;
   }
   TS_CHECK(a.positional().size() == 1, "train: expected one CONFIG.json (see --help)");
+  // SIGINT/SIGTERM from here to the process's exit: during start-up it stops training at the
+  // first step (with a checkpoint); after training, while MPI finalizes, it changes nothing
+  // instead of killing a rank (mpirun would report the finished job as failed).
+  static engine::StopSignals stop_signals(true);
   auto world = parallel::world();
   const bool lead = world->rank() == 0;  // prints and writes files for the job
   io::TrainConfig cfg = read_config(a, *world);
@@ -238,6 +244,7 @@ int train_main(int argc, char** argv) {
   auto train_data = train_batches(cfg, corpus, dp_rank, dp_size);
   val_batches(cfg, corpus, dp_rank, dp_size);  // its errors now, not after training
   engine::TrainerOptions options = engine::TrainerOptions::from_config(cfg);
+  options.handle_signals = false;  // (train_main's, installed at start)
   options.save_dir = a.get("save", "");
   options.tokens_per_sample = cfg.model.block_size;
   engine::Trainer<models::Batch> trainer(*eng, *train_data, options);
