@@ -337,7 +337,9 @@ void PipelineEngine::forward_pass(const PipeInstruction& in, Buffers& b, bool tr
 }
 
 int64_t PipelineEngine::allocated_bytes() {
-  return allocator_for(engine_->device().type).stats().allocated;
+  // (looked up once: the device is the first parameter's, found by walking the module)
+  if (!allocator_) allocator_ = &allocator_for(engine_->device().type);
+  return allocator_->stats().allocated;
 }
 
 void PipelineEngine::backward_pass(const PipeInstruction& in, Buffers& b) {

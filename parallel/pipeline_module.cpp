@@ -96,9 +96,6 @@ PipeValue PipelineModule::forward(const PipeValue& x) {
   if (options_.checkpointing) options_.checkpointing->begin_forward();
   PipeValue h = x;
   const auto& types = options_.checkpointable_layers;
-  auto listed = [&](size_t i) {
-    return std::find(types.begin(), types.end(), positions_[i]->type_name()) != types.end();
-  };
   for (size_t begin = 0, end = 0; begin < positions_.size(); begin = end) {
     // With checkpointable_layers, runs of k listed layers (the others alone, not checkpointed),
     // so a stage's blocks group as in one process; else k positions from the stage's first.
@@ -143,16 +140,19 @@ PipeValue PipelineModule::forward_run(size_t begin, size_t end, const PipeValue&
   return h;
 }
 
-bool PipelineModule::checkpointable(size_t begin, size_t end) const {
+bool PipelineModule::listed(size_t position) const {
   const auto& types = options_.checkpointable_layers;
+  return std::find(types.begin(), types.end(), positions_[position]->type_name()) != types.end();
+}
+
+bool PipelineModule::checkpointable(size_t begin, size_t end) const {
+  const bool by_type = !options_.checkpointable_layers.empty();
   bool any_params = false;
   for (size_t k = begin; k < end; ++k) {
-    if (!types.empty() &&
-        std::find(types.begin(), types.end(), positions_[k]->type_name()) == types.end())
-      return false;
+    if (by_type && !listed(k)) return false;
     any_params = any_params || positions_[k]->num_parameters() > 0;
   }
-  return !types.empty() || any_params;
+  return by_type || any_params;
 }
 
 Tensor PipelineModule::loss(const PipeValue& outputs, const PipeValue& labels) const {

@@ -118,6 +118,15 @@ void print_json_line(const engine::TrainResult& r, engine::Engine& eng, bool com
   std::cout << line.dump() << "\n" << std::flush;
 }
 
+// The config's Trainer options with --save's directory; train_main handles the signals.
+engine::TrainerOptions trainer_options(const Args& a, const io::TrainConfig& cfg) {
+  engine::TrainerOptions options = engine::TrainerOptions::from_config(cfg);
+  options.handle_signals = false;  // (train_main's, installed at start)
+  options.save_dir = a.get("save", "");
+  options.tokens_per_sample = cfg.model.block_size;
+  return options;
+}
+
 // The config's GPT-2 or BERT as this stage's part of a pipeline, starting from the whole
 // model's weights (as one process draws them, or model.init_from's), saving checkpoints under
 // the whole model's names and config (one process, export and zero-to-fp32 read them).
@@ -168,10 +177,7 @@ int train_pipeline(const Args& a, io::TrainConfig& cfg,
   const int dp_rank = data_group->rank(), dp_size = data_group->size();
   auto train_data = train_batches(cfg, corpus, dp_rank, dp_size);
   val_batches(cfg, corpus, dp_rank, dp_size);  // its errors now, not after training
-  engine::TrainerOptions options = engine::TrainerOptions::from_config(cfg);
-  options.handle_signals = false;  // (train_main's, installed at start)
-  options.save_dir = a.get("save", "");
-  options.tokens_per_sample = cfg.model.block_size;
+  const engine::TrainerOptions options = trainer_options(a, cfg);
   const bool bert = cfg.model.type == "bert";
   auto convert = [&pipe, bert](const models::Batch& b) {
     if (!bert) return engine::PipeMicroBatch{{b.input_ids}, {b.targets}};
@@ -243,10 +249,7 @@ int train_main(int argc, char** argv) {
   auto eng = engine::initialize(model, cfg, std::move(init));
   auto train_data = train_batches(cfg, corpus, dp_rank, dp_size);
   val_batches(cfg, corpus, dp_rank, dp_size);  // its errors now, not after training
-  engine::TrainerOptions options = engine::TrainerOptions::from_config(cfg);
-  options.handle_signals = false;  // (train_main's, installed at start)
-  options.save_dir = a.get("save", "");
-  options.tokens_per_sample = cfg.model.block_size;
+  const engine::TrainerOptions options = trainer_options(a, cfg);
   engine::Trainer<models::Batch> trainer(*eng, *train_data, options);
   trainer.set_eval_data([&] { return val_batches(cfg, corpus, dp_rank, dp_size); });
   trainer.client_state = [&] { return nlohmann::json{{"vocab_size", corpus.vocab_size}}; };

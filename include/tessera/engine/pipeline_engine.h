@@ -167,6 +167,7 @@ class PipelineEngine {
   int64_t batches_ = 0, in_flight_ = 0, peak_in_flight_ = 0;
   int64_t in_flight_bytes_ = 0, activation_bytes_ = 0;
   int64_t allocated_bytes();  // on the stage's device, by its allocator
+  Allocator* allocator_ = nullptr;
 };
 
 // DeepSpeed's initialize(model=PipelineModule): the pipeline engine over this job, the

@@ -164,6 +164,7 @@ class PipelineModule : public nn::Module {
   // Positions [begin, end) of this stage on h; checkpointed when the run qualifies.
   PipeValue forward_run(size_t begin, size_t end, const PipeValue& h);
   bool checkpointable(size_t begin, size_t end) const;
+  bool listed(size_t position) const;  // its type is in checkpointable_layers
 };
 
 }  // namespace tessera::parallel
