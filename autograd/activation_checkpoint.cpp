@@ -4,6 +4,7 @@
 
 #include "op_util.h"
 #include "tessera/autograd/backward.h"
+#include "tessera/autograd/split_backward.h"
 
 namespace tessera::autograd {
 
@@ -71,7 +72,16 @@ std::vector<Tensor> checkpoint(const CheckpointFn& fn, const std::vector<Tensor>
           roots.push_back(outs[i]);
           root_grads.push_back(grads[i]);
         }
-        if (!roots.empty()) backward(roots, root_grads);
+        // Inside a split backward's first part the rerun splits too: the leaves' gradients
+        // now, its weights' with the outer rest.
+        if (DeferredGrads* outer = split_backward_in_progress(); outer && !roots.empty()) {
+          std::vector<Tensor> wanted;
+          for (size_t i = 0; i < leaves.size(); ++i)
+            if (needs_grad[i]) wanted.push_back(leaves[i]);
+          outer->absorb(backward_inputs(roots, root_grads, wanted));
+        } else if (!roots.empty()) {
+          backward(roots, root_grads);
+        }
         std::vector<Tensor> input_grads;
         for (size_t i = 0; i < leaves.size(); ++i)
           input_grads.push_back(needs_grad[i] ? leaves[i].grad() : Tensor());

@@ -6,34 +6,27 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "tessera/autograd/node.h"
+#include "graph_task.h"
 #include "tessera/grad_mode.h"
 #include "tessera/ops.h"
 
 namespace tessera::autograd {
 
+namespace detail {
+
 namespace {
-
-// Hands the root gradients to the graph as if they were one node's outputs.
-class GraphRoot final : public Node {
- public:
-  explicit GraphRoot(std::vector<Tensor> grads) : grads_(std::move(grads)) {}
-  std::vector<Tensor> apply(std::vector<Tensor>&&) override { return grads_; }
-  std::string name() const override { return "GraphRoot"; }
-
- private:
-  std::vector<Tensor> grads_;
-};
-
-struct LaterFirst {
-  bool operator()(Node* a, Node* b) const { return a->sequence_nr < b->sequence_nr; }
-};
-
+thread_local const std::vector<bool>* g_wanted = nullptr;
 }  // namespace
 
-void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_roots,
-              bool retain_graph) {
-  NoGradGuard no_grad;
+InputGradRequest::InputGradRequest(const std::vector<bool>* wanted) : previous_(g_wanted) {
+  g_wanted = wanted;
+}
+InputGradRequest::~InputGradRequest() {
+  g_wanted = previous_;
+}
+
+std::shared_ptr<GraphRoot> make_graph_root(const std::vector<Tensor>& roots,
+                                           const std::vector<Tensor>& grad_roots) {
   std::vector<Tensor> grads;
   for (size_t i = 0; i < roots.size(); ++i) {
     const Tensor& r = roots[i];
@@ -53,6 +46,29 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_
   }
   auto root = std::make_shared<GraphRoot>(grads);
   for (const Tensor& r : roots) root->next_edges.push_back(gradient_edge(r));
+  return root;
+}
+
+void add_to_buffer(std::vector<Tensor>& buffer, const Node& node, uint32_t input_nr,
+                   const Tensor& grad) {
+  if (buffer.size() < node.num_outputs) buffer.resize(node.num_outputs);
+  Tensor& slot = buffer[input_nr];
+  slot = slot.defined() ? add(slot, grad) : grad;
+}
+
+}  // namespace detail
+
+bool input_grad_wanted(size_t i) {
+  return !detail::g_wanted || (i < detail::g_wanted->size() && (*detail::g_wanted)[i]);
+}
+
+void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_roots,
+              bool retain_graph) {
+  NoGradGuard no_grad;
+  // (Inside a node of a split backward's first part: this one is whole.)
+  detail::InputGradRequest every_input(nullptr);
+  detail::SplitBackwardScope not_split(nullptr);
+  const auto root = detail::make_graph_root(roots, grad_roots);
 
   // Dependencies: how many edges point at each node.
   std::unordered_map<Node*, int> deps;
@@ -73,7 +89,7 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_
   }
 
   std::unordered_map<Node*, std::vector<Tensor>> buffers;
-  std::priority_queue<Node*, std::vector<Node*>, LaterFirst> ready;
+  std::priority_queue<Node*, std::vector<Node*>, detail::LaterFirst> ready;
   ready.push(root.get());
   while (!ready.empty()) {
     Node* n = ready.top();
@@ -89,12 +105,8 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_
     for (size_t i = 0; i < n->next_edges.size(); ++i) {
       const Edge& e = n->next_edges[i];
       if (!e.node) continue;
-      if (i < out.size() && out[i].defined()) {
-        auto& buf = buffers[e.node.get()];
-        if (buf.size() < e.node->num_outputs) buf.resize(e.node->num_outputs);
-        Tensor& slot = buf[e.input_nr];
-        slot = slot.defined() ? add(slot, out[i]) : out[i];
-      }
+      if (i < out.size() && out[i].defined())
+        detail::add_to_buffer(buffers[e.node.get()], *e.node, e.input_nr, out[i]);
       if (--deps[e.node.get()] == 0) ready.push(e.node.get());
     }
   }

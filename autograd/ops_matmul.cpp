@@ -22,8 +22,8 @@ Tensor bmm3(const Tensor& a, const Tensor& b) {
   record("MatmulBackward", {a, b}, outs,
          [ua = untracked(a), ub = untracked(b), ga, gb](const std::vector<Tensor>& g) {
            Tensor da, db;
-           if (ga) da = bmm3(g[0], ub.transpose(1, 2));
-           if (gb) db = bmm3(ua.transpose(1, 2), g[0]);
+           if (ga && autograd::input_grad_wanted(0)) da = bmm3(g[0], ub.transpose(1, 2));
+           if (gb && autograd::input_grad_wanted(1)) db = bmm3(ua.transpose(1, 2), g[0]);
            return std::vector<Tensor>{da, db};
          },
          {a, b});
@@ -101,7 +101,12 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   const bool gx = x.requires_grad(), gw = weight.requires_grad(),
              gb = bias.defined() && bias.requires_grad();
   record("LinearBackward", {x, weight, bias}, outs,
-         [x2, w, gx, gw, gb, xshape = x.shape()](const std::vector<Tensor>& g) {
+         [x2, w, gx_needed = gx, gw_needed = gw, gb_needed = gb,
+          xshape = x.shape()](const std::vector<Tensor>& g) {
+           // (A split backward asks for dx first and for the weight products later.)
+           const bool gx = gx_needed && autograd::input_grad_wanted(0),
+                      gw = gw_needed && autograd::input_grad_wanted(1),
+                      gb = gb_needed && autograd::input_grad_wanted(2);
            const int64_t M = x2.shape()[1], N = w.shape()[0], K = w.shape()[1];
            const Tensor dy = g[0].reshape({1, M, N});
            Tensor dx, dw, db;

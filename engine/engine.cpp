@@ -216,6 +216,31 @@ void Engine::backward_stage(const std::vector<Tensor>& outputs, const std::vecto
   reduced_backward(true, [&] { autograd::backward(outputs, grads); });
 }
 
+autograd::DeferredGrads Engine::backward_stage_inputs(const std::vector<Tensor>& outputs,
+                                                      const std::vector<Tensor>& grads,
+                                                      const std::vector<Tensor>& inputs) {
+  finish_direct_backward();
+  if (!grads.empty()) {
+    TS_CHECK(outputs.size() == grads.size(), "engine.backward_stage_inputs: ", outputs.size(),
+             " outputs but ", grads.size(), " gradients");
+    return autograd::backward_inputs(outputs, grads, inputs);
+  }
+  TS_CHECK(outputs.size() == 1 && outputs[0].numel() == 1 && outputs[0].requires_grad(),
+           "engine.backward_stage_inputs: without gradients, expected the scalar loss, got ",
+           outputs.size(), " tensors");
+  const Tensor& loss = outputs[0];
+  // backward(loss)'s factor, as the gradient of the loss (the same product, rounded alike).
+  const double factor = scaler_.scale() / static_cast<double>(config_.gradient_accumulation_steps);
+  return autograd::backward_inputs(
+      {loss}, {full(loss.shape(), factor, loss.dtype(), loss.device())}, inputs);
+}
+
+void Engine::backward_stage_weights(autograd::DeferredGrads& weights) {
+  finish_direct_backward();
+  count_backward("engine.backward_stage_weights");
+  reduced_backward(true, [&] { weights.run(); });
+}
+
 void Engine::reduced_backward(bool allreduce, const std::function<void()>& pass) {
   const auto started = timers_.start();
   begin_reduction(allreduce);

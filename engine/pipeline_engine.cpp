@@ -44,13 +44,15 @@ io::TrainConfig client_config(int64_t micro_batches, int64_t data_parallel) {
 
 struct PipelineEngine::Buffers {
   std::vector<PipeValue> inputs, outputs, grads, labels;
-  std::vector<int64_t> activation_bytes;  // what each buffer's forward left allocated
+  std::vector<int64_t> activation_bytes;         // what each buffer's forward left allocated
+  std::vector<autograd::DeferredGrads> weights;  // ZB-H1: between the two backward halves
   explicit Buffers(int64_t n)
       : inputs(static_cast<size_t>(n)),
         outputs(static_cast<size_t>(n)),
         grads(static_cast<size_t>(n)),
         labels(static_cast<size_t>(n)),
-        activation_bytes(static_cast<size_t>(n)) {}
+        activation_bytes(static_cast<size_t>(n)),
+        weights(static_cast<size_t>(n)) {}
 };
 
 parallel::ProcessTopology pipe_data_topology(int64_t stages) {
@@ -100,8 +102,7 @@ void PipelineEngine::setup(std::shared_ptr<parallel::ProcessGroup> data_parallel
            "PipelineEngine: the pipeline group's rank and size must be the module's stage and "
            "stage count (",
            module_.stage_id(), " of ", module_.num_stages(), ")");
-  TS_CHECK(options_.schedule == "1f1b", "PipelineEngine: schedule '", options_.schedule,
-           "' is not built yet (1f1b)");
+  parallel::train_schedule(options_.schedule, 1, 1, 0);  // (an unknown name is an error now)
   auto world = parallel::world();
   if (!options_.topology) {
     TS_CHECK(pipe_->size() == world->size() || data_parallel, "PipelineEngine: a pipeline of ",
@@ -161,11 +162,13 @@ void PipelineEngine::step() {
 double PipelineEngine::train_batch(const PipeDataIterator& data) {
   TS_CHECK(data, "PipelineEngine::train_batch: no data iterator (set_dataiterator)");
   module_.train();
-  parallel::TrainSchedule schedule(micro_batches_, module_.num_stages(), module_.stage_id());
+  const int64_t p = module_.num_stages(), s = module_.stage_id();
+  const std::vector<parallel::PipeStep> steps =
+      parallel::train_schedule(options_.schedule, micro_batches_, p, s)->steps();
   rng_base_ = default_generator().state();
   rng_calibrating_ = rng_per_micro_batch_ < 0;
   backwards_ = 0;
-  const double loss = run(schedule.steps(), data, true, micro_batches_);
+  const double loss = run(steps, data, true, micro_batches_);
   // Where one process leaves the generator after these micro-batches.
   default_generator().set_state(
       {rng_base_.seed,
@@ -217,19 +220,21 @@ double PipelineEngine::run(const std::vector<parallel::PipeStep>& steps,
           in.micro_batch >= 0 ? in.name() + " " + std::to_string(in.micro_batch) : in.name(), t0,
           t1);
     }
+  for (parallel::Work& w : sends_) w.wait();
+  sends_.clear();
   // The last stage's mean loss, on every stage.
   Tensor loss =
       scalar_tensor(loss_sum_ / static_cast<double>(micro_batches), DType::Float64, Device::cpu());
   pipe_->broadcast_async(loss, static_cast<int>(module_.num_stages() - 1)).wait();
   if (train) {
     timeline_ = std::move(events);
-    // 1F1B's bubble: the share of the pipeline's forward/backward phase (from the batch's
-    // start to stage 0's last backward, which comes after every other stage's) this stage
-    // spends outside forward and backward passes. (The optimizer step is left out: the last
-    // stages' steps overlap stage 0's last backwards.)
+    // The bubble: the share of the pipeline's forward/backward phase (from the batch's start
+    // to stage 0's last backward, which comes after every other stage's) this stage spends
+    // outside forward and backward passes (ZB-H1's halves included). (The optimizer step is
+    // left out: the last stages' steps overlap stage 0's last backwards.)
     double last_backward = 0, passes = 0;
     for (const PipeTimelineEvent& e : timeline_)
-      if (e.instruction == "ForwardPass" || e.instruction == "BackwardPass") {
+      if (e.instruction == "ForwardPass" || e.instruction.rfind("Backward", 0) == 0) {
         passes += e.end - e.start;
         last_backward = std::max(last_backward, e.end);
       }
@@ -285,15 +290,18 @@ void PipelineEngine::execute(const PipeInstruction& in, Buffers& b, const PipeDa
     case PipeInstruction::BackwardPass:
       backward_pass(in, b);
       break;
+    case PipeInstruction::BackwardInputPass:
+      backward_input_pass(in, b);
+      break;
+    case PipeInstruction::BackwardWeightPass:
+      backward_weight_pass(in, b);
+      break;
     case PipeInstruction::SendGrad: {
       PipeValue g;
       for (const Tensor& t : b.inputs[buf])
         if (needs_grad(t)) g.push_back(t.grad().defined() ? t.grad() : zeros_like(t));
       send(g, stage - 1, false);
       b.inputs[buf].clear();
-      // After the last gradient has gone back (so the owner can receive them before its
-      // last backward without waiting on this stage).
-      if (in.micro_batch == micro_batches_ - 1) send_tied_grads();
       break;
     }
     case PipeInstruction::ReduceTiedGrads:
@@ -342,27 +350,61 @@ int64_t PipelineEngine::allocated_bytes() {
   return allocator_->stats().allocated;
 }
 
-void PipelineEngine::backward_pass(const PipeInstruction& in, Buffers& b) {
-  const auto buf = static_cast<size_t>(in.buffer_id);
-  // Every micro-batch but the last is one the stage's Engine counts (its step() is then not
-  // a boundary); the last one's step comes at OptimizerStep, after the tied gradients.
+// Around the pass that gives `micro_batch`'s weight gradients: the Engine counts every
+// micro-batch but the last (its step() is then not a boundary; the last one's comes at
+// OptimizerStep); before the last, the copies' tied gradients join the owner's, so that its
+// reduction covers them; after it, a copy's go to the owner.
+void PipelineEngine::weight_gradients(int64_t micro_batch, const std::function<void()>& pass) {
   if (backwards_ > 0) engine_->step();
   ++backwards_;
-  // The copies' gradients join the owner's before its last backward reduces them.
-  if (in.micro_batch == micro_batches_ - 1) receive_tied_grads();
-  if (is_last_stage()) {
-    engine_->backward(b.outputs[buf][0]);  // the loss / micro_batches (x the fp16 scale)
-  } else {
-    std::vector<Tensor> roots;
-    for (const Tensor& t : b.outputs[buf])
-      if (needs_grad(t)) roots.push_back(t);
-    engine_->backward_stage(roots, b.grads[buf]);
-  }
+  const bool last = micro_batch == micro_batches_ - 1;
+  if (last) receive_tied_grads();
+  pass();
+  if (last) send_tied_grads();
+}
+
+std::vector<Tensor> PipelineEngine::backward_roots(Buffers& b, size_t buf) const {
+  if (is_last_stage()) return {b.outputs[buf][0]};  // the loss
+  std::vector<Tensor> roots;
+  for (const Tensor& t : b.outputs[buf])
+    if (needs_grad(t)) roots.push_back(t);
+  return roots;
+}
+
+void PipelineEngine::backward_pass(const PipeInstruction& in, Buffers& b) {
+  const auto buf = static_cast<size_t>(in.buffer_id);
+  weight_gradients(in.micro_batch, [&] {
+    if (is_last_stage())
+      engine_->backward(b.outputs[buf][0]);  // the loss / micro_batches (x the fp16 scale)
+    else
+      engine_->backward_stage(backward_roots(b, buf), b.grads[buf]);
+  });
   b.outputs[buf].clear();
   b.grads[buf].clear();
   b.labels[buf].clear();
   --in_flight_;
   in_flight_bytes_ -= b.activation_bytes[buf];
+}
+
+// ZB-H1's first half: the stage input's gradient (for SendGrad); the weights' wait in
+// b.weights with what they need.
+void PipelineEngine::backward_input_pass(const PipeInstruction& in, Buffers& b) {
+  const auto buf = static_cast<size_t>(in.buffer_id);
+  std::vector<Tensor> inputs;
+  for (const Tensor& t : b.inputs[buf])
+    if (t.requires_grad()) inputs.push_back(t);
+  b.weights[buf] = engine_->backward_stage_inputs(backward_roots(b, buf), b.grads[buf], inputs);
+  b.outputs[buf].clear();
+  b.grads[buf].clear();
+  b.labels[buf].clear();
+  --in_flight_;  // (1F1B's bound counts forwards not yet through this half)
+}
+
+void PipelineEngine::backward_weight_pass(const PipeInstruction& in, Buffers& b) {
+  const auto buf = static_cast<size_t>(in.buffer_id);
+  weight_gradients(in.micro_batch, [&] { engine_->backward_stage_weights(b.weights[buf]); });
+  b.weights[buf] = autograd::DeferredGrads();
+  in_flight_bytes_ -= b.activation_bytes[buf];  // what the weights kept goes only now
 }
 
 // The generator offset of this stage's first draw for `micro_batch`, as one process would
@@ -407,7 +449,7 @@ void PipelineEngine::send_tied_grads() {
   for (const auto& [key, owner] : tied_owner_)
     for (Tensor* p : module_.tied_parameters(key)) {
       const Tensor g = p->grad().defined() ? p->grad().contiguous() : zeros_like(*p);
-      pipe_->send(g, static_cast<int>(owner), kTiedTag);
+      sends_.push_back(pipe_->send_async(g, static_cast<int>(owner), kTiedTag));
       p->set_grad(Tensor());
     }
 }

@@ -26,8 +26,9 @@ void PipelineEngine::send(const PipeValue& value, int peer, bool activation) {
       sent_.shapes.push_back(t.shape());
     }
     Tensor length = scalar_tensor(static_cast<double>(meta.size()), DType::Int64, Device::cpu());
-    pipe_->send_async(length.reshape({1}), peer, tag).wait();
-    pipe_->send_async(from_vector(meta, {static_cast<int64_t>(meta.size())}), peer, tag).wait();
+    sends_.push_back(pipe_->send_async(length.reshape({1}), peer, tag));
+    sends_.push_back(
+        pipe_->send_async(from_vector(meta, {static_cast<int64_t>(meta.size())}), peer, tag));
     sent_.known = true;
   }
   if (activation) {
@@ -40,7 +41,21 @@ void PipelineEngine::send(const PipeValue& value, int peer, bool activation) {
                value[i].describe(), ", but the first batch's was ", shape_str(sent_.shapes[i]), " ",
                dtype_name(sent_.dtypes[i]), ": every micro-batch must have the same shapes");
   }
-  for (const Tensor& t : value) pipe_->send_async(t.contiguous(), peer, tag).wait();
+  // Sends complete in the background (waited for at the batch's end): only receives block, so
+  // any schedule whose receives are matched runs without deadlock.
+  reap_sends();
+  for (const Tensor& t : value) sends_.push_back(pipe_->send_async(t.contiguous(), peer, tag));
+}
+
+void PipelineEngine::reap_sends() {
+  for (auto it = sends_.begin(); it != sends_.end();) {
+    if (!it->done()) {
+      ++it;
+      continue;
+    }
+    it->wait();  // (a failed send's error)
+    it = sends_.erase(it);
+  }
 }
 
 PipeValue PipelineEngine::recv(int peer, bool activation) {

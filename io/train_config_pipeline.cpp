@@ -28,8 +28,9 @@ void parse_pipeline(Section s, TrainConfig& c) {
   s.ignored<bool>("pipe_partitioned", "activations go whole from stage to stage");
   s.ignored<bool>("grad_partitioned", "gradients go whole from stage to stage");
   s.get("schedule", p.schedule);
-  TS_CHECK(p.schedule == "1f1b", s.source(), ": '", s.key("schedule"), "' is \"", p.schedule,
-           "\": the engine runs \"1f1b\" (\"interleaved\" and \"zb-h1\" are not built yet)");
+  TS_CHECK(p.schedule == "1f1b" || p.schedule == "zb-h1", s.source(), ": '", s.key("schedule"),
+           "' is \"", p.schedule,
+           "\": the engine runs \"1f1b\" and \"zb-h1\" (\"interleaved\" is not built yet)");
   s.warn_unknown();
 }
 

@@ -170,4 +170,26 @@ std::vector<PipeStep> InterleavedSchedule::steps() const {
   return out;
 }
 
+std::unique_ptr<PipeSchedule> train_schedule(const std::string& name, int64_t micro_batches,
+                                             int64_t stages, int64_t stage_id) {
+  if (name == "1f1b") return std::make_unique<TrainSchedule>(micro_batches, stages, stage_id);
+  if (name == "zb-h1")
+    return std::make_unique<ZeroBubbleH1Schedule>(micro_batches, stages, stage_id);
+  fail("pipeline schedule '", name, "' is not built yet (the engine runs \"1f1b\" and \"zb-h1\")");
+}
+
+int64_t peak_activations(const std::vector<PipeStep>& steps) {
+  const bool split = std::any_of(steps.begin(), steps.end(), [](const PipeStep& s) {
+    return std::any_of(s.begin(), s.end(),
+                       [](const I& in) { return in.kind == I::BackwardWeightPass; });
+  });
+  int64_t held = 0, peak = 0;
+  for (const PipeStep& step : steps)
+    for (const I& in : step) {
+      if (in.kind == I::ForwardPass) peak = std::max(peak, ++held);
+      if (in.kind == (split ? I::BackwardWeightPass : I::BackwardPass)) --held;
+    }
+  return peak;
+}
+
 }  // namespace tessera::parallel

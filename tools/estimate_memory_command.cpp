@@ -12,6 +12,7 @@
 #include "tessera/models/bert_tensor_parallel.h"
 #include "tessera/models/gpt2_pipeline.h"
 #include "tessera/models/gpt2_tensor_parallel.h"
+#include "tessera/parallel/pipe_schedule.h"
 #include "tessera/parallel/shard_layout.h"
 #include "tessera/parallel/zero_optimizer.h"
 #include "train_data.h"
@@ -193,7 +194,8 @@ parallel::TensorParallelLayout tensor_parallel_layout_of(const io::TrainConfig& 
 }
 
 // A pipeline: per stage, its PipelineModule's model state (ZeRO over the stage's replicas)
-// and its activations (1F1B: min(micro-batches, stages - stage) micro-batches in flight), as
+// and its activations (the schedule's most micro-batches held at once; 1F1B: min(micro-batches,
+// stages - stage); ZB-H1 holds them until their weight pass), as
 // `tessera train --json` reports them per stage; the JSON's "memory" is the largest stage's.
 int estimate_pipeline(const Args& a, const io::TrainConfig& cfg, int64_t vocab, int64_t ranks) {
   TS_CHECK(cfg.tensor_parallel.autotp_size == 1, "estimate-memory: pipeline with ",
@@ -232,7 +234,9 @@ int estimate_pipeline(const Args& a, const io::TrainConfig& cfg, int64_t vocab, 
     const Estimate e = estimate(cfg, parallel::ShardLayout(shapes, dp), zero, dp);
     const int64_t first = stage.bounds()[static_cast<size_t>(s)],
                   last = stage.bounds()[static_cast<size_t>(s + 1)];
-    const int64_t act = std::min(m, p - s) * stage_bytes(first, last);
+    const int64_t held = parallel::peak_activations(
+        parallel::train_schedule(cfg.pipeline.schedule, m, p, s)->steps());
+    const int64_t act = held * stage_bytes(first, last);
     // A tied module's copy (not a parameter of this stage): its weights and their gradient.
     int64_t copies = 0;
     for (const auto& [key, holders] : stage.tied_stages())

@@ -98,7 +98,7 @@ void print_json_line(const engine::TrainResult& r, engine::Engine& eng, bool com
   if (pipe)
     line["pipeline"] = {{"stage", pipe->module().stage_id()},
                         {"stages", pipe->module().num_stages()},
-                        {"schedule", "1f1b"},
+                        {"schedule", pipe->schedule()},
                         {"micro_batches", pipe->micro_batches()},
                         {"bubble_fraction", pipe->bubble_fraction()},
                         {"peak_in_flight", pipe->peak_in_flight()}};
@@ -173,7 +173,8 @@ int train_pipeline(const Args& a, io::TrainConfig& cfg,
   parallel::PipelineModule& model = *built;
   engine::InitializeOptions init;
   init.group = data_group;
-  engine::PipelineEngine pipe(model, pipe_group, cfg, std::move(init), {.topology = topo});
+  engine::PipelineEngine pipe(model, pipe_group, cfg, std::move(init),
+                              {.schedule = cfg.pipeline.schedule, .topology = topo});
   const int dp_rank = data_group->rank(), dp_size = data_group->size();
   auto train_data = train_batches(cfg, corpus, dp_rank, dp_size);
   val_batches(cfg, corpus, dp_rank, dp_size);  // its errors now, not after training

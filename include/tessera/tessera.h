@@ -4,6 +4,7 @@
 #include "tessera/autograd/backward.h"
 #include "tessera/autograd/function.h"
 #include "tessera/autograd/node.h"
+#include "tessera/autograd/split_backward.h"
 #include "tessera/cuda.h"
 #include "tessera/dispatch.h"
 #include "tessera/grad_mode.h"

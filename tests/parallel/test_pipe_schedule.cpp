@@ -104,15 +104,16 @@ TEST_CASE("interleaved 1F1B: Megatron's order, bubble (p - 1) / (v m + p - 1)") 
 }
 
 TEST_CASE("ZB-H1: the hand-derived order and bubble (p - 1) / (3 m + p - 1)") {
-  // p 2, m 3 at unit cost: stage 0 F0 F1 (waits) I0 F2 I1 W0 I2 W1 W2; stage 1 (waits) F0 I0
-  // F1 I1 F2 I2 W0 W1 W2: each stage idles one unit of 10.
+  // p 2, m 3 at unit cost: stage 0 F0 F1 (waits) I0 W0 F2 I1 W1 I2 W2; stage 1 (waits) F0 I0
+  // F1 I1 W0 F2 I2 W1 W2 (its weight passes a micro-batch late): each stage idles one unit of 10.
   CHECK(compute_order(ZeroBubbleH1Schedule(3, 2, 0).steps()) ==
-        std::vector<std::string>{"F0.0", "F0.1", "I0.0", "F0.2", "I0.1", "W0.0", "I0.2", "W0.1",
+        std::vector<std::string>{"F0.0", "F0.1", "I0.0", "W0.0", "F0.2", "I0.1", "W0.1", "I0.2",
                                  "W0.2"});
   CHECK(compute_order(ZeroBubbleH1Schedule(3, 2, 1).steps()) ==
-        std::vector<std::string>{"F0.0", "I0.0", "F0.1", "I0.1", "F0.2", "I0.2", "W0.0", "W0.1",
+        std::vector<std::string>{"F0.0", "I0.0", "F0.1", "I0.1", "W0.0", "F0.2", "I0.2", "W0.1",
                                  "W0.2"});
-  for (const auto& pm : {std::pair<int64_t, int64_t>{2, 3}, {2, 8}, {4, 8}, {4, 16}}) {
+  for (const auto& pm : std::vector<std::pair<int64_t, int64_t>>{
+           {2, 3}, {2, 8}, {3, 5}, {4, 4}, {4, 8}, {4, 16}, {8, 16}}) {
     const int64_t p = pm.first, m = pm.second;
     CAPTURE(p);
     CAPTURE(m);
@@ -120,8 +121,14 @@ TEST_CASE("ZB-H1: the hand-derived order and bubble (p - 1) / (3 m + p - 1)") {
         pipeline_streams(p, [&](int64_t s) { return ZeroBubbleH1Schedule(m, p, s); }));
     CHECK(sim.bubble_fraction() ==
           doctest::Approx(static_cast<double>(p - 1) / static_cast<double>(3 * m + p - 1)));
-    for (int64_t s = 0; s < p; ++s) CHECK(sim.peak_in_flight[s] <= std::min(p - s, m));
+    for (int64_t s = 0; s < p; ++s) {
+      CHECK(sim.peak_in_flight[s] <= std::min(p - s, m));  // forward to input gradient
+      // Forward to weight gradient: 1F1B's first stage's p, on every stage.
+      CHECK(peak_activations(ZeroBubbleH1Schedule(m, p, s).steps()) == std::min(p, m));
+    }
   }
+  // 1F1B holds p - stage: peak_activations reads it off the stream.
+  for (int64_t s = 0; s < 4; ++s) CHECK(peak_activations(TrainSchedule(8, 4, s).steps()) == 4 - s);
 }
 
 TEST_CASE("simulator: a receive nobody sends is a deadlock naming the stage") {

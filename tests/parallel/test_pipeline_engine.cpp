@@ -1,8 +1,8 @@
-// PipelineModule + PipelineEngine (1F1B) at 1, 2 and 4 stages reproduce one process: an MLP
-// of 6 layers trained 3 batches of 4 micro-batches, and a model whose first and last layers
-// are one tied module (its gradient summed over the two stages that hold it), against the same
-// layers run as one module with the micro-batches' losses / 4 backwarded one after another;
-// and 2 replicas of a pipeline of 1 or 2 stages, each on half of every micro-batch's rows.
+// PipelineModule + PipelineEngine (1F1B and ZB-H1) at 1, 2 and 4 stages reproduce one process: an
+// MLP of 6 layers trained 3 batches of 4 micro-batches, and a model whose first and last layers are
+// one tied module (its gradient summed over the two stages that hold it), against the same layers
+// run as one module with the micro-batches' losses / 4 backwarded one after another; and 2 replicas
+// of a pipeline of 1 or 2 stages, each on half of every micro-batch's rows.
 #include <doctest/doctest.h>
 
 #include "pipe_test_layers.h"
@@ -73,7 +73,8 @@ double one_process_step(parallel::PipelineModule& whole, optim::Optimizer& opt,
 }
 
 // The pipeline at this job's stage count against one process, step by step.
-void check_against_one_process(const std::vector<LayerSpec>& specs, const char* what) {
+void check_against_one_process(const std::vector<LayerSpec>& specs, const char* what,
+                               const std::string& schedule) {
   auto world = parallel::world();
   const int p = world->size(), s = world->rank();
   const int64_t m = 4, steps = 3;
@@ -85,7 +86,7 @@ void check_against_one_process(const std::vector<LayerSpec>& specs, const char* 
   parallel::PipelineModule piped(specs, mse, s, o);
   o.num_stages = 1;
   parallel::PipelineModule whole(specs, mse, 0, o);
-  engine::PipelineEngine engine(piped, world, sgd(piped), {m});
+  engine::PipelineEngine engine(piped, world, sgd(piped), {m, schedule});
   auto opt = sgd(whole);
   const auto data = batches(m * steps);
   for (int64_t step = 0; step < steps; ++step) {
@@ -93,6 +94,7 @@ void check_against_one_process(const std::vector<LayerSpec>& specs, const char* 
     const double got = engine.train_batch([&] { return data[static_cast<size_t>(next++)]; });
     const double want = one_process_step(whole, *opt, data, step * m, m);
     CAPTURE(what);
+    CAPTURE(schedule);
     CAPTURE(step);
     CHECK(std::abs(got - want) <= 1e-6 * std::abs(want));
   }
@@ -120,20 +122,21 @@ void check_against_one_process(const std::vector<LayerSpec>& specs, const char* 
 
 }  // namespace
 
-TEST_CASE("pipeline engine (1F1B): an MLP at this job's stage count equals one process") {
+TEST_CASE("pipeline engine (1F1B, ZB-H1): an MLP at this job's stage count equals one process") {
   if (parallel::world()->size() > 6) return;
-  check_against_one_process(mlp(), "mlp");
+  for (const char* schedule : {"1f1b", "zb-h1"}) check_against_one_process(mlp(), "mlp", schedule);
 }
 
 TEST_CASE("pipeline engine: tied first and last layers equal one process") {
   if (parallel::world()->size() > 4) return;
-  check_against_one_process(tied(), "tied");
+  for (const char* schedule : {"1f1b", "zb-h1"})
+    check_against_one_process(tied(), "tied", schedule);
 }
 
-TEST_CASE("pipeline engine: pipelines side by side (pipe x data) equal one process") {
+namespace {
+void check_side_by_side(const std::string& schedule) {
   auto world = parallel::world();
   const int n = world->size();
-  if (n != 2 && n != 4) return;
   const int pipes = n / 2, replicas = 2;  // np 2: 1 stage x 2 replicas; np 4: 2 x 2
   const parallel::ProcessTopology topo({"pipe", "data"}, {pipes, replicas});
   const auto me = topo.coords_of(world->rank());
@@ -147,6 +150,7 @@ TEST_CASE("pipeline engine: pipelines side by side (pipe x data) equal one proce
   parallel::PipelineModule whole(tied(), mse, 0, o);
   engine::PipelineEngineOptions eo;
   eo.micro_batches = m;
+  eo.schedule = schedule;
   eo.topology = topo;
   engine::PipelineEngine engine(piped, topo.group_for(*world, "pipe"), sgd(piped), eo);
   auto opt = sgd(whole);
@@ -172,6 +176,7 @@ TEST_CASE("pipeline engine: pipelines side by side (pipe x data) equal one proce
       return engine::PipeMicroBatch{{g.inputs[0] * 0.5}, {g.labels[0]}};
     });
     const double want = one_process_step(whole, *opt, global, step * m, m);
+    CAPTURE(schedule);
     CHECK(std::abs(got - want) <= 1e-6 * std::abs(want));
   }
   CHECK(batch_fn_calls == (engine.is_first_stage() || engine.is_last_stage() ? 2 * m : 0));
@@ -181,6 +186,13 @@ TEST_CASE("pipeline engine: pipelines side by side (pipe x data) equal one proce
     CAPTURE(name);
     CHECK(rel_diff(*named.second, ref.at(name)) <= 1e-6);
   }
+}
+}  // namespace
+
+TEST_CASE("pipeline engine: pipelines side by side (pipe x data) equal one process") {
+  const int n = parallel::world()->size();
+  if (n != 2 && n != 4) return;
+  for (const char* schedule : {"1f1b", "zb-h1"}) check_side_by_side(schedule);
 }
 
 TEST_CASE("pipeline engine: forward/backward/step point to train_batch; unbuilt schedules") {
@@ -192,6 +204,6 @@ TEST_CASE("pipeline engine: forward/backward/step point to train_batch; unbuilt 
   parallel::PipelineModule piped(mlp(), mse, world->rank(), o);
   engine::PipelineEngine engine(piped, world, sgd(piped), {2});
   CHECK_THROWS_WITH(engine.forward(), doctest::Contains("use train_batch()"));
-  CHECK_THROWS_WITH(engine::PipelineEngine(piped, world, sgd(piped), {2, "zb-h1"}),
-                    doctest::Contains("schedule 'zb-h1' is not built yet"));
+  CHECK_THROWS_WITH(engine::PipelineEngine(piped, world, sgd(piped), {2, "interleaved"}),
+                    doctest::Contains("'interleaved' is not built yet"));
 }

@@ -74,4 +74,10 @@ bool record(const std::string& name, const std::vector<Tensor>& inputs,
 
 bool any_requires_grad(const std::vector<Tensor>& inputs);
 
+// Inside a node's backward: whether this call asks for the gradient of its input `i`
+// (record()'s inputs, in order). A plain backward asks for every one; each part of a split
+// backward (split_backward.h) asks for some. An op may skip the others (linear and matmul do,
+// so the weights' products wait for the second part) or compute them anyway (they are kept).
+bool input_grad_wanted(size_t i);
+
 }  // namespace tessera::autograd

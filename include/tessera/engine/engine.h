@@ -17,6 +17,7 @@
 #include <string>
 #include <typeinfo>
 
+#include "tessera/autograd/split_backward.h"
 #include "tessera/engine/engine_timers.h"
 #include "tessera/engine/loss_scaler.h"
 #include "tessera/engine/monitor.h"
@@ -199,6 +200,14 @@ class Engine {
   // (already scaled by the last stage's engine.backward), reducing across data-parallel
   // ranks at the boundary as backward(loss) does.
   void backward_stage(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grads);
+  // backward_stage in two parts (zero-bubble schedules): the gradients of the stage's
+  // `inputs` now, touching no parameter and reducing nothing; the parameters' later, counted
+  // and reduced as backward_stage's. With no `grads`, `outputs` is the last stage's loss,
+  // scaled as backward(loss) scales it.
+  autograd::DeferredGrads backward_stage_inputs(const std::vector<Tensor>& outputs,
+                                                const std::vector<Tensor>& grads,
+                                                const std::vector<Tensor>& inputs);
+  void backward_stage_weights(autograd::DeferredGrads& weights);
   // DeepSpeed's scale(loss) for a direct backward. A loss from forward() may be differentiated
   // directly, with engine.backward's results:
   //   engine->scale(engine->forward(batch)).backward();  engine->step();

@@ -25,9 +25,15 @@
 // model on the same micro-batches would (learnt on the first batch: each stage's forward draws a
 // fixed count), so a pipeline with dropout reproduces one process.
 //
+// ZB-H1 (options.schedule "zb-h1"): each backward in two halves (autograd/split_backward.h):
+// BackwardInputPass gives the stage input's gradient, which goes back at once;
+// BackwardWeightPass, later in the schedule, the parameters' gradients, and is the backward
+// the stage's Engine counts and reduces. Sends complete in the background (only receives
+// block), so any schedule whose receives are all matched runs without deadlock.
+//
 // Timeline: every instruction's start and end on this stage; compute (forward, backward,
 // data loading, optimizer) is busy, the rest (sends, receives, reductions) is waiting.
-// bubble_fraction() is 1F1B's bubble as measured: the share of the pipeline's forward/backward
+// bubble_fraction() is the bubble as measured: the share of the pipeline's forward/backward
 // phase (the batch's start to stage 0's last backward) this stage spends outside forward and
 // backward passes: the median over the batches since the first (warm-up) one.
 #pragma once
@@ -57,7 +63,9 @@ struct PipelineEngineOptions {
   // Micro-batches per train_batch, without a config (with one: its
   // gradient_accumulation_steps).
   int64_t micro_batches = 1;
-  std::string schedule = "1f1b";  // DeepSpeed's TrainSchedule (the only one the engine runs yet)
+  // "1f1b": DeepSpeed's TrainSchedule. "zb-h1": ZeroBubbleH1Schedule, each backward split into
+  // the input gradient and the weights' (deferred into what would be 1F1B's bubble).
+  std::string schedule = "1f1b";
   // Pipelines side by side: the job's ranks on axes {"pipe", "data"} (DeepSpeed's
   // PipeDataParallelTopology); the pipe group is then this rank's pipeline (the topology's
   // "pipe" group) and each stage's gradients are averaged over its "data" group. Without one,
@@ -99,16 +107,20 @@ class PipelineEngine {
   parallel::PipelineModule& module() { return module_; }
   const parallel::PipelineModule& module() const { return module_; }
   int64_t micro_batches() const { return micro_batches_; }
+  const std::string& schedule() const { return options_.schedule; }
   // The last train_batch's optimizer step (grad norm, lr, overflow).
   const StepStats& last_step() const { return last_step_; }
   // The last batch's instructions, and the idle share of the batches since the first.
   const std::vector<PipeTimelineEvent>& timeline() const { return timeline_; }
   double bubble_fraction() const;
-  // The most micro-batches whose activations this stage held at once (1F1B: <= p - stage).
+  // The most micro-batches between forward and (input-gradient) backward at once (1F1B's
+  // bound: p - stage).
   int64_t peak_in_flight() const { return peak_in_flight_; }
   // The most bytes this stage's in-flight micro-batches held at once: each training
   // forward's allocations still alive when it ends (its kept activations and output), summed
-  // over the micro-batches not yet through backward. activation_checkpoint_interval lowers it.
+  // over the micro-batches not yet through backward (ZB-H1: through their weight pass; the
+  // output gradients its weight passes wait with are not counted).
+  // activation_checkpoint_interval lowers it.
   int64_t activation_bytes() const { return activation_bytes_; }
   [[noreturn]] void forward();
   [[noreturn]] void backward();
@@ -125,8 +137,13 @@ class PipelineEngine {
                bool train);
   void forward_pass(const parallel::PipeInstruction& in, Buffers& b, bool train);
   void backward_pass(const parallel::PipeInstruction& in, Buffers& b);
+  void backward_input_pass(const parallel::PipeInstruction& in, Buffers& b);
+  void backward_weight_pass(const parallel::PipeInstruction& in, Buffers& b);
+  void weight_gradients(int64_t micro_batch, const std::function<void()>& pass);
+  std::vector<Tensor> backward_roots(Buffers& b, size_t buf) const;
   void send(const parallel::PipeValue& value, int peer, bool activation);
   parallel::PipeValue recv(int peer, bool activation);
+  void reap_sends();  // drops the sends that have completed
   // Dropout's generator offsets: set before a training forward of `micro_batch`; learnt
   // (calibrate_rng) on the first training batch.
   void position_rng(int64_t micro_batch);
@@ -154,6 +171,7 @@ class PipelineEngine {
     bool known = false;
   };
   Meta sent_, received_;
+  std::vector<parallel::Work> sends_;  // in flight; all complete by the batch's end
   double loss_sum_ = 0;
   int64_t backwards_ = 0;  // this batch's
   StepStats last_step_;

@@ -15,6 +15,7 @@
 // (for the engine, the simulator and the timelines). Users can write their own PipeSchedule.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -112,5 +113,13 @@ class ZeroBubbleH1Schedule : public PipeSchedule {
   std::vector<PipeStep> steps() const override;
   int64_t num_pipe_buffers() const override;
 };
+
+// The training schedule a PipelineEngine runs, by the config's name ("1f1b", "zb-h1").
+std::unique_ptr<PipeSchedule> train_schedule(const std::string& name, int64_t micro_batches,
+                                             int64_t stages, int64_t stage_id);
+
+// The most micro-batches whose activations a stage's stream keeps at once: from its
+// ForwardPass to the pass that ends its backward (BackwardPass; ZB's BackwardWeightPass).
+int64_t peak_activations(const std::vector<PipeStep>& steps);
 
 }  // namespace tessera::parallel
