@@ -102,7 +102,16 @@ void PipelineEngine::setup(std::shared_ptr<parallel::ProcessGroup> data_parallel
            "PipelineEngine: the pipeline group's rank and size must be the module's stage and "
            "stage count (",
            module_.stage_id(), " of ", module_.num_stages(), ")");
-  parallel::train_schedule(options_.schedule, 1, 1, 0);  // (an unknown name is an error now)
+  const int64_t v = module_.num_chunks();
+  TS_CHECK(options_.schedule != "interleaved" || (v >= 2 && module_.num_stages() >= 2),
+           "PipelineEngine: the interleaved schedule needs 2 or more stages of a PipelineModule ",
+           "of num_chunks >= 2 (this one: ", module_.num_stages(), " stages x ", v, " chunks)");
+  TS_CHECK(options_.schedule == "interleaved" || v == 1, "PipelineEngine: a PipelineModule of ", v,
+           " chunks per stage runs the interleaved schedule, not '", options_.schedule, "'");
+  parallel::train_schedule(options_.schedule, module_.num_stages(), module_.num_stages(),
+                           module_.stage_id(), v);  // (an unknown name is an error now)
+  sent_meta_.resize(static_cast<size_t>(v));
+  received_meta_.resize(static_cast<size_t>(v));
   auto world = parallel::world();
   if (!options_.topology) {
     TS_CHECK(pipe_->size() == world->size() || data_parallel, "PipelineEngine: a pipeline of ",
@@ -163,12 +172,14 @@ double PipelineEngine::train_batch(const PipeDataIterator& data) {
   TS_CHECK(data, "PipelineEngine::train_batch: no data iterator (set_dataiterator)");
   module_.train();
   const int64_t p = module_.num_stages(), s = module_.stage_id();
-  const std::vector<parallel::PipeStep> steps =
-      parallel::train_schedule(options_.schedule, micro_batches_, p, s)->steps();
+  const auto schedule =
+      parallel::train_schedule(options_.schedule, micro_batches_, p, s, module_.num_chunks());
   rng_base_ = default_generator().state();
   rng_calibrating_ = rng_per_micro_batch_ < 0;
+  if (rng_calibrating_ && module_.num_chunks() > 1) count_chunk_draws(data);
   backwards_ = 0;
-  const double loss = run(steps, data, true, micro_batches_);
+  const double loss =
+      run(schedule->steps(), data, true, micro_batches_, schedule->num_pipe_buffers());
   // Where one process leaves the generator after these micro-batches.
   default_generator().set_state(
       {rng_base_.seed,
@@ -183,9 +194,28 @@ double PipelineEngine::eval_batch(const PipeDataIterator& data, int64_t num_micr
   const int64_t m = num_micro_batches > 0 ? num_micro_batches : micro_batches_;
   const bool was_training = module_.is_training();
   module_.eval();
-  parallel::InferenceSchedule schedule(m, module_.num_stages(), module_.stage_id());
   NoGradGuard no_grad;
-  const double loss = run(schedule.steps(), data, false, m);
+  double loss = 0;
+  if (module_.num_chunks() == 1) {
+    parallel::InferenceSchedule schedule(m, module_.num_stages(), module_.stage_id());
+    loss = run(schedule.steps(), data, false, m, schedule.num_pipe_buffers());
+  } else {
+    // The interleaved schedule's forwards alone (sends complete in the background, so its
+    // receives are all that orders the stages).
+    parallel::InterleavedSchedule schedule(m, module_.num_stages(), module_.stage_id(),
+                                           module_.num_chunks());
+    std::vector<parallel::PipeStep> forwards;
+    for (const parallel::PipeStep& step : schedule.steps()) {
+      parallel::PipeStep kept;
+      for (const PipeInstruction& in : step)
+        if (in.kind == PipeInstruction::LoadMicroBatch || in.kind == PipeInstruction::ForwardPass ||
+            in.kind == PipeInstruction::SendActivation ||
+            in.kind == PipeInstruction::RecvActivation)
+          kept.push_back(in);
+      if (!kept.empty()) forwards.push_back(std::move(kept));
+    }
+    loss = run(forwards, data, false, m, schedule.num_pipe_buffers());
+  }
   module_.train(was_training);
   return loss;
 }
@@ -198,8 +228,9 @@ double PipelineEngine::bubble_fraction() const {
 }
 
 double PipelineEngine::run(const std::vector<parallel::PipeStep>& steps,
-                           const PipeDataIterator& data, bool train, int64_t micro_batches) {
-  Buffers b(std::max<int64_t>(2, micro_batches));
+                           const PipeDataIterator& data, bool train, int64_t micro_batches,
+                           int64_t buffers) {
+  Buffers b(std::max<int64_t>(buffers, 2));
   loss_sum_ = 0;
   std::vector<PipeTimelineEvent> events;
   const auto start = Clock::now();
@@ -256,18 +287,18 @@ void PipelineEngine::execute(const PipeInstruction& in, Buffers& b, const PipeDa
   const int stage = static_cast<int>(module_.stage_id());
   switch (in.kind) {
     case PipeInstruction::LoadMicroBatch: {
-      PipeMicroBatch mb = batch_fn_ ? batch_fn_(data()) : data();
-      if (is_first_stage()) b.inputs[buf] = std::move(mb.inputs);
-      if (is_last_stage()) b.labels[buf] = std::move(mb.labels);
+      PipeMicroBatch mb = load(data);
+      if (first_part(in.chunk)) b.inputs[buf] = std::move(mb.inputs);
+      if (last_part(in.chunk)) b.labels[buf] = std::move(mb.labels);
       break;
     }
     case PipeInstruction::ForwardPass:
       forward_pass(in, b, train);
       break;
     case PipeInstruction::SendActivation:
-      send(b.outputs[buf], stage + 1, true);
+      send(b.outputs[buf], next_stage(), true, in.chunk);
       if (!train) b.outputs[buf].clear();
-      if (train && rng_calibrating_) {
+      if (train && rng_calibrating_ && module_.num_chunks() == 1) {
         // Where the next stage's draws start (its forward of micro-batch 0 runs before the
         // counts are gathered).
         pipe_->send(
@@ -277,15 +308,15 @@ void PipelineEngine::execute(const PipeInstruction& in, Buffers& b, const PipeDa
       }
       break;
     case PipeInstruction::RecvActivation:
-      b.inputs[buf] = recv(stage - 1, true);
-      if (train && rng_calibrating_) {
+      b.inputs[buf] = recv(previous_stage(), true, in.chunk);
+      if (train && rng_calibrating_ && module_.num_chunks() == 1) {
         Tensor before = zeros({1}, DType::Int64, Device::cpu());
         pipe_->recv(before, stage - 1, kRngTag);
         rng_before_stage_ = before.data<int64_t>()[0];
       }
       break;
     case PipeInstruction::RecvGrad:
-      b.grads[buf] = recv(stage + 1, false);
+      b.grads[buf] = recv(next_stage(), false, in.chunk);
       break;
     case PipeInstruction::BackwardPass:
       backward_pass(in, b);
@@ -300,7 +331,7 @@ void PipelineEngine::execute(const PipeInstruction& in, Buffers& b, const PipeDa
       PipeValue g;
       for (const Tensor& t : b.inputs[buf])
         if (needs_grad(t)) g.push_back(t.grad().defined() ? t.grad() : zeros_like(t));
-      send(g, stage - 1, false);
+      send(g, previous_stage(), false, in.chunk);
       b.inputs[buf].clear();
       break;
     }
@@ -320,17 +351,17 @@ void PipelineEngine::forward_pass(const PipeInstruction& in, Buffers& b, bool tr
   if (train && rng_calibrating_ && is_first_stage()) rng_before_stage_ = 0;
   const auto buf = static_cast<size_t>(in.buffer_id);
   PipeValue x = b.inputs[buf];
-  if (train && !is_first_stage())
+  if (train && !first_part(in.chunk))
     for (Tensor& t : x)
       if (needs_grad(t)) t = t.detach().requires_grad_(true);
   b.inputs[buf] = x;
-  if (train) position_rng(in.micro_batch);
+  if (train) position_rng(in.micro_batch, in.chunk);
   const int64_t held = allocated_bytes();
   const uint64_t drawn_from = default_generator().state().offset;
-  PipeValue y = module_.forward(x);
+  PipeValue y = module_.forward(x, in.chunk);
   if (train && rng_calibrating_ && in.micro_batch == 0)
     rng_this_stage_ = static_cast<int64_t>(default_generator().state().offset - drawn_from);
-  if (is_last_stage()) {
+  if (last_part(in.chunk)) {
     const Tensor loss = module_.loss(y, b.labels[buf]);
     loss_sum_ += loss.item();
     y = {loss};
@@ -350,21 +381,24 @@ int64_t PipelineEngine::allocated_bytes() {
   return allocator_->stats().allocated;
 }
 
-// Around the pass that gives `micro_batch`'s weight gradients: the Engine counts every
-// micro-batch but the last (its step() is then not a boundary; the last one's comes at
-// OptimizerStep); before the last, the copies' tied gradients join the owner's, so that its
-// reduction covers them; after it, a copy's go to the owner.
-void PipelineEngine::weight_gradients(int64_t micro_batch, const std::function<void()>& pass) {
-  if (backwards_ > 0) engine_->step();
+// Around each pass that gives weight gradients (micro_batches x chunks a batch): the Engine
+// counts micro-batches, one per `chunks` passes (its step() between them is not a boundary;
+// the last one's comes at OptimizerStep), and reduces in the batch's last pass (with chunks,
+// where the boundary is set explicitly); before that last pass the copies' tied gradients join
+// the owner's, so that its reduction covers them; after it, a copy's go to the owner.
+void PipelineEngine::weight_gradients(const std::function<void()>& pass) {
+  const int64_t v = module_.num_chunks();
+  if (backwards_ > 0 && backwards_ % v == 0) engine_->step();
   ++backwards_;
-  const bool last = micro_batch == micro_batches_ - 1;
+  const bool last = backwards_ == micro_batches_ * v;
+  if (v > 1) engine_->set_gradient_accumulation_boundary(last);
   if (last) receive_tied_grads();
   pass();
   if (last) send_tied_grads();
 }
 
-std::vector<Tensor> PipelineEngine::backward_roots(Buffers& b, size_t buf) const {
-  if (is_last_stage()) return {b.outputs[buf][0]};  // the loss
+std::vector<Tensor> PipelineEngine::backward_roots(Buffers& b, size_t buf, int64_t chunk) const {
+  if (last_part(chunk)) return {b.outputs[buf][0]};  // the loss
   std::vector<Tensor> roots;
   for (const Tensor& t : b.outputs[buf])
     if (needs_grad(t)) roots.push_back(t);
@@ -373,11 +407,11 @@ std::vector<Tensor> PipelineEngine::backward_roots(Buffers& b, size_t buf) const
 
 void PipelineEngine::backward_pass(const PipeInstruction& in, Buffers& b) {
   const auto buf = static_cast<size_t>(in.buffer_id);
-  weight_gradients(in.micro_batch, [&] {
-    if (is_last_stage())
+  weight_gradients([&] {
+    if (last_part(in.chunk))
       engine_->backward(b.outputs[buf][0]);  // the loss / micro_batches (x the fp16 scale)
     else
-      engine_->backward_stage(backward_roots(b, buf), b.grads[buf]);
+      engine_->backward_stage(backward_roots(b, buf, in.chunk), b.grads[buf]);
   });
   b.outputs[buf].clear();
   b.grads[buf].clear();
@@ -393,7 +427,8 @@ void PipelineEngine::backward_input_pass(const PipeInstruction& in, Buffers& b) 
   std::vector<Tensor> inputs;
   for (const Tensor& t : b.inputs[buf])
     if (t.requires_grad()) inputs.push_back(t);
-  b.weights[buf] = engine_->backward_stage_inputs(backward_roots(b, buf), b.grads[buf], inputs);
+  b.weights[buf] =
+      engine_->backward_stage_inputs(backward_roots(b, buf, in.chunk), b.grads[buf], inputs);
   b.outputs[buf].clear();
   b.grads[buf].clear();
   b.labels[buf].clear();
@@ -402,36 +437,18 @@ void PipelineEngine::backward_input_pass(const PipeInstruction& in, Buffers& b) 
 
 void PipelineEngine::backward_weight_pass(const PipeInstruction& in, Buffers& b) {
   const auto buf = static_cast<size_t>(in.buffer_id);
-  weight_gradients(in.micro_batch, [&] { engine_->backward_stage_weights(b.weights[buf]); });
+  weight_gradients([&] { engine_->backward_stage_weights(b.weights[buf]); });
   b.weights[buf] = autograd::DeferredGrads();
   in_flight_bytes_ -= b.activation_bytes[buf];  // what the weights kept goes only now
 }
 
-// The generator offset of this stage's first draw for `micro_batch`, as one process would
-// reach it: the batch's start, the micro-batches before, the stages before.
-void PipelineEngine::position_rng(int64_t micro_batch) {
-  if (micro_batch > 0)
-    TS_CHECK(rng_per_micro_batch_ >= 0, "PipelineEngine: dropout offsets not learnt yet");
-  const int64_t before = micro_batch * std::max<int64_t>(rng_per_micro_batch_, 0);
-  default_generator().set_state(
-      {rng_base_.seed, rng_base_.offset + static_cast<uint64_t>(before + rng_before_stage_)});
-}
-
-// On the first training batch, after this stage's forward of micro-batch 0 has gone on: the
-// stages' counts, so each knows where its draws start (every stage reaches this before any
-// needs another stage's later messages, so the collective cannot deadlock).
-void PipelineEngine::calibrate_rng() {
-  rng_calibrating_ = false;
-  Tensor mine = full({1}, static_cast<double>(rng_this_stage_), DType::Int64);
-  Tensor all = zeros({pipe_->size()}, DType::Int64, Device::cpu());
-  pipe_->all_gather_async(all, mine).wait();
-  const int64_t* v = all.data<int64_t>();
-  rng_per_micro_batch_ = 0;
-  rng_before_stage_ = 0;
-  for (int s = 0; s < pipe_->size(); ++s) {
-    if (s < module_.stage_id()) rng_before_stage_ += v[s];
-    rng_per_micro_batch_ += v[s];
+PipeMicroBatch PipelineEngine::load(const PipeDataIterator& data) {
+  if (loaded_first_) {
+    PipeMicroBatch mb = std::move(*loaded_first_);
+    loaded_first_.reset();
+    return mb;
   }
+  return batch_fn_ ? batch_fn_(data()) : data();
 }
 
 // The owner's weights onto the copies (at every batch: after a step or a checkpoint load).

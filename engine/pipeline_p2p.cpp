@@ -12,34 +12,35 @@ namespace {
 constexpr int kActivationTag = 7001, kGradTag = 7002;
 }  // namespace
 
-// The first message in each direction describes the tensors: [count, then per tensor dtype,
-// rank, dims...]; gradients go back in the shapes of the floating activations.
-void PipelineEngine::send(const PipeValue& value, int peer, bool activation) {
+// The first message of each model chunk's activations describes the tensors: [count, then per
+// tensor dtype, rank, dims...]; gradients go back in the shapes of the floating activations.
+void PipelineEngine::send(const PipeValue& value, int peer, bool activation, int64_t chunk) {
   const int tag = activation ? kActivationTag : kGradTag;
-  if (activation && !sent_.known) {
+  Meta& sent = sent_meta_[static_cast<size_t>(chunk)];
+  if (activation && !sent.known) {
     std::vector<int64_t> meta{static_cast<int64_t>(value.size())};
     for (const Tensor& t : value) {
       meta.push_back(static_cast<int64_t>(t.dtype()));
       meta.push_back(t.dim());
       for (int64_t d : t.shape()) meta.push_back(d);
-      sent_.dtypes.push_back(t.dtype());
-      sent_.shapes.push_back(t.shape());
+      sent.dtypes.push_back(t.dtype());
+      sent.shapes.push_back(t.shape());
     }
     Tensor length = scalar_tensor(static_cast<double>(meta.size()), DType::Int64, Device::cpu());
     sends_.push_back(pipe_->send_async(length.reshape({1}), peer, tag));
     sends_.push_back(
         pipe_->send_async(from_vector(meta, {static_cast<int64_t>(meta.size())}), peer, tag));
-    sent_.known = true;
+    sent.known = true;
   }
   if (activation) {
     // Every batch must have the first batch's shapes (DeepSpeed caches them likewise).
-    TS_CHECK(value.size() == sent_.shapes.size(), "PipelineEngine: stage ", module_.stage_id(),
-             " sends ", value.size(), " tensors, but the first batch sent ", sent_.shapes.size());
+    TS_CHECK(value.size() == sent.shapes.size(), "PipelineEngine: stage ", module_.stage_id(),
+             " sends ", value.size(), " tensors, but the first batch sent ", sent.shapes.size());
     for (size_t i = 0; i < value.size(); ++i)
-      TS_CHECK(value[i].shape() == sent_.shapes[i] && value[i].dtype() == sent_.dtypes[i],
+      TS_CHECK(value[i].shape() == sent.shapes[i] && value[i].dtype() == sent.dtypes[i],
                "PipelineEngine: stage ", module_.stage_id(), " output ", i, " is ",
-               value[i].describe(), ", but the first batch's was ", shape_str(sent_.shapes[i]), " ",
-               dtype_name(sent_.dtypes[i]), ": every micro-batch must have the same shapes");
+               value[i].describe(), ", but the first batch's was ", shape_str(sent.shapes[i]), " ",
+               dtype_name(sent.dtypes[i]), ": every micro-batch must have the same shapes");
   }
   // Sends complete in the background (waited for at the batch's end): only receives block, so
   // any schedule whose receives are matched runs without deadlock.
@@ -58,9 +59,11 @@ void PipelineEngine::reap_sends() {
   }
 }
 
-PipeValue PipelineEngine::recv(int peer, bool activation) {
+PipeValue PipelineEngine::recv(int peer, bool activation, int64_t chunk) {
   const int tag = activation ? kActivationTag : kGradTag;
-  if (activation && !received_.known) {
+  Meta& received = received_meta_[static_cast<size_t>(chunk)];
+  const Meta& sent = sent_meta_[static_cast<size_t>(chunk)];
+  if (activation && !received.known) {
     Tensor length = zeros({1}, DType::Int64, Device::cpu());
     pipe_->recv_async(length, peer, tag).wait();
     Tensor meta = zeros({static_cast<int64_t>(length.item())}, DType::Int64, Device::cpu());
@@ -68,16 +71,16 @@ PipeValue PipelineEngine::recv(int peer, bool activation) {
     const int64_t* v = meta.data<int64_t>();
     size_t at = 1;
     for (int64_t i = 0; i < v[0]; ++i) {
-      received_.dtypes.push_back(static_cast<DType>(v[at++]));
+      received.dtypes.push_back(static_cast<DType>(v[at++]));
       const int64_t rank = v[at++];
-      received_.shapes.emplace_back(v + at, v + at + rank);
+      received.shapes.emplace_back(v + at, v + at + rank);
       at += static_cast<size_t>(rank);
     }
-    received_.known = true;
+    received.known = true;
   }
   // Activations arrive as the previous stage sent them; gradients as this stage sent its
   // floating outputs.
-  const Meta& m = activation ? received_ : sent_;
+  const Meta& m = activation ? received : sent;
   PipeValue out;
   for (size_t i = 0; i < m.shapes.size(); ++i) {
     if (!activation && !is_floating(m.dtypes[i])) continue;

@@ -462,6 +462,11 @@ TrainConfig TrainConfig::parse(const std::string& text, int64_t world, const std
   root.warn_unknown();
 
   // Rules that span sections.
+  TS_CHECK(c.pipeline.schedule != "interleaved" ||
+               c.gradient_accumulation_steps % c.pipeline.stages == 0,
+           source, ": 'pipeline.schedule' \"interleaved\" needs gradient_accumulation_steps (",
+           c.gradient_accumulation_steps, ", the micro-batches of a step) to be a multiple of ",
+           "pipeline.stages (", c.pipeline.stages, "), as Megatron's");
   if (c.model.type == "gpt2" && j.contains("data") && j["data"].is_object())
     for (const char* k : {"mask_prob", "nsp"})
       if (j["data"].contains(k))

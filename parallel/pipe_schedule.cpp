@@ -171,14 +171,17 @@ std::vector<PipeStep> InterleavedSchedule::steps() const {
 }
 
 std::unique_ptr<PipeSchedule> train_schedule(const std::string& name, int64_t micro_batches,
-                                             int64_t stages, int64_t stage_id) {
+                                             int64_t stages, int64_t stage_id, int64_t chunks) {
   if (name == "1f1b") return std::make_unique<TrainSchedule>(micro_batches, stages, stage_id);
   if (name == "zb-h1")
     return std::make_unique<ZeroBubbleH1Schedule>(micro_batches, stages, stage_id);
-  fail("pipeline schedule '", name, "' is not built yet (the engine runs \"1f1b\" and \"zb-h1\")");
+  if (name == "interleaved")
+    return std::make_unique<InterleavedSchedule>(micro_batches, stages, stage_id, chunks);
+  fail("pipeline schedule '", name, "' is not one of \"1f1b\", \"zb-h1\", \"interleaved\"");
 }
 
-int64_t peak_activations(const std::vector<PipeStep>& steps) {
+int64_t peak_activation_bytes(const std::vector<PipeStep>& steps,
+                              const std::vector<int64_t>& chunk_bytes) {
   const bool split = std::any_of(steps.begin(), steps.end(), [](const PipeStep& s) {
     return std::any_of(s.begin(), s.end(),
                        [](const I& in) { return in.kind == I::BackwardWeightPass; });
@@ -186,10 +189,23 @@ int64_t peak_activations(const std::vector<PipeStep>& steps) {
   int64_t held = 0, peak = 0;
   for (const PipeStep& step : steps)
     for (const I& in : step) {
-      if (in.kind == I::ForwardPass) peak = std::max(peak, ++held);
-      if (in.kind == (split ? I::BackwardWeightPass : I::BackwardPass)) --held;
+      const bool ends = in.kind == (split ? I::BackwardWeightPass : I::BackwardPass);
+      if (in.kind != I::ForwardPass && !ends) continue;
+      TS_CHECK(in.chunk >= 0 && in.chunk < static_cast<int64_t>(chunk_bytes.size()),
+               "peak_activation_bytes: ", in.str(), " of chunk ", in.chunk, ", but ",
+               chunk_bytes.size(), " chunks' sizes");
+      const int64_t bytes = chunk_bytes[static_cast<size_t>(in.chunk)];
+      held += in.kind == I::ForwardPass ? bytes : -bytes;
+      peak = std::max(peak, held);
     }
   return peak;
+}
+
+int64_t peak_activations(const std::vector<PipeStep>& steps) {
+  int64_t chunks = 1;
+  for (const PipeStep& step : steps)
+    for (const I& in : step) chunks = std::max(chunks, in.chunk + 1);
+  return peak_activation_bytes(steps, std::vector<int64_t>(static_cast<size_t>(chunks), 1));
 }
 
 }  // namespace tessera::parallel

@@ -30,10 +30,12 @@ PipelineModule::PipelineModule(std::vector<LayerSpec> specs, PipeLossFn loss_fn,
       loss_fn_(std::move(loss_fn)),
       stage_id_(stage_id),
       options_(std::move(options)) {
-  const int64_t p = options_.num_stages, n = num_layers();
+  const int64_t p = options_.num_stages, v = options_.num_chunks, n = num_layers();
   TS_CHECK(p >= 1 && stage_id >= 0 && stage_id < p, "PipelineModule: stage ", stage_id, " of ", p,
            " stages");
-  TS_CHECK(n >= p, "PipelineModule: ", n, " layers cannot fill ", p, " stages");
+  TS_CHECK(v >= 1, "PipelineModule: num_chunks must be >= 1, got ", v);
+  TS_CHECK(n >= p * v, "PipelineModule: ", n, " layers cannot fill ", p, " stages",
+           v > 1 ? " x " + std::to_string(v) + " chunks" : std::string());
   for (int64_t i = 0; i < n; ++i)
     TS_CHECK(specs_[static_cast<size_t>(i)].build, "PipelineModule: layer ", i, " has no builder");
   TS_CHECK(options_.activation_checkpoint_interval >= 0,
@@ -47,7 +49,7 @@ PipelineModule::PipelineModule(std::vector<LayerSpec> specs, PipeLossFn loss_fn,
       "at once; turn it off with a pipeline");
   GeneratorRestore restore;
   if (!options_.partition_bounds.empty()) {
-    bounds_ = check_partition(options_.partition_bounds, n, p);
+    bounds_ = check_partition(options_.partition_bounds, n, p * v);
   } else {
     std::vector<LayerInfo> info;
     for (int64_t i = 0; i < n; ++i) {
@@ -59,60 +61,69 @@ PipelineModule::PipelineModule(std::vector<LayerSpec> specs, PipeLossFn loss_fn,
       }
       info.push_back({s.type_name, params});
     }
-    bounds_ = partition_layers(options_.partition_method, info, p);
+    bounds_ = partition_layers(options_.partition_method, info, p * v);
   }
-  for (int64_t i = bounds_[static_cast<size_t>(stage_id)];
-       i < bounds_[static_cast<size_t>(stage_id + 1)]; ++i) {
-    const LayerSpec& s = specs_[static_cast<size_t>(i)];
-    if (options_.seed_layers) manual_seed(options_.base_seed + static_cast<uint64_t>(i));
-    if (s.tied_key.empty()) {
-      layers_.push_back(s.build(this, std::to_string(i)));
-      positions_.push_back(layers_.back().get());
-      continue;
-    }
-    // The key's first stage owns the module (a parameter of that stage); the others hold a
-    // copy outside the module tree, which the engine refreshes from the owner every batch and
-    // whose gradients it sends there.
-    const bool owner = tied_stages().at(s.tied_key).front() == stage_id_;
-    nn::Module* parent = nullptr;
-    if (owner) {
-      if (!tied_modules_) tied_modules_ = std::make_unique<nn::Module>(this, "tied_modules");
-      parent = tied_modules_.get();
-    } else {
-      if (!tied_copies_) tied_copies_ = std::make_unique<nn::Module>();
-      parent = tied_copies_.get();
-    }
-    auto& module = tied_[s.tied_key];
-    if (!module) module = s.build(parent, s.tied_key);
-    positions_.push_back(module.get());
-  }
+  positions_.resize(static_cast<size_t>(v));
+  for (int64_t c = 0; c < v; ++c)
+    for (int64_t i = bounds_[static_cast<size_t>(part_of(c))];
+         i < bounds_[static_cast<size_t>(part_of(c) + 1)]; ++i)
+      build_layer(c, i);
 }
 
-PipeValue PipelineModule::forward(const PipeValue& x) {
+void PipelineModule::build_layer(int64_t chunk, int64_t i) {
+  const LayerSpec& s = specs_[static_cast<size_t>(i)];
+  auto& positions = positions_[static_cast<size_t>(chunk)];
+  if (options_.seed_layers) manual_seed(options_.base_seed + static_cast<uint64_t>(i));
+  if (s.tied_key.empty()) {
+    layers_.push_back(s.build(this, std::to_string(i)));
+    positions.push_back(layers_.back().get());
+    return;
+  }
+  // The key's first stage owns the module (a parameter of that stage); the others hold a
+  // copy outside the module tree, which the engine refreshes from the owner every batch and
+  // whose gradients it sends there.
+  const bool owner = tied_stages().at(s.tied_key).front() == stage_id_;
+  nn::Module* parent = nullptr;
+  if (owner) {
+    if (!tied_modules_) tied_modules_ = std::make_unique<nn::Module>(this, "tied_modules");
+    parent = tied_modules_.get();
+  } else {
+    if (!tied_copies_) tied_copies_ = std::make_unique<nn::Module>();
+    parent = tied_copies_.get();
+  }
+  auto& module = tied_[s.tied_key];
+  if (!module) module = s.build(parent, s.tied_key);
+  positions.push_back(module.get());
+}
+
+PipeValue PipelineModule::forward(const PipeValue& x, int64_t chunk) {
+  TS_CHECK(chunk >= 0 && chunk < num_chunks(), "PipelineModule: chunk ", chunk, " of ",
+           num_chunks());
   nn::ModuleScope scope(*this);
   if (tied_copies_) tied_copies_->train(is_training());  // (outside the tree: set here)
+  const auto& positions = positions_[static_cast<size_t>(chunk)];
   const int64_t k = options_.activation_checkpoint_interval;
-  if (k <= 0) return forward_run(0, positions_.size(), x);
+  if (k <= 0) return forward_run(chunk, 0, positions.size(), x);
   if (options_.checkpointing) options_.checkpointing->begin_forward();
   PipeValue h = x;
   const auto& types = options_.checkpointable_layers;
-  for (size_t begin = 0, end = 0; begin < positions_.size(); begin = end) {
+  for (size_t begin = 0, end = 0; begin < positions.size(); begin = end) {
     // With checkpointable_layers, runs of k listed layers (the others alone, not checkpointed),
-    // so a stage's blocks group as in one process; else k positions from the stage's first.
-    end = std::min(positions_.size(), begin + static_cast<size_t>(k));
+    // so a stage's blocks group as in one process; else k positions from the chunk's first.
+    end = std::min(positions.size(), begin + static_cast<size_t>(k));
     if (!types.empty()) {
       end = begin + 1;
-      while (listed(begin) && end < positions_.size() && end - begin < static_cast<size_t>(k) &&
-             listed(end))
+      while (listed(chunk, begin) && end < positions.size() &&
+             end - begin < static_cast<size_t>(k) && listed(chunk, end))
         ++end;
     }
-    if (!checkpointable(begin, end)) {
-      h = forward_run(begin, end, h);
+    if (!checkpointable(chunk, begin, end)) {
+      h = forward_run(chunk, begin, end, h);
       continue;
     }
     // (captures `this` and the run by value: the rerun happens in backward)
-    autograd::CheckpointFn run = [this, begin, end](const std::vector<Tensor>& in) {
-      return forward_run(begin, end, in);
+    autograd::CheckpointFn run = [this, chunk, begin, end](const std::vector<Tensor>& in) {
+      return forward_run(chunk, begin, end, in);
     };
     PipeValue in = h;
     if (grad_enabled() && std::none_of(h.begin(), h.end(), [](const Tensor& t) {
@@ -130,27 +141,29 @@ PipeValue PipelineModule::forward(const PipeValue& x) {
   return h;
 }
 
-PipeValue PipelineModule::forward_run(size_t begin, size_t end, const PipeValue& x) {
+PipeValue PipelineModule::forward_run(int64_t chunk, size_t begin, size_t end, const PipeValue& x) {
   PipeValue h = x;
-  const auto first = static_cast<size_t>(bounds_[static_cast<size_t>(stage_id_)]);
+  const auto& positions = positions_[static_cast<size_t>(chunk)];
+  const auto first = static_cast<size_t>(bounds_[static_cast<size_t>(part_of(chunk))]);
   for (size_t k = begin; k < end; ++k) {
     const LayerSpec& s = specs_[first + k];
-    h = s.forward_fn ? s.forward_fn(*positions_[k], h) : positions_[k]->forward(h);
+    h = s.forward_fn ? s.forward_fn(*positions[k], h) : positions[k]->forward(h);
   }
   return h;
 }
 
-bool PipelineModule::listed(size_t position) const {
+bool PipelineModule::listed(int64_t chunk, size_t position) const {
   const auto& types = options_.checkpointable_layers;
-  return std::find(types.begin(), types.end(), positions_[position]->type_name()) != types.end();
+  return std::find(types.begin(), types.end(),
+                   positions_[static_cast<size_t>(chunk)][position]->type_name()) != types.end();
 }
 
-bool PipelineModule::checkpointable(size_t begin, size_t end) const {
+bool PipelineModule::checkpointable(int64_t chunk, size_t begin, size_t end) const {
   const bool by_type = !options_.checkpointable_layers.empty();
   bool any_params = false;
   for (size_t k = begin; k < end; ++k) {
-    if (by_type && !listed(k)) return false;
-    any_params = any_params || positions_[k]->num_parameters() > 0;
+    if (by_type && !listed(chunk, k)) return false;
+    any_params = any_params || positions_[static_cast<size_t>(chunk)][k]->num_parameters() > 0;
   }
   return by_type || any_params;
 }
@@ -161,12 +174,16 @@ Tensor PipelineModule::loss(const PipeValue& outputs, const PipeValue& labels) c
 }
 
 std::map<std::string, std::vector<int64_t>> PipelineModule::tied_stages() const {
+  // In layer order: the key's first stage comes first (its owner).
   std::map<std::string, std::vector<int64_t>> out;
-  for (int64_t s = 0; s < options_.num_stages; ++s)
-    for (int64_t i = bounds_[static_cast<size_t>(s)]; i < bounds_[static_cast<size_t>(s + 1)];
+  const int64_t parts = static_cast<int64_t>(bounds_.size()) - 1;
+  for (int64_t part = 0; part < parts; ++part)
+    for (int64_t i = bounds_[static_cast<size_t>(part)]; i < bounds_[static_cast<size_t>(part + 1)];
          ++i) {
       const std::string& key = specs_[static_cast<size_t>(i)].tied_key;
-      if (!key.empty() && (out[key].empty() || out[key].back() != s)) out[key].push_back(s);
+      const int64_t stage = part % options_.num_stages;
+      if (!key.empty() && std::find(out[key].begin(), out[key].end(), stage) == out[key].end())
+        out[key].push_back(stage);
     }
   return out;
 }
@@ -198,10 +215,16 @@ int64_t PipelineModule::layer_of(const std::string& param) const {
   fail("PipelineModule: '", param, "' is not one of its parameters' names");
 }
 
+bool PipelineModule::holds(int64_t layer) const {
+  for (int64_t c = 0; c < num_chunks(); ++c)
+    if (layer >= bounds_[static_cast<size_t>(part_of(c))] &&
+        layer < bounds_[static_cast<size_t>(part_of(c) + 1)])
+      return true;
+  return false;
+}
+
 bool PipelineModule::saves(const std::string& param) const {
-  const int64_t layer = layer_of(param);
-  return layer >= bounds_[static_cast<size_t>(stage_id_)] &&
-         layer < bounds_[static_cast<size_t>(stage_id_ + 1)];
+  return holds(layer_of(param));
 }
 
 std::string PipelineModule::saved_name(const std::string& param) const {

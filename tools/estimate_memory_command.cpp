@@ -232,18 +232,26 @@ int estimate_pipeline(const Args& a, const io::TrainConfig& cfg, int64_t vocab, 
     std::vector<std::pair<std::string, Shape>> shapes;
     for (auto& [n, t] : stage.named_parameters()) shapes.emplace_back(n, t->shape());
     const Estimate e = estimate(cfg, parallel::ShardLayout(shapes, dp), zero, dp);
-    const int64_t first = stage.bounds()[static_cast<size_t>(s)],
-                  last = stage.bounds()[static_cast<size_t>(s + 1)];
-    const int64_t held = parallel::peak_activations(
-        parallel::train_schedule(cfg.pipeline.schedule, m, p, s)->steps());
-    const int64_t act = held * stage_bytes(first, last);
+    // Each chunk's layers (one chunk but with the interleaved schedule) and what they keep.
+    std::vector<int64_t> chunk_bytes;
+    std::string layers;
+    nlohmann::ordered_json layer_bounds = nlohmann::ordered_json::array();
+    for (int64_t c = 0; c < stage.num_chunks(); ++c) {
+      const int64_t first = stage.bounds()[static_cast<size_t>(stage.part_of(c))],
+                    last = stage.bounds()[static_cast<size_t>(stage.part_of(c) + 1)];
+      chunk_bytes.push_back(stage_bytes(first, last));
+      layers += (c ? "," : "") + std::to_string(first) + "-" + std::to_string(last - 1);
+      layer_bounds.push_back({first, last});
+    }
+    const int64_t act = parallel::peak_activation_bytes(
+        parallel::train_schedule(cfg.pipeline.schedule, m, p, s, stage.num_chunks())->steps(),
+        chunk_bytes);
     // A tied module's copy (not a parameter of this stage): its weights and their gradient.
     int64_t copies = 0;
     for (const auto& [key, holders] : stage.tied_stages())
       if (holders.front() != s && std::count(holders.begin(), holders.end(), s))
         for (const Tensor* t : stage.tied_parameters(key))
           copies += 2 * t->numel() * static_cast<int64_t>(itemsize(model_dtype(cfg)));
-    const std::string layers = std::to_string(first) + "-" + std::to_string(last - 1);
     std::printf("%-8lld %8s %12s %12s %12s %12s %12s %12s\n", static_cast<long long>(s),
                 layers.c_str(), human(e.params).c_str(), human(e.grads).c_str(),
                 human(e.optimizer).c_str(), human(e.buffers).c_str(), human(act).c_str(),
@@ -253,8 +261,10 @@ int estimate_pipeline(const Args& a, const io::TrainConfig& cfg, int64_t vocab, 
                                {"optimizer", e.optimizer},
                                {"buffers", e.buffers},
                                {"activations", act}};
-    stages.push_back(
-        {{"stage", s}, {"layers", {first, last}}, {"memory", mem}, {"tied_copies", copies}});
+    stages.push_back({{"stage", s},
+                      {"layers", layer_bounds.size() == 1 ? layer_bounds[0] : layer_bounds},
+                      {"memory", mem},
+                      {"tied_copies", copies}});
     if (copies > 0)
       std::printf("%-8s %8s tied copies (weights and gradients, not this stage's parameters): %s\n",
                   "", "", human(copies).c_str());

@@ -195,8 +195,10 @@ int train_pipeline(const Args& a, io::TrainConfig& cfg,
   if (a.has("resume")) trainer.resume(a.get("resume", ""));
   const auto& b = model.bounds();
   if (world->rank() == 0) {
+    const int64_t v = model.num_chunks();
     std::cerr << (bert ? "BERT" : "GPT2") << " pipeline: " << cfg.pipeline.stages << " stages x "
-              << dp_size << " data-parallel, layers per stage:";
+              << dp_size << " data-parallel, " << cfg.pipeline.schedule << " schedule, layers per "
+              << (v > 1 ? "part (stage s holds parts s, s + stages, ...):" : "stage:");
     for (size_t s = 0; s + 1 < b.size(); ++s) std::cerr << " " << b[s + 1] - b[s];
     std::cerr << " (partition " << cfg.pipeline.partition << ")";
     if (const int64_t k = model.options().activation_checkpoint_interval; k > 0)

@@ -168,6 +168,7 @@ parallel::ActivationCheckpointingOptions activation_checkpointing_options(
 parallel::PipelineModuleOptions pipeline_module_options(const io::TrainConfig& cfg) {
   parallel::PipelineModuleOptions po;
   po.num_stages = cfg.pipeline.stages;
+  po.num_chunks = cfg.pipeline.virtual_stages;
   po.partition_method = cfg.pipeline.partition;
   po.activation_checkpoint_interval = cfg.pipeline.activation_checkpoint_interval;
   if (cfg.activation_checkpointing.enabled) {

@@ -24,10 +24,12 @@ using pipe_test::mse;
 
 namespace {
 
-std::vector<LayerSpec> mlp() {
-  return {LayerSpec::of<Dense>("Dense", 4, 8), LayerSpec::of<Dense>("Dense", 8, 8),
-          LayerSpec::of<Dense>("Dense", 8, 8), LayerSpec::of<Dense>("Dense", 8, 8),
-          LayerSpec::of<Dense>("Dense", 8, 8), LayerSpec::unary<nn::Linear>("Linear", 8, 4)};
+// The input layer, `hidden` more, the output layer.
+std::vector<LayerSpec> mlp(int hidden = 4) {
+  std::vector<LayerSpec> specs{LayerSpec::of<Dense>("Dense", 4, 8)};
+  for (int i = 0; i < hidden; ++i) specs.push_back(LayerSpec::of<Dense>("Dense", 8, 8));
+  specs.push_back(LayerSpec::unary<nn::Linear>("Linear", 8, 4));
+  return specs;
 }
 
 // The embedding-like layer at position 0 and, through its transposed weight, at the end.
@@ -74,17 +76,19 @@ double one_process_step(parallel::PipelineModule& whole, optim::Optimizer& opt,
 
 // The pipeline at this job's stage count against one process, step by step.
 void check_against_one_process(const std::vector<LayerSpec>& specs, const char* what,
-                               const std::string& schedule) {
+                               const std::string& schedule, int64_t chunks = 1) {
   auto world = parallel::world();
   const int p = world->size(), s = world->rank();
   const int64_t m = 4, steps = 3;
   parallel::PipelineModuleOptions o;
   o.num_stages = p;
+  o.num_chunks = chunks;
   o.partition_method = "uniform";
   o.seed_layers = true;
   o.base_seed = 5;
   parallel::PipelineModule piped(specs, mse, s, o);
   o.num_stages = 1;
+  o.num_chunks = 1;
   parallel::PipelineModule whole(specs, mse, 0, o);
   engine::PipelineEngine engine(piped, world, sgd(piped), {m, schedule});
   auto opt = sgd(whole);
@@ -125,6 +129,14 @@ void check_against_one_process(const std::vector<LayerSpec>& specs, const char* 
 TEST_CASE("pipeline engine (1F1B, ZB-H1): an MLP at this job's stage count equals one process") {
   if (parallel::world()->size() > 6) return;
   for (const char* schedule : {"1f1b", "zb-h1"}) check_against_one_process(mlp(), "mlp", schedule);
+}
+
+TEST_CASE("pipeline engine (interleaved): 2 chunks per stage equal one process") {
+  const int p = parallel::world()->size();
+  if (p < 2 || p > 4) return;
+  // 2 p parts of one or two layers: the last stage's chunk 0 feeds the first stage's chunk 1.
+  check_against_one_process(mlp(3 * p - 2), "mlp", "interleaved", 2);
+  if (p == 2) check_against_one_process(tied(), "tied", "interleaved", 2);
 }
 
 TEST_CASE("pipeline engine: tied first and last layers equal one process") {
@@ -195,7 +207,7 @@ TEST_CASE("pipeline engine: pipelines side by side (pipe x data) equal one proce
   for (const char* schedule : {"1f1b", "zb-h1"}) check_side_by_side(schedule);
 }
 
-TEST_CASE("pipeline engine: forward/backward/step point to train_batch; unbuilt schedules") {
+TEST_CASE("pipeline engine: forward/backward/step point to train_batch; schedule errors") {
   auto world = parallel::world();
   parallel::PipelineModuleOptions o;
   o.num_stages = world->size();
@@ -204,6 +216,14 @@ TEST_CASE("pipeline engine: forward/backward/step point to train_batch; unbuilt 
   parallel::PipelineModule piped(mlp(), mse, world->rank(), o);
   engine::PipelineEngine engine(piped, world, sgd(piped), {2});
   CHECK_THROWS_WITH(engine.forward(), doctest::Contains("use train_batch()"));
+  CHECK_THROWS_WITH(engine::PipelineEngine(piped, world, sgd(piped), {2, "gpipe"}),
+                    doctest::Contains("schedule 'gpipe' is not one of"));
   CHECK_THROWS_WITH(engine::PipelineEngine(piped, world, sgd(piped), {2, "interleaved"}),
-                    doctest::Contains("'interleaved' is not built yet"));
+                    doctest::Contains("interleaved schedule needs 2 or more stages of a "
+                                      "PipelineModule of num_chunks >= 2"));
+  if (world->size() * 2 > 6) return;
+  o.num_chunks = 2;
+  parallel::PipelineModule chunked(mlp(), mse, world->rank(), o);
+  CHECK_THROWS_WITH(engine::PipelineEngine(chunked, world, sgd(chunked), {2, "1f1b"}),
+                    doctest::Contains("2 chunks per stage runs the interleaved schedule"));
 }

@@ -52,7 +52,8 @@ d["model"].update({"n_layer": 4, "n_embd": 256, "n_head": 4, "block_size": 64, "
 d["train_batch_size"], d["gradient_accumulation_steps"] = 32, 8
 d["train"].update({"steps": 16, "eval_interval": 0})
 json.dump(d, open("bubble.json", "w"))
-bad = {"interleaved": {"stages": 2, "schedule": "interleaved"},
+bad = {"interleaved": {"stages": 2, "schedule": "interleaved", "virtual_stages": 1},
+       "chunks": {"stages": 2, "virtual_stages": 2},
        "threes": {"stages": 3}, "partition": {"stages": 2, "partition": "random"},
        "contiguous": {"stages": 2}}
 for name, p in bad.items():
@@ -72,13 +73,21 @@ write("zb-ck-pp2", 2, partition="parameters", schedule="zb-h1", activation_check
 d = json.load(open("bubble.json"))
 d["pipeline"]["schedule"] = "zb-h1"
 json.dump(d, open("bubble-zb.json", "w"))
+d["pipeline"]["schedule"] = "interleaved"  # (2 chunks of one block per stage)
+json.dump(d, open("bubble-il.json", "w"))
+# The interleaved schedule (2 model chunks per stage): 2 stages, 2 x 2 with ZeRO-2.
+write("il-pp2", 2, partition="parameters", schedule="interleaved")
+d = write("il-z2", 2, partition="parameters", schedule="interleaved", virtual_stages=2)
+d["zero_optimization"] = {"stage": 2}
+json.dump(d, open("il-z2.json", "w"))
 # BERT pretraining (MLM + next sentence, dropout 0.1), and MLM alone.
 c["model"] = {"type": "bert", "n_layer": 3, "n_head": 2, "n_embd": 32, "block_size": 16,
               "dropout": 0.1}
 for name, stages in (("bert-one", 1), ("bert-pp2", 2), ("bert-pp4", 4), ("bert-pp2dp2", 2),
-                     ("bert-s-pp2", 2), ("bert-r-one", 1), ("bert-zb-pp2", 2)):
+                     ("bert-s-pp2", 2), ("bert-r-one", 1), ("bert-zb-pp2", 2), ("bert-il-pp2", 2)):
     d = write(name, stages, partition="uniform" if stages == 4 else "parameters",
-              **({"schedule": "zb-h1"} if "zb" in name else {}))
+              **({"schedule": "zb-h1"} if "zb" in name else {}),
+              **({"schedule": "interleaved"} if "il" in name else {}))
     d["data"]["nsp"] = True
     if name == "bert-pp2dp2":
         d["zero_optimization"] = {"stage": 2}
@@ -120,6 +129,7 @@ run 4 r-z2-z1 --resume ck4
 run 2 bert-pp2; run 4 bert-pp4; run 4 bert-pp2dp2; run 2 mlm-pp2
 run 2 ck-pp2; run 2 bert-ck-pp2
 run 2 zb-pp2; run 4 zb-pp4; run 4 zb-z2; run 2 zb-ck-pp2; run 2 bert-zb-pp2
+run 2 il-pp2; run 4 il-z2; run 2 bert-il-pp2
 run 2 bert-s-pp2 --steps 10 --save ck3
 "$tessera" train bert-r-one.json --resume ck3 > bert-r-one.out 2> bert-r-one.err
 "$tessera" export ck1 hf > /dev/null 2>&1 && test -s hf/model.safetensors
@@ -139,7 +149,9 @@ for one, job, steps in (("one", "pp2", all20), ("one", "pp4", all20), ("one", "p
                         ("bert-one", "bert-pp4", all20), ("bert-one", "bert-pp2dp2", all20),
                         ("bert-one", "bert-r-one", range(11, 21)), ("mlm-one", "mlm-pp2", all20),
                         ("one", "zb-pp2", all20), ("one", "zb-pp4", all20), ("one", "zb-z2", all20),
-                        ("one", "zb-ck-pp2", all20), ("bert-one", "bert-zb-pp2", all20)):
+                        ("one", "zb-ck-pp2", all20), ("bert-one", "bert-zb-pp2", all20),
+                        ("one", "il-pp2", all20), ("one", "il-z2", all20),
+                        ("bert-one", "bert-il-pp2", all20)):
     one_t, one_v = rows(one, "Train_Samples_train_loss"), rows(one, "Eval_val_loss")
     assert sorted(one_t) == list(all20) and sorted(one_v) == [10, 20], (one_t, one_v)
     t, v = rows(job, "Train_Samples_train_loss"), rows(job, "Eval_val_loss")
@@ -184,7 +196,8 @@ test "$(grep -c 'checkpoint 0: 80 forwards' bert-ck-pp2.err)" = 2  # the profile
 # estimate-memory predicts every stage's parameters, gradients, optimizer state, ZeRO buffers
 # and activations to the byte.
 for job in pp2:2 ck-pp2:2 pp4:4 pp2dp2:4 z1:4 z2:4 bert-pp2:2 bert-pp4:4 bert-pp2dp2:4 \
-           mlm-pp2:2 bert-ck-pp2:2 zb-pp2:2 zb-pp4:4 zb-z2:4 zb-ck-pp2:2 bert-zb-pp2:2; do
+           mlm-pp2:2 bert-ck-pp2:2 zb-pp2:2 zb-pp4:4 zb-z2:4 zb-ck-pp2:2 bert-zb-pp2:2 \
+           il-pp2:2 il-z2:4 bert-il-pp2:2; do
   "$tessera" estimate-memory "${job%:*}.json" --ranks "${job#*:}" --json 2> /dev/null |
     tail -1 > "${job%:*}.estimate"
 done
@@ -192,7 +205,8 @@ python3 - <<'PY'
 import json
 fails = 0
 for job in ("pp2", "ck-pp2", "pp4", "pp2dp2", "z1", "z2", "bert-pp2", "bert-pp4", "bert-pp2dp2",
-            "mlm-pp2", "bert-ck-pp2", "zb-pp2", "zb-pp4", "zb-z2", "zb-ck-pp2", "bert-zb-pp2"):
+            "mlm-pp2", "bert-ck-pp2", "zb-pp2", "zb-pp4", "zb-z2", "zb-ck-pp2", "bert-zb-pp2",
+            "il-pp2", "il-z2", "bert-il-pp2"):
     stages = json.load(open(job + ".estimate"))["stages"]
     bad = 0
     for line in open(job + ".out"):
@@ -225,7 +239,7 @@ for rank, comm in ((0, "SendActivation"), (1, "RecvActivation")):
 print("trace: each stage's instructions, per micro-batch")
 PY
 # The measured bubble (one core per rank), 1F1B's and ZB-H1's.
-for job in bubble bubble-zb; do
+for job in bubble bubble-zb bubble-il; do
   mpirun -np 2 --bind-to core "$tessera" train $job.json --json > $job.out 2> $job.err </dev/null
 done
 python3 - <<'PY'
@@ -245,7 +259,9 @@ print(f"1f1b pipeline: measured bubble {mean:.3f}, (p-1)/(m+p-1) = {want:.3f}")
 assert abs(mean - want) <= 0.05, (mean, want)
 zb = measured("bubble-zb")
 print(f"zb-h1 pipeline: measured bubble {zb:.3f}, (p-1)/(3m+p-1) = {1 / 25:.3f} at equal pass costs")
-assert zb < mean, (zb, mean)
+il = measured("bubble-il")
+print(f"interleaved pipeline: measured bubble {il:.3f}, (p-1)/(vm+p-1) = {1 / 17:.3f}")
+assert zb < mean and il < mean, (zb, il, mean)
 PY
 # What is not built yet says so, naming the key.
 expect_error() {  # config, ranks, message
@@ -253,7 +269,8 @@ expect_error() {  # config, ranks, message
     echo "$1: expected an error"; exit 1; fi
   grep -q "$3" "$1.err" || { echo "$1: expected '$3' in:"; cat "$1.err"; exit 1; }
 }
-expect_error interleaved 2 "pipeline.schedule"
+expect_error interleaved 2 "pipeline.virtual_stages' is 1: the interleaved schedule needs 2"
+expect_error chunks 2 "model chunks per stage need"
 expect_error z3 4 "zero_optimization.stage 3 with pipeline"
 expect_error threes 2 "pipeline.stages 3"
 expect_error contiguous 2 "contiguous_memory_optimization"

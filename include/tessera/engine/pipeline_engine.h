@@ -23,7 +23,12 @@
 //
 // Dropout: each stage draws its masks at the generator offsets one process running the whole
 // model on the same micro-batches would (learnt on the first batch: each stage's forward draws a
-// fixed count), so a pipeline with dropout reproduces one process.
+// fixed count; with chunks, a forward of micro-batch 0 through every part in order counts
+// them first), so a pipeline with dropout reproduces one process.
+//
+// Interleaved: stage s holds model chunks s, s + p, ...; the last stage's chunk c sends its
+// activations to the first stage's chunk c + 1 (and gradients come back the same way). The
+// stage's Engine counts a micro-batch per `chunks` backwards and reduces in the batch's last.
 //
 // ZB-H1 (options.schedule "zb-h1"): each backward in two halves (autograd/split_backward.h):
 // BackwardInputPass gives the stage input's gradient, which goes back at once;
@@ -65,6 +70,8 @@ struct PipelineEngineOptions {
   int64_t micro_batches = 1;
   // "1f1b": DeepSpeed's TrainSchedule. "zb-h1": ZeroBubbleH1Schedule, each backward split into
   // the input gradient and the weights' (deferred into what would be 1F1B's bubble).
+  // "interleaved": Megatron's InterleavedSchedule over a PipelineModule of num_chunks >= 2
+  // (2 or more stages; micro_batches a multiple of the stages).
   std::string schedule = "1f1b";
   // Pipelines side by side: the job's ranks on axes {"pipe", "data"} (DeepSpeed's
   // PipeDataParallelTopology); the pipe group is then this rank's pipeline (the topology's
@@ -132,22 +139,36 @@ class PipelineEngine {
   // Where the Engine saves each parameter: its layer's file and its saved name.
   std::function<std::pair<std::string, std::string>(const std::string&)> checkpoint_names();
   double run(const std::vector<parallel::PipeStep>& steps, const PipeDataIterator& data, bool train,
-             int64_t micro_batches);
+             int64_t micro_batches, int64_t buffers);
   void execute(const parallel::PipeInstruction& in, Buffers& b, const PipeDataIterator& data,
                bool train);
   void forward_pass(const parallel::PipeInstruction& in, Buffers& b, bool train);
   void backward_pass(const parallel::PipeInstruction& in, Buffers& b);
   void backward_input_pass(const parallel::PipeInstruction& in, Buffers& b);
   void backward_weight_pass(const parallel::PipeInstruction& in, Buffers& b);
-  void weight_gradients(int64_t micro_batch, const std::function<void()>& pass);
-  std::vector<Tensor> backward_roots(Buffers& b, size_t buf) const;
-  void send(const parallel::PipeValue& value, int peer, bool activation);
-  parallel::PipeValue recv(int peer, bool activation);
+  void weight_gradients(const std::function<void()>& pass);
+  std::vector<Tensor> backward_roots(Buffers& b, size_t buf, int64_t chunk) const;
+  // The model's first part (the data's inputs) and last (the loss), and the stages messages go
+  // to and come from (the last stage's chunk c feeds the first stage's chunk c + 1).
+  bool first_part(int64_t chunk) const { return is_first_stage() && chunk == 0; }
+  bool last_part(int64_t chunk) const {
+    return is_last_stage() && chunk == module_.num_chunks() - 1;
+  }
+  int next_stage() const {
+    return static_cast<int>((module_.stage_id() + 1) % module_.num_stages());
+  }
+  int previous_stage() const {
+    return static_cast<int>((module_.stage_id() + module_.num_stages() - 1) % module_.num_stages());
+  }
+  PipeMicroBatch load(const PipeDataIterator& data);  // the next micro-batch, through batch_fn
+  void send(const parallel::PipeValue& value, int peer, bool activation, int64_t chunk);
+  parallel::PipeValue recv(int peer, bool activation, int64_t chunk);
   void reap_sends();  // drops the sends that have completed
   // Dropout's generator offsets: set before a training forward of `micro_batch`; learnt
   // (calibrate_rng) on the first training batch.
-  void position_rng(int64_t micro_batch);
+  void position_rng(int64_t micro_batch, int64_t chunk);
   void calibrate_rng();
+  void count_chunk_draws(const PipeDataIterator& data);
   // Tied keys: the copies take the owner's weights; their gradients go to the owner.
   void refresh_tied_copies();
   void send_tied_grads();
@@ -170,8 +191,9 @@ class PipelineEngine {
     std::vector<Shape> shapes;
     bool known = false;
   };
-  Meta sent_, received_;
-  std::vector<parallel::Work> sends_;  // in flight; all complete by the batch's end
+  std::vector<Meta> sent_meta_, received_meta_;  // per model chunk
+  std::optional<PipeMicroBatch> loaded_first_;   // micro-batch 0, loaded to count draws
+  std::vector<parallel::Work> sends_;            // in flight; all complete by the batch's end
   double loss_sum_ = 0;
   int64_t backwards_ = 0;  // this batch's
   StepStats last_step_;
@@ -179,6 +201,7 @@ class PipelineEngine {
   // forward draws over the whole pipeline (-1: not learnt yet) and before this stage.
   GeneratorState rng_base_;
   int64_t rng_per_micro_batch_ = -1, rng_before_stage_ = 0, rng_this_stage_ = 0;
+  std::vector<int64_t> rng_before_chunk_;  // with chunks: the draws of the parts before each
   bool rng_calibrating_ = false;
   std::vector<PipeTimelineEvent> timeline_;
   std::vector<double> bubbles_;  // per batch after the first

@@ -75,13 +75,14 @@ struct TrainConfig {
   // DeepSpeed's "pipeline" section: the built-in models as pipelines of `stages` stages
   // (adjacent groups of ranks: rank = (stage x data-parallel size + data rank) x autotp_size +
   // tensor rank); "auto" or 1 is no pipeline. partition: "parameters" ("best", DeepSpeed's
-  // default, means it), "uniform", "type:REGEX". schedule is Tessera's ("1f1b").
+  // default, means it), "uniform", "type:REGEX". schedule and virtual_stages are Tessera's.
   struct Pipeline {
     int64_t stages = 1;
     std::string partition = "parameters";
     bool seed_layers = false;
     int64_t activation_checkpoint_interval = 0;
-    std::string schedule = "1f1b";
+    std::string schedule = "1f1b";  // "1f1b", "zb-h1", "interleaved"
+    int64_t virtual_stages = 1;     // model chunks per stage (interleaved: default 2)
   } pipeline;
 
   // DeepSpeed's "activation_checkpointing" section; present = the built-in models checkpoint

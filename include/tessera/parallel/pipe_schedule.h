@@ -114,12 +114,16 @@ class ZeroBubbleH1Schedule : public PipeSchedule {
   int64_t num_pipe_buffers() const override;
 };
 
-// The training schedule a PipelineEngine runs, by the config's name ("1f1b", "zb-h1").
+// The training schedule a PipelineEngine runs, by the config's name ("1f1b", "zb-h1",
+// "interleaved" of `chunks` model chunks per stage).
 std::unique_ptr<PipeSchedule> train_schedule(const std::string& name, int64_t micro_batches,
-                                             int64_t stages, int64_t stage_id);
+                                             int64_t stages, int64_t stage_id, int64_t chunks = 1);
 
 // The most micro-batches whose activations a stage's stream keeps at once: from its
 // ForwardPass to the pass that ends its backward (BackwardPass; ZB's BackwardWeightPass).
 int64_t peak_activations(const std::vector<PipeStep>& steps);
+// The same in bytes, a micro-batch of model chunk c keeping chunk_bytes[c].
+int64_t peak_activation_bytes(const std::vector<PipeStep>& steps,
+                              const std::vector<int64_t>& chunk_bytes);
 
 }  // namespace tessera::parallel

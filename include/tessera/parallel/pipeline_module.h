@@ -24,6 +24,8 @@
 // (the layers of other types run alone, not checkpointed), so a stage's transformer blocks
 // group as in one process wherever the stage boundaries fall. The checkpoints go through
 // `checkpointing` (the config's activation_checkpointing section) when given.
+// With num_chunks v > 1 (the interleaved schedule's virtual stages) the layers split into
+// p x v parts and stage s builds parts s, s + p, ...; forward(x, c) runs its chunk c.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -104,8 +106,11 @@ using PipeLossFn = std::function<Tensor(const PipeValue& outputs, const PipeValu
 
 struct PipelineModuleOptions {
   int64_t num_stages = 1;
+  // Model chunks per stage (Megatron's virtual pipeline stages, for the interleaved schedule):
+  // the layers split into num_stages x num_chunks parts, stage s holding parts s, s + p, ...
+  int64_t num_chunks = 1;
   std::string partition_method = "parameters";  // DeepSpeed's default
-  std::vector<int64_t> partition_bounds;        // explicit (num_stages + 1), else the method
+  std::vector<int64_t> partition_bounds;        // explicit (parts + 1), else the method
   bool seed_layers = false;
   uint64_t base_seed = 1234;
   int64_t activation_checkpoint_interval = 0;      // 0: no checkpoints
@@ -118,13 +123,17 @@ class PipelineModule : public nn::Module {
  public:
   PipelineModule(std::vector<LayerSpec> specs, PipeLossFn loss_fn, int64_t stage_id,
                  PipelineModuleOptions options = {});
-  // This stage's layers on `x` (the previous stage's output, or the micro-batch's inputs).
-  PipeValue forward(const PipeValue& x);
+  // This stage's layers of model chunk `chunk` on `x` (the previous part's output, or the
+  // micro-batch's inputs).
+  PipeValue forward(const PipeValue& x, int64_t chunk = 0);
   Tensor loss(const PipeValue& outputs, const PipeValue& labels) const;
   int64_t num_stages() const { return options_.num_stages; }
   const PipelineModuleOptions& options() const { return options_; }
   int64_t stage_id() const { return stage_id_; }
-  const std::vector<int64_t>& bounds() const { return bounds_; }  // every stage's layers
+  int64_t num_chunks() const { return options_.num_chunks; }
+  // Every part's layers: part c * num_stages + s is stage s's chunk c.
+  const std::vector<int64_t>& bounds() const { return bounds_; }
+  int64_t part_of(int64_t chunk) const { return chunk * num_stages() + stage_id_; }
   int64_t num_layers() const { return static_cast<int64_t>(specs_.size()); }
   // Tied keys: the stages holding a position of each, and this stage's tied parameters (its
   // own or its copy's).
@@ -157,14 +166,16 @@ class PipelineModule : public nn::Module {
   std::unique_ptr<nn::Module> tied_copies_;   // the other keys' copies (not parameters here)
   std::map<std::string, std::unique_ptr<PipeLayer>> tied_;
   std::vector<std::unique_ptr<PipeLayer>> layers_;  // this stage's untied ones, by position
-  std::vector<PipeLayer*> positions_;               // this stage's layer at each position
+  std::vector<std::vector<PipeLayer*>> positions_;  // per chunk: its layer at each position
   std::function<std::string(const std::string&)> saved_names_;
   std::string config_json_;
 
-  // Positions [begin, end) of this stage on h; checkpointed when the run qualifies.
-  PipeValue forward_run(size_t begin, size_t end, const PipeValue& h);
-  bool checkpointable(size_t begin, size_t end) const;
-  bool listed(size_t position) const;  // its type is in checkpointable_layers
+  // Positions [begin, end) of a chunk on h; checkpointed when the run qualifies.
+  PipeValue forward_run(int64_t chunk, size_t begin, size_t end, const PipeValue& h);
+  bool checkpointable(int64_t chunk, size_t begin, size_t end) const;
+  bool listed(int64_t chunk, size_t position) const;  // its type is in checkpointable_layers
+  bool holds(int64_t layer) const;                    // in one of this stage's parts
+  void build_layer(int64_t chunk, int64_t layer);
 };
 
 }  // namespace tessera::parallel
