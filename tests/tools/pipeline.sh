@@ -77,6 +77,9 @@ d["pipeline"]["schedule"] = "interleaved"  # (2 chunks of one block per stage)
 json.dump(d, open("bubble-il.json", "w"))
 # The interleaved schedule (2 model chunks per stage): 2 stages, 2 x 2 with ZeRO-2.
 write("il-pp2", 2, partition="parameters", schedule="interleaved")
+write("il-s-pp2", 2, partition="parameters", schedule="interleaved")  # saved at 10, then
+write("il-r-one", 1)  # resumed in one process,
+write("il-r-pp2", 2, partition="parameters", schedule="interleaved")  # and from 1F1B's ck1
 d = write("il-z2", 2, partition="parameters", schedule="interleaved", virtual_stages=2)
 d["zero_optimization"] = {"stage": 2}
 json.dump(d, open("il-z2.json", "w"))
@@ -130,6 +133,9 @@ run 2 bert-pp2; run 4 bert-pp4; run 4 bert-pp2dp2; run 2 mlm-pp2
 run 2 ck-pp2; run 2 bert-ck-pp2
 run 2 zb-pp2; run 4 zb-pp4; run 4 zb-z2; run 2 zb-ck-pp2; run 2 bert-zb-pp2
 run 2 il-pp2; run 4 il-z2; run 2 bert-il-pp2
+run 2 il-s-pp2 --steps 10 --save ck5
+"$tessera" train il-r-one.json --resume ck5 > il-r-one.out 2> il-r-one.err
+run 2 il-r-pp2 --resume ck1
 run 2 bert-s-pp2 --steps 10 --save ck3
 "$tessera" train bert-r-one.json --resume ck3 > bert-r-one.out 2> bert-r-one.err
 "$tessera" export ck1 hf > /dev/null 2>&1 && test -s hf/model.safetensors
@@ -151,7 +157,8 @@ for one, job, steps in (("one", "pp2", all20), ("one", "pp4", all20), ("one", "p
                         ("one", "zb-pp2", all20), ("one", "zb-pp4", all20), ("one", "zb-z2", all20),
                         ("one", "zb-ck-pp2", all20), ("bert-one", "bert-zb-pp2", all20),
                         ("one", "il-pp2", all20), ("one", "il-z2", all20),
-                        ("bert-one", "bert-il-pp2", all20)):
+                        ("bert-one", "bert-il-pp2", all20), ("one", "il-r-one", range(11, 21)),
+                        ("one", "il-r-pp2", range(11, 21))):
     one_t, one_v = rows(one, "Train_Samples_train_loss"), rows(one, "Eval_val_loss")
     assert sorted(one_t) == list(all20) and sorted(one_v) == [10, 20], (one_t, one_v)
     t, v = rows(job, "Train_Samples_train_loss"), rows(job, "Eval_val_loss")
