@@ -49,6 +49,15 @@ std::shared_ptr<GraphRoot> make_graph_root(const std::vector<Tensor>& roots,
   return root;
 }
 
+std::vector<Tensor> take_gradients(GradBuffers& buffers, Node* node, bool& any) {
+  std::vector<Tensor> in = std::move(buffers[node]);
+  buffers.erase(node);
+  in.resize(node->num_outputs);
+  any = false;
+  for (const Tensor& g : in) any = any || g.defined();
+  return in;
+}
+
 void add_to_buffer(std::vector<Tensor>& buffer, const Node& node, uint32_t input_nr,
                    const Tensor& grad) {
   if (buffer.size() < node.num_outputs) buffer.resize(node.num_outputs);
@@ -88,17 +97,15 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_
     }
   }
 
-  std::unordered_map<Node*, std::vector<Tensor>> buffers;
+  detail::GradBuffers buffers;
   std::priority_queue<Node*, std::vector<Node*>, detail::LaterFirst> ready;
   ready.push(root.get());
   while (!ready.empty()) {
     Node* n = ready.top();
     ready.pop();
-    std::vector<Tensor> in = std::move(buffers[n]);
-    buffers.erase(n);
-    in.resize(n->num_outputs);
-    bool any_grad = n == root.get();
-    for (const Tensor& g : in) any_grad = any_grad || g.defined();
+    bool any_grad = false;
+    std::vector<Tensor> in = detail::take_gradients(buffers, n, any_grad);
+    any_grad = any_grad || n == root.get();
     // A node no gradient reached passes nothing on (but still releases its inputs' deps).
     std::vector<Tensor> out = any_grad ? n->apply(std::move(in)) : std::vector<Tensor>{};
     if (!retain_graph) n->release_saved();

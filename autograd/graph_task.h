@@ -3,6 +3,7 @@
 // node's input gradients the running call asks for.
 #pragma once
 #include <memory>
+#include <unordered_map>
 #include <vector>
 
 #include "tessera/autograd/node.h"
@@ -55,6 +56,12 @@ class SplitBackwardScope {
  private:
   DeferredGrads* previous_;
 };
+
+using GradBuffers = std::unordered_map<Node*, std::vector<Tensor>>;
+
+// The gradients summed for `node` (one per output, undefined where none flowed), taken out of
+// `buffers`; `any` says whether some flowed.
+std::vector<Tensor> take_gradients(GradBuffers& buffers, Node* node, bool& any);
 
 // Sums `grad` into slot `input_nr` of `node`'s pending output gradients.
 void add_to_buffer(std::vector<Tensor>& buffer, const Node& node, uint32_t input_nr,

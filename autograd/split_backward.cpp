@@ -113,17 +113,15 @@ DeferredGrads backward_inputs(const std::vector<Tensor>& roots,
   DeferredGrads rest;
   rest.retain_graph_ = retain_graph;
   detail::SplitBackwardScope in_progress(&rest);
-  std::unordered_map<Node*, std::vector<Tensor>> buffers;
+  detail::GradBuffers buffers;
   std::priority_queue<Node*, std::vector<Node*>, detail::LaterFirst> ready;
   ready.push(root.get());
   while (!ready.empty()) {
     Node* n = ready.top();
     ready.pop();
-    std::vector<Tensor> in = std::move(buffers[n]);
-    buffers.erase(n);
-    in.resize(n->num_outputs);
-    bool any_grad = n == root.get();
-    for (const Tensor& g : in) any_grad = any_grad || g.defined();
+    bool any_grad = false;
+    std::vector<Tensor> in = detail::take_gradients(buffers, n, any_grad);
+    any_grad = any_grad || n == root.get();
     std::vector<bool> wanted(n->next_edges.size()), later(n->next_edges.size());
     bool off_path = false;
     for (size_t i = 0; i < wanted.size(); ++i) {
@@ -184,7 +182,7 @@ void DeferredGrads::run() {
   std::unordered_map<Node*, const Kept*> kept_of;
   std::unordered_map<Node*, int> deps;
   std::unordered_map<Node*, std::shared_ptr<Node>> alive;
-  std::unordered_map<Node*, std::vector<Tensor>> buffers;
+  detail::GradBuffers buffers;
   std::vector<Node*> stack;
   auto visit = [&](const Edge& e) {
     if (alive.emplace(e.node.get(), e.node).second) stack.push_back(e.node.get());
@@ -219,11 +217,13 @@ void DeferredGrads::run() {
     ready.pop();
     const auto k = kept_of.find(n);
     const Kept* asked = k == kept_of.end() ? nullptr : k->second;
-    std::vector<Tensor> in = asked ? asked->grads : std::move(buffers[n]);
-    buffers.erase(n);
-    in.resize(n->num_outputs);
     bool any_grad = false;
-    for (const Tensor& g : in) any_grad = any_grad || g.defined();
+    std::vector<Tensor> in = detail::take_gradients(buffers, n, any_grad);
+    if (asked) {
+      in = asked->grads;
+      in.resize(n->num_outputs);
+      any_grad = std::any_of(in.begin(), in.end(), [](const Tensor& g) { return g.defined(); });
+    }
     std::vector<Tensor> out;
     if (any_grad) {
       detail::InputGradRequest ask(asked ? &asked->wanted : nullptr);

@@ -81,12 +81,17 @@ TEST_CASE("split backward: the input's gradient first, no parameter touched; the
     autograd::DeferredGrads rest = autograd::backward_inputs({net.loss(x, checkpointed)}, {}, {x});
     REQUIRE(x.grad().defined());
     check_close(x.grad().to_vector(), expected_x, 1e-6);
-    for (auto& [name, t] : net.p) CHECK_MESSAGE(!t.grad().defined(), name);
+    for (auto& named : net.p) {
+      const std::string name = named.first;  // (clang 14 cannot capture bindings)
+      CHECK_MESSAGE(!named.second.grad().defined(), name);
+    }
     CHECK(hooks.empty());
     CHECK_FALSE(rest.empty());
 
     rest.run();
-    for (auto& [name, t] : net.p) {
+    for (auto& named : net.p) {
+      const std::string name = named.first;
+      const Tensor& t = named.second;
       CAPTURE(name);
       REQUIRE(t.grad().defined());
       check_close(t.grad().to_vector(), expected[name], 1e-6);
@@ -114,7 +119,9 @@ TEST_CASE("split backward: with no inputs the first part touches no leaf either"
   autograd::DeferredGrads rest = autograd::backward_inputs({net.loss(x, true)}, {}, {});
   for (auto& [name, t] : net.p) CHECK(!t.grad().defined());
   rest.run();
-  for (auto& [name, t] : net.p) {
+  for (auto& named : net.p) {
+    const std::string name = named.first;
+    Tensor& t = named.second;
     CAPTURE(name);
     check_close(t.grad().to_vector(), finite_difference(net, t, x), 1e-6);
   }
