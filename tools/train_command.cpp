@@ -171,6 +171,14 @@ int train_pipeline(const Args& a, io::TrainConfig& cfg,
   const std::unique_ptr<parallel::PipelineModule> built =
       build_pipeline_model(cfg, corpus.vocab_size, stage);
   parallel::PipelineModule& model = *built;
+  TS_CHECK(cfg.zero.stage == 0 || model.num_parameters() > 0, "pipeline: stage ", stage,
+           " holds no parameters of its own (its layers: ", model.bounds()[stage], " to ",
+           model.bounds()[stage + 1] - 1,
+           ", e.g. a tied head whose weights the first stage owns), "
+           "and zero_optimization.stage ",
+           cfg.zero.stage,
+           " partitions each stage's parameters; "
+           "use pipeline.partition \"parameters\" or fewer pipeline.stages");
   engine::InitializeOptions init;
   init.group = data_group;
   engine::PipelineEngine pipe(model, pipe_group, cfg, std::move(init),

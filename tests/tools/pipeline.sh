@@ -56,10 +56,14 @@ d["train"].update({"steps": 16, "eval_interval": 0})
 json.dump(d, open("bubble.json", "w"))
 bad = {"interleaved": {"stages": 2, "schedule": "interleaved", "virtual_stages": 1},
        "chunks": {"stages": 2, "virtual_stages": 2},
+       "empty-z1": {"stages": 4, "partition": "uniform"},
        "threes": {"stages": 3}, "partition": {"stages": 2, "partition": "random"},
        "contiguous": {"stages": 2}}
 for name, p in bad.items():
     d = json.loads(json.dumps(c)); d["pipeline"] = p; json.dump(d, open(name + ".json", "w"))
+d = json.load(open("empty-z1.json")); d["zero_optimization"] = {"stage": 1}
+json.dump(d, open("empty-z1.json", "w"))
+d = json.load(open("contiguous.json"))
 d["activation_checkpointing"] = {"contiguous_memory_optimization": True, "number_checkpoints": 2}
 json.dump(d, open("contiguous.json", "w"))
 # Activation checkpoints inside the stages: every block its own.
@@ -72,7 +76,7 @@ d = write("zb-z2", 2, partition="parameters", schedule="zb-h1")
 d["zero_optimization"] = {"stage": 2}
 json.dump(d, open("zb-z2.json", "w"))
 write("zb-ck-pp2", 2, partition="parameters", schedule="zb-h1", activation_checkpoint_interval=1)
-d = write("zb-pp4dp2", 4, partition="uniform", schedule="zb-h1")  # 8 ranks, ZeRO-1
+d = write("zb-pp4dp2", 4, partition="parameters", schedule="zb-h1")  # 8 ranks, ZeRO-1
 d["zero_optimization"] = {"stage": 1}
 json.dump(d, open("zb-pp4dp2.json", "w"))
 d = json.load(open("bubble.json"))
@@ -284,6 +288,7 @@ expect_error() {  # config, ranks, message
 }
 expect_error interleaved 2 "pipeline.virtual_stages' is 1: the interleaved schedule needs 2"
 expect_error chunks 2 "model chunks per stage need"
+expect_error empty-z1 4 "stage 3 holds no parameters of its own"
 expect_error z3 4 "zero_optimization.stage 3 with pipeline"
 expect_error threes 2 "pipeline.stages 3"
 expect_error contiguous 2 "contiguous_memory_optimization"
