@@ -57,12 +57,16 @@ json.dump(d, open("bubble.json", "w"))
 bad = {"interleaved": {"stages": 2, "schedule": "interleaved", "virtual_stages": 1},
        "chunks": {"stages": 2, "virtual_stages": 2},
        "empty-z1": {"stages": 4, "partition": "uniform"},
+       "il-gas": {"stages": 2, "schedule": "interleaved"},
+       "il-deep": {"stages": 2, "schedule": "interleaved", "virtual_stages": 4},
        "threes": {"stages": 3}, "partition": {"stages": 2, "partition": "random"},
        "contiguous": {"stages": 2}}
 for name, p in bad.items():
     d = json.loads(json.dumps(c)); d["pipeline"] = p; json.dump(d, open(name + ".json", "w"))
 d = json.load(open("empty-z1.json")); d["zero_optimization"] = {"stage": 1}
 json.dump(d, open("empty-z1.json", "w"))
+d = json.load(open("il-gas.json")); d["train_batch_size"], d["gradient_accumulation_steps"] = 6, 3
+json.dump(d, open("il-gas.json", "w"))
 d = json.load(open("contiguous.json"))
 d["activation_checkpointing"] = {"contiguous_memory_optimization": True, "number_checkpoints": 2}
 json.dump(d, open("contiguous.json", "w"))
@@ -289,6 +293,8 @@ expect_error() {  # config, ranks, message
 expect_error interleaved 2 "pipeline.virtual_stages' is 1: the interleaved schedule needs 2"
 expect_error chunks 2 "model chunks per stage need"
 expect_error empty-z1 4 "stage 3 holds no parameters of its own"
+expect_error il-gas 2 "needs gradient_accumulation_steps (3, the micro-batches of a step) to be a multiple of pipeline.stages (2)"
+expect_error il-deep 2 "6 layers cannot fill 2 stages x 4 chunks"
 expect_error z3 4 "zero_optimization.stage 3 with pipeline"
 expect_error threes 2 "pipeline.stages 3"
 expect_error contiguous 2 "contiguous_memory_optimization"
