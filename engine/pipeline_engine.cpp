@@ -68,6 +68,7 @@ PipelineEngine::PipelineEngine(parallel::PipelineModule& module,
                                const io::TrainConfig& config, InitializeOptions init,
                                PipelineEngineOptions options)
     : module_(module), pipe_(std::move(pipe)), options_(std::move(options)) {
+  if (options_.schedule.empty()) options_.schedule = config.pipeline.schedule;
   setup(init.group);
   micro_batches_ = config.gradient_accumulation_steps;
   init.group = data_parallel_;
@@ -85,6 +86,7 @@ PipelineEngine::PipelineEngine(parallel::PipelineModule& module,
   TS_CHECK(optimizer, "PipelineEngine: no optimizer");
   TS_CHECK(options_.micro_batches >= 1, "PipelineEngine: micro_batches must be >= 1, got ",
            options_.micro_batches);
+  if (options_.schedule.empty()) options_.schedule = "1f1b";
   setup(nullptr);
   micro_batches_ = options_.micro_batches;
   InitializeOptions init;

@@ -220,8 +220,12 @@ int estimate_pipeline(const Args& a, const io::TrainConfig& cfg, int64_t vocab, 
   };
   const int64_t p = cfg.pipeline.stages, m = cfg.gradient_accumulation_steps;
   std::cerr << (bert ? "BERT" : "GPT-2") << " pipeline: " << p << " stages x " << dp
-            << " data-parallel, ZeRO stage " << zero << ", " << m << " micro-batches of "
-            << cfg.micro_batch_size << " x " << cfg.model.block_size << " tokens\n";
+            << " data-parallel, " << cfg.pipeline.schedule << " schedule"
+            << (cfg.pipeline.virtual_stages > 1
+                    ? " (" + std::to_string(cfg.pipeline.virtual_stages) + " chunks per stage)"
+                    : std::string())
+            << ", ZeRO stage " << zero << ", " << m << " micro-batches of " << cfg.micro_batch_size
+            << " x " << cfg.model.block_size << " tokens\n";
   std::printf("%-8s %8s %12s %12s %12s %12s %12s %12s\n", "stage", "layers", "params", "grads",
               "optimizer", "buffers", "activations", "total/rank");
   nlohmann::ordered_json stages = nlohmann::ordered_json::array();
@@ -240,7 +244,8 @@ int estimate_pipeline(const Args& a, const io::TrainConfig& cfg, int64_t vocab, 
       const int64_t first = stage.bounds()[static_cast<size_t>(stage.part_of(c))],
                     last = stage.bounds()[static_cast<size_t>(stage.part_of(c) + 1)];
       chunk_bytes.push_back(stage_bytes(first, last));
-      layers += (c ? "," : "") + std::to_string(first) + "-" + std::to_string(last - 1);
+      layers += (c ? "," : "") + std::to_string(first) +
+                (last - 1 > first ? "-" + std::to_string(last - 1) : std::string());
       layer_bounds.push_back({first, last});
     }
     const int64_t act = parallel::peak_activation_bytes(

@@ -182,7 +182,7 @@ int train_pipeline(const Args& a, io::TrainConfig& cfg,
   engine::InitializeOptions init;
   init.group = data_group;
   engine::PipelineEngine pipe(model, pipe_group, cfg, std::move(init),
-                              {.schedule = cfg.pipeline.schedule, .topology = topo});
+                              {.topology = topo});  // (the config's schedule)
   const int dp_rank = data_group->rank(), dp_size = data_group->size();
   auto train_data = train_batches(cfg, corpus, dp_rank, dp_size);
   val_batches(cfg, corpus, dp_rank, dp_size);  // its errors now, not after training

@@ -71,8 +71,9 @@ struct PipelineEngineOptions {
   // "1f1b": DeepSpeed's TrainSchedule. "zb-h1": ZeroBubbleH1Schedule, each backward split into
   // the input gradient and the weights' (deferred into what would be 1F1B's bubble).
   // "interleaved": Megatron's InterleavedSchedule over a PipelineModule of num_chunks >= 2
-  // (2 or more stages; micro_batches a multiple of the stages).
-  std::string schedule = "1f1b";
+  // (2 or more stages; micro_batches a multiple of the stages). Empty: the config's
+  // pipeline.schedule ("1f1b" without a config).
+  std::string schedule;
   // Pipelines side by side: the job's ranks on axes {"pipe", "data"} (DeepSpeed's
   // PipeDataParallelTopology); the pipe group is then this rank's pipeline (the topology's
   // "pipe" group) and each stage's gradients are averaged over its "data" group. Without one,
