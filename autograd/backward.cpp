@@ -2,7 +2,6 @@
 // once all gradients flowing into them have been summed, latest-created first.
 #include "tessera/autograd/backward.h"
 
-#include <queue>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -98,13 +97,12 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_
   }
 
   detail::GradBuffers buffers;
-  std::priority_queue<Node*, std::vector<Node*>, detail::LaterFirst> ready;
+  detail::ReadyQueue ready;
   ready.push(root.get());
   while (!ready.empty()) {
-    Node* n = ready.top();
-    ready.pop();
+    std::vector<Tensor> in;
     bool any_grad = false;
-    std::vector<Tensor> in = detail::take_gradients(buffers, n, any_grad);
+    Node* n = ready.pop(buffers, in, any_grad);
     any_grad = any_grad || n == root.get();
     // A node no gradient reached passes nothing on (but still releases its inputs' deps).
     std::vector<Tensor> out = any_grad ? n->apply(std::move(in)) : std::vector<Tensor>{};

@@ -3,6 +3,7 @@
 // node's input gradients the running call asks for.
 #pragma once
 #include <memory>
+#include <queue>
 #include <unordered_map>
 #include <vector>
 
@@ -62,6 +63,23 @@ using GradBuffers = std::unordered_map<Node*, std::vector<Tensor>>;
 // The gradients summed for `node` (one per output, undefined where none flowed), taken out of
 // `buffers`; `any` says whether some flowed.
 std::vector<Tensor> take_gradients(GradBuffers& buffers, Node* node, bool& any);
+
+// The nodes whose gradients are complete, the latest created first.
+class ReadyQueue {
+ public:
+  void push(Node* n) { queue_.push(n); }
+  bool empty() const { return queue_.empty(); }
+  // The next node, with its gradients out of `buffers` (`any`: whether some flowed).
+  Node* pop(GradBuffers& buffers, std::vector<Tensor>& grads, bool& any) {
+    Node* n = queue_.top();
+    queue_.pop();
+    grads = take_gradients(buffers, n, any);
+    return n;
+  }
+
+ private:
+  std::priority_queue<Node*, std::vector<Node*>, LaterFirst> queue_;
+};
 
 // Sums `grad` into slot `input_nr` of `node`'s pending output gradients.
 void add_to_buffer(std::vector<Tensor>& buffer, const Node& node, uint32_t input_nr,

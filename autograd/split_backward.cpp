@@ -4,7 +4,6 @@
 #include "tessera/autograd/split_backward.h"
 
 #include <algorithm>
-#include <queue>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -114,13 +113,12 @@ DeferredGrads backward_inputs(const std::vector<Tensor>& roots,
   rest.retain_graph_ = retain_graph;
   detail::SplitBackwardScope in_progress(&rest);
   detail::GradBuffers buffers;
-  std::priority_queue<Node*, std::vector<Node*>, detail::LaterFirst> ready;
+  detail::ReadyQueue ready;
   ready.push(root.get());
   while (!ready.empty()) {
-    Node* n = ready.top();
-    ready.pop();
+    std::vector<Tensor> in;
     bool any_grad = false;
-    std::vector<Tensor> in = detail::take_gradients(buffers, n, any_grad);
+    Node* n = ready.pop(buffers, in, any_grad);
     any_grad = any_grad || n == root.get();
     std::vector<bool> wanted(n->next_edges.size()), later(n->next_edges.size());
     bool off_path = false;
@@ -208,17 +206,16 @@ void DeferredGrads::run() {
         visit(e);
       }
   }
-  std::priority_queue<Node*, std::vector<Node*>, detail::LaterFirst> ready;
+  detail::ReadyQueue ready;
   for (const Kept& k : kept) ready.push(k.node.get());
   for (const auto& [n, owner] : alive)
     if (deps[n] == 0) ready.push(n);
   while (!ready.empty()) {
-    Node* n = ready.top();
-    ready.pop();
+    std::vector<Tensor> in;
+    bool any_grad = false;
+    Node* n = ready.pop(buffers, in, any_grad);
     const auto k = kept_of.find(n);
     const Kept* asked = k == kept_of.end() ? nullptr : k->second;
-    bool any_grad = false;
-    std::vector<Tensor> in = detail::take_gradients(buffers, n, any_grad);
     if (asked) {
       in = asked->grads;
       in.resize(n->num_outputs);
