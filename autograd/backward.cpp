@@ -3,7 +3,6 @@
 #include "tessera/autograd/backward.h"
 
 #include <unordered_map>
-#include <unordered_set>
 
 #include "graph_task.h"
 #include "tessera/grad_mode.h"
@@ -57,6 +56,21 @@ std::vector<Tensor> take_gradients(GradBuffers& buffers, Node* node, bool& any) 
   return in;
 }
 
+void DependencyCount::enter(const Edge& e, bool counted) {
+  if (counted) count_[e.node.get()]++;
+  if (!reached_.emplace(e.node.get(), e.node).second) return;
+  std::vector<Node*> stack{e.node.get()};
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    for (const Edge& below : n->next_edges) {
+      if (!below.node) continue;
+      count_[below.node.get()]++;
+      if (reached_.emplace(below.node.get(), below.node).second) stack.push_back(below.node.get());
+    }
+  }
+}
+
 void add_to_buffer(std::vector<Tensor>& buffer, const Node& node, uint32_t input_nr,
                    const Tensor& grad) {
   if (buffer.size() < node.num_outputs) buffer.resize(node.num_outputs);
@@ -79,22 +93,9 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_
   const auto root = detail::make_graph_root(roots, grad_roots);
 
   // Dependencies: how many edges point at each node.
-  std::unordered_map<Node*, int> deps;
-  std::unordered_map<Node*, std::shared_ptr<Node>> keep_alive;
-  std::vector<Node*> stack{root.get()};
-  std::unordered_set<Node*> seen{root.get()};
-  while (!stack.empty()) {
-    Node* n = stack.back();
-    stack.pop_back();
-    for (const Edge& e : n->next_edges) {
-      if (!e.node) continue;
-      deps[e.node.get()]++;
-      if (seen.insert(e.node.get()).second) {
-        keep_alive[e.node.get()] = e.node;
-        stack.push_back(e.node.get());
-      }
-    }
-  }
+  detail::DependencyCount deps;
+  for (const Edge& e : root->next_edges)
+    if (e.node) deps.enter(e, true);
 
   detail::GradBuffers buffers;
   detail::ReadyQueue ready;

@@ -81,6 +81,21 @@ class ReadyQueue {
   std::priority_queue<Node*, std::vector<Node*>, LaterFirst> queue_;
 };
 
+// How many edges point at each node reached from some start edges (a start edge counts when
+// entered as counted; every edge below counts), every node reached kept alive.
+class DependencyCount {
+ public:
+  // Counts `e` if `counted`, and the first time its node is reached, every edge below it.
+  void enter(const Edge& e, bool counted);
+  // The count left for `n`; the caller decrements it as gradients arrive.
+  int& operator[](Node* n) { return count_[n]; }
+  const std::unordered_map<Node*, std::shared_ptr<Node>>& reached() const { return reached_; }
+
+ private:
+  std::unordered_map<Node*, int> count_;
+  std::unordered_map<Node*, std::shared_ptr<Node>> reached_;
+};
+
 // Sums `grad` into slot `input_nr` of `node`'s pending output gradients.
 void add_to_buffer(std::vector<Tensor>& buffer, const Node& node, uint32_t input_nr,
                    const Tensor& grad);

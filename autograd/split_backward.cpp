@@ -176,39 +176,23 @@ void DeferredGrads::run() {
   const std::vector<Computed> computed = std::move(computed_);
   kept_.clear();
   computed_.clear();
-  // The nodes behind the kept ones and the early gradients, with their dependencies.
+  // The nodes behind the kept ones and the early gradients (already summed: not waited for),
+  // with their dependencies.
   std::unordered_map<Node*, const Kept*> kept_of;
-  std::unordered_map<Node*, int> deps;
-  std::unordered_map<Node*, std::shared_ptr<Node>> alive;
+  detail::DependencyCount deps;
   detail::GradBuffers buffers;
-  std::vector<Node*> stack;
-  auto visit = [&](const Edge& e) {
-    if (alive.emplace(e.node.get(), e.node).second) stack.push_back(e.node.get());
-  };
   for (const Kept& k : kept) {
     kept_of[k.node.get()] = &k;
     for (size_t i = 0; i < k.wanted.size(); ++i)
-      if (k.wanted[i]) {
-        deps[k.node->next_edges[i].node.get()]++;
-        visit(k.node->next_edges[i]);
-      }
+      if (k.wanted[i]) deps.enter(k.node->next_edges[i], true);
   }
   for (const Computed& c : computed) {
     detail::add_to_buffer(buffers[c.edge.node.get()], *c.edge.node, c.edge.input_nr, c.grad);
-    visit(c.edge);
-  }
-  while (!stack.empty()) {
-    Node* n = stack.back();
-    stack.pop_back();
-    for (const Edge& e : n->next_edges)
-      if (e.node) {
-        deps[e.node.get()]++;
-        visit(e);
-      }
+    deps.enter(c.edge, false);
   }
   detail::ReadyQueue ready;
   for (const Kept& k : kept) ready.push(k.node.get());
-  for (const auto& [n, owner] : alive)
+  for (const auto& [n, owner] : deps.reached())
     if (deps[n] == 0) ready.push(n);
   while (!ready.empty()) {
     std::vector<Tensor> in;
