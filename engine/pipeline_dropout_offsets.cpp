@@ -15,8 +15,7 @@ void PipelineEngine::position_rng(int64_t micro_batch, int64_t chunk) {
   if (micro_batch > 0)
     TS_CHECK(rng_per_micro_batch_ >= 0, "PipelineEngine: dropout offsets not learnt yet");
   const int64_t before = micro_batch * std::max<int64_t>(rng_per_micro_batch_, 0);
-  const int64_t parts_before =
-      module_.num_chunks() > 1 ? rng_before_chunk_[static_cast<size_t>(chunk)] : rng_before_stage_;
+  const int64_t parts_before = rng_before_chunk_[static_cast<size_t>(chunk)];
   default_generator().set_state(
       {rng_base_.seed, rng_base_.offset + static_cast<uint64_t>(before + parts_before)});
 }
@@ -28,7 +27,7 @@ void PipelineEngine::position_rng(int64_t micro_batch, int64_t chunk) {
 // first stage keeps the micro-batch it loaded for the schedule's own load.
 void PipelineEngine::count_chunk_draws(const PipeDataIterator& data) {
   NoGradGuard no_grad;
-  const int64_t v = module_.num_chunks(), p = module_.num_stages();
+  const int64_t v = module_.num_chunks();
   std::vector<int64_t> mine(static_cast<size_t>(v));
   for (int64_t c = 0; c < v; ++c) {
     PipeValue x;
@@ -43,6 +42,14 @@ void PipelineEngine::count_chunk_draws(const PipeDataIterator& data) {
     mine[static_cast<size_t>(c)] = static_cast<int64_t>(default_generator().state().offset - from);
     if (!last_part(c)) send(y, next_stage(), true, c);
   }
+  learn_draw_offsets(mine);
+}
+
+// Every part's draws per micro-batch (this stage's chunks' are `mine`), gathered: where each
+// of this stage's chunks starts drawing, and the whole pipeline's count.
+void PipelineEngine::learn_draw_offsets(const std::vector<int64_t>& mine) {
+  rng_calibrating_ = false;
+  const int64_t v = module_.num_chunks(), p = module_.num_stages();
   Tensor all = zeros({p * v}, DType::Int64, Device::cpu());
   pipe_->all_gather_async(all, from_vector(mine, {v}, DType::Int64)).wait();
   const int64_t* counts = all.data<int64_t>();  // stage-major: stage q's chunks
@@ -54,24 +61,13 @@ void PipelineEngine::count_chunk_draws(const PipeDataIterator& data) {
       if (part < module_.part_of(c)) rng_before_chunk_[static_cast<size_t>(c)] += count;
     rng_per_micro_batch_ += count;
   }
-  rng_calibrating_ = false;
 }
 
 // On the first training batch, after this stage's forward of micro-batch 0 has gone on: the
 // stages' counts, so each knows where its draws start (every stage reaches this before any
 // needs another stage's later messages, so the collective cannot deadlock).
 void PipelineEngine::calibrate_rng() {
-  rng_calibrating_ = false;
-  Tensor mine = full({1}, static_cast<double>(rng_this_stage_), DType::Int64);
-  Tensor all = zeros({pipe_->size()}, DType::Int64, Device::cpu());
-  pipe_->all_gather_async(all, mine).wait();
-  const int64_t* v = all.data<int64_t>();
-  rng_per_micro_batch_ = 0;
-  rng_before_stage_ = 0;
-  for (int s = 0; s < pipe_->size(); ++s) {
-    if (s < module_.stage_id()) rng_before_stage_ += v[s];
-    rng_per_micro_batch_ += v[s];
-  }
+  learn_draw_offsets({rng_this_stage_});
 }
 
 }  // namespace tessera::engine

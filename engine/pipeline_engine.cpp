@@ -113,6 +113,7 @@ void PipelineEngine::setup(std::shared_ptr<parallel::ProcessGroup> data_parallel
   parallel::train_schedule(options_.schedule, module_.num_stages(), module_.num_stages(),
                            module_.stage_id(), v);  // (an unknown name is an error now)
   sent_meta_.resize(static_cast<size_t>(v));
+  rng_before_chunk_.assign(static_cast<size_t>(v), 0);
   received_meta_.resize(static_cast<size_t>(v));
   auto world = parallel::world();
   if (!options_.topology) {
@@ -304,7 +305,7 @@ void PipelineEngine::execute(const PipeInstruction& in, Buffers& b, const PipeDa
         // Where the next stage's draws start (its forward of micro-batch 0 runs before the
         // counts are gathered).
         pipe_->send(
-            full({1}, static_cast<double>(rng_before_stage_ + rng_this_stage_), DType::Int64),
+            full({1}, static_cast<double>(rng_before_chunk_[0] + rng_this_stage_), DType::Int64),
             stage + 1, kRngTag);
         calibrate_rng();
       }
@@ -314,7 +315,7 @@ void PipelineEngine::execute(const PipeInstruction& in, Buffers& b, const PipeDa
       if (train && rng_calibrating_ && module_.num_chunks() == 1) {
         Tensor before = zeros({1}, DType::Int64, Device::cpu());
         pipe_->recv(before, stage - 1, kRngTag);
-        rng_before_stage_ = before.data<int64_t>()[0];
+        rng_before_chunk_[0] = before.data<int64_t>()[0];
       }
       break;
     case PipeInstruction::RecvGrad:
@@ -350,7 +351,7 @@ void PipelineEngine::execute(const PipeInstruction& in, Buffers& b, const PipeDa
 }
 
 void PipelineEngine::forward_pass(const PipeInstruction& in, Buffers& b, bool train) {
-  if (train && rng_calibrating_ && is_first_stage()) rng_before_stage_ = 0;
+  if (train && rng_calibrating_ && is_first_stage()) rng_before_chunk_[0] = 0;
   const auto buf = static_cast<size_t>(in.buffer_id);
   PipeValue x = b.inputs[buf];
   if (train && !first_part(in.chunk))

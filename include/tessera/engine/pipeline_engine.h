@@ -170,6 +170,7 @@ class PipelineEngine {
   void position_rng(int64_t micro_batch, int64_t chunk);
   void calibrate_rng();
   void count_chunk_draws(const PipeDataIterator& data);
+  void learn_draw_offsets(const std::vector<int64_t>& mine);  // (calibrate_rng's and chunks')
   // Tied keys: the copies take the owner's weights; their gradients go to the owner.
   void refresh_tied_copies();
   void send_tied_grads();
@@ -201,8 +202,8 @@ class PipelineEngine {
   // Dropout alignment: the batch's starting generator state, the counters one micro-batch's
   // forward draws over the whole pipeline (-1: not learnt yet) and before this stage.
   GeneratorState rng_base_;
-  int64_t rng_per_micro_batch_ = -1, rng_before_stage_ = 0, rng_this_stage_ = 0;
-  std::vector<int64_t> rng_before_chunk_;  // with chunks: the draws of the parts before each
+  int64_t rng_per_micro_batch_ = -1, rng_this_stage_ = 0;
+  std::vector<int64_t> rng_before_chunk_;  // per chunk: the draws of the parts before it
   bool rng_calibrating_ = false;
   std::vector<PipeTimelineEvent> timeline_;
   std::vector<double> bubbles_;  // per batch after the first
