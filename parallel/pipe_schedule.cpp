@@ -15,12 +15,6 @@ I make(I::Kind kind, int64_t buffer = -1, int64_t micro_batch = -1, int64_t chun
   return {kind, buffer, micro_batch, chunk};
 }
 
-void step_end(PipeStep& s) {
-  s.push_back(make(I::ReduceTiedGrads));
-  s.push_back(make(I::ReduceGrads));
-  s.push_back(make(I::OptimizerStep));
-}
-
 }  // namespace
 
 std::string PipeInstruction::name() const {
@@ -40,6 +34,31 @@ PipeSchedule::PipeSchedule(int64_t micro_batches, int64_t stages, int64_t stage_
   TS_CHECK(micro_batches >= 1 && stages >= 1 && stage_id >= 0 && stage_id < stages,
            "pipeline schedule: needs micro_batches >= 1 and 0 <= stage_id < stages, got ",
            micro_batches, " micro-batches, stage ", stage_id, " of ", stages);
+}
+
+void PipeSchedule::append_step_end(PipeStep& s) {
+  s.push_back(make(I::ReduceTiedGrads));
+  s.push_back(make(I::ReduceGrads));
+  s.push_back(make(I::OptimizerStep));
+}
+
+PipeStep PipeSchedule::forward_step(int64_t part, int64_t parts, int64_t buf, int64_t mb,
+                                    int64_t chunk) {
+  PipeStep s;
+  if (part > 0) s.push_back(make(I::RecvActivation, buf, mb, chunk));
+  if (part == 0 || part == parts - 1) s.push_back(make(I::LoadMicroBatch, buf, mb, chunk));
+  s.push_back(make(I::ForwardPass, buf, mb, chunk));
+  if (part < parts - 1) s.push_back(make(I::SendActivation, buf, mb, chunk));
+  return s;
+}
+
+PipeStep PipeSchedule::backward_step(I::Kind pass, int64_t part, int64_t parts, int64_t buf,
+                                     int64_t mb, int64_t chunk) {
+  PipeStep s;
+  if (part < parts - 1) s.push_back(make(I::RecvGrad, buf, mb, chunk));
+  s.push_back(make(pass, buf, mb, chunk));
+  if (part > 0) s.push_back(make(I::SendGrad, buf, mb, chunk));
+  return s;
 }
 
 // Lock-step slots: stage s runs forwards on the steps of its parity, micro-batch (t - s) / 2,
@@ -76,7 +95,7 @@ std::vector<PipeStep> TrainSchedule::steps() const {
     if ((is_first_stage() || is_last_stage()) && forward && have)
       cmds.push_back(make(I::LoadMicroBatch, buf, mb));
     if (have) cmds.push_back(make(forward ? I::ForwardPass : I::BackwardPass, buf, mb));
-    if (t == total - 1) step_end(cmds);
+    if (t == total - 1) append_step_end(cmds);
     prev = mb;
     out.push_back(std::move(cmds));
   }
@@ -142,21 +161,12 @@ std::vector<PipeStep> InterleavedSchedule::steps() const {
   // (backwards from the last chunk), as Megatron orders them.
   auto micro_batch = [&](int64_t k) { return k / (p * v) * p + k % p; };
   auto forward = [&](int64_t k) {
-    const int64_t c = k / p % v, mb = micro_batch(k), vs = c * p + r, buf = c * m + mb;
-    PipeStep s;
-    if (vs > 0) s.push_back(make(I::RecvActivation, buf, mb, c));
-    if (vs == 0 || vs == v * p - 1) s.push_back(make(I::LoadMicroBatch, buf, mb, c));
-    s.push_back(make(I::ForwardPass, buf, mb, c));
-    if (vs < v * p - 1) s.push_back(make(I::SendActivation, buf, mb, c));
-    return s;
+    const int64_t c = k / p % v, mb = micro_batch(k);
+    return forward_step(c * p + r, v * p, c * m + mb, mb, c);
   };
   auto backward = [&](int64_t k) {
-    const int64_t c = v - 1 - k / p % v, mb = micro_batch(k), vs = c * p + r, buf = c * m + mb;
-    PipeStep s;
-    if (vs < v * p - 1) s.push_back(make(I::RecvGrad, buf, mb, c));
-    s.push_back(make(I::BackwardPass, buf, mb, c));
-    if (vs > 0) s.push_back(make(I::SendGrad, buf, mb, c));
-    return s;
+    const int64_t c = v - 1 - k / p % v, mb = micro_batch(k);
+    return backward_step(I::BackwardPass, c * p + r, v * p, c * m + mb, mb, c);
   };
   const int64_t warmup = std::min(total, (p - r - 1) * 2 + (v - 1) * p);
   std::vector<PipeStep> out;
@@ -166,7 +176,7 @@ std::vector<PipeStep> InterleavedSchedule::steps() const {
     out.push_back(backward(k));
   }
   for (int64_t k = total - warmup; k < total; ++k) out.push_back(backward(k));
-  step_end(out.back());
+  append_step_end(out.back());
   return out;
 }
 

@@ -21,25 +21,12 @@ std::vector<PipeStep> ZeroBubbleH1Schedule::steps() const {
   using I = PipeInstruction;
   const int64_t p = stages_, s = stage_id_, m = micro_batches_;
   std::vector<PipeStep> out;
-  auto forward = [&](int64_t mb) {
-    const int64_t buf = buffer_of(mb);
-    PipeStep cmds;
-    if (s > 0) cmds.push_back({I::RecvActivation, buf, mb, 0});
-    if (s == 0 || s == p - 1) cmds.push_back({I::LoadMicroBatch, buf, mb, 0});
-    cmds.push_back({I::ForwardPass, buf, mb, 0});
-    if (s < p - 1) cmds.push_back({I::SendActivation, buf, mb, 0});
-    out.push_back(std::move(cmds));
-  };
+  auto forward = [&](int64_t mb) { out.push_back(forward_step(s, p, buffer_of(mb), mb, 0)); };
   auto weights = [&](int64_t mb) {
     out.push_back({{I::BackwardWeightPass, buffer_of(mb), mb, 0}});
   };
   auto input_grad = [&](int64_t mb) {
-    const int64_t buf = buffer_of(mb);
-    PipeStep cmds;
-    if (s < p - 1) cmds.push_back({I::RecvGrad, buf, mb, 0});
-    cmds.push_back({I::BackwardInputPass, buf, mb, 0});
-    if (s > 0) cmds.push_back({I::SendGrad, buf, mb, 0});
-    out.push_back(std::move(cmds));
+    out.push_back(backward_step(I::BackwardInputPass, s, p, buffer_of(mb), mb, 0));
     if (mb - s >= 0) weights(mb - s);  // this stage's lag: s micro-batches
   };
   // 1F1B: p - s - 1 forwards to warm up, then a forward and a backward each.
@@ -50,9 +37,7 @@ std::vector<PipeStep> ZeroBubbleH1Schedule::steps() const {
     input_grad(mb);
   }
   for (int64_t mb = std::max<int64_t>(0, m - s); mb < m; ++mb) weights(mb);
-  out.back().push_back({I::ReduceTiedGrads, -1, -1, 0});
-  out.back().push_back({I::ReduceGrads, -1, -1, 0});
-  out.back().push_back({I::OptimizerStep, -1, -1, 0});
+  append_step_end(out.back());
   return out;
 }
 

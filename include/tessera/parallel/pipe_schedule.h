@@ -63,6 +63,15 @@ class PipeSchedule {
   bool is_last_stage() const { return stage_id_ == stages_ - 1; }
 
  protected:
+  // One forward (or backward: `pass` BackwardPass or BackwardInputPass) of micro-batch `mb` in
+  // part `part` of `parts` (stage s's chunk c is part c * stages + s), with the messages and
+  // loads around it: the first part loads inputs, the last labels; the others receive their
+  // input and send on (gradients the other way).
+  static PipeStep forward_step(int64_t part, int64_t parts, int64_t buf, int64_t mb, int64_t chunk);
+  static PipeStep backward_step(PipeInstruction::Kind pass, int64_t part, int64_t parts,
+                                int64_t buf, int64_t mb, int64_t chunk);
+  // A training step's end: ReduceTiedGrads, ReduceGrads, OptimizerStep.
+  static void append_step_end(PipeStep& s);
   bool valid_micro_batch(int64_t id) const { return id >= 0 && id < micro_batches_; }
   bool valid_stage(int64_t id) const { return id >= 0 && id < stages_; }
   int64_t buffer_of(int64_t micro_batch) const { return micro_batch % num_pipe_buffers(); }
