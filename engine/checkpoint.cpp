@@ -154,7 +154,10 @@ void Engine::write_checkpoint_files(const fs::path& tmp, const nlohmann::json& c
                          {"client_state", client_state}};
     if (zero_) state["zero"] = parallel::zero_metadata(zero_->stage(), zero_->layout());
     if (pipe_group_) state["pipeline"] = {{"stages", pipe_group_->size()}};
-    if (tp_group_)  // how the shards merge (a load at another size, zero-to-fp32, export)
+    // How the shards merge (a load at another size, zero-to-fp32, export); a pipeline's layer
+    // files say it themselves.
+    if (tp_group_ && pipe_group_) state["tensor_parallel"] = {{"size", tp_group_->size()}};
+    if (tp_group_ && !pipe_group_)
       state["tensor_parallel"] = {
           {"size", tp_group_->size()},
           {"layout", parallel::layout_to_json(parallel::tensor_parallel_layout(model_))}};

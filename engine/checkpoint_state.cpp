@@ -25,20 +25,56 @@ std::map<std::string, Tensor> load_file(const fs::path& dir, const std::string& 
   return io::load_safetensors(f.string());
 }
 
-// Every layer_*-model.safetensors (and -optimizer) of a pipeline checkpoint, merged.
+// A layer's tensor-parallel files (layer_XX-model_tpR.safetensors, R = 0..N-1, and the
+// -optimizer ones), merged as their metadata says.
+void read_sharded_layer(const fs::path& dir, const std::string& layer, int files,
+                        WholeCheckpointState& out, bool with_optimizer) {
+  const fs::path first = dir / (layer + "-model_tp0.safetensors");
+  TS_CHECK(fs::exists(first), "checkpoint: '", first.string(), "' is missing");
+  const io::SafetensorsFile head(first.string());
+  const auto& meta = head.metadata();
+  TS_CHECK(meta.count("tensor_parallel_size") && meta.count("tensor_parallel_layout"),
+           "checkpoint: '", first.string(),
+           "' has no tensor_parallel_size / tensor_parallel_layout metadata");
+  const int n = std::stoi(meta.at("tensor_parallel_size"));
+  TS_CHECK(n == files, "checkpoint: '", dir.string(), "' holds ", files,
+           " tensor-parallel files of ", layer, " but they say ", n);
+  const parallel::TensorParallelLayout layout = parallel::layout_from_json(
+      nlohmann::json::parse(meta.at("tensor_parallel_layout")), first.string());
+  for (const std::string kind : {"model", "optimizer"}) {
+    if (kind == "optimizer" && !with_optimizer) break;
+    std::vector<std::map<std::string, Tensor>> ranks;
+    for (int r = 0; r < n; ++r)
+      ranks.push_back(
+          load_file(dir, layer + "-" + kind + "_tp" + std::to_string(r) + ".safetensors"));
+    (kind == "model" ? out.weights : out.optimizer).merge(parallel::merge_states(ranks, layout));
+  }
+}
+
+// Every layer_*-model.safetensors (and -optimizer) of a pipeline checkpoint, merged (3D: each
+// layer's tensor-parallel shards put back together).
 void read_layer_files(const fs::path& dir, WholeCheckpointState& out, bool with_optimizer) {
-  std::vector<std::string> layers;
+  std::map<std::string, int> layers;  // layer -> its tensor-parallel files (0: one whole file)
   for (const auto& e : fs::directory_iterator(dir)) {
     const std::string name = e.path().filename().string();
-    const std::string suffix = "-model.safetensors";
-    if (name.rfind("layer_", 0) == 0 && name.size() > suffix.size() &&
-        name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
-      layers.push_back(name.substr(0, name.size() - suffix.size()));
+    const std::string suffix = ".safetensors";
+    const size_t dash = name.find("-model");
+    if (name.rfind("layer_", 0) != 0 || dash == std::string::npos || name.size() <= suffix.size() ||
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+      continue;
+    const std::string kind = name.substr(dash + 1, name.size() - suffix.size() - dash - 1);
+    if (kind == "model")
+      layers[name.substr(0, dash)] += 0;
+    else if (kind.rfind("model_tp", 0) == 0)
+      layers[name.substr(0, dash)] += 1;
   }
   TS_CHECK(!layers.empty(), "checkpoint: '", dir.string(),
            "' is a pipeline checkpoint without layer_*-model.safetensors files");
-  std::sort(layers.begin(), layers.end());
-  for (const std::string& layer : layers) {
+  for (const auto& [layer, shards] : layers) {
+    if (shards > 0) {
+      read_sharded_layer(dir, layer, shards, out, with_optimizer);
+      continue;
+    }
     out.weights.merge(load_file(dir, layer + "-model.safetensors"));
     if (with_optimizer) out.optimizer.merge(load_file(dir, layer + "-optimizer.safetensors"));
   }
@@ -55,6 +91,17 @@ WholeCheckpointState read_whole_checkpoint(const std::string& tag_dir, bool with
   const io::JsonFields root(meta, io::quoted(meta_path.string()));
   WholeCheckpointState out;
   parallel::TensorParallelLayout layout;
+  if (root.has("pipeline")) {  // one file pair per layer (and tensor-parallel rank), whole names
+    out.data_parallel = static_cast<int>(root.integer("world_size", 1, 1 << 20));
+    out.pipeline_stages = static_cast<int>(root.object("pipeline").integer("stages", 1, 1 << 16));
+    if (root.has("zero"))
+      out.zero_stage = static_cast<int>(root.object("zero").integer("stage", 1, 3));
+    if (root.has("tensor_parallel"))
+      out.tensor_parallel =
+          static_cast<int>(root.object("tensor_parallel").integer("size", 1, 1 << 16));
+    read_layer_files(dir, out, with_optimizer);
+    return out;
+  }
   if (root.has("tensor_parallel")) {
     const io::JsonFields tp = root.object("tensor_parallel");
     out.tensor_parallel = static_cast<int>(tp.integer("size", 1, 1 << 16));
@@ -72,12 +119,6 @@ WholeCheckpointState read_whole_checkpoint(const std::string& tag_dir, bool with
     out.data_parallel = static_cast<int>(z.integer("world_size", 1, 1 << 20));
   } else {
     out.data_parallel = static_cast<int>(root.integer("world_size", 1, 1 << 20));
-  }
-  if (root.has("pipeline")) {  // one file pair per layer, names already the whole model's
-    out.data_parallel = static_cast<int>(root.integer("world_size", 1, 1 << 20));
-    out.pipeline_stages = static_cast<int>(root.object("pipeline").integer("stages", 1, 1 << 16));
-    read_layer_files(dir, out, with_optimizer);
-    return out;
   }
   std::vector<std::map<std::string, Tensor>> weights, optimizer;
   for (int t = 0; t < out.tensor_parallel; ++t) {

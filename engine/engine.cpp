@@ -38,8 +38,10 @@ Engine::Engine(nn::Module& model, io::TrainConfig config, InitializeOptions opti
            "initialize: with a client optimizer object its own groups are the parameter groups; "
            "model_parameters goes with the config's optimizer or a factory");
   const bool client_optimizer = options.optimizer || options.optimizer_factory;
-  setup_tensor_parallel(options.tensor_parallel_group);  // (before anything that reports)
-  if (options.pipeline_group && options.pipeline_group->size() > 1) {
+  // (Before anything that reports. A pipeline stage may hold only replicated layers.)
+  const bool pipeline = options.pipeline_group && options.pipeline_group->size() > 1;
+  setup_tensor_parallel(options.tensor_parallel_group, pipeline);
+  if (pipeline) {
     pipe_group_ = options.pipeline_group;
     pipe_checkpoint_names_ = options.pipeline_checkpoint_names;
     TS_CHECK(config_.zero.stage <= 2,
@@ -47,7 +49,6 @@ Engine::Engine(nn::Module& model, io::TrainConfig config, InitializeOptions opti
              "parallelism: each stage would gather its parameters again for every micro-batch's "
              "forward and backward (2 x gradient_accumulation_steps gathers per step); use "
              "stage 1 or 2, which partition the optimizer state and gradients of each stage");
-    TS_CHECK(!tp_group_, "engine: pipeline with tensor parallelism is not built yet");
   }
   if (client_optimizer && config_.optimizer.present && is_lead())
     std::cerr << "warning: initialize: the client optimizer replaces the config's \"optimizer\" "

@@ -221,12 +221,12 @@ std::unique_ptr<Engine> initialize(nn::Module& model, const io::TrainConfig& con
   return std::make_unique<Engine>(model, config, std::move(group));
 }
 
-void Engine::setup_tensor_parallel(std::shared_ptr<parallel::ProcessGroup> tp) {
+void Engine::setup_tensor_parallel(std::shared_ptr<parallel::ProcessGroup> tp, bool pipeline) {
   if (!tp || tp->size() == 1) return;
   tp_group_ = std::move(tp);
   for (Tensor* t : parallel::tensor_parallel_shards(model_)) tp_shards_.push_back(*t);
-  TS_CHECK(!tp_shards_.empty(), "engine: a tensor-parallel group of ", tp_group_->size(),
-           " ranks was given but the model has no tensor-parallel layers");
+  TS_CHECK(!tp_shards_.empty() || pipeline, "engine: a tensor-parallel group of ",
+           tp_group_->size(), " ranks was given but the model has no tensor-parallel layers");
 }
 
 double Engine::global_grad_norm(const std::vector<Tensor>& holders) {

@@ -1,7 +1,8 @@
 // A pipeline stage's part of a checkpoint: one pair of files per layer
 // (layer_XX-model.safetensors, layer_XX-optimizer.safetensors, DeepSpeed's layer_XX-model_states
 // idea), under the names the whole model gives its parameters, so any number of stages, or
-// one process, finds what it needs.
+// one process, finds what it needs. 3D: a pair per layer and tensor-parallel rank
+// (layer_XX-model_tpR.safetensors), whose metadata says how the ranks' shards merge.
 #include <filesystem>
 #include <map>
 
@@ -9,6 +10,7 @@
 #include "tessera/engine/engine.h"
 #include "tessera/io/safetensors.h"
 #include "tessera/ops.h"
+#include "tessera/parallel/tensor_parallel_layout.h"
 #include "tessera/parallel/zero_optimizer.h"
 
 namespace tessera::engine {
@@ -53,14 +55,20 @@ void Engine::write_layer_files(const fs::path& tmp) {
       weights[named[i].first] = master_.empty() ? *named[i].second : master_[i].second;
     opt = optimizer_->state_dict();
   }
-  if (group_->rank() != 0) return;  // each stage's first replica writes
+  if (group_->rank() != 0) return;  // each stage's (and tensor-parallel rank's) first replica
+  // 3D: each tensor-parallel rank writes its shards, in files that say how they merge.
+  const parallel::TensorParallelLayout layout =
+      tp_group_ ? parallel::tensor_parallel_layout(model_) : parallel::TensorParallelLayout{};
   std::map<std::string, std::map<std::string, Tensor>> model_files, optimizer_files;
-  std::map<std::string, std::pair<std::string, std::string>> where;  // name -> (file, saved)
+  std::map<std::string, parallel::TensorParallelLayout> file_layouts;  // by saved name
+  std::map<std::string, std::pair<std::string, std::string>> where;    // name -> (file, saved)
   for (const auto& [name, value] : weights) {
     const auto [file, saved] = pipe_checkpoint_names_(name);
     if (file.empty()) continue;  // another stage's copy
     where[name] = {file, saved};
     model_files[file][saved] = value;
+    if (auto split = layout.find(name); split != layout.end())
+      file_layouts[file][saved] = split->second;
   }
   // Optimizer state: "<param>.<slot>", and the step count in every file.
   for (const auto& [key, value] : opt) {
@@ -70,11 +78,18 @@ void Engine::write_layer_files(const fs::path& tmp) {
     if (it == where.end()) continue;
     optimizer_files[it->second.first][it->second.second + key.substr(dot)] = value;
   }
+  std::map<std::string, std::string> metadata;
+  const std::string suffix = tp_group_ ? "_tp" + std::to_string(tp_group_->rank()) : "";
   for (auto& [file, layer_weights] : model_files) {
-    io::save_safetensors((tmp / (file + "-model.safetensors")).string(), layer_weights);
+    if (tp_group_)
+      metadata = {{"tensor_parallel_size", std::to_string(tp_group_->size())},
+                  {"tensor_parallel_layout", parallel::layout_to_json(file_layouts[file]).dump()}};
+    io::save_safetensors((tmp / (file + "-model" + suffix + ".safetensors")).string(),
+                         layer_weights, metadata);
     auto& state = optimizer_files[file];
     if (opt.count("step")) state["step"] = opt.at("step");
-    io::save_safetensors((tmp / (file + "-optimizer.safetensors")).string(), state);
+    io::save_safetensors((tmp / (file + "-optimizer" + suffix + ".safetensors")).string(), state,
+                         metadata);
   }
 }
 
@@ -82,6 +97,9 @@ void Engine::load_layer_files(const fs::path& dir, bool strict, bool load_optimi
   // Whatever layout saved it: the whole model's state, by the whole model's names.
   const WholeCheckpointState whole = read_whole_checkpoint(dir.string(), load_optimizer);
   const auto named = model_.named_parameters();
+  const parallel::TensorParallelLayout layout =
+      tp_group_ ? parallel::tensor_parallel_layout(model_) : parallel::TensorParallelLayout{};
+  const int tp_rank = tp_group_ ? tp_group_->rank() : 0, tp = tp_group_ ? tp_group_->size() : 1;
   std::map<std::string, Tensor> opt_state, masters;
   for (size_t i = 0; i < named.size(); ++i) {
     const std::string& name = named[i].first;
@@ -92,18 +110,27 @@ void Engine::load_layer_files(const fs::path& dir, bool strict, bool load_optimi
              "' has no weights for '", saved, "' (this stage's '", name, "')");
     if (it == whole.weights.end()) continue;
     Tensor& target = master_.empty() ? *named[i].second : master_[i].second;
-    TS_CHECK(it->second.shape() == target.shape(), "load_checkpoint: '", dir.string(), "': '",
-             saved, "' is ", it->second.describe(), ", this stage's '", name, "' ",
-             target.describe());
+    // 3D: this tensor-parallel rank's shard of the whole tensor (and of its optimizer slots).
+    auto split = layout.find(name);
+    auto mine = [&](const Tensor& t) {
+      return split == layout.end() || t.shape() != it->second.shape()
+                 ? t
+                 : parallel::shard_of_whole(t, split->second, tp_rank, tp);
+    };
+    const Tensor value = mine(it->second);
+    TS_CHECK(value.shape() == target.shape(), "load_checkpoint: '", dir.string(), "': '", saved,
+             "' is ", it->second.describe(), split == layout.end() ? "" : " (sharded: ",
+             split == layout.end() ? "" : shape_str(value.shape()) + ")", ", this stage's '", name,
+             "' ", target.describe());
     if (zero_)
-      masters[name] = it->second;
+      masters[name] = value;
     else
-      target.copy_(it->second);
+      target.copy_(value);
     if (!load_optimizer) continue;
     const std::string prefix = saved + ".";
     for (auto o = whole.optimizer.lower_bound(prefix);
          o != whole.optimizer.end() && o->first.compare(0, prefix.size(), prefix) == 0; ++o)
-      opt_state[name + o->first.substr(saved.size())] = o->second;
+      opt_state[name + o->first.substr(saved.size())] = mine(o->second);
   }
   if (whole.optimizer.count("step")) opt_state["step"] = whole.optimizer.at("step");
   if (zero_) {

@@ -16,7 +16,7 @@ using parallel::PipeValue;
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr int kRngTag = 7003, kTiedTag = 7004;
+constexpr int kRngTag = 7003;
 
 bool needs_grad(const Tensor& t) {
   return is_floating(t.dtype());
@@ -55,23 +55,17 @@ struct PipelineEngine::Buffers {
         weights(static_cast<size_t>(n)) {}
 };
 
-parallel::ProcessTopology pipe_data_topology(int64_t stages) {
-  const int world = parallel::world()->size();
-  TS_CHECK(stages >= 1 && world % stages == 0, "pipeline: ", stages,
-           " stages do not divide the job's ", world, " ranks");
-  return parallel::ProcessTopology({"pipe", "data"},
-                                   {static_cast<int>(stages), world / static_cast<int>(stages)});
-}
-
 PipelineEngine::PipelineEngine(parallel::PipelineModule& module,
                                std::shared_ptr<parallel::ProcessGroup> pipe,
                                const io::TrainConfig& config, InitializeOptions init,
                                PipelineEngineOptions options)
     : module_(module), pipe_(std::move(pipe)), options_(std::move(options)) {
   if (options_.schedule.empty()) options_.schedule = config.pipeline.schedule;
+  if (!options_.tensor_parallel_group) options_.tensor_parallel_group = init.tensor_parallel_group;
   setup(init.group);
   micro_batches_ = config.gradient_accumulation_steps;
   init.group = data_parallel_;
+  init.tensor_parallel_group = options_.tensor_parallel_group;
   init.pipeline_group = pipe_;
   init.pipeline_checkpoint_names = checkpoint_names();
   engine_ = std::make_unique<Engine>(module_, config, std::move(init));
@@ -92,72 +86,14 @@ PipelineEngine::PipelineEngine(parallel::PipelineModule& module,
   InitializeOptions init;
   init.optimizer = std::move(optimizer);
   init.group = data_parallel_;
+  init.tensor_parallel_group = options_.tensor_parallel_group;
   init.pipeline_group = pipe_;
   engine_ = std::make_unique<Engine>(module_, client_config(micro_batches_, data_parallel_->size()),
                                      std::move(init));
   module_.zero_grad();
 }
 
-// The data-parallel group and the tied groups; the tied copies start from the first stage's.
-void PipelineEngine::setup(std::shared_ptr<parallel::ProcessGroup> data_parallel) {
-  TS_CHECK(pipe_ && pipe_->size() == module_.num_stages() && pipe_->rank() == module_.stage_id(),
-           "PipelineEngine: the pipeline group's rank and size must be the module's stage and "
-           "stage count (",
-           module_.stage_id(), " of ", module_.num_stages(), ")");
-  const int64_t v = module_.num_chunks();
-  TS_CHECK(options_.schedule != "interleaved" || (v >= 2 && module_.num_stages() >= 2),
-           "PipelineEngine: the interleaved schedule needs 2 or more stages of a PipelineModule ",
-           "of num_chunks >= 2 (this one: ", module_.num_stages(), " stages x ", v, " chunks)");
-  TS_CHECK(options_.schedule == "interleaved" || v == 1, "PipelineEngine: a PipelineModule of ", v,
-           " chunks per stage runs the interleaved schedule, not '", options_.schedule, "'");
-  parallel::train_schedule(options_.schedule, module_.num_stages(), module_.num_stages(),
-                           module_.stage_id(), v);  // (an unknown name is an error now)
-  sent_meta_.resize(static_cast<size_t>(v));
-  rng_before_chunk_.assign(static_cast<size_t>(v), 0);
-  received_meta_.resize(static_cast<size_t>(v));
-  auto world = parallel::world();
-  if (!options_.topology) {
-    TS_CHECK(pipe_->size() == world->size() || data_parallel, "PipelineEngine: a pipeline of ",
-             pipe_->size(), " stages in a job of ", world->size(),
-             " ranks: give options.topology ({\"pipe\", \"data\"}) for pipelines side by side");
-    options_.topology = pipe_data_topology(pipe_->size());
-  }
-  const auto& topo = *options_.topology;
-  TS_CHECK(topo.world_size() == world->size() && topo.dim("pipe") == pipe_->size(),
-           "PipelineEngine: the topology (", topo.world_size(), " ranks, pipe ", topo.dim("pipe"),
-           ") does not match the job (", world->size(), " ranks) and the pipeline (", pipe_->size(),
-           " stages)");
-  data_parallel_ = data_parallel ? std::move(data_parallel) : topo.group_for(*world, "data");
-  const std::vector<std::vector<int>> pipelines = topo.axis_groups("pipe");
-  // One group per tied key held by several stages, in every pipeline (every rank of the job
-  // takes part in building each, in the same order): the owner (the key's first stage)
-  // refreshes the copies through it.
-  for (const auto& [key, stages] : module_.tied_stages()) {
-    if (stages.size() < 2) continue;
-    for (const std::vector<int>& line : pipelines) {
-      std::vector<int> ranks;
-      for (int64_t s : stages) ranks.push_back(line.at(static_cast<size_t>(s)));
-      if (auto g = world->new_group(ranks)) tied_groups_[key] = g;
-    }
-    if (!tied_groups_.count(key)) continue;
-    if (stages.front() == module_.stage_id())
-      tied_sources_[key] = std::vector<int64_t>(stages.begin() + 1, stages.end());
-    else
-      tied_owner_[key] = stages.front();
-  }
-}
-
 PipelineEngine::~PipelineEngine() = default;
-
-std::function<std::pair<std::string, std::string>(const std::string&)>
-PipelineEngine::checkpoint_names() {
-  return [this](const std::string& param) -> std::pair<std::string, std::string> {
-    char file[32];
-    std::snprintf(file, sizeof file, "layer_%02lld",
-                  static_cast<long long>(module_.layer_of(param)));
-    return {module_.saves(param) ? file : "", module_.saved_name(param)};
-  };
-}
 
 void PipelineEngine::forward() {
   fail(
@@ -452,46 +388,6 @@ PipeMicroBatch PipelineEngine::load(const PipeDataIterator& data) {
     return mb;
   }
   return batch_fn_ ? batch_fn_(data()) : data();
-}
-
-// The owner's weights onto the copies (at every batch: after a step or a checkpoint load).
-void PipelineEngine::refresh_tied_copies() {
-  NoGradGuard no_grad;
-  for (auto& [key, group] : tied_groups_)
-    for (Tensor* p : module_.tied_parameters(key)) {
-      if (!p->is_contiguous()) *p = p->contiguous();
-      group->broadcast_async(*p, 0).wait();
-    }
-}
-
-void PipelineEngine::send_tied_grads() {
-  NoGradGuard no_grad;
-  for (const auto& [key, owner] : tied_owner_)
-    for (Tensor* p : module_.tied_parameters(key)) {
-      const Tensor g = p->grad().defined() ? p->grad().contiguous() : zeros_like(*p);
-      sends_.push_back(pipe_->send_async(g, static_cast<int>(owner), kTiedTag));
-      p->set_grad(Tensor());
-    }
-}
-
-void PipelineEngine::receive_tied_grads() {
-  NoGradGuard no_grad;
-  for (const auto& [key, sources] : tied_sources_)
-    for (int64_t source : sources)
-      for (Tensor* p : module_.tied_parameters(key)) {
-        Tensor g = Tensor::empty(p->shape(), p->dtype(), p->device());
-        pipe_->recv(g, static_cast<int>(source), kTiedTag);
-        p->set_grad(p->grad().defined() ? p->grad() + g : g);
-      }
-}
-
-std::unique_ptr<PipelineEngine> initialize(parallel::PipelineModule& model,
-                                           const io::TrainConfig& config, InitializeOptions init,
-                                           PipelineEngineOptions options) {
-  if (!options.topology) options.topology = pipe_data_topology(model.num_stages());
-  auto pipe = options.topology->group_for(*parallel::world(), "pipe");
-  return std::make_unique<PipelineEngine>(model, std::move(pipe), config, std::move(init),
-                                          std::move(options));
 }
 
 }  // namespace tessera::engine

@@ -1,6 +1,8 @@
 #include "tessera/models/bert_pipeline.h"
 
+#include "tessera/models/bert_tensor_parallel.h"
 #include "tessera/ops.h"
+#include "tessera/parallel/vocab_parallel.h"
 
 namespace tessera::models {
 
@@ -78,10 +80,95 @@ class BertDecoderBiasPipe : public PipeLayer {
   Tensor bias;
 };
 
+// The tensor-parallel layers (3D): BertTensorParallelForPreTraining's over `group`.
+using GroupPtr = std::shared_ptr<parallel::ProcessGroup>;
+using TPEmbeddings = BertTensorParallelForPreTraining::Embeddings;
+
+class BertTPEmbeddingsPipe : public PipeLayer {
+ public:
+  BertTPEmbeddingsPipe(nn::Module* parent, const std::string& name, const BertConfig& c,
+                       GroupPtr group)
+      : PipeLayer(parent, name), embeddings(this, "embeddings", c, std::move(group), false) {}
+  PipeValue forward(const PipeValue& x) override {
+    TS_CHECK(x.size() == 3 && x[0].dim() == 2,
+             "BERT pipeline: expected {input_ids [B, T], "
+             "token_type_ids, attention_mask}, got ",
+             x.size(), " tensors");
+    nn::ModuleScope scope(embeddings);
+    const int64_t T = x[0].size(1);
+    TS_CHECK(T <= embeddings.position_embeddings.weight.size(0), "BERT: sequence of ", T,
+             " tokens exceeds max_position_embeddings = ",
+             embeddings.position_embeddings.weight.size(0));
+    const Tensor pos = arange(0, static_cast<double>(T), 1, DType::Int64, x[0].device());
+    auto& e = embeddings;
+    return {e.dropout(e.LayerNorm(e.word_embeddings(x[0]) + e.position_embeddings(pos) +
+                                  e.token_type_embeddings(x[1]))),
+            x[2]};
+  }
+  std::string type_name() const override { return "BertEmbeddings"; }
+  TPEmbeddings embeddings;
+};
+
+class BertTPLayerPipe : public PipeLayer {
+ public:
+  BertTPLayerPipe(nn::Module* parent, const std::string& name, const BertConfig& c, GroupPtr group)
+      : PipeLayer(parent, name), layer(this, "layer", c, std::move(group), false) {}
+  PipeValue forward(const PipeValue& x) override {
+    return {layer.forward(x.at(0), mask_or_none(x.at(1))), x.at(1)};
+  }
+  std::string type_name() const override { return "BertLayer"; }
+  TPBertLayer layer;
+};
+
+// The decoder's bias over this rank's vocabulary columns (split as the tied embedding).
+class BertTPDecoderBiasPipe : public PipeLayer, public parallel::TensorParallelModule {
+ public:
+  BertTPDecoderBiasPipe(nn::Module* parent, const std::string& name, const BertConfig& c,
+                        GroupPtr group)
+      : PipeLayer(parent, name), vocab_size(c.vocab_size) {
+    const int64_t n = group->size();
+    register_parameter("bias", &bias, zeros({(c.vocab_size + n - 1) / n}));
+  }
+  PipeValue forward(const PipeValue& x) override {
+    PipeValue out = x;
+    out[0] = x.at(0) + bias;
+    return out;
+  }
+  parallel::TensorParallelLayout tensor_parallel_splits() const override {
+    return {{"bias", {0, 1, vocab_size}}};
+  }
+  std::string type_name() const override { return "BertDecoderBias"; }
+  Tensor bias;
+  int64_t vocab_size;
+};
+
+std::vector<LayerSpec> bert_tensor_parallel_layers(const BertConfig& c, bool with_nsp,
+                                                   GroupPtr tp) {
+  BertTensorParallelForPreTraining::check_divisible(c, tp->size());
+  const std::vector<std::string> tied{"embeddings.word_embeddings.weight"};
+  std::vector<LayerSpec> specs{
+      LayerSpec::tied<BertTPEmbeddingsPipe>("embed", tied, {}, "BertEmbeddings", c, tp)};
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i)
+    specs.push_back(LayerSpec::of<BertTPLayerPipe>("BertLayer", c, tp));
+  specs.push_back(LayerSpec::of<BertHeadsPipe>("BertHeads", c, with_nsp));
+  auto decoder = [](PipeLayer& embed, const PipeValue& x) -> PipeValue {
+    PipeValue out = x;
+    out[0] = parallel::vocab_parallel_logits(
+        x.at(0), dynamic_cast<BertTPEmbeddingsPipe&>(embed).embeddings.word_embeddings);
+    return out;
+  };
+  specs.push_back(
+      LayerSpec::tied<BertTPEmbeddingsPipe>("embed", tied, decoder, "BertEmbeddings", c, tp));
+  specs.push_back(LayerSpec::of<BertTPDecoderBiasPipe>("BertDecoderBias", c, tp));
+  return specs;
+}
+
 }  // namespace
 
-std::vector<LayerSpec> bert_pipeline_layers(const BertConfig& c, bool with_nsp) {
+std::vector<LayerSpec> bert_pipeline_layers(const BertConfig& c, bool with_nsp,
+                                            std::shared_ptr<parallel::ProcessGroup> tp) {
   c.validate();
+  if (tp && tp->size() > 1) return bert_tensor_parallel_layers(c, with_nsp, std::move(tp));
   const std::vector<std::string> tied{"embeddings.word_embeddings.weight"};
   std::vector<LayerSpec> specs{
       LayerSpec::tied<BertEmbeddingsPipe>("embed", tied, {}, "BertEmbeddings", c)};
@@ -100,20 +187,27 @@ std::vector<LayerSpec> bert_pipeline_layers(const BertConfig& c, bool with_nsp) 
   return specs;
 }
 
-parallel::PipeLossFn bert_pipeline_loss() {
-  return [](const PipeValue& out, const PipeValue& labels) {
+parallel::PipeLossFn bert_pipeline_loss(std::shared_ptr<parallel::ProcessGroup> tp) {
+  if (tp && tp->size() == 1) tp = nullptr;
+  return [tp](const PipeValue& out, const PipeValue& labels) {
     const Tensor& lg = out.at(0);
-    const Tensor& targets = labels.at(0);
+    const Tensor targets = labels.at(0).reshape({-1});
     const double weight = labels.at(2).item();
     const Tensor flat = lg.view({-1, lg.size(2)});
     // (No masked position: no MLM loss rather than a NaN mean, as BertForPreTraining.)
     Batch counted;
-    counted.targets = targets;
-    const bool any = counted.loss_terms() > 0;
-    Tensor loss =
-        weight == 0.0 && any
-            ? cross_entropy(flat, targets.reshape({-1}), -100)
-            : cross_entropy(flat, targets.reshape({-1}), -100, 0.0, Reduction::Sum) * weight;
+    counted.targets = labels.at(0);
+    const double count = counted.loss_terms();
+    Tensor loss;
+    if (tp) {  // this rank's vocabulary columns; the mean, times count x weight for a sum
+      loss = count == 0 ? sum(flat.narrow(1, 0, 1)) * 0.0
+                        : parallel::vocab_parallel_cross_entropy(flat, targets, *tp, -100);
+      if (weight != 0.0) loss = loss * (count * weight);
+    } else {
+      loss = weight == 0.0 && count > 0
+                 ? cross_entropy(flat, targets, -100)
+                 : cross_entropy(flat, targets, -100, 0.0, Reduction::Sum) * weight;
+    }
     if (out.size() > 1 && labels.at(1).defined())
       loss = loss + cross_entropy(out[1], labels[1].reshape({-1}));
     return loss;

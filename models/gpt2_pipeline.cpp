@@ -1,6 +1,8 @@
 #include "tessera/models/gpt2_pipeline.h"
 
+#include "tessera/models/gpt2_tensor_parallel.h"
 #include "tessera/ops.h"
+#include "tessera/parallel/vocab_parallel.h"
 
 namespace tessera::models {
 
@@ -53,10 +55,67 @@ class GPT2FinalNormPipe : public PipeLayer {
   nn::LayerNorm ln_f;
 };
 
+// The tensor-parallel layers (3D): the same ops over `group`, each rank holding its shard.
+class GPT2TPEmbeddingPipe : public PipeLayer {
+ public:
+  GPT2TPEmbeddingPipe(nn::Module* parent, const std::string& name, const GPT2Config& c,
+                      std::shared_ptr<parallel::ProcessGroup> group)
+      : PipeLayer(parent, name),
+        wte(this, "wte", c.vocab_size, c.n_embd, std::move(group)),
+        wpe(this, "wpe", c.n_positions, c.n_embd),
+        drop(this, "drop", c.dropout),
+        n_positions(c.n_positions) {}
+  PipeValue forward(const PipeValue& x) override {
+    const Tensor& ids = x.at(0);
+    TS_CHECK(ids.dim() == 2, "GPT-2 pipeline: input_ids must be [batch, time], got ",
+             ids.describe());
+    const int64_t T = ids.size(1);
+    TS_CHECK(T <= n_positions, "GPT-2 pipeline: sequence of ", T,
+             " tokens exceeds the model's n_positions = ", n_positions);
+    const Tensor pos = arange(0, static_cast<double>(T), 1, DType::Int64, ids.device());
+    return {drop(wte(ids) + wpe(pos))};
+  }
+  std::string type_name() const override { return "GPT2Embedding"; }
+  parallel::VocabParallelEmbedding wte;
+  nn::Embedding wpe;
+  nn::Dropout drop;
+  int64_t n_positions;
+};
+
+class GPT2TPBlockPipe : public PipeLayer {
+ public:
+  GPT2TPBlockPipe(nn::Module* parent, const std::string& name, const GPT2Config& c,
+                  std::shared_ptr<parallel::ProcessGroup> group)
+      : PipeLayer(parent, name), h(this, "h", c, std::move(group), false) {}
+  PipeValue forward(const PipeValue& x) override { return {h.forward(x.at(0))}; }
+  std::string type_name() const override { return "GPT2Block"; }
+  TPGPT2Block h;
+};
+
+std::vector<LayerSpec> gpt2_tensor_parallel_layers(const GPT2Config& c,
+                                                   std::shared_ptr<parallel::ProcessGroup> tp) {
+  GPT2TensorParallelLMHeadModel::check_divisible(c, tp->size());
+  std::vector<LayerSpec> specs{
+      LayerSpec::tied<GPT2TPEmbeddingPipe>("embed", {"wte.weight"}, {}, "GPT2Embedding", c, tp)};
+  for (int64_t i = 0; i < c.n_layer; ++i)
+    specs.push_back(LayerSpec::of<GPT2TPBlockPipe>("GPT2Block", c, tp));
+  specs.push_back(LayerSpec::of<GPT2FinalNormPipe>("LayerNorm", c));
+  // The LM head: this rank's vocabulary columns of the tied embedding (padding: -inf).
+  auto head = [](PipeLayer& embed, const PipeValue& x) -> PipeValue {
+    return {
+        parallel::vocab_parallel_logits(x.at(0), dynamic_cast<GPT2TPEmbeddingPipe&>(embed).wte)};
+  };
+  specs.push_back(
+      LayerSpec::tied<GPT2TPEmbeddingPipe>("embed", {"wte.weight"}, head, "GPT2Embedding", c, tp));
+  return specs;
+}
+
 }  // namespace
 
-std::vector<LayerSpec> gpt2_pipeline_layers(const GPT2Config& c) {
+std::vector<LayerSpec> gpt2_pipeline_layers(const GPT2Config& c,
+                                            std::shared_ptr<parallel::ProcessGroup> tp) {
   c.validate();
+  if (tp && tp->size() > 1) return gpt2_tensor_parallel_layers(c, std::move(tp));
   std::vector<LayerSpec> specs{
       LayerSpec::tied<GPT2EmbeddingPipe>("embed", {"wte.weight"}, {}, "GPT2Embedding", c)};
   for (int64_t i = 0; i < c.n_layer; ++i)
@@ -71,14 +130,19 @@ std::vector<LayerSpec> gpt2_pipeline_layers(const GPT2Config& c) {
   return specs;
 }
 
-parallel::PipeLossFn gpt2_pipeline_loss() {
-  return [](const PipeValue& logits, const PipeValue& labels) {
+parallel::PipeLossFn gpt2_pipeline_loss(std::shared_ptr<parallel::ProcessGroup> tp) {
+  if (tp && tp->size() == 1) tp = nullptr;
+  return [tp](const PipeValue& logits, const PipeValue& labels) {
     const Tensor& lg = logits.at(0);
     const Tensor& targets = labels.at(0);
     TS_CHECK(lg.dim() == 3 && targets.dim() == 2 && lg.size(0) == targets.size(0) &&
                  lg.size(1) == targets.size(1),
              "GPT-2 pipeline loss: logits ", lg.describe(), " do not match targets ",
              targets.describe());
+    // (Tensor parallel: this rank's vocabulary columns; the ranks reduce the softmax.)
+    if (tp)
+      return parallel::vocab_parallel_cross_entropy(lg.view({-1, lg.size(2)}),
+                                                    targets.reshape({-1}), *tp, -100);
     return cross_entropy(lg.view({-1, lg.size(2)}), targets.reshape({-1}), -100);
   };
 }

@@ -1,9 +1,11 @@
 #include "tessera/parallel/pipeline_module.h"
+
 #include <algorithm>
 
 #include "tessera/error.h"
 #include "tessera/grad_mode.h"
 #include "tessera/ops.h"
+#include "tessera/parallel/tensor_parallel_layout.h"
 #include "tessera/rng.h"
 
 namespace tessera::parallel {
@@ -231,14 +233,23 @@ std::string PipelineModule::saved_name(const std::string& param) const {
   return saved_names_ ? saved_names_(param) : param;
 }
 
-void PipelineModule::load_saved_state(const std::map<std::string, Tensor>& state) {
+void PipelineModule::load_saved_state(const std::map<std::string, Tensor>& state, int tp_rank,
+                                      int tp_size) {
   NoGradGuard no_grad;
+  const TensorParallelLayout layout = tensor_parallel_layout(*this);
   for (auto& [name, t] : named_parameters()) {
     const std::string from = saved_name(name);
     auto it = state.find(from);
-    TS_CHECK(it != state.end() && it->second.shape() == t->shape(), "PipelineModule: '", name,
-             "' has no counterpart '", from, "' of its shape ", shape_str(t->shape()));
-    t->copy_(it->second);
+    auto split = layout.find(name);
+    TS_CHECK(it != state.end(), "PipelineModule: '", name, "' has no counterpart '", from, "'");
+    // (A tensor-parallel layer's parameter: this rank's shard of the whole one.)
+    const Tensor value = split == layout.end()
+                             ? it->second
+                             : shard_of_whole(it->second, split->second, tp_rank, tp_size);
+    TS_CHECK(value.shape() == t->shape(), "PipelineModule: '", name, "' ", shape_str(t->shape()),
+             " has no counterpart '", from, "' of its shape (", it->second.describe(),
+             split == layout.end() ? "" : ", sharded", ")");
+    t->copy_(value);
   }
 }
 

@@ -27,7 +27,9 @@ fs::path checkpoint_tag_dir(const std::string& dir, const std::string& tag, cons
 std::map<std::string, Tensor> checkpoint_weights(const fs::path& tag_dir, const char* cmd) {
   engine::WholeCheckpointState c = engine::read_whole_checkpoint(tag_dir.string(), false);
   std::map<std::string, Tensor> weights = std::move(c.weights);
-  std::cerr << cmd << ": checkpoint of " << c.data_parallel << " data-parallel rank(s)";
+  std::cerr << cmd << ": checkpoint of ";
+  if (c.pipeline_stages > 1) std::cerr << c.pipeline_stages << " pipeline stages x ";
+  std::cerr << c.data_parallel << " data-parallel rank(s)";
   if (c.tensor_parallel > 1)
     std::cerr << " x " << c.tensor_parallel << " tensor-parallel ranks (shards merged)";
   if (c.zero_stage > 0) std::cerr << ", ZeRO stage " << c.zero_stage;

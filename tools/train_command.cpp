@@ -130,27 +130,29 @@ engine::TrainerOptions trainer_options(const Args& a, const io::TrainConfig& cfg
 // The config's GPT-2 or BERT as this stage's part of a pipeline, starting from the whole
 // model's weights (as one process draws them, or model.init_from's), saving checkpoints under
 // the whole model's names and config (one process, export and zero-to-fp32 read them).
-std::unique_ptr<parallel::PipelineModule> build_pipeline_model(io::TrainConfig& cfg, int64_t vocab,
-                                                               int stage) {
-  const parallel::PipelineModuleOptions po = pipeline_module_options(cfg);
+// With `tp` (3D), its tensor-parallel layers, each rank holding its shard of those weights.
+std::unique_ptr<parallel::PipelineModule> build_pipeline_model(
+    io::TrainConfig& cfg, int64_t vocab, int stage, std::shared_ptr<parallel::ProcessGroup> tp) {
+  const parallel::PipelineModuleOptions po = pipeline_module_options(cfg, tp);
   std::unique_ptr<models::PretrainedModel> whole = build_model(cfg, vocab);
   std::unique_ptr<parallel::PipelineModule> model;
   if (auto* bert = dynamic_cast<models::BertForPreTraining*>(whole.get())) {
     const models::BertConfig& bc = bert->config;
     model = std::make_unique<parallel::PipelineModule>(
-        models::bert_pipeline_layers(bc, bert->with_nsp), models::bert_pipeline_loss(), stage, po);
+        models::bert_pipeline_layers(bc, bert->with_nsp, tp), models::bert_pipeline_loss(tp), stage,
+        po);
     model->set_saved_names([n = bc.num_hidden_layers](const std::string& name) {
       return models::bert_name_of_pipeline_parameter(name, n);
     });
   } else {
     auto& gpt = dynamic_cast<models::GPT2LMHeadModel&>(*whole);
-    model = std::make_unique<parallel::PipelineModule>(models::gpt2_pipeline_layers(gpt.config),
-                                                       models::gpt2_pipeline_loss(), stage, po);
+    model = std::make_unique<parallel::PipelineModule>(models::gpt2_pipeline_layers(gpt.config, tp),
+                                                       models::gpt2_pipeline_loss(tp), stage, po);
     model->set_saved_names([n = gpt.config.n_layer](const std::string& name) {
       return models::gpt2_name_of_pipeline_parameter(name, n);
     });
   }
-  model->load_saved_state(whole->state_dict());
+  model->load_saved_state(whole->state_dict(), tp ? tp->rank() : 0, tp ? tp->size() : 1);
   model->set_config_json(whole->config_json());
   return model;
 }
@@ -159,17 +161,21 @@ std::unique_ptr<parallel::PipelineModule> build_pipeline_model(io::TrainConfig& 
 // PipelineEngine), pipelines side by side over the rest of the job.
 int train_pipeline(const Args& a, io::TrainConfig& cfg,
                    std::shared_ptr<parallel::ProcessGroup> world) {
-  TS_CHECK(cfg.tensor_parallel.autotp_size == 1,
-           "pipeline with tensor_parallel.autotp_size > 1 (3D) is not built yet");
+  TS_CHECK(!cfg.tensor_parallel.sequence_parallel,
+           "pipeline with tensor_parallel.sequence_parallel is not built yet: stages pass whole "
+           "activations; set it to false or pipeline.stages to 1");
   TS_CHECK(Device::parse(cfg.train.device).is_cpu(), "pipeline: train.device ", cfg.train.device,
            ": pipelines run on the CPU (MPI) so far");
-  const auto topo = engine::pipe_data_topology(cfg.pipeline.stages);
+  // 3D: stages x data-parallel replicas x tensor-parallel ranks (the last varies fastest).
+  const int64_t tp = cfg.tensor_parallel.autotp_size;
+  const auto topo = engine::pipe_model_data_topology(cfg.pipeline.stages, tp);
   const int stage = topo.coords_of(world->rank()).at("pipe");
   auto pipe_group = topo.group_for(*world, "pipe");
   auto data_group = topo.group_for(*world, "data");
+  auto tp_group = tp > 1 ? topo.group_for(*world, "model") : nullptr;
   const io::TokenizedCorpus corpus = shared_corpus(cfg, *world);
   const std::unique_ptr<parallel::PipelineModule> built =
-      build_pipeline_model(cfg, corpus.vocab_size, stage);
+      build_pipeline_model(cfg, corpus.vocab_size, stage, tp_group);
   parallel::PipelineModule& model = *built;
   TS_CHECK(cfg.zero.stage == 0 || model.num_parameters() > 0, "pipeline: stage ", stage,
            " holds no parameters of its own (its layers: ", model.bounds()[stage], " to ",
@@ -181,6 +187,7 @@ int train_pipeline(const Args& a, io::TrainConfig& cfg,
            "use pipeline.partition \"parameters\" or fewer pipeline.stages");
   engine::InitializeOptions init;
   init.group = data_group;
+  init.tensor_parallel_group = tp_group;
   engine::PipelineEngine pipe(model, pipe_group, cfg, std::move(init),
                               {.topology = topo});  // (the config's schedule)
   const int dp_rank = data_group->rank(), dp_size = data_group->size();
@@ -205,7 +212,9 @@ int train_pipeline(const Args& a, io::TrainConfig& cfg,
   if (world->rank() == 0) {
     const int64_t v = model.num_chunks();
     std::cerr << (bert ? "BERT" : "GPT2") << " pipeline: " << cfg.pipeline.stages << " stages x "
-              << dp_size << " data-parallel, " << cfg.pipeline.schedule << " schedule, layers per "
+              << dp_size << " data-parallel"
+              << (tp > 1 ? " x " + std::to_string(tp) + " tensor-parallel" : std::string()) << ", "
+              << cfg.pipeline.schedule << " schedule, layers per "
               << (v > 1 ? "part (stage s holds parts s, s + stages, ...):" : "stage:");
     for (size_t s = 0; s + 1 < b.size(); ++s) std::cerr << " " << b[s + 1] - b[s];
     std::cerr << " (partition " << cfg.pipeline.partition << ")";

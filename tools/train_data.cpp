@@ -165,15 +165,16 @@ parallel::ActivationCheckpointingOptions activation_checkpointing_options(
   return o;
 }
 
-parallel::PipelineModuleOptions pipeline_module_options(const io::TrainConfig& cfg) {
+parallel::PipelineModuleOptions pipeline_module_options(
+    const io::TrainConfig& cfg, std::shared_ptr<parallel::ProcessGroup> tp) {
   parallel::PipelineModuleOptions po;
   po.num_stages = cfg.pipeline.stages;
   po.num_chunks = cfg.pipeline.virtual_stages;
   po.partition_method = cfg.pipeline.partition;
   po.activation_checkpoint_interval = cfg.pipeline.activation_checkpoint_interval;
   if (cfg.activation_checkpointing.enabled) {
-    po.checkpointing =
-        std::make_shared<parallel::ActivationCheckpointing>(activation_checkpointing_options(cfg));
+    po.checkpointing = std::make_shared<parallel::ActivationCheckpointing>(
+        activation_checkpointing_options(cfg), tp);
     if (po.activation_checkpoint_interval == 0)
       po.activation_checkpoint_interval =
           po.checkpointing->layers_per_checkpoint(cfg.model.n_layer);

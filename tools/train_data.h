@@ -40,8 +40,9 @@ parallel::ActivationCheckpointingOptions activation_checkpointing_options(
 // The config's pipeline section as the built-in models' PipelineModule options: stages,
 // partition, and checkpoints of activation_checkpoint_interval transformer blocks (with only
 // the activation_checkpointing section, of as many as it groups in one process) through the
-// section's options.
-parallel::PipelineModuleOptions pipeline_module_options(const io::TrainConfig& cfg);
+// section's options (partition_activations over `tp`, 3D's tensor-parallel group).
+parallel::PipelineModuleOptions pipeline_module_options(
+    const io::TrainConfig& cfg, std::shared_ptr<parallel::ProcessGroup> tp = nullptr);
 
 // The config's activation_checkpointing section set on the built-in model `model` (whole or
 // tensor parallel over `tp`, which may be null); null when the config has no such section.

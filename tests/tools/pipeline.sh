@@ -20,6 +20,11 @@
 # BERT, and across checkpoints (interleaved to one process, 1F1B to interleaved). Both measured
 # bubbles are below 1F1B's on the same machine. `estimate-memory` predicts every stage's bytes of every run
 # to the byte (ZB-H1's activations to 0.2%).
+# 3D (2 stages x 2 tensor-parallel ranks; x 2 replicas with ZeRO-1 or -2: 8 ranks) gives one
+# process's losses for GPT-2 under each schedule and for BERT under 1F1B and ZB-H1; a 3D
+# checkpoint (a file pair per layer and tensor-parallel rank) resumes in one process, at 4
+# stages and at tensor parallelism alone, and a 2-stage one at 3D, each continuing one process's
+# losses; export and zero-to-fp32 merge its shards.
 # Configurations not built yet stop with a message naming the key.
 set -euo pipefail
 source "$(dirname "$0")/cli_setup.sh"
@@ -96,17 +101,34 @@ write("il-r-pp2", 2, partition="parameters", schedule="interleaved")  # and from
 d = write("il-z2", 2, partition="parameters", schedule="interleaved", virtual_stages=2)
 d["zero_optimization"] = {"stage": 2}
 json.dump(d, open("il-z2.json", "w"))
+# 3D: 2 stages x 2 tensor-parallel ranks (x 2 replicas: 8 ranks), each schedule; saved at
+# 2 x 2 x 2 with ZeRO-1, resumed in one process, at 4 stages and at tensor parallelism alone;
+# 1F1B's 2-stage checkpoint resumed at 2 x 2 (tensor-parallel).
+def tp(name, stages, zero=0, **pipeline):
+    d = write(name, stages, partition="parameters", **pipeline)
+    d["tensor_parallel"] = {"autotp_size": 2}
+    if zero:
+        d["zero_optimization"] = {"stage": zero}
+    json.dump(d, open(name + ".json", "w"))
+tp("tp-pp2", 2); tp("tp-pp2dp2", 2, 2); tp("tp-zb", 2, schedule="zb-h1")
+tp("tp-il", 2, schedule="interleaved"); tp("tp-s", 2, 1); tp("tp-r-3d", 2)
+write("tp-r-one"); write("tp-r-pp4", 4, partition="uniform"); tp("tp-r-tp2", 1)
+d = json.load(open("tp-pp2.json")); d["tensor_parallel"]["sequence_parallel"] = True
+json.dump(d, open("tp-sp.json", "w"))
 # BERT pretraining (MLM + next sentence, dropout 0.1), and MLM alone.
 c["model"] = {"type": "bert", "n_layer": 3, "n_head": 2, "n_embd": 32, "block_size": 16,
               "dropout": 0.1}
 for name, stages in (("bert-one", 1), ("bert-pp2", 2), ("bert-pp4", 4), ("bert-pp2dp2", 2),
-                     ("bert-s-pp2", 2), ("bert-r-one", 1), ("bert-zb-pp2", 2), ("bert-il-pp2", 2)):
+                     ("bert-s-pp2", 2), ("bert-r-one", 1), ("bert-zb-pp2", 2), ("bert-il-pp2", 2),
+                     ("bert-tp-pp2", 2), ("bert-tp-pp2dp2", 2), ("bert-tp-zb", 2)):
     d = write(name, stages, partition="uniform" if stages == 4 else "parameters",
               **({"schedule": "zb-h1"} if "zb" in name else {}),
               **({"schedule": "interleaved"} if "il" in name else {}))
     d["data"]["nsp"] = True
-    if name == "bert-pp2dp2":
-        d["zero_optimization"] = {"stage": 2}
+    if name in ("bert-pp2dp2", "bert-tp-pp2dp2"):
+        d["zero_optimization"] = {"stage": 2 if name == "bert-pp2dp2" else 1}
+    if "-tp-" in name:
+        d["tensor_parallel"] = {"autotp_size": 2}
     json.dump(d, open(name + ".json", "w"))
 write("mlm-one"); write("mlm-pp2", 2)
 # The activation_checkpointing section alone checkpoints a pipeline's layers as it groups them
@@ -151,6 +173,15 @@ run 2 il-s-pp2 --steps 10 --save ck5
 run 2 il-r-pp2 --resume ck1
 run 2 bert-s-pp2 --steps 10 --save ck3
 "$tessera" train bert-r-one.json --resume ck3 > bert-r-one.out 2> bert-r-one.err
+# 3D.
+run 4 tp-pp2; run 8 tp-pp2dp2; run 4 tp-zb; run 4 tp-il; run 4 bert-tp-pp2; run 8 bert-tp-pp2dp2
+run 4 bert-tp-zb
+run 8 tp-s --steps 10 --save ck6
+ls ck6/step10/layer_00-model_tp1.safetensors ck6/step10/layer_04-optimizer_tp0.safetensors >/dev/null
+"$tessera" train tp-r-one.json --resume ck6 > tp-r-one.out 2> tp-r-one.err
+run 4 tp-r-pp4 --resume ck6; run 2 tp-r-tp2 --resume ck6; run 4 tp-r-3d --resume ck1
+"$tessera" export ck6 hf3d > /dev/null 2>&1 && test -s hf3d/model.safetensors
+"$tessera" zero-to-fp32 ck6 fp32-3d.safetensors > /dev/null 2>&1 && test -s fp32-3d.safetensors
 "$tessera" export ck1 hf > /dev/null 2>&1 && test -s hf/model.safetensors
 "$tessera" zero-to-fp32 ck1 fp32.safetensors > /dev/null 2>&1 && test -s fp32.safetensors
 python3 - <<'PY'
@@ -172,7 +203,12 @@ for one, job, steps in (("one", "pp2", all20), ("one", "pp4", all20), ("one", "p
                         ("one", "zb-pp4dp2", all20),
                         ("one", "il-pp2", all20), ("one", "il-z2", all20),
                         ("bert-one", "bert-il-pp2", all20), ("one", "il-r-one", range(11, 21)),
-                        ("one", "il-r-pp2", range(11, 21))):
+                        ("one", "il-r-pp2", range(11, 21)), ("one", "tp-pp2", all20),
+                        ("one", "tp-pp2dp2", all20), ("one", "tp-zb", all20),
+                        ("one", "tp-il", all20), ("bert-one", "bert-tp-pp2", all20),
+                        ("bert-one", "bert-tp-pp2dp2", all20), ("bert-one", "bert-tp-zb", all20),
+                        ("one", "tp-r-one", range(11, 21)), ("one", "tp-r-pp4", range(11, 21)),
+                        ("one", "tp-r-tp2", range(11, 21)), ("one", "tp-r-3d", range(11, 21))):
     one_t, one_v = rows(one, "Train_Samples_train_loss"), rows(one, "Eval_val_loss")
     assert sorted(one_t) == list(all20) and sorted(one_v) == [10, 20], (one_t, one_v)
     t, v = rows(job, "Train_Samples_train_loss"), rows(job, "Eval_val_loss")
@@ -299,4 +335,5 @@ expect_error z3 4 "zero_optimization.stage 3 with pipeline"
 expect_error threes 2 "pipeline.stages 3"
 expect_error contiguous 2 "contiguous_memory_optimization"
 expect_error partition 2 "pipeline.partition"
+expect_error tp-sp 4 "pipeline with tensor_parallel.sequence_parallel is not built yet"
 echo "pipeline: ok"

@@ -314,7 +314,7 @@ class Engine {
   void sync_master_to_model();
   std::vector<Tensor> master_params();
   void setup_parallel(std::vector<optim::ParamGroup> groups, const optim::OptimizerFactory& make);
-  void setup_tensor_parallel(std::shared_ptr<parallel::ProcessGroup> tp);
+  void setup_tensor_parallel(std::shared_ptr<parallel::ProcessGroup> tp, bool pipeline);
   // The global L2 norm of the holders' gradients: with tensor parallelism the shards'
   // squares summed over the group, replicated parameters counted once.
   double global_grad_norm(const std::vector<Tensor>& holders);

@@ -75,10 +75,16 @@ struct PipelineEngineOptions {
   // pipeline.schedule ("1f1b" without a config).
   std::string schedule;
   // Pipelines side by side: the job's ranks on axes {"pipe", "data"} (DeepSpeed's
-  // PipeDataParallelTopology); the pipe group is then this rank's pipeline (the topology's
-  // "pipe" group) and each stage's gradients are averaged over its "data" group. Without one,
+  // PipeDataParallelTopology), or {"pipe", "data", "model"} with tensor parallelism; the pipe
+  // group is then this rank's pipeline (the topology's "pipe" group: one per data and model
+  // coordinate) and each stage's gradients are averaged over its "data" group. Without one,
   // the pipeline spans the whole job.
   std::optional<parallel::ProcessTopology> topology;
+  // 3D: the tensor-parallel group this stage's layers split over (the topology's "model"
+  // group, e.g. of {"pipe", "data", "model"}: DeepSpeed's PipeModelDataParallelTopology); the
+  // stage's Engine counts each shard once in the gradient norm and ZeRO partitions the shards.
+  // With a config, InitializeOptions::tensor_parallel_group serves as well.
+  std::shared_ptr<parallel::ProcessGroup> tensor_parallel_group;
 };
 
 // One instruction as this stage ran it: seconds from the batch's start.
@@ -223,5 +229,9 @@ std::unique_ptr<PipelineEngine> initialize(parallel::PipelineModule& model,
 
 // The {"pipe", "data"} topology of `stages` pipelines over this job's ranks, checked.
 parallel::ProcessTopology pipe_data_topology(int64_t stages);
+// 3D (DeepSpeed's PipeModelDataParallelTopology): axes {"pipe", "data", "model"} of `stages` x
+// world / (stages x model) x `model` (the model axis varies fastest: a stage's tensor-parallel
+// ranks are neighbours); pipe_data_topology when model is 1.
+parallel::ProcessTopology pipe_model_data_topology(int64_t stages, int64_t model);
 
 }  // namespace tessera::engine

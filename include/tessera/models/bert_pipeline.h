@@ -10,6 +10,7 @@
 // The layers run BertForPreTraining's ops in its order (dropouts included), so a pipeline
 // trains as the whole model does; weight is Engine::loss_weight's (0: mean over targets).
 #pragma once
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -18,8 +19,14 @@
 
 namespace tessera::models {
 
-std::vector<parallel::LayerSpec> bert_pipeline_layers(const BertConfig& c, bool with_nsp);
-parallel::PipeLossFn bert_pipeline_loss();
+// With `tp` (a tensor-parallel group of 2 or more ranks: 3D), the layers are
+// BertTensorParallelForPreTraining's over it under the same names (the word embedding, its
+// tied decoder and the decoder's bias split over the vocabulary), starting at zero: load the
+// whole model with load_saved_state(state, tp->rank(), tp->size()); the loss is then
+// vocabulary-parallel.
+std::vector<parallel::LayerSpec> bert_pipeline_layers(
+    const BertConfig& c, bool with_nsp, std::shared_ptr<parallel::ProcessGroup> tp = nullptr);
+parallel::PipeLossFn bert_pipeline_loss(std::shared_ptr<parallel::ProcessGroup> tp = nullptr);
 // The pipeline's inputs from a batch (token types 0 and a full mask where the batch has none).
 parallel::PipeValue bert_pipeline_inputs(const Batch& b);
 parallel::PipeValue bert_pipeline_labels(const Batch& b, double weight);

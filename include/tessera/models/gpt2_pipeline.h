@@ -15,6 +15,7 @@
 // .weight", "<i>.h.<block's names>" (block i - 1), "<n_layer + 1>.ln_f.weight";
 // gpt2_name_of_pipeline_parameter gives the whole model's name.
 #pragma once
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -23,10 +24,15 @@
 
 namespace tessera::models {
 
-std::vector<parallel::LayerSpec> gpt2_pipeline_layers(const GPT2Config& c);
+// With `tp` (a tensor-parallel group of 2 or more ranks: 3D), the layers are
+// GPT2TensorParallelLMHeadModel's over it (vocabulary-parallel embedding and tied head,
+// column/row-parallel blocks) under the same names, each rank holding its shard; they start at
+// zero: load the whole model's weights with load_saved_state(state, tp->rank(), tp->size()).
+std::vector<parallel::LayerSpec> gpt2_pipeline_layers(
+    const GPT2Config& c, std::shared_ptr<parallel::ProcessGroup> tp = nullptr);
 // Mean cross entropy of the logits against labels {targets} (-100: no loss), as
-// GPT2LMHeadModel::loss.
-parallel::PipeLossFn gpt2_pipeline_loss();
+// GPT2LMHeadModel::loss; with `tp`, vocabulary-parallel over this rank's logit columns.
+parallel::PipeLossFn gpt2_pipeline_loss(std::shared_ptr<parallel::ProcessGroup> tp = nullptr);
 // "3.h.attn.c_attn.weight" -> "transformer.h.2.attn.c_attn.weight"; errors on other names.
 std::string gpt2_name_of_pipeline_parameter(const std::string& name, int64_t n_layer);
 

@@ -150,8 +150,11 @@ class PipelineModule : public nn::Module {
     saved_names_ = std::move(names);
   }
   // This stage's parameters from `state` under their saved names (e.g. the whole model's
-  // state_dict); a missing or mis-shaped entry is an error naming both names.
-  void load_saved_state(const std::map<std::string, Tensor>& state);
+  // state_dict); a missing or mis-shaped entry is an error naming both names. With
+  // tensor-parallel layers (3D), each of their parameters takes rank tp_rank's shard of the
+  // whole one (of tp_size ranks).
+  void load_saved_state(const std::map<std::string, Tensor>& state, int tp_rank = 0,
+                        int tp_size = 1);
   // The architecture saved with checkpoints (nn::Module::config_json), e.g. GPT-2's.
   std::string config_json() const override { return config_json_; }
   void set_config_json(std::string json) { config_json_ = std::move(json); }
