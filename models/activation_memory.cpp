@@ -122,21 +122,21 @@ ActivationBytes bert_activation_bytes(const BertConfig& c, bool nsp, const Activ
 int64_t gpt2_pipeline_stage_bytes(const GPT2Config& c, const ActivationPlan& p, int64_t first,
                                   int64_t last) {
   const Sizes s = sizes_of(p, "GPT-2 pipeline");
-  TS_CHECK(p.tensor_parallel == 1, "GPT-2 pipeline activation memory: no tensor parallelism");
+  TS_CHECK(!p.sequence_parallel, "GPT-2 pipeline activation memory: no sequence parallelism");
   const int64_t C = c.n_embd, I = c.n_inner ? c.n_inner : 4 * c.n_embd, L = c.n_layer;
   TS_CHECK(0 <= first && first < last && last <= L + 3,
            "GPT-2 pipeline activation memory: ", "layers [", first, ", ", last, ") of ", L + 3);
   const int64_t hidden = tensor_bytes(s.R * C, s.b);
   int64_t bytes = 0, blocks = 0;
   for (int64_t i = first; i < last; ++i) {
-    if (i == 0)
-      bytes += tensor_bytes(s.T, kInt64) + hidden;  // the position ids; the output
+    if (i == 0)  // (tensor parallel: the local ids and mask); the position ids; the output
+      bytes += vocab_parallel_lookup_bytes(s) + tensor_bytes(s.T, kInt64) + hidden;
     else if (i <= L)
       ++blocks;
     else if (i == L + 1)
       bytes += hidden + 2 * tensor_bytes(s.R, kFloat32);  // ln_f's output, mean and 1/std
-    else
-      bytes += loss_bytes(s, c.vocab_size);  // the tied head's logits; the loss
+    else  // the tied head's logits; the loss (vocabulary-parallel: its output the one scalar)
+      bytes += loss_bytes(s, c.vocab_size) - (s.n > 1 ? tensor_bytes(1, kFloat32) : 0);
   }
   // A block keeps layer_bytes less its input (counted where it was made: the previous layer's
   // output, or the received value), plus its output: layer_bytes in all.
@@ -147,16 +147,18 @@ int64_t gpt2_pipeline_stage_bytes(const GPT2Config& c, const ActivationPlan& p, 
 int64_t bert_pipeline_stage_bytes(const BertConfig& c, bool nsp, const ActivationPlan& p,
                                   int64_t first, int64_t last) {
   const Sizes s = sizes_of(p, "BERT pipeline");
-  TS_CHECK(p.tensor_parallel == 1, "BERT pipeline activation memory: no tensor parallelism");
+  TS_CHECK(!p.sequence_parallel, "BERT pipeline activation memory: no sequence parallelism");
   const int64_t C = c.hidden_size, L = c.num_hidden_layers;
   TS_CHECK(0 <= first && first < last && last <= L + 4,
            "BERT pipeline activation memory: ", "layers [", first, ", ", last, ") of ", L + 4);
-  const int64_t hidden = tensor_bytes(s.R * C, s.b), logits = tensor_bytes(s.N * c.vocab_size, s.b);
+  // (Tensor parallel: this rank's vocabulary columns.)
+  const int64_t hidden = tensor_bytes(s.R * C, s.b),
+                logits = tensor_bytes(s.N * ceil_div(c.vocab_size, s.n), s.b);
   const int64_t stats = 2 * tensor_bytes(s.R, kFloat32), scalar = tensor_bytes(1, kFloat32);
   int64_t bytes = 0, layers = 0;
   for (int64_t i = first; i < last; ++i) {
     if (i == 0) {  // position ids; the LayerNorm's input, mean and 1/std; the output
-      bytes += tensor_bytes(s.T, kInt64) + 2 * hidden + stats;
+      bytes += vocab_parallel_lookup_bytes(s) + tensor_bytes(s.T, kInt64) + 2 * hidden + stats;
     } else if (i <= L) {
       ++layers;
     } else if (i == L + 1) {  // the MLM transform's dense output, GeLU's, the LayerNorm's
@@ -167,7 +169,8 @@ int64_t bert_pipeline_stage_bytes(const BertConfig& c, bool nsp, const Activatio
       if (i == last - 1) bytes += logits;
     } else {  // the biased logits, each row's logsumexp, two scalars (the loss and its target
               // count, or with data-parallel weights the summed loss and its weighted value)
-      bytes += logits + tensor_bytes(s.N, kFloat32) + 2 * scalar;
+      bytes += s.n == 1 ? logits + tensor_bytes(s.N, kFloat32) + 2 * scalar
+                        : loss_bytes(s, c.vocab_size);
       // The next-sentence loss: each row's logsumexp, its loss and count, and the sum.
       if (nsp) bytes += tensor_bytes(s.B, kFloat32) + 3 * scalar;
     }

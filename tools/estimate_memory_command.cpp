@@ -43,6 +43,10 @@ activation_checkpointing. A transformer layer keeps, with N tensor-parallel rank
 a checkpointed stack keeps one R x C input per checkpoint instead (1/N of it with
 partition_activations, none on the GPU with cpu_checkpointing).
 
+With a "pipeline" section (stages > 1), one row per stage: its layers, its parameters
+(with autotp_size T too: 3D, a tensor-parallel rank's shards) and the activations of the
+micro-batches its schedule holds at once (1F1B: up to stages - stage).
+
 The vocabulary decides the embedding size: --vocab V, else GPT-2's 50257 for the gpt2
 tokenizer, else the character vocabulary of data.path (--data), tokenised once and cached.
 
@@ -193,13 +197,35 @@ parallel::TensorParallelLayout tensor_parallel_layout_of(const io::TrainConfig& 
   return models::GPT2TensorParallelLMHeadModel::layout(c);
 }
 
+// A tensor-parallel group that only has a size: layers built over it have a rank's shapes;
+// any communication is an error (estimate-memory builds layers, it runs none).
+class ShapeOnlyGroup : public parallel::ProcessGroup {
+ public:
+  explicit ShapeOnlyGroup(int size) : size_(size) {}
+  int rank() const override { return 0; }
+  int size() const override { return size_; }
+  std::string backend() const override { return "shape-only"; }
+  parallel::Work all_reduce_async(Tensor, parallel::ReduceOp) override { refuse(); }
+  parallel::Work reduce_scatter_async(Tensor, Tensor, parallel::ReduceOp) override { refuse(); }
+  parallel::Work all_gather_async(Tensor, Tensor) override { refuse(); }
+  parallel::Work broadcast_async(Tensor, int) override { refuse(); }
+  parallel::Work send_async(Tensor, int, int) override { refuse(); }
+  parallel::Work recv_async(Tensor, int, int) override { refuse(); }
+  parallel::Work barrier_async() override { refuse(); }
+  std::shared_ptr<ProcessGroup> new_group(const std::vector<int>&) override { refuse(); }
+
+ private:
+  [[noreturn]] static void refuse() { fail("estimate-memory: a shape-only group communicated"); }
+  int size_;
+};
+
 // A pipeline: per stage, its PipelineModule's model state (ZeRO over the stage's replicas)
 // and its activations (the schedule's most micro-batches held at once; 1F1B: min(micro-batches,
 // stages - stage); ZB-H1 holds them until their weight pass), as
 // `tessera train --json` reports them per stage; the JSON's "memory" is the largest stage's.
 int estimate_pipeline(const Args& a, const io::TrainConfig& cfg, int64_t vocab, int64_t ranks) {
-  TS_CHECK(cfg.tensor_parallel.autotp_size == 1, "estimate-memory: pipeline with ",
-           "tensor_parallel.autotp_size > 1 (3D) is not built yet");
+  TS_CHECK(!cfg.tensor_parallel.sequence_parallel, "estimate-memory: pipeline with ",
+           "tensor_parallel.sequence_parallel is not built (tessera train refuses it)");
   TS_CHECK(cfg.zero.stage < 3,
            "estimate-memory: zero_optimization.stage 3 with pipeline "
            "stages is refused by the engine (see the README)");
@@ -209,9 +235,16 @@ int estimate_pipeline(const Args& a, const io::TrainConfig& cfg, int64_t vocab, 
       bert ? models::GPT2Config{} : gpt2_config_from_train_config(cfg, vocab);
   const models::BertConfig bc =
       bert ? bert_config_from_train_config(cfg, vocab) : models::BertConfig{};
+  const int64_t tp = cfg.tensor_parallel.autotp_size;
+  if (tp > 1) tensor_parallel_layout_of(cfg, vocab);  // (heads or features that do not divide)
+  // 3D: each stage built of tensor-parallel layers over a group of autotp_size ranks (rank 0's
+  // shards; every rank's are alike), so its parameters and its partition are a rank's.
+  const auto tp_group = tp > 1 ? std::make_shared<ShapeOnlyGroup>(static_cast<int>(tp)) : nullptr;
   const std::vector<parallel::LayerSpec> specs =
-      bert ? models::bert_pipeline_layers(bc, cfg.data.nsp) : models::gpt2_pipeline_layers(gc);
+      bert ? models::bert_pipeline_layers(bc, cfg.data.nsp, tp_group)
+           : models::gpt2_pipeline_layers(gc, tp_group);
   const int dp = static_cast<int>(cfg.world_size), zero = static_cast<int>(cfg.zero.stage);
+
   models::ActivationPlan plan = activation_plan(cfg);
   plan.layers_per_checkpoint = po.activation_checkpoint_interval;
   auto stage_bytes = [&](int64_t first, int64_t last) {
@@ -220,7 +253,9 @@ int estimate_pipeline(const Args& a, const io::TrainConfig& cfg, int64_t vocab, 
   };
   const int64_t p = cfg.pipeline.stages, m = cfg.gradient_accumulation_steps;
   std::cerr << (bert ? "BERT" : "GPT-2") << " pipeline: " << p << " stages x " << dp
-            << " data-parallel, " << cfg.pipeline.schedule << " schedule"
+            << " data-parallel"
+            << (tp > 1 ? " x " + std::to_string(tp) + " tensor-parallel" : std::string()) << ", "
+            << cfg.pipeline.schedule << " schedule"
             << (cfg.pipeline.virtual_stages > 1
                     ? " (" + std::to_string(cfg.pipeline.virtual_stages) + " chunks per stage)"
                     : std::string())
@@ -276,11 +311,9 @@ int estimate_pipeline(const Args& a, const io::TrainConfig& cfg, int64_t vocab, 
     if (e.total() + act > peak) peak = e.total() + act, peak_memory = mem;
   }
   if (a.has("json"))
-    std::cout << nlohmann::ordered_json{{"ranks", ranks},
-                                        {"pipeline_stages", p},
-                                        {"zero_stage", zero},
-                                        {"memory", peak_memory},
-                                        {"stages", stages}}
+    std::cout << nlohmann::ordered_json{{"ranks", ranks},        {"pipeline_stages", p},
+                                        {"tensor_parallel", tp}, {"zero_stage", zero},
+                                        {"memory", peak_memory}, {"stages", stages}}
                      .dump()
               << "\n";
   return 0;

@@ -254,7 +254,8 @@ test "$(grep -c 'checkpoint 0: 80 forwards' bert-ck-pp2.err)" = 2  # the profile
 # and activations to the byte.
 for job in pp2:2 ck-pp2:2 pp4:4 pp2dp2:4 z1:4 z2:4 bert-pp2:2 bert-pp4:4 bert-pp2dp2:4 \
            mlm-pp2:2 bert-ck-pp2:2 zb-pp2:2 zb-pp4:4 zb-z2:4 zb-ck-pp2:2 bert-zb-pp2:2 \
-           il-pp2:2 il-z2:4 bert-il-pp2:2; do
+           il-pp2:2 il-z2:4 bert-il-pp2:2 tp-pp2:4 tp-pp2dp2:8 tp-zb:4 tp-il:4 bert-tp-pp2:4 \
+           bert-tp-pp2dp2:8; do
   "$tessera" estimate-memory "${job%:*}.json" --ranks "${job#*:}" --json 2> /dev/null |
     tail -1 > "${job%:*}.estimate"
 done
@@ -263,7 +264,8 @@ import json
 fails = 0
 for job in ("pp2", "ck-pp2", "pp4", "pp2dp2", "z1", "z2", "bert-pp2", "bert-pp4", "bert-pp2dp2",
             "mlm-pp2", "bert-ck-pp2", "zb-pp2", "zb-pp4", "zb-z2", "zb-ck-pp2", "bert-zb-pp2",
-            "il-pp2", "il-z2", "bert-il-pp2"):
+            "il-pp2", "il-z2", "bert-il-pp2", "tp-pp2", "tp-pp2dp2", "tp-zb", "tp-il",
+            "bert-tp-pp2", "bert-tp-pp2dp2"):
     stages = json.load(open(job + ".estimate"))["stages"]
     bad = 0
     for line in open(job + ".out"):
@@ -272,8 +274,13 @@ for job in ("pp2", "ck-pp2", "pp4", "pp2dp2", "z1", "z2", "bert-pp2", "bert-pp4"
         # (ZB-H1 holds all of a stage's micro-batches at once, so a cache a forward now and
         # then allocates (BERT's last stage: 128 B, once in 20 steps) shows in its sum: its
         # activations are held to 0.2%, everything else to the byte.)
+        # 3D: GPT-2's 1F1B and ZB-H1 stages to the byte too; the interleaved GPT-2 stage 0
+        # and BERT's last stage (whose loss weights and masked counts vary by micro-batch and
+        # rank) keep up to 2% less than the estimate counts.
+        tol = 0.02 if job in ("tp-il", "bert-tp-pp2", "bert-tp-pp2dp2") else \
+              0.002 if "zb" in job else 0
         close = lambda k, v: run["memory"][k] == v or (
-            "zb" in job and k == "activations" and abs(run["memory"][k] - v) <= 0.002 * v)
+            k == "activations" and abs(run["memory"][k] - v) <= tol * v)
         differ = {k: (run["memory"][k], v) for k, v in want.items() if not close(k, v)}
         bad += bool(differ)
         if differ:
