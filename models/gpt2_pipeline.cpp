@@ -12,12 +12,17 @@ using parallel::PipeValue;
 
 namespace {
 
-// Token and position embeddings, then dropout: GPT2Model's first lines.
+// Token and position embeddings, then dropout: GPT2Model's first lines. The token embedding
+// is nn::Embedding, or with tensor parallelism (3D) parallel::VocabParallelEmbedding over the
+// group given after the config.
+template <class TokenEmbedding>
 class GPT2EmbeddingPipe : public PipeLayer {
  public:
-  GPT2EmbeddingPipe(nn::Module* parent, const std::string& name, const GPT2Config& c)
+  template <class... Group>
+  GPT2EmbeddingPipe(nn::Module* parent, const std::string& name, const GPT2Config& c,
+                    Group... group)
       : PipeLayer(parent, name),
-        wte(this, "wte", c.vocab_size, c.n_embd),
+        wte(this, "wte", c.vocab_size, c.n_embd, group...),
         wpe(this, "wpe", c.n_positions, c.n_embd),
         drop(this, "drop", c.dropout),
         n_positions(c.n_positions) {}
@@ -32,10 +37,14 @@ class GPT2EmbeddingPipe : public PipeLayer {
     return {drop(wte(ids) + wpe(pos))};
   }
   std::string type_name() const override { return "GPT2Embedding"; }
-  nn::Embedding wte, wpe;
+  TokenEmbedding wte;
+  nn::Embedding wpe;
   nn::Dropout drop;
   int64_t n_positions;
 };
+
+using GPT2WholeEmbeddingPipe = GPT2EmbeddingPipe<nn::Embedding>;
+using GPT2TPEmbeddingPipe = GPT2EmbeddingPipe<parallel::VocabParallelEmbedding>;
 
 class GPT2BlockPipe : public PipeLayer {
  public:
@@ -56,32 +65,6 @@ class GPT2FinalNormPipe : public PipeLayer {
 };
 
 // The tensor-parallel layers (3D): the same ops over `group`, each rank holding its shard.
-class GPT2TPEmbeddingPipe : public PipeLayer {
- public:
-  GPT2TPEmbeddingPipe(nn::Module* parent, const std::string& name, const GPT2Config& c,
-                      std::shared_ptr<parallel::ProcessGroup> group)
-      : PipeLayer(parent, name),
-        wte(this, "wte", c.vocab_size, c.n_embd, std::move(group)),
-        wpe(this, "wpe", c.n_positions, c.n_embd),
-        drop(this, "drop", c.dropout),
-        n_positions(c.n_positions) {}
-  PipeValue forward(const PipeValue& x) override {
-    const Tensor& ids = x.at(0);
-    TS_CHECK(ids.dim() == 2, "GPT-2 pipeline: input_ids must be [batch, time], got ",
-             ids.describe());
-    const int64_t T = ids.size(1);
-    TS_CHECK(T <= n_positions, "GPT-2 pipeline: sequence of ", T,
-             " tokens exceeds the model's n_positions = ", n_positions);
-    const Tensor pos = arange(0, static_cast<double>(T), 1, DType::Int64, ids.device());
-    return {drop(wte(ids) + wpe(pos))};
-  }
-  std::string type_name() const override { return "GPT2Embedding"; }
-  parallel::VocabParallelEmbedding wte;
-  nn::Embedding wpe;
-  nn::Dropout drop;
-  int64_t n_positions;
-};
-
 class GPT2TPBlockPipe : public PipeLayer {
  public:
   GPT2TPBlockPipe(nn::Module* parent, const std::string& name, const GPT2Config& c,
@@ -117,16 +100,16 @@ std::vector<LayerSpec> gpt2_pipeline_layers(const GPT2Config& c,
   c.validate();
   if (tp && tp->size() > 1) return gpt2_tensor_parallel_layers(c, std::move(tp));
   std::vector<LayerSpec> specs{
-      LayerSpec::tied<GPT2EmbeddingPipe>("embed", {"wte.weight"}, {}, "GPT2Embedding", c)};
+      LayerSpec::tied<GPT2WholeEmbeddingPipe>("embed", {"wte.weight"}, {}, "GPT2Embedding", c)};
   for (int64_t i = 0; i < c.n_layer; ++i)
     specs.push_back(LayerSpec::of<GPT2BlockPipe>("GPT2Block", c));
   specs.push_back(LayerSpec::of<GPT2FinalNormPipe>("LayerNorm", c));
   // The LM head: the token embedding's weight, transposed (GPT2LMHeadModel's tied head).
   auto head = [](PipeLayer& embed, const PipeValue& x) -> PipeValue {
-    return {linear(x.at(0), dynamic_cast<GPT2EmbeddingPipe&>(embed).wte.weight)};
+    return {linear(x.at(0), dynamic_cast<GPT2WholeEmbeddingPipe&>(embed).wte.weight)};
   };
   specs.push_back(
-      LayerSpec::tied<GPT2EmbeddingPipe>("embed", {"wte.weight"}, head, "GPT2Embedding", c));
+      LayerSpec::tied<GPT2WholeEmbeddingPipe>("embed", {"wte.weight"}, head, "GPT2Embedding", c));
   return specs;
 }
 
