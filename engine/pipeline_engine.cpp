@@ -295,6 +295,9 @@ void PipelineEngine::forward_pass(const PipeInstruction& in, Buffers& b, bool tr
       if (needs_grad(t)) t = t.detach().requires_grad_(true);
   b.inputs[buf] = x;
   if (train) position_rng(in.micro_batch, in.chunk);
+  // The buffer's previous micro-batch (through its backward) lets go of its output first, so
+  // the bytes this forward leaves are its own whenever that output's send completed.
+  b.outputs[buf].clear();
   const int64_t held = allocated_bytes();
   const uint64_t drawn_from = default_generator().state().offset;
   PipeValue y = module_.forward(x, in.chunk);

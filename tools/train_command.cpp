@@ -220,10 +220,14 @@ int train_pipeline(const Args& a, io::TrainConfig& cfg,
     std::cerr << " (partition " << cfg.pipeline.partition << ")";
     if (const int64_t k = model.options().activation_checkpoint_interval; k > 0)
       std::cerr << ", activation checkpoints of " << k << " layer" << (k > 1 ? "s" : "");
-    std::cerr << ", vocab " << corpus.vocab_size << ", block " << cfg.model.block_size << ", batch "
-              << cfg.train_batch_size << " (" << cfg.micro_batch_size << " x "
-              << cfg.gradient_accumulation_steps << " micro-batches), " << pipe.optimizer().name()
-              << ", " << cfg.train.steps << " steps\n";
+    std::cerr << ", vocab " << corpus.vocab_size;
+    if (tp > 1 && corpus.vocab_size % tp != 0)  // (Megatron's padding: no probability)
+      std::cerr << " (padded to " << (corpus.vocab_size + tp - 1) / tp * tp << " over " << tp
+                << " tensor-parallel ranks)";
+    std::cerr << ", block " << cfg.model.block_size << ", batch " << cfg.train_batch_size << " ("
+              << cfg.micro_batch_size << " x " << cfg.gradient_accumulation_steps
+              << " micro-batches), " << pipe.optimizer().name() << ", " << cfg.train.steps
+              << " steps\n";
   }
   const engine::TrainResult r = trainer.fit();
   if (cfg.comms_logger.enabled && world->rank() == 0)
