@@ -26,6 +26,31 @@ class GeneratorRestore {
 
 }  // namespace
 
+namespace {
+
+// The options with the topology's stage count (a different one given is an error).
+PipelineModuleOptions with_stages(PipelineModuleOptions options, const ProcessTopology& topology) {
+  const int64_t p = topology.dim("pipe");
+  TS_CHECK(options.num_stages == 1 || options.num_stages == p, "PipelineModule: num_stages ",
+           options.num_stages, " but the topology's \"pipe\" axis has ", p);
+  options.num_stages = p;
+  return options;
+}
+
+int64_t stage_in(const ProcessTopology& topology) {
+  auto world = parallel::world();
+  TS_CHECK(topology.world_size() == world->size(), "PipelineModule: the topology has ",
+           topology.world_size(), " ranks, the job ", world->size());
+  return topology.coords_of(world->rank()).at("pipe");
+}
+
+}  // namespace
+
+PipelineModule::PipelineModule(std::vector<LayerSpec> specs, PipeLossFn loss_fn,
+                               const ProcessTopology& topology, PipelineModuleOptions options)
+    : PipelineModule(std::move(specs), std::move(loss_fn), stage_in(topology),
+                     with_stages(std::move(options), topology)) {}
+
 PipelineModule::PipelineModule(std::vector<LayerSpec> specs, PipeLossFn loss_fn, int64_t stage_id,
                                PipelineModuleOptions options)
     : specs_(std::move(specs)),

@@ -71,7 +71,8 @@ void check_3d(const std::string& schedule) {
   o.num_chunks = chunks;
   o.partition_method = "uniform";
   parallel::PipelineModule piped(models::gpt2_pipeline_layers(c, tp),
-                                 models::gpt2_pipeline_loss(tp), me.at("pipe"), o);
+                                 models::gpt2_pipeline_loss(tp), topo, o);  // (stage: the rank's)
+  REQUIRE(piped.stage_id() == me.at("pipe"));
   piped.set_saved_names(names);
   piped.load_saved_state(reference.state_dict(), tp->rank(), tp->size());
   engine::PipelineEngineOptions eo;
@@ -141,6 +142,10 @@ TEST_CASE("pipeline engine 3D: the topology's model axis must match the tensor-p
   parallel::PipelineModule piped(models::gpt2_pipeline_layers(c, tp),
                                  models::gpt2_pipeline_loss(tp),
                                  topo.coords_of(world->rank()).at("pipe"), o);
+  o.num_stages = 4;
+  CHECK_THROWS_WITH(parallel::PipelineModule(models::gpt2_pipeline_layers(c, tp),
+                                             models::gpt2_pipeline_loss(tp), topo, o),
+                    doctest::Contains("num_stages 4 but the topology's \"pipe\" axis has 2"));
   engine::PipelineEngineOptions eo;
   eo.micro_batches = 2;
   eo.topology = topo;  // (no tensor_parallel_group)

@@ -38,6 +38,7 @@
 #include "tessera/nn/module.h"
 #include "tessera/parallel/activation_checkpointing.h"
 #include "tessera/parallel/pipe_partition.h"
+#include "tessera/parallel/topology.h"
 
 namespace tessera::parallel {
 
@@ -122,6 +123,10 @@ struct PipelineModuleOptions {
 class PipelineModule : public nn::Module {
  public:
   PipelineModule(std::vector<LayerSpec> specs, PipeLossFn loss_fn, int64_t stage_id,
+                 PipelineModuleOptions options = {});
+  // DeepSpeed's PipelineModule(topology=...): the stages are the topology's "pipe" axis
+  // (options.num_stages, if not 1, must equal it) and this process's stage its coordinate.
+  PipelineModule(std::vector<LayerSpec> specs, PipeLossFn loss_fn, const ProcessTopology& topology,
                  PipelineModuleOptions options = {});
   // This stage's layers of model chunk `chunk` on `x` (the previous part's output, or the
   // micro-batch's inputs).
