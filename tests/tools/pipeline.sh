@@ -21,7 +21,7 @@
 # bubbles are below 1F1B's on the same machine. `estimate-memory` predicts every stage's bytes of every run
 # to the byte (ZB-H1's activations to 0.2%).
 # 3D (2 stages x 2 tensor-parallel ranks; x 2 replicas with ZeRO-1 or -2: 8 ranks) gives one
-# process's losses for GPT-2 under each schedule and for BERT under 1F1B and ZB-H1; a 3D
+# process's losses for GPT-2 and BERT under each schedule; a 3D
 # checkpoint (a file pair per layer and tensor-parallel rank) resumes in one process, at 4
 # stages and at tensor parallelism alone, and a 2-stage one at 3D, each continuing one process's
 # losses; export and zero-to-fp32 merge its shards.
@@ -120,7 +120,8 @@ c["model"] = {"type": "bert", "n_layer": 3, "n_head": 2, "n_embd": 32, "block_si
               "dropout": 0.1}
 for name, stages in (("bert-one", 1), ("bert-pp2", 2), ("bert-pp4", 4), ("bert-pp2dp2", 2),
                      ("bert-s-pp2", 2), ("bert-r-one", 1), ("bert-zb-pp2", 2), ("bert-il-pp2", 2),
-                     ("bert-tp-pp2", 2), ("bert-tp-pp2dp2", 2), ("bert-tp-zb", 2)):
+                     ("bert-tp-pp2", 2), ("bert-tp-pp2dp2", 2), ("bert-tp-zb", 2),
+                     ("bert-tp-il", 2)):
     d = write(name, stages, partition="uniform" if stages == 4 else "parameters",
               **({"schedule": "zb-h1"} if "zb" in name else {}),
               **({"schedule": "interleaved"} if "il" in name else {}))
@@ -175,7 +176,7 @@ run 2 bert-s-pp2 --steps 10 --save ck3
 "$tessera" train bert-r-one.json --resume ck3 > bert-r-one.out 2> bert-r-one.err
 # 3D.
 run 4 tp-pp2; run 8 tp-pp2dp2; run 4 tp-zb; run 4 tp-il; run 4 bert-tp-pp2; run 8 bert-tp-pp2dp2
-run 4 bert-tp-zb
+run 4 bert-tp-zb; run 4 bert-tp-il
 run 8 tp-s --steps 10 --save ck6
 ls ck6/step10/layer_00-model_tp1.safetensors ck6/step10/layer_04-optimizer_tp0.safetensors >/dev/null
 "$tessera" train tp-r-one.json --resume ck6 > tp-r-one.out 2> tp-r-one.err
@@ -207,6 +208,7 @@ for one, job, steps in (("one", "pp2", all20), ("one", "pp4", all20), ("one", "p
                         ("one", "tp-pp2dp2", all20), ("one", "tp-zb", all20),
                         ("one", "tp-il", all20), ("bert-one", "bert-tp-pp2", all20),
                         ("bert-one", "bert-tp-pp2dp2", all20), ("bert-one", "bert-tp-zb", all20),
+                        ("bert-one", "bert-tp-il", all20),
                         ("one", "tp-r-one", range(11, 21)), ("one", "tp-r-pp4", range(11, 21)),
                         ("one", "tp-r-tp2", range(11, 21)), ("one", "tp-r-3d", range(11, 21))):
     one_t, one_v = rows(one, "Train_Samples_train_loss"), rows(one, "Eval_val_loss")
