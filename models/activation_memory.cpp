@@ -122,7 +122,6 @@ ActivationBytes bert_activation_bytes(const BertConfig& c, bool nsp, const Activ
 int64_t gpt2_pipeline_stage_bytes(const GPT2Config& c, const ActivationPlan& p, int64_t first,
                                   int64_t last) {
   const Sizes s = sizes_of(p, "GPT-2 pipeline");
-  TS_CHECK(!p.sequence_parallel, "GPT-2 pipeline activation memory: no sequence parallelism");
   const int64_t C = c.n_embd, I = c.n_inner ? c.n_inner : 4 * c.n_embd, L = c.n_layer;
   TS_CHECK(0 <= first && first < last && last <= L + 3,
            "GPT-2 pipeline activation memory: ", "layers [", first, ", ", last, ") of ", L + 3);
@@ -130,7 +129,8 @@ int64_t gpt2_pipeline_stage_bytes(const GPT2Config& c, const ActivationPlan& p, 
   int64_t bytes = 0, blocks = 0;
   for (int64_t i = first; i < last; ++i) {
     if (i == 0)  // (tensor parallel: the local ids and mask); the position ids; the output
-      bytes += vocab_parallel_lookup_bytes(s) + tensor_bytes(s.T, kInt64) + hidden;
+      bytes += vocab_parallel_lookup_bytes(s) +
+               tensor_bytes(p.sequence_parallel ? s.T / s.n : s.T, kInt64) + hidden;
     else if (i <= L)
       ++blocks;
     else if (i == L + 1)
@@ -147,7 +147,6 @@ int64_t gpt2_pipeline_stage_bytes(const GPT2Config& c, const ActivationPlan& p, 
 int64_t bert_pipeline_stage_bytes(const BertConfig& c, bool nsp, const ActivationPlan& p,
                                   int64_t first, int64_t last) {
   const Sizes s = sizes_of(p, "BERT pipeline");
-  TS_CHECK(!p.sequence_parallel, "BERT pipeline activation memory: no sequence parallelism");
   const int64_t C = c.hidden_size, L = c.num_hidden_layers;
   TS_CHECK(0 <= first && first < last && last <= L + 4,
            "BERT pipeline activation memory: ", "layers [", first, ", ", last, ") of ", L + 4);
@@ -157,14 +156,20 @@ int64_t bert_pipeline_stage_bytes(const BertConfig& c, bool nsp, const Activatio
   const int64_t stats = 2 * tensor_bytes(s.R, kFloat32), scalar = tensor_bytes(1, kFloat32);
   int64_t bytes = 0, layers = 0;
   for (int64_t i = first; i < last; ++i) {
-    if (i == 0) {  // position ids; the LayerNorm's input, mean and 1/std; the output
-      bytes += vocab_parallel_lookup_bytes(s) + tensor_bytes(s.T, kInt64) + 2 * hidden + stats;
+    if (i == 0) {  // position ids (sequence parallel: this chunk's, and a copy of its token
+                   // types); the LayerNorm's input, mean and 1/std; the output
+      bytes += vocab_parallel_lookup_bytes(s) +
+               tensor_bytes(p.sequence_parallel ? s.T / s.n : s.T, kInt64) +
+               (p.sequence_parallel ? tensor_bytes(s.R, kInt64) : 0) + 2 * hidden + stats;
     } else if (i <= L) {
       ++layers;
     } else if (i == L + 1) {  // the MLM transform's dense output, GeLU's, the LayerNorm's
       bytes += 3 * hidden + stats;
-      // The pooler's tanh output and the next-sentence logits.
-      if (nsp) bytes += tensor_bytes(s.B * C, s.b) + tensor_bytes(2 * s.B, s.b);
+      // The pooler's tanh output and the next-sentence logits (sequence parallel: after the
+      // first tokens gathered from each rank).
+      if (nsp)
+        bytes += (p.sequence_parallel ? tensor_bytes(s.B * s.n * C, s.b) : 0) +
+                 tensor_bytes(s.B * C, s.b) + tensor_bytes(2 * s.B, s.b);
     } else if (i == L + 2) {  // the decoder's logits: freed by the bias's add unless sent on
       if (i == last - 1) bytes += logits;
     } else {  // the biased logits, each row's logsumexp, two scalars (the loss and its target

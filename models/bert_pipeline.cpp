@@ -2,7 +2,9 @@
 
 #include "tessera/models/bert_tensor_parallel.h"
 #include "tessera/ops.h"
+#include "tessera/parallel/sequence_parallel.h"
 #include "tessera/parallel/vocab_parallel.h"
+#include "tessera/rng.h"
 
 namespace tessera::models {
 
@@ -84,11 +86,15 @@ class BertDecoderBiasPipe : public PipeLayer {
 using GroupPtr = std::shared_ptr<parallel::ProcessGroup>;
 using TPEmbeddings = BertTensorParallelForPreTraining::Embeddings;
 
+// With sequence parallelism (sequence_parallel: `group` also splits the sequence), stages
+// pass each rank's chunk of the hidden states; dropout draws that chunk of one process's mask.
 class BertTPEmbeddingsPipe : public PipeLayer {
  public:
   BertTPEmbeddingsPipe(nn::Module* parent, const std::string& name, const BertConfig& c,
-                       GroupPtr group)
-      : PipeLayer(parent, name), embeddings(this, "embeddings", c, std::move(group), false) {}
+                       GroupPtr group, bool sequence_parallel)
+      : PipeLayer(parent, name),
+        embeddings(this, "embeddings", c, group, sequence_parallel),
+        sequence_group(sequence_parallel ? group : nullptr) {}
   PipeValue forward(const PipeValue& x) override {
     TS_CHECK(x.size() == 3 && x[0].dim() == 2,
              "BERT pipeline: expected {input_ids [B, T], "
@@ -99,25 +105,79 @@ class BertTPEmbeddingsPipe : public PipeLayer {
     TS_CHECK(T <= embeddings.position_embeddings.weight.size(0), "BERT: sequence of ", T,
              " tokens exceeds max_position_embeddings = ",
              embeddings.position_embeddings.weight.size(0));
-    const Tensor pos = arange(0, static_cast<double>(T), 1, DType::Int64, x[0].device());
     auto& e = embeddings;
-    return {e.dropout(e.LayerNorm(e.word_embeddings(x[0]) + e.position_embeddings(pos) +
-                                  e.token_type_embeddings(x[1]))),
+    const parallel::ProcessGroup* seq = sequence_group.get();
+    const Tensor pos =
+        parallel::sequence_parallel_positions(T, seq, x[0].device(), "BERT pipeline");
+    SequenceShardGuard chunk(seq ? seq->rank() : 0, seq ? seq->size() : 1);
+    const int64_t t = pos.size(0), start = seq ? seq->rank() * t : 0;
+    auto lookup = [&](nn::Embedding& table, const Tensor& rows) {
+      return seq ? embedding(parallel::sequence_parallel_weight(table.weight, *sequence_group),
+                             rows)
+                 : table(rows);
+    };
+    return {e.dropout(e.LayerNorm(e.word_embeddings(x[0]) + lookup(e.position_embeddings, pos) +
+                                  lookup(e.token_type_embeddings, x[1].narrow(1, start, t)))),
             x[2]};
   }
   std::string type_name() const override { return "BertEmbeddings"; }
   TPEmbeddings embeddings;
+  GroupPtr sequence_group;
 };
 
 class BertTPLayerPipe : public PipeLayer {
  public:
-  BertTPLayerPipe(nn::Module* parent, const std::string& name, const BertConfig& c, GroupPtr group)
-      : PipeLayer(parent, name), layer(this, "layer", c, std::move(group), false) {}
+  BertTPLayerPipe(nn::Module* parent, const std::string& name, const BertConfig& c, GroupPtr group,
+                  bool sequence_parallel)
+      : PipeLayer(parent, name),
+        layer(this, "layer", c, group, sequence_parallel),
+        sequence_group(sequence_parallel ? group : nullptr) {}
   PipeValue forward(const PipeValue& x) override {
+    const parallel::ProcessGroup* seq = sequence_group.get();
+    SequenceShardGuard chunk(seq ? seq->rank() : 0, seq ? seq->size() : 1);
     return {layer.forward(x.at(0), mask_or_none(x.at(1))), x.at(1)};
   }
   std::string type_name() const override { return "BertLayer"; }
   TPBertLayer layer;
+  GroupPtr sequence_group;
+};
+
+// The heads on this rank's sequence chunk (sequence parallelism): the MLM transform's
+// replicated weights get their gradients summed over the group; the pooler takes the first
+// token, which every rank gathers from rank 0's chunk.
+class BertSPHeadsPipe : public PipeLayer {
+ public:
+  BertSPHeadsPipe(nn::Module* parent, const std::string& name, const BertConfig& c, bool with_nsp,
+                  GroupPtr group)
+      : PipeLayer(parent, name),
+        transform(this, "transform", c, group),
+        activation(c.activation),
+        group_(std::move(group)) {
+    if (with_nsp) {
+      pooler = std::make_unique<nn::Linear>(this, "pooler", c.hidden_size, c.hidden_size);
+      seq_relationship = std::make_unique<nn::Linear>(this, "seq_relationship", c.hidden_size, 2);
+    }
+  }
+  PipeValue forward(const PipeValue& x) override {
+    const Tensor& seq = x.at(0);
+    auto& dense = transform.dense;
+    const Tensor d = linear(seq, parallel::sequence_parallel_weight(dense.weight, *group_),
+                            parallel::sequence_parallel_weight(dense.bias, *group_));
+    PipeValue out{transform.LayerNorm(gelu(d, activation))};
+    if (pooler) {
+      const Tensor first =
+          parallel::gather_from_sequence_parallel_region(seq.narrow(1, 0, 1), *group_, 1, false);
+      out.push_back((*seq_relationship)(tanh((*pooler)(first.select(1, 0)))));
+    }
+    return out;
+  }
+  std::string type_name() const override { return "BertHeads"; }
+  BertTensorParallelForPreTraining::Cls::Predictions::Transform transform;
+  GeluApprox activation;
+  std::unique_ptr<nn::Linear> pooler, seq_relationship;
+
+ private:
+  GroupPtr group_;
 };
 
 // The decoder's bias over this rank's vocabulary columns (split as the tied embedding).
@@ -142,23 +202,24 @@ class BertTPDecoderBiasPipe : public PipeLayer, public parallel::TensorParallelM
   int64_t vocab_size;
 };
 
-std::vector<LayerSpec> bert_tensor_parallel_layers(const BertConfig& c, bool with_nsp,
-                                                   GroupPtr tp) {
+std::vector<LayerSpec> bert_tensor_parallel_layers(const BertConfig& c, bool with_nsp, GroupPtr tp,
+                                                   bool sp) {
   BertTensorParallelForPreTraining::check_divisible(c, tp->size());
   const std::vector<std::string> tied{"embeddings.word_embeddings.weight"};
   std::vector<LayerSpec> specs{
-      LayerSpec::tied<BertTPEmbeddingsPipe>("embed", tied, {}, "BertEmbeddings", c, tp)};
+      LayerSpec::tied<BertTPEmbeddingsPipe>("embed", tied, {}, "BertEmbeddings", c, tp, sp)};
   for (int64_t i = 0; i < c.num_hidden_layers; ++i)
-    specs.push_back(LayerSpec::of<BertTPLayerPipe>("BertLayer", c, tp));
-  specs.push_back(LayerSpec::of<BertHeadsPipe>("BertHeads", c, with_nsp));
-  auto decoder = [](PipeLayer& embed, const PipeValue& x) -> PipeValue {
+    specs.push_back(LayerSpec::of<BertTPLayerPipe>("BertLayer", c, tp, sp));
+  specs.push_back(sp ? LayerSpec::of<BertSPHeadsPipe>("BertHeads", c, with_nsp, tp)
+                     : LayerSpec::of<BertHeadsPipe>("BertHeads", c, with_nsp));
+  auto decoder = [sp](PipeLayer& embed, const PipeValue& x) -> PipeValue {
     PipeValue out = x;
     out[0] = parallel::vocab_parallel_logits(
-        x.at(0), dynamic_cast<BertTPEmbeddingsPipe&>(embed).embeddings.word_embeddings);
+        x.at(0), dynamic_cast<BertTPEmbeddingsPipe&>(embed).embeddings.word_embeddings, sp);
     return out;
   };
   specs.push_back(
-      LayerSpec::tied<BertTPEmbeddingsPipe>("embed", tied, decoder, "BertEmbeddings", c, tp));
+      LayerSpec::tied<BertTPEmbeddingsPipe>("embed", tied, decoder, "BertEmbeddings", c, tp, sp));
   specs.push_back(LayerSpec::of<BertTPDecoderBiasPipe>("BertDecoderBias", c, tp));
   return specs;
 }
@@ -166,9 +227,13 @@ std::vector<LayerSpec> bert_tensor_parallel_layers(const BertConfig& c, bool wit
 }  // namespace
 
 std::vector<LayerSpec> bert_pipeline_layers(const BertConfig& c, bool with_nsp,
-                                            std::shared_ptr<parallel::ProcessGroup> tp) {
+                                            std::shared_ptr<parallel::ProcessGroup> tp,
+                                            bool sequence_parallel) {
   c.validate();
-  if (tp && tp->size() > 1) return bert_tensor_parallel_layers(c, with_nsp, std::move(tp));
+  TS_CHECK(!sequence_parallel || (tp && tp->size() > 1),
+           "BERT pipeline: sequence_parallel needs a tensor-parallel group of 2 or more ranks");
+  if (tp && tp->size() > 1)
+    return bert_tensor_parallel_layers(c, with_nsp, std::move(tp), sequence_parallel);
   const std::vector<std::string> tied{"embeddings.word_embeddings.weight"};
   std::vector<LayerSpec> specs{
       LayerSpec::tied<BertEmbeddingsPipe>("embed", tied, {}, "BertEmbeddings", c)};

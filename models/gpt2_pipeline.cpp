@@ -2,7 +2,9 @@
 
 #include "tessera/models/gpt2_tensor_parallel.h"
 #include "tessera/ops.h"
+#include "tessera/parallel/sequence_parallel.h"
 #include "tessera/parallel/vocab_parallel.h"
+#include "tessera/rng.h"
 
 namespace tessera::models {
 
@@ -12,9 +14,20 @@ using parallel::PipeValue;
 
 namespace {
 
+using GroupPtr = std::shared_ptr<parallel::ProcessGroup>;
+
+// The group a layer's activations are split over along the sequence (Megatron-SP), or none.
+GroupPtr sequence_group_of() {
+  return nullptr;
+}
+GroupPtr sequence_group_of(const GroupPtr& group, bool sequence_parallel) {
+  return sequence_parallel ? group : nullptr;
+}
+
 // Token and position embeddings, then dropout: GPT2Model's first lines. The token embedding
 // is nn::Embedding, or with tensor parallelism (3D) parallel::VocabParallelEmbedding over the
-// group given after the config.
+// group given after the config (and with sequence parallelism, this rank's sequence chunk of
+// the sum, its dropout mask that chunk of one process's).
 template <class TokenEmbedding>
 class GPT2EmbeddingPipe : public PipeLayer {
  public:
@@ -25,7 +38,8 @@ class GPT2EmbeddingPipe : public PipeLayer {
         wte(this, "wte", c.vocab_size, c.n_embd, group...),
         wpe(this, "wpe", c.n_positions, c.n_embd),
         drop(this, "drop", c.dropout),
-        n_positions(c.n_positions) {}
+        n_positions(c.n_positions),
+        sequence_group(sequence_group_of(group...)) {}
   PipeValue forward(const PipeValue& x) override {
     const Tensor& ids = x.at(0);
     TS_CHECK(ids.dim() == 2, "GPT-2 pipeline: input_ids must be [batch, time], got ",
@@ -33,14 +47,22 @@ class GPT2EmbeddingPipe : public PipeLayer {
     const int64_t T = ids.size(1);
     TS_CHECK(T <= n_positions, "GPT-2 pipeline: sequence of ", T,
              " tokens exceeds the model's n_positions = ", n_positions);
-    const Tensor pos = arange(0, static_cast<double>(T), 1, DType::Int64, ids.device());
-    return {drop(wte(ids) + wpe(pos))};
+    if (!sequence_group) {
+      const Tensor pos = arange(0, static_cast<double>(T), 1, DType::Int64, ids.device());
+      return {drop(wte(ids) + wpe(pos))};
+    }
+    const Tensor pos = parallel::sequence_parallel_positions(T, sequence_group.get(), ids.device(),
+                                                             "GPT-2 pipeline");
+    SequenceShardGuard chunk(sequence_group->rank(), sequence_group->size());
+    return {drop(wte(ids) +
+                 embedding(parallel::sequence_parallel_weight(wpe.weight, *sequence_group), pos))};
   }
   std::string type_name() const override { return "GPT2Embedding"; }
   TokenEmbedding wte;
   nn::Embedding wpe;
   nn::Dropout drop;
   int64_t n_positions;
+  GroupPtr sequence_group;
 };
 
 using GPT2WholeEmbeddingPipe = GPT2EmbeddingPipe<nn::Embedding>;
@@ -55,50 +77,64 @@ class GPT2BlockPipe : public PipeLayer {
   GPT2Block h;
 };
 
+// ln_f (with sequence parallelism over this rank's chunk, its weights' gradients summed).
 class GPT2FinalNormPipe : public PipeLayer {
  public:
-  GPT2FinalNormPipe(nn::Module* parent, const std::string& name, const GPT2Config& c)
-      : PipeLayer(parent, name), ln_f(this, "ln_f", c.n_embd, c.layer_norm_epsilon, true, c.bias) {}
+  GPT2FinalNormPipe(nn::Module* parent, const std::string& name, const GPT2Config& c,
+                    GroupPtr sequence_group = nullptr)
+      : PipeLayer(parent, name),
+        ln_f(this, "ln_f", c.n_embd, c.layer_norm_epsilon, true, c.bias,
+             std::move(sequence_group)) {}
   PipeValue forward(const PipeValue& x) override { return {ln_f(x.at(0))}; }
   std::string type_name() const override { return "LayerNorm"; }
-  nn::LayerNorm ln_f;
+  parallel::SequenceParallelLayerNorm ln_f;
 };
 
 // The tensor-parallel layers (3D): the same ops over `group`, each rank holding its shard.
 class GPT2TPBlockPipe : public PipeLayer {
  public:
-  GPT2TPBlockPipe(nn::Module* parent, const std::string& name, const GPT2Config& c,
-                  std::shared_ptr<parallel::ProcessGroup> group)
-      : PipeLayer(parent, name), h(this, "h", c, std::move(group), false) {}
-  PipeValue forward(const PipeValue& x) override { return {h.forward(x.at(0))}; }
+  GPT2TPBlockPipe(nn::Module* parent, const std::string& name, const GPT2Config& c, GroupPtr group,
+                  bool sequence_parallel)
+      : PipeLayer(parent, name),
+        h(this, "h", c, group, sequence_parallel),
+        sequence_group(sequence_group_of(group, sequence_parallel)) {}
+  PipeValue forward(const PipeValue& x) override {
+    if (!sequence_group) return {h.forward(x.at(0))};
+    SequenceShardGuard chunk(sequence_group->rank(), sequence_group->size());
+    return {h.forward(x.at(0))};
+  }
   std::string type_name() const override { return "GPT2Block"; }
   TPGPT2Block h;
+  GroupPtr sequence_group;
 };
 
-std::vector<LayerSpec> gpt2_tensor_parallel_layers(const GPT2Config& c,
-                                                   std::shared_ptr<parallel::ProcessGroup> tp) {
+std::vector<LayerSpec> gpt2_tensor_parallel_layers(const GPT2Config& c, GroupPtr tp, bool sp) {
   GPT2TensorParallelLMHeadModel::check_divisible(c, tp->size());
-  std::vector<LayerSpec> specs{
-      LayerSpec::tied<GPT2TPEmbeddingPipe>("embed", {"wte.weight"}, {}, "GPT2Embedding", c, tp)};
+  std::vector<LayerSpec> specs{LayerSpec::tied<GPT2TPEmbeddingPipe>("embed", {"wte.weight"}, {},
+                                                                    "GPT2Embedding", c, tp, sp)};
   for (int64_t i = 0; i < c.n_layer; ++i)
-    specs.push_back(LayerSpec::of<GPT2TPBlockPipe>("GPT2Block", c, tp));
-  specs.push_back(LayerSpec::of<GPT2FinalNormPipe>("LayerNorm", c));
-  // The LM head: this rank's vocabulary columns of the tied embedding (padding: -inf).
-  auto head = [](PipeLayer& embed, const PipeValue& x) -> PipeValue {
-    return {
-        parallel::vocab_parallel_logits(x.at(0), dynamic_cast<GPT2TPEmbeddingPipe&>(embed).wte)};
+    specs.push_back(LayerSpec::of<GPT2TPBlockPipe>("GPT2Block", c, tp, sp));
+  specs.push_back(LayerSpec::of<GPT2FinalNormPipe>("LayerNorm", c, sp ? tp : nullptr));
+  // The LM head: this rank's vocabulary columns of the tied embedding (padding: -inf), with
+  // sequence parallelism of the gathered sequence.
+  auto head = [sp](PipeLayer& embed, const PipeValue& x) -> PipeValue {
+    return {parallel::vocab_parallel_logits(x.at(0), dynamic_cast<GPT2TPEmbeddingPipe&>(embed).wte,
+                                            sp)};
   };
-  specs.push_back(
-      LayerSpec::tied<GPT2TPEmbeddingPipe>("embed", {"wte.weight"}, head, "GPT2Embedding", c, tp));
+  specs.push_back(LayerSpec::tied<GPT2TPEmbeddingPipe>("embed", {"wte.weight"}, head,
+                                                       "GPT2Embedding", c, tp, sp));
   return specs;
 }
 
 }  // namespace
 
 std::vector<LayerSpec> gpt2_pipeline_layers(const GPT2Config& c,
-                                            std::shared_ptr<parallel::ProcessGroup> tp) {
+                                            std::shared_ptr<parallel::ProcessGroup> tp,
+                                            bool sequence_parallel) {
   c.validate();
-  if (tp && tp->size() > 1) return gpt2_tensor_parallel_layers(c, std::move(tp));
+  TS_CHECK(!sequence_parallel || (tp && tp->size() > 1),
+           "GPT-2 pipeline: sequence_parallel needs a tensor-parallel group of 2 or more ranks");
+  if (tp && tp->size() > 1) return gpt2_tensor_parallel_layers(c, std::move(tp), sequence_parallel);
   std::vector<LayerSpec> specs{
       LayerSpec::tied<GPT2WholeEmbeddingPipe>("embed", {"wte.weight"}, {}, "GPT2Embedding", c)};
   for (int64_t i = 0; i < c.n_layer; ++i)

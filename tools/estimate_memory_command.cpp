@@ -224,8 +224,6 @@ class ShapeOnlyGroup : public parallel::ProcessGroup {
 // stages - stage); ZB-H1 holds them until their weight pass), as
 // `tessera train --json` reports them per stage; the JSON's "memory" is the largest stage's.
 int estimate_pipeline(const Args& a, const io::TrainConfig& cfg, int64_t vocab, int64_t ranks) {
-  TS_CHECK(!cfg.tensor_parallel.sequence_parallel, "estimate-memory: pipeline with ",
-           "tensor_parallel.sequence_parallel is not built (tessera train refuses it)");
   TS_CHECK(cfg.zero.stage < 3,
            "estimate-memory: zero_optimization.stage 3 with pipeline "
            "stages is refused by the engine (see the README)");
@@ -241,8 +239,9 @@ int estimate_pipeline(const Args& a, const io::TrainConfig& cfg, int64_t vocab, 
   // shards; every rank's are alike), so its parameters and its partition are a rank's.
   const auto tp_group = tp > 1 ? std::make_shared<ShapeOnlyGroup>(static_cast<int>(tp)) : nullptr;
   const std::vector<parallel::LayerSpec> specs =
-      bert ? models::bert_pipeline_layers(bc, cfg.data.nsp, tp_group)
-           : models::gpt2_pipeline_layers(gc, tp_group);
+      bert ? models::bert_pipeline_layers(bc, cfg.data.nsp, tp_group,
+                                          cfg.tensor_parallel.sequence_parallel)
+           : models::gpt2_pipeline_layers(gc, tp_group, cfg.tensor_parallel.sequence_parallel);
   const int dp = static_cast<int>(cfg.world_size), zero = static_cast<int>(cfg.zero.stage);
 
   models::ActivationPlan plan = activation_plan(cfg);

@@ -139,15 +139,16 @@ std::unique_ptr<parallel::PipelineModule> build_pipeline_model(
   if (auto* bert = dynamic_cast<models::BertForPreTraining*>(whole.get())) {
     const models::BertConfig& bc = bert->config;
     model = std::make_unique<parallel::PipelineModule>(
-        models::bert_pipeline_layers(bc, bert->with_nsp, tp), models::bert_pipeline_loss(tp), stage,
-        po);
+        models::bert_pipeline_layers(bc, bert->with_nsp, tp, cfg.tensor_parallel.sequence_parallel),
+        models::bert_pipeline_loss(tp), stage, po);
     model->set_saved_names([n = bc.num_hidden_layers](const std::string& name) {
       return models::bert_name_of_pipeline_parameter(name, n);
     });
   } else {
     auto& gpt = dynamic_cast<models::GPT2LMHeadModel&>(*whole);
-    model = std::make_unique<parallel::PipelineModule>(models::gpt2_pipeline_layers(gpt.config, tp),
-                                                       models::gpt2_pipeline_loss(tp), stage, po);
+    model = std::make_unique<parallel::PipelineModule>(
+        models::gpt2_pipeline_layers(gpt.config, tp, cfg.tensor_parallel.sequence_parallel),
+        models::gpt2_pipeline_loss(tp), stage, po);
     model->set_saved_names([n = gpt.config.n_layer](const std::string& name) {
       return models::gpt2_name_of_pipeline_parameter(name, n);
     });
@@ -161,13 +162,14 @@ std::unique_ptr<parallel::PipelineModule> build_pipeline_model(
 // PipelineEngine), pipelines side by side over the rest of the job.
 int train_pipeline(const Args& a, io::TrainConfig& cfg,
                    std::shared_ptr<parallel::ProcessGroup> world) {
-  TS_CHECK(!cfg.tensor_parallel.sequence_parallel,
-           "pipeline with tensor_parallel.sequence_parallel is not built yet: stages pass whole "
-           "activations; set it to false or pipeline.stages to 1");
   TS_CHECK(Device::parse(cfg.train.device).is_cpu(), "pipeline: train.device ", cfg.train.device,
            ": pipelines run on the CPU (MPI) so far");
   // 3D: stages x data-parallel replicas x tensor-parallel ranks (the last varies fastest).
   const int64_t tp = cfg.tensor_parallel.autotp_size;
+  TS_CHECK(!cfg.tensor_parallel.sequence_parallel || cfg.model.block_size % tp == 0,
+           "tensor_parallel.sequence_parallel: model.block_size ", cfg.model.block_size,
+           " does not divide among autotp_size ", tp,
+           " ranks (each stage passes every rank's chunk of the sequence)");
   const auto topo = engine::pipe_model_data_topology(cfg.pipeline.stages, tp);
   const int stage = topo.coords_of(world->rank()).at("pipe");
   auto pipe_group = topo.group_for(*world, "pipe");

@@ -1,9 +1,10 @@
 // 3D through the C++ API (np 4: 2 stages x 2 tensor-parallel ranks, the {"pipe", "data",
 // "model"} topology): GPT-2's tensor-parallel pipeline layers (vocabulary-parallel embedding and
 // tied head, column/row-parallel blocks, dropout 0.1, a vocabulary that pads) trained 2 batches
-// of 4 micro-batches with SGD under 1F1B, ZB-H1 and the interleaved schedule reproduce one
-// process running the whole (unsplit) GPT-2 layers: every loss, and every parameter shard
-// against the same shard of one process's parameter, to 1e-6.
+// of 4 micro-batches with SGD under 1F1B, ZB-H1 and the interleaved schedule (and with sequence
+// parallelism, 1F1B and ZB-H1) reproduce one process running the whole (unsplit) GPT-2 layers:
+// every loss, and every parameter shard against the same shard of one process's parameter, to
+// 1e-6.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -48,7 +49,7 @@ std::vector<engine::PipeMicroBatch> token_batches(int64_t count, int64_t vocab) 
   return out;
 }
 
-void check_3d(const std::string& schedule) {
+void check_3d(const std::string& schedule, bool sequence_parallel) {
   auto world = parallel::world();
   const parallel::ProcessTopology topo({"pipe", "data", "model"}, {2, 1, 2});
   const auto me = topo.coords_of(world->rank());
@@ -70,7 +71,7 @@ void check_3d(const std::string& schedule) {
   o.num_stages = 2;
   o.num_chunks = chunks;
   o.partition_method = "uniform";
-  parallel::PipelineModule piped(models::gpt2_pipeline_layers(c, tp),
+  parallel::PipelineModule piped(models::gpt2_pipeline_layers(c, tp, sequence_parallel),
                                  models::gpt2_pipeline_loss(tp), topo, o);  // (stage: the rank's)
   REQUIRE(piped.stage_id() == me.at("pipe"));
   piped.set_saved_names(names);
@@ -100,6 +101,7 @@ void check_3d(const std::string& schedule) {
     opt->step();
     whole.zero_grad();
     CAPTURE(schedule);
+    CAPTURE(sequence_parallel);
     CAPTURE(step);
     CHECK(std::abs(got - want) <= 1e-6 * std::abs(want));
     CHECK(default_generator().state().offset == after.offset);  // where one process leaves it
@@ -125,9 +127,12 @@ void check_3d(const std::string& schedule) {
 
 }  // namespace
 
-TEST_CASE("pipeline engine 3D: GPT-2 at 2 stages x 2 tensor-parallel ranks equals one process") {
+TEST_CASE(
+    "pipeline engine 3D: GPT-2 at 2 stages x 2 tensor-parallel ranks (+ sequence parallel) equals "
+    "one process") {
   if (parallel::world()->size() != 4) return;
-  for (const char* schedule : {"1f1b", "zb-h1", "interleaved"}) check_3d(schedule);
+  for (const char* schedule : {"1f1b", "zb-h1", "interleaved"}) check_3d(schedule, false);
+  for (const char* schedule : {"1f1b", "zb-h1"}) check_3d(schedule, true);
 }
 
 TEST_CASE("pipeline engine 3D: the topology's model axis must match the tensor-parallel group") {

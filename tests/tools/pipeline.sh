@@ -24,7 +24,8 @@
 # process's losses for GPT-2 and BERT under each schedule; a 3D
 # checkpoint (a file pair per layer and tensor-parallel rank) resumes in one process, at 4
 # stages and at tensor parallelism alone, and a 2-stage one at 3D, each continuing one process's
-# losses; export and zero-to-fp32 merge its shards.
+# losses; export and zero-to-fp32 merge its shards. With sequence parallelism too (GPT-2 and
+# BERT, each schedule, and 2 x 2 x 2 with ZeRO-2 / ZeRO-1).
 # Configurations not built yet stop with a message naming the key.
 set -euo pipefail
 source "$(dirname "$0")/cli_setup.sh"
@@ -113,23 +114,33 @@ def tp(name, stages, zero=0, **pipeline):
 tp("tp-pp2", 2); tp("tp-pp2dp2", 2, 2); tp("tp-zb", 2, schedule="zb-h1")
 tp("tp-il", 2, schedule="interleaved"); tp("tp-s", 2, 1); tp("tp-r-3d", 2)
 write("tp-r-one"); write("tp-r-pp4", 4, partition="uniform"); tp("tp-r-tp2", 1)
-d = json.load(open("tp-pp2.json")); d["tensor_parallel"]["sequence_parallel"] = True
-json.dump(d, open("tp-sp.json", "w"))
+# With sequence parallelism (stages pass each rank's chunk of the sequence): each schedule,
+# and 2 x 2 x 2 with ZeRO-2.
+tp("sp-pp2", 2); tp("sp-zb", 2, schedule="zb-h1"); tp("sp-il", 2, schedule="interleaved")
+tp("sp-z2", 2, 2)
+for name in ("sp-pp2", "sp-zb", "sp-il", "sp-z2"):
+    d = json.load(open(name + ".json")); d["tensor_parallel"]["sequence_parallel"] = True
+    json.dump(d, open(name + ".json", "w"))
+d["model"]["block_size"] = 15
+json.dump(d, open("sp-odd.json", "w"))
 # BERT pretraining (MLM + next sentence, dropout 0.1), and MLM alone.
 c["model"] = {"type": "bert", "n_layer": 3, "n_head": 2, "n_embd": 32, "block_size": 16,
               "dropout": 0.1}
 for name, stages in (("bert-one", 1), ("bert-pp2", 2), ("bert-pp4", 4), ("bert-pp2dp2", 2),
                      ("bert-s-pp2", 2), ("bert-r-one", 1), ("bert-zb-pp2", 2), ("bert-il-pp2", 2),
                      ("bert-tp-pp2", 2), ("bert-tp-pp2dp2", 2), ("bert-tp-zb", 2),
-                     ("bert-tp-il", 2)):
+                     ("bert-tp-il", 2), ("bsp-pp2", 2), ("bsp-zb", 2), ("bsp-il", 2),
+                     ("bsp-z1", 2)):
     d = write(name, stages, partition="uniform" if stages == 4 else "parameters",
               **({"schedule": "zb-h1"} if "zb" in name else {}),
               **({"schedule": "interleaved"} if "il" in name else {}))
     d["data"]["nsp"] = True
-    if name in ("bert-pp2dp2", "bert-tp-pp2dp2"):
+    if name in ("bert-pp2dp2", "bert-tp-pp2dp2", "bsp-z1"):
         d["zero_optimization"] = {"stage": 2 if name == "bert-pp2dp2" else 1}
-    if "-tp-" in name:
-        d["tensor_parallel"] = {"autotp_size": 2}
+    if "-tp-" in name or "bsp" in name:  # (bsp: with sequence parallelism)
+        d["tensor_parallel"] = {"autotp_size": 2, "sequence_parallel": "bsp" in name}
+    if name in ("bsp-zb", "bsp-il"):
+        d["pipeline"]["schedule"] = {"bsp-zb": "zb-h1", "bsp-il": "interleaved"}[name]
     json.dump(d, open(name + ".json", "w"))
 write("mlm-one"); write("mlm-pp2", 2)
 # The activation_checkpointing section alone checkpoints a pipeline's layers as it groups them
@@ -177,6 +188,8 @@ run 2 bert-s-pp2 --steps 10 --save ck3
 # 3D.
 run 4 tp-pp2; run 8 tp-pp2dp2; run 4 tp-zb; run 4 tp-il; run 4 bert-tp-pp2; run 8 bert-tp-pp2dp2
 run 4 bert-tp-zb; run 4 bert-tp-il
+run 4 sp-pp2; run 4 sp-zb; run 4 sp-il; run 8 sp-z2
+run 4 bsp-pp2; run 4 bsp-zb; run 4 bsp-il; run 8 bsp-z1
 run 8 tp-s --steps 10 --save ck6
 ls ck6/step10/layer_00-model_tp1.safetensors ck6/step10/layer_04-optimizer_tp0.safetensors >/dev/null
 "$tessera" train tp-r-one.json --resume ck6 > tp-r-one.out 2> tp-r-one.err
@@ -208,7 +221,10 @@ for one, job, steps in (("one", "pp2", all20), ("one", "pp4", all20), ("one", "p
                         ("one", "tp-pp2dp2", all20), ("one", "tp-zb", all20),
                         ("one", "tp-il", all20), ("bert-one", "bert-tp-pp2", all20),
                         ("bert-one", "bert-tp-pp2dp2", all20), ("bert-one", "bert-tp-zb", all20),
-                        ("bert-one", "bert-tp-il", all20),
+                        ("bert-one", "bert-tp-il", all20), ("one", "sp-pp2", all20),
+                        ("one", "sp-zb", all20), ("one", "sp-il", all20), ("one", "sp-z2", all20),
+                        ("bert-one", "bsp-pp2", all20), ("bert-one", "bsp-zb", all20),
+                        ("bert-one", "bsp-il", all20), ("bert-one", "bsp-z1", all20),
                         ("one", "tp-r-one", range(11, 21)), ("one", "tp-r-pp4", range(11, 21)),
                         ("one", "tp-r-tp2", range(11, 21)), ("one", "tp-r-3d", range(11, 21))):
     one_t, one_v = rows(one, "Train_Samples_train_loss"), rows(one, "Eval_val_loss")
@@ -257,7 +273,8 @@ test "$(grep -c 'checkpoint 0: 80 forwards' bert-ck-pp2.err)" = 2  # the profile
 for job in pp2:2 ck-pp2:2 pp4:4 pp2dp2:4 z1:4 z2:4 bert-pp2:2 bert-pp4:4 bert-pp2dp2:4 \
            mlm-pp2:2 bert-ck-pp2:2 zb-pp2:2 zb-pp4:4 zb-z2:4 zb-ck-pp2:2 bert-zb-pp2:2 \
            il-pp2:2 il-z2:4 bert-il-pp2:2 tp-pp2:4 tp-pp2dp2:8 tp-zb:4 tp-il:4 bert-tp-pp2:4 \
-           bert-tp-pp2dp2:8; do
+           bert-tp-pp2dp2:8 sp-pp2:4 sp-zb:4 sp-il:4 sp-z2:8 bsp-pp2:4 bsp-zb:4 bsp-il:4 \
+           bsp-z1:8; do
   "$tessera" estimate-memory "${job%:*}.json" --ranks "${job#*:}" --json 2> /dev/null |
     tail -1 > "${job%:*}.estimate"
 done
@@ -267,7 +284,8 @@ fails = 0
 for job in ("pp2", "ck-pp2", "pp4", "pp2dp2", "z1", "z2", "bert-pp2", "bert-pp4", "bert-pp2dp2",
             "mlm-pp2", "bert-ck-pp2", "zb-pp2", "zb-pp4", "zb-z2", "zb-ck-pp2", "bert-zb-pp2",
             "il-pp2", "il-z2", "bert-il-pp2", "tp-pp2", "tp-pp2dp2", "tp-zb", "tp-il",
-            "bert-tp-pp2", "bert-tp-pp2dp2"):
+            "bert-tp-pp2", "bert-tp-pp2dp2", "sp-pp2", "sp-zb", "sp-il", "sp-z2", "bsp-pp2",
+            "bsp-zb", "bsp-il", "bsp-z1"):
     stages = json.load(open(job + ".estimate"))["stages"]
     bad = 0
     for line in open(job + ".out"):
@@ -279,7 +297,8 @@ for job in ("pp2", "ck-pp2", "pp4", "pp2dp2", "z1", "z2", "bert-pp2", "bert-pp4"
         # 3D: GPT-2's 1F1B and ZB-H1 stages to the byte too; the interleaved GPT-2 stage 0
         # and BERT's last stage (whose loss weights and masked counts vary by micro-batch and
         # rank) keep up to 2% less than the estimate counts.
-        tol = 0.02 if job in ("tp-il", "bert-tp-pp2", "bert-tp-pp2dp2") else \
+        tol = 0.02 if job in ("tp-il", "sp-il", "bert-tp-pp2", "bert-tp-pp2dp2") or \
+              job.startswith("bsp") else \
               0.002 if "zb" in job else 0
         close = lambda k, v: run["memory"][k] == v or (
             k == "activations" and abs(run["memory"][k] - v) <= tol * v)
@@ -344,5 +363,5 @@ expect_error z3 4 "zero_optimization.stage 3 with pipeline"
 expect_error threes 2 "pipeline.stages 3"
 expect_error contiguous 2 "contiguous_memory_optimization"
 expect_error partition 2 "pipeline.partition"
-expect_error tp-sp 4 "pipeline with tensor_parallel.sequence_parallel is not built yet"
+expect_error sp-odd 4 "model.block_size 15 does not divide among autotp_size 2 ranks"
 echo "pipeline: ok"

@@ -23,9 +23,11 @@ namespace tessera::models {
 // BertTensorParallelForPreTraining's over it under the same names (the word embedding, its
 // tied decoder and the decoder's bias split over the vocabulary), starting at zero: load the
 // whole model with load_saved_state(state, tp->rank(), tp->size()); the loss is then
-// vocabulary-parallel.
+// vocabulary-parallel. sequence_parallel (with `tp`, Megatron-SP): stages pass each rank's chunk
+// of the sequence (T must divide), as BertTensorParallelForPreTraining's sequence parallelism.
 std::vector<parallel::LayerSpec> bert_pipeline_layers(
-    const BertConfig& c, bool with_nsp, std::shared_ptr<parallel::ProcessGroup> tp = nullptr);
+    const BertConfig& c, bool with_nsp, std::shared_ptr<parallel::ProcessGroup> tp = nullptr,
+    bool sequence_parallel = false);
 parallel::PipeLossFn bert_pipeline_loss(std::shared_ptr<parallel::ProcessGroup> tp = nullptr);
 // The pipeline's inputs from a batch (token types 0 and a full mask where the batch has none).
 parallel::PipeValue bert_pipeline_inputs(const Batch& b);

@@ -28,8 +28,12 @@ namespace tessera::models {
 // GPT2TensorParallelLMHeadModel's over it (vocabulary-parallel embedding and tied head,
 // column/row-parallel blocks) under the same names, each rank holding its shard; they start at
 // zero: load the whole model's weights with load_saved_state(state, tp->rank(), tp->size()).
+// sequence_parallel (with `tp`, Megatron-SP): stages pass each rank's chunk of the sequence
+// ([B, T / N, C]; T must divide), LayerNorms, dropout and residual adds run on it, and every
+// dropout mask is that chunk of one process's.
 std::vector<parallel::LayerSpec> gpt2_pipeline_layers(
-    const GPT2Config& c, std::shared_ptr<parallel::ProcessGroup> tp = nullptr);
+    const GPT2Config& c, std::shared_ptr<parallel::ProcessGroup> tp = nullptr,
+    bool sequence_parallel = false);
 // Mean cross entropy of the logits against labels {targets} (-100: no loss), as
 // GPT2LMHeadModel::loss; with `tp`, vocabulary-parallel over this rank's logit columns.
 parallel::PipeLossFn gpt2_pipeline_loss(std::shared_ptr<parallel::ProcessGroup> tp = nullptr);
