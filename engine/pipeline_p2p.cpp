@@ -45,7 +45,12 @@ void PipelineEngine::send(const PipeValue& value, int peer, bool activation, int
   // Sends complete in the background (waited for at the batch's end): only receives block, so
   // any schedule whose receives are matched runs without deadlock.
   reap_sends();
-  for (const Tensor& t : value) sends_.push_back(pipe_->send_async(t.contiguous(), peer, tag));
+  // A value's tensors go as one batch (ProcessGroup::batch_send_recv: on NCCL one group of
+  // transfers, so a peer's matching batch cannot wait on part of it).
+  std::vector<parallel::P2POp> ops;
+  for (const Tensor& t : value)
+    ops.push_back({parallel::P2POp::Kind::Send, t.contiguous(), peer, tag});
+  for (parallel::Work& w : pipe_->batch_send_recv(ops)) sends_.push_back(std::move(w));
 }
 
 void PipelineEngine::reap_sends() {
@@ -82,12 +87,13 @@ PipeValue PipelineEngine::recv(int peer, bool activation, int64_t chunk) {
   // floating outputs.
   const Meta& m = activation ? received : sent;
   PipeValue out;
+  std::vector<parallel::P2POp> ops;
   for (size_t i = 0; i < m.shapes.size(); ++i) {
     if (!activation && !is_floating(m.dtypes[i])) continue;
-    Tensor t = Tensor::empty(m.shapes[i], m.dtypes[i], Device::cpu());
-    pipe_->recv_async(t, peer, tag).wait();
-    out.push_back(t);
+    out.push_back(Tensor::empty(m.shapes[i], m.dtypes[i], Device::cpu()));
+    ops.push_back({parallel::P2POp::Kind::Recv, out.back(), peer, tag});
   }
+  for (parallel::Work& w : pipe_->batch_send_recv(ops)) w.wait();
   return out;
 }
 
