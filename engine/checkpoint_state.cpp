@@ -36,11 +36,20 @@ void read_sharded_layer(const fs::path& dir, const std::string& layer, int files
   TS_CHECK(meta.count("tensor_parallel_size") && meta.count("tensor_parallel_layout"),
            "checkpoint: '", first.string(),
            "' has no tensor_parallel_size / tensor_parallel_layout metadata");
-  const int n = std::stoi(meta.at("tensor_parallel_size"));
+  const std::string& size = meta.at("tensor_parallel_size");
+  TS_CHECK(!size.empty() && size.size() <= 6 &&
+               size.find_first_not_of("0123456789") == std::string::npos,
+           "checkpoint: '", first.string(), "': tensor_parallel_size '", size,
+           "' is not a rank count");
+  const int n = std::stoi(size);
   TS_CHECK(n == files, "checkpoint: '", dir.string(), "' holds ", files,
            " tensor-parallel files of ", layer, " but they say ", n);
-  const parallel::TensorParallelLayout layout = parallel::layout_from_json(
-      nlohmann::json::parse(meta.at("tensor_parallel_layout")), first.string());
+  const nlohmann::json layout_json =
+      nlohmann::json::parse(meta.at("tensor_parallel_layout"), nullptr, false);
+  TS_CHECK(!layout_json.is_discarded(), "checkpoint: '", first.string(),
+           "': tensor_parallel_layout is not JSON");
+  const parallel::TensorParallelLayout layout =
+      parallel::layout_from_json(layout_json, first.string());
   for (const std::string kind : {"model", "optimizer"}) {
     if (kind == "optimizer" && !with_optimizer) break;
     std::vector<std::map<std::string, Tensor>> ranks;

@@ -55,7 +55,8 @@ void PipelineEngine::setup(std::shared_ptr<parallel::ProcessGroup> data_parallel
   if (!options_.topology) {
     TS_CHECK(pipe_->size() == world->size() || data_parallel, "PipelineEngine: a pipeline of ",
              pipe_->size(), " stages in a job of ", world->size(),
-             " ranks: give options.topology ({\"pipe\", \"data\"}) for pipelines side by side");
+             " ranks: give options.topology ({\"pipe\", \"data\"}, or {\"pipe\", \"data\", "
+             "\"model\"} with tensor parallelism) for pipelines side by side");
     options_.topology = pipe_data_topology(pipe_->size());
   }
   const auto& topo = *options_.topology;
