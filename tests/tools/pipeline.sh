@@ -348,6 +348,17 @@ il = measured("bubble-il")
 print(f"interleaved pipeline: measured bubble {il:.3f}, (p-1)/(vm+p-1) = {1 / 17:.3f}")
 assert zb < mean and il < mean, (zb, il, mean)
 PY
+# The shipped pipeline configs: estimate-memory reads them at their rank counts, and the 3D one
+# (2 stages x 2 replicas x 2 tensor-parallel ranks, sequence parallel, ZB-H1, ZeRO-1) trains.
+for cfg in gpt2_pipeline:4 gpt2_3d:8; do
+  "$tessera" estimate-memory "$fixtures/../../configs/${cfg%:*}.json" --ranks "${cfg#*:}" \
+    --data corpus.txt > /dev/null 2> "${cfg%:*}.estimate.err" ||
+    { echo "configs/${cfg%:*}.json: estimate-memory failed"; cat "${cfg%:*}.estimate.err"; exit 1; }
+done
+mpirun -np 8 "$tessera" train "$fixtures/../../configs/gpt2_3d.json" --data corpus.txt --steps 2 \
+  > shipped-3d.out 2> shipped-3d.err </dev/null ||
+  { echo "configs/gpt2_3d.json failed:"; tail -5 shipped-3d.err; exit 1; }
+grep -q "2 stages x 2 data-parallel x 2 tensor-parallel, zb-h1 schedule" shipped-3d.err
 # What is not built yet says so, naming the key.
 expect_error() {  # config, ranks, message
   if mpirun -np "$2" "$tessera" train "$1.json" > "$1.out" 2> "$1.err" </dev/null; then
