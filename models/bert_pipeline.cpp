@@ -92,37 +92,17 @@ class BertTPEmbeddingsPipe : public PipeLayer {
  public:
   BertTPEmbeddingsPipe(nn::Module* parent, const std::string& name, const BertConfig& c,
                        GroupPtr group, bool sequence_parallel)
-      : PipeLayer(parent, name),
-        embeddings(this, "embeddings", c, group, sequence_parallel),
-        sequence_group(sequence_parallel ? group : nullptr) {}
+      : PipeLayer(parent, name), embeddings(this, "embeddings", c, group, sequence_parallel) {}
   PipeValue forward(const PipeValue& x) override {
     TS_CHECK(x.size() == 3 && x[0].dim() == 2,
              "BERT pipeline: expected {input_ids [B, T], "
              "token_type_ids, attention_mask}, got ",
              x.size(), " tensors");
     nn::ModuleScope scope(embeddings);
-    const int64_t T = x[0].size(1);
-    TS_CHECK(T <= embeddings.position_embeddings.weight.size(0), "BERT: sequence of ", T,
-             " tokens exceeds max_position_embeddings = ",
-             embeddings.position_embeddings.weight.size(0));
-    auto& e = embeddings;
-    const parallel::ProcessGroup* seq = sequence_group.get();
-    const Tensor pos =
-        parallel::sequence_parallel_positions(T, seq, x[0].device(), "BERT pipeline");
-    SequenceShardGuard chunk(seq ? seq->rank() : 0, seq ? seq->size() : 1);
-    const int64_t t = pos.size(0), start = seq ? seq->rank() * t : 0;
-    auto lookup = [&](nn::Embedding& table, const Tensor& rows) {
-      return seq ? embedding(parallel::sequence_parallel_weight(table.weight, *sequence_group),
-                             rows)
-                 : table(rows);
-    };
-    return {e.dropout(e.LayerNorm(e.word_embeddings(x[0]) + lookup(e.position_embeddings, pos) +
-                                  lookup(e.token_type_embeddings, x[1].narrow(1, start, t)))),
-            x[2]};
+    return {embeddings.forward(x[0], x[1]), x[2]};
   }
   std::string type_name() const override { return "BertEmbeddings"; }
   TPEmbeddings embeddings;
-  GroupPtr sequence_group;
 };
 
 class BertTPLayerPipe : public PipeLayer {

@@ -75,7 +75,25 @@ BertTensorParallelForPreTraining::Embeddings::Embeddings(Module* parent, const s
       position_embeddings(this, "position_embeddings", c.max_position_embeddings, c.hidden_size),
       token_type_embeddings(this, "token_type_embeddings", c.type_vocab_size, c.hidden_size),
       LayerNorm(this, "LayerNorm", c.hidden_size, c.layer_norm_eps, true, true, sp ? g : nullptr),
-      dropout(this, "dropout", c.hidden_dropout_prob) {}
+      dropout(this, "dropout", c.hidden_dropout_prob),
+      sequence_group(sp ? g : nullptr) {}
+
+Tensor BertTensorParallelForPreTraining::Embeddings::forward(const Tensor& ids,
+                                                             const Tensor& types) {
+  const int64_t T = ids.size(1), max_positions = position_embeddings.weight.size(0);
+  TS_CHECK(T <= max_positions, "BERT: sequence of ", T,
+           " tokens exceeds max_position_embeddings = ", max_positions);
+  const parallel::ProcessGroup* seq = sequence_group.get();
+  const Tensor pos = parallel::sequence_parallel_positions(T, seq, ids.device(), "BERT");
+  SequenceShardGuard chunk(seq ? seq->rank() : 0, seq ? seq->size() : 1);
+  const int64_t t = pos.size(0), start = seq ? seq->rank() * t : 0;
+  auto lookup = [&](nn::Embedding& table, const Tensor& rows) {
+    return seq ? embedding(parallel::sequence_parallel_weight(table.weight, *sequence_group), rows)
+               : table(rows);
+  };
+  return dropout(LayerNorm(word_embeddings(ids) + lookup(position_embeddings, pos) +
+                           lookup(token_type_embeddings, types.narrow(1, start, t))));
+}
 
 BertTensorParallelForPreTraining::Bert::Encoder::Encoder(Module* parent, const std::string& name,
                                                          const BertConfig& c, GroupPtr g, bool sp)
@@ -160,26 +178,13 @@ Tensor BertTensorParallelForPreTraining::encode(const Batch& b) {
   TS_CHECK(b.input_ids.dim() == 2, "BERT: input_ids must be [batch, time], got ",
            b.input_ids.describe());
   const Tensor mask = bert_attention_mask(b);
-  auto& e = bert.embeddings;
   const Tensor& ids = b.input_ids;
-  const int64_t T = ids.size(1);
-  TS_CHECK(T <= config.max_position_embeddings, "BERT: sequence of ", T,
-           " tokens exceeds max_position_embeddings = ", config.max_position_embeddings);
   const Tensor types = b.token_type_ids.defined() ? b.token_type_ids
                                                   : zeros(ids.shape(), DType::Int64, ids.device());
-  // With sequence parallelism this rank's chunk of the positions (and of dropout's masks).
-  const parallel::ProcessGroup* seq = sequence_parallel ? group_.get() : nullptr;
-  const Tensor pos = parallel::sequence_parallel_positions(T, seq, ids.device(), "BERT");
+  // With sequence parallelism the layers' dropout masks are this rank's chunk too.
+  const parallel::ProcessGroup* seq = bert.embeddings.sequence_group.get();
   SequenceShardGuard chunk(seq ? seq->rank() : 0, seq ? seq->size() : 1);
-  const int64_t t = pos.size(0), start = seq ? seq->rank() * t : 0;
-  auto lookup = [&](nn::Embedding& table, const Tensor& rows) {
-    return sequence_parallel
-               ? embedding(parallel::sequence_parallel_weight(table.weight, *group_), rows)
-               : table(rows);
-  };
-  const Tensor x =
-      e.dropout(e.LayerNorm(e.word_embeddings(ids) + lookup(e.position_embeddings, pos) +
-                            lookup(e.token_type_embeddings, types.narrow(1, start, t))));
+  const Tensor x = bert.embeddings.forward(ids, types);
   return parallel::run_layers(
       activation_checkpointing.get(), static_cast<int64_t>(bert.encoder.layer.size()),
       [this, mask](int64_t i, const Tensor& in) {

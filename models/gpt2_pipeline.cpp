@@ -38,30 +38,14 @@ class GPT2EmbeddingPipe : public PipeLayer {
         wte(this, "wte", c.vocab_size, c.n_embd, group...),
         wpe(this, "wpe", c.n_positions, c.n_embd),
         drop(this, "drop", c.dropout),
-        n_positions(c.n_positions),
         sequence_group(sequence_group_of(group...)) {}
   PipeValue forward(const PipeValue& x) override {
-    const Tensor& ids = x.at(0);
-    TS_CHECK(ids.dim() == 2, "GPT-2 pipeline: input_ids must be [batch, time], got ",
-             ids.describe());
-    const int64_t T = ids.size(1);
-    TS_CHECK(T <= n_positions, "GPT-2 pipeline: sequence of ", T,
-             " tokens exceeds the model's n_positions = ", n_positions);
-    if (!sequence_group) {
-      const Tensor pos = arange(0, static_cast<double>(T), 1, DType::Int64, ids.device());
-      return {drop(wte(ids) + wpe(pos))};
-    }
-    const Tensor pos = parallel::sequence_parallel_positions(T, sequence_group.get(), ids.device(),
-                                                             "GPT-2 pipeline");
-    SequenceShardGuard chunk(sequence_group->rank(), sequence_group->size());
-    return {drop(wte(ids) +
-                 embedding(parallel::sequence_parallel_weight(wpe.weight, *sequence_group), pos))};
+    return {gpt2_input_embeddings(wte, wpe, drop, x.at(0), sequence_group.get(), "GPT-2 pipeline")};
   }
   std::string type_name() const override { return "GPT2Embedding"; }
   TokenEmbedding wte;
   nn::Embedding wpe;
   nn::Dropout drop;
-  int64_t n_positions;
   GroupPtr sequence_group;
 };
 
@@ -99,8 +83,8 @@ class GPT2TPBlockPipe : public PipeLayer {
         h(this, "h", c, group, sequence_parallel),
         sequence_group(sequence_group_of(group, sequence_parallel)) {}
   PipeValue forward(const PipeValue& x) override {
-    if (!sequence_group) return {h.forward(x.at(0))};
-    SequenceShardGuard chunk(sequence_group->rank(), sequence_group->size());
+    const parallel::ProcessGroup* seq = sequence_group.get();
+    SequenceShardGuard chunk(seq ? seq->rank() : 0, seq ? seq->size() : 1);
     return {h.forward(x.at(0))};
   }
   std::string type_name() const override { return "GPT2Block"; }

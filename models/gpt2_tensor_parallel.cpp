@@ -89,24 +89,31 @@ Tensor TPGPT2Model::blocks(const Tensor& x) {
       x, /*partition=*/!sequence_parallel);
 }
 
-Tensor TPGPT2Model::forward(const Tensor& input_ids) {
-  nn::ModuleScope scope(*this);
-  TS_CHECK(input_ids.dim() == 2, "GPT-2: input_ids must be [batch, time], got ",
-           input_ids.describe());
-  const int64_t T = input_ids.size(1);
-  TS_CHECK(T <= config.n_positions, "GPT-2: sequence of ", T,
-           " tokens exceeds the model's n_positions = ", config.n_positions);
-  if (!sequence_parallel) {
-    const Tensor pos = arange(0, static_cast<double>(T), 1, DType::Int64, input_ids.device());
-    return ln_f(blocks(drop(wte(input_ids) + wpe(pos))));
+Tensor gpt2_input_embeddings(nn::UnaryModule& wte, nn::Embedding& wpe, nn::Dropout& drop,
+                             const Tensor& ids, parallel::ProcessGroup* sequence_group,
+                             const std::string& what) {
+  TS_CHECK(ids.dim() == 2, what, ": input_ids must be [batch, time], got ", ids.describe());
+  const int64_t T = ids.size(1), n_positions = wpe.weight.size(0);
+  TS_CHECK(T <= n_positions, what, ": sequence of ", T,
+           " tokens exceeds the model's n_positions = ", n_positions);
+  if (!sequence_group) {
+    const Tensor pos = arange(0, static_cast<double>(T), 1, DType::Int64, ids.device());
+    return drop(wte(ids) + wpe(pos));
   }
   // This rank's positions; its dropout masks are its chunk of the whole sequence's.
-  const Tensor pos =
-      parallel::sequence_parallel_positions(T, group_.get(), input_ids.device(), "GPT-2");
+  const Tensor pos = parallel::sequence_parallel_positions(T, sequence_group, ids.device(), what);
+  SequenceShardGuard chunk(sequence_group->rank(), sequence_group->size());
+  return drop(wte(ids) +
+              embedding(parallel::sequence_parallel_weight(wpe.weight, *sequence_group), pos));
+}
+
+Tensor TPGPT2Model::forward(const Tensor& input_ids) {
+  nn::ModuleScope scope(*this);
+  if (!sequence_parallel)
+    return ln_f(blocks(gpt2_input_embeddings(wte, wpe, drop, input_ids, nullptr, "GPT-2")));
+  // (The blocks' dropout masks: this rank's chunk of the whole sequence's too.)
   SequenceShardGuard chunk(group_->rank(), group_->size());
-  const Tensor x = drop(wte(input_ids) +
-                        embedding(parallel::sequence_parallel_weight(wpe.weight, *group_), pos));
-  return ln_f(blocks(x));
+  return ln_f(blocks(gpt2_input_embeddings(wte, wpe, drop, input_ids, group_.get(), "GPT-2")));
 }
 
 GPT2TensorParallelLMHeadModel::GPT2TensorParallelLMHeadModel(

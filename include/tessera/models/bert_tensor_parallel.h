@@ -91,10 +91,14 @@ class BertTensorParallelForPreTraining : public nn::LossModel<Batch> {
   struct Embeddings : nn::Module {
     Embeddings(Module* parent, const std::string& name, const BertConfig& c,
                std::shared_ptr<parallel::ProcessGroup> group, bool sequence_parallel);
+    // dropout(LayerNorm(word + position + token type)) of ids and types [B, T]: whole, or with
+    // sequence parallelism this rank's chunk of the sequence (and of dropout's masks).
+    Tensor forward(const Tensor& ids, const Tensor& types);
     parallel::VocabParallelEmbedding word_embeddings;
     nn::Embedding position_embeddings, token_type_embeddings;
     parallel::SequenceParallelLayerNorm LayerNorm;
     nn::Dropout dropout;
+    std::shared_ptr<parallel::ProcessGroup> sequence_group;  // null without sequence parallelism
   };
   struct Bert : nn::Module {
     Bert(Module* parent, const std::string& name, const BertConfig& c, bool with_pooler,

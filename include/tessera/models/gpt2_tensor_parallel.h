@@ -88,6 +88,14 @@ class TPGPT2Model : public nn::Module {
   std::shared_ptr<parallel::ProcessGroup> group_;
 };
 
+// GPT2Model's input embeddings, dropout(wte(ids) + wpe(positions)) of ids [B, T] (wte whole or
+// vocabulary-parallel). With a sequence group (sequence parallelism: wte reduce-scatters over
+// it), this rank's chunk of the sequence: its positions and its chunk of dropout's masks.
+// `what` names the model in errors (a [B, T] shape, T beyond n_positions or not dividing).
+Tensor gpt2_input_embeddings(nn::UnaryModule& wte, nn::Embedding& wpe, nn::Dropout& drop,
+                             const Tensor& ids, parallel::ProcessGroup* sequence_group,
+                             const std::string& what);
+
 class GPT2TensorParallelLMHeadModel : public nn::LossModel<Batch> {
  public:
   GPT2TensorParallelLMHeadModel(const GPT2Config& c, std::shared_ptr<parallel::ProcessGroup> group,
