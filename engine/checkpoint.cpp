@@ -156,11 +156,12 @@ void Engine::write_checkpoint_files(const fs::path& tmp, const nlohmann::json& c
     if (pipe_group_) state["pipeline"] = {{"stages", pipe_group_->size()}};
     // How the shards merge (a load at another size, zero-to-fp32, export); a pipeline's layer
     // files say it themselves.
-    if (tp_group_ && pipe_group_) state["tensor_parallel"] = {{"size", tp_group_->size()}};
-    if (tp_group_ && !pipe_group_)
-      state["tensor_parallel"] = {
-          {"size", tp_group_->size()},
-          {"layout", parallel::layout_to_json(parallel::tensor_parallel_layout(model_))}};
+    if (tp_group_) {
+      state["tensor_parallel"] = {{"size", tp_group_->size()}};
+      if (!pipe_group_)
+        state["tensor_parallel"]["layout"] =
+            parallel::layout_to_json(parallel::tensor_parallel_layout(model_));
+    }
     // A model that describes its architecture (the built-in models: their HF config), so
     // tools can rebuild it (zero-to-fp32, export). Not named config.json: the tag directory is
     // not an HF model directory (its weights are in Tessera's layout) and must not look like one.

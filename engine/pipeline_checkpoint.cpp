@@ -97,40 +97,41 @@ void Engine::load_layer_files(const fs::path& dir, bool strict, bool load_optimi
   // Whatever layout saved it: the whole model's state, by the whole model's names.
   const WholeCheckpointState whole = read_whole_checkpoint(dir.string(), load_optimizer);
   const auto named = model_.named_parameters();
-  const parallel::TensorParallelLayout layout =
-      tp_group_ ? parallel::tensor_parallel_layout(model_) : parallel::TensorParallelLayout{};
-  const int tp_rank = tp_group_ ? tp_group_->rank() : 0, tp = tp_group_ ? tp_group_->size() : 1;
-  std::map<std::string, Tensor> opt_state, masters;
-  for (size_t i = 0; i < named.size(); ++i) {
-    const std::string& name = named[i].first;
+  // This stage's entries under its own names, whole; then (3D) this rank's shards of them.
+  std::map<std::string, Tensor> weights, opt_state;
+  for (const auto& [name, param] : named) {
     // (A copy another stage saves loads from the same entry.)
     const std::string saved = pipe_checkpoint_names_(name).second;
     auto it = whole.weights.find(saved);
     TS_CHECK(it != whole.weights.end() || !strict, "load_checkpoint: '", dir.string(),
              "' has no weights for '", saved, "' (this stage's '", name, "')");
     if (it == whole.weights.end()) continue;
-    Tensor& target = master_.empty() ? *named[i].second : master_[i].second;
-    // 3D: this tensor-parallel rank's shard of the whole tensor (and of its optimizer slots).
-    auto split = layout.find(name);
-    auto mine = [&](const Tensor& t) {
-      return split == layout.end() || t.shape() != it->second.shape()
-                 ? t
-                 : parallel::shard_of_whole(t, split->second, tp_rank, tp);
-    };
-    const Tensor value = mine(it->second);
-    TS_CHECK(value.shape() == target.shape(), "load_checkpoint: '", dir.string(), "': '", saved,
-             "' is ", it->second.describe(), split == layout.end() ? "" : " (sharded: ",
-             split == layout.end() ? "" : shape_str(value.shape()) + ")", ", this stage's '", name,
-             "' ", target.describe());
-    if (zero_)
-      masters[name] = value;
-    else
-      target.copy_(value);
+    weights[name] = it->second;
     if (!load_optimizer) continue;
     const std::string prefix = saved + ".";
     for (auto o = whole.optimizer.lower_bound(prefix);
          o != whole.optimizer.end() && o->first.compare(0, prefix.size(), prefix) == 0; ++o)
-      opt_state[name + o->first.substr(saved.size())] = mine(o->second);
+      opt_state[name + o->first.substr(saved.size())] = o->second;
+  }
+  if (tp_group_) {
+    const parallel::TensorParallelLayout layout = parallel::tensor_parallel_layout(model_);
+    weights = parallel::shard_state(weights, layout, tp_group_->rank(), tp_group_->size());
+    opt_state = parallel::shard_state(opt_state, layout, tp_group_->rank(), tp_group_->size());
+  }
+  std::map<std::string, Tensor> masters;
+  for (size_t i = 0; i < named.size(); ++i) {
+    const std::string& name = named[i].first;
+    auto it = weights.find(name);
+    if (it == weights.end()) continue;
+    Tensor& target = master_.empty() ? *named[i].second : master_[i].second;
+    TS_CHECK(it->second.shape() == target.shape(), "load_checkpoint: '", dir.string(), "': '",
+             pipe_checkpoint_names_(name).second, "' is ", it->second.describe(),
+             tp_group_ ? " (this tensor-parallel rank's shard)" : "", ", this stage's '", name,
+             "' ", target.describe());
+    if (zero_)
+      masters[name] = it->second;
+    else
+      target.copy_(it->second);
   }
   if (whole.optimizer.count("step")) opt_state["step"] = whole.optimizer.at("step");
   if (zero_) {

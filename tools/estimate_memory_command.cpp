@@ -234,9 +234,9 @@ int estimate_pipeline(const Args& a, const io::TrainConfig& cfg, int64_t vocab, 
   const models::BertConfig bc =
       bert ? bert_config_from_train_config(cfg, vocab) : models::BertConfig{};
   const int64_t tp = cfg.tensor_parallel.autotp_size;
-  if (tp > 1) tensor_parallel_layout_of(cfg, vocab);  // (heads or features that do not divide)
   // 3D: each stage built of tensor-parallel layers over a group of autotp_size ranks (rank 0's
-  // shards; every rank's are alike), so its parameters and its partition are a rank's.
+  // shards; every rank's are alike), so its parameters and its partition are a rank's (the
+  // layers check that heads and features divide).
   const auto tp_group = tp > 1 ? std::make_shared<ShapeOnlyGroup>(static_cast<int>(tp)) : nullptr;
   const std::vector<parallel::LayerSpec> specs =
       bert ? models::bert_pipeline_layers(bc, cfg.data.nsp, tp_group,
