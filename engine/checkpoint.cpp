@@ -279,6 +279,23 @@ LoadedCheckpoint Engine::load_checkpoint(const std::string& dir, const std::stri
   return {d.string(), state.value("client_state", nlohmann::json())};
 }
 
+// A strict load takes every weight the checkpoint holds and gives every parameter a value: a
+// name this model lacks (a layer more, another architecture) is an error listing both sides,
+// not a silently dropped layer. (Buffers may be missing: ZeRO checkpoints hold none.)
+void Engine::check_weight_names(const std::string& checkpoint,
+                                const std::map<std::string, Tensor>& weights) {
+  std::set<std::string> known;
+  std::vector<std::string> missing, unexpected;
+  for (auto& p : model_.named_parameters()) {
+    known.insert(p.first);
+    if (!weights.count(p.first)) missing.push_back(p.first);
+  }
+  for (auto& b : model_.named_buffers(true)) known.insert(b.first);
+  for (const auto& w : weights)
+    if (!known.count(w.first)) unexpected.push_back(w.first);
+  if (!missing.empty() || !unexpected.empty()) fail_key_mismatch(checkpoint, missing, unexpected);
+}
+
 void Engine::load_weights_and_optimizer(const fs::path& d, const nlohmann::json& state, bool strict,
                                         bool load_optimizer) {
   const io::JsonFields meta(state, "load_checkpoint: '" + (d / "engine.json").string() + "'");
@@ -312,6 +329,7 @@ void Engine::load_weights_and_optimizer(const fs::path& d, const nlohmann::json&
     weights = parallel::shard_state(whole.weights, layout, r, tp);
     opt_state = parallel::shard_state(whole.optimizer, layout, r, tp);
   }
+  if (strict) check_weight_names(d.string(), weights);
   if (zero_) {
     zero_->load_full_state(weights, load_optimizer ? &opt_state : nullptr);
     return;
@@ -320,9 +338,7 @@ void Engine::load_weights_and_optimizer(const fs::path& d, const nlohmann::json&
     model_.load_state_dict(weights, strict && !state.contains("zero"));  // ZeRO: no buffers
   } else {
     const auto named = model_.named_parameters();
-    std::set<std::string> known;
     for (size_t i = 0; i < named.size(); ++i) {
-      known.insert(named[i].first);
       auto it = weights.find(named[i].first);
       TS_CHECK(it != weights.end() || !strict, "load_checkpoint: '", d.string(),
                "' has no weights for '", named[i].first, "'");
@@ -332,11 +348,6 @@ void Engine::load_weights_and_optimizer(const fs::path& d, const nlohmann::json&
                it->second.describe(), ", the model's parameter ", master_[i].second.describe());
       master_[i].second.copy_(it->second);
     }
-    for (auto& b : model_.named_buffers(true)) known.insert(b.first);
-    if (strict)
-      for (const auto& w : weights)
-        TS_CHECK(known.count(w.first), "load_checkpoint: '", d.string(), "' has weights for '",
-                 w.first, "', which is not a parameter of this model");
     sync_master_to_model();
   }
   if (load_optimizer) optimizer_->load_state_dict(opt_state);

@@ -158,4 +158,18 @@ RankCheckpointState read_rank_checkpoint(const std::string& tag_dir, bool zero, 
   return out;
 }
 
+void fail_key_mismatch(const std::string& checkpoint, const std::vector<std::string>& missing,
+                       const std::vector<std::string>& unexpected) {
+  std::string msg = "load_checkpoint: '" + checkpoint + "' does not match this model: ";
+  auto list = [&](const char* what, const std::vector<std::string>& keys) {
+    if (keys.empty()) return;
+    msg += std::string(what) + " (" + std::to_string(keys.size()) + "): ";
+    for (size_t i = 0; i < keys.size() && i < 20; ++i) msg += (i ? ", " : "") + keys[i];
+    msg += keys.size() > 20 ? ", ...; " : "; ";
+  };
+  list("missing keys", missing);
+  list("unexpected keys", unexpected);
+  fail(msg, "a checkpoint of another architecture? (load_module_strict: false loads what matches)");
+}
+
 }  // namespace tessera::engine

@@ -56,7 +56,9 @@ Engine::Engine(nn::Module& model, io::TrainConfig config, InitializeOptions opti
   if (options.lr_scheduler && !config_.scheduler.type.empty() && is_lead())
     std::cerr << "warning: initialize: the client lr_scheduler replaces the config's "
                  "\"scheduler\" section (as in DeepSpeed)\n";
-  group_->set_timeout(config_.distributed.timeout());
+  // Every group this engine waits on ends a stuck wait within distributed.timeout_s.
+  for (parallel::ProcessGroup* g : {group_.get(), tp_group_.get(), pipe_group_.get()})
+    if (g) g->set_timeout(config_.distributed.timeout());
   monitor_ = std::make_unique<MonitorMaster>(config_, is_lead() ? 0 : 1);
   if (config_.fp16.enabled) compute_dtype_ = DType::Float16;
   if (config_.bf16) compute_dtype_ = DType::BFloat16;
@@ -205,6 +207,10 @@ Tensor Engine::backward(const Tensor& loss, const BackwardOptions& options) {
   reduced_backward(options.allreduce_gradients, [&] {
     (factor == 1.0 ? loss : loss * factor).backward(Tensor(), options.retain_graph);
   });
+  if (monitored()) {  // (same on every rank: the step's average is collective)
+    step_loss_sum_ += loss.item();
+    ++step_losses_;
+  }
   NoGradGuard no_grad;
   return gas == 1.0 ? loss.detach() : loss.detach() / gas;
 }
@@ -404,9 +410,20 @@ StepStats Engine::step(const LrKwargs& lr_kwargs) {
   if (trace_ && trace_->recording()) trace_->end_step();
   update_forced_timers();
   report_breakdowns();
+  wrote_train_loss_ = false;
+  std::vector<MonitorEvent> events;
+  if (step_losses_ > 0) {
+    // As DeepSpeed's engine: the step's loss at its boundary (over the ranks, as the Trainer's).
+    const double mean = step_loss_sum_ / static_cast<double>(step_losses_);
+    events.push_back({"Train/Samples/train_loss",
+                      group_->all_reduce_scalar(mean, parallel::ReduceOp::Avg), global_samples()});
+    wrote_train_loss_ = true;
+    step_loss_sum_ = 0.0;
+    step_losses_ = 0;
+  }
   if (monitor_->enabled()) {
     // As DeepSpeed: after the step, the next step's lr and the current loss scale.
-    std::vector<MonitorEvent> events{{"Train/Samples/lr", get_lr()[0], global_samples()}};
+    events.push_back({"Train/Samples/lr", get_lr()[0], global_samples()});
     if (config_.fp16.enabled)
       events.push_back({"Train/Samples/loss_scale", scaler_.scale(), global_samples()});
     monitor_->write_events(events);
@@ -420,6 +437,7 @@ StepStats Engine::apply_step(StepStats st) {
          " (inf/NaN gradients); lower the learning rate or check the data");
   if (st.overflow) {
     ++skipped_steps_;
+    check_overflow_explained();
     // Skipping hides overflowing gradients, not broken weights: those would overflow forever.
     TS_CHECK(masters_finite(), "engine.step: global step ", global_steps_,
              ": the weights hold NaN or Inf (fp16 skips steps whose gradients overflow, but it "
@@ -453,6 +471,7 @@ StepStats Engine::apply_step(StepStats st) {
     optimizer().step();
     if (zero_) timers_.stop(EngineTimers::OptimizerStep, update);
     scaler_.update(false);
+    overflows_at_min_scale_ = 0;
     ++schedule_step_;
     st.stepped = true;
     if (zero_) {
@@ -469,14 +488,6 @@ StepStats Engine::apply_step(StepStats st) {
   ++global_steps_;
   st.loss_scale = scaler_.scale();
   return st;
-}
-
-bool Engine::masters_finite() {
-  double local = 0;
-  for (const auto& g : optimizer().groups())
-    if (!g.params.empty()) local += sum(sum_squares(g.params)).item();
-  const double flag = std::isfinite(local) ? 0.0 : 1.0;
-  return group_->all_reduce_scalar(flag) == 0.0;  // every rank decides alike
 }
 
 int64_t Engine::allocated_bytes() {

@@ -5,6 +5,7 @@
 // (layer_XX-model_tpR.safetensors), whose metadata says how the ranks' shards merge.
 #include <filesystem>
 #include <map>
+#include <set>
 
 #include "tessera/engine/checkpoint_state.h"
 #include "tessera/engine/engine.h"
@@ -40,6 +41,25 @@ void gather_zero_state(parallel::ZeroOptimizer& zero, parallel::ProcessGroup& gr
   }
   const auto state = zero.optimizer().state_dict();
   if (state.count("step")) opt["step"] = state.at("step");
+}
+
+// The checkpoint's weights no stage of the pipeline claims (strict loads refuse them, as one
+// process's load_state_dict does): every stage marks the names it takes, and the marks meet
+// over the pipe group (every rank reads the same checkpoint, so the names line up).
+std::vector<std::string> unclaimed_weights(const std::map<std::string, Tensor>& saved,
+                                           const std::set<std::string>& claimed,
+                                           parallel::ProcessGroup* pipe) {
+  std::vector<double> marks;
+  for (const auto& entry : saved) marks.push_back(claimed.count(entry.first) ? 1.0 : 0.0);
+  if (marks.empty()) return {};
+  Tensor t = from_vector(marks, {static_cast<int64_t>(marks.size())});
+  if (pipe) pipe->all_reduce(t, parallel::ReduceOp::Max);
+  const std::vector<double> all = t.to_vector();
+  std::vector<std::string> out;
+  size_t i = 0;
+  for (const auto& entry : saved)
+    if (all[i++] == 0.0) out.push_back(entry.first);
+  return out;
 }
 
 }  // namespace
@@ -99,19 +119,31 @@ void Engine::load_layer_files(const fs::path& dir, bool strict, bool load_optimi
   const auto named = model_.named_parameters();
   // This stage's entries under its own names, whole; then (3D) this rank's shards of them.
   std::map<std::string, Tensor> weights, opt_state;
+  std::set<std::string> claimed;
+  for (const auto& [name, buffer] : model_.named_buffers(true))
+    claimed.insert(pipe_checkpoint_names_(name).second);
+  std::vector<std::string> missing;
   for (const auto& [name, param] : named) {
     // (A copy another stage saves loads from the same entry.)
     const std::string saved = pipe_checkpoint_names_(name).second;
+    claimed.insert(saved);
     auto it = whole.weights.find(saved);
-    TS_CHECK(it != whole.weights.end() || !strict, "load_checkpoint: '", dir.string(),
-             "' has no weights for '", saved, "' (this stage's '", name, "')");
-    if (it == whole.weights.end()) continue;
+    if (it == whole.weights.end()) {
+      missing.push_back(saved + " (this stage's '" + name + "')");
+      continue;
+    }
     weights[name] = it->second;
     if (!load_optimizer) continue;
     const std::string prefix = saved + ".";
     for (auto o = whole.optimizer.lower_bound(prefix);
          o != whole.optimizer.end() && o->first.compare(0, prefix.size(), prefix) == 0; ++o)
       opt_state[name + o->first.substr(saved.size())] = o->second;
+  }
+  if (strict) {  // (collective: every stage checks, so every stage agrees)
+    const std::vector<std::string> unexpected =
+        unclaimed_weights(whole.weights, claimed, pipe_group_.get());
+    if (!missing.empty() || !unexpected.empty())
+      fail_key_mismatch(dir.string(), missing, unexpected);
   }
   if (tp_group_) {
     const parallel::TensorParallelLayout layout = parallel::tensor_parallel_layout(model_);

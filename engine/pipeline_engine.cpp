@@ -62,6 +62,10 @@ PipelineEngine::PipelineEngine(parallel::PipelineModule& module,
     : module_(module), pipe_(std::move(pipe)), options_(std::move(options)) {
   if (options_.schedule.empty()) options_.schedule = config.pipeline.schedule;
   if (!options_.tensor_parallel_group) options_.tensor_parallel_group = init.tensor_parallel_group;
+  // The groups setup() makes (data, tied) inherit the world's timeout: a stopped stage ends
+  // the job within distributed.timeout_s, naming the rank and the operation.
+  parallel::world()->set_timeout(config.distributed.timeout());
+  pipe_->set_timeout(config.distributed.timeout());
   setup(init.group);
   micro_batches_ = config.gradient_accumulation_steps;
   init.group = data_parallel_;

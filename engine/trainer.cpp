@@ -94,7 +94,11 @@ double TrainLoop::evaluate() {
   double total = 0;
   for (double l : losses) total += l;
   total /= static_cast<double>(losses.size());
-  return engine_.group().all_reduce_scalar(total, parallel::ReduceOp::Avg);
+  total = engine_.group().all_reduce_scalar(total, parallel::ReduceOp::Avg);
+  TS_CHECK(std::isfinite(total), "trainer: the validation loss at step ", engine_.global_steps(),
+           " is ", total, ": the run diverged. Lower optimizer.params.lr, set gradient_clipping, "
+           "or train in bf16");
+  return total;
 }
 
 TrainResult TrainLoop::fit() {
@@ -135,7 +139,8 @@ TrainResult TrainLoop::fit() {
 }
 
 void TrainLoop::report_step(const TrainResult& r, const StepStats& st) {
-  engine_.write_events({{"Train/Samples/train_loss", r.train_loss, engine_.global_samples()}});
+  if (!engine_.wrote_train_loss())  // (a pipeline's stages do not see the loss)
+    engine_.write_events({{"Train/Samples/train_loss", r.train_loss, engine_.global_samples()}});
   if (!engine_.is_lead()) return;
   const double samples_s = static_cast<double>(r.steps_run * engine_.config().train_batch_size) /
                            std::max(r.seconds, 1e-9);
@@ -178,6 +183,12 @@ void TrainLoop::finish(TrainResult& r) {
     save_once(options_.save_dir);
     return;
   }
+  // A run is not a success because it reached its last step: fp16 skips non-finite steps, so a
+  // diverged run gets there too.
+  TS_CHECK(r.steps_run == 0 || std::isfinite(r.train_loss), "trainer: the loss at the last step (",
+           r.step, ") is ", r.train_loss, " after ", engine_.skipped_steps(),
+           " skipped steps: the run diverged. Lower optimizer.params.lr, set gradient_clipping, "
+           "or train in bf16");
   r.val_loss = evaluate();
   if (std::isfinite(r.val_loss))
     engine_.write_events({{"Eval/val_loss", r.val_loss, engine_.global_samples()}});

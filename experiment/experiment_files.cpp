@@ -14,8 +14,10 @@
 
 #include "tessera/error.h"
 #include "tessera/experiment/experiment_runner.h"
+#include "tessera/experiment/experiment_validation.h"
 #include "tessera/experiment/search_method.h"
 #include "tessera/io/files.h"
+#include "tessera/io/identity.h"
 #include "tessera/trial/experiment_config.h"
 
 namespace fs = std::filesystem;
@@ -79,7 +81,8 @@ ExperimentFiles read_experiment_files(const std::string& store_dir, int64_t expe
                j.contains("command") && j["command"].is_array() && j.contains("trials_root") &&
                j["trials_root"].is_string(),
            path.string(), ": not an experiment file");
-  return {j["yaml"], j["command"].get<std::vector<std::string>>(), j["trials_root"]};
+  const std::string uuid = j.contains("uuid") && j["uuid"].is_string() ? j["uuid"] : "";
+  return {j["yaml"], j["command"].get<std::vector<std::string>>(), j["trials_root"], uuid};
 }
 
 std::string ExperimentFiles::trial_dir(int64_t request_id) const {
@@ -93,23 +96,26 @@ std::string trial_dir(const std::string& store_dir, int64_t experiment, int64_t 
 int64_t create_experiment(ExperimentStore& store, const std::string& store_dir,
                           const std::string& yaml_path, const std::string& tessera) {
   const trial::ExperimentConfig config = trial::ExperimentConfig::from_file(yaml_path);
-  make_search_method(config);  // its errors before anything is recorded
   const fs::path yaml = fs::absolute(yaml_path);
   const std::vector<std::string> command = trial_command(config, yaml, tessera);
+  validate_experiment(config);  // its errors before anything is recorded
   std::ifstream in(yaml);
   std::stringstream text;
   text << in.rdbuf();
   const int64_t id = store.create_experiment(config.name, text.str());
+  // Trials' files are named by the experiment's UUID, never by its name or its id in this
+  // store: two stores sharing a host_path (or a store deleted while its checkpoints stay)
+  // never meet each other's trials.
+  const std::string uuid = io::new_uuid();
   fs::path root = experiment_dir(store_dir, id);
   const auto& storage = config.checkpoint_storage;
-  if (!storage.host_path.empty()) {
-    root = fs::absolute(storage.host_path) / storage.storage_path /
-           (config.name.empty() ? "experiment" : config.name) /
-           ("experiment_" + std::to_string(id));
-  }
+  if (!storage.host_path.empty())
+    root = fs::absolute(storage.host_path) / storage.storage_path / ("experiment_" + uuid);
   fs::create_directories(experiment_dir(store_dir, id));
-  const nlohmann::json files = {
-      {"yaml", yaml.string()}, {"command", command}, {"trials_root", fs::absolute(root).string()}};
+  const nlohmann::json files = {{"yaml", yaml.string()},
+                                {"command", command},
+                                {"trials_root", fs::absolute(root).string()},
+                                {"uuid", uuid}};
   io::write_file_atomically((fs::path(experiment_dir(store_dir, id)) / "experiment.json").string(),
                             [&](std::ostream& out) { out << files.dump(1) << "\n"; });
   return id;

@@ -197,6 +197,7 @@ void ExperimentRunner::Impl::launch(TrialRun& t) {
   program.insert(program.end(),
                  {files.yaml, "--trial-id", std::to_string(t.request_id), "--hparams",
                   t.hparams.dump(), "--trial-dir", t.dir, "--json", "--searcher-stdin"});
+  if (!files.uuid.empty()) program.insert(program.end(), {"--experiment-uuid", files.uuid});
   if (!options.device.empty()) program.insert(program.end(), {"--device", options.device});
   const std::vector<std::string> argv = trial_command_line(config, program, job_name(t));
   t.tail = std::make_unique<MetricsTail>((fs::path(t.dir) / "metrics.jsonl").string());

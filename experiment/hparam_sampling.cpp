@@ -63,18 +63,28 @@ nlohmann::json sample_hparams(const HParams& hparams, SearchRandom& random) {
 
 namespace {
 
+// How many values hyperparameter `h` takes on the grid.
+int64_t axis_size(const std::string& name, const trial::Hyperparameter& h) {
+  using T = trial::Hyperparameter;
+  if (h.type == T::Const) return 1;
+  if (h.type == T::Categorical) return static_cast<int64_t>(h.vals.size());
+  TS_CHECK(h.count && *h.count >= 1, "grid search: hyperparameter '", name,
+           "' needs a 'count' (how many grid points over its range)");
+  if (h.type != T::Int) return *h.count;
+  // (the config holds int ranges within +-2^53: no overflow)
+  const auto lo = static_cast<int64_t>(h.minval), hi = static_cast<int64_t>(h.maxval);
+  return std::min(*h.count, hi - lo + 1);
+}
+
 // The values hyperparameter `h` takes on the grid.
 std::vector<nlohmann::json> grid_axis(const std::string& name, const trial::Hyperparameter& h) {
   using T = trial::Hyperparameter;
   if (h.type == T::Const) return {h.val};
   if (h.type == T::Categorical) return h.vals;
-  TS_CHECK(h.count && *h.count >= 1, "grid search: hyperparameter '", name,
-           "' needs a 'count' (how many grid points over its range)");
-  int64_t count = *h.count;
+  const int64_t count = axis_size(name, h);
   std::vector<nlohmann::json> axis;
   if (h.type == T::Int) {
     const auto lo = static_cast<int64_t>(h.minval), hi = static_cast<int64_t>(h.maxval);
-    count = std::min(count, hi - lo + 1);
     if (count == 1) return {static_cast<int64_t>(std::round((lo + hi) / 2.0))};
     for (int64_t i = 0; i < count; ++i)
       axis.push_back(static_cast<int64_t>(
@@ -94,7 +104,20 @@ std::vector<nlohmann::json> grid_axis(const std::string& name, const trial::Hype
 
 }  // namespace
 
-std::vector<nlohmann::json> hparam_grid(const HParams& hparams) {
+int64_t grid_point_count(const HParams& hparams, int64_t max_points) {
+  int64_t points = 1;
+  for (const auto& [name, h] : hparams) {
+    const int64_t n = axis_size(name, h);
+    TS_CHECK(!__builtin_mul_overflow(points, n, &points) && points <= max_points,
+             "grid search: the grid has more than ", max_points,
+             " points (searcher.max_grid_points) once hyperparameter '", name, "' (", n,
+             " values) is added; lower the counts, or raise searcher.max_grid_points");
+  }
+  return points;
+}
+
+std::vector<nlohmann::json> hparam_grid(const HParams& hparams, int64_t max_points) {
+  grid_point_count(hparams, max_points);  // before building any
   std::vector<nlohmann::json> points{nlohmann::json::object()};
   // The first name varies slowest (Determined's cartesian product of axes in name order).
   for (auto it = hparams.rbegin(); it != hparams.rend(); ++it) {

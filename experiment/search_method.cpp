@@ -58,8 +58,11 @@ void RandomSearch::restore(const nlohmann::json& state, bool with_context) {
   if (with_context) restore_context(state.at("context"));
 }
 
-GridSearch::GridSearch(std::shared_ptr<SearchContext> c, int64_t max_concurrent)
-    : SearchMethod(std::move(c)), max_concurrent_(max_concurrent) {}
+GridSearch::GridSearch(std::shared_ptr<SearchContext> c, int64_t max_concurrent,
+                       int64_t max_points)
+    : SearchMethod(std::move(c)), max_concurrent_(max_concurrent), max_points_(max_points) {
+  grid_point_count(context_->hparams, max_points_);
+}
 
 Action GridSearch::next() {
   nlohmann::json point = std::move(remaining_.back());
@@ -69,7 +72,7 @@ Action GridSearch::next() {
 }
 
 std::vector<Action> GridSearch::initial_trials() {
-  remaining_ = hparam_grid(context_->hparams);
+  remaining_ = hparam_grid(context_->hparams, max_points_);
   int64_t n = static_cast<int64_t>(remaining_.size());
   if (max_concurrent_ > 0) n = std::min(n, max_concurrent_);
   std::vector<Action> out;
@@ -107,7 +110,8 @@ std::unique_ptr<SearchMethod> make_search_method(const trial::ExperimentConfig& 
   if (s.name == "single") return std::make_unique<RandomSearch>(context, 1, 1);
   if (s.name == "random")
     return std::make_unique<RandomSearch>(context, s.max_trials, s.max_concurrent_trials);
-  if (s.name == "grid") return std::make_unique<GridSearch>(context, s.max_concurrent_trials);
+  if (s.name == "grid")
+    return std::make_unique<GridSearch>(context, s.max_concurrent_trials, s.max_grid_points);
   if (s.name == "tpe")
     return std::make_unique<TPESearch>(
         context,

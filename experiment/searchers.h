@@ -24,7 +24,8 @@ class RandomSearch : public SearchMethod {
 
 class GridSearch : public SearchMethod {
  public:
-  GridSearch(std::shared_ptr<SearchContext> c, int64_t max_concurrent);
+  // The grid is counted here (an error before the experiment exists) and built when it starts.
+  GridSearch(std::shared_ptr<SearchContext> c, int64_t max_concurrent, int64_t max_points);
   std::vector<Action> initial_trials() override;
   std::vector<Action> trial_exited(int64_t id) override;
   nlohmann::json snapshot(bool with_context) const override;
@@ -32,7 +33,7 @@ class GridSearch : public SearchMethod {
 
  private:
   Action next();
-  int64_t max_concurrent_, pending_ = 0;
+  int64_t max_concurrent_, max_points_, pending_ = 0;
   std::vector<nlohmann::json> remaining_;  // created from the back, as Determined
 };
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tessera/error.h"
+#include "tessera/io/closest_name.h"
 
 namespace tessera::io::config {
 
@@ -16,9 +17,11 @@ using json = nlohmann::json;
 
 class Section {
  public:
+  // `unknown` collects the keys nobody asked for (their full paths, with a suggestion), which
+  // a strict config refuses.
   Section(const json& j, std::string path, const std::string& source,
-          std::vector<std::string>& warnings)
-      : j_(j), path_(std::move(path)), source_(source), warnings_(warnings) {
+          std::vector<std::string>& warnings, std::vector<std::string>& unknown)
+      : j_(j), path_(std::move(path)), source_(source), warnings_(warnings), unknown_(unknown) {
     TS_CHECK(j.is_object(), source_, ": '", path_, "' must be an object, found ", j.dump());
   }
 
@@ -67,7 +70,7 @@ class Section {
   Section sub(const std::string& k) {
     seen_.insert(k);
     static const json empty = json::object();
-    return Section(has(k) ? j_[k] : empty, key(k), source_, warnings_);
+    return Section(has(k) ? j_[k] : empty, key(k), source_, warnings_, unknown_);
   }
   const json& raw(const std::string& k) {
     seen_.insert(k);
@@ -84,11 +87,16 @@ class Section {
     warnings_.push_back(source_ + ": '" + key(k) + "' has no effect in Tessera (ignored): " + why);
   }
 
-  // Keys present but never asked for.
+  // Keys present but never asked for, each with the known key it most likely meant.
   void warn_unknown() {
-    for (auto& [k, v] : j_.items())
-      if (!seen_.count(k) && k.rfind("_", 0) != 0)  // "_comment" style keys are notes
-        warnings_.push_back(source_ + ": unknown key '" + key(k) + "' (ignored)");
+    const std::vector<std::string> known(seen_.begin(), seen_.end());
+    for (auto& [k, v] : j_.items()) {
+      if (seen_.count(k) || k.rfind("_", 0) == 0) continue;  // "_comment" style keys are notes
+      const auto guess = closest_name(k, known);
+      const std::string hint = guess ? " (did you mean '" + key(*guess) + "'?)" : "";
+      unknown_.push_back("'" + key(k) + "'" + hint);
+      warnings_.push_back(source_ + ": unknown key '" + key(k) + "' (ignored)" + hint);
+    }
   }
 
  private:
@@ -96,6 +104,7 @@ class Section {
   std::string path_;
   const std::string& source_;
   std::vector<std::string>& warnings_;
+  std::vector<std::string>& unknown_;
   std::set<std::string> seen_;
 };
 

@@ -1,6 +1,5 @@
 #include "tessera/io/token_data.h"
 
-#include <utf8proc.h>
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -10,6 +9,7 @@
 
 #include "tessera/error.h"
 #include "tessera/io/json_fields.h"
+#include "tessera/io/utf8_validation.h"
 #include "tessera/ops.h"
 
 namespace tessera::io {
@@ -25,15 +25,9 @@ std::string read_text_corpus_file(const std::string& path) {
   const size_t nul = text.find('\0');
   TS_CHECK(nul == std::string::npos, "data: '", path, "' is not a text file (a NUL byte at offset ",
            nul, ")");
-  const auto* p = reinterpret_cast<const utf8proc_uint8_t*>(text.data());
-  for (size_t i = 0; i < text.size();) {
-    utf8proc_int32_t cp = 0;
-    const utf8proc_ssize_t n =
-        utf8proc_iterate(p + i, static_cast<utf8proc_ssize_t>(text.size() - i), &cp);
-    TS_CHECK(n > 0, "data: '", path, "' is not UTF-8 text (an invalid byte sequence at offset ", i,
-             ")");
-    i += static_cast<size_t>(n);
-  }
+  const auto bad = first_invalid_utf8(text);
+  TS_CHECK(!bad, "data: '", path, "' is not UTF-8 text (an invalid byte sequence at offset ",
+           bad.value_or(0), ")");
   return text;
 }
 

@@ -422,6 +422,13 @@ void parse_monitoring(Section& root, TrainConfig& c) {
 
 }  // namespace config
 
+void TrainConfig::refuse_unknown_keys() const {
+  if (unknown_keys.empty()) return;
+  std::string list;
+  for (const std::string& k : unknown_keys) list += (list.empty() ? "" : ", ") + k;
+  fail(source, ": unknown keys (refused: \"strict\": true or --strict): ", list);
+}
+
 TrainConfig TrainConfig::from_file(const std::string& path, int64_t world_size) {
   return parse(read_text_file(path), world_size, path);
 }
@@ -435,7 +442,9 @@ TrainConfig TrainConfig::parse(const std::string& text, int64_t world, const std
     fail(source, ": invalid JSON: ", e.what());
   }
   TrainConfig c;
-  Section root(j, "", source, c.warnings);
+  c.source = source;
+  Section root(j, "", source, c.warnings, c.unknown_keys);
+  root.get("strict", c.strict);
   if (root.has("tensor_parallel")) config::parse_tensor_parallel(root.sub("tensor_parallel"), c);
   if (root.has("activation_checkpointing"))
     config::parse_activation_checkpointing(root.sub("activation_checkpointing"), c);
@@ -460,6 +469,7 @@ TrainConfig TrainConfig::parse(const std::string& text, int64_t world, const std
   if (root.has("data")) config::parse_data(root.sub("data"), c);
   if (root.has("train")) config::parse_train(root.sub("train"), c);
   root.warn_unknown();
+  if (c.strict) c.refuse_unknown_keys();
 
   // Rules that span sections.
   TS_CHECK(c.pipeline.schedule != "interleaved" ||

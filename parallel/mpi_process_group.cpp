@@ -158,6 +158,13 @@ class MpiProcessGroup : public ProcessGroup {
     thread_->run([&] {
       MPI_Comm_rank(comm_, &rank_);
       MPI_Comm_size(comm_, &size_);
+      MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_);
+      int world_size = 0;
+      MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+      // A timeout names the job's rank; in a subgroup, also where it stands there.
+      if (size_ != world_size)
+        where_ = " in a group of " + std::to_string(size_) + " (its rank " +
+                 std::to_string(rank_) + ")";
     });
     const char* t = std::getenv("TESSERA_COMM_TIMEOUT_S");
     if (t) timeout_ = std::chrono::milliseconds(static_cast<int64_t>(std::atof(t) * 1000));
@@ -276,8 +283,8 @@ class MpiProcessGroup : public ProcessGroup {
   Work submit(const char* op, const Tensor& t, int64_t msg_bytes, double bus_bytes,
               std::function<void()> call) {
     auto s = std::make_shared<Work::State>();
-    s->what = std::string(op) + (t.defined() ? " of " + t.describe() : "");
-    s->rank = rank_;
+    s->what = std::string(op) + (t.defined() ? " of " + t.describe() : "") + where_;
+    s->rank = world_rank_;
     s->timeout = timeout_;
     thread_->post([this, s, op, msg_bytes, bus_bytes, call = std::move(call)]() mutable {
       const auto t0 = std::chrono::steady_clock::now();
@@ -303,8 +310,8 @@ class MpiProcessGroup : public ProcessGroup {
   Work submit_p2p(const char* op, const Tensor& t, double bus_bytes,
                   std::function<void(MPI_Request*)> start) {
     auto s = std::make_shared<Work::State>();
-    s->what = std::string(op) + " of " + t.describe();
-    s->rank = rank_;
+    s->what = std::string(op) + " of " + t.describe() + where_;
+    s->rank = world_rank_;
     s->timeout = timeout_;
     const int64_t bytes = t.nbytes();
     thread_->post([this, s, op, t, bytes, bus_bytes, start = std::move(start)] {
@@ -329,7 +336,8 @@ class MpiProcessGroup : public ProcessGroup {
   std::shared_ptr<CommThread> thread_;
   MPI_Comm comm_;
   bool owns_world_;
-  int rank_ = 0, size_ = 1;
+  int rank_ = 0, size_ = 1, world_rank_ = 0;
+  std::string where_;  // " in a group of N (its rank R)" outside the world group
 };
 
 std::mutex& world_mutex() {

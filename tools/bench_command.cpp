@@ -24,6 +24,11 @@ int bench_gemm(const Args& a) {
   if (a.has("shape")) {
     const Shape s = parse_shape(a.get("shape", ""));
     TS_CHECK(s.size() == 3, "--shape: expected M,N,K");
+    // Each operand is allocated: every size at least 1, and each matrix at most 2^30 floats.
+    for (int64_t d : s) TS_CHECK(d >= 1, "--shape ", a.get("shape", ""), ": sizes must be >= 1");
+    for (auto [r, c] : {std::pair{s[0], s[2]}, std::pair{s[2], s[1]}, std::pair{s[0], s[1]}})
+      TS_CHECK(r <= (int64_t{1} << 30) / c, "--shape ", a.get("shape", ""), ": a ", r, " x ", c,
+               " matrix is over 2^30 floats (4 GiB)");
     shapes.push_back({s[0], s[1], s[2]});
   } else {
     shapes = {{512, 512, 512},

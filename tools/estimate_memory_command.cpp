@@ -169,6 +169,8 @@ io::TrainConfig read_config(const Args& a, int64_t ranks, int64_t& vocab) {
   }
   if (a.has("data")) cfg.data.path = a.get("data", "");
   vocab = a.get_int("vocab", 0);
+  TS_CHECK(!a.has("vocab") || (vocab >= 1 && vocab <= (int64_t{1} << 31)),
+           "estimate-memory: --vocab must be in [1, 2^31], got ", vocab);
   if (vocab <= 0) {
     if (cfg.data.tokenizer == "gpt2") {
       vocab = 50257;

@@ -268,7 +268,7 @@ int experiment_main(int argc, char** argv) {
     const int64_t id = id_argument(a, "experiment ID");
     auto store = open_store(dir);
     const nlohmann::json d = describe_experiment(store, id);
-    std::cerr << trials_table(d);
+    std::cout << trials_table(d);  // a result: stdout (with --json, the last line is JSON)
     if (a.has("json")) print_json(d);
     return 0;
   }

@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -58,18 +59,47 @@ io::ScalarSeries read_csv_dir(const fs::path& dir) {
   return out;
 }
 
+// A directory written by several runs (a rerun appends to the csv files, and adds an event
+// file): where a series' step goes back, a new run begins, drawn as its own curve ("name
+// (run 2)") instead of one zig-zag line.
+io::ScalarSeries split_reruns(const io::ScalarSeries& series) {
+  io::ScalarSeries out;
+  for (const auto& [name, points] : series) {
+    int run = 1;
+    for (size_t i = 0; i < points.size(); ++i) {
+      if (i > 0 && points[i].first <= points[i - 1].first) ++run;
+      out[run == 1 ? name : name + " (run " + std::to_string(run) + ")"].push_back(points[i]);
+    }
+  }
+  return out;
+}
+
+// A gnuplot string literal: single quotes, a quote inside doubled (gnuplot's rule).
+std::string gnuplot_quoted(const std::string& text) {
+  TS_CHECK(text.find('\n') == std::string::npos && text.find('\r') == std::string::npos,
+           "plot: a path or name with a line break cannot be given to gnuplot: ",
+           io::quoted(text));
+  std::string out = "'";
+  for (char ch : text) out += ch == '\'' ? std::string("''") : std::string(1, ch);
+  return out + "'";
+}
+
 io::ScalarSeries read_run(const fs::path& dir) {
   TS_CHECK(fs::is_directory(dir), "plot: '", dir.string(), "' is not a directory");
   io::ScalarSeries series = read_csv_dir(dir);
-  if (!series.empty()) return series;
+  if (!series.empty()) return split_reruns(series);
+  std::vector<fs::path> files;  // by name: events.out.tfevents.<time>... in the runs' order
   for (const auto& e : fs::directory_iterator(dir))
     if (e.path().filename().string().rfind("events.out.tfevents.", 0) == 0)
-      for (auto& [tag, points] : io::read_event_scalars(e.path().string()))
-        series[tag].insert(series[tag].end(), points.begin(), points.end());
+      files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  for (const fs::path& file : files)
+    for (auto& [tag, points] : io::read_event_scalars(file.string()))
+      series[tag].insert(series[tag].end(), points.begin(), points.end());
   TS_CHECK(!series.empty(), "plot: '", dir.string(),
            "' holds no monitor files (*.csv from csv_monitor, events.out.tfevents.* from "
            "tensorboard)");
-  return series;
+  return split_reruns(series);
 }
 
 // The gnuplot script: losses on top, the lr below; one data file per series in `work`.
@@ -87,14 +117,14 @@ std::string gnuplot_script(const io::ScalarSeries& series, const fs::path& work,
         name.find("loss") != std::string::npos && name.find("scale") == std::string::npos;
     if (!is_lr && !is_loss) continue;
     std::ostringstream& out = is_lr ? lr : loss;
-    out << (out.tellp() > 0 ? ", " : "plot ") << "'" << data.string()
-        << "' using 1:2 with lines linewidth 2 title '" << name << "'";
+    out << (out.tellp() > 0 ? ", " : "plot ") << gnuplot_quoted(data.string())
+        << " using 1:2 with lines linewidth 2 title " << gnuplot_quoted(name);
   }
   TS_CHECK(loss.tellp() > 0 || lr.tellp() > 0, "plot: no loss or lr series among ", series.size(),
            " series");
   std::ostringstream s;
   s << "set terminal pngcairo noenhanced size " << width << "," << height << " font 'sans,10'\n"
-    << "set output '" << png << "'\n"
+    << "set output " << gnuplot_quoted(png) << "\n"
     << "set multiplot layout 2,1\nset grid\nset xlabel 'samples'\nset key outside right\n"
     << "set ylabel 'loss'\n"
     << (loss.tellp() > 0 ? loss.str() : "plot 0 notitle") << "\n"

@@ -24,7 +24,8 @@ and prints DeepSpeed's flops profiler report: parameters, forward MACs and FLOPs
 forward/backward/step latency, FLOP/s (and MFU on a GPU whose peak is known), the top modules
 per depth and the module tree. The config's flops_profiler section sets profile_step (default
 1: after one warm-up step), module_depth, top_modules and detailed; evaluation, sampling,
-checkpoints and monitors are off.
+checkpoints, monitors and traces are off (a training run's files are never written over; a
+report file that exists is replaced, and said so).
 
 --steps N     steps to train (default profile_step + 1; must be more than profile_step)
 --data PATH   the corpus (default: the config's data.path)
@@ -63,7 +64,10 @@ int profile_main(int argc, char** argv) {
   TS_CHECK(cfg.train.steps > fp.profile_step, "profile: --steps ", cfg.train.steps,
            " ends before flops_profiler.profile_step ", fp.profile_step,
            " runs (steps are counted from 0): give --steps ", fp.profile_step + 1, " or more");
-  cfg.csv_monitor.enabled = cfg.tensorboard.enabled = false;
+  if (!fp.output_file.empty() && std::filesystem::exists(fp.output_file) && world->rank() == 0)
+    std::cerr << "profile: replacing " << io::quoted(fp.output_file) << " (an earlier report)\n";
+  // A profiling run writes its report only: a training run's monitors and traces stay.
+  cfg.csv_monitor.enabled = cfg.tensorboard.enabled = cfg.trace.enabled = false;
   cfg.train.eval_interval = 0;
   cfg.train.checkpoint_interval = 0;
   cfg.train.sample_tokens = 0;

@@ -22,7 +22,7 @@ namespace {
 
 const char* kHelp =
     R"(usage: tessera train CONFIG.json [--data PATH] [--steps N] [--device D] [--save DIR]
-                     [--resume DIR] [--json]
+                     [--resume DIR] [--strict] [--json]
 
 Trains the GPT-2 or BERT reference model a DeepSpeed-style JSON config describes (see
 configs/). The corpus (data.path, or --data: a text file or a directory of text files) is
@@ -38,8 +38,10 @@ status 130 or 143 (a second Ctrl-C stops at once).
 --save DIR    write a checkpoint (tag "step<N>") there at the end
 --resume DIR  continue from the latest checkpoint in DIR (model, optimizer, schedule, loss
               scaler, RNG and data position: the numbers continue exactly)
---json        last line: {"step": S, "train_loss": L, "val_loss": V, "tokens_per_s": R,
-              "rank": 0, "world_size": N, "memory": {"params": B, "grads": B, "optimizer": B}}
+--strict      an unknown config key is an error, not a warning (as "strict": true)
+--json        last line: {"step": S, "train_loss": L, "val_loss": V, "steps_run": N,
+              "tokens_per_s": R, "rank": 0, "world_size": N, "memory": {"params": B, ...}};
+              a missing loss is null with "train_loss_missing" / "val_loss_missing" saying why
               (under mpirun every rank prints its own line)
 
 On N processes: mpirun -np N tessera train CONFIG.json (CPU, MPI). The batch triple is
@@ -51,6 +53,9 @@ Only rank 0 prints progress, validation, checkpoints and the sample.
 // now, not after the training it would lose.
 io::TrainConfig read_config(const Args& a, parallel::ProcessGroup& world) {
   io::TrainConfig cfg = io::TrainConfig::from_file(a.positional()[0], world.size());
+  if (a.has("strict")) cfg.refuse_unknown_keys();
+  // Before any group is made from the world: each inherits its timeout.
+  world.set_timeout(cfg.distributed.timeout());
   if (world.rank() == 0)
     for (const auto& w : cfg.warnings) std::cerr << "warning: " << w << "\n";
   if (a.has("data")) cfg.data.path = a.get("data", "");
@@ -90,7 +95,18 @@ void print_json_line(const engine::TrainResult& r, engine::Engine& eng, bool com
         {"optimizer", mem.optimizer},
         {"buffers", mem.buffers},
         {"activations", pipe ? pipe->activation_bytes() : eng.activation_bytes()}}}};
-  if (std::isfinite(r.train_loss)) line["train_loss"] = r.train_loss;
+  // A null is never silent: say why the value is missing.
+  line["steps_run"] = r.steps_run;
+  if (std::isfinite(r.train_loss))
+    line["train_loss"] = r.train_loss;
+  else
+    line["train_loss_missing"] = r.stop_signal != 0 && r.steps_run == 0
+                                     ? "stopped by a signal before the first step"
+                                     : "no step ran: the run was already at step " +
+                                           std::to_string(r.step) + " of train.steps";
+  if (!std::isfinite(r.val_loss))
+    line["val_loss_missing"] = r.stop_signal != 0 ? "stopped by a signal before the evaluation"
+                                                  : "no validation data";
   if (auto* tp = eng.tensor_parallel_group()) {  // rank / world_size are data-parallel
     line["tp_rank"] = tp->rank();
     line["tp_size"] = tp->size();
@@ -243,7 +259,8 @@ int train_pipeline(const Args& a, io::TrainConfig& cfg,
 }  // namespace
 
 int train_main(int argc, char** argv) {
-  const Args a(argc, argv, 2, {"json", "help"}, {"data", "steps", "save", "resume", "device"});
+  const Args a(argc, argv, 2, {"json", "help", "strict"},
+               {"data", "steps", "save", "resume", "device"});
   if (a.has("help")) {
     std::cout << kHelp;
     return 0;

@@ -5,10 +5,13 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cmath>
+#include <filesystem>
 #include <set>
 
 #include "tessera/error.h"
 #include "tessera/io/files.h"
+#include "tessera/io/identity.h"
+#include "tessera/io/utf8_validation.h"
 
 namespace tessera::trial {
 
@@ -21,10 +24,26 @@ namespace {
 
 // A YAML mapping being read: typed getters that name the key and line, and a warning for every
 // key nobody read.
+// Aliases make a YAML document a graph: `&a [*a]` is a cycle and nested aliases (a "billion
+// laughs") expand exponentially. yaml-cpp shares aliased nodes, so only our walks of the document
+// can blow up: each is bounded in depth and in the values it expands.
+struct WalkBudget {
+  static constexpr int kMaxDepth = 64;
+  static constexpr int64_t kMaxValues = 1'000'000;
+  int64_t values = 0;
+  void enter(int depth, const std::string& where) {
+    TS_CHECK(depth <= kMaxDepth, where, ": values nested more than ", kMaxDepth,
+             " deep (a self-referencing alias such as `&a [*a]`?)");
+    TS_CHECK(++values <= kMaxValues, where, ": the document expands to more than ", kMaxValues,
+             " values (aliases of aliases?)");
+  }
+};
+
 class Node {
  public:
-  Node(YAML::Node n, std::string path, const std::string& source, std::vector<std::string>& warn)
-      : n_(std::move(n)), path_(std::move(path)), source_(source), warnings_(warn) {
+  Node(YAML::Node n, std::string path, const std::string& source, std::vector<std::string>& warn,
+       WalkBudget& budget)
+      : n_(std::move(n)), path_(std::move(path)), source_(source), warnings_(warn), budget_(budget) {
     if (!n_.IsMap()) fail(where(n_), ": '", path_.empty() ? "the file" : path_, "' must be a map");
   }
   std::string key(const std::string& k) const { return path_.empty() ? k : path_ + "." + k; }
@@ -57,7 +76,7 @@ class Node {
       fail(where(v), ": '", what, "' must be ", expect, ", found '", v.Scalar(), "'");
     }
   }
-  Node sub(const std::string& k) { return Node(raw(k), key(k), source_, warnings_); }
+  Node sub(const std::string& k) { return Node(raw(k), key(k), source_, warnings_, budget_); }
   void warn_unknown() const {
     for (const auto& kv : n_) {
       const std::string k = kv.first.as<std::string>();
@@ -68,24 +87,27 @@ class Node {
   const YAML::Node& node() const { return n_; }
   const std::string& source() const { return source_; }
   std::vector<std::string>& warnings() { return warnings_; }
+  WalkBudget& budget() { return budget_; }
 
  private:
   YAML::Node n_;
   std::string path_;
   const std::string& source_;
   std::vector<std::string>& warnings_;
+  WalkBudget& budget_;
   std::set<std::string> seen_;
 };
 
-nlohmann::json to_json(const YAML::Node& n) {
+nlohmann::json to_json(const YAML::Node& n, Node& at, int depth = 0) {
+  at.budget().enter(depth, at.where(n));
   if (n.IsSequence()) {
     nlohmann::json a = nlohmann::json::array();
-    for (const auto& x : n) a.push_back(to_json(x));
+    for (const auto& x : n) a.push_back(to_json(x, at, depth + 1));
     return a;
   }
   if (n.IsMap()) {
     nlohmann::json o = nlohmann::json::object();
-    for (const auto& kv : n) o[kv.first.as<std::string>()] = to_json(kv.second);
+    for (const auto& kv : n) o[kv.first.as<std::string>()] = to_json(kv.second, at, depth + 1);
     return o;
   }
   if (!n.IsScalar()) return nullptr;
@@ -164,7 +186,7 @@ Hyperparameter parse_hparam(Node& h, const std::string& what) {
   if (type == "const") {
     p.type = Hyperparameter::Const;
     TS_CHECK(h.has("val"), h.where(h.node()), ": '", what, "' (const) needs 'val'");
-    p.val = to_json(h.raw("val"));
+    p.val = to_json(h.raw("val"), h);
   } else if (type == "int" || type == "double" || type == "log") {
     p.type = type == "int"      ? Hyperparameter::Int
              : type == "double" ? Hyperparameter::Double
@@ -172,8 +194,15 @@ Hyperparameter parse_hparam(Node& h, const std::string& what) {
     for (const char* k : {"minval", "maxval"})
       TS_CHECK(h.has(k), h.where(h.node()), ": '", what, "' (", type, ") needs '", k, "'");
     if (p.type == Hyperparameter::Int) {
-      p.minval = static_cast<double>(h.as<int64_t>(h.raw("minval"), what + ".minval"));
-      p.maxval = static_cast<double>(h.as<int64_t>(h.raw("maxval"), what + ".maxval"));
+      // Held as doubles (as Determined's): within +-2^53 every integer is exact, and the
+      // range's size fits an int64.
+      constexpr int64_t kExact = int64_t{1} << 53;
+      for (auto [k, out] : {std::pair{"minval", &p.minval}, std::pair{"maxval", &p.maxval}}) {
+        const int64_t v = h.as<int64_t>(h.raw(k), what + "." + k);
+        TS_CHECK(v >= -kExact && v <= kExact, h.where(h.node()), ": '", what, ".", k, "' is ", v,
+                 "; an int hyperparameter lies within +-2^53 (", kExact, ")");
+        *out = static_cast<double>(v);
+      }
     } else {
       h.get("minval", p.minval);
       h.get("maxval", p.maxval);
@@ -188,7 +217,7 @@ Hyperparameter parse_hparam(Node& h, const std::string& what) {
     const YAML::Node vals = h.raw("vals");
     TS_CHECK(vals && vals.IsSequence() && vals.size() > 0, h.where(h.node()), ": '", what,
              "' (categorical) needs a non-empty list 'vals'");
-    for (const auto& v : vals) p.vals.push_back(to_json(v));
+    for (const auto& v : vals) p.vals.push_back(to_json(v, h, 1));
   } else {
     fail(h.where(h.node()), ": '", what, ".type' is '", type,
          "'; expected const, int, double, log or categorical");
@@ -203,18 +232,19 @@ Hyperparameter parse_hparam(Node& h, const std::string& what) {
 
 // A hyperparameter is a bare value (a constant), a map with 'type', or a nested group.
 void parse_hparams(const YAML::Node& n, const std::string& prefix, Node& parent,
-                   std::map<std::string, Hyperparameter>& out) {
+                   std::map<std::string, Hyperparameter>& out, int depth = 1) {
   for (const auto& kv : n) {
     const std::string name = prefix + kv.first.as<std::string>();
     const YAML::Node& v = kv.second;
+    parent.budget().enter(depth, parent.where(v) + ": 'hyperparameters." + name + "'");
     if (v.IsMap() && v["type"]) {
-      Node h(v, "hyperparameters." + name, parent.source(), parent.warnings());
+      Node h(v, "hyperparameters." + name, parent.source(), parent.warnings(), parent.budget());
       out[name] = parse_hparam(h, "hyperparameters." + name);
     } else if (v.IsMap()) {
-      parse_hparams(v, name + ".", parent, out);
+      parse_hparams(v, name + ".", parent, out, depth + 1);
     } else {
       Hyperparameter c;
-      c.val = to_json(v);
+      c.val = to_json(v, parent, depth);
       out[name] = c;
     }
   }
@@ -240,6 +270,7 @@ void parse_searcher(Node& root, ExperimentConfig& c) {
     positive("max_trials", se.max_trials, 1);
   }
   if (n != "single") positive("max_concurrent_trials", se.max_concurrent_trials, 0);
+  if (n == "grid") positive("max_grid_points", se.max_grid_points, 1);
   if (n == "adaptive_asha" || n == "async_halving") {
     s.get("divisor", se.divisor);
     TS_CHECK(se.divisor > 1, s.where(s.node()), ": 'searcher.divisor' is ", se.divisor,
@@ -292,6 +323,11 @@ void parse_storage(Node& root, ExperimentConfig& c) {
            "'; only shared_fs is available here (no network storage)");
   s.get("host_path", st.host_path);
   s.get("storage_path", st.storage_path);
+  // A subdirectory of host_path, never a way out of it.
+  for (const auto& part : std::filesystem::path(st.storage_path))
+    TS_CHECK(part != ".." && !std::filesystem::path(st.storage_path).is_absolute(),
+             s.where(s.node()), ": 'checkpoint_storage.storage_path' ('", st.storage_path,
+             "') must be a relative path inside host_path, without '..'");
   TS_CHECK(!st.host_path.empty(), s.where(s.node()),
            ": 'checkpoint_storage.host_path' is required for shared_fs");
   for (auto [k, v] : {std::pair{"save_experiment_best", &st.save_experiment_best},
@@ -337,7 +373,7 @@ void parse_scalars(Node& root, ExperimentConfig& c) {
     c.experiment_seed = static_cast<uint64_t>(seed);
     r.warn_unknown();
   }
-  if (root.has("data")) c.data = to_json(root.raw("data"));
+  if (root.has("data")) c.data = to_json(root.raw("data"), root);
   if (root.has("optimizations")) {
     Node o = root.sub("optimizations");
     o.get("aggregation_frequency", c.aggregation_frequency);
@@ -349,13 +385,34 @@ void parse_scalars(Node& root, ExperimentConfig& c) {
 
 ExperimentConfig parse_document(const YAML::Node& doc, const std::string& source);
 
-// yaml-cpp parses nested flow collections ([[[...]]]) recursively: a file nested past any
-// experiment's needs is refused before it can exhaust the stack.
+// yaml-cpp parses nested collections recursively, flow ([[[...]]]) and block (`- - - x`, deeper
+// indentation): a file nested past any experiment's needs is refused before it can exhaust the
+// stack, and so is one larger than any experiment's.
+constexpr size_t kMaxDocumentBytes = 4 << 20;
+constexpr size_t kMaxIndent = 256;  // leading spaces and block indicators on one line
+
 void check_nesting(const std::string& text, const std::string& source) {
+  TS_CHECK(text.size() <= kMaxDocumentBytes, source, ": ", text.size(),
+           " bytes; an experiment file is at most ", kMaxDocumentBytes, " bytes");
+  // Names and values end up in JSON (the store, describe, the web view): UTF-8 only.
+  if (const auto bad = io::first_invalid_utf8(text))
+    fail(source, ": not UTF-8 text (an invalid byte sequence at offset ", *bad, ")");
   int depth = 0, line = 1;
   char quote = 0;
+  size_t indent = 0;
+  bool line_start = true;
   for (char ch : text) {
-    if (ch == '\n') ++line;
+    if (line_start && (ch == ' ' || ch == '-' || ch == '?' || ch == ':' || ch == '\t')) {
+      TS_CHECK(++indent <= kMaxIndent, source, ":", line, ": indented or nested more than ",
+               kMaxIndent, " columns deep");
+    } else {
+      line_start = false;
+    }
+    if (ch == '\n') {
+      ++line;
+      indent = 0;
+      line_start = true;
+    }
     if (quote) {
       if (ch == quote) quote = 0;
       continue;
@@ -375,7 +432,9 @@ ExperimentConfig ExperimentConfig::parse(const std::string& yaml_text, const std
     return source + (m.is_null() ? "" : ":" + std::to_string(m.line + 1));
   };
   try {
-    return parse_document(YAML::Load(yaml_text), source);
+    ExperimentConfig c = parse_document(YAML::Load(yaml_text), source);
+    c.sha256 = io::sha256_hex(yaml_text);
+    return c;
   } catch (const YAML::ParserException& e) {
     fail(at(e.mark), ": not valid YAML: ", e.msg);
   } catch (const YAML::Exception& e) {
@@ -388,7 +447,8 @@ namespace {
 
 ExperimentConfig parse_document(const YAML::Node& doc, const std::string& source) {
   ExperimentConfig c;
-  Node root(doc, "", source, c.warnings);
+  WalkBudget budget;
+  Node root(doc, "", source, c.warnings, budget);
   parse_scalars(root, c);
   parse_searcher(root, c);
   parse_storage(root, c);
@@ -399,6 +459,11 @@ ExperimentConfig parse_document(const YAML::Node& doc, const std::string& source
   }
   TS_CHECK(c.searcher.max_length.unit != Length::Epochs || c.records_per_epoch, source,
            ": 'searcher.max_length' is in epochs, which needs 'records_per_epoch'");
+  // Every length in records fits an int64 (an error now, not a wrapped count later).
+  for (const std::optional<Length>& l :
+       {std::optional<Length>(c.searcher.max_length), c.min_validation_period,
+        c.min_checkpoint_period})
+    if (l && (l->unit != Length::Epochs || c.records_per_epoch)) c.batches(*l, 1);
   root.warn_unknown();
   return c;
 }
@@ -411,17 +476,26 @@ ExperimentConfig ExperimentConfig::from_file(const std::string& path) {
   return c;
 }
 
+namespace {
+int64_t ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0); }  // a >= 0, b > 0
+}  // namespace
+
 int64_t ExperimentConfig::batches(const Length& length, int64_t global_batch_size) const {
   TS_CHECK(global_batch_size > 0, "experiment: global_batch_size must be > 0");
   switch (length.unit) {
     case Length::Batches:
       return length.value;
     case Length::Records:
-      return (length.value + global_batch_size - 1) / global_batch_size;
-    case Length::Epochs:
+      return ceil_div(length.value, global_batch_size);
+    case Length::Epochs: {
       TS_CHECK(records_per_epoch, "experiment: a length of ", length.str(),
                " needs 'records_per_epoch'");
-      return (length.value * *records_per_epoch + global_batch_size - 1) / global_batch_size;
+      int64_t records = 0;
+      TS_CHECK(!__builtin_mul_overflow(length.value, *records_per_epoch, &records),
+               "experiment: a length of ", length.str(), " times records_per_epoch ",
+               *records_per_epoch, " overflows a 64-bit count of records");
+      return ceil_div(records, global_batch_size);
+    }
   }
   return 0;
 }

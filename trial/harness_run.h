@@ -52,6 +52,8 @@ struct TrialHarness::Run {
   // The latest checkpoint's uuid from checkpoints.json (nullopt: a fresh trial).
   std::optional<std::string> find_latest() const;
   void load(const std::string& uuid);
+  // Refuses a checkpoint of another experiment or of other hyperparameters.
+  void check_identity(const nlohmann::json& ckpt, const std::string& where) const;
   void checkpoint();
   // Drops metrics.jsonl lines past the checkpoint a resumed trial continues from.
   void truncate_metrics(int64_t batches) const;

@@ -51,6 +51,7 @@ struct Args {
   int64_t trial_id = 1;
   nlohmann::json hparams;
   std::string trial_dir;  // "": trial_directory(config, trial_id)
+  std::string experiment_uuid;  // the runner's experiment; "" for a trial run on its own
   std::string device = "cpu";
   bool json = false, quiet = false, searcher_stdin = false;
 };
@@ -77,6 +78,8 @@ Args parse_args(int argc, char** argv) {
       const std::string v = value();
       a.hparams = nlohmann::json::parse(v, nullptr, false);
       TS_CHECK(!a.hparams.is_discarded(), "--hparams is not valid JSON: ", v);
+    } else if (arg == "--experiment-uuid") {
+      a.experiment_uuid = value();
     } else if (arg == "--trial-dir") {
       a.trial_dir = value();
       TS_CHECK(!a.trial_dir.empty(), "--trial-dir needs a directory");
@@ -134,6 +137,7 @@ int run_trial_main(int argc, char** argv, const RunOneTrial& run_one,
              " ", program, " ", args.config_path);
     info.hparams = trial_hparams(info.config, args.hparams);
     info.trial_id = args.trial_id;
+    info.experiment_uuid = args.experiment_uuid;
     info.trial_seed = info.config.experiment_seed + static_cast<uint64_t>(args.trial_id);
     info.trial_dir =
         args.trial_dir.empty() ? trial_directory(info.config, args.trial_id) : args.trial_dir;

@@ -4,12 +4,12 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <random>
 #include <set>
 
 #include "harness_run.h"
 #include "tessera/error.h"
 #include "tessera/io/files.h"
+#include "tessera/io/identity.h"
 #include "tessera/io/json_fields.h"
 #include "tessera/io/safetensors.h"
 #include "tessera/rng.h"
@@ -21,21 +21,6 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kIndex = "checkpoints.json";
-
-// A random (version 4) UUID, Determined's checkpoint names.
-std::string new_uuid() {
-  std::random_device rd;
-  std::mt19937_64 gen((static_cast<uint64_t>(rd()) << 32) ^ rd());
-  uint64_t hi = gen(), lo = gen();
-  hi = (hi & 0xFFFFFFFFFFFF0FFFULL) | 0x4000ULL;              // version 4
-  lo = (lo & 0x3FFFFFFFFFFFFFFFULL) | 0x8000000000000000ULL;  // variant 1
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%08x-%04x-%04x-%04x-%012llx", static_cast<unsigned>(hi >> 32),
-                static_cast<unsigned>((hi >> 16) & 0xFFFF), static_cast<unsigned>(hi & 0xFFFF),
-                static_cast<unsigned>(lo >> 48),
-                static_cast<unsigned long long>(lo & 0xFFFFFFFFFFFFULL));
-  return buf;
-}
 
 nlohmann::json read_index(const fs::path& path) {
   if (!fs::exists(path)) return {{"latest", nullptr}, {"checkpoints", nlohmann::json::array()}};
@@ -90,7 +75,7 @@ std::optional<std::string> TrialHarness::Run::find_latest() const {
 void TrialHarness::Run::checkpoint() {
   state.last_ckpt = state.batches_trained;
   auto& group = context.group();
-  std::string uuid = chief ? new_uuid() : std::string();
+  std::string uuid = chief ? io::new_uuid() : std::string();
   if (context.distributed.size > 1) uuid = all_gather_strings(group, uuid).front();
   const fs::path final_dir = fs::path(trial_dir) / "checkpoints" / uuid;
   const fs::path tmp = final_dir.string() + ".tmp";
@@ -120,6 +105,8 @@ void TrialHarness::Run::checkpoint() {
         {"format", "tessera-trial-1"},
         {"trial_type", ds ? "DeepSpeedTrial" : "PyTorchTrial"},
         {"experiment", context.get_experiment_config().name},
+        {"experiment_uuid", context.info().experiment_uuid},
+        {"config_sha256", context.get_experiment_config().sha256},
         {"trial_id", context.get_trial_id()},
         {"hparams", context.get_hparams()},
         {"batches_trained", state.batches_trained},
@@ -166,6 +153,30 @@ void TrialHarness::Run::checkpoint() {
   log("checkpoint " + uuid + " at batch " + std::to_string(state.batches_trained));
 }
 
+// A checkpoint resumes only the trial that wrote it: the same experiment (its UUID; "" for a
+// trial run on its own) and the same hyperparameters. A changed experiment file (a longer
+// searcher.max_length, say) is allowed, with a warning.
+void TrialHarness::Run::check_identity(const nlohmann::json& ckpt, const std::string& where) const {
+  const std::string mine = context.info().experiment_uuid;
+  const std::string saved = ckpt.value("experiment_uuid", std::string());
+  auto shown = [](const std::string& u) { return u.empty() ? std::string("none") : u; };
+  TS_CHECK(saved == mine, where, " belongs to another experiment (its UUID ", shown(saved),
+           ", this trial's ", shown(mine), "): not resumed. Give this run its own ",
+           "checkpoint_storage.host_path (or --trial-dir), or remove ", io::quoted(trial_dir));
+  const nlohmann::json hparams(context.get_hparams());
+  TS_CHECK(ckpt.contains("hparams") && ckpt["hparams"] == hparams, where,
+           " was trained with other hyperparameters: the checkpoint's ",
+           ckpt.value("hparams", nlohmann::json()).dump(), ", this trial's ", hparams.dump(),
+           ". A trial resumes only its own checkpoints: use another --trial-id (or "
+           "checkpoint_storage.host_path), or remove ",
+           io::quoted(trial_dir));
+  const std::string sha = ckpt.value("config_sha256", std::string());
+  if (chief && sha != context.get_experiment_config().sha256)
+    std::cerr << "warning: " << where << " was written under another version of the experiment "
+              << "file (sha256 " << (sha.empty() ? "unknown" : sha.substr(0, 12)) << ", now "
+              << context.get_experiment_config().sha256.substr(0, 12) << "); resuming\n";
+}
+
 void TrialHarness::Run::load(const std::string& uuid) {
   const fs::path dir = fs::path(trial_dir) / "checkpoints" / uuid;
   const std::string where = io::quoted((dir / "state.json").string());
@@ -173,6 +184,7 @@ void TrialHarness::Run::load(const std::string& uuid) {
   const io::JsonFields f(ckpt, where);
   for (auto& [name, cb] : runner.callbacks()) cb->on_checkpoint_load_start(ckpt);
 
+  check_identity(ckpt, where);
   auto* ds = dynamic_cast<DeepSpeedTrialContext*>(&context);
   const std::string type = f.string("trial_type");
   TS_CHECK(type == (ds ? "DeepSpeedTrial" : "PyTorchTrial"), where, ": a ", type,

@@ -13,6 +13,7 @@
 #include "tessera/engine/stop_signals.h"
 #include "tessera/error.h"
 #include "tessera/io/files.h"
+#include "tessera/io/identity.h"
 #include "tessera/io/json_fields.h"
 
 namespace tessera::trial {
@@ -25,8 +26,10 @@ std::string trial_directory(const ExperimentConfig& config, int64_t trial_id) {
                       : fs::path(config.checkpoint_storage.host_path);
   if (!config.checkpoint_storage.storage_path.empty())
     root /= config.checkpoint_storage.storage_path;
-  const std::string name = config.name.empty() ? "experiment" : config.name;
-  return (root / name / ("trial_" + std::to_string(trial_id))).string();
+  // The name is one file name, whatever it holds ("../x" stays under root).
+  return (root / io::path_component(config.name, "experiment") /
+          ("trial_" + std::to_string(trial_id)))
+      .string();
 }
 
 nlohmann::json TrialResult::to_json() const {

@@ -156,3 +156,36 @@ TEST_CASE("trace: with kernels, each kernel's event inside its phase; bad steps 
         doctest::Contains("trace.steps"), Error);
   }
 }
+
+TEST_CASE("monitors: a hand-written engine loop gets Train/Samples/train_loss at each boundary") {
+  const fs::path dir = fs::temp_directory_path() / "tessera-engine-train-loss";
+  fs::remove_all(dir);
+  test::TinyGpt run(std::string(kConfig) + R"(, "csv_monitor": {"enabled": true, "output_path": ")" +
+                    dir.string() + R"(", "job_name": "j"}})");
+  // forward / backward / step by hand (no Trainer): 2 micro-batches a step, 3 steps.
+  std::vector<double> expected;
+  int64_t k = 0;
+  for (int step = 0; step < 3; ++step) {
+    double sum = 0;
+    for (int micro = 0; micro < 2; ++micro) {
+      const Tensor loss = run.engine->forward(test::TinyGpt::batch(k++));
+      sum += loss.item();
+      run.engine->backward(loss);
+      run.engine->step();
+    }
+    CHECK(run.engine->wrote_train_loss());
+    expected.push_back(sum / 2);  // the mean of the step's micro-batch losses
+  }
+  std::ifstream f(dir / "j" / "Train_Samples_train_loss.csv");
+  std::string line;
+  std::getline(f, line);
+  CHECK(line == "step,train_loss");
+  for (int step = 0; step < 3; ++step) {
+    REQUIRE(std::getline(f, line));
+    CAPTURE(line);
+    CHECK(std::stoll(line.substr(0, line.find(','))) == 4 * (step + 1));  // global samples
+    CHECK(std::stod(line.substr(line.find(',') + 1)) == expected[static_cast<size_t>(step)]);
+  }
+  CHECK_FALSE(std::getline(f, line));  // once per step, not per micro-batch
+  fs::remove_all(dir);
+}

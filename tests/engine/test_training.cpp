@@ -134,6 +134,40 @@ TEST_CASE("fp16: an overflow skips the step and halves the scale (DeepSpeed sema
   CHECK(s.engine->global_steps() == 3);
 }
 
+TEST_CASE("fp16: overflows the loss scale cannot explain stop the run (not skips forever)") {
+  // Stage 0 keeps the scale at its minimum, as DeepSpeed's FP16_Optimizer: past
+  // fp16.hysteresis overflows in a row there, the run has diverged.
+  test::TinyGpt s(
+      R"({"train_batch_size": 2, "fp16": {"enabled": true, "initial_scale_power": 1,
+             "min_loss_scale": 1, "hysteresis": 2},
+             "optimizer": {"type": "AdamW", "params": {"lr": 0.001}}})");
+  auto overflow = [&] {
+    const Tensor huge = sum(s.model->transformer.wte.weight.to(DType::Float32)) * 1e30;
+    s.engine->backward(huge);
+    return s.engine->step();
+  };
+  CHECK(overflow().overflow);  // at scale 2: the scale halves to 1, its minimum
+  CHECK(s.engine->loss_scale() == 1.0);
+  overflow();  // the first and second at the minimum: allowed (hysteresis 2)
+  overflow();
+  s.train_step(0);  // a clean step starts the count again
+  overflow();
+  overflow();
+  CHECK_THROWS_WITH_AS(overflow(),
+                       doctest::Contains("fp16 has skipped 3 steps in a row at the minimum loss "
+                                         "scale 1, which cannot shrink further"),
+                       Error);
+  // A static scale cannot shrink at all: the same rule from the first overflow.
+  test::TinyGpt st(R"({"train_batch_size": 2, "fp16": {"enabled": true, "loss_scale": 8,
+             "hysteresis": 1}, "optimizer": {"type": "AdamW", "params": {"lr": 0.001}}})");
+  const Tensor huge = sum(st.model->transformer.wte.weight.to(DType::Float32)) * 1e30;
+  st.engine->backward(huge);
+  CHECK(st.engine->step().overflow);
+  const Tensor again = sum(st.model->transformer.wte.weight.to(DType::Float32)) * 1e30;
+  st.engine->backward(again);
+  CHECK_THROWS_WITH_AS(st.engine->step(), doctest::Contains("at the static loss scale 8"), Error);
+}
+
 TEST_CASE("bf16: 16-bit model, float32 master weights, and the loss goes down") {
   test::TinyGpt s(R"({"train_batch_size": 2, "bf16": {"enabled": true},
              "optimizer": {"type": "AdamW", "params": {"lr": 0.01}}})");

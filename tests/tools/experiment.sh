@@ -61,7 +61,11 @@ open("gc.yaml", "w").write(asha.replace("name: asha", "name: gc").replace("max_t
     + "checkpoint_storage:\n  host_path: ckpts\n  save_experiment_best: 1\n"
     + "  save_trial_best: 0\n  save_trial_latest: 0\n")
 open("single.yaml", "w").write(single % ("small.json", 400) + common.format(period=40, restarts=5, slots=1))
-open("broken.yaml", "w").write(single % ("missing.json", 400) + common.format(period=40, restarts=2, slots=1))
+# (A config that parses, so the experiment is created, whose corpus is not there: every trial fails.)
+import json
+broken = json.load(open("small.json")); broken["data"]["path"] = "missing-corpus.txt"
+json.dump(broken, open("broken.json", "w"))
+open("broken.yaml", "w").write(single % ("broken.json", 400) + common.format(period=40, restarts=2, slots=1))
 open("two.yaml", "w").write(single % ("small.json", 40) + common.format(period=20, restarts=0, slots=2))
 PY
 
@@ -114,7 +118,9 @@ assert all(t["batches"] == 32 and 10**-3.5 <= t["hparams"]["optimizer.params.lr"
 print("TPE: 6 trials of 32 batches, the last 3 suggested from the first ones")
 PY
 "$tessera" experiment create gc.yaml --follow --json > gc.out 2> gc.err           # 4
-kept=$(find ckpts/gc/experiment_4 -mindepth 3 -maxdepth 3 -path '*/checkpoints/*' | sort)
+# (Trials' files are named by the experiment's UUID, not its name or id.)
+uuid=$(python3 -c 'import json; print(json.load(open("'"$TESSERA_STORE"'/experiment_4/experiment.json"))["uuid"])')
+kept=$(find "ckpts/experiment_$uuid" -mindepth 3 -maxdepth 3 -path '*/checkpoints/*' | sort)
 [ "$(echo "$kept" | wc -l)" = 1 ] && [ "$(realpath "$kept")" = "$("$tessera" experiment best 4)" ] ||
   { echo "save_experiment_best 1 kept: $kept"; exit 1; }
 echo "save_experiment_best 1: only $kept is left"
@@ -173,7 +179,7 @@ if "$tessera" experiment create broken.yaml --follow > broken.out 2> broken.err;
 fi
 grep -q "after 2 restarts (max_restarts): ERROR" broken.err
 broken=$(describe 10 | python3 -c 'import json,sys; print(json.load(sys.stdin)["trials"][0]["id"])')
-"$tessera" experiment logs "$broken" | grep -q "missing.json"
+"$tessera" experiment logs "$broken" | grep -q "missing-corpus.txt"
 "$tessera" experiment create two.yaml --follow --json > two.out 2> two.err
 grep -q '"state":"COMPLETED"' two.out
 grep -q "on 2 slot(s)" "$TESSERA_STORE/experiment_11/trial_1/trial.log"

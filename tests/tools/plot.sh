@@ -31,6 +31,14 @@ PY
 }
 [ "$(size "$work/mon/csv/curves.png")" = 1200x800 ] || { echo "csv plot: $(size "$work/mon/csv/curves.png")"; exit 1; }
 [ "$(size "$work/tb.png")" = 640x480 ] || { echo "tb plot: $(size "$work/tb.png")"; exit 1; }
+# A rerun appends to the same csv files: its curves are drawn apart ("(run 2)"), not joined
+# into one zig-zag line; a path with quotes does not break gnuplot's script.
+before=$("$tessera" plot "$work/mon/csv" 2>&1 | sed -n 's/^plot: \([0-9]*\) series.*/\1/p')
+"$tessera" train "$work/cfg.json" --data "$work/corpus.txt" --steps 8 >/dev/null 2>&1
+after=$("$tessera" plot "$work/mon/csv" --out "$work/it's \"quoted\".png" 2>&1 | sed -n 's/^plot: \([0-9]*\) series.*/\1/p')
+[ -n "$before" ] && [ "$after" = $((2 * before)) ] ||
+  { echo "a rerun's curves: $before series before, $after after (expected twice as many)"; exit 1; }
+[ "$(size "$work/it's \"quoted\".png")" = 1200x800 ] || { echo "a quoted path was not plotted"; exit 1; }
 mkdir "$work/empty"
 if "$tessera" plot "$work/empty" 2>"$work/err"; then echo "an empty directory was plotted"; exit 1; fi
 grep -q "holds no monitor files" "$work/err"

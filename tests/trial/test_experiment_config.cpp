@@ -2,6 +2,8 @@
 // batches, and each wrong value's message naming the file, line and key.
 #include <doctest/doctest.h>
 
+#include <limits>
+
 #include "tessera/error.h"
 #include "tessera/trial/experiment_config.h"
 
@@ -196,4 +198,67 @@ TEST_CASE("experiment config: wrong values are errors naming file, line and key"
   }
   CHECK_THROWS_WITH_AS(ExperimentConfig::from_file("/nonexistent/exp.yaml"),
                        doctest::Contains("/nonexistent/exp.yaml"), Error);
+}
+
+TEST_CASE("experiment config: hostile YAML is an error, never a crash or unbounded work") {
+  std::string bomb = with("a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n");
+  for (int i = 1; i < 10; ++i) {
+    bomb += "a" + std::to_string(i) + ": &a" + std::to_string(i) + " [";
+    for (int k = 0; k < 9; ++k) bomb += (k ? ", *a" : "*a") + std::to_string(i - 1);
+    bomb += "]\n";
+  }
+  bomb += "data: *a9\n";  // 9^10 values once expanded
+  std::string block;      // `- - - ... x`: nesting without a bracket
+  for (int i = 0; i < 300; ++i) block += "- ";
+  const struct {
+    std::string yaml, message;
+  } cases[] = {
+      {with("data: &a [*a]\n"), "nested more than 64 deep (a self-referencing alias"},
+      {with("hyperparameters: &h {me: *h}\n"), "nested more than 64 deep"},
+      {with("hyperparameters:\n  x: &v {type: categorical, vals: [*v]}\n"), "nested more"},
+      {bomb, "expands to more than 1000000 values (aliases of aliases?)"},
+      {with("data:\n  " + block + "x\n"), "indented or nested more than 256 columns deep"},
+      {with("name: caf\xe9\n"), "exp.yaml: not UTF-8 text (an invalid byte sequence at offset 79)"},
+      {with("hyperparameters:\n  n: {type: int, minval: -9223372036854775808, maxval: 3}\n"),
+       "'hyperparameters.n.minval' is -9223372036854775808; an int hyperparameter lies within "
+       "+-2^53"},
+      {with("checkpoint_storage: {host_path: /tmp, storage_path: ../up}\n"),
+       "'checkpoint_storage.storage_path' ('../up') must be a relative path inside host_path"},
+      {with("checkpoint_storage: {host_path: /tmp, storage_path: /etc}\n"), "without '..'"},
+      {"searcher: {name: grid, metric: l, max_length: {batches: 3}, max_grid_points: 0}\n",
+       "'searcher.max_grid_points' is 0, expected >= 1"},
+      {"searcher: {metric: l, max_length: {epochs: 4}}\nrecords_per_epoch: 4611686018427387904\n",
+       "a length of 4 epochs times records_per_epoch 4611686018427387904 overflows"},
+  };
+  for (const auto& b : cases) {
+    CAPTURE(b.yaml.substr(0, 200));
+    CHECK_THROWS_WITH_AS(ExperimentConfig::parse(b.yaml, "exp.yaml"),
+                         doctest::Contains(b.message.c_str()), Error);
+  }
+  CHECK_THROWS_WITH_AS(ExperimentConfig::parse(std::string(5 << 20, ' '), "big.yaml"),
+                       doctest::Contains("big.yaml: 5242880 bytes; an experiment file is at most"),
+                       Error);
+  // A shared (not self-referencing) alias is fine: each use expands once.
+  const ExperimentConfig ok =
+      ExperimentConfig::parse(with("x: &x {a: 1}\ndata: {p: *x, q: *x}\n"), "exp.yaml");
+  CHECK(ok.data == nlohmann::json{{"p", {{"a", 1}}}, {"q", {{"a", 1}}}});
+}
+
+TEST_CASE("experiment config: lengths in records never overflow (no false 'less than a batch')") {
+  const int64_t max = std::numeric_limits<int64_t>::max();
+  const ExperimentConfig c = ExperimentConfig::parse(
+      "searcher: {metric: l, max_length: {records: 9223372036854775807}}\n", "exp.yaml");
+  CHECK(c.searcher.max_length.value == max);
+  // ceil((2^63 - 1) / 4): the old (value + batch - 1) / batch wrapped to a negative count.
+  CHECK(c.batches(c.searcher.max_length, 4) == max / 4 + 1);
+  CHECK(c.batches(c.searcher.max_length, 1) == max);
+  CHECK(c.batches(Length{.unit = Length::Records, .value = 9}, 4) == 3);
+}
+
+TEST_CASE("experiment config: the YAML's sha256 identifies what produced a trial's checkpoints") {
+  const ExperimentConfig a = ExperimentConfig::parse(with(""), "a.yaml");
+  const ExperimentConfig b = ExperimentConfig::parse(with("name: other\n"), "a.yaml");
+  CHECK(a.sha256.size() == 64);
+  CHECK(a.sha256 != b.sha256);
+  CHECK(ExperimentConfig::parse(with(""), "x").sha256 == a.sha256);  // the text's, not the path's
 }

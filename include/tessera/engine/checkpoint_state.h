@@ -7,6 +7,7 @@
 #pragma once
 #include <map>
 #include <string>
+#include <vector>
 
 #include "tessera/tensor.h"
 
@@ -34,5 +35,11 @@ RankCheckpointState read_rank_checkpoint(const std::string& tag_dir, bool zero, 
 // The file a checkpoint without ZeRO keeps `kind` ("model", "optimizer") in: kind.safetensors,
 // or with tensor parallelism one per tensor-parallel rank, kind_tp<T>.safetensors.
 std::string checkpoint_weights_file(const std::string& kind, int tp_rank = -1);
+
+// The error a strict load gives when a checkpoint's weights do not match the model's names:
+// both lists (the first 20 of each), naming the checkpoint and load_module_strict.
+[[noreturn]] void fail_key_mismatch(const std::string& checkpoint,
+                                    const std::vector<std::string>& missing,
+                                    const std::vector<std::string>& unexpected);
 
 }  // namespace tessera::engine

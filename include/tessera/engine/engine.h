@@ -139,8 +139,10 @@ class Engine {
   Tensor forward(const Batch& batch) {
     auto* model = dynamic_cast<nn::LossModel<Batch>*>(&model_);
     if (!model) fail_not_loss_model(typeid(Batch));
-    // flops_profiler: the profile step's forwards are counted (rank 0), and its phases timed.
-    const bool profiling = flops_profiler_ && global_steps_ == config_.flops_profiler.profile_step;
+    // flops_profiler: the profile step's training forwards are counted (rank 0), and its phases
+    // timed; an evaluation run at that step is not part of the step.
+    const bool profiling = flops_profiler_ && model_.is_training() &&
+                           global_steps_ == config_.flops_profiler.profile_step;
     if (profiling) begin_profiled_forward();
     begin_forward();  // (before the timer: it may start a trace, which turns the timers on)
     const auto started = timers_.start();
@@ -251,8 +253,13 @@ class Engine {
   int64_t global_samples() const { return global_steps_ * config_.train_batch_size; }
   // DeepSpeed's monitor.write_events: the config's monitors (tensorboard, csv_monitor) on rank
   // 0; no-op elsewhere or when none is enabled. The engine itself writes Train/Samples/lr and,
-  // with fp16, Train/Samples/loss_scale after every optimizer step.
+  // with fp16, Train/Samples/loss_scale after every optimizer step, and
+  // Train/Samples/train_loss (the step's backward(loss) losses averaged over its micro-batches
+  // and the data-parallel ranks) whenever backward(loss) saw them: a hand-written loop gets it.
   void write_events(const std::vector<MonitorEvent>& events) { monitor_->write_events(events); }
+  // Whether the last optimizer step wrote Train/Samples/train_loss itself (a Trainer then
+  // does not write it again).
+  bool wrote_train_loss() const { return wrote_train_loss_; }
   MonitorMaster& monitor() { return *monitor_; }
   int64_t micro_steps() const { return micro_steps_; }
   int64_t skipped_steps() const { return skipped_steps_; }
@@ -333,6 +340,7 @@ class Engine {
                               const std::map<std::string, std::string>& extra_files);
   // Whether every rank's optimizer parameters (the float32 masters) are finite.
   bool masters_finite();
+  void check_overflow_explained();  // throws when the loss scale cannot explain an overflow
   // Before a forward: ZeRO-3 gathers on use in eval mode.
   void begin_forward();
   static Tensor scaled(const Tensor& loss, double factor);
@@ -362,6 +370,8 @@ class Engine {
   // Pipeline stages: this stage's layer files, and loading them (pipeline_checkpoint.cpp).
   void write_layer_files(const std::filesystem::path& tmp);
   void load_layer_files(const std::filesystem::path& dir, bool strict, bool load_optimizer);
+  void check_weight_names(const std::string& checkpoint,
+                          const std::map<std::string, Tensor>& weights);
   // Steps, schedule position (when `schedule`), loss scaler and RNG from engine.json.
   void restore_engine_state(const nlohmann::json& state, bool schedule);
   // The tag directory's weights (into the masters and the model) and, when `load_optimizer`,
@@ -390,6 +400,12 @@ class Engine {
   int64_t schedule_step_ = 0;  // DeepSpeed does not advance the schedule on skipped steps
   double post_scale_ = 1.0;    // ZeRO: averages the summed gradient partitions
   bool warned_min_scale_ = false;
+  int64_t overflows_at_min_scale_ = 0;  // consecutive, at a scale that cannot shrink further
+  // backward(loss)'s losses since the last step, for Train/Samples/train_loss (when monitored).
+  double step_loss_sum_ = 0.0;
+  int64_t step_losses_ = 0;
+  bool wrote_train_loss_ = false;
+  bool monitored() const { return config_.csv_monitor.enabled || config_.tensorboard.enabled; }
   std::optional<bool> boundary_override_;  // set_gradient_accumulation_boundary
   int64_t backwards_since_step_ = 0;
   bool warned_backward_twice_ = false;

@@ -43,7 +43,8 @@ std::string experiment_dir(const std::string& store_dir, int64_t experiment);
 struct ExperimentFiles {
   std::string yaml;
   std::vector<std::string> command;
-  std::string trials_root;
+  std::string trials_root;  // checkpoint_storage's host_path/storage_path/experiment_<uuid>
+  std::string uuid;         // the experiment's identity; "" for one created before uuids
   std::string trial_dir(int64_t request_id) const;  // trials_root/trial_<request_id>
 };
 ExperimentFiles read_experiment_files(const std::string& store_dir, int64_t experiment);

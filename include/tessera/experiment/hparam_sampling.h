@@ -35,6 +35,9 @@ class SearchRandom {
 nlohmann::json sample_hparams(const HParams& hparams, SearchRandom& random);
 // Every grid point; int/double/log hyperparameters need `count` (an error names the one that
 // has none). An int axis has at most maxval - minval + 1 points.
-std::vector<nlohmann::json> hparam_grid(const HParams& hparams);
+std::vector<nlohmann::json> hparam_grid(const HParams& hparams, int64_t max_points = 100000);
+// The number of grid points, counted without building them; more than max_points (the config's
+// searcher.max_grid_points) is an error that says how many there would be.
+int64_t grid_point_count(const HParams& hparams, int64_t max_points);
 
 }  // namespace tessera::experiment

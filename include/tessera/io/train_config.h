@@ -189,6 +189,12 @@ struct TrainConfig {
   } train;
 
   std::vector<std::string> warnings;
+  // Keys nobody reads (with the known key each most likely meant). Warnings by default; errors
+  // with Tessera's top-level "strict": true, or refuse_unknown_keys() (`--strict`).
+  std::vector<std::string> unknown_keys;
+  bool strict = false;
+  std::string source;  // the file (or name) it was parsed from
+  void refuse_unknown_keys() const;
 
   // world_size: the job's ranks (divided by tensor_parallel.autotp_size and pipeline.stages:
   // the data-parallel ranks). `source` names the file in messages.

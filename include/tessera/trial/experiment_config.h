@@ -29,6 +29,7 @@ struct Hyperparameter {
 
 struct ExperimentConfig {
   std::string name, description, entrypoint;
+  std::string sha256;  // of the YAML text: recorded in each checkpoint
   // Nested groups are flattened with dots: {optimizer: {lr: 0.1}} is "optimizer.lr".
   std::map<std::string, Hyperparameter> hyperparameters;
   // Determined's searcher section: single, random, grid, adaptive_asha, async_halving (the
@@ -48,6 +49,8 @@ struct ExperimentConfig {
     // tpe (Optuna's sampler, beyond Determined): its defaults.
     int64_t n_startup_trials = 10, n_ei_candidates = 24;
     double gamma = 0.1, prior_weight = 1.0;
+    // grid (Tessera's): a grid of more points is refused before any is built.
+    int64_t max_grid_points = 100000;
   } searcher;
   std::optional<int64_t> records_per_epoch;
   std::optional<Length> min_validation_period, min_checkpoint_period;

@@ -57,6 +57,10 @@ struct TrialInfo {
   ExperimentConfig config;
   std::map<std::string, nlohmann::json> hparams;
   int64_t trial_id = 1;
+  // The experiment's identity (the runner's, for a trial of an experiment; "" for a trial run
+  // on its own). With trial_id and the hyperparameters it decides which checkpoints are this
+  // trial's to resume.
+  std::string experiment_uuid;
   uint64_t trial_seed = 0;
   std::string trial_dir;  // checkpoints, metrics and TensorBoard events of this trial
   std::shared_ptr<parallel::ProcessGroup> group;

@@ -1,0 +1,12 @@
+// Whether bytes are valid UTF-8 (through utf8proc): configs, names and corpora are checked once
+// where they enter, so that no later JSON dump or tokenizer meets an invalid sequence.
+#pragma once
+#include <optional>
+#include <string>
+
+namespace tessera::io {
+
+// The offset of the first invalid UTF-8 sequence in `text`, or nullopt when it is all valid.
+std::optional<size_t> first_invalid_utf8(const std::string& text);
+
+}  // namespace tessera::io
