@@ -96,7 +96,8 @@ double TrainLoop::evaluate() {
   total /= static_cast<double>(losses.size());
   total = engine_.group().all_reduce_scalar(total, parallel::ReduceOp::Avg);
   TS_CHECK(std::isfinite(total), "trainer: the validation loss at step ", engine_.global_steps(),
-           " is ", total, ": the run diverged. Lower optimizer.params.lr, set gradient_clipping, "
+           " is ", total,
+           ": the run diverged. Lower optimizer.params.lr, set gradient_clipping, "
            "or train in bf16");
   return total;
 }

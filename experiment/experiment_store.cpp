@@ -291,6 +291,13 @@ std::vector<ExperimentRecord> ExperimentStore::experiments() const {
   return out;
 }
 
+std::vector<ExperimentRecord> ExperimentStore::experiment_rows() const {
+  Statement s(db_.get(), "SELECT id, name, state FROM experiments ORDER BY id", path_);
+  std::vector<ExperimentRecord> out;
+  while (s.step()) out.push_back({s.integer(0), s.text(1), s.text(2), "", nullptr});
+  return out;
+}
+
 ExperimentRecord ExperimentStore::experiment(int64_t id) const {
   Statement s(db_.get(),
               "SELECT id, name, state, config, searcher_state FROM experiments WHERE id = ?",

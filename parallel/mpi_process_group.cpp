@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <thread>
 
 #include "tessera/parallel/process_group.h"
 #include "work_state.h"
@@ -163,8 +164,8 @@ class MpiProcessGroup : public ProcessGroup {
       MPI_Comm_size(MPI_COMM_WORLD, &world_size);
       // A timeout names the job's rank; in a subgroup, also where it stands there.
       if (size_ != world_size)
-        where_ = " in a group of " + std::to_string(size_) + " (its rank " +
-                 std::to_string(rank_) + ")";
+        where_ =
+            " in a group of " + std::to_string(size_) + " (its rank " + std::to_string(rank_) + ")";
     });
     const char* t = std::getenv("TESSERA_COMM_TIMEOUT_S");
     if (t) timeout_ = std::chrono::milliseconds(static_cast<int64_t>(std::atof(t) * 1000));
@@ -373,11 +374,16 @@ std::shared_ptr<ProcessGroup> world() {
   return w = std::make_shared<MpiProcessGroup>(thread, MPI_COMM_WORLD, true);
 }
 
-void abort_job(int code) {
+void abort_job(int code, bool after_rank0) {
   int init = 0, fin = 0;
   MPI_Initialized(&init);
   MPI_Finalized(&fin);
-  if (init && !fin) MPI_Abort(MPI_COMM_WORLD, code);
+  if (init && !fin) {
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (after_rank0 && rank != 0) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    MPI_Abort(MPI_COMM_WORLD, code);
+  }
   std::_Exit(code);
 }
 

@@ -82,12 +82,20 @@ Tensor vocab_parallel_logits(const Tensor& hidden, const VocabParallelEmbedding&
           : linear(copy_to_tensor_parallel_region(hidden, embedding.group()), embedding.weight);
   const int64_t start = embedding.vocab_start, n = embedding.vocab_per_rank;
   if (start + n <= embedding.num_embeddings) return logits;
-  // This rank holds padding columns.
-  const Tensor columns = arange(static_cast<double>(start), static_cast<double>(start + n), 1,
-                                DType::Int64, logits.device());
-  const Tensor pad = ge(columns, scalar_tensor(static_cast<double>(embedding.num_embeddings),
-                                               DType::Int64, logits.device()));
-  return masked_fill(logits, pad, -std::numeric_limits<double>::infinity());
+  // This rank holds padding columns: -inf is added to them. (An addition saves nothing for
+  // backward, where masked_fill kept its mask: the padded rank then held more activation
+  // memory than the others and than estimate-memory's model of them.)
+  Tensor bias;
+  {
+    NoGradGuard constant;
+    const Tensor columns = arange(static_cast<double>(start), static_cast<double>(start + n), 1,
+                                  DType::Int64, logits.device());
+    const Tensor pad = ge(columns, scalar_tensor(static_cast<double>(embedding.num_embeddings),
+                                                 DType::Int64, logits.device()));
+    bias = masked_fill(zeros({n}, logits.dtype(), logits.device()), pad,
+                       -std::numeric_limits<double>::infinity());
+  }
+  return logits + bias;
 }
 
 Tensor vocab_parallel_cross_entropy(const Tensor& local_logits, const Tensor& targets,

@@ -6,6 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ref="${TESSERA_SHARED:-../shared}/reference/gpt_bench.py"
 presets="${*:-tiny small gpt2}"
+[ -f "$ref" ] || { echo "bench_train.sh: no PyTorch reference at $ref (set TESSERA_SHARED to the directory holding reference/gpt_bench.py; \`tessera bench train\` alone needs none)" >&2; exit 2; }
 printf "%-6s %14s %14s %8s\n" preset "tessera ms" "pytorch ms" speedup
 for p in $presets; do
   ts=$(./build/tools/tessera bench train --preset "$p" --json | tail -1)

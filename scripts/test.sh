@@ -51,6 +51,15 @@ else
   echo "meson install failed"; example_status=1
 fi
 rm -rf "$stage"
+# The same against the build tree, without installing (meson's uninstalled tessera.pc).
+un="$(mktemp -d)"
+if c++ examples/mlp.cpp -o "$un/mlp" $(PKG_CONFIG_PATH=build/meson-uninstalled pkg-config --cflags --libs tessera) &&
+   LD_LIBRARY_PATH=build "$un/mlp" > "$un/log" 2>&1; then
+  echo "example examples/mlp.cpp (uninstalled pkg-config, build/): ok"
+else
+  echo "example examples/mlp.cpp (uninstalled pkg-config, build/): FAILED"; cat "$un/log" 2>/dev/null; example_status=1
+fi
+rm -rf "$un"
 
 # Count doctest cases and plain (CLI) tests from meson's log. A test that cannot run here
 # (no GPU, no Slurm) is skipped: doctest's skip decorator, exit code 77 for a whole executable.

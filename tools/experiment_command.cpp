@@ -18,6 +18,7 @@
 #include "tessera/error.h"
 #include "tessera/experiment/experiment_runner.h"
 #include "tessera/experiment/experiment_store.h"
+#include "tessera/io/files.h"
 
 namespace fs = std::filesystem;
 
@@ -61,6 +62,14 @@ std::string store_dir_of(const Args& a) {
 experiment::ExperimentStore open_store(const std::string& dir) {
   fs::create_directories(dir);
   return experiment::ExperimentStore((fs::path(dir) / "experiments.db").string());
+}
+
+// Only `create` makes a store: any other command on a directory without one (a mistyped
+// --store) is an error, not a new empty store.
+void require_store(const std::string& dir, const char* command) {
+  TS_CHECK(fs::exists(fs::path(dir) / "experiments.db"), "experiment ", command,
+           ": no experiment store in ", io::quoted(dir),
+           " (give --store DIR or set TESSERA_STORE; `tessera experiment create` makes one)");
 }
 
 int64_t id_argument(const Args& a, const char* what) {
@@ -138,7 +147,8 @@ void start_detached(const std::string& dir, int64_t id, const std::string& devic
 }
 
 void print_json(const nlohmann::json& j) {
-  std::cout << j.dump() << std::endl;
+  // (A name that is not UTF-8, from an older store, shows as U+FFFD rather than failing.)
+  std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
 }
 
 // The --json line of an experiment run here to its end (or its runner's stop).
@@ -169,6 +179,7 @@ int create(const Args& a, const std::string& dir) {
 
 int resume(const Args& a, const std::string& dir) {
   const int64_t id = id_argument(a, "experiment ID");
+  require_store(dir, "resume");
   auto store = open_store(dir);
   const std::string state = store.experiment(id).state;
   TS_CHECK(state == "ACTIVE" || state == "PAUSED" || state.rfind("STOPPING", 0) == 0, "experiment ",
@@ -193,6 +204,7 @@ int resume(const Args& a, const std::string& dir) {
 // pause, activate, kill: the new state in the store, which the runner carries out.
 int request(const Args& a, const std::string& dir, const std::string& verb) {
   const int64_t id = id_argument(a, "experiment ID");
+  require_store(dir, verb.c_str());
   auto store = open_store(dir);
   const std::string state = store.experiment(id).state;
   TS_CHECK(!experiment::is_final_state(state), "experiment ", id, " has ended (", state, ")");
@@ -219,6 +231,7 @@ int request(const Args& a, const std::string& dir, const std::string& verb) {
 
 int logs(const Args& a, const std::string& dir) {
   const int64_t trial = id_argument(a, "TRIAL_ID");
+  require_store(dir, "logs");
   auto store = open_store(dir);
   const experiment::TrialRecord t = store.trial(trial);
   const fs::path path =
@@ -247,25 +260,27 @@ int experiment_main(int argc, char** argv) {
   if (sub == "serve") {
     const int64_t port = a.get_int("port", 8080);
     TS_CHECK(port >= 1 && port <= 65535, "experiment serve: --port must be 1..65535, got ", port);
-    fs::create_directories(dir);
-    open_store(dir);  // (creates an empty store, so that the page has something to read)
+    require_store(dir, "serve");
     return serve_experiments(dir, a.get("host", "127.0.0.1"), static_cast<int>(port));
   }
   if (sub == "list") {
-    auto store = open_store(dir);
-    nlohmann::json all = nlohmann::json::array();
-    for (const auto& e : store.experiments()) {
-      const nlohmann::json d = describe_experiment(store, e.id);
-      all.push_back(
-          {{"id", e.id}, {"name", e.name}, {"state", e.state}, {"trials", d["trials"].size()}});
-      std::printf("%4lld  %-24s %-16s %zu trials\n", static_cast<long long>(e.id), e.name.c_str(),
-                  e.state.c_str(), d["trials"].size());
+    if (!fs::exists(fs::path(dir) / "experiments.db")) {  // (listing creates nothing)
+      std::cerr << "no experiments: no store in " << io::quoted(dir) << " yet\n";
+      if (a.has("json")) print_json({{"experiments", nlohmann::json::array()}});
+      return 0;
     }
-    if (a.has("json")) print_json({{"experiments", all}});
+    const nlohmann::json all = experiments_summary(open_store(dir));
+    for (const auto& e : all["experiments"])
+      std::printf("%4lld  %-24s %-16s %s\n", static_cast<long long>(e["id"].get<int64_t>()),
+                  e["name"].get<std::string>().c_str(), e["state"].get<std::string>().c_str(),
+                  e.contains("error") ? e["error"].get<std::string>().c_str()
+                                      : (e["trials"].dump() + " trials").c_str());
+    if (a.has("json")) print_json(all);
     return 0;
   }
   if (sub == "describe") {
     const int64_t id = id_argument(a, "experiment ID");
+    require_store(dir, "describe");
     auto store = open_store(dir);
     const nlohmann::json d = describe_experiment(store, id);
     std::cout << trials_table(d);  // a result: stdout (with --json, the last line is JSON)
@@ -274,6 +289,7 @@ int experiment_main(int argc, char** argv) {
   }
   if (sub == "best") {
     const int64_t id = id_argument(a, "experiment ID");
+    require_store(dir, "best");
     auto store = open_store(dir);
     const auto best = best_checkpoint(store, id);
     TS_CHECK(best, "experiment ", id, " has no checkpoint with a validation yet");

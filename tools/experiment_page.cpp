@@ -1,6 +1,8 @@
 // The page `tessera experiment serve` serves: experiments, a chosen one's trials and their
 // training and validation curves (Chart.js from Debian's libjs-chart.js, served by the same
-// server), ASHA's rungs drawn as dashed lines. It refreshes every 5 seconds.
+// server), ASHA's rungs drawn as dashed lines. It refreshes every 5 seconds. Its script and
+// style are files of their own, so the page runs under a Content-Security-Policy that allows
+// no inline code.
 #include "experiment_serve.h"
 
 namespace tessera::cli {
@@ -9,26 +11,35 @@ const char* experiment_page() {
   return R"HTML(<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>Tessera experiments</title>
 <script src="/static/chart.min.js"></script>
-<style>
-body { font: 14px system-ui, sans-serif; margin: 1.5em; color: #222; }
+<link rel="stylesheet" href="/static/experiment.css"></head>
+<body>
+<h1>Tessera experiments</h1>
+<table id="experiments"><thead><tr><th>id</th><th>name</th><th>state</th><th>trials</th></tr>
+</thead><tbody></tbody></table>
+<p id="message" role="alert"></p>
+<h2 id="title"></h2>
+<table id="trials"><thead><tr><th>trial</th><th>id</th><th>state</th><th>batches</th>
+<th>restarts</th><th id="metric">best</th><th>hyperparameters</th></tr></thead><tbody></tbody></table>
+<div class="charts"><div class="chart"><canvas id="training"></canvas></div>
+<div class="chart"><canvas id="validation"></canvas></div></div>
+<script src="/static/experiment.js"></script></body></html>
+)HTML";
+}
+
+const char* experiment_page_css() {
+  return R"CSS(body { font: 14px system-ui, sans-serif; margin: 1.5em; color: #222; }
 table { border-collapse: collapse; margin-bottom: 1em; }
 td, th { padding: 3px 10px; border-bottom: 1px solid #ddd; text-align: left; }
 tr.experiment { cursor: pointer; } tr.selected { background: #eef4ff; }
 .charts { display: flex; flex-wrap: wrap; gap: 1em; }
 .chart { width: 560px; height: 340px; }
 code { font-size: 12px; }
-</style></head>
-<body>
-<h1>Tessera experiments</h1>
-<table id="experiments"><thead><tr><th>id</th><th>name</th><th>state</th><th>trials</th></tr>
-</thead><tbody></tbody></table>
-<h2 id="title"></h2>
-<table id="trials"><thead><tr><th>trial</th><th>id</th><th>state</th><th>batches</th>
-<th>restarts</th><th id="metric">best</th><th>hyperparameters</th></tr></thead><tbody></tbody></table>
-<div class="charts"><div class="chart"><canvas id="training"></canvas></div>
-<div class="chart"><canvas id="validation"></canvas></div></div>
-<script>
-let selected = null, charts = {};
+#message { color: #a40000; font-weight: 600; }
+)CSS";
+}
+
+const char* experiment_page_js() {
+  return R"JS(let selected = null, charts = {};
 const colors = ['#1f77b4','#ff7f0e','#2ca02c','#d62728','#9467bd','#8c564b','#e377c2','#7f7f7f',
                 '#bcbd22','#17becf'];
 function cell(row, text) { const td = document.createElement('td'); td.textContent = text; row.appendChild(td); }
@@ -54,9 +65,21 @@ function drawChart(id, title, series, rungs) {
       plugins: { title: { display: true, text: title }, rungs: { rungs } },
       scales: { x: { min: 0, title: { display: true, text: 'batches' } } } }, plugins: [rungLines] });
 }
+// A message instead of a blank page: a stale link (#experiment=99), a store that cannot be read.
+function say(text) { document.getElementById('message').textContent = text; }
 async function showExperiment(id) {
   selected = id;
-  const d = await (await fetch('/api/experiments/' + id)).json();
+  const r = await fetch('/api/experiments/' + id), d = await r.json();
+  if (!r.ok) {
+    say(d.error || ('experiment ' + id + ': HTTP ' + r.status));
+    document.getElementById('title').textContent = '';
+    document.querySelector('#trials tbody').innerHTML = '';
+    for (const c of Object.values(charts)) c.destroy();
+    charts = {}; selected = null;
+    document.body.dataset.charts = 'none';
+    return;
+  }
+  say('');
   document.getElementById('title').textContent = 'Experiment ' + d.id + ' (' + d.name + '): ' +
     d.state + ', searcher ' + d.searcher.name + ' on ' + d.searcher.metric;
   document.getElementById('metric').textContent = 'best ' + d.searcher.metric;
@@ -75,21 +98,22 @@ async function showExperiment(id) {
   document.body.dataset.charts = 'rendered';
 }
 async function refresh() {
-  const list = await (await fetch('/api/experiments')).json();
+  const r = await fetch('/api/experiments'), list = await r.json();
+  if (!r.ok) { say(list.error || ('HTTP ' + r.status)); return; }
   const body = document.querySelector('#experiments tbody'); body.innerHTML = '';
   for (const e of list.experiments) {
     const row = document.createElement('tr'); row.className = 'experiment'; row.dataset.id = e.id;
-    for (const v of [e.id, e.name, e.state, e.trials]) cell(row, v);
+    for (const v of [e.id, e.name, e.state, e.error ? 'unreadable: ' + e.error : e.trials]) cell(row, v);
     row.onclick = () => { location.hash = 'experiment=' + e.id; showExperiment(e.id); };
     body.appendChild(row);
   }
   const m = location.hash.match(/experiment=(\d+)/);
   const id = selected || (m ? Number(m[1]) : (list.experiments.length ? list.experiments[list.experiments.length - 1].id : null));
   if (id !== null) await showExperiment(id);
+  else if (!list.experiments.length) say('No experiments in this store yet: tessera experiment create EXP.yaml');
 }
 refresh(); setInterval(refresh, 5000);
-</script></body></html>
-)HTML";
+)JS";
 }
 
 }  // namespace tessera::cli

@@ -5,10 +5,15 @@
 
 namespace tessera::cli {
 
-const char* experiment_page();  // the page's HTML (experiment_page.cpp)
+// The page's HTML, and its style and script (served apart: no inline code), in
+// experiment_page.cpp.
+const char* experiment_page();
+const char* experiment_page_css();
+const char* experiment_page_js();
 
-// Serves the page, /api/experiments, /api/experiments/ID (experiment_detail) and
-// /static/chart.min.js on host:port until SIGINT/SIGTERM.
+// Serves the page, /api/experiments, /api/experiments/ID (experiment_detail) and the page's
+// static files on host:port until SIGINT/SIGTERM (read-only, no authentication: see the
+// security model in experiment_serve.cpp).
 int serve_experiments(const std::string& store_dir, const std::string& host, int port);
 
 }  // namespace tessera::cli

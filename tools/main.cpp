@@ -42,7 +42,8 @@ tessera --version prints the version.
 // waiting in a collective), and returns the exit status.
 int fail_command(const std::string& cmd, const std::string& what) {
   std::cerr << "tessera " << cmd << ": error: " << what << "\n";
-  if (tessera::parallel::launched_distributed()) tessera::parallel::abort_job(1);
+  if (tessera::parallel::launched_distributed())
+    tessera::parallel::abort_job(1, /*after_rank0=*/true);
   return 1;
 }
 

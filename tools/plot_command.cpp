@@ -77,8 +77,7 @@ io::ScalarSeries split_reruns(const io::ScalarSeries& series) {
 // A gnuplot string literal: single quotes, a quote inside doubled (gnuplot's rule).
 std::string gnuplot_quoted(const std::string& text) {
   TS_CHECK(text.find('\n') == std::string::npos && text.find('\r') == std::string::npos,
-           "plot: a path or name with a line break cannot be given to gnuplot: ",
-           io::quoted(text));
+           "plot: a path or name with a line break cannot be given to gnuplot: ", io::quoted(text));
   std::string out = "'";
   for (char ch : text) out += ch == '\'' ? std::string("''") : std::string(1, ch);
   return out + "'";

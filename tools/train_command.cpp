@@ -105,8 +105,8 @@ void print_json_line(const engine::TrainResult& r, engine::Engine& eng, bool com
                                      : "no step ran: the run was already at step " +
                                            std::to_string(r.step) + " of train.steps";
   if (!std::isfinite(r.val_loss))
-    line["val_loss_missing"] = r.stop_signal != 0 ? "stopped by a signal before the evaluation"
-                                                  : "no validation data";
+    line["val_loss_missing"] =
+        r.stop_signal != 0 ? "stopped by a signal before the evaluation" : "no validation data";
   if (auto* tp = eng.tensor_parallel_group()) {  // rank / world_size are data-parallel
     line["tp_rank"] = tp->rank();
     line["tp_size"] = tp->size();

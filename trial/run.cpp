@@ -162,7 +162,7 @@ int run_trial_main(int argc, char** argv, const RunOneTrial& run_one,
     return 0;
   } catch (const std::exception& e) {
     std::cerr << program << ": error: " << e.what() << "\n";
-    if (group && group->size() > 1) parallel::abort_job(1);  // the other slots would wait
+    if (group && group->size() > 1) parallel::abort_job(1, true);  // the other slots would wait
     return 1;
   }
 }

@@ -160,8 +160,9 @@ TEST_CASE("trace: with kernels, each kernel's event inside its phase; bad steps 
 TEST_CASE("monitors: a hand-written engine loop gets Train/Samples/train_loss at each boundary") {
   const fs::path dir = fs::temp_directory_path() / "tessera-engine-train-loss";
   fs::remove_all(dir);
-  test::TinyGpt run(std::string(kConfig) + R"(, "csv_monitor": {"enabled": true, "output_path": ")" +
-                    dir.string() + R"(", "job_name": "j"}})");
+  test::TinyGpt run(std::string(kConfig) +
+                    R"(, "csv_monitor": {"enabled": true, "output_path": ")" + dir.string() +
+                    R"(", "job_name": "j"}})");
   // forward / backward / step by hand (no Trainer): 2 micro-batches a step, 3 steps.
   std::vector<double> expected;
   int64_t k = 0;

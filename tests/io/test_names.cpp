@@ -11,11 +11,12 @@
 using namespace tessera;
 
 TEST_CASE("closest_name: the known key a typo meant, and none for a word that is no typo") {
-  const std::vector<std::string> top = {"optimizer", "scheduler", "train_batch_size", "fp16",
-                                        "zero_optimization", "data", "model", "train"};
+  const std::vector<std::string> top = {
+      "optimizer", "scheduler", "train_batch_size", "fp16", "zero_optimization", "data",
+      "model",     "train"};
   CHECK(io::closest_name("optimiser", top) == "optimizer");
-  CHECK(io::closest_name("Optimizer", top) == "optimizer");   // case only
-  CHECK(io::closest_name("shceduler", top) == "scheduler");   // two letters swapped
+  CHECK(io::closest_name("Optimizer", top) == "optimizer");  // case only
+  CHECK(io::closest_name("shceduler", top) == "scheduler");  // two letters swapped
   CHECK(io::closest_name("train_batch_szie", top) == "train_batch_size");
   CHECK(io::closest_name("dta", top) == "data");
   CHECK_FALSE(io::closest_name("tokenizer", top));  // far from all of them
@@ -62,8 +63,8 @@ TEST_CASE("path_component: any name is one safe file name") {
 
 TEST_CASE("first_invalid_utf8: the offset of the first bad sequence") {
   CHECK_FALSE(io::first_invalid_utf8("plain ascii, caf\xc3\xa9, \xe6\x97\xa5\xe6\x9c\xac"));
-  CHECK(io::first_invalid_utf8("caf\xe9") == 3u);          // Latin-1
-  CHECK(io::first_invalid_utf8("ab\xc3") == 2u);           // cut short
-  CHECK(io::first_invalid_utf8("\xed\xa0\x80") == 0u);     // a surrogate
-  CHECK(io::first_invalid_utf8("ok\xc0\xaf") == 2u);       // overlong '/'
+  CHECK(io::first_invalid_utf8("caf\xe9") == 3u);       // Latin-1
+  CHECK(io::first_invalid_utf8("ab\xc3") == 2u);        // cut short
+  CHECK(io::first_invalid_utf8("\xed\xa0\x80") == 0u);  // a surrogate
+  CHECK(io::first_invalid_utf8("ok\xc0\xaf") == 2u);    // overlong '/'
 }

@@ -2,7 +2,8 @@
 # `tessera experiment serve` in a real headless browser (Debian's chromium): a finished ASHA
 # experiment of 4 trials; the page lists it, shows one row per trial with its state, and draws
 # the training and validation charts (Chart.js, served by tessera itself); the API answers an
-# unknown experiment with a JSON error. The screenshot is kept as $3 (the test's artefact).
+# unknown experiment with a JSON error, and a stale link (#experiment=99) shows a message under
+# the page's Content-Security-Policy (no inline code). The screenshot is kept as $3 (the test's artefact).
 # Skipped (exit 77) without chromium.
 set -euo pipefail
 tessera="$(realpath "$1")"; fixtures="$(realpath "$2")"; shot="$3"
@@ -53,6 +54,8 @@ flags=(--headless --no-sandbox --disable-gpu --disable-dev-shm-usage --hide-scro
 "$browser" "${flags[@]}" --screenshot="$work/page.png" "http://127.0.0.1:$port/#experiment=1" \
   > /dev/null 2>> browser.err
 cp "$work/page.png" "$shot"
+# A stale link (an experiment that is not there) shows a message, not a blank page.
+"$browser" "${flags[@]}" --dump-dom "http://127.0.0.1:$port/#experiment=99" > stale.html 2>> browser.err
 python3 - <<'PY'
 import re
 dom = open("dom.html").read()
@@ -63,6 +66,10 @@ assert all("COMPLETED" in t for t in trials), trials
 assert re.search(r'<tr class="experiment[^"]*"[^>]*>.*?browser-asha', dom), "no experiment row"
 assert "Experiment 1 (browser-asha): COMPLETED" in dom
 print(f"page: 1 experiment, {len(trials)} trial rows, charts rendered")
+stale = open("stale.html").read()
+assert re.search(r'<p id="message"[^>]*>no experiment 99 in this store</p>', stale), stale[:2000]
+assert 'data-charts="none"' in stale and "browser-asha" in stale  # the list is still there
+print("a stale link (#experiment=99): the message, and the list of experiments")
 PY
 python3 -c "
 import struct, sys

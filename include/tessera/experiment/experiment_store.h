@@ -76,6 +76,9 @@ class ExperimentStore {
   void delete_checkpoint(const std::string& uuid);
 
   std::vector<ExperimentRecord> experiments() const;
+  // Each experiment's id, name and state only (no JSON parsed: one bad record cannot hide the
+  // others from a listing).
+  std::vector<ExperimentRecord> experiment_rows() const;
   ExperimentRecord experiment(int64_t id) const;  // an unknown id is an error
   std::vector<TrialRecord> trials(int64_t experiment) const;
   TrialRecord trial(int64_t id) const;

@@ -100,7 +100,10 @@ std::shared_ptr<ProcessGroup> world();
 // True when the process was started by an MPI-style launcher.
 bool launched_distributed();
 // Ends every rank of the job now with `code` (after an error on one rank).
-[[noreturn]] void abort_job(int code);
+// `after_rank0`: an error every rank may be hitting at once (a bad config or checkpoint):
+// ranks other than 0 first give rank 0's abort a moment, since OpenMPI's mpirun can crash
+// gathering several simultaneous aborts' messages. A timeout aborts at once.
+[[noreturn]] void abort_job(int code, bool after_rank0 = false);
 
 // A single-process group: collectives are identities, so one code path serves 1..N ranks.
 std::shared_ptr<ProcessGroup> make_local_group();
