@@ -23,11 +23,11 @@ PY
 
 for mode in dp tp pp 3d; do
   np=2; [ "$mode" = 3d ] && np=4
-  mpirun -np $np "$tessera" train "$mode.json" > "$mode.out" 2>&1 &
+  mpirun -np $np "$tessera" train "$work/$mode.json" > "$mode.out" 2>&1 &
   job=$!
   for _ in $(seq 300); do grep -q "^step 3/" "$mode.out" && break; sleep 0.1; done
   victim=""
-  for p in $(pgrep -f "tessera train $mode.json"); do
+  for p in $(pgrep -f "train $work/$mode.json"); do
     tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1" && victim=$p
   done
   if [ -z "$victim" ]; then
