@@ -6,10 +6,12 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "gpt2_merges.h"
 #include "tessera/error.h"
 #include "tessera/io/files.h"
 #include "tessera/io/json_fields.h"
 #include "tessera/io/tokenizer.h"
+#include "tessera/io/utf8_validation.h"
 #include "utf8.h"
 
 namespace tessera::io {
@@ -70,8 +72,7 @@ GPT2Tokenizer::GPT2Tokenizer(std::unordered_map<std::string, int64_t> vocab,
            " is far beyond the vocabulary's ", vocab_.size(), " tokens");
   id_to_token_.resize(static_cast<size_t>(max_id + 1));
   for (auto& [tok, id] : vocab_) id_to_token_[id] = tok;
-  for (size_t i = 0; i < merges.size(); ++i)
-    merge_rank_.emplace(merges[i], static_cast<int64_t>(i));
+  merges_ = std::make_unique<Merges>(vocab_, merges, byte_map().to_text);
 }
 
 GPT2Tokenizer::~GPT2Tokenizer() = default;
@@ -109,64 +110,55 @@ GPT2Tokenizer GPT2Tokenizer::from_files(const std::string& vocab_json,
   return GPT2Tokenizer(std::move(vocab), std::move(merges));
 }
 
-std::vector<std::string> GPT2Tokenizer::pretokenize(const std::string& text) const {
-  std::vector<std::string> out;
-  pcre2_match_data* md = pcre2_match_data_create_from_pattern(regex_->code, nullptr);
+void GPT2Tokenizer::for_each_piece(const std::string& text,
+                                   const std::function<void(size_t, size_t)>& piece) const {
+  if (const auto bad = first_invalid_utf8(text))
+    fail("GPT2Tokenizer: the text is not UTF-8 (an invalid byte sequence at offset ", *bad, ")");
+  std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> md(
+      pcre2_match_data_create_from_pattern(regex_->code, nullptr), &pcre2_match_data_free);
+  TS_CHECK(md, "GPT2Tokenizer: out of memory for PCRE2's match data");
+  const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
   PCRE2_SIZE at = 0;
   while (at < text.size()) {
-    const int rc = pcre2_match(regex_->code, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(),
-                               at, 0, md, nullptr);
-    if (rc < 0) {
-      pcre2_match_data_free(md);
-      TS_CHECK(rc == PCRE2_ERROR_NOMATCH, "GPT2Tokenizer: invalid UTF-8 or match error ", rc,
-               " at byte offset ", at);
-      break;
-    }
-    const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
+    // Checked above: PCRE2 would otherwise validate the whole text again at every match.
+    const int rc =
+        pcre2_match(regex_->code, subject, text.size(), at, PCRE2_NO_UTF_CHECK, md.get(), nullptr);
+    if (rc == PCRE2_ERROR_NOMATCH) break;
+    TS_CHECK(rc >= 0, "GPT2Tokenizer: PCRE2 match error ", rc, " at byte offset ", at);
+    const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md.get());
     if (ov[1] == ov[0]) break;
-    out.push_back(text.substr(ov[0], ov[1] - ov[0]));
+    piece(ov[0], ov[1]);
     at = ov[1];
   }
-  pcre2_match_data_free(md);
-  return out;
 }
 
-std::vector<std::string> GPT2Tokenizer::bpe(const std::string& word) const {
-  std::vector<std::string> symbols;
-  for (unsigned char b : word) symbols.push_back(byte_map().to_text[b]);
-  while (symbols.size() > 1) {
-    int64_t best = LLONG_MAX;
-    size_t best_at = 0;
-    for (size_t i = 0; i + 1 < symbols.size(); ++i) {
-      auto it = merge_rank_.find({symbols[i], symbols[i + 1]});
-      if (it != merge_rank_.end() && it->second < best) best = it->second, best_at = i;
-    }
-    if (best == LLONG_MAX) break;
-    const std::string a = symbols[best_at], b = symbols[best_at + 1];
-    std::vector<std::string> merged;
-    for (size_t i = 0; i < symbols.size();) {
-      if (i + 1 < symbols.size() && symbols[i] == a && symbols[i + 1] == b) {
-        merged.push_back(a + b);
-        i += 2;
-      } else {
-        merged.push_back(symbols[i++]);
-      }
-    }
-    symbols = std::move(merged);
-  }
-  return symbols;
+std::vector<std::string> GPT2Tokenizer::pretokenize(const std::string& text) const {
+  std::vector<std::string> out;
+  for_each_piece(text, [&](size_t b, size_t e) { out.push_back(text.substr(b, e - b)); });
+  return out;
 }
 
 std::vector<int64_t> GPT2Tokenizer::encode(const std::string& text) const {
   std::vector<int64_t> ids;
-  for (const std::string& piece : pretokenize(text)) {
-    for (const std::string& sym : bpe(piece)) {
-      auto it = vocab_.find(sym);
-      TS_CHECK(it != vocab_.end(), "GPT2Tokenizer: symbol '", sym, "' (from '", piece,
-               "') is not in vocab.json; the vocabulary and merges do not match");
-      ids.push_back(it->second);
+  // Words repeat: each distinct piece is merged once per call (bounded, so that a corpus of
+  // only distinct pieces cannot grow it without end).
+  constexpr size_t kCacheEntries = 1 << 20;
+  std::unordered_map<std::string, std::pair<size_t, size_t>> seen;  // piece -> its ids' span
+  std::vector<int64_t> cached;
+  for_each_piece(text, [&](size_t b, size_t e) {
+    const std::string_view word(text.data() + b, e - b);
+    if (auto it = seen.find(std::string(word)); it != seen.end()) {
+      ids.insert(ids.end(), cached.begin() + static_cast<std::ptrdiff_t>(it->second.first),
+                 cached.begin() + static_cast<std::ptrdiff_t>(it->second.second));
+      return;
     }
-  }
+    const size_t start = ids.size();
+    bpe(word, ids);
+    if (seen.size() < kCacheEntries) {
+      seen.emplace(std::string(word), std::pair{cached.size(), cached.size() + ids.size() - start});
+      cached.insert(cached.end(), ids.begin() + static_cast<std::ptrdiff_t>(start), ids.end());
+    }
+  });
   return ids;
 }
 

@@ -1,6 +1,7 @@
 #include "tessera/io/token_data.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -8,6 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include "tessera/error.h"
+#include "tessera/io/corpus_encoding.h"
+#include "tessera/io/identity.h"
 #include "tessera/io/json_fields.h"
 #include "tessera/io/utf8_validation.h"
 #include "tessera/ops.h"
@@ -83,9 +86,27 @@ std::string default_cache_dir(const std::string& path) {
 
 const std::vector<std::string> kSpecials{"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"};
 
+// Progress of a long tokenisation on stderr (MB/s, ETA), and its stop.
+EncodeProgress corpus_progress(bool verbose, const std::function<bool()>& keep_going) {
+  const auto start = std::chrono::steady_clock::now();
+  return [=](size_t done, size_t total) {
+    if (verbose && done < total) {
+      const double s =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      const double rate = static_cast<double>(done) / std::max(s, 1e-9);
+      std::fprintf(stderr, "data: tokenised %.1f of %.1f MB (%.0f%%), %.1f MB/s, ETA %.0f s\n",
+                   static_cast<double>(done) / 1e6, static_cast<double>(total) / 1e6,
+                   100.0 * static_cast<double>(done) / static_cast<double>(total), rate / 1e6,
+                   static_cast<double>(total - done) / rate);
+    }
+    return !keep_going || keep_going();
+  };
+}
+
 void tokenize_into(const fs::path& dir, const std::string& key, const std::string& text,
-                   const TokenizedCorpus& c, const TrainConfig::Data& data) {
-  const std::vector<int64_t> ids64 = c.tokenizer->encode(text);
+                   const TokenizedCorpus& c, const TrainConfig::Data& data,
+                   const EncodeProgress& progress) {
+  const std::vector<int64_t> ids64 = encode_corpus(*c.tokenizer, text, progress);
   TS_CHECK(ids64.size() >= 16, "data: the corpus '", data.path, "' has only ", ids64.size(),
            " tokens");
   std::vector<int32_t> ids(ids64.begin(), ids64.end());
@@ -132,18 +153,21 @@ std::string token_cache_problem(const std::string& cache_dir, int64_t vocab_size
   return "";
 }
 
-TokenizedCorpus prepare_corpus(const TrainConfig::Data& data, bool with_specials, bool verbose) {
+TokenizedCorpus prepare_corpus(const TrainConfig::Data& data, bool with_specials, bool verbose,
+                               const std::function<bool()>& keep_going) {
   TokenizedCorpus c;
   c.tokenizer_kind = data.tokenizer;
-  c.cache_dir = data.cache_dir.empty() ? default_cache_dir(data.path) : data.cache_dir;
   const std::string text = read_corpus(data.path);
-  // The cache is reused only for the same text, tokenizer (files included) and split.
-  std::string key = data.tokenizer + ":" + std::to_string(text.size()) + ":" +
-                    std::to_string(std::hash<std::string>{}(text)) + ":" +
-                    std::to_string(data.val_fraction) + (with_specials ? ":specials" : "");
+  // The cache is reused only for the same text, tokenizer (files included) and split; each
+  // such key has a directory of its own, so switching tokenizers keeps both caches.
+  std::string key = data.tokenizer + ":" + std::to_string(text.size()) + ":" + sha256_hex(text) +
+                    ":" + std::to_string(data.val_fraction) + (with_specials ? ":specials" : "");
   if (data.tokenizer == "gpt2")
-    key += ":" + std::to_string(std::hash<std::string>{}(read_text_file(data.vocab) + "\n" +
-                                                         read_text_file(data.merges)));
+    key += ":" + sha256_hex(read_text_file(data.vocab)) + ":" +
+           sha256_hex(read_text_file(data.merges));
+  c.cache_dir = (fs::path(data.cache_dir.empty() ? default_cache_dir(data.path) : data.cache_dir) /
+                 (data.tokenizer + "-" + sha256_hex(key).substr(0, 16)))
+                    .string();
   const fs::path meta_path = fs::path(c.cache_dir) / "meta.json";
   if (data.tokenizer == "gpt2") {
     c.tokenizer =
@@ -178,7 +202,7 @@ TokenizedCorpus prepare_corpus(const TrainConfig::Data& data, bool with_specials
     if (verbose)
       std::cerr << "data: tokenising " << data.path << " (" << text.size() << " bytes) into "
                 << c.cache_dir << "\n";
-    tokenize_into(c.cache_dir, key, text, c, data);
+    tokenize_into(c.cache_dir, key, text, c, data, corpus_progress(verbose, keep_going));
     const std::string problem = token_cache_problem(c.cache_dir, c.vocab_size);
     TS_CHECK(problem.empty(), "data: the token cache '", c.cache_dir, "' just written: ", problem);
   }

@@ -99,7 +99,8 @@ int bench_gemm(const Args& a) {
 
 int bench_main(int argc, char** argv) {
   const Args a(argc, argv, 2, {"json", "help"},
-               {"shape", "iters", "preset", "device", "dtype", "batch", "peak-tflops"});
+               {"shape", "iters", "preset", "device", "dtype", "batch", "peak-tflops", "vocab",
+                "merges", "corpus", "python"});
   if (a.has("help") || a.positional().empty()) {
     std::cout
         << "usage: tessera bench gemm [--shape M,N,K] [--iters N] [--json]\n"
@@ -113,13 +114,21 @@ int bench_main(int argc, char** argv) {
            "(median of 10 after 3 warm-up steps); scripts/bench_train.sh runs PyTorch beside it.\n"
            "--device cuda --dtype bfloat16 trains in bf16 with float32 masters and reports model\n"
            "TFLOP/s and MFU (6N + 12LTd FLOPs per token); scripts/gpu_bench.sh runs PyTorch beside "
-           "it.\n";
+           "it.\n"
+           "       tessera bench tokenizer --vocab vocab.json --merges merges.txt --corpus FILE\n"
+           "                               [--python PY] [--json]\n"
+           "tokenizer: GPT-2 BPE MB/s of Tessera's tokenizer and, in the same run, of Hugging "
+           "Face's\n"
+           "tokenizers (when PY, default build/test-python's or python3, has it), one thread "
+           "each,\n"
+           "with the ratio and whether the ids agree.\n";
     return a.has("help") ? 0 : 2;
   }
   const std::string what = a.positional()[0];
   if (what == "gemm") return bench_gemm(a);
   if (what == "train") return bench_train(a);
-  fail("unknown benchmark '", what, "': expected gemm or train");
+  if (what == "tokenizer") return bench_tokenizer(a);
+  fail("unknown benchmark '", what, "': expected gemm, train or tokenizer");
 }
 
 }  // namespace tessera::cli

@@ -65,6 +65,7 @@ int eval_main(int argc, char** argv);
 int generate_main(int argc, char** argv);
 int train_main(int argc, char** argv);
 int bench_train(const Args& a);
+int bench_tokenizer(const Args& a);  // bench_tokenizer.cpp
 int zero_to_fp32_main(int argc, char** argv);
 int estimate_memory_main(int argc, char** argv);
 int export_main(int argc, char** argv);

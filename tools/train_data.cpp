@@ -3,6 +3,7 @@
 #include "cli.h"
 
 #include "tessera/cuda.h"
+#include "tessera/engine/stop_signals.h"
 #include "tessera/io/data_loader.h"
 #include "tessera/io/files.h"
 #include "tessera/io/json_fields.h"
@@ -205,7 +206,10 @@ io::TokenizedCorpus shared_corpus(const io::TrainConfig& cfg, parallel::ProcessG
   world.set_timeout(cfg.distributed.timeout());
   const bool bert = cfg.model.type == "bert";
   io::TokenizedCorpus corpus;
-  if (world.rank() == 0) corpus = io::prepare_corpus(cfg.data, bert, true);
+  // SIGINT/SIGTERM (the command's StopSignals) stop a long tokenisation between its chunks.
+  if (world.rank() == 0)
+    corpus = io::prepare_corpus(cfg.data, bert, true,
+                                [] { return engine::stop_signal_received() == 0; });
   world.barrier();
   if (world.rank() != 0) corpus = io::prepare_corpus(cfg.data, bert, false);
   return corpus;

@@ -5,7 +5,10 @@
 #include <filesystem>
 #include <fstream>
 
+#include <algorithm>
+
 #include "tessera/error.h"
+#include "tessera/io/corpus_encoding.h"
 #include "tessera/io/files.h"
 #include "tessera/io/token_data.h"
 
@@ -112,11 +115,13 @@ TEST_CASE("BERT batches: 15% selected, 80/10/10 replacement, segments and NSP la
 
 TEST_CASE("a damaged token cache is rebuilt; a binary corpus is refused") {
   Corpus corpus(false);
-  const fs::path cache = corpus.dir / "cache";
+  const fs::path cache = corpus.c.cache_dir;  // (data.cache_dir / char-<digest>)
+  CHECK(cache.parent_path() == corpus.dir / "cache");
+  CHECK(cache.filename().string().rfind("char-", 0) == 0);
   const int64_t train_tokens = corpus.c.train->size();
   io::TrainConfig::Data d;
   d.path = (corpus.dir / "text.txt").string();
-  d.cache_dir = cache.string();
+  d.cache_dir = (corpus.dir / "cache").string();
   {  // truncated train.bin: its size no longer matches meta.json
     fs::resize_file(cache / "train.bin", 400);
     const auto c = io::prepare_corpus(d, false, false);
@@ -155,4 +160,60 @@ TEST_CASE("a damaged token cache is rebuilt; a binary corpus is refused") {
   CHECK_THROWS_WITH_AS(
       io::prepare_corpus(d, false, false),
       doctest::Contains("is not UTF-8 text (an invalid byte sequence at offset 3)"), Error);
+}
+
+TEST_CASE("token caches: one per tokenizer, side by side; keyed by content, not by name") {
+  Corpus corpus(false);
+  io::TrainConfig::Data d;
+  d.path = (corpus.dir / "text.txt").string();
+  d.cache_dir = (corpus.dir / "cache").string();
+  const auto plain = io::prepare_corpus(d, false, false);
+  const auto bert = io::prepare_corpus(d, true, false);  // another key: its own directory
+  CHECK(plain.cache_dir != bert.cache_dir);
+  CHECK(fs::exists(fs::path(plain.cache_dir) / "meta.json"));
+  CHECK(fs::exists(fs::path(bert.cache_dir) / "meta.json"));
+  // Reused, not rewritten: the token file keeps its time.
+  const auto written = fs::last_write_time(fs::path(plain.cache_dir) / "train.bin");
+  CHECK(io::prepare_corpus(d, false, false).cache_dir == plain.cache_dir);
+  CHECK(fs::last_write_time(fs::path(plain.cache_dir) / "train.bin") == written);
+  // The same text under another name shares nothing but the format; another text, another key.
+  std::ofstream(corpus.dir / "other.txt") << io::read_text_file(d.path) << "more text\n";
+  d.path = (corpus.dir / "other.txt").string();
+  CHECK(io::prepare_corpus(d, false, false).cache_dir != plain.cache_dir);
+}
+
+TEST_CASE("encode_corpus: chunked on several threads, the same ids as one pass") {
+  const io::GPT2Tokenizer tok =
+      io::GPT2Tokenizer::from_files(TESSERA_FIXTURES_DIR "/tokenizers/gpt2-bpe/vocab.json",
+                                    TESSERA_FIXTURES_DIR "/tokenizers/gpt2-bpe/merges.txt");
+  // Lines that end in spaces, start with spaces or contractions, blank lines, CJK, emoji.
+  std::string text;
+  for (int i = 0; i < 400; ++i)
+    text += "line " + std::to_string(i) + (i % 3 ? " ends in spaces   \n" : "!\n") +
+            (i % 5 ? "'s next\n" : "   indented\n\n") +
+            "\xe6\xbc\xa2\xe5\xad\x97 \xf0\x9f\x98\x80\n";
+  const std::vector<int64_t> one = tok.encode(text);
+  const auto cuts = io::corpus_cuts(text, 256);
+  CHECK(cuts.size() > 20);  // many chunks
+  for (size_t i = 1; i + 1 < cuts.size(); ++i) {
+    CAPTURE(cuts[i]);
+    CHECK(text[cuts[i] - 1] == '\n');
+  }
+  CHECK(io::encode_corpus(tok, text, nullptr, 3, 256) == one);
+  CHECK(io::encode_corpus(tok, text, nullptr, 1, 1 << 20) == one);
+  // Progress after each round; a false answer stops the work with an error.
+  std::vector<size_t> seen;
+  io::encode_corpus(
+      tok, text,
+      [&](size_t done, size_t total) {
+        CHECK(total == text.size());
+        seen.push_back(done);
+        return true;
+      },
+      2, 256);
+  CHECK(seen.back() == text.size());
+  CHECK(std::is_sorted(seen.begin(), seen.end()));
+  CHECK_THROWS_WITH_AS(io::encode_corpus(
+                           tok, text, [](size_t, size_t) { return false; }, 2, 256),
+                       doctest::Contains("tokenising stopped at byte"), Error);
 }

@@ -3,6 +3,7 @@
 // and seeded batch samplers whose position is a Philox (seed, offset) pair that checkpoints
 // save.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -39,10 +40,14 @@ struct TokenizedCorpus {
   std::string cache_dir;
 };
 
-// Tokenises data.path into data.cache_dir (default ~/.cache/tessera/datasets/<name>-<hash>)
-// unless an up-to-date cache is there (same text, tokenizer and split). with_specials adds
-// BERT's special tokens.
-TokenizedCorpus prepare_corpus(const TrainConfig::Data& data, bool with_specials, bool verbose);
+// Tokenises data.path into a cache (under data.cache_dir, default
+// ~/.cache/tessera/datasets/<name>-<hash>/, one subdirectory per tokenizer: <kind>-<digest of
+// the text, the tokenizer's files and the split>, so caches of several tokenizers coexist)
+// unless an up-to-date one is there. with_specials adds BERT's special tokens. The corpus is
+// encoded on every core in chunks; `verbose` prints progress (MB/s, ETA) and `keep_going`,
+// asked between chunks, stops the work (an Error) when it returns false.
+TokenizedCorpus prepare_corpus(const TrainConfig::Data& data, bool with_specials, bool verbose,
+                               const std::function<bool()>& keep_going = nullptr);
 
 // Why a token cache directory (meta.json, train.bin, val.bin) cannot be used as its meta.json
 // describes it for a vocabulary of `vocab_size` ("" when it can): prepare_corpus rebuilds such

@@ -2,9 +2,11 @@
 // merges.txt) and BERT WordPiece (vocab.txt).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -50,12 +52,17 @@ class GPT2Tokenizer : public Tokenizer {
   std::vector<std::string> pretokenize(const std::string& text) const;
 
  private:
-  std::vector<std::string> bpe(const std::string& word) const;
+  // Calls `piece(begin, end)` for each pre-tokenised piece of `text`, which is checked to be
+  // UTF-8 once (not at every match: that made tokenising quadratic in the text's length).
+  void for_each_piece(const std::string& text,
+                      const std::function<void(size_t, size_t)>& piece) const;
+  void bpe(std::string_view word, std::vector<int64_t>& ids) const;  // appends word's ids
   std::unordered_map<std::string, int64_t> vocab_;
   std::vector<std::string> id_to_token_;
-  std::map<std::pair<std::string, std::string>, int64_t> merge_rank_;
   struct Regex;
   std::unique_ptr<Regex> regex_;
+  struct Merges;  // symbols interned, merges by (left, right) symbol: gpt2_bpe.cpp
+  std::unique_ptr<Merges> merges_;
 };
 
 // BERT's tokenizer: basic tokenisation (clean, split on whitespace and punctuation, CJK

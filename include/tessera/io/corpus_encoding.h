@@ -1,0 +1,28 @@
+// A whole corpus through a tokenizer: cut into chunks at places where the pieces (GPT-2's
+// pre-tokenisation) cannot straddle the cut, so the ids equal one pass over the text; the
+// chunks encoded on every core; progress reported between rounds, which may stop the work.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "tessera/io/tokenizer.h"
+
+namespace tessera::io {
+
+// Where a corpus may be cut: after a '\n' with printable, non-space ASCII on both sides ("x\nW"):
+// every pre-tokenisation rule ends a piece there and starts the next one alike. Cuts about
+// `chunk_bytes` apart (a stretch without such a place stays whole).
+std::vector<size_t> corpus_cuts(const std::string& text, size_t chunk_bytes);
+
+// Called after each round of chunks with the bytes done and in all; false stops the work
+// (encode_corpus then throws an Error saying so).
+using EncodeProgress = std::function<bool(size_t done, size_t total)>;
+
+// The ids of `text`, equal to tokenizer.encode(text), on `threads` threads (0: the cores).
+std::vector<int64_t> encode_corpus(const Tokenizer& tokenizer, const std::string& text,
+                                   const EncodeProgress& progress = nullptr, int threads = 0,
+                                   size_t chunk_bytes = 4 << 20);
+
+}  // namespace tessera::io

@@ -1,0 +1,102 @@
+// `tessera bench tokenizer --vocab V --merges M --corpus FILE [--threads N] [--json]`: GPT-2 BPE
+// throughput (MB/s) of Tessera's tokenizer and, in the same run on the same file and thread
+// count, of Hugging Face's `tokenizers` when the Python beside it has the package, with the
+// ratio and whether both gave the same ids.
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "cli.h"
+#include "tessera/io/files.h"
+#include "tessera/io/tokenizer.h"
+
+namespace tessera::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+// Hugging Face's ByteLevel BPE on the same files: its MB/s and its ids' count and checksum.
+constexpr const char* kHfScript = R"PY(
+import json, os, sys, time
+try:
+    from tokenizers import Tokenizer, models, pre_tokenizers, decoders
+except ImportError:
+    print(json.dumps({"error": "no tokenizers package"})); sys.exit(0)
+vocab, merges, corpus, threads = sys.argv[1:5]
+os.environ["RAYON_NUM_THREADS"] = threads
+tok = Tokenizer(models.BPE.from_file(vocab, merges))
+tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+text = open(corpus, encoding="utf-8", newline="").read()
+t0 = time.perf_counter()
+ids = tok.encode(text).ids
+s = time.perf_counter() - t0
+print(json.dumps({"seconds": s, "count": len(ids), "checksum": sum((k + 1) * v for k, v in enumerate(ids)) % (1 << 61)}))
+)PY";
+
+int64_t checksum(const std::vector<int64_t>& ids) {
+  unsigned __int128 sum = 0;
+  for (size_t k = 0; k < ids.size(); ++k) sum += static_cast<unsigned __int128>(k + 1) * ids[k];
+  return static_cast<int64_t>(sum % (static_cast<unsigned __int128>(1) << 61));
+}
+
+}  // namespace
+
+int bench_tokenizer(const Args& a) {
+  for (const char* k : {"vocab", "merges", "corpus"})
+    TS_CHECK(a.has(k), "bench tokenizer: --", k, " is required (--vocab vocab.json --merges ",
+             "merges.txt --corpus FILE)");
+  const std::string vocab = a.get("vocab", ""), merges = a.get("merges", ""),
+                    corpus = a.get("corpus", "");
+  const io::GPT2Tokenizer tok = io::GPT2Tokenizer::from_files(vocab, merges);
+  const std::string text = io::read_text_file(corpus);
+  const double mb = static_cast<double>(text.size()) / 1e6;
+  const auto t0 = Clock::now();
+  const std::vector<int64_t> ids = tok.encode(text);
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  nlohmann::ordered_json out{
+      {"bytes", text.size()}, {"tokens", ids.size()}, {"tessera_mb_per_s", mb / seconds}};
+  // HF's, in a Python of its own (the one of scripts/test_python.sh when there is one).
+  const std::string python =
+      a.get("python", fs::exists("build/test-python/bin/python") ? "build/test-python/bin/python"
+                                                                 : "python3");
+  const fs::path script = fs::temp_directory_path() / "tessera-bench-tokenizer.py";
+  std::ofstream(script) << kHfScript;
+  const std::string command = io::quoted(python) + " " + io::quoted(script.string()) + " " +
+                              io::quoted(vocab) + " " + io::quoted(merges) + " " +
+                              io::quoted(corpus) + " 1 2>/dev/null";
+  std::string reply;
+  if (FILE* p = ::popen(command.c_str(), "r")) {
+    char buf[512];
+    while (std::fgets(buf, sizeof buf, p)) reply += buf;
+    ::pclose(p);
+  }
+  fs::remove(script);
+  const auto hf = nlohmann::json::parse(reply, nullptr, false);
+  if (hf.is_object() && hf.contains("seconds")) {
+    out["hf_mb_per_s"] = mb / hf["seconds"].get<double>();
+    out["ratio"] = out["tessera_mb_per_s"].get<double>() / out["hf_mb_per_s"].get<double>();
+    out["same_ids"] = hf["count"] == ids.size() && hf["checksum"] == checksum(ids);
+  } else {
+    out["hf"] = hf.is_object() && hf.contains("error") ? hf["error"] : "no Python";
+  }
+  if (a.has("json")) {
+    std::cout << out.dump() << "\n";
+    return 0;
+  }
+  std::printf("corpus %s: %.1f MB, %zu tokens\ntessera: %.1f MB/s (1 thread)\n", corpus.c_str(), mb,
+              ids.size(), out["tessera_mb_per_s"].get<double>());
+  if (out.contains("ratio"))
+    std::printf("Hugging Face tokenizers: %.1f MB/s (1 thread); ratio %.2fx; same ids: %s\n",
+                out["hf_mb_per_s"].get<double>(), out["ratio"].get<double>(),
+                out["same_ids"].get<bool>() ? "yes" : "NO");
+  else
+    std::printf("Hugging Face tokenizers: not run (%s)\n", out["hf"].get<std::string>().c_str());
+  return 0;
+}
+
+}  // namespace tessera::cli
