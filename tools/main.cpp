@@ -8,6 +8,7 @@
 #include "cli.h"
 #include "tessera/error.h"
 #include "tessera/parallel/process_group.h"
+#include "tessera/parallel/thread_share.h"
 
 namespace {
 
@@ -61,6 +62,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   try {
+    // Ranks (or trials) side by side on one host take their share of its cores each.
+    tessera::parallel::share_cores();
     if (cmd == "kernels") return tessera::cli::kernels_main(argc, argv);
     if (cmd == "report") return tessera::cli::report_main(argc, argv);
     if (cmd == "bench") return tessera::cli::bench_main(argc, argv);

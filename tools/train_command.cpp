@@ -1,6 +1,8 @@
 // `tessera train CONFIG.json [--data PATH] [--steps N] [--save DIR] [--resume DIR] [--json]`:
 // the built-in models through engine::Trainer (the loop lives in engine/).
+#include <omp.h>
 #include <csignal>
+
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -88,6 +90,7 @@ void print_json_line(const engine::TrainResult& r, engine::Engine& eng, bool com
       {"tokens_per_s", r.tokens_per_s},
       {"rank", eng.rank()},
       {"world_size", eng.world_size()},
+      {"threads", omp_get_max_threads()},
       {"zero_stage", eng.zero_stage()},
       {"memory",
        {{"params", mem.params},
@@ -321,7 +324,7 @@ int train_main(int argc, char** argv) {
               << (world->size() > 1 ? ", " + std::to_string(world->size()) + " ranks" : "")
               << (groups.tp ? " (" + std::to_string(dp_size) + " data-parallel)" : std::string())
               << (eng->zero_stage() > 0 ? ", ZeRO stage " + std::to_string(eng->zero_stage()) : "")
-              << "\n";
+              << ", " << omp_get_max_threads() << " thread(s) per rank\n";
   const engine::TrainResult r = trainer.fit();
   if (cfg.comms_logger.enabled && lead) std::cerr << world->logger().summary(0, world->size());
   if (checkpointing && cfg.activation_checkpointing.profile && lead)
