@@ -11,18 +11,7 @@ cp "$fixtures/../../README.md" "$work/corpus.txt"
 cfg="$fixtures/train_small.json"
 fails=0
 
-# expect NAME EXPECTED-TEXT COMMAND...: exit status 1 and the text in "tessera <cmd>: error: ...".
-expect() {
-  local name="$1" want="$2"; shift 2
-  local out status
-  out=$(timeout 120 "$@" 2>&1 >/dev/null); status=$?
-  if [ "$status" = 1 ] && grep -q "^tessera [a-z0-9-]*: error: .*$want" <<<"$out"; then
-    echo "ok   $name"
-  else
-    echo "FAIL $name: exit $status, wanted an error containing '$want', got:"; echo "$out" | tail -3
-    fails=$((fails + 1))
-  fi
-}
+source "$(dirname "$0")/expect_error.sh"
 config() {  # name python-edit: writes $work/name.json from train_small.json
   python3 - "$cfg" "$work/$1.json" "$2" <<'PY'
 import json, sys

@@ -13,22 +13,13 @@
 #  - small wrong answers (estimate-memory --vocab 0, bench gemm --shape 0,0,0, describe's
 #    table on stdout, the flops profile counting evaluation forwards).
 set -uo pipefail
+expect_prefix=""  # (several ranks print their errors at once)
+source "$(dirname "$0")/expect_error.sh"
 source "$(dirname "$0")/cli_setup.sh"
 export TESSERA_STORE="$work/store"
 fails=0
 fail() { echo "FAIL $*"; fails=$((fails + 1)); }
 
-# expect NAME EXPECTED-TEXT COMMAND...: exit status 1 and the text in "... error: ...".
-expect() {
-  local name="$1" want="$2"; shift 2
-  local out status
-  out=$(timeout 120 "$@" 2>&1 >/dev/null); status=$?
-  if [ "$status" = 1 ] && grep -q "error: .*$want" <<<"$out"; then
-    echo "ok   $name"
-  else
-    fail "$name: exit $status, wanted an error containing '$want', got:"; echo "$out" | tail -3
-  fi
-}
 config() {  # name python-edit: writes $work/name.json from train_small.json
   python3 - "$fixtures/train_small.json" "$work/$1.json" "$2" <<'PY'
 import json, sys
