@@ -32,7 +32,7 @@ std::vector<Tensor> checkpoint(const CheckpointFn& fn, const std::vector<Tensor>
   std::vector<Tensor> saved_inputs;
   std::vector<std::pair<Shape, Device>> layouts;  // each input's, for unpack
   for (const Tensor& t : inputs) {
-    const Tensor kept = detail::untracked(t);
+    const Tensor kept = ::tessera::detail::untracked(t);
     saved_inputs.push_back(kept.defined() && hooks.pack ? hooks.pack(kept) : kept);
     layouts.emplace_back(t.defined() ? t.shape() : Shape{},
                          t.defined() ? t.device() : Device::cpu());

@@ -6,7 +6,7 @@ namespace tessera::autograd {
 
 void FunctionContext::save_for_backward(const std::vector<Tensor>& tensors) {
   for (const Tensor& t : tensors) {
-    saved_.push_back(detail::untracked(t));
+    saved_.push_back(::tessera::detail::untracked(t));
     versions_.push_back(t.defined() ? t.version() : 0);
   }
 }
@@ -28,7 +28,7 @@ std::vector<Tensor> CustomFunction::apply(const std::vector<Tensor>& inputs, For
   {
     NoGradGuard no_grad;
     std::vector<Tensor> detached;
-    for (const Tensor& t : inputs) detached.push_back(detail::untracked(t));
+    for (const Tensor& t : inputs) detached.push_back(::tessera::detail::untracked(t));
     outputs = forward(*ctx, detached);
   }
   // Outputs that alias inputs get their own handle so that recording leaves inputs intact.

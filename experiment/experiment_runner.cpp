@@ -24,7 +24,9 @@ namespace fs = std::filesystem;
 
 namespace tessera::experiment {
 
-namespace {
+// (Named, not anonymous: Impl holds them, and an anonymous type in a member trips GCC's
+// -Wsubobject-linkage once this file is part of a unity build.)
+namespace runner_state {
 
 // Why the runner stopped a trial process, which decides the trial's state after it exits.
 enum class StopReason { None, Searcher, Pause, Kill, Runner, Invalid };
@@ -42,7 +44,9 @@ struct TrialRun {
   int64_t restarts = 0;
 };
 
-}  // namespace
+}  // namespace runner_state
+using runner_state::StopReason;
+using runner_state::TrialRun;
 
 struct ExperimentRunner::Impl {
   ExperimentStore& store;

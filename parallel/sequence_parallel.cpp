@@ -12,13 +12,13 @@
 namespace tessera::parallel {
 
 namespace {
-constexpr const char* kWhat = "sequence parallel (the sequence)";
+constexpr const char* kSequenceSplit = "sequence parallel (the sequence)";
 }  // namespace
 
 Tensor scatter_to_sequence_parallel_region(const Tensor& x, ProcessGroup& group, int64_t dim) {
   return region_function(
       x, "ScatterToSequenceParallelRegion",
-      [&group, dim](const Tensor& t) { return dim_chunk(t, dim, group, kWhat); },
+      [&group, dim](const Tensor& t) { return dim_chunk(t, dim, group, kSequenceSplit); },
       [&group, dim](const Tensor& g) { return dim_gather(g, dim, group); });
 }
 
@@ -28,8 +28,8 @@ Tensor gather_from_sequence_parallel_region(const Tensor& x, ProcessGroup& group
       x, "GatherFromSequenceParallelRegion",
       [&group, dim](const Tensor& t) { return dim_gather(t, dim, group); },
       [&group, dim, tensor_parallel_output_grad](const Tensor& g) {
-        return tensor_parallel_output_grad ? dim_reduce_scatter(g, dim, group, kWhat)
-                                           : dim_chunk(g, dim, group, kWhat);
+        return tensor_parallel_output_grad ? dim_reduce_scatter(g, dim, group, kSequenceSplit)
+                                           : dim_chunk(g, dim, group, kSequenceSplit);
       });
 }
 
@@ -55,7 +55,7 @@ Tensor sequence_parallel_linear(const Tensor& x, const Tensor& weight, const Ten
           const Tensor y = linear(leaves[0], leaves[1], leaves.size() > 2 ? leaves[2] : Tensor());
           autograd::backward({y}, {g[0]});
         }
-        std::vector<Tensor> grads{dim_reduce_scatter(leaves[0].grad(), 1, group, kWhat)};
+        std::vector<Tensor> grads{dim_reduce_scatter(leaves[0].grad(), 1, group, kSequenceSplit)};
         for (size_t i = 1; i < leaves.size(); ++i) grads.push_back(leaves[i].grad());
         return grads;
       },
@@ -70,7 +70,7 @@ Tensor reduce_scatter_to_sequence_parallel_region(const Tensor& x, ProcessGroup&
                                                   int64_t dim) {
   return region_function(
       x, "ReduceScatterToSequenceParallelRegion",
-      [&group, dim](const Tensor& t) { return dim_reduce_scatter(t, dim, group, kWhat); },
+      [&group, dim](const Tensor& t) { return dim_reduce_scatter(t, dim, group, kSequenceSplit); },
       [&group, dim](const Tensor& g) { return dim_gather(g, dim, group); });
 }
 

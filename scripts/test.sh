@@ -2,22 +2,35 @@
 # Sets up and builds (scripts/setup.sh), runs every test suite, again under ASan + UBSan with
 # the fuzz targets (scripts/test_sanitizers.sh), builds the README's example programs against
 # the installed library through pkg-config, and ends with one line "N passed, N failed,
-# N skipped" counting doctest test cases and CLI tests of both builds.
+# N skipped" counting doctest test cases and CLI tests of both builds. Under the sanitizers the
+# CLI matrices run one case per code path; `scripts/test.sh --full` runs every case there too.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+full=()
+[ "${1:-}" != --full ] || full=(--full)
+# Each stage's wall time, printed as it ends and again at the end (CI must stay under 40 min).
+stage_times=(); stage_start=$SECONDS
+stage_done() {
+  stage_times+=("$(printf '%-34s %5d s' "$1" $((SECONDS - stage_start)))"); stage_start=$SECONDS
+  echo "test.sh: ${stage_times[-1]}"
+}
 ./scripts/setup.sh || { echo "0 passed, 1 failed, 0 skipped"; exit 1; }
+stage_done "set-up and release build"
 # A browser for the experiment page's test (tests/tools/experiment_browser.sh; skipped without).
 (source scripts/lib/debian.sh && install_missing chromium) ||
   echo "test.sh: no chromium: the browser test is skipped"
 # Python with transformers for the comparisons against Hugging Face (skipped without it).
 ./scripts/test_python.sh || echo "test.sh: no Python with transformers: those comparisons are skipped"
+stage_done "browser and Python for the tests"
 
 meson test -C build --print-errorlogs --num-processes 2
 meson_status=$?
+stage_done "release tests"
 
 # The same suite built with clang under ASan + UBSan, and a short run of every fuzz target.
-./scripts/test_sanitizers.sh 10
+./scripts/test_sanitizers.sh "${full[@]}" 10
 sanitizer_status=$?
+stage_done "sanitizer build, tests and fuzzing"
 
 # Users' programs built the documented way: install, then pkg-config (examples/*.cpp).
 example_status=0
@@ -60,6 +73,8 @@ else
   echo "example examples/mlp.cpp (uninstalled pkg-config, build/): FAILED"; cat "$un/log" 2>/dev/null; example_status=1
 fi
 rm -rf "$un"
+stage_done "examples through pkg-config"
+printf 'test.sh: %s\n' "${stage_times[@]}"
 
 # Count doctest cases and plain (CLI) tests from meson's log. A test that cannot run here
 # (no GPU, no Slurm) is skipped: doctest's skip decorator, exit code 77 for a whole executable.

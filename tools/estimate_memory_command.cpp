@@ -21,7 +21,7 @@ namespace tessera::cli {
 
 namespace {
 
-const char* kHelp =
+const char* kEstimateMemoryHelp =
     R"(usage: tessera estimate-memory CONFIG.json --ranks N [--tp T] [--vocab V] [--data PATH] [--json]
 
 Predicts the bytes of model state each of N ranks will hold when training the
@@ -325,7 +325,7 @@ int estimate_pipeline(const Args& a, const io::TrainConfig& cfg, int64_t vocab, 
 int estimate_memory_main(int argc, char** argv) {
   const Args a(argc, argv, 2, {"json", "help"}, {"ranks", "tp", "vocab", "data"});
   if (a.has("help")) {
-    std::cout << kHelp;
+    std::cout << kEstimateMemoryHelp;
     return 0;
   }
   TS_CHECK(a.positional().size() == 1, "estimate-memory: expected one CONFIG.json (see --help)");

@@ -14,7 +14,7 @@ namespace tessera::cli {
 
 namespace {
 
-const char* kHelp = R"(usage: tessera eval MODEL_DIR --batch BATCH.json [--grads] [--json]
+const char* kEvalHelp = R"(usage: tessera eval MODEL_DIR --batch BATCH.json [--grads] [--json]
 
 Loads a Hugging Face model directory (config.json + model.safetensors; GPT-2 or BERT) and a
 batch file, runs forward in float32 on CPU, and prints the loss.
@@ -33,7 +33,7 @@ labels). Optional: "attention_mask", "token_type_ids", "next_sentence_label" (BE
 int eval_main(int argc, char** argv) {
   const Args a(argc, argv, 2, {"json", "help", "grads"}, {"batch"});
   if (a.has("help")) {
-    std::cout << kHelp;
+    std::cout << kEvalHelp;
     return 0;
   }
   TS_CHECK(a.positional().size() == 1, "eval: expected one MODEL_DIR (see --help)");

@@ -26,7 +26,7 @@ namespace tessera::cli {
 
 namespace {
 
-const char* kHelp = R"(usage: tessera experiment <command> [--store DIR] [--json]
+const char* kExperimentHelp = R"(usage: tessera experiment <command> [--store DIR] [--json]
 
   create EXP.yaml [--follow] [--device D]   start a search (Determined's YAML); --follow runs it
                                             here with a live table, else in the background
@@ -249,7 +249,7 @@ int experiment_main(int argc, char** argv) {
   const Args a(argc, argv, 3, {"json", "help", "follow", "detached"},
                {"store", "device", "port", "host"});
   if (sub.empty() || sub == "--help" || sub == "-h" || a.has("help")) {
-    std::cout << kHelp;
+    std::cout << kExperimentHelp;
     return sub.empty() ? 2 : 0;
   }
   const std::string dir = store_dir_of(a);

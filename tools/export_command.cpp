@@ -17,7 +17,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const char* kHelp = R"(usage: tessera export CKPT_DIR OUT_DIR [--tag TAG] [--json]
+const char* kExportHelp = R"(usage: tessera export CKPT_DIR OUT_DIR [--tag TAG] [--json]
 
 Writes a complete Hugging Face model directory from a training checkpoint of the built-in
 GPT-2 or BERT, saved at any ZeRO stage and any number of ranks:
@@ -98,7 +98,7 @@ std::unique_ptr<models::PretrainedModel> with_hf_biases(
 int export_main(int argc, char** argv) {
   const Args a(argc, argv, 2, {"json", "help"}, {"tag"});
   if (a.has("help")) {
-    std::cout << kHelp;
+    std::cout << kExportHelp;
     return 0;
   }
   TS_CHECK(a.positional().size() == 2, "export: expected CKPT_DIR and OUT_DIR (see --help)");

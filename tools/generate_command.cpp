@@ -14,7 +14,8 @@ namespace tessera::cli {
 
 namespace {
 
-const char* kHelp = R"(usage: tessera generate MODEL_DIR (--prompt TEXT | --prompt-ids 1,2,3)
+const char* kGenerateHelp =
+    R"(usage: tessera generate MODEL_DIR (--prompt TEXT | --prompt-ids 1,2,3)
                         [--tokenizer DIR] [--max-new-tokens N] [--temperature T] [--top-k K]
                         [--seed S] [--json]
 
@@ -59,7 +60,7 @@ int generate_main(int argc, char** argv) {
       argc, argv, 2, {"json", "help"},
       {"prompt", "prompt-ids", "tokenizer", "max-new-tokens", "temperature", "top-k", "seed"});
   if (a.has("help")) {
-    std::cout << kHelp;
+    std::cout << kGenerateHelp;
     return 0;
   }
   TS_CHECK(a.positional().size() == 1, "generate: expected one MODEL_DIR (see --help)");

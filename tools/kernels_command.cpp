@@ -17,7 +17,7 @@ namespace tessera::cli {
 
 namespace {
 
-const char* kHelp = R"(usage:
+const char* kKernelsHelp = R"(usage:
   tessera kernels list [--json]
   tessera kernels check [OP ...] [--device cpu|cuda] [--dtype float32,float64,...]
                         [--reference FILE] [--json]
@@ -221,7 +221,7 @@ int bench(const Args& a) {
 int kernels_main(int argc, char** argv) {
   const Args a(argc, argv, 2, {"json", "help"}, {"device", "dtype", "shape", "iters", "reference"});
   if (a.has("help") || a.positional().empty()) {
-    std::cout << kHelp;
+    std::cout << kKernelsHelp;
     return a.has("help") ? 0 : 2;
   }
   const std::string sub = a.positional()[0];

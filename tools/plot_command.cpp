@@ -23,7 +23,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const char* kHelp = R"(usage: tessera plot RUN_DIR [--out curves.png] [--size 1200x800]
+const char* kPlotHelp = R"(usage: tessera plot RUN_DIR [--out curves.png] [--size 1200x800]
 
 Draws a training run's curves to a PNG: the losses (train and evaluation) and the learning
 rate against the samples trained. RUN_DIR is a monitor directory (csv_monitor's or
@@ -138,7 +138,7 @@ std::string gnuplot_script(const io::ScalarSeries& series, const fs::path& work,
 int plot_main(int argc, char** argv) {
   const Args a(argc, argv, 2, {"help"}, {"out", "size"});
   if (a.has("help")) {
-    std::cout << kHelp;
+    std::cout << kPlotHelp;
     return 0;
   }
   TS_CHECK(a.positional().size() == 1, "plot: expected one RUN_DIR (see --help)");

@@ -15,7 +15,7 @@ namespace tessera::cli {
 
 namespace {
 
-const char* kHelp =
+const char* kProfileHelp =
     R"(usage: tessera profile CONFIG.json [--steps N] [--data PATH] [--device D] [--out FILE]
                        [--json]
 
@@ -40,7 +40,7 @@ report file that exists is replaced, and said so).
 int profile_main(int argc, char** argv) {
   const Args a(argc, argv, 2, {"json", "help"}, {"data", "steps", "device", "out"});
   if (a.has("help")) {
-    std::cout << kHelp;
+    std::cout << kProfileHelp;
     return 0;
   }
   TS_CHECK(a.positional().size() == 1, "profile: expected one CONFIG.json (see --help)");

@@ -22,7 +22,7 @@ namespace tessera::cli {
 
 namespace {
 
-const char* kHelp =
+const char* kTrainHelp =
     R"(usage: tessera train CONFIG.json [--data PATH] [--steps N] [--device D] [--save DIR]
                      [--resume DIR] [--strict] [--json]
 
@@ -265,7 +265,7 @@ int train_main(int argc, char** argv) {
   const Args a(argc, argv, 2, {"json", "help", "strict"},
                {"data", "steps", "save", "resume", "device"});
   if (a.has("help")) {
-    std::cout << kHelp;
+    std::cout << kTrainHelp;
     return 0;
   }
   TS_CHECK(a.positional().size() == 1, "train: expected one CONFIG.json (see --help)");

@@ -19,7 +19,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const char* kHelp =
+const char* kTrialHelp =
     R"(usage: tessera trial EXP.yaml [--trial-id N] [--hparams JSON] [--device cpu|cuda] [--json]
                      [--quiet]
        mpirun -np N tessera trial EXP.yaml      (resources.slots_per_trial: N)
@@ -155,7 +155,7 @@ class BuiltinTrial : public trial::DeepSpeedTrial<Batch> {
 int trial_main(int argc, char** argv) {
   for (int i = 2; i < argc; ++i)
     if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
-      std::cout << kHelp;
+      std::cout << kTrialHelp;
       return 0;
     }
   // Checked before any slot starts: the entrypoint is one of the built-in trials.

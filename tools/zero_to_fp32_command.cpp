@@ -16,7 +16,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const char* kHelp = R"(usage: tessera zero-to-fp32 CKPT_DIR OUT.safetensors [--tag TAG] [--json]
+const char* kZeroToFp32Help =
+    R"(usage: tessera zero-to-fp32 CKPT_DIR OUT.safetensors [--tag TAG] [--json]
 
 Rebuilds whole float32 weights from a checkpoint saved at any ZeRO stage and any number of
 ranks (each rank's zero_rank<R>.safetensors shards are put back together), and writes them
@@ -32,7 +33,7 @@ tokenizer files), use `tessera export`.
 int zero_to_fp32_main(int argc, char** argv) {
   const Args a(argc, argv, 2, {"json", "help"}, {"tag"});
   if (a.has("help")) {
-    std::cout << kHelp;
+    std::cout << kZeroToFp32Help;
     return 0;
   }
   TS_CHECK(a.positional().size() == 2, "zero-to-fp32: expected CKPT_DIR and OUT.safetensors");

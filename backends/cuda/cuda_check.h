@@ -1,9 +1,9 @@
 // Turns every CUDA runtime, cuBLAS and cuDNN status into a tessera::Error naming the call and
 // file:line.
 #pragma once
-#include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include "cublaslt_library.h"
 #include "tessera/error.h"
 
 #define TS_CUDA_CHECK(call)                                                                   \
@@ -24,11 +24,11 @@
                       ")");                                                                        \
   } while (0)
 
-#define TS_CUBLAS_CHECK(call)                                                                 \
-  do {                                                                                        \
-    const cublasStatus_t ts_status = (call);                                                  \
-    if (ts_status != CUBLAS_STATUS_SUCCESS)                                                   \
-      ::tessera::fail(#call, " failed at ", __FILE__, ":", __LINE__, ": ",                    \
-                      cublasGetStatusName(ts_status), " (", cublasGetStatusString(ts_status), \
-                      ")");                                                                   \
+#define TS_CUBLAS_CHECK(call)                                                       \
+  do {                                                                              \
+    const cublasStatus_t ts_status = (call);                                        \
+    if (ts_status != CUBLAS_STATUS_SUCCESS)                                         \
+      ::tessera::fail(#call, " failed at ", __FILE__, ":", __LINE__, ": ",          \
+                      ::tessera::cuda::cublaslt().GetStatusName(ts_status), " (",   \
+                      ::tessera::cuda::cublaslt().GetStatusString(ts_status), ")"); \
   } while (0)

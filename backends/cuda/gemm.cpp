@@ -11,6 +11,7 @@
 #include <mutex>
 #include <string>
 
+#include "cublaslt_library.h"
 #include "cuda_check.h"
 #include "tessera/cuda.h"
 #include "tessera/cuda_stream.h"
@@ -34,10 +35,10 @@ struct Plan {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo{};
   ~Plan() {
-    if (desc) cublasLtMatmulDescDestroy(desc);
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (desc) cublaslt().MatmulDescDestroy(desc);
+    if (a) cublaslt().MatrixLayoutDestroy(a);
+    if (b) cublaslt().MatrixLayoutDestroy(b);
+    if (c) cublaslt().MatrixLayoutDestroy(c);
   }
 };
 
@@ -54,7 +55,7 @@ DeviceState& state(int device) {
   DeviceState& s = (*states)[device];
   if (!s.handle) {
     DeviceGuard guard(device);
-    TS_CUBLAS_CHECK(cublasLtCreate(&s.handle));
+    TS_CUBLAS_CHECK(cublaslt().Create(&s.handle));
     s.workspace = TensorBase::empty({static_cast<int64_t>(kWorkspaceBytes)}, DType::Bool,
                                     Device::cuda(device));
   }
@@ -64,13 +65,13 @@ DeviceState& state(int device) {
 cublasLtMatrixLayout_t layout(cudaDataType_t type, int64_t rows, int64_t cols, int64_t ld,
                               int64_t batch, int64_t stride) {
   cublasLtMatrixLayout_t l = nullptr;
-  TS_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l, type, rows, cols, ld));
+  TS_CUBLAS_CHECK(cublaslt().MatrixLayoutCreate(&l, type, rows, cols, ld));
   if (batch > 1) {
     const int32_t count = static_cast<int32_t>(batch);
-    TS_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
-                                                     sizeof(count)));
-    TS_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
-                                                     &stride, sizeof(stride)));
+    TS_CUBLAS_CHECK(cublaslt().MatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+                                                        &count, sizeof(count)));
+    TS_CUBLAS_CHECK(cublaslt().MatrixLayoutSetAttribute(
+        l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
   }
   return l;
 }
@@ -137,20 +138,21 @@ bool gemm(Device device, cudaDataType_t ab, cudaDataType_t c, int64_t batch, int
   auto it = s.plans.find(key);
   if (it == s.plans.end()) {
     auto plan = std::make_unique<Plan>();
-    TS_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->desc, compute, f64 ? CUDA_R_64F : CUDA_R_32F));
+    TS_CUBLAS_CHECK(
+        cublaslt().MatmulDescCreate(&plan->desc, compute, f64 ? CUDA_R_64F : CUDA_R_32F));
     // Column-major view: C^T (N x M) = op(B)^T (N x K) * op(A)^T (K x M).
     const cublasOperation_t op_b = b.transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t op_a = a.transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
-    TS_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_b,
-                                                   sizeof(op_b)));
-    TS_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_a,
-                                                   sizeof(op_a)));
+    TS_CUBLAS_CHECK(cublaslt().MatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA,
+                                                      &op_b, sizeof(op_b)));
+    TS_CUBLAS_CHECK(cublaslt().MatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB,
+                                                      &op_a, sizeof(op_a)));
     if (ep != CUBLASLT_EPILOGUE_DEFAULT) {
       // The bias (gradient) vector is in C's type; its pointer is set per call below.
-      TS_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep,
-                                                     sizeof(ep)));
-      TS_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                     &ep_ptr, sizeof(ep_ptr)));
+      TS_CUBLAS_CHECK(cublaslt().MatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                                        &ep, sizeof(ep)));
+      TS_CUBLAS_CHECK(cublaslt().MatmulDescSetAttribute(
+          plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ep_ptr, sizeof(ep_ptr)));
     }
     plan->a = b.transposed ? layout(ab, K, N, b.ld, batch, b.batch_stride)
                            : layout(ab, N, K, b.ld, batch, b.batch_stride);
@@ -158,28 +160,28 @@ bool gemm(Device device, cudaDataType_t ab, cudaDataType_t c, int64_t batch, int
                            : layout(ab, K, M, a.ld, batch, a.batch_stride);
     plan->c = layout(c, N, M, ldc, batch, c_batch_stride);
     cublasLtMatmulPreference_t pref = nullptr;
-    TS_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    TS_CUBLAS_CHECK(cublaslt().MatmulPreferenceCreate(&pref));
     const uint64_t ws = kWorkspaceBytes;
     const uint32_t ua = al_b, ub = al_a, uc = al_c;  // cuBLAS's A is our B and vice versa
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-                                         sizeof(ws));
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &ua,
-                                         sizeof(ua));
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ub,
-                                         sizeof(ub));
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &uc,
-                                         sizeof(uc));
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &uc,
-                                         sizeof(uc));
+    cublaslt().MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                            sizeof(ws));
+    cublaslt().MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &ua,
+                                            sizeof(ua));
+    cublaslt().MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ub,
+                                            sizeof(ub));
+    cublaslt().MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &uc,
+                                            sizeof(uc));
+    cublaslt().MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &uc,
+                                            sizeof(uc));
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
-    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
+    const cublasStatus_t st = cublaslt().MatmulAlgoGetHeuristic(
         s.handle, plan->desc, plan->a, plan->b, plan->c, plan->c, pref, 1, &result, &found);
-    cublasLtMatmulPreferenceDestroy(pref);
+    cublaslt().MatmulPreferenceDestroy(pref);
     if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
       if (ep == CUBLASLT_EPILOGUE_DEFAULT)
         fail("cuda matmul: cuBLASLt has no algorithm for [", batch, " x ", M, " x ", K, "] @ [", K,
-             " x ", N, "] (", cublasGetStatusName(st), ")");
+             " x ", N, "] (", cublaslt().GetStatusName(st), ")");
       plan->supported = false;
     } else {
       plan->algo = result.algo;
@@ -189,13 +191,13 @@ bool gemm(Device device, cudaDataType_t ab, cudaDataType_t c, int64_t batch, int
   const Plan& p = *it->second;
   if (!p.supported) return false;
   if (ep_ptr)
-    TS_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                   &ep_ptr, sizeof(ep_ptr)));
+    TS_CUBLAS_CHECK(cublaslt().MatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                      &ep_ptr, sizeof(ep_ptr)));
   const float alpha_f = static_cast<float>(alpha), beta_f = static_cast<float>(beta);
   const void* pa = f64 ? static_cast<const void*>(&alpha) : &alpha_f;
   const void* pb = f64 ? static_cast<const void*>(&beta) : &beta_f;
-  TS_CUBLAS_CHECK(cublasLtMatmul(s.handle, p.desc, pa, b.ptr, p.a, a.ptr, p.b, pb, out, p.c, out,
-                                 p.c, &p.algo, s.workspace.data_ptr(), kWorkspaceBytes, stream));
+  TS_CUBLAS_CHECK(cublaslt().Matmul(s.handle, p.desc, pa, b.ptr, p.a, a.ptr, p.b, pb, out, p.c, out,
+                                    p.c, &p.algo, s.workspace.data_ptr(), kWorkspaceBytes, stream));
   return true;
 }
 

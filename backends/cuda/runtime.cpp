@@ -78,9 +78,14 @@ std::string cuda_library_versions() {
   };
   int runtime = 0;
   cudaRuntimeGetVersion(&runtime);
+  std::string cublaslt;
+  try {
+    cublaslt = dotted(cuda::cublaslt().GetVersion(), 10000, 100);
+  } catch (const Error& e) {  // (a report says what is missing rather than failing)
+    cublaslt = std::string("unavailable: ") + e.what();
+  }
   return "CUDA runtime " + std::to_string(runtime / 1000) + "." +
-         std::to_string(runtime % 1000 / 10) + ", cuBLASLt " +
-         dotted(cublasLtGetVersion(), 10000, 100);
+         std::to_string(runtime % 1000 / 10) + ", cuBLASLt " + cublaslt;
 }
 
 CudaDeviceInfo cuda_device_info(int index) {

@@ -155,51 +155,68 @@ d = write("trace", 2)
 d["trace"] = {"enabled": True, "output_path": "traces", "from": 2, "to": 2}
 json.dump(d, open("trace.json", "w"))
 PY
+# Under the sanitizers: one case per schedule and layout (see cli_setup.sh).
+sanitizer_cases="one bert-one pp2 pp2dp2 s-pp2 r-one z2 bert-pp2 ck-pp2 zb-pp2 il-pp2 tp-pp2
+  sp-pp2 trace"
+skipped() { grep -qx "$1" skipped.txt 2>/dev/null; }
 run() {  # ranks, config, extra arguments
   local n=$1 job=$2; shift 2
+  skip_under_sanitizer "$job" && return 0
   mpirun -np "$n" "$tessera" train "$job.json" --json "$@" > "$job.out" 2> "$job.err" </dev/null ||
     { echo "$job failed:"; tail -5 "$job.err"; exit 1; }
 }
-"$tessera" train one.json --json > one.out 2> one.err
+run1() {  # config, extra arguments: one process
+  local job=$1; shift
+  skip_under_sanitizer "$job" && return 0
+  "$tessera" train "$job.json" "$@" > "$job.out" 2> "$job.err" ||
+    { echo "$job failed:"; tail -5 "$job.err"; exit 1; }
+}
+run1 one --json
 run 2 pp2; run 4 pp4; run 4 pp2dp2
 # Checkpoints by layer, across layouts.
 run 2 s-pp2 --steps 10 --save ck1
 ls ck1/step10/layer_00-model.safetensors ck1/step10/layer_04-optimizer.safetensors >/dev/null
 run 2 r-pp2 --resume ck1
-"$tessera" train r-one.json --resume ck1 --steps 15 --save ck2 > r-one.out 2> r-one.err
+run1 r-one --resume ck1 --steps 15 --save ck2
 run 4 r-pp4 --resume ck2
 # ZeRO-1 and -2 within each stage (2 stages x 2 replicas); a ZeRO-2 checkpoint resumed in one
 # process without ZeRO and at 2 x 2 with ZeRO-1.
 run 4 z1; run 4 z2
 run 4 s-z2 --steps 10 --save ck4
-"$tessera" train r-z2-one.json --resume ck4 > r-z2-one.out 2> r-z2-one.err
+run1 r-z2-one --resume ck4
 run 4 r-z2-z1 --resume ck4
-"$tessera" train bert-one.json --json > bert-one.out 2> bert-one.err
-"$tessera" train mlm-one.json --json > mlm-one.out 2> mlm-one.err
+run1 bert-one --json
+run1 mlm-one --json
 run 2 bert-pp2; run 4 bert-pp4; run 4 bert-pp2dp2; run 2 mlm-pp2
 run 2 ck-pp2; run 2 bert-ck-pp2
 run 2 zb-pp2; run 4 zb-pp4; run 4 zb-z2; run 2 zb-ck-pp2; run 2 bert-zb-pp2; run 8 zb-pp4dp2
 run 2 il-pp2; run 4 il-z2; run 2 bert-il-pp2
 run 2 il-s-pp2 --steps 10 --save ck5
-"$tessera" train il-r-one.json --resume ck5 > il-r-one.out 2> il-r-one.err
+run1 il-r-one --resume ck5
 run 2 il-r-pp2 --resume ck1
 run 2 bert-s-pp2 --steps 10 --save ck3
-"$tessera" train bert-r-one.json --resume ck3 > bert-r-one.out 2> bert-r-one.err
+run1 bert-r-one --resume ck3
 # 3D.
 run 4 tp-pp2; run 8 tp-pp2dp2; run 4 tp-zb; run 4 tp-il; run 4 bert-tp-pp2; run 8 bert-tp-pp2dp2
 run 4 bert-tp-zb; run 4 bert-tp-il
 run 4 sp-pp2; run 4 sp-zb; run 4 sp-il; run 8 sp-z2
 run 4 bsp-pp2; run 4 bsp-zb; run 4 bsp-il; run 8 bsp-z1
 run 8 tp-s --steps 10 --save ck6
-ls ck6/step10/layer_00-model_tp1.safetensors ck6/step10/layer_04-optimizer_tp0.safetensors >/dev/null
-"$tessera" train tp-r-one.json --resume ck6 > tp-r-one.out 2> tp-r-one.err
-run 4 tp-r-pp4 --resume ck6; run 2 tp-r-tp2 --resume ck6; run 4 tp-r-3d --resume ck1
-"$tessera" export ck6 hf3d > /dev/null 2>&1 && test -s hf3d/model.safetensors
-"$tessera" zero-to-fp32 ck6 fp32-3d.safetensors > /dev/null 2>&1 && test -s fp32-3d.safetensors
+if ! skipped tp-s; then
+  ls ck6/step10/layer_00-model_tp1.safetensors ck6/step10/layer_04-optimizer_tp0.safetensors >/dev/null
+  run1 tp-r-one --resume ck6
+  run 4 tp-r-pp4 --resume ck6; run 2 tp-r-tp2 --resume ck6
+  "$tessera" export ck6 hf3d > /dev/null 2>&1 && test -s hf3d/model.safetensors
+  "$tessera" zero-to-fp32 ck6 fp32-3d.safetensors > /dev/null 2>&1 && test -s fp32-3d.safetensors
+else
+  printf '%s\n' tp-r-one tp-r-pp4 tp-r-tp2 >> skipped.txt  # (they resume tp-s's checkpoint)
+fi
+run 4 tp-r-3d --resume ck1
 "$tessera" export ck1 hf > /dev/null 2>&1 && test -s hf/model.safetensors
 "$tessera" zero-to-fp32 ck1 fp32.safetensors > /dev/null 2>&1 && test -s fp32.safetensors
 python3 - <<'PY'
-import csv, json
+import csv, json, os
+skipped = set(open("skipped.txt").read().split()) if os.path.exists("skipped.txt") else set()
 def rows(job, name):
     with open(f"csv/{job}/{name}.csv") as f:
         return {int(r[0]) // 8: float(r[1]) for r in list(csv.reader(f))[1:]}
@@ -227,6 +244,8 @@ for one, job, steps in (("one", "pp2", all20), ("one", "pp4", all20), ("one", "p
                         ("bert-one", "bsp-il", all20), ("bert-one", "bsp-z1", all20),
                         ("one", "tp-r-one", range(11, 21)), ("one", "tp-r-pp4", range(11, 21)),
                         ("one", "tp-r-tp2", range(11, 21)), ("one", "tp-r-3d", range(11, 21))):
+    if job in skipped:
+        continue
     one_t, one_v = rows(one, "Train_Samples_train_loss"), rows(one, "Eval_val_loss")
     assert sorted(one_t) == list(all20) and sorted(one_v) == [10, 20], (one_t, one_v)
     t, v = rows(job, "Train_Samples_train_loss"), rows(job, "Eval_val_loss")
@@ -239,6 +258,8 @@ for one, job, steps in (("one", "pp2", all20), ("one", "pp4", all20), ("one", "p
     print(f"{job}: steps {steps.start}-{steps.stop - 1} and {len(common)} validation(s) against one "
           f"process: worst relative difference {max(worst, worst_v):.2e} {'ok' if ok else 'FAIL'}")
 for job, p in (("pp2", 2), ("pp4", 4), ("pp2dp2", 2), ("zb-pp2", 2), ("zb-pp4", 4)):
+    if job in skipped:
+        continue
     for line in open(job + ".out").read().splitlines():
         pipe = json.loads(line)["pipeline"]
         assert pipe["stages"] == p and 1 <= pipe["peak_in_flight"] <= p - pipe["stage"], (job, pipe)
@@ -249,6 +270,8 @@ print("micro-batches in flight per stage <= p - stage")
 # (as in tests/tools/activation_checkpointing.sh) plus 8 T bytes of position ids; with a
 # checkpoint per block, the embedding's and the two blocks' outputs alone.
 for plain, ck in (("pp2", "ck-pp2"), ("bert-pp2", "bert-ck-pp2")):
+    if ck in skipped:
+        continue
     same = all(rows(plain, n) == rows(ck, n) for n in ("Train_Samples_train_loss", "Eval_val_loss"))
     mem = lambda job: {json.loads(l)["pipeline"]["stage"]: json.loads(l)["memory"]["activations"]
                        for l in open(job + ".out")}
@@ -267,7 +290,8 @@ for job, want in hand.items():
     print(f"{job} stage 0: activation bytes {got}, by hand {want}")
 raise SystemExit(fails)
 PY
-test "$(grep -c 'checkpoint 0: 80 forwards' bert-ck-pp2.err)" = 2  # the profile, per stage
+skipped bert-ck-pp2 ||
+  test "$(grep -c 'checkpoint 0: 80 forwards' bert-ck-pp2.err)" = 2  # the profile, per stage
 # estimate-memory predicts every stage's parameters, gradients, optimizer state, ZeRO buffers
 # and activations to the byte.
 for job in pp2:2 ck-pp2:2 pp4:4 pp2dp2:4 z1:4 z2:4 bert-pp2:2 bert-pp4:4 bert-pp2dp2:4 \
@@ -275,17 +299,21 @@ for job in pp2:2 ck-pp2:2 pp4:4 pp2dp2:4 z1:4 z2:4 bert-pp2:2 bert-pp4:4 bert-pp
            il-pp2:2 il-z2:4 bert-il-pp2:2 tp-pp2:4 tp-pp2dp2:8 tp-zb:4 tp-il:4 bert-tp-pp2:4 \
            bert-tp-pp2dp2:8 sp-pp2:4 sp-zb:4 sp-il:4 sp-z2:8 bsp-pp2:4 bsp-zb:4 bsp-il:4 \
            bsp-z1:8; do
+  skipped "${job%:*}" && continue
   "$tessera" estimate-memory "${job%:*}.json" --ranks "${job#*:}" --json 2> /dev/null |
     tail -1 > "${job%:*}.estimate"
 done
 python3 - <<'PY'
-import json
+import json, os
+skipped = set(open("skipped.txt").read().split()) if os.path.exists("skipped.txt") else set()
 fails = 0
 for job in ("pp2", "ck-pp2", "pp4", "pp2dp2", "z1", "z2", "bert-pp2", "bert-pp4", "bert-pp2dp2",
             "mlm-pp2", "bert-ck-pp2", "zb-pp2", "zb-pp4", "zb-z2", "zb-ck-pp2", "bert-zb-pp2",
             "il-pp2", "il-z2", "bert-il-pp2", "tp-pp2", "tp-pp2dp2", "tp-zb", "tp-il",
             "bert-tp-pp2", "bert-tp-pp2dp2", "sp-pp2", "sp-zb", "sp-il", "sp-z2", "bsp-pp2",
             "bsp-zb", "bsp-il", "bsp-z1"):
+    if job in skipped:
+        continue
     stages = json.load(open(job + ".estimate"))["stages"]
     bad = 0
     for line in open(job + ".out"):
@@ -358,10 +386,12 @@ for cfg in gpt2_pipeline:4 gpt2_3d:8; do
     --data corpus.txt > /dev/null 2> "${cfg%:*}.estimate.err" ||
     { echo "configs/${cfg%:*}.json: estimate-memory failed"; cat "${cfg%:*}.estimate.err"; exit 1; }
 done
-mpirun -np 8 "$tessera" train "$fixtures/../../configs/gpt2_3d.json" --data corpus.txt --steps 2 \
-  > shipped-3d.out 2> shipped-3d.err </dev/null ||
-  { echo "configs/gpt2_3d.json failed:"; tail -5 shipped-3d.err; exit 1; }
-grep -q "2 stages x 2 data-parallel x 2 tensor-parallel, zb-h1 schedule" shipped-3d.err
+if ! skip_under_sanitizer shipped-3d; then
+  mpirun -np 8 "$tessera" train "$fixtures/../../configs/gpt2_3d.json" --data corpus.txt --steps 2 \
+    > shipped-3d.out 2> shipped-3d.err </dev/null ||
+    { echo "configs/gpt2_3d.json failed:"; tail -5 shipped-3d.err; exit 1; }
+  grep -q "2 stages x 2 data-parallel x 2 tensor-parallel, zb-h1 schedule" shipped-3d.err
+fi
 # What is not built yet says so, naming the key.
 expect_error() {  # config, ranks, message
   if mpirun -np "$2" "$tessera" train "$1.json" > "$1.out" 2> "$1.err" </dev/null; then
@@ -378,4 +408,5 @@ expect_error threes 2 "pipeline.stages 3"
 expect_error contiguous 2 "contiguous_memory_optimization"
 expect_error partition 2 "pipeline.partition"
 expect_error sp-odd 4 "model.block_size 15 does not divide among autotp_size 2 ranks"
+[ ! -e skipped.txt ] || echo "under the sanitizers, left to the release pass: $(tr '\n' ' ' < skipped.txt)"
 echo "pipeline: ok"

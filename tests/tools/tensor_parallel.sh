@@ -46,22 +46,31 @@ for name, change in bad.items():
         d[k] = v
     json.dump(d, open(name + ".json", "w"))
 PY
+# Under the sanitizers: each layout once, with dropout (see cli_setup.sh).
+sanitizer_cases="one tp2 tp2dp2 z3 sp spz3 bert-one bert-tp2 bert-z3 from-ckz-one from-ck1-z3
+  from-ckb-bert-one"
 ranks() { case ${1#bert-} in one*) echo 1;; tp2|tp2-nodrop|sp|sp-nodrop) echo 2;; *) echo 4;; esac; }
 for job in {,bert-}{one,tp2,tp4,tp2dp2,z1,z2,z3,sp,sp4,spz2,spz3}{,-nodrop}; do
+  skip_under_sanitizer "$job" && continue
   mpirun -np "$(ranks "$job")" "$tessera" train "$job.json" --json > "$job.out" 2> "$job.err" ||
     { echo "$job failed:"; tail -5 "$job.err"; exit 1; }
 done
 python3 - <<'PY'
-import csv
+import csv, os
+skipped = set(open("skipped.txt").read().split()) if os.path.exists("skipped.txt") else set()
 def rows(job, name):
     with open(f"csv/{job}/{name}.csv") as f:
         return {int(r[0]) // 4: float(r[1]) for r in list(csv.reader(f))[1:]}
 fails = 0
 for model, drop in ((m, d) for m in ("", "bert-") for d in ("", "-nodrop")):
+    if model + "one" + drop in skipped:
+        continue
     one_t = rows(model + "one" + drop, "Train_Samples_train_loss")
     one_v = rows(model + "one" + drop, "Eval_val_loss")
     for name in ("tp2", "tp4", "tp2dp2", "z1", "z2", "z3", "sp", "sp4", "spz2", "spz3"):
         job = model + name + drop
+        if job in skipped:
+            continue
         t, v = rows(job, "Train_Samples_train_loss"), rows(job, "Eval_val_loss")
         worst = max(abs(t[s] - one_t[s]) / abs(one_t[s]) for s in one_t)
         worst_v = max(abs(v[s] - one_v[s]) / abs(one_v[s]) for s in one_v)
@@ -77,6 +86,7 @@ grep -q '"tp_size":2' tp2.out
 for run in "tp2 2 tp2" "tp2dp2 4 tp2dp2" "tp4 4 tp4" "z1 4 z1" "z2 4 z2" "z3 4 z3" \
            "bert-tp2 2 bert-tp2" "bert-tp4 4 bert-tp4" "bert-z3 4 bert-z3"; do
   read -r out ranks cfg <<<"$run"
+  grep -qx "$out" skipped.txt 2>/dev/null && continue
   "$tessera" estimate-memory "$cfg.json" --ranks "$ranks" --json > "est-$out.out" 2>/dev/null
   python3 - "$out" <<'PY'
 import json, sys
@@ -95,8 +105,11 @@ done
 # c_proj 1024, c_fc 4096 + 128, c_proj 4096) plus the vocabulary rows padded to a multiple of
 # tp; replicated: 2 x 192 per layer (two LayerNorms, two row-parallel biases), ln_f 64, wpe 512.
 python3 - <<'PY'
-import json
+import json, os
+skipped = set(open("skipped.txt").read().split()) if os.path.exists("skipped.txt") else set()
 for job, tp in (("tp2", 2), ("tp4", 4)):
+    if job in skipped:
+        continue
     got = json.loads(open(job + ".out").read().splitlines()[-1])["memory"]["params"]
     V = len(set(open("corpus.txt", encoding="utf-8").read()))  # the character vocabulary
     want = 4 * (2 * 12512 // tp + -(-V // tp) * 32 + 2 * 192 + 64 + 512)
@@ -180,6 +193,7 @@ sed -i 's/"job_name": "bert-z2"/"job_name": "bert-z2-ck"/' bert-z2.json
 mpirun -np 4 "$tessera" train bert-z2.json --steps 10 --save ckb --json > saveb.out 2> saveb.err
 for run in "one 1 ckz" "tp4 4 ckz" "z3 4 ck1" "bert-one 1 ckb" "bert-tp4 4 ckb"; do
   read -r job n dir <<<"$run"
+  skip_under_sanitizer "from-$dir-$job" && continue
   sed -i "s/\"job_name\": \"$job\"/\"job_name\": \"$job-from-$dir\"/" "$job.json"
   mpirun -np "$n" "$tessera" train "$job.json" --resume "$dir" --json > "from-$dir-$job.out" \
     2> "from-$dir-$job.err" || { echo "$job from $dir failed:"; tail -5 "from-$dir-$job.err"; exit 1; }
@@ -227,4 +241,5 @@ for k in one:
 print(f"export of 2 TP x 2 DP ZeRO-2 shards: {len(one)} tensors within {worst:.1e} of one process's")
 assert worst <= 1e-6
 PY
+[ ! -e skipped.txt ] || echo "under the sanitizers, left to the release pass: $(tr '\n' ' ' < skipped.txt)"
 echo ok
