@@ -17,3 +17,8 @@ skip_under_sanitizer() {
   [ -n "${TESSERA_SANITIZER_SUBSET:-}" ] && [[ " $(echo ${sanitizer_cases:-}) " != *" $1 "* ]] || return 1
   echo "$1" >> skipped.txt
 }
+skipped() { grep -qx "$1" skipped.txt 2>/dev/null; }  # left out by skip_under_sanitizer
+# Names what the sanitizer pass left out, if anything (at the end of a matrix script).
+report_sanitizer_skips() {
+  [ ! -e skipped.txt ] || echo "under the sanitizers, left to the release pass: $(tr '\n' ' ' < skipped.txt)"
+}

@@ -158,7 +158,6 @@ PY
 # Under the sanitizers: one case per schedule and layout (see cli_setup.sh).
 sanitizer_cases="one bert-one pp2 pp2dp2 s-pp2 r-one z2 bert-pp2 ck-pp2 zb-pp2 il-pp2 tp-pp2
   sp-pp2 trace"
-skipped() { grep -qx "$1" skipped.txt 2>/dev/null; }
 run() {  # ranks, config, extra arguments
   local n=$1 job=$2; shift 2
   skip_under_sanitizer "$job" && return 0
@@ -408,5 +407,5 @@ expect_error threes 2 "pipeline.stages 3"
 expect_error contiguous 2 "contiguous_memory_optimization"
 expect_error partition 2 "pipeline.partition"
 expect_error sp-odd 4 "model.block_size 15 does not divide among autotp_size 2 ranks"
-[ ! -e skipped.txt ] || echo "under the sanitizers, left to the release pass: $(tr '\n' ' ' < skipped.txt)"
+report_sanitizer_skips
 echo "pipeline: ok"

@@ -86,7 +86,7 @@ grep -q '"tp_size":2' tp2.out
 for run in "tp2 2 tp2" "tp2dp2 4 tp2dp2" "tp4 4 tp4" "z1 4 z1" "z2 4 z2" "z3 4 z3" \
            "bert-tp2 2 bert-tp2" "bert-tp4 4 bert-tp4" "bert-z3 4 bert-z3"; do
   read -r out ranks cfg <<<"$run"
-  grep -qx "$out" skipped.txt 2>/dev/null && continue
+  skipped "$out" && continue
   "$tessera" estimate-memory "$cfg.json" --ranks "$ranks" --json > "est-$out.out" 2>/dev/null
   python3 - "$out" <<'PY'
 import json, sys
@@ -241,5 +241,5 @@ for k in one:
 print(f"export of 2 TP x 2 DP ZeRO-2 shards: {len(one)} tensors within {worst:.1e} of one process's")
 assert worst <= 1e-6
 PY
-[ ! -e skipped.txt ] || echo "under the sanitizers, left to the release pass: $(tr '\n' ' ' < skipped.txt)"
+report_sanitizer_skips
 echo ok
