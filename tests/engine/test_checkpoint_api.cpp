@@ -20,7 +20,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string tmp_dir(const std::string& name) {
+std::string checkpoint_dir(const std::string& name) {
   const fs::path d =
       fs::temp_directory_path() / ("tessera-ckpt-api-" + std::to_string(::getpid()) + "-" + name);
   fs::remove_all(d);
@@ -29,7 +29,7 @@ std::string tmp_dir(const std::string& name) {
 
 // AdamW with a warm-up: the schedule's step-0 lr is warmup_min_lr = 0 (DeepSpeed's
 // WarmupDecayLR), so "schedule restored" and "schedule fresh" differ.
-const char* kConfig = R"({"train_batch_size": 2,
+const char* kCheckpointConfig = R"({"train_batch_size": 2,
   "optimizer": {"type": "AdamW", "params": {"lr": 0.003, "weight_decay": 0.1}},
   "scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": 30, "warmup_num_steps": 5,
                 "warmup_max_lr": 0.003}}})";
@@ -43,10 +43,10 @@ std::map<std::string, std::vector<double>> saved_weights(const std::string& tag_
   return out;
 }
 
-// A checkpoint of 4 steps of Setup(kConfig, 5), with client_state {"epoch": 2}.
+// A checkpoint of 4 steps of Setup(kCheckpointConfig, 5), with client_state {"epoch": 2}.
 std::string four_steps(const std::string& name, double* lr_at_save = nullptr) {
-  const std::string dir = tmp_dir(name);
-  Setup s(kConfig, 5);
+  const std::string dir = checkpoint_dir(name);
+  Setup s(kCheckpointConfig, 5);
   for (int k = 0; k < 4; ++k) s.train_step(k);
   s.engine->save_checkpoint(dir, "step4", {{"epoch", 2}});
   if (lr_at_save) *lr_at_save = s.engine->lr();
@@ -56,8 +56,8 @@ std::string four_steps(const std::string& name, double* lr_at_save = nullptr) {
 }  // namespace
 
 TEST_CASE("save_checkpoint: the default tag is global_step<N>; save_latest = false keeps latest") {
-  const std::string dir = tmp_dir("tags");
-  Setup s(kConfig, 5);
+  const std::string dir = checkpoint_dir("tags");
+  Setup s(kCheckpointConfig, 5);
   for (int k = 0; k < 3; ++k) s.train_step(k);
   s.engine->save_checkpoint(dir);
   CHECK(fs::is_directory(dir + "/global_step3"));
@@ -67,7 +67,7 @@ TEST_CASE("save_checkpoint: the default tag is global_step<N>; save_latest = fal
   CHECK(fs::is_directory(dir + "/global_step5"));
   CHECK(io::read_text_file(dir + "/latest") == "global_step3");
 
-  Setup r(kConfig, 9);
+  Setup r(kCheckpointConfig, 9);
   const engine::LoadedCheckpoint latest = r.engine->load_checkpoint(dir);
   CHECK(latest.path == (fs::path(dir) / "global_step3").string());
   CHECK(r.engine->global_steps() == 3);
@@ -83,7 +83,7 @@ TEST_CASE("save_checkpoint: the default tag is global_step<N>; save_latest = fal
 
 TEST_CASE("load_module_only: the weights alone, as a warm start") {
   const std::string dir = four_steps("module-only");
-  Setup fresh(kConfig, 9);
+  Setup fresh(kCheckpointConfig, 9);
   const GeneratorState rng = default_generator().state();
   const engine::LoadedCheckpoint got =
       fresh.engine->load_checkpoint(dir, "", {.load_module_only = true});
@@ -96,7 +96,7 @@ TEST_CASE("load_module_only: the weights alone, as a warm start") {
   CHECK(default_generator().state().offset == rng.offset);
 
   // Training on equals a fresh engine whose model starts from those weights.
-  Setup warm(kConfig, 9, 0.0, got.path + "/model.safetensors");
+  Setup warm(kCheckpointConfig, 9, 0.0, got.path + "/model.safetensors");
   for (int k = 0; k < 7; ++k) CHECK(fresh.train_step(k) == warm.train_step(k));
   CHECK(fresh.weights() == warm.weights());
   fs::remove_all(dir);
@@ -105,7 +105,7 @@ TEST_CASE("load_module_only: the weights alone, as a warm start") {
 TEST_CASE("load_optimizer_states = false: fresh moments; steps and schedule come back") {
   double lr_at_save = 0;
   const std::string dir = four_steps("no-optimizer", &lr_at_save);
-  Setup fresh(kConfig, 9);
+  Setup fresh(kCheckpointConfig, 9);
   fresh.engine->load_checkpoint(dir, "step4", {.load_optimizer_states = false});
   CHECK(fresh.weights() == saved_weights(dir + "/step4"));
   CHECK(fresh.engine->global_steps() == 4);
@@ -115,7 +115,7 @@ TEST_CASE("load_optimizer_states = false: fresh moments; steps and schedule come
   CHECK(fresh.engine->optimizer().state_dict().size() == 1);
 
   // An SGD checkpoint warm-starts an AdamW run this way; loading its state would be an error.
-  const std::string sgd_dir = tmp_dir("sgd");
+  const std::string sgd_dir = checkpoint_dir("sgd");
   {
     Setup sgd(R"({"train_batch_size": 2, "optimizer": {"type": "SGD",
                      "params": {"lr": 0.1, "momentum": 0.9}}})",
@@ -123,7 +123,7 @@ TEST_CASE("load_optimizer_states = false: fresh moments; steps and schedule come
     sgd.train_step(0);
     sgd.engine->save_checkpoint(sgd_dir, "s");
   }
-  Setup adam(kConfig, 9);
+  Setup adam(kCheckpointConfig, 9);
   CHECK_THROWS_WITH_AS(adam.engine->load_checkpoint(sgd_dir),
                        doctest::Contains("load_optimizer_states = false loads the weights alone"),
                        Error);
@@ -133,7 +133,7 @@ TEST_CASE("load_optimizer_states = false: fresh moments; steps and schedule come
   // (whole tensors, sharded on loading).
   const char* zero1 = R"({"train_batch_size": 2, "zero_optimization": {"stage": 1},
     "optimizer": {"type": "AdamW", "params": {"lr": 0.003}}})";
-  const std::string zero_dir = tmp_dir("zero1");
+  const std::string zero_dir = checkpoint_dir("zero1");
   {
     Setup z(zero1, 5);
     for (int k = 0; k < 3; ++k) z.train_step(k);
@@ -158,7 +158,7 @@ TEST_CASE("load_optimizer_states = false: fresh moments; steps and schedule come
 TEST_CASE("load_lr_scheduler_states = false: the schedule restarts, the rest comes back") {
   double lr_at_save = 0;
   const std::string dir = four_steps("no-schedule", &lr_at_save);
-  Setup fresh(kConfig, 9);
+  Setup fresh(kCheckpointConfig, 9);
   fresh.engine->load_checkpoint(dir, "", {.load_lr_scheduler_states = false});
   CHECK(fresh.engine->global_steps() == 4);
   CHECK(fresh.engine->lr() == 0.0);
@@ -175,13 +175,13 @@ TEST_CASE("load_module_strict = false: missing and unknown weights are skipped")
   saved["transformer.extra"] = zeros({3});
   io::save_safetensors(file, saved);
 
-  Setup strict(kConfig, 9);
+  Setup strict(kCheckpointConfig, 9);
   CHECK_THROWS_WITH_AS(strict.engine->load_checkpoint(dir),
                        doctest::Contains("does not match this model: missing keys (1): "
                                          "transformer.ln_f.bias; unexpected keys (1): "
                                          "transformer.extra; a checkpoint of another"),
                        Error);
-  Setup loose(kConfig, 9);
+  Setup loose(kCheckpointConfig, 9);
   const std::vector<double> own_bias = loose.model->transformer.ln_f.bias.to_vector();
   loose.engine->load_checkpoint(dir, "", {.load_module_strict = false});
   CHECK(loose.model->transformer.ln_f.bias.to_vector() == own_bias);
@@ -198,7 +198,7 @@ TEST_CASE("load_module_strict = false: missing and unknown weights are skipped")
 }
 
 TEST_CASE("save_16bit_model: the weights in the compute dtype; ZeRO-3 only when asked to gather") {
-  const std::string dir = tmp_dir("16bit");
+  const std::string dir = checkpoint_dir("16bit");
   Setup bf16(R"({"train_batch_size": 2, "bf16": {"enabled": true},
                     "optimizer": {"type": "AdamW", "params": {"lr": 0.003}}})",
              5);

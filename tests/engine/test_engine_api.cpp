@@ -18,7 +18,7 @@ using namespace tessera;
 namespace {
 
 // One sequence per micro-batch, so a window of 3 is 3 micro-batches.
-struct Setup : test::TinyGpt {
+struct EngineRun : test::TinyGpt {
   using TinyGpt::TinyGpt;
   Tensor loss(int64_t k) { return TinyGpt::loss(k, 1); }
 };
@@ -32,7 +32,7 @@ const char* kGas3 = R"({"train_batch_size": 3, "train_micro_batch_size_per_gpu":
 TEST_CASE(
     "is_gradient_accumulation_boundary: (micro_steps + 1) % gas == 0, micro_steps counted by "
     "step()") {
-  Setup s(kGas3);
+  EngineRun s(kGas3);
   // engine.py: is_gradient_accumulation_boundary() and step()'s `self.micro_steps += 1`.
   const bool want[] = {false, false, true, false, false, true, false};
   for (int k = 0; k < 7; ++k) {
@@ -48,7 +48,7 @@ TEST_CASE(
 }
 
 TEST_CASE("a loop with gas backwards and one step() is warned about once") {
-  Setup s(kGas3);
+  EngineRun s(kGas3);
   std::ostringstream captured;
   std::streambuf* old = std::cerr.rdbuf(captured.rdbuf());
   for (int k = 0; k < 6; ++k) s.engine->backward(s.loss(k));
@@ -63,7 +63,7 @@ TEST_CASE("a loop with gas backwards and one step() is warned about once") {
 TEST_CASE(
     "set_gradient_accumulation_boundary: false, false, true, then one step() == three counted "
     "micro-steps") {
-  Setup counted(kGas3), manual(kGas3);
+  EngineRun counted(kGas3), manual(kGas3);
   for (int k = 0; k < 3; ++k) {
     counted.engine->backward(counted.loss(k));
     counted.engine->step();
@@ -79,7 +79,7 @@ TEST_CASE(
 }
 
 TEST_CASE("backward: returns loss / gas; scale_wrt_gas = false and retain_graph") {
-  Setup scaled(kGas3), unscaled(kGas3);
+  EngineRun scaled(kGas3), unscaled(kGas3);
   const Tensor loss = scaled.loss(0);
   const Tensor returned = scaled.engine->backward(loss);
   CHECK(returned.item() == static_cast<float>(loss.item() / 3.0));
@@ -97,7 +97,8 @@ TEST_CASE("backward: returns loss / gas; scale_wrt_gas = false and retain_graph"
   worst /= largest;
   CHECK(worst < 1e-5);
 
-  Setup twice(R"({"train_batch_size": 1, "optimizer": {"type": "SGD", "params": {"lr": 0.1}}})");
+  EngineRun twice(
+      R"({"train_batch_size": 1, "optimizer": {"type": "SGD", "params": {"lr": 0.1}}})");
   const Tensor l = twice.loss(0);
   twice.engine->backward(l, {.retain_graph = true});
   const auto once = twice.grads();
@@ -111,7 +112,7 @@ TEST_CASE("backward: returns loss / gas; scale_wrt_gas = false and retain_graph"
 TEST_CASE("zero_grad drops the window's gradients") {
   const char* cfg =
       R"({"train_batch_size": 1, "optimizer": {"type": "SGD", "params": {"lr": 0.1}}})";
-  Setup a(cfg), b(cfg);
+  EngineRun a(cfg), b(cfg);
   a.engine->backward(a.loss(0));
   a.engine->zero_grad();
   a.engine->backward(a.loss(1));
@@ -122,7 +123,7 @@ TEST_CASE("zero_grad drops the window's gradients") {
 }
 
 TEST_CASE("get_global_grad_norm: the pre-clipping norm of the last step, in float64") {
-  Setup s(R"({"train_batch_size": 1, "gradient_clipping": 0.5,
+  EngineRun s(R"({"train_batch_size": 1, "gradient_clipping": 0.5,
               "optimizer": {"type": "SGD", "params": {"lr": 0.1}}})");
   CHECK_FALSE(s.engine->get_global_grad_norm().has_value());
   s.engine->backward(s.loss(0));
@@ -133,14 +134,15 @@ TEST_CASE("get_global_grad_norm: the pre-clipping norm of the last step, in floa
   CHECK(*s.engine->get_global_grad_norm() == doctest::Approx(std::sqrt(sq)).epsilon(1e-6));
   CHECK(std::sqrt(sq) > 0.5);  // so clipping happened after the norm was taken
 
-  Setup plain(R"({"train_batch_size": 1, "optimizer": {"type": "SGD", "params": {"lr": 0.1}}})");
+  EngineRun plain(
+      R"({"train_batch_size": 1, "optimizer": {"type": "SGD", "params": {"lr": 0.1}}})");
   plain.engine->backward(plain.loss(0));
   plain.engine->step();
   CHECK_FALSE(plain.engine->get_global_grad_norm().has_value());  // not computed, as DeepSpeed
 }
 
 TEST_CASE("train/eval and get_lr") {
-  Setup s(R"({"train_batch_size": 1, "optimizer": {"type": "AdamW", "params": {"lr": 0.01}},
+  EngineRun s(R"({"train_batch_size": 1, "optimizer": {"type": "AdamW", "params": {"lr": 0.01}},
               "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0.001,
                             "warmup_max_lr": 0.01, "warmup_num_steps": 4}}})");
   s.engine->eval();
@@ -161,7 +163,7 @@ TEST_CASE("several engines in one process train independently") {
     "zero_optimization": {"stage": 2}, "gradient_clipping": 1.0,
     "optimizer": {"type": "AdamW", "params": {"lr": 0.01}}})";
   auto run_alone = [](const char* cfg) {
-    Setup s(cfg);
+    EngineRun s(cfg);
     for (int k = 0; k < 6; ++k) {
       s.engine->backward(s.loss(k));
       s.engine->step();
@@ -169,7 +171,7 @@ TEST_CASE("several engines in one process train independently") {
     return s.weights();
   };
   const auto alone_a = run_alone(cfg_a), alone_b = run_alone(cfg_b);
-  Setup a(cfg_a), b(cfg_b);
+  EngineRun a(cfg_a), b(cfg_b);
   for (int k = 0; k < 6; ++k) {
     a.engine->backward(a.loss(k));
     b.engine->backward(b.loss(k));

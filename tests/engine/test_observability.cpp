@@ -16,7 +16,7 @@ using namespace tessera;
 namespace fs = std::filesystem;
 
 namespace {
-const char* kConfig = R"({"train_batch_size": 4, "train_micro_batch_size_per_gpu": 2,
+const char* kObservedConfig = R"({"train_batch_size": 4, "train_micro_batch_size_per_gpu": 2,
   "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}})";
 
 std::string read(const fs::path& p) {
@@ -32,7 +32,7 @@ TEST_CASE("flops_profiler: the profile step's micro-batches, reported once after
   const fs::path dir = fs::temp_directory_path() / "tessera-flops-profile";
   fs::remove_all(dir);
   const fs::path out = dir / "sub" / "profile.txt";  // its directory is made
-  test::TinyGpt run(std::string(kConfig) +
+  test::TinyGpt run(std::string(kObservedConfig) +
                     R"(, "flops_profiler": {"enabled": true, "profile_step": 1, "module_depth": 2,
                        "detailed": false, "output_file": ")" +
                     out.string() + "\"}}");
@@ -66,16 +66,16 @@ TEST_CASE("flops_profiler: bad keys are errors naming them") {
                           R"("recompute_fwd_factor": -0.5)"}) {
     CAPTURE(bad);
     const std::string key = std::string(bad).substr(1, std::string(bad).find('"', 1) - 1);
-    CHECK_THROWS_WITH_AS(
-        io::TrainConfig::parse(std::string(kConfig) + R"(, "flops_profiler": {)" + bad + "}}"),
-        doctest::Contains(("flops_profiler." + key).c_str()), Error);
+    CHECK_THROWS_WITH_AS(io::TrainConfig::parse(std::string(kObservedConfig) +
+                                                R"(, "flops_profiler": {)" + bad + "}}"),
+                         doctest::Contains(("flops_profiler." + key).c_str()), Error);
   }
 }
 
 TEST_CASE("wall_clock_breakdown: forward + backward + step add up to a clock around the calls") {
   const fs::path dir = fs::temp_directory_path() / "tessera-timer-sum";
   fs::remove_all(dir);
-  test::TinyGpt run(std::string(kConfig) +
+  test::TinyGpt run(std::string(kObservedConfig) +
                     R"(, "gradient_accumulation_steps": 1, "train_batch_size": 2,
                        "wall_clock_breakdown": true, "steps_per_print": 1000,
                        "csv_monitor": {"enabled": true, "output_path": ")" +
@@ -120,7 +120,7 @@ TEST_CASE("trace: with kernels, each kernel's event inside its phase; bad steps 
   const fs::path dir = fs::temp_directory_path() / "tessera-trace-kernels";
   fs::remove_all(dir);
   {
-    test::TinyGpt run(std::string(kConfig) +
+    test::TinyGpt run(std::string(kObservedConfig) +
                       R"(, "trace": {"enabled": true, "kernels": true, "steps": [0, 0],
                          "output_path": ")" +
                       dir.string() + "\"}}");
@@ -151,16 +151,16 @@ TEST_CASE("trace: with kernels, each kernel's event inside its phase; bad steps 
   fs::remove_all(dir);
   for (const char* bad : {R"([3, 1])", R"([-1, 2])", R"("1-3")", R"([1])"}) {
     CAPTURE(bad);
-    CHECK_THROWS_WITH_AS(
-        io::TrainConfig::parse(std::string(kConfig) + R"(, "trace": {"steps": )" + bad + "}}"),
-        doctest::Contains("trace.steps"), Error);
+    CHECK_THROWS_WITH_AS(io::TrainConfig::parse(std::string(kObservedConfig) +
+                                                R"(, "trace": {"steps": )" + bad + "}}"),
+                         doctest::Contains("trace.steps"), Error);
   }
 }
 
 TEST_CASE("monitors: a hand-written engine loop gets Train/Samples/train_loss at each boundary") {
   const fs::path dir = fs::temp_directory_path() / "tessera-engine-train-loss";
   fs::remove_all(dir);
-  test::TinyGpt run(std::string(kConfig) +
+  test::TinyGpt run(std::string(kObservedConfig) +
                     R"(, "csv_monitor": {"enabled": true, "output_path": ")" + dir.string() +
                     R"(", "job_name": "j"}})");
   // forward / backward / step by hand (no Trainer): 2 micro-batches a step, 3 steps.

@@ -21,7 +21,7 @@ namespace fs = std::filesystem;
 namespace {
 
 // 22 examples, 4 per micro-batch: 5 batches an epoch (drop_last), 2 micro-batches a step.
-const char* kConfig = R"({"train_batch_size": 8, "train_micro_batch_size_per_gpu": 4,
+const char* kTrainerConfig = R"({"train_batch_size": 8, "train_micro_batch_size_per_gpu": 4,
   "optimizer": {"type": "AdamW", "params": {"lr": 0.05, "weight_decay": 0.01}},
   "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 3}},
   "steps_per_print": 100})";
@@ -69,9 +69,9 @@ struct Seeded {
   Seeded() { manual_seed(13); }  // before the model's initialisation
 };
 
-// kConfig with more top-level keys: extra is ', "key": value, ...'.
+// kTrainerConfig with more top-level keys: extra is ', "key": value, ...'.
 io::TrainConfig config_with(const std::string& extra) {
-  const std::string base = kConfig;
+  const std::string base = kTrainerConfig;
   return io::TrainConfig::parse(base.substr(0, base.rfind('}')) + extra + "}", 1);
 }
 

@@ -25,7 +25,7 @@ struct Block : nn::Module {
   }
 };
 
-struct Net : nn::LossModel<Pairs> {
+struct ProfiledNet : nn::LossModel<Pairs> {
   Block block{this, "block"};
   nn::Linear head{this, "head", 8, 1};
   Tensor loss(const Pairs& b) override {
@@ -38,7 +38,7 @@ struct Net : nn::LossModel<Pairs> {
 
 TEST_CASE("flops profiler: a user model's modules, through get_model_profile") {
   manual_seed(1);
-  Net net;
+  ProfiledNet net;
   const int64_t B = 5;
   const Pairs batch{randn({B, 3}), randn({B, 1})};
   nn::FlopsProfileOptions o;
@@ -48,7 +48,7 @@ TEST_CASE("flops profiler: a user model's modules, through get_model_profile") {
   CHECK(p.flops == 2 * B * 3 * 8 + 8 * B + 8 * B + 2 * B * 8 + B + B);
   CHECK(p.params == 3 * 8 + 8 + 8 + 1);
   CHECK(net.block.type_name() == "Block");
-  CHECK(p.text.find("Net(\n") != std::string::npos);
+  CHECK(p.text.find("ProfiledNet(\n") != std::string::npos);
   CHECK(p.text.find("  (block): Block(\n") != std::string::npos);
   CHECK(p.text.find("    (fc): Linear(") != std::string::npos);
   CHECK(p.text.find("  (head): Linear(") != std::string::npos);
@@ -67,7 +67,7 @@ TEST_CASE("flops profiler: a user model's modules, through get_model_profile") {
   CHECK(prof.total_flops() - prof.figures(net.block).flops - prof.figures(net.head).flops ==
         2 * B);  // the loss, computed by the model itself
   // A module of another model is not this profiler's.
-  Net other;
+  ProfiledNet other;
   CHECK_THROWS_WITH_AS(prof.figures(other.head), doctest::Contains("'head' is not in the model"),
                        Error);
 }

@@ -36,7 +36,7 @@ Device my_gpu() {
 }
 
 // Rank r's tensor on the GPU: element i = r * 100 + i.
-Tensor ramp(int64_t n, int r, DType d = DType::Float32) {
+Tensor gpu_ramp(int64_t n, int r, DType d = DType::Float32) {
   std::vector<double> v(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = r * 100.0 + static_cast<double>(i);
   return from_vector(v, {n}).to(d).to(my_gpu());
@@ -56,7 +56,7 @@ TEST_CASE("NCCL: all_reduce, reduce_scatter, all_gather, broadcast, send/recv, b
   const double rank_sum = n * (n - 1) / 2.0;
   for (DType d : {DType::Float32, DType::Float64, DType::BFloat16}) {
     const double eps = d == DType::BFloat16 ? 1e-2 : 1e-12;
-    Tensor s = ramp(5, r, d), a = ramp(5, r, d), m = ramp(5, r, d);
+    Tensor s = gpu_ramp(5, r, d), a = gpu_ramp(5, r, d), m = gpu_ramp(5, r, d);
     g->all_reduce(s, ReduceOp::Sum);
     g->all_reduce(a, ReduceOp::Avg);
     g->all_reduce(m, ReduceOp::Max);
@@ -67,23 +67,23 @@ TEST_CASE("NCCL: all_reduce, reduce_scatter, all_gather, broadcast, send/recv, b
       CHECK(host(m)[k] == doctest::Approx(100.0 * (n - 1) + i).epsilon(eps));
     }
   }
-  Tensor in = ramp(3 * n, r), out = Tensor::empty({3}, DType::Float32, my_gpu());
+  Tensor in = gpu_ramp(3 * n, r), out = Tensor::empty({3}, DType::Float32, my_gpu());
   g->reduce_scatter(out, in);
   for (int64_t i = 0; i < 3; ++i)
     CHECK(host(out)[static_cast<size_t>(i)] == doctest::Approx(100 * rank_sum + n * (3.0 * r + i)));
   Tensor gathered = Tensor::empty({2 * n}, DType::Float32, my_gpu());
-  g->all_gather(gathered, ramp(2, r));
+  g->all_gather(gathered, gpu_ramp(2, r));
   for (int q = 0; q < n; ++q)
     CHECK(host(gathered)[static_cast<size_t>(2 * q + 1)] == 100.0 * q + 1);
   Tensor buf = zeros({2 * n}, DType::Float32, my_gpu());
-  buf.narrow(0, 2 * r, 2).copy_(ramp(2, r));
+  buf.narrow(0, 2 * r, 2).copy_(gpu_ramp(2, r));
   g->all_gather(buf, buf.narrow(0, 2 * r, 2));  // in place
   CHECK(host(buf) == host(gathered));
-  Tensor b = r == 0 ? ramp(4, 7) : zeros({4}, DType::Float32, my_gpu());
+  Tensor b = r == 0 ? gpu_ramp(4, 7) : zeros({4}, DType::Float32, my_gpu());
   g->broadcast(b, 0);
   CHECK(host(b)[3] == 703.0);
   if (n > 1) {
-    if (r == 0) g->send(ramp(3, 9), 1);
+    if (r == 0) g->send(gpu_ramp(3, 9), 1);
     if (r == 1) {
       Tensor got = zeros({3}, DType::Float32, my_gpu());
       g->recv(got, 0);
@@ -91,7 +91,7 @@ TEST_CASE("NCCL: all_reduce, reduce_scatter, all_gather, broadcast, send/recv, b
     }
   }
   if (n > 1) {  // a ring exchange: every rank sends and receives at once (one NCCL group)
-    Tensor mine = ramp(1 << 20, r), from_prev = zeros({1 << 20}, DType::Float32, my_gpu());
+    Tensor mine = gpu_ramp(1 << 20, r), from_prev = zeros({1 << 20}, DType::Float32, my_gpu());
     for (Work& k : g->batch_send_recv({{P2POp::Kind::Send, mine, (r + 1) % n},
                                        {P2POp::Kind::Recv, from_prev, (r + n - 1) % n}}))
       k.wait();
@@ -104,9 +104,9 @@ TEST_CASE("NCCL: all_reduce, reduce_scatter, all_gather, broadcast, send/recv, b
   CHECK(c.to_vector()[1] == rank_sum + n);
   CHECK(g->all_reduce_scalar(2.0) == 2.0 * n);
   // A strided view, wrong sizes: errors naming the op.
-  CHECK_THROWS_WITH_AS(g->all_reduce(ramp(6, r).view({2, 3}).transpose(0, 1)),
+  CHECK_THROWS_WITH_AS(g->all_reduce(gpu_ramp(6, r).view({2, 3}).transpose(0, 1)),
                        doctest::Contains("all_reduce: tensor must be contiguous"), Error);
-  CHECK_THROWS_WITH_AS(g->all_gather(Tensor::empty({3}, DType::Float32, my_gpu()), ramp(2, r)),
+  CHECK_THROWS_WITH_AS(g->all_gather(Tensor::empty({3}, DType::Float32, my_gpu()), gpu_ramp(2, r)),
                        doctest::Contains("all_gather"), Error);
 }
 

@@ -22,7 +22,7 @@ using namespace tessera;
 
 namespace {
 
-std::unique_ptr<optim::Optimizer> sgd(nn::Module& m) {
+std::unique_ptr<optim::Optimizer> sgd_3d(nn::Module& m) {
   optim::ParamGroup g;
   for (auto& [name, t] : m.named_parameters()) g.names.push_back(name), g.params.push_back(*t);
   g.lr = 0.05;
@@ -81,8 +81,8 @@ void check_3d(const std::string& schedule, bool sequence_parallel) {
   eo.schedule = schedule;
   eo.topology = topo;
   eo.tensor_parallel_group = tp;
-  engine::PipelineEngine engine(piped, pipe, sgd(piped), eo);
-  auto opt = sgd(whole);
+  engine::PipelineEngine engine(piped, pipe, sgd_3d(piped), eo);
+  auto opt = sgd_3d(whole);
   const auto data = token_batches(2 * m, c.vocab_size);
   manual_seed(21);
   for (int64_t step = 0; step < 2; ++step) {
@@ -154,7 +154,7 @@ TEST_CASE("pipeline engine 3D: the topology's model axis must match the tensor-p
   engine::PipelineEngineOptions eo;
   eo.micro_batches = 2;
   eo.topology = topo;  // (no tensor_parallel_group)
-  CHECK_THROWS_WITH(engine::PipelineEngine(piped, pipe, sgd(piped), eo),
+  CHECK_THROWS_WITH(engine::PipelineEngine(piped, pipe, sgd_3d(piped), eo),
                     doctest::Contains("the topology's \"model\" axis has 2 ranks but the "
                                       "tensor-parallel group"));
 }
