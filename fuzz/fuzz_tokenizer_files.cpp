@@ -1,5 +1,6 @@
 // Tokenizer files: GPT-2's vocab.json + merges.txt (the input split at its first NUL byte) and
-// BERT's vocab.txt (the whole input), each then used to encode and decode a fixed text.
+// BERT's vocab.txt and a Hugging Face tokenizer.json (the whole input), each then used to encode
+// and decode a fixed text.
 #include <algorithm>
 #include <string>
 
@@ -27,6 +28,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string vocab_txt = tessera::fuzz::write_file("vocab.txt", data, size);
   try {
     const auto tok = tessera::io::WordPieceTokenizer::from_file(vocab_txt);
+    tok.decode(tok.encode(kText));
+  } catch (const tessera::Error&) {
+  }
+  const std::string tokenizer_json = tessera::fuzz::write_file("tokenizer.json", data, size);
+  try {
+    const auto tok = tessera::io::GPT2Tokenizer::from_tokenizer_json(tokenizer_json);
     tok.decode(tok.encode(kText));
   } catch (const tessera::Error&) {
   }

@@ -21,4 +21,12 @@ void parse_model(Section m, TrainConfig& c);
 void parse_data(Section d, TrainConfig& c);
 void parse_train(Section t, TrainConfig& c);
 
+// model.init_from (train_config_init_from.cpp): the HF directory's config.json fills the
+// architecture keys the model section leaves out, and a stated one that differs is an error;
+// its tokenizer files become data's tokenizer unless data.tokenizer is stated, and BERT's
+// data.nsp follows its architecture (`nsp_from_init`: c.data.nsp as adopt_init_from_model left
+// it, before the data section was read).
+void adopt_init_from_model(Section& m, TrainConfig& c);
+void adopt_init_from_data(const json& data, bool nsp_from_init, TrainConfig& c);
+
 }  // namespace tessera::io::config

@@ -71,7 +71,13 @@ GPT2Tokenizer::GPT2Tokenizer(std::unordered_map<std::string, int64_t> vocab,
   TS_CHECK(max_id < 2 * static_cast<int64_t>(vocab_.size()) + 1024, "GPT2Tokenizer: id ", max_id,
            " is far beyond the vocabulary's ", vocab_.size(), " tokens");
   id_to_token_.resize(static_cast<size_t>(max_id + 1));
-  for (auto& [tok, id] : vocab_) id_to_token_[id] = tok;
+  std::vector<bool> taken(id_to_token_.size());
+  for (auto& [tok, id] : vocab_) {
+    TS_CHECK(!taken[id], "GPT2Tokenizer: id ", id, " is given to both '", id_to_token_[id],
+             "' and '", tok, "'");
+    taken[id] = true;
+    id_to_token_[id] = tok;
+  }
   merges_ = std::make_unique<Merges>(vocab_, merges, byte_map().to_text);
 }
 
@@ -107,7 +113,11 @@ GPT2Tokenizer GPT2Tokenizer::from_files(const std::string& vocab_json,
              line_no, ": expected two symbols separated by a space, got '", line, "'");
     merges.emplace_back(line.substr(0, sp), line.substr(sp + 1));
   }
-  return GPT2Tokenizer(std::move(vocab), std::move(merges));
+  try {
+    return GPT2Tokenizer(std::move(vocab), std::move(merges));
+  } catch (const Error& e) {
+    fail("'", vocab_json, "' with '", merges_txt, "': ", e.what());
+  }
 }
 
 void GPT2Tokenizer::for_each_piece(const std::string& text,

@@ -163,15 +163,17 @@ TokenizedCorpus prepare_corpus(const TrainConfig::Data& data, bool with_specials
   std::string key = data.tokenizer + ":" + std::to_string(text.size()) + ":" + sha256_hex(text) +
                     ":" + std::to_string(data.val_fraction) + (with_specials ? ":specials" : "");
   if (data.tokenizer == "gpt2")
-    key += ":" + sha256_hex(read_text_file(data.vocab)) + ":" +
-           sha256_hex(read_text_file(data.merges));
+    key += data.tokenizer_file.empty() ? ":" + sha256_hex(read_text_file(data.vocab)) + ":" +
+                                             sha256_hex(read_text_file(data.merges))
+                                       : ":json:" + sha256_hex(read_text_file(data.tokenizer_file));
   c.cache_dir = (fs::path(data.cache_dir.empty() ? default_cache_dir(data.path) : data.cache_dir) /
                  (data.tokenizer + "-" + sha256_hex(key).substr(0, 16)))
                     .string();
   const fs::path meta_path = fs::path(c.cache_dir) / "meta.json";
   if (data.tokenizer == "gpt2") {
-    c.tokenizer =
-        std::make_unique<GPT2Tokenizer>(GPT2Tokenizer::from_files(data.vocab, data.merges));
+    c.tokenizer = std::make_unique<GPT2Tokenizer>(
+        data.tokenizer_file.empty() ? GPT2Tokenizer::from_files(data.vocab, data.merges)
+                                    : GPT2Tokenizer::from_tokenizer_json(data.tokenizer_file));
   } else {
     auto chars = CharTokenizer::from_corpus(text).chars();
     c.chars = chars;

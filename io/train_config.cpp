@@ -466,7 +466,9 @@ TrainConfig TrainConfig::parse(const std::string& text, int64_t world, const std
   config::parse_communication(root, c);
   config::parse_monitoring(root, c);
   if (root.has("model")) config::parse_model(root.sub("model"), c);
+  const bool nsp_from_init = c.data.nsp;
   if (root.has("data")) config::parse_data(root.sub("data"), c);
+  config::adopt_init_from_data(j.value("data", config::json()), nsp_from_init, c);
   if (root.has("train")) config::parse_train(root.sub("train"), c);
   root.warn_unknown();
   if (c.strict) c.refuse_unknown_keys();

@@ -15,13 +15,15 @@ void parse_model(Section m, TrainConfig& c) {
   m.get_min<int64_t>("n_embd", md.n_embd, 1, ">= 1");
   m.get_min<int64_t>("block_size", md.block_size, 2, ">= 2");
   m.get_min<int64_t>("intermediate_size", md.intermediate_size, 0, ">= 0");
+  m.get("dropout", md.dropout);
+  range(md.dropout >= 0 && md.dropout < 1, source, "model.dropout", md.dropout, "in [0, 1)");
+  m.get("bias", md.bias);
+  m.get("init_from", md.init_from);
+  if (!md.init_from.empty()) adopt_init_from_model(m, c);
   if (md.type == "gpt2" && m.has("intermediate_size"))
     m.warnings().push_back(source +
                            ": 'model.intermediate_size' has no effect on gpt2 (ignored): its MLP "
                            "is 4 * n_embd wide");
-  m.get("dropout", md.dropout);
-  range(md.dropout >= 0 && md.dropout < 1, source, "model.dropout", md.dropout, "in [0, 1)");
-  m.get("bias", md.bias);
   if (md.type == "bert" && m.has("bias"))
     m.warnings().push_back(source +
                            ": 'model.bias' has no effect on bert (ignored): its layers always "
@@ -32,7 +34,6 @@ void parse_model(Section m, TrainConfig& c) {
         m.warnings().push_back(source + ": 'model." + k +
                                "' has no effect with 'model.size' (ignored): the named size \"" +
                                md.size + "\" decides it");
-  m.get("init_from", md.init_from);
   TS_CHECK(md.n_embd % md.n_head == 0, source, ": 'model.n_embd' (", md.n_embd,
            ") must be divisible by 'model.n_head' (", md.n_head, ")");
   m.warn_unknown();
@@ -47,6 +48,7 @@ void parse_data(Section d, TrainConfig& c) {
            dt.tokenizer, "\", expected \"char\" or \"gpt2\"");
   d.get("vocab", dt.vocab);
   d.get("merges", dt.merges);
+  d.get("tokenizer_file", dt.tokenizer_file);
   d.get("val_fraction", dt.val_fraction);
   range(dt.val_fraction > 0 && dt.val_fraction < 1, source, "data.val_fraction", dt.val_fraction,
         "in (0, 1)");
@@ -54,9 +56,15 @@ void parse_data(Section d, TrainConfig& c) {
   d.get("mask_prob", dt.mask_prob);
   range(dt.mask_prob > 0 && dt.mask_prob < 1, source, "data.mask_prob", dt.mask_prob, "in (0, 1)");
   d.get("nsp", dt.nsp);
-  TS_CHECK(dt.tokenizer != "gpt2" || (!dt.vocab.empty() && !dt.merges.empty()), source,
+  // (With model.init_from, the directory's files may complete it: train_config_init_from.cpp.)
+  TS_CHECK(!c.model.init_from.empty() || dt.tokenizer != "gpt2" ||
+               (!dt.vocab.empty() && !dt.merges.empty()) || !dt.tokenizer_file.empty(),
+           source,
            ": 'data.tokenizer' \"gpt2\" needs 'data.vocab' (vocab.json) and 'data.merges' "
-           "(merges.txt)");
+           "(merges.txt), or 'data.tokenizer_file' (a Hugging Face tokenizer.json)");
+  TS_CHECK(dt.tokenizer_file.empty() || (dt.vocab.empty() && dt.merges.empty()), source,
+           ": 'data.tokenizer_file' and 'data.vocab'/'data.merges' both give the tokenizer: "
+           "keep one");
   d.warn_unknown();
 }
 

@@ -3,6 +3,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "hf_weight_files.h"
+
 #include "tessera/grad_mode.h"
 #include "tessera/io/safetensors.h"
 #include "tessera/models/bert.h"
@@ -35,25 +37,36 @@ std::unique_ptr<PretrainedModel> model_from_hf_config(const std::string& text,
   fail("'", source, "': model_type '", type, "' is not supported (gpt2 or bert)");
 }
 
+namespace {
+
+// Copies `files`' tensors into `model` (strict: every parameter present, every key known);
+// `what` names the files in the error for a mismatch.
+void load_weights(PretrainedModel& model, const HFWeightFiles& files, const std::string& what,
+                  std::map<std::string, std::string>* file_key_of);
+
+}  // namespace
+
 std::unique_ptr<PretrainedModel> load_pretrained(const std::string& dir,
                                                  std::map<std::string, std::string>* file_key_of) {
   const fs::path config_path = fs::path(dir) / "config.json";
-  const fs::path weights_path = fs::path(dir) / "model.safetensors";
   TS_CHECK(fs::is_directory(dir), "model directory '", dir, "' does not exist");
   TS_CHECK(fs::exists(config_path), "model directory '", dir, "' has no config.json");
-  TS_CHECK(fs::exists(weights_path), "model directory '", dir, "' has no model.safetensors",
-           fs::exists(fs::path(dir) / "pytorch_model.bin")
-               ? " (pytorch_model.bin is not read: convert it to safetensors)"
-               : "");
+  const HFWeightFiles files = HFWeightFiles::from_directory(dir);
   auto model = model_from_hf_config(io::read_text_file(config_path.string()), config_path.string());
-  load_hf_weights(*model, weights_path.string(), file_key_of);
+  load_weights(*model, files, "the weights of '" + dir + "'", file_key_of);
   model->eval();
   return model;
 }
 
 void load_hf_weights(PretrainedModel& model, const std::string& path,
                      std::map<std::string, std::string>* file_key_of) {
-  const io::SafetensorsFile file(path);
+  load_weights(model, HFWeightFiles(path), "'" + path + "'", file_key_of);
+}
+
+namespace {
+
+void load_weights(PretrainedModel& model, const HFWeightFiles& files, const std::string& what,
+                  std::map<std::string, std::string>* file_key_of) {
   const std::string prefix = model.hf_prefix();
   std::set<std::string> used;
   std::map<std::string, Tensor*> slots;
@@ -73,7 +86,7 @@ void load_hf_weights(PretrainedModel& model, const std::string& path,
     }
     std::string found;
     for (const std::string& c : candidates)
-      if (file.contains(c)) {
+      if (files.contains(c)) {
         found = c;
         break;
       }
@@ -82,6 +95,8 @@ void load_hf_weights(PretrainedModel& model, const std::string& path,
       continue;
     }
     used.insert(found);
+    const io::SafetensorsFile& file = files.file_of(found);
+    const std::string& path = file.path();
     Tensor value = file.get(found);
     if (w.transpose) {
       TS_CHECK(value.dim() == 2, "'", path, "': tensor '", found, "' should be 2-D, got ",
@@ -98,10 +113,10 @@ void load_hf_weights(PretrainedModel& model, const std::string& path,
     if (file_key_of) (*file_key_of)[w.ours] = found;
   }
   std::vector<std::string> unexpected;
-  for (const std::string& n : file.names())
+  for (const std::string& n : files.names())
     if (!used.count(n) && !model.hf_ignorable(n)) unexpected.push_back(n);
   if (!missing.empty() || !unexpected.empty()) {
-    std::string msg = "'" + path + "' does not match the " + model.type_name() + " in config.json:";
+    std::string msg = "the " + model.type_name() + " of config.json does not match " + what + ":";
     auto list = [&](const char* what, const std::vector<std::string>& keys) {
       if (keys.empty()) return;
       msg += std::string(" ") + what + " (" + std::to_string(keys.size()) + "):";
@@ -114,6 +129,8 @@ void load_hf_weights(PretrainedModel& model, const std::string& path,
     throw Error(msg);
   }
 }
+
+}  // namespace
 
 std::map<std::string, Tensor> to_hf_layout(PretrainedModel& model,
                                            const std::map<std::string, Tensor>& ours,

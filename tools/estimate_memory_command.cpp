@@ -1,10 +1,12 @@
 // `tessera estimate-memory CONFIG.json --ranks N [--tp T] [--vocab V] [--data PATH] [--json]`
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
+#include "tessera/io/files.h"
 #include "tessera/io/json_fields.h"
 #include "tessera/io/token_data.h"
 #include "tessera/models/activation_memory.h"
@@ -47,8 +49,9 @@ With a "pipeline" section (stages > 1), one row per stage: its layers, its param
 (with autotp_size T too: 3D, a tensor-parallel rank's shards) and the activations of the
 micro-batches its schedule holds at once (1F1B: up to stages - stage).
 
-The vocabulary decides the embedding size: --vocab V, else GPT-2's 50257 for the gpt2
-tokenizer, else the character vocabulary of data.path (--data), tokenised once and cached.
+The vocabulary decides the embedding size: --vocab V, else model.init_from's config.json
+vocab_size, else GPT-2's 50257 for the gpt2 tokenizer, else the character vocabulary of
+data.path (--data), tokenised once and cached.
 
 The ZeRO paper's figures (Adam, Ψ parameters, 16-bit training): stage 0 16Ψ, stage 1
 4Ψ + 12Ψ/N, stage 2 2Ψ + 14Ψ/N, stage 3 16Ψ/N. Float32 training keeps no second copy of the
@@ -172,7 +175,12 @@ io::TrainConfig read_config(const Args& a, int64_t ranks, int64_t& vocab) {
   TS_CHECK(!a.has("vocab") || (vocab >= 1 && vocab <= (int64_t{1} << 31)),
            "estimate-memory: --vocab must be in [1, 2^31], got ", vocab);
   if (vocab <= 0) {
-    if (cfg.data.tokenizer == "gpt2") {
+    if (!cfg.model.init_from.empty()) {  // the pretrained embedding's rows
+      const std::string text =
+          io::read_text_file((std::filesystem::path(cfg.model.init_from) / "config.json").string());
+      vocab = cfg.model.type == "bert" ? models::BertConfig::from_json(text).vocab_size
+                                       : models::GPT2Config::from_json(text).vocab_size;
+    } else if (cfg.data.tokenizer == "gpt2") {
       vocab = 50257;
     } else {
       TS_CHECK(!cfg.data.path.empty(), "estimate-memory: the vocabulary size depends on the ",

@@ -7,6 +7,7 @@
 #include "tessera/grad_mode.h"
 #include "tessera/io/files.h"
 #include "tessera/io/json_fields.h"
+#include "tessera/io/tokenizer.h"
 #include "tessera/models/gpt2.h"
 #include "tessera/models/pretrained.h"
 #include "tessera/ops.h"
@@ -23,8 +24,11 @@ Writes a complete Hugging Face model directory from a training checkpoint of the
 GPT-2 or BERT, saved at any ZeRO stage and any number of ranks:
   config.json          the architecture, as transformers reads it
   model.safetensors    float32 weights under HF's names and layouts ({"format": "pt"})
-  vocab.json, merges.txt   GPT-2's byte-level BPE (data.tokenizer "gpt2")
-  tessera_chars.json   the character vocabulary (data.tokenizer "char"); BERT also gets a
+  vocab.json, merges.txt   GPT-2's byte-level BPE (data.tokenizer "gpt2"), or the
+                       tokenizer.json training read (data.tokenizer_file)
+  tokenizer.json, tokenizer_config.json, tessera_chars.json
+                       the character vocabulary (data.tokenizer "char"), which
+                       AutoTokenizer.from_pretrained(OUT_DIR) loads; BERT also gets a
                        vocab.txt in id order (whitespace characters as [unused<id>])
 GPT2LMHeadModel.from_pretrained(OUT_DIR) / BertForPreTraining.from_pretrained(OUT_DIR) load
 it, and so do `tessera eval` and `tessera generate` (text prompts for both tokenizers).
@@ -49,7 +53,10 @@ std::vector<std::string> export_tokenizer(const fs::path& tag_dir, const fs::pat
   const std::string kind = meta.string("kind");
   std::vector<std::string> written;
   if (kind == "gpt2") {
-    for (const char* f : {"vocab.json", "merges.txt"}) {
+    // The files training read: vocab.json + merges.txt, or a tokenizer.json.
+    const bool json_file = fs::exists(tok / "tokenizer.json");
+    for (const char* f : json_file ? std::vector<const char*>{"tokenizer.json"}
+                                   : std::vector<const char*>{"vocab.json", "merges.txt"}) {
       TS_CHECK(fs::exists(tok / f), "export: '", (tok / f).string(), "' is missing");
       fs::copy_file(tok / f, out / f, fs::copy_options::overwrite_existing);
       written.push_back(f);
@@ -62,6 +69,24 @@ std::vector<std::string> export_tokenizer(const fs::path& tag_dir, const fs::pat
   io::write_file_atomically((out / "tessera_chars.json").string(),
                             [&](std::ostream& os) { os << chars.dump(1) << "\n"; });
   written.push_back("tessera_chars.json");
+  // The same vocabulary for AutoTokenizer.from_pretrained (a fast tokenizer of its own class,
+  // so BERT's directory is not read as WordPiece).
+  std::vector<std::string> char_list, specials;
+  for (const auto& c : meta.array("chars")) char_list.push_back(c.get<std::string>());
+  for (const auto& c : meta.array("specials")) specials.push_back(c.get<std::string>());
+  io::write_file_atomically((out / "tokenizer.json").string(), [&](std::ostream& os) {
+    os << io::char_tokenizer_json(char_list, specials);
+  });
+  nlohmann::json tok_config{{"tokenizer_class", "PreTrainedTokenizerFast"},
+                            {"clean_up_tokenization_spaces", false}};
+  if (specials.size() == 5)  // BERT's, in the order train appends them
+    for (size_t i = 0;
+         const char* k : {"pad_token", "unk_token", "cls_token", "sep_token", "mask_token"})
+      tok_config[k] = specials[i++];
+  io::write_file_atomically((out / "tokenizer_config.json").string(),
+                            [&](std::ostream& os) { os << tok_config.dump(1) << "\n"; });
+  written.push_back("tokenizer.json");
+  written.push_back("tokenizer_config.json");
   if (model_type == "bert") {
     // One token per line, ids in order; whitespace and control characters cannot be lines.
     io::write_file_atomically((out / "vocab.txt").string(), [&](std::ostream& os) {

@@ -21,22 +21,27 @@ const char* kGenerateHelp =
 
 Samples from a GPT-2 model directory (config.json + model.safetensors) with a KV cache, so
 each new token costs one position's forward pass. Text prompts need GPT-2's vocab.json and
-merges.txt, or the tessera_chars.json `tessera export` writes for character-level models,
-looked up in --tokenizer DIR (default: MODEL_DIR). --temperature 0 is greedy. Generation
+merges.txt (or its tokenizer.json), or the tessera_chars.json `tessera export` writes for
+character-level models, looked up in --tokenizer DIR (default: MODEL_DIR). --temperature 0 is greedy. Generation
 stops at the model's context (n_positions), and says so.
 Defaults: --max-new-tokens 64 --temperature 1.0 --top-k 0 (off) --seed 0.
 With --json the last line is {"prompt_ids": [...], "ids": [...], "text": "...",
 "stopped_at_context": false, "tokens_per_s": R}.
 )";
 
-// The tokenizer files in `dir`: GPT-2's vocab.json + merges.txt, or the character vocabulary
-// `tessera export` writes for char-level models; null when there are none.
+// The tokenizer files in `dir`: GPT-2's vocab.json + merges.txt, the character vocabulary
+// `tessera export` writes for char-level models, or GPT-2's tokenizer.json; null when there
+// are none.
 std::unique_ptr<io::Tokenizer> tokenizer_in(const std::filesystem::path& dir) {
   if (std::filesystem::exists(dir / "vocab.json") && std::filesystem::exists(dir / "merges.txt"))
     return std::make_unique<io::GPT2Tokenizer>(io::GPT2Tokenizer::from_files(
         (dir / "vocab.json").string(), (dir / "merges.txt").string()));
   const std::filesystem::path chars = dir / "tessera_chars.json";
-  if (!std::filesystem::exists(chars)) return nullptr;
+  if (!std::filesystem::exists(chars)) {
+    if (!std::filesystem::exists(dir / "tokenizer.json")) return nullptr;
+    return std::make_unique<io::GPT2Tokenizer>(
+        io::GPT2Tokenizer::from_tokenizer_json((dir / "tokenizer.json").string()));
+  }
   const nlohmann::json j = io::JsonFields::parse_file(chars.string());
   const io::JsonFields f(j, io::quoted(chars.string()));
   std::vector<std::string> vocab;
@@ -75,7 +80,8 @@ int generate_main(int argc, char** argv) {
   const std::filesystem::path tdir = a.get("tokenizer", dir);
   const std::unique_ptr<io::Tokenizer> tok = tokenizer_in(tdir);
   TS_CHECK(tok || a.has("prompt-ids"), "generate: --prompt needs a tokenizer, but '", tdir.string(),
-           "' has neither vocab.json and merges.txt nor tessera_chars.json; pass --tokenizer DIR "
+           "' has neither vocab.json and merges.txt, tokenizer.json nor tessera_chars.json; pass "
+           "--tokenizer DIR "
            "or use --prompt-ids");
 
   models::GenerateOptions o;

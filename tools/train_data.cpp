@@ -100,7 +100,9 @@ std::map<std::string, std::string> tokenizer_files(const io::TrainConfig& cfg,
                                                    const io::TokenizedCorpus& corpus) {
   nlohmann::json meta{{"kind", corpus.tokenizer_kind}, {"specials", corpus.specials}};
   std::map<std::string, std::string> files;
-  if (corpus.tokenizer_kind == "gpt2") {
+  if (corpus.tokenizer_kind == "gpt2" && !cfg.data.tokenizer_file.empty()) {
+    files["tokenizer/tokenizer.json"] = io::read_text_file(cfg.data.tokenizer_file);
+  } else if (corpus.tokenizer_kind == "gpt2") {
     files["tokenizer/vocab.json"] = io::read_text_file(cfg.data.vocab);
     files["tokenizer/merges.txt"] = io::read_text_file(cfg.data.merges);
   } else {

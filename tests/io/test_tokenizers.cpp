@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "io/utf8.h"
@@ -154,5 +155,64 @@ TEST_CASE("tokenizer files with wrong contents are errors naming the file") {
   CHECK(err(R"({"a": 0, "b": 1000000000000})").find("far beyond the vocabulary") !=
         std::string::npos);
   CHECK(err("{").find("invalid JSON") != std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("GPT-2 tokenizer.json written by HF tokenizers: the same ids as its vocab + merges") {
+  const auto want = tokenizer_expectations()["gpt2-bpe"];
+  const auto tok = io::GPT2Tokenizer::from_tokenizer_json(kTokDir + "gpt2-bpe/tokenizer.json");
+  CHECK(tok.vocab_size() == want["vocab_size"].get<int64_t>());
+  for (const auto& e : want["encodings"]) {
+    const std::string text = e["text"];
+    INFO("text: ", text);
+    CHECK(tok.encode(text) == e["ids"].get<std::vector<int64_t>>());
+  }
+}
+
+TEST_CASE("a tokenizer.json of another pipeline is refused, naming the file and what differs") {
+  const std::string dir =
+      std::filesystem::temp_directory_path() / ("tessera-tokjson-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const nlohmann::json good =
+      nlohmann::json::parse(io::read_text_file(kTokDir + "gpt2-bpe/tokenizer.json"));
+  auto err = [&](const std::function<void(nlohmann::json&)>& change) {
+    nlohmann::json j = good;
+    change(j);
+    const std::string path = dir + "/tokenizer.json";
+    std::ofstream(path) << j.dump();
+    try {
+      io::GPT2Tokenizer::from_tokenizer_json(path);
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      CHECK(what.find(path) != std::string::npos);
+      return what;
+    }
+    return std::string("no error");
+  };
+  CHECK(err([](auto& j) {
+          j["model"]["type"] = "WordPiece";
+        }).find("model.type is \"WordPiece\"") != std::string::npos);
+  CHECK(err([](auto& j) {
+          j["normalizer"] = {{"type", "NFC"}};
+        }).find("a normalizer") != std::string::npos);
+  CHECK(err([](auto& j) {
+          j["pre_tokenizer"] = {{"type", "Metaspace"}};
+        }).find("expected GPT-2's {\"type\": \"ByteLevel\"}") != std::string::npos);
+  CHECK(err([](auto& j) {
+          j["pre_tokenizer"]["add_prefix_space"] = true;
+        }).find("add_prefix_space") != std::string::npos);
+  CHECK(err([](auto& j) {
+          j["model"]["merges"][0] = "nospace";
+        }).find("model.merges[0] is \"nospace\"") != std::string::npos);
+  CHECK(err([](auto& j) {
+          j["model"]["vocab"] = nlohmann::json::array();
+        }).find("model.vocab must be an object") != std::string::npos);
+  // An added token under an id another token has: two tokens would decode from one id.
+  CHECK(err([](auto& j) {
+          j["added_tokens"] = {{{"id", 0}, {"content", "<|endoftext|>"}}};
+        }).find("is given to both") != std::string::npos);
+  CHECK(err([](auto& j) {
+          j["added_tokens"] = {{{"content", "x"}}};
+        }).find("an added_tokens entry needs \"id\" and \"content\"") != std::string::npos);
   std::filesystem::remove_all(dir);
 }

@@ -55,8 +55,9 @@ done
 python3 - "$work" <<'PY'
 import json, sys
 work = sys.argv[1]
-want = {"char": ["tessera_chars.json"], "bpe": ["vocab.json", "merges.txt"], "z3": ["tessera_chars.json"],
-        "bert": ["tessera_chars.json", "vocab.txt"]}
+want = {"char": ["tessera_chars.json", "tokenizer.json", "tokenizer_config.json"], "bpe": ["vocab.json", "merges.txt"],
+        "z3": ["tessera_chars.json", "tokenizer.json", "tokenizer_config.json"],
+        "bert": ["tessera_chars.json", "tokenizer.json", "tokenizer_config.json", "vocab.txt"]}
 for m, tok in want.items():
     e = json.load(open(f"{work}/{m}.export"))
     assert e["files"] == ["config.json", "model.safetensors"] + tok, e
@@ -76,6 +77,8 @@ done
 
 if [ -n "$python" ]; then
   "$tessera" generate "$work/hf-bpe" --prompt "Tessera trains GPT-2 and BERT." --max-new-tokens 1 --json | tail -1 > "$work/bpe.generate"
+  "$tessera" generate "$work/hf-char" --prompt "GPT-2 and
+BERT" --max-new-tokens 1 --json | tail -1 > "$work/char.generate"
   "$python" - "$work" <<'PY'
 import json, sys
 import torch, torch.nn.functional as F
@@ -113,6 +116,20 @@ hf_ids = tok("Tessera trains GPT-2 and BERT.")["input_ids"]
 ok = hf_ids == gen["prompt_ids"]
 fails += not ok
 print(f"GPT2TokenizerFast.from_pretrained(export bpe) ids {hf_ids} vs tessera {gen['prompt_ids']} {'ok' if ok else 'FAIL'}")
+# The character tokenizer's tokenizer.json: AutoTokenizer gives Tessera's ids and decodes back.
+from transformers import AutoTokenizer
+text = "GPT-2 and\nBERT"  # (within the 16 positions)
+gen = json.load(open(f"{work}/char.generate"))
+for m in ("char", "z3", "bert"):
+    tok = AutoTokenizer.from_pretrained(f"{work}/hf-{m}")
+    ids = tok(text)["input_ids"]
+    chars = json.load(open(f"{work}/hf-{m}/tessera_chars.json"))["chars"]
+    want = gen["prompt_ids"] if m == "char" else [chars.index(c) for c in text]
+    ok = ids == want and tok.decode(ids) == text
+    if m == "bert":  # its special tokens follow the characters
+        ok = ok and tok.mask_token_id == len(chars) + 4 and tok.convert_ids_to_tokens(len(chars)) == "[PAD]"
+    fails += not ok
+    print(f"AutoTokenizer.from_pretrained(export {m}) ids {ids[:8]}... decode {tok.decode(ids)!r} {'ok' if ok else 'FAIL'}")
 sys.exit(1 if fails else 0)
 PY
 fi

@@ -36,11 +36,19 @@ class CharTokenizer : public Tokenizer {
   std::unordered_map<std::string, int64_t> ids_;
 };
 
+// The character tokenizer as a Hugging Face tokenizer.json (WordLevel over single characters,
+// `specials` appended with ids after them), which AutoTokenizer.from_pretrained loads.
+std::string char_tokenizer_json(const std::vector<std::string>& chars,
+                                const std::vector<std::string>& specials);
+
 // GPT-2's byte-level BPE: the GPT-2 pre-tokenisation regex (via PCRE2), bytes mapped to
 // printable characters, then merges applied by rank.
 class GPT2Tokenizer : public Tokenizer {
  public:
   static GPT2Tokenizer from_files(const std::string& vocab_json, const std::string& merges_txt);
+  // A Hugging Face tokenizer.json of GPT-2's kind (BPE, ByteLevel pre-tokenisation, no
+  // normalizer); any other pipeline is refused, naming what differs.
+  static GPT2Tokenizer from_tokenizer_json(const std::string& path);
   GPT2Tokenizer(std::unordered_map<std::string, int64_t> vocab,
                 std::vector<std::pair<std::string, std::string>> merges);
   ~GPT2Tokenizer() override;

@@ -163,13 +163,14 @@ struct TrainConfig {
     int64_t intermediate_size = 0;  // BERT; 0 = 4 * n_embd
     double dropout = 0.0;
     bool bias = true;
-    std::string init_from;  // HF model directory to start from
+    std::string init_from;  // HF model directory: its config.json is the architecture
   } model;
 
   struct Data {
     std::string path;                // a text file or a directory of text files
-    std::string tokenizer = "char";  // char, gpt2 (vocab/merges below)
+    std::string tokenizer = "char";  // char, gpt2 (vocab/merges or tokenizer_file below)
     std::string vocab, merges;
+    std::string tokenizer_file;  // HF tokenizer.json (byte-level BPE) instead of vocab/merges
     double val_fraction = 0.1;
     std::string cache_dir;    // where token files go (default: <path>.tessera/)
     double mask_prob = 0.15;  // BERT
