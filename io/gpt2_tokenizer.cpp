@@ -60,7 +60,8 @@ struct GPT2Tokenizer::Regex {
 };
 
 GPT2Tokenizer::GPT2Tokenizer(std::unordered_map<std::string, int64_t> vocab,
-                             std::vector<std::pair<std::string, std::string>> merges)
+                             std::vector<std::pair<std::string, std::string>> merges,
+                             std::vector<std::string> added_tokens)
     : vocab_(std::move(vocab)), regex_(std::make_unique<Regex>()) {
   int64_t max_id = -1;
   for (auto& [tok, id] : vocab_) {
@@ -77,6 +78,15 @@ GPT2Tokenizer::GPT2Tokenizer(std::unordered_map<std::string, int64_t> vocab,
              "' and '", tok, "'");
     taken[id] = true;
     id_to_token_[id] = tok;
+  }
+  is_added_.resize(id_to_token_.size());
+  for (std::string& t : added_tokens) {
+    auto it = vocab_.find(t);
+    TS_CHECK(it != vocab_.end() && !t.empty(), "GPT2Tokenizer: added token '", t,
+             "' is not in the vocabulary");
+    if (is_added_[it->second]) continue;
+    is_added_[it->second] = true;
+    added_.emplace_back(std::move(t), it->second);
   }
   merges_ = std::make_unique<Merges>(vocab_, merges, byte_map().to_text);
 }
@@ -100,6 +110,8 @@ GPT2Tokenizer GPT2Tokenizer::from_files(const std::string& vocab_json,
     vocab[k] = v.get<int64_t>();
   }
   std::vector<std::pair<std::string, std::string>> merges;
+  std::vector<std::string> added;
+  if (vocab.count("<|endoftext|>")) added.push_back("<|endoftext|>");
   std::ifstream in(merges_txt);
   TS_CHECK(in.good(), "cannot open '", merges_txt, "'");
   std::string line;
@@ -114,16 +126,14 @@ GPT2Tokenizer GPT2Tokenizer::from_files(const std::string& vocab_json,
     merges.emplace_back(line.substr(0, sp), line.substr(sp + 1));
   }
   try {
-    return GPT2Tokenizer(std::move(vocab), std::move(merges));
+    return GPT2Tokenizer(std::move(vocab), std::move(merges), std::move(added));
   } catch (const Error& e) {
     fail("'", vocab_json, "' with '", merges_txt, "': ", e.what());
   }
 }
 
-void GPT2Tokenizer::for_each_piece(const std::string& text,
+void GPT2Tokenizer::for_each_piece(std::string_view text,
                                    const std::function<void(size_t, size_t)>& piece) const {
-  if (const auto bad = first_invalid_utf8(text))
-    fail("GPT2Tokenizer: the text is not UTF-8 (an invalid byte sequence at offset ", *bad, ")");
   std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> md(
       pcre2_match_data_create_from_pattern(regex_->code, nullptr), &pcre2_match_data_free);
   TS_CHECK(md, "GPT2Tokenizer: out of memory for PCRE2's match data");
@@ -142,52 +152,99 @@ void GPT2Tokenizer::for_each_piece(const std::string& text,
   }
 }
 
+namespace {
+void check_utf8(const std::string& text) {
+  if (const auto bad = first_invalid_utf8(text))
+    fail("GPT2Tokenizer: the text is not UTF-8 (an invalid byte sequence at offset ", *bad, ")");
+}
+}  // namespace
+
 std::vector<std::string> GPT2Tokenizer::pretokenize(const std::string& text) const {
+  check_utf8(text);
   std::vector<std::string> out;
   for_each_piece(text, [&](size_t b, size_t e) { out.push_back(text.substr(b, e - b)); });
   return out;
 }
 
-std::vector<int64_t> GPT2Tokenizer::encode(const std::string& text) const {
-  std::vector<int64_t> ids;
-  // Words repeat: each distinct piece is merged once per call (bounded, so that a corpus of
-  // only distinct pieces cannot grow it without end).
-  constexpr size_t kCacheEntries = 1 << 20;
+// Words repeat: each distinct piece is merged once per encode call (bounded, so that a corpus
+// of only distinct pieces cannot grow it without end).
+struct GPT2Tokenizer::WordCache {
+  static constexpr size_t kEntries = 1 << 20;
   std::unordered_map<std::string, std::pair<size_t, size_t>> seen;  // piece -> its ids' span
-  std::vector<int64_t> cached;
+  std::vector<int64_t> ids;
+};
+
+void GPT2Tokenizer::encode_ordinary(std::string_view text, WordCache& cache,
+                                    std::vector<int64_t>& ids) const {
   for_each_piece(text, [&](size_t b, size_t e) {
     const std::string_view word(text.data() + b, e - b);
-    if (auto it = seen.find(std::string(word)); it != seen.end()) {
-      ids.insert(ids.end(), cached.begin() + static_cast<std::ptrdiff_t>(it->second.first),
-                 cached.begin() + static_cast<std::ptrdiff_t>(it->second.second));
+    if (auto it = cache.seen.find(std::string(word)); it != cache.seen.end()) {
+      ids.insert(ids.end(), cache.ids.begin() + static_cast<std::ptrdiff_t>(it->second.first),
+                 cache.ids.begin() + static_cast<std::ptrdiff_t>(it->second.second));
       return;
     }
     const size_t start = ids.size();
     bpe(word, ids);
-    if (seen.size() < kCacheEntries) {
-      seen.emplace(std::string(word), std::pair{cached.size(), cached.size() + ids.size() - start});
-      cached.insert(cached.end(), ids.begin() + static_cast<std::ptrdiff_t>(start), ids.end());
+    if (cache.seen.size() < WordCache::kEntries) {
+      cache.seen.emplace(std::string(word),
+                         std::pair{cache.ids.size(), cache.ids.size() + ids.size() - start});
+      cache.ids.insert(cache.ids.end(), ids.begin() + static_cast<std::ptrdiff_t>(start),
+                       ids.end());
     }
   });
+}
+
+std::vector<int64_t> GPT2Tokenizer::encode(const std::string& text) const {
+  check_utf8(text);
+  std::vector<int64_t> ids;
+  WordCache cache;
+  // Each added token's next occurrence, found again only once passed (one scan of the text
+  // per added token, however often they occur).
+  std::vector<size_t> next(added_.size());
+  for (size_t i = 0; i < added_.size(); ++i) next[i] = text.find(added_[i].first);
+  size_t at = 0;
+  while (true) {
+    size_t best = std::string::npos, which = 0;
+    for (size_t i = 0; i < added_.size(); ++i) {
+      if (next[i] != std::string::npos && next[i] < at) next[i] = text.find(added_[i].first, at);
+      // The earliest; at the same place the longest (as HF's added-token split).
+      if (next[i] < best || (next[i] == best && next[i] != std::string::npos &&
+                             added_[i].first.size() > added_[which].first.size()))
+        best = next[i], which = i;
+    }
+    const size_t end = std::min(best, text.size());
+    if (end > at) encode_ordinary(std::string_view(text).substr(at, end - at), cache, ids);
+    if (best == std::string::npos) break;
+    ids.push_back(added_[which].second);
+    at = best + added_[which].first.size();
+  }
   return ids;
 }
 
 std::string GPT2Tokenizer::decode(const std::vector<int64_t>& ids) const {
-  std::string text;
+  std::string bytes, symbols;  // symbols: byte-level text not yet turned back into bytes
+  auto flush = [&] {
+    for (size_t i = 0; i < symbols.size();) {
+      const size_t n = utf8_length(symbols, i);
+      auto it = byte_map().to_byte.find(symbols.substr(i, n));
+      TS_CHECK(it != byte_map().to_byte.end(),
+               "GPT2Tokenizer: token text is not byte-level at offset ", i);
+      bytes += static_cast<char>(it->second);
+      i += n;
+    }
+    symbols.clear();
+  };
   for (int64_t id : ids) {
     TS_CHECK(id >= 0 && id < vocab_size(), "GPT2Tokenizer: id ", id,
              " is outside the vocabulary of ", vocab_size());
-    text += id_to_token_[id];
+    if (is_added_[id]) {  // its own text, not byte-level symbols
+      flush();
+      bytes += id_to_token_[id];
+    } else {
+      symbols += id_to_token_[id];
+    }
   }
-  std::string bytes;
-  for (size_t i = 0; i < text.size();) {
-    const size_t n = utf8_length(text, i);
-    auto it = byte_map().to_byte.find(text.substr(i, n));
-    TS_CHECK(it != byte_map().to_byte.end(),
-             "GPT2Tokenizer: token text is not byte-level at offset ", i);
-    bytes += static_cast<char>(it->second);
-    i += n;
-  }
+  flush();
   return bytes;
 }
 

@@ -82,6 +82,7 @@ GPT2Tokenizer read_gpt2_tokenizer_json(const json& j, const std::string& path) {
     vocab[token] = id.get<int64_t>();
   }
   // Added tokens (GPT-2's <|endoftext|>) normally repeat vocabulary entries; new ones join it.
+  std::vector<std::string> added;
   for (const json& t : j.value("added_tokens", json::array())) {
     TS_CHECK(t.is_object() && t.contains("content") && t["content"].is_string() &&
                  JsonFields::is_int64(t.value("id", json())),
@@ -92,11 +93,16 @@ GPT2Tokenizer read_gpt2_tokenizer_json(const json& j, const std::string& path) {
     auto it = vocab.find(content);
     TS_CHECK(it == vocab.end() || it->second == id, "'", path, "': added token '", content,
              "' has id ", id, " but the vocabulary gives it ", it->second);
+    TS_CHECK(!t.value("lstrip", false) && !t.value("rstrip", false) &&
+                 !t.value("single_word", false) && !content.empty(),
+             "'", path, "': added token '", content,
+             "' with lstrip, rstrip or single_word (or empty) is not supported");
     vocab[content] = id;
+    added.push_back(content);
   }
   auto merges = read_merges(model, path);
   try {
-    return GPT2Tokenizer(std::move(vocab), std::move(merges));
+    return GPT2Tokenizer(std::move(vocab), std::move(merges), std::move(added));
   } catch (const Error& e) {
     fail("'", path, "': ", e.what());
   }

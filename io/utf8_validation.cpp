@@ -4,7 +4,7 @@
 
 namespace tessera::io {
 
-std::optional<size_t> first_invalid_utf8(const std::string& text) {
+std::optional<size_t> first_invalid_utf8(std::string_view text) {
   const auto* p = reinterpret_cast<const utf8proc_uint8_t*>(text.data());
   for (size_t i = 0; i < text.size();) {
     utf8proc_int32_t cp = 0;

@@ -33,6 +33,11 @@ gpt.save_pretrained("gpt2-json", safe_serialization=True)
 tok.save_pretrained("gpt2-json")
 for f in ("vocab.json", "merges.txt"):
     os.remove(f"gpt2-json/{f}")
+# vocab.json + merges.txt as GPT-2's own hold <|endoftext|> (its last id).
+os.makedirs("tok-files")
+vocab = json.load(open(f"{tokdir}/vocab.json")); vocab["<|endoftext|>"] = len(vocab)
+json.dump(vocab, open("tok-files/vocab.json", "w"))
+open("tok-files/merges.txt", "w").write(open(f"{tokdir}/merges.txt").read())
 chars = set(open("corpus.txt", encoding="utf-8").read())
 bert = BertForPreTraining(BertConfig(vocab_size=len(chars) + 5, hidden_size=32, num_hidden_layers=2,
                                      num_attention_heads=2, intermediate_size=64, max_position_embeddings=32))
@@ -96,6 +101,26 @@ for d in ("gpt2-sharded", "gpt2-json"):
     ours = AutoTokenizer.from_pretrained(f"hf-{d}-3")(text)["input_ids"]
     theirs = AutoTokenizer.from_pretrained(d)(text)["input_ids"]
     check(ours == theirs, f"{d}: the exported tokenizer gives the directory's ids")
+sys.exit(1 if fails else 0)
+PY
+
+# Added tokens are split out first, as HF's tokenizers do: Tessera's ids for a text with
+# <|endoftext|> between, around and next to words, from tokenizer.json and vocab.json.
+special=$'a<|endoftext|>b <|endoftext|><|endoftext|> c<|endoftext| d\n<|endoftext|>'
+"$tessera" generate hf-gpt2-json-3 --prompt "$special" --max-new-tokens 1 --json 2>/dev/null | tail -1 > special-json.json
+"$tessera" generate hf-gpt2-json-3 --tokenizer tok-files --prompt "$special" --max-new-tokens 1 --json 2>/dev/null | tail -1 > special-files.json
+"$python" - "$special" <<'PY' 2>/dev/null
+import json, sys
+from transformers import AutoTokenizer, GPT2TokenizerFast
+text = sys.argv[1]
+fails = 0
+for name, tok in (("tokenizer.json", AutoTokenizer.from_pretrained("gpt2-json")),
+                  ("vocab.json + merges.txt", GPT2TokenizerFast(vocab_file="tok-files/vocab.json", merges_file="tok-files/merges.txt"))):
+    ours = json.load(open(f"special-{'json' if name == 'tokenizer.json' else 'files'}.json"))["prompt_ids"]
+    theirs = tok(text)["input_ids"]
+    ok = ours == theirs and theirs.count(400) == 4
+    fails += not ok
+    print(f"added tokens from {name}: tessera {ours} vs transformers {theirs}: {'ok' if ok else 'FAIL'}")
 sys.exit(1 if fails else 0)
 PY
 

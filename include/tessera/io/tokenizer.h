@@ -42,15 +42,19 @@ std::string char_tokenizer_json(const std::vector<std::string>& chars,
                                 const std::vector<std::string>& specials);
 
 // GPT-2's byte-level BPE: the GPT-2 pre-tokenisation regex (via PCRE2), bytes mapped to
-// printable characters, then merges applied by rank.
+// printable characters, then merges applied by rank. Added tokens (GPT-2's <|endoftext|>)
+// are split out of the text first and each becomes its own id, as Hugging Face's tokenizers do.
 class GPT2Tokenizer : public Tokenizer {
  public:
+  // <|endoftext|> is an added token when vocab.json has it (as GPT2TokenizerFast makes it).
   static GPT2Tokenizer from_files(const std::string& vocab_json, const std::string& merges_txt);
   // A Hugging Face tokenizer.json of GPT-2's kind (BPE, ByteLevel pre-tokenisation, no
-  // normalizer); any other pipeline is refused, naming what differs.
+  // normalizer), its added_tokens included; any other pipeline is refused, naming what differs.
   static GPT2Tokenizer from_tokenizer_json(const std::string& path);
+  // `added_tokens` must be in `vocab`.
   GPT2Tokenizer(std::unordered_map<std::string, int64_t> vocab,
-                std::vector<std::pair<std::string, std::string>> merges);
+                std::vector<std::pair<std::string, std::string>> merges,
+                std::vector<std::string> added_tokens = {});
   ~GPT2Tokenizer() override;
   GPT2Tokenizer(GPT2Tokenizer&&) noexcept;
   std::vector<int64_t> encode(const std::string& text) const override;
@@ -60,13 +64,18 @@ class GPT2Tokenizer : public Tokenizer {
   std::vector<std::string> pretokenize(const std::string& text) const;
 
  private:
-  // Calls `piece(begin, end)` for each pre-tokenised piece of `text`, which is checked to be
-  // UTF-8 once (not at every match: that made tokenising quadratic in the text's length).
-  void for_each_piece(const std::string& text,
+  // Calls `piece(begin, end)` for each pre-tokenised piece of `text`, which the caller has
+  // checked to be UTF-8 once (PCRE2 checking it at every match made tokenising quadratic).
+  void for_each_piece(std::string_view text,
                       const std::function<void(size_t, size_t)>& piece) const;
+  struct WordCache;
+  // Appends the ids of `text`, which holds no added token.
+  void encode_ordinary(std::string_view text, WordCache& cache, std::vector<int64_t>& ids) const;
   void bpe(std::string_view word, std::vector<int64_t>& ids) const;  // appends word's ids
   std::unordered_map<std::string, int64_t> vocab_;
   std::vector<std::string> id_to_token_;
+  std::vector<std::pair<std::string, int64_t>> added_;  // added token texts and ids
+  std::vector<bool> is_added_;                          // by id: decoded as its text
   struct Regex;
   std::unique_ptr<Regex> regex_;
   struct Merges;  // symbols interned, merges by (left, right) symbol: gpt2_bpe.cpp

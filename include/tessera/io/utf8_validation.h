@@ -3,10 +3,11 @@
 #pragma once
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace tessera::io {
 
 // The offset of the first invalid UTF-8 sequence in `text`, or nullopt when it is all valid.
-std::optional<size_t> first_invalid_utf8(const std::string& text);
+std::optional<size_t> first_invalid_utf8(std::string_view text);
 
 }  // namespace tessera::io
