@@ -6,6 +6,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "added_tokens.h"
 #include "gpt2_merges.h"
 #include "tessera/error.h"
 #include "tessera/io/files.h"
@@ -198,26 +199,8 @@ std::vector<int64_t> GPT2Tokenizer::encode(const std::string& text) const {
   check_utf8(text);
   std::vector<int64_t> ids;
   WordCache cache;
-  // Each added token's next occurrence, found again only once passed (one scan of the text
-  // per added token, however often they occur).
-  std::vector<size_t> next(added_.size());
-  for (size_t i = 0; i < added_.size(); ++i) next[i] = text.find(added_[i].first);
-  size_t at = 0;
-  while (true) {
-    size_t best = std::string::npos, which = 0;
-    for (size_t i = 0; i < added_.size(); ++i) {
-      if (next[i] != std::string::npos && next[i] < at) next[i] = text.find(added_[i].first, at);
-      // The earliest; at the same place the longest (as HF's added-token split).
-      if (next[i] < best || (next[i] == best && next[i] != std::string::npos &&
-                             added_[i].first.size() > added_[which].first.size()))
-        best = next[i], which = i;
-    }
-    const size_t end = std::min(best, text.size());
-    if (end > at) encode_ordinary(std::string_view(text).substr(at, end - at), cache, ids);
-    if (best == std::string::npos) break;
-    ids.push_back(added_[which].second);
-    at = best + added_[which].first.size();
-  }
+  split_added_tokens(
+      text, added_, [&](std::string_view part) { encode_ordinary(part, cache, ids); }, ids);
   return ids;
 }
 

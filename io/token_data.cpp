@@ -162,6 +162,8 @@ TokenizedCorpus prepare_corpus(const TrainConfig::Data& data, bool with_specials
   // such key has a directory of its own, so switching tokenizers keeps both caches.
   std::string key = data.tokenizer + ":" + std::to_string(text.size()) + ":" + sha256_hex(text) +
                     ":" + std::to_string(data.val_fraction) + (with_specials ? ":specials" : "");
+  if (data.tokenizer == "wordpiece")
+    key += ":" + sha256_hex(read_text_file(data.vocab)) + (data.lower_case ? ":lower" : ":cased");
   if (data.tokenizer == "gpt2")
     key += data.tokenizer_file.empty() ? ":" + sha256_hex(read_text_file(data.vocab)) + ":" +
                                              sha256_hex(read_text_file(data.merges))
@@ -174,14 +176,28 @@ TokenizedCorpus prepare_corpus(const TrainConfig::Data& data, bool with_specials
     c.tokenizer = std::make_unique<GPT2Tokenizer>(
         data.tokenizer_file.empty() ? GPT2Tokenizer::from_files(data.vocab, data.merges)
                                     : GPT2Tokenizer::from_tokenizer_json(data.tokenizer_file));
+  } else if (data.tokenizer == "wordpiece") {
+    auto wordpiece = std::make_unique<WordPieceTokenizer>(
+        WordPieceTokenizer::from_file(data.vocab, data.lower_case));
+    if (with_specials)
+      for (const std::string& s : kSpecials) {
+        try {
+          c.special_ids.push_back(wordpiece->token_id(s));
+        } catch (const Error&) {
+          fail("data: '", data.vocab, "' has no ", s, " token, which BERT's batches need");
+        }
+      }
+    c.tokenizer = std::move(wordpiece);
   } else {
     auto chars = CharTokenizer::from_corpus(text).chars();
     c.chars = chars;
     c.tokenizer = std::make_unique<CharTokenizer>(chars);
   }
   c.vocab_size = c.tokenizer->vocab_size();
-  if (with_specials) {
+  if (with_specials && data.tokenizer != "wordpiece") {
     c.specials = kSpecials;
+    for (size_t i = 0; i < kSpecials.size(); ++i)
+      c.special_ids.push_back(c.vocab_size + int64_t(i));
     c.vocab_size += static_cast<int64_t>(kSpecials.size());
   }
   bool fresh = false;
@@ -263,7 +279,10 @@ double BertBatchSampler::uniform() {
 
 BertBatch BertBatchSampler::next() {
   const int64_t CLS = special_[2], SEP = special_[3], MASK = special_[4];
-  const int64_t n_regular = special_[0];  // specials follow the regular vocabulary
+  // Random replacements: the regular ids when the specials follow them (the char vocabulary),
+  // else the whole vocabulary, as Hugging Face's collator draws them.
+  const bool appended = special_[0] == vocab_ - 5 && special_[4] == vocab_ - 1;
+  const int64_t n_random = appended ? special_[0] : vocab_;
   std::vector<int64_t> ids, tgt, types, labels;
   const int64_t span = tokens_.size() - block_;
   // Every rank draws the whole global batch (the stream stays in step) and keeps its rows.
@@ -291,7 +310,7 @@ BertBatch BertBatchSampler::next() {
       take(a_start, block_ - 2, 0);
     }
     for (size_t i = 0; i < row.size(); ++i) {
-      const bool special = row[i] >= n_regular;
+      const bool special = std::find(special_.begin(), special_.end(), row[i]) != special_.end();
       int64_t label = -100, id = row[i];
       if (!special && uniform() < mask_prob_) {
         label = row[i];
@@ -299,7 +318,7 @@ BertBatch BertBatchSampler::next() {
         if (r < 0.8)
           id = MASK;
         else if (r < 0.9)
-          id = static_cast<int64_t>(uniform() * static_cast<double>(n_regular));
+          id = static_cast<int64_t>(uniform() * static_cast<double>(n_random));
       }
       if (!mine) continue;
       ids.push_back(id);

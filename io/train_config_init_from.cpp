@@ -132,8 +132,32 @@ void adopt_init_from_data(const json& data, bool nsp_from_init, TrainConfig& c) 
            "/config.json is ", nsp_from_init ? "" : "not ",
            "a BertForPreTraining (with the next-sentence head): leave 'data.nsp' out");
   const bool files_given = !dt.vocab.empty() || !dt.merges.empty() || !dt.tokenizer_file.empty();
-  if (files_given || (tokenizer_stated && dt.tokenizer != "gpt2")) return;
+  if (files_given || (tokenizer_stated && dt.tokenizer == "char")) return;
   const fs::path dir = c.model.init_from;
+  if (c.model.type == "bert" || dt.tokenizer == "wordpiece") {
+    // BERT's vocab.txt (its tokenizer.json is WordPiece, read from vocab.txt instead), cased
+    // or not as its tokenizer_config.json says.
+    if (fs::exists(dir / "vocab.txt")) {
+      dt.tokenizer = "wordpiece";
+      dt.vocab = (dir / "vocab.txt").string();
+      const fs::path tc = dir / "tokenizer_config.json";
+      const bool lower_stated = data.is_object() && data.contains("lower_case");
+      if (!lower_stated && fs::exists(tc)) {
+        json t;
+        try {
+          t = json::parse(read_text_file(tc.string()));
+        } catch (const json::exception& e) {
+          fail("'", tc.string(), "': invalid JSON: ", e.what());
+        }
+        if (t.is_object()) dt.lower_case = hf_bool(t, "do_lower_case", true, tc.string());
+      }
+    }
+    TS_CHECK(dt.tokenizer != "wordpiece" || !dt.vocab.empty(), c.source,
+             ": 'data.tokenizer' \"wordpiece\" needs 'data.vocab', and model.init_from's "
+             "directory \"",
+             c.model.init_from, "\" has no vocab.txt");
+    return;
+  }
   // tokenizer.json first: it holds the added tokens too (added_tokens.json beside vocab.json
   // is not read).
   if (fs::exists(dir / "tokenizer.json")) {

@@ -44,11 +44,13 @@ void parse_data(Section d, TrainConfig& c) {
   auto& dt = c.data;
   d.get("path", dt.path);
   d.get("tokenizer", dt.tokenizer);
-  TS_CHECK(dt.tokenizer == "char" || dt.tokenizer == "gpt2", source, ": 'data.tokenizer' is \"",
-           dt.tokenizer, "\", expected \"char\" or \"gpt2\"");
+  TS_CHECK(dt.tokenizer == "char" || dt.tokenizer == "gpt2" || dt.tokenizer == "wordpiece", source,
+           ": 'data.tokenizer' is \"", dt.tokenizer,
+           "\", expected \"char\", \"gpt2\" or \"wordpiece\"");
   d.get("vocab", dt.vocab);
   d.get("merges", dt.merges);
   d.get("tokenizer_file", dt.tokenizer_file);
+  d.get("lower_case", dt.lower_case);
   d.get("val_fraction", dt.val_fraction);
   range(dt.val_fraction > 0 && dt.val_fraction < 1, source, "data.val_fraction", dt.val_fraction,
         "in (0, 1)");
@@ -62,6 +64,11 @@ void parse_data(Section d, TrainConfig& c) {
            source,
            ": 'data.tokenizer' \"gpt2\" needs 'data.vocab' (vocab.json) and 'data.merges' "
            "(merges.txt), or 'data.tokenizer_file' (a Hugging Face tokenizer.json)");
+  if (d.has("lower_case") && dt.tokenizer != "wordpiece" && c.model.init_from.empty())
+    d.warnings().push_back(source + ": 'data.lower_case' has no effect on the " + dt.tokenizer +
+                           " tokenizer (ignored): it configures WordPiece");
+  TS_CHECK(!c.model.init_from.empty() || dt.tokenizer != "wordpiece" || !dt.vocab.empty(), source,
+           ": 'data.tokenizer' \"wordpiece\" needs 'data.vocab' (BERT's vocab.txt)");
   TS_CHECK(dt.tokenizer_file.empty() || (dt.vocab.empty() && dt.merges.empty()), source,
            ": 'data.tokenizer_file' and 'data.vocab'/'data.merges' both give the tokenizer: "
            "keep one");

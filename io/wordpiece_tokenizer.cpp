@@ -2,6 +2,7 @@
 
 #include <fstream>
 
+#include "added_tokens.h"
 #include "tessera/error.h"
 #include "tessera/io/tokenizer.h"
 #include "utf8.h"
@@ -87,6 +88,8 @@ WordPieceTokenizer::WordPieceTokenizer(std::vector<std::string> vocab, bool lowe
   auto it = ids_.find("[UNK]");
   TS_CHECK(it != ids_.end(), "WordPieceTokenizer: the vocabulary has no [UNK] token");
   unk_ = it->second;
+  for (const char* s : {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"})
+    if (auto found = ids_.find(s); found != ids_.end()) added_.emplace_back(s, found->second);
 }
 
 int64_t WordPieceTokenizer::token_id(const std::string& token) const {
@@ -136,7 +139,13 @@ std::vector<std::string> WordPieceTokenizer::basic_tokenize(const std::string& t
 
 std::vector<int64_t> WordPieceTokenizer::encode(const std::string& text) const {
   std::vector<int64_t> ids;
-  for (const std::string& word : basic_tokenize(text)) {
+  split_added_tokens(
+      text, added_, [&](std::string_view part) { encode_ordinary(part, ids); }, ids);
+  return ids;
+}
+
+void WordPieceTokenizer::encode_ordinary(std::string_view text, std::vector<int64_t>& ids) const {
+  for (const std::string& word : basic_tokenize(std::string(text))) {
     const std::vector<int32_t> cps = codepoints(word);
     if (cps.size() > 100) {
       ids.push_back(unk_);
@@ -169,7 +178,6 @@ std::vector<int64_t> WordPieceTokenizer::encode(const std::string& text) const {
     else
       ids.insert(ids.end(), pieces.begin(), pieces.end());
   }
-  return ids;
 }
 
 std::string WordPieceTokenizer::decode(const std::vector<int64_t>& ids) const {

@@ -9,6 +9,7 @@
 #include "tessera/io/files.h"
 #include "tessera/io/json_fields.h"
 #include "tessera/io/token_data.h"
+#include "tessera/io/tokenizer.h"
 #include "tessera/models/activation_memory.h"
 #include "tessera/models/bert_pipeline.h"
 #include "tessera/models/bert_tensor_parallel.h"
@@ -50,7 +51,8 @@ With a "pipeline" section (stages > 1), one row per stage: its layers, its param
 micro-batches its schedule holds at once (1F1B: up to stages - stage).
 
 The vocabulary decides the embedding size: --vocab V, else model.init_from's config.json
-vocab_size, else GPT-2's 50257 for the gpt2 tokenizer, else the character vocabulary of
+vocab_size, else GPT-2's 50257 for the gpt2 tokenizer, else the lines of data.vocab for
+wordpiece, else the character vocabulary of
 data.path (--data), tokenised once and cached.
 
 The ZeRO paper's figures (Adam, Ψ parameters, 16-bit training): stage 0 16Ψ, stage 1
@@ -180,6 +182,8 @@ io::TrainConfig read_config(const Args& a, int64_t ranks, int64_t& vocab) {
           io::read_text_file((std::filesystem::path(cfg.model.init_from) / "config.json").string());
       vocab = cfg.model.type == "bert" ? models::BertConfig::from_json(text).vocab_size
                                        : models::GPT2Config::from_json(text).vocab_size;
+    } else if (cfg.data.tokenizer == "wordpiece") {
+      vocab = io::WordPieceTokenizer::from_file(cfg.data.vocab, cfg.data.lower_case).vocab_size();
     } else if (cfg.data.tokenizer == "gpt2") {
       vocab = 50257;
     } else {

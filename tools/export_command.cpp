@@ -30,6 +30,7 @@ GPT-2 or BERT, saved at any ZeRO stage and any number of ranks:
                        the character vocabulary (data.tokenizer "char"), which
                        AutoTokenizer.from_pretrained(OUT_DIR) loads; BERT also gets a
                        vocab.txt in id order (whitespace characters as [unused<id>])
+  vocab.txt, tokenizer_config.json   BERT's WordPiece (data.tokenizer "wordpiece")
 GPT2LMHeadModel.from_pretrained(OUT_DIR) / BertForPreTraining.from_pretrained(OUT_DIR) load
 it, and so do `tessera eval` and `tessera generate` (text prompts for both tokenizers).
 CKPT_DIR is the directory given to --save or checkpoint_dir (TAG: the one `latest` names) or
@@ -63,7 +64,24 @@ std::vector<std::string> export_tokenizer(const fs::path& tag_dir, const fs::pat
     }
     return written;
   }
-  TS_CHECK(kind == "char", meta.where(), ": 'kind' is \"", kind, "\", expected char or gpt2");
+  if (kind == "wordpiece") {  // BERT's vocab.txt, cased or not as training read it
+    TS_CHECK(fs::exists(tok / "vocab.txt"), "export: '", (tok / "vocab.txt").string(),
+             "' is missing");
+    fs::copy_file(tok / "vocab.txt", out / "vocab.txt", fs::copy_options::overwrite_existing);
+    const bool lower = meta.boolean("lower_case");
+    io::write_file_atomically((out / "tokenizer_config.json").string(), [&](std::ostream& os) {
+      os << nlohmann::json{{"tokenizer_class", "BertTokenizer"},
+                           {"do_lower_case", lower},
+                           {"strip_accents",
+                            lower ? nlohmann::json(nullptr) : nlohmann::json(false)},
+                           {"clean_up_tokenization_spaces", false}}
+                .dump(1)
+         << "\n";
+    });
+    return {"vocab.txt", "tokenizer_config.json"};
+  }
+  TS_CHECK(kind == "char", meta.where(), ": 'kind' is \"", kind,
+           "\", expected char, gpt2 or wordpiece");
   nlohmann::json chars = meta_json;
   chars.erase("kind");
   io::write_file_atomically((out / "tessera_chars.json").string(),

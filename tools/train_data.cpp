@@ -50,7 +50,7 @@ class BertBatches : public io::BatchSource<models::Batch> {
   BertBatches(const io::TokenFile& tokens, const io::TrainConfig& cfg,
               const io::TokenizedCorpus& corpus, uint64_t seed, int rank, int world)
       : sampler_(tokens, cfg.micro_batch_size, cfg.model.block_size, corpus.vocab_size,
-                 special_ids(corpus), cfg.data.mask_prob, cfg.data.nsp, seed) {
+                 corpus.special_ids, cfg.data.mask_prob, cfg.data.nsp, seed) {
     sampler_.shard(rank, world);
   }
   models::Batch next() override {
@@ -67,11 +67,6 @@ class BertBatches : public io::BatchSource<models::Batch> {
   }
 
  private:
-  static std::vector<int64_t> special_ids(const io::TokenizedCorpus& corpus) {
-    std::vector<int64_t> ids;  // PAD UNK CLS SEP MASK, appended after the regular vocabulary
-    for (int64_t i = 0; i < 5; ++i) ids.push_back(corpus.vocab_size - 5 + i);
-    return ids;
-  }
   io::BertBatchSampler sampler_;
 };
 
@@ -105,6 +100,9 @@ std::map<std::string, std::string> tokenizer_files(const io::TrainConfig& cfg,
   } else if (corpus.tokenizer_kind == "gpt2") {
     files["tokenizer/vocab.json"] = io::read_text_file(cfg.data.vocab);
     files["tokenizer/merges.txt"] = io::read_text_file(cfg.data.merges);
+  } else if (corpus.tokenizer_kind == "wordpiece") {
+    files["tokenizer/vocab.txt"] = io::read_text_file(cfg.data.vocab);
+    meta["lower_case"] = cfg.data.lower_case;
   } else {
     meta["chars"] = corpus.chars;
   }

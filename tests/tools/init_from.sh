@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Fine-tuning Hugging Face models from their own directories (model.init_from), as
 # transformers saves them: a GPT-2 in three safetensors shards with its tokenizer files, a
-# GPT-2 with only tokenizer.json, and a BERT (MLM + NSP) sized to the corpus's characters.
+# GPT-2 with only tokenizer.json, a BERT (MLM + NSP) sized to the corpus's characters and one
+# with its WordPiece vocab.txt (the token cache must hold transformers' ids for the corpus).
 # The configs state no architecture. Checked: 0 steps then `tessera export` gives back the
 # same weights (bit for bit) and the same config.json fields; 3 steps train and export to a
-# directory transformers loads with its own tokenizer giving Tessera's ids; a restated key
+# directory transformers loads with its own tokenizer giving Tessera's ids (added tokens such as
+# <|endoftext|> split out as transformers does); a restated key
 # that differs, a window longer than the model's positions, another tokenizer's vocabulary,
 # and shard indexes that point elsewhere are errors naming the key or file.
 #   init_from.sh TESSERA FIXTURES PYTHON   (exits 77, skipped, without transformers)
@@ -14,7 +16,7 @@ if ! "$python" -c "import transformers, torch" 2>/dev/null; then
   echo "SKIPPED: '$python' cannot import transformers and torch (scripts/test_python.sh sets them up)"
   exit 77
 fi
-work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
+work="${KEEP_WORK:-$(mktemp -d)}"; [ -n "${KEEP_WORK:-}" ] || trap 'rm -rf "$work"' EXIT
 export XDG_CACHE_HOME="$work/cache" OMP_NUM_THREADS=1
 cd "$work"
 cp "$fixtures/../../README.md" corpus.txt
@@ -42,6 +44,12 @@ chars = set(open("corpus.txt", encoding="utf-8").read())
 bert = BertForPreTraining(BertConfig(vocab_size=len(chars) + 5, hidden_size=32, num_hidden_layers=2,
                                      num_attention_heads=2, intermediate_size=64, max_position_embeddings=32))
 bert.save_pretrained("bert", safe_serialization=True)
+# BERT with its WordPiece vocab.txt (written by HF's tokenizers: tests/fixtures/tokenizers).
+from transformers import BertTokenizerFast
+wp = BertTokenizerFast(vocab_file=f"{sys.argv[1]}/tokenizers/bert-wordpiece/vocab.txt", do_lower_case=True)
+BertForPreTraining(BertConfig(vocab_size=len(wp), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                              intermediate_size=64, max_position_embeddings=32)).save_pretrained("bert-wp", safe_serialization=True)
+wp.save_pretrained("bert-wp")
 assert os.path.exists("gpt2-sharded/model.safetensors.index.json") and not os.path.exists("gpt2-sharded/model.safetensors")
 base = {"train_batch_size": 4, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
         "train": {"steps": 3, "seed": 1, "eval_interval": 0, "eval_iters": 1, "sample_tokens": 0}}
@@ -49,7 +57,7 @@ def config(name, model, data=None):
     c = json.loads(json.dumps(base)); c["model"] = model
     if data: c["data"] = data
     json.dump(c, open(f"{name}.json", "w"))
-for d in ("gpt2-sharded", "gpt2-json", "bert"):
+for d in ("gpt2-sharded", "gpt2-json", "bert", "bert-wp"):
     config(d, {"init_from": d})
 config("conflict", {"init_from": "gpt2-sharded", "n_layer": 3})
 config("same", {"init_from": "gpt2-sharded", "type": "gpt2", "n_layer": 2, "n_head": 4, "block_size": 32})
@@ -65,7 +73,7 @@ train() {  # NAME STEPS: trains NAME.json, saves ck-NAME-STEPS, exports hf-NAME-
     { cat "$1-$2.log"; fail "training from $1"; }
   "$tessera" export "ck-$1-$2" "hf-$1-$2" > /dev/null 2>&1 || fail "export of $1"
 }
-for d in gpt2-sharded gpt2-json bert; do train "$d" 0; train "$d" 3; done
+for d in gpt2-sharded gpt2-json bert bert-wp; do train "$d" 0; train "$d" 3; done
 train same 3
 "$tessera" estimate-memory gpt2-sharded.json --ranks 1 --json 2>/dev/null | tail -1 > estimate.json
 grep -q "vocab 401" gpt2-sharded-3.log || fail "gpt2-sharded: the directory's tokenizer (401 ids) was not used"
@@ -81,7 +89,8 @@ def check(ok, what):
     global fails
     fails += not ok
     print(f"{what}: {'ok' if ok else 'FAIL'}")
-for d, cls in (("gpt2-sharded", GPT2LMHeadModel), ("gpt2-json", GPT2LMHeadModel), ("bert", BertForPreTraining)):
+for d, cls in (("gpt2-sharded", GPT2LMHeadModel), ("gpt2-json", GPT2LMHeadModel), ("bert", BertForPreTraining),
+               ("bert-wp", BertForPreTraining)):
     orig = cls.from_pretrained(d).state_dict()
     back, info = cls.from_pretrained(f"hf-{d}-0", output_loading_info=True)
     same = all(torch.equal(orig[k], v) for k, v in back.state_dict().items())
@@ -101,6 +110,18 @@ for d in ("gpt2-sharded", "gpt2-json"):
     ours = AutoTokenizer.from_pretrained(f"hf-{d}-3")(text)["input_ids"]
     theirs = AutoTokenizer.from_pretrained(d)(text)["input_ids"]
     check(ours == theirs, f"{d}: the exported tokenizer gives the directory's ids")
+# BERT's corpus tokenised with its vocab.txt: the token cache (train + validation) holds
+# exactly transformers' ids, and the export's tokenizer is the directory's.
+import array, glob, re
+cache = re.search(r"into (\S+)", open("bert-wp-0.log").read()).group(1)
+ours = array.array("i")
+for split in ("train", "val"):
+    ours.frombytes(open(f"{cache}/{split}.bin", "rb").read())
+theirs = AutoTokenizer.from_pretrained("bert-wp")(open("corpus.txt", encoding="utf-8").read(),
+                                                  add_special_tokens=False)["input_ids"]
+check(list(ours) == theirs, f"bert-wp: the corpus's {len(theirs)} WordPiece ids equal transformers'")
+check(AutoTokenizer.from_pretrained("hf-bert-wp-3")(text)["input_ids"] == AutoTokenizer.from_pretrained("bert-wp")(text)["input_ids"],
+      "bert-wp: the exported tokenizer gives the directory's ids")
 sys.exit(1 if fails else 0)
 PY
 

@@ -34,16 +34,19 @@ struct TokenizedCorpus {
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<TokenFile> train, val;
   int64_t vocab_size = 0;
-  std::string tokenizer_kind;         // "char" or "gpt2"
+  std::string tokenizer_kind;         // "char", "gpt2" or "wordpiece"
   std::vector<std::string> chars;     // char tokenizer's vocabulary (saved with checkpoints)
   std::vector<std::string> specials;  // appended ids for BERT: [PAD] [UNK] [CLS] [SEP] [MASK]
+  // BERT's [PAD] [UNK] [CLS] [SEP] [MASK] ids: appended to the char vocabulary, WordPiece's own.
+  std::vector<int64_t> special_ids;
   std::string cache_dir;
 };
 
 // Tokenises data.path into a cache (under data.cache_dir, default
 // ~/.cache/tessera/datasets/<name>-<hash>/, one subdirectory per tokenizer: <kind>-<digest of
 // the text, the tokenizer's files and the split>, so caches of several tokenizers coexist)
-// unless an up-to-date one is there. with_specials adds BERT's special tokens. The corpus is
+// unless an up-to-date one is there. with_specials adds BERT's special tokens (to the char
+// vocabulary; WordPiece's vocab.txt has its own). The corpus is
 // encoded on every core in chunks; `verbose` prints progress (MB/s, ETA) and `keep_going`,
 // asked between chunks, stops the work (an Error) when it returns false.
 TokenizedCorpus prepare_corpus(const TrainConfig::Data& data, bool with_specials, bool verbose,

@@ -82,9 +82,10 @@ class GPT2Tokenizer : public Tokenizer {
   std::unique_ptr<Merges> merges_;
 };
 
-// BERT's tokenizer: basic tokenisation (clean, split on whitespace and punctuation, CJK
-// characters apart, optional lower-casing with accent stripping via utf8proc), then
-// greedy longest-match WordPiece with "##" continuations.
+// BERT's tokenizer: its special tokens ([PAD] [UNK] [CLS] [SEP] [MASK], those in the vocab)
+// split out first, as BertTokenizerFast does; then basic tokenisation (clean, split on
+// whitespace and punctuation, CJK characters apart, optional lower-casing with accent
+// stripping via utf8proc), then greedy longest-match WordPiece with "##" continuations.
 class WordPieceTokenizer : public Tokenizer {
  public:
   static WordPieceTokenizer from_file(const std::string& vocab_txt, bool lower_case = true);
@@ -97,10 +98,12 @@ class WordPieceTokenizer : public Tokenizer {
   int64_t unk_id() const { return unk_; }
 
  private:
+  void encode_ordinary(std::string_view text, std::vector<int64_t>& ids) const;
   std::vector<std::string> vocab_;
   std::unordered_map<std::string, int64_t> ids_;
   bool lower_case_;
   int64_t unk_ = -1;
+  std::vector<std::pair<std::string, int64_t>> added_;  // BERT's special tokens in the vocab
 };
 
 }  // namespace tessera::io

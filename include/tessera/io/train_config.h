@@ -168,9 +168,10 @@ struct TrainConfig {
 
   struct Data {
     std::string path;                // a text file or a directory of text files
-    std::string tokenizer = "char";  // char, gpt2 (vocab/merges or tokenizer_file below)
-    std::string vocab, merges;
-    std::string tokenizer_file;  // HF tokenizer.json (byte-level BPE) instead of vocab/merges
+    std::string tokenizer = "char";  // char, gpt2 (vocab/merges or tokenizer_file), wordpiece
+    std::string vocab, merges;       // vocab: vocab.json (gpt2) or vocab.txt (wordpiece)
+    bool lower_case = true;          // wordpiece: lower-case and strip accents (uncased BERT)
+    std::string tokenizer_file;      // HF tokenizer.json (byte-level BPE) instead of vocab/merges
     double val_fraction = 0.1;
     std::string cache_dir;    // where token files go (default: <path>.tessera/)
     double mask_prob = 0.15;  // BERT
