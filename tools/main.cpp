@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
+#include "tessera/engine/stop_signals.h"
 #include "tessera/error.h"
 #include "tessera/parallel/process_group.h"
 #include "tessera/parallel/thread_share.h"
@@ -41,11 +42,15 @@ tessera --version prints the version.
 
 // Prints "tessera <cmd>: error: ...", ends the other ranks of a distributed job (they may be
 // waiting in a collective), and returns the exit status.
+// An error that a stop signal caused (work it cut short, such as tokenising) ends with the
+// signal's status (128 + N), as a stop during training does, so schedulers see a preemption.
 int fail_command(const std::string& cmd, const std::string& what) {
   std::cerr << "tessera " << cmd << ": error: " << what << "\n";
+  const int signal = tessera::engine::stop_signal_received();
+  const int status = signal ? 128 + signal : 1;
   if (tessera::parallel::launched_distributed())
-    tessera::parallel::abort_job(1, /*after_rank0=*/true);
-  return 1;
+    tessera::parallel::abort_job(status, /*after_rank0=*/true);
+  return status;
 }
 
 }  // namespace

@@ -5,7 +5,9 @@
 #    the pre-fix tokenizer, which had PCRE2 validate the whole text at every match, was
 #    quadratic: 16x, and 84 s for 1 MB);
 #  - "hf" (with $3, a Python that has `tokenizers`; else skipped): the same ids as Hugging Face's
-#    ByteLevel BPE on a 2 MB mixed corpus (ASCII, accents, CJK, emoji, long whitespace runs).
+#    ByteLevel BPE on a 2 MB mixed corpus (ASCII, accents, CJK, emoji, long whitespace runs);
+#  - "signal": SIGTERM while `tessera train` tokenises a 32 MB corpus (progress printed) stops it
+#    after the chunks in progress: exit status 143, the byte it stopped at, nothing cached.
 set -euo pipefail
 tessera="$(realpath "$1")"; fixtures="$(realpath "$2")"; python="${3:-}"; part="${4:-linear}"
 work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
@@ -38,6 +40,30 @@ ratio = t4 / t1
 print(f"1 MB: {a['tessera_mb_per_s']:.1f} MB/s, 4 MB: {b['tessera_mb_per_s']:.1f} MB/s; 4 MB took {ratio:.2f}x the time of 1 MB")
 assert ratio < 6, f"tokenising is not linear: 4 MB took {ratio:.1f}x the time of 1 MB"
 PY
+  exit 0
+fi
+if [ "$part" = signal ]; then
+  for _ in 1 2 3 4 5 6 7 8; do cat "$work/c4.txt"; done > "$work/c32.txt"
+  cat > "$work/bpe.json" <<EOF
+{"train_batch_size": 4, "model": {"n_layer": 1, "n_head": 1, "n_embd": 8, "block_size": 8},
+ "data": {"tokenizer": "gpt2", "vocab": "$v/vocab.json", "merges": "$v/merges.txt",
+          "cache_dir": "$work/cache"}, "train": {"steps": 1}}
+EOF
+  "$tessera" train "$work/bpe.json" --data "$work/c32.txt" > "$work/train.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 600); do  # the first progress line (60 s at most)
+    grep -q "data: tokenised" "$work/train.log" && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  grep -q "data: tokenised" "$work/train.log" || { cat "$work/train.log"; echo "no progress line"; exit 1; }
+  kill -TERM "$pid"
+  status=0; wait "$pid" || status=$?
+  cat "$work/train.log"
+  [ "$status" = 143 ] || { echo "exit status $status after SIGTERM, expected 143"; exit 1; }
+  grep -q "tokenising stopped at byte" "$work/train.log" || { echo "no stop message"; exit 1; }
+  if find "$work/cache" -name meta.json 2>/dev/null | grep -q .; then echo "a stopped tokenisation cached tokens"; exit 1; fi
+  echo "SIGTERM during tokenising: stopped with 143, nothing cached"
   exit 0
 fi
 [ -x "$python" ] && "$python" -c "import tokenizers" 2>/dev/null ||
