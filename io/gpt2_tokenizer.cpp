@@ -171,7 +171,13 @@ std::vector<std::string> GPT2Tokenizer::pretokenize(const std::string& text) con
 // of only distinct pieces cannot grow it without end).
 struct GPT2Tokenizer::WordCache {
   static constexpr size_t kEntries = 1 << 20;
-  std::unordered_map<std::string, std::pair<size_t, size_t>> seen;  // piece -> its ids' span
+  // Looked up by string_view: no string is built for a piece already seen.
+  struct Hash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  // piece -> its ids' span in `ids`
+  std::unordered_map<std::string, std::pair<size_t, size_t>, Hash, std::equal_to<>> seen;
   std::vector<int64_t> ids;
 };
 
@@ -179,7 +185,7 @@ void GPT2Tokenizer::encode_ordinary(std::string_view text, WordCache& cache,
                                     std::vector<int64_t>& ids) const {
   for_each_piece(text, [&](size_t b, size_t e) {
     const std::string_view word(text.data() + b, e - b);
-    if (auto it = cache.seen.find(std::string(word)); it != cache.seen.end()) {
+    if (auto it = cache.seen.find(word); it != cache.seen.end()) {
       ids.insert(ids.end(), cache.ids.begin() + static_cast<std::ptrdiff_t>(it->second.first),
                  cache.ids.begin() + static_cast<std::ptrdiff_t>(it->second.second));
       return;

@@ -100,7 +100,7 @@ int bench_gemm(const Args& a) {
 int bench_main(int argc, char** argv) {
   const Args a(argc, argv, 2, {"json", "help"},
                {"shape", "iters", "preset", "device", "dtype", "batch", "peak-tflops", "vocab",
-                "merges", "corpus", "python"});
+                "merges", "corpus", "python", "threads"});
   if (a.has("help") || a.positional().empty()) {
     std::cout
         << "usage: tessera bench gemm [--shape M,N,K] [--iters N] [--json]\n"
@@ -116,12 +116,14 @@ int bench_main(int argc, char** argv) {
            "TFLOP/s and MFU (6N + 12LTd FLOPs per token); scripts/gpu_bench.sh runs PyTorch beside "
            "it.\n"
            "       tessera bench tokenizer --vocab vocab.json --merges merges.txt --corpus FILE\n"
-           "                               [--python PY] [--json]\n"
-           "tokenizer: GPT-2 BPE MB/s of Tessera's tokenizer and, in the same run, of Hugging "
-           "Face's\n"
-           "tokenizers (when PY, default build/test-python's or python3, has it), one thread "
-           "each,\n"
-           "with the ratio and whether the ids agree.\n";
+           "                               [--threads N] [--python PY] [--json]\n"
+           "tokenizer: GPT-2 BPE MB/s of Tessera's corpus encoding (as training tokenises) and, "
+           "in the\n"
+           "same run, of Hugging Face's tokenizers (encode_batch of 64 KB pieces; when PY, "
+           "default\n"
+           "build/test-python's or python3, has it), N threads each (default: the cores), with "
+           "the\n"
+           "ratio and whether the ids agree.\n";
     return a.has("help") ? 0 : 2;
   }
   const std::string what = a.positional()[0];
