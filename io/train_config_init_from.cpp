@@ -6,6 +6,7 @@
 
 #include "config_sections.h"
 #include "tessera/io/files.h"
+#include "tessera/io/json_fields.h"
 
 namespace tessera::io::config {
 
@@ -47,11 +48,15 @@ json read_hf_config(const std::string& dir, const std::string& source) {
   return j;
 }
 
+// Sizes of a model that can be built (a hostile file's 10^12 layers would only exhaust memory).
 int64_t hf_integer(const json& j, const char* key, const std::string& path) {
+  constexpr int64_t kMax = int64_t{1} << 20;
   TS_CHECK(j.contains(key), "'", path, "' has no '", key, "'");
   const json& v = j[key];
-  TS_CHECK(v.is_number_integer() && v.get<int64_t>() >= 1, "'", path, "': '", key,
+  TS_CHECK(JsonFields::is_int64(v) && v.get<int64_t>() >= 1, "'", path, "': '", key,
            "' must be a positive integer, found ", v.dump());
+  TS_CHECK(v.get<int64_t>() <= kMax, "'", path, "': '", key, "' is ", v.dump(), ", more than the ",
+           kMax, " Tessera builds");
   return v.get<int64_t>();
 }
 

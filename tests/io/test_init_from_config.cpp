@@ -137,3 +137,10 @@ TEST_CASE("model.init_from: the directory's tokenizer unless data.tokenizer is s
   CHECK(error_of(m.model(), R"({"tokenizer": "gpt2"})")
             .find("has neither vocab.json + merges.txt nor tokenizer.json") != std::string::npos);
 }
+
+TEST_CASE("model.init_from: sizes past what can be built are refused, naming the key") {
+  ScratchModel m(R"({"model_type": "gpt2", "n_layer": 1000000000000, "n_head": 4, "n_embd": 8,
+                     "n_positions": 16})");
+  CHECK(error_of(m.model()).find("'n_layer' is 1000000000000, more than the 1048576") !=
+        std::string::npos);
+}
