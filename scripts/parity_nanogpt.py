@@ -21,7 +21,11 @@ whose positions a torch.Generator seeded 1234 draws once.
         [--seeds 1 2 3] [--tessera build/tools/tessera] [--steps 2000]
 
 Prints one line per seed and run, the means and their gap (nanoGPT's recipe is matched when the
-gap is within 0.01). Takes about 4 minutes per seed on 2 cores.
+gap is within 0.01). Takes about 4.5 minutes per seed on 2 cores.
+
+Measured 2026-11-26 (2 cores, transformers 4.44.2, Debian's torch 1.13), seeds 1 2 3:
+PyTorch 1.9146 1.9123 1.9217 (mean 1.9162), Tessera 1.9053 1.9220 1.9007 (mean 1.9093):
+gap -0.0069, within 0.01.
 """
 import argparse
 import json
