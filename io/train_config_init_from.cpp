@@ -14,24 +14,20 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// One model key and the HF config.json key that holds it.
+// One model key, the field it fills and the HF config.json key that holds it.
 struct ArchitectureKey {
   const char* ours;
+  int64_t TrainConfig::Model::*field;
   const char* hf;
 };
-constexpr ArchitectureKey kGpt2Keys[] = {
-    {"n_layer", "n_layer"}, {"n_head", "n_head"}, {"n_embd", "n_embd"}};
-constexpr ArchitectureKey kBertKeys[] = {{"n_layer", "num_hidden_layers"},
-                                         {"n_head", "num_attention_heads"},
-                                         {"n_embd", "hidden_size"},
-                                         {"intermediate_size", "intermediate_size"}};
-
-int64_t& model_field(TrainConfig::Model& md, const std::string& key) {
-  if (key == "n_layer") return md.n_layer;
-  if (key == "n_head") return md.n_head;
-  if (key == "n_embd") return md.n_embd;
-  return md.intermediate_size;
-}
+constexpr ArchitectureKey kGpt2Keys[] = {{"n_layer", &TrainConfig::Model::n_layer, "n_layer"},
+                                         {"n_head", &TrainConfig::Model::n_head, "n_head"},
+                                         {"n_embd", &TrainConfig::Model::n_embd, "n_embd"}};
+constexpr ArchitectureKey kBertKeys[] = {
+    {"n_layer", &TrainConfig::Model::n_layer, "num_hidden_layers"},
+    {"n_head", &TrainConfig::Model::n_head, "num_attention_heads"},
+    {"n_embd", &TrainConfig::Model::n_embd, "hidden_size"},
+    {"intermediate_size", &TrainConfig::Model::intermediate_size, "intermediate_size"}};
 
 json read_hf_config(const std::string& dir, const std::string& source) {
   TS_CHECK(fs::is_directory(dir), source, ": 'model.init_from' \"", dir,
@@ -102,7 +98,7 @@ void adopt_init_from_model(Section& m, TrainConfig& c) {
   for (const ArchitectureKey& k : gpt2 ? std::span<const ArchitectureKey>(kGpt2Keys)
                                        : std::span<const ArchitectureKey>(kBertKeys)) {
     const int64_t theirs = hf_integer(j, k.hf, path);
-    int64_t& ours = model_field(md, k.ours);
+    int64_t& ours = md.*k.field;
     if (m.has(k.ours) && ours != theirs)
       conflict(k.ours, std::to_string(ours), k.hf, std::to_string(theirs));
     ours = theirs;

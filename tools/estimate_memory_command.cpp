@@ -1,12 +1,10 @@
 // `tessera estimate-memory CONFIG.json --ranks N [--tp T] [--vocab V] [--data PATH] [--json]`
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
-#include "tessera/io/files.h"
 #include "tessera/io/json_fields.h"
 #include "tessera/io/token_data.h"
 #include "tessera/io/tokenizer.h"
@@ -178,8 +176,7 @@ io::TrainConfig read_config(const Args& a, int64_t ranks, int64_t& vocab) {
            "estimate-memory: --vocab must be in [1, 2^31], got ", vocab);
   if (vocab <= 0) {
     if (!cfg.model.init_from.empty()) {  // the pretrained embedding's rows
-      const std::string text =
-          io::read_text_file((std::filesystem::path(cfg.model.init_from) / "config.json").string());
+      const std::string text = init_from_config_json(cfg);
       vocab = cfg.model.type == "bert" ? models::BertConfig::from_json(text).vocab_size
                                        : models::GPT2Config::from_json(text).vocab_size;
     } else if (cfg.data.tokenizer == "wordpiece") {

@@ -7,12 +7,11 @@
 
 namespace tessera::cli {
 
-namespace {
-
-// model.init_from's config.json text (the config's model section already agrees with it).
 std::string init_from_config_json(const io::TrainConfig& cfg) {
   return io::read_text_file((std::filesystem::path(cfg.model.init_from) / "config.json").string());
 }
+
+namespace {
 
 // Pretrained embeddings have a row per id of their own tokenizer: another vocabulary's ids
 // would index the wrong rows (or none).
