@@ -13,6 +13,7 @@
 #include "tessera/cuda.h"
 #include "tessera/grad_mode.h"
 #include "tessera/ops.h"
+#include "tessera/parallel/thread_share.h"
 #include "tessera/rng.h"
 
 namespace tessera::engine {
@@ -398,6 +399,8 @@ StepStats Engine::step(const LrKwargs& lr_kwargs) {
     optimizer().set_grad_scale(unscale * coef);
   }
   st = apply_step(st);
+  // A run started or ended beside this one re-divides the host's cores (same bits either way).
+  parallel::rebalance_cores();
   // DeepSpeed's lr_scheduler.step(last_batch_iteration=k) after an update: iteration k's lr
   // is the next step's.
   if (st.stepped && lr_kwargs.last_batch_iteration) {

@@ -1,5 +1,6 @@
 #include "tessera/engine/trainer.h"
 
+#include <omp.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -50,6 +51,7 @@ TrainLoop::TrainLoop(Engine& engine, TrainerOptions options)
            "trainer: checkpoint_interval ", options_.checkpoint_interval,
            " needs a checkpoint_dir (train.checkpoint_dir)");
   tty_ = engine_.is_lead() && ::isatty(STDERR_FILENO);
+  start_threads_ = omp_get_max_threads();
 }
 
 double TrainLoop::train_step(StepStats& stats) {
@@ -71,10 +73,16 @@ double TrainLoop::train_step(StepStats& stats) {
 void TrainLoop::print_progress(int64_t step, double loss, const StepStats& stats, double rate,
                                double eta_s) {
   const bool tokens = options_.tokens_per_sample > 0;
-  char line[220];
-  std::snprintf(line, sizeof line, "step %ld/%ld | loss %.4f | lr %.3e | %.0f %s | ETA %s%s",
+  // Other runs starting or ending on this host re-divide its cores (parallel::rebalance_cores):
+  // say so while the count differs from the start-up line's, since the rate moves with it.
+  const int threads = omp_get_max_threads();
+  char shared[64] = "";
+  if (threads != start_threads_)
+    std::snprintf(shared, sizeof shared, " | %d thread(s): cores shared with other runs", threads);
+  char line[300];
+  std::snprintf(line, sizeof line, "step %ld/%ld | loss %.4f | lr %.3e | %.0f %s | ETA %s%s%s",
                 static_cast<long>(step), static_cast<long>(options_.steps), loss, stats.lr, rate,
-                tokens ? "tok/s" : "samples/s", fmt_duration(eta_s).c_str(),
+                tokens ? "tok/s" : "samples/s", fmt_duration(eta_s).c_str(), shared,
                 stats.overflow ? " | overflow: step skipped" : "");
   std::cerr << (tty_ ? "\r" : "") << line << (tty_ ? "\033[K" : "\n") << std::flush;
 }

@@ -67,8 +67,11 @@ int main(int argc, char** argv) {
     return 0;
   }
   try {
-    // Ranks (or trials) side by side on one host take their share of its cores each.
+    // Ranks (or trials) side by side on one host take their share of its cores each; commands
+    // that compute also count themselves in, so runs started by hand share the cores too.
     tessera::parallel::share_cores();
+    if (cmd == "train" || cmd == "trial" || cmd == "eval" || cmd == "generate" || cmd == "profile")
+      tessera::parallel::join_host_share();
     if (cmd == "kernels") return tessera::cli::kernels_main(argc, argv);
     if (cmd == "report") return tessera::cli::report_main(argc, argv);
     if (cmd == "bench") return tessera::cli::bench_main(argc, argv);

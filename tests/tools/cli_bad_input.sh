@@ -7,7 +7,7 @@ tessera="$1"; fixtures="$2"
 work="$(mktemp -d)"; trap 'pkill -9 -f "$work" 2>/dev/null; rm -rf "$work"' EXIT
 export XDG_CACHE_HOME="$work/cache" OMP_NUM_THREADS=1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-cp "$fixtures/../../README.md" "$work/corpus.txt"
+cp "$fixtures/corpus.txt" "$work/corpus.txt"
 cfg="$fixtures/train_small.json"
 fails=0
 
@@ -18,7 +18,7 @@ import json, sys
 c = json.load(open(sys.argv[1])); exec(sys.argv[3]); json.dump(c, open(sys.argv[2], "w"))
 PY
 }
-# `train ARGS`: tessera train on the README corpus (a script, so `timeout` can run it).
+# `train ARGS`: tessera train on the fixture corpus (a script, so `timeout` can run it).
 printf '#!/bin/sh\nexec "%s" train "$@" --data "%s"\n' "$tessera" "$work/corpus.txt" > "$work/train"
 chmod +x "$work/train"
 train() { "$work/train" "$@"; }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `tessera experiment` end to end, on the test GPT-2 (README.md as its corpus):
+# `tessera experiment` end to end, on the test GPT-2 (tests/fixtures/corpus.txt as its corpus):
 #  1. adaptive ASHA over lr and dropout, 6 trials on 2 slots: every trial ends COMPLETED, the
 #     trials the searcher stopped early ran fewer batches, and only up to a rung (8 or 16 of
 #     32); the same YAML again gives the same samples, the same stops and the same metrics

@@ -18,7 +18,7 @@ fi
 work="$(mktemp -d)"; trap 'pkill -9 -f "$work" 2>/dev/null || true; rm -rf "$work"' EXIT
 export XDG_CACHE_HOME="$work/cache" OMP_NUM_THREADS=1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-cp "$fixtures/../../README.md" "$work/corpus.txt"
+cp "$fixtures/corpus.txt" "$work/corpus.txt"
 python3 - "$fixtures" "$work" <<'PY'
 import json, random, sys
 fixtures, work = sys.argv[1:3]

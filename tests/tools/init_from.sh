@@ -19,7 +19,7 @@ fi
 work="${KEEP_WORK:-$(mktemp -d)}"; [ -n "${KEEP_WORK:-}" ] || trap 'rm -rf "$work"' EXIT
 export XDG_CACHE_HOME="$work/cache" OMP_NUM_THREADS=1
 cd "$work"
-cp "$fixtures/../../README.md" corpus.txt
+cp "$fixtures/corpus.txt" corpus.txt
 "$python" - "$fixtures" <<'PY' 2>/dev/null
 import json, os, sys
 import torch

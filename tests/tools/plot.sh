@@ -9,7 +9,7 @@ if ! command -v gnuplot >/dev/null; then
 fi
 work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
 export XDG_CACHE_HOME="$work/cache"
-cp "$fixtures/../../README.md" "$work/corpus.txt"
+cp "$fixtures/corpus.txt" "$work/corpus.txt"
 python3 - "$fixtures/train_small.json" "$work" <<'PY'
 import json, sys
 c = json.load(open(sys.argv[1])); work = sys.argv[2]

@@ -9,7 +9,7 @@ if ! command -v srun >/dev/null || ! timeout 10 sinfo -h >/dev/null 2>&1; then
 fi
 work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
 export XDG_CACHE_HOME="$work/cache" OMP_NUM_THREADS=1
-cp "$fixtures/../../README.md" "$work/corpus.txt"
+cp "$fixtures/corpus.txt" "$work/corpus.txt"
 python3 - "$fixtures/train_dist.json" "$work/cfg.json" <<'PY'
 import json, sys
 c = json.load(open(sys.argv[1]))

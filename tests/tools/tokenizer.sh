@@ -12,7 +12,7 @@ set -euo pipefail
 tessera="$(realpath "$1")"; fixtures="$(realpath "$2")"; python="${3:-}"; part="${4:-linear}"
 work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
 v="$fixtures/tokenizers/gpt2-bpe"
-python3 - "$fixtures/../../README.md" "$work" <<'PY'
+python3 - "$fixtures/corpus.txt" "$work" <<'PY'
 import random, sys
 random.seed(1)
 readme, work = open(sys.argv[1]).read(), sys.argv[2]

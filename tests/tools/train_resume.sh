@@ -7,7 +7,7 @@ set -euo pipefail
 tessera="$1"; fixtures="$2"
 work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
 export XDG_CACHE_HOME="$work/cache"  # keep token caches out of the real home
-cp "$fixtures/../../README.md" "$work/corpus.txt"
+cp "$fixtures/corpus.txt" "$work/corpus.txt"
 cfg="$fixtures/train_small.json"
 straight=$("$tessera" train "$cfg" --data "$work/corpus.txt" --steps 12 --json 2>"$work/a.err" | tail -1)
 "$tessera" train "$cfg" --data "$work/corpus.txt" --steps 6 --save "$work/ckpt" --json >/dev/null 2>"$work/b.err"

@@ -115,6 +115,7 @@ class TrainLoop {
   Engine& engine_;
   TrainerOptions options_;
   bool tty_ = false;
+  int start_threads_ = 1;
   std::string last_saved_;  // directory and step of the newest checkpoint fit() wrote
 };
 
