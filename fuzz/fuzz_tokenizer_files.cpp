@@ -1,7 +1,9 @@
 // Tokenizer files: GPT-2's vocab.json + merges.txt (the input split at its first NUL byte) and
 // BERT's vocab.txt and a Hugging Face tokenizer.json (the whole input), each then used to encode
-// and decode a fixed text.
+// and decode a fixed text. The input as text is also pre-tokenised by GPT-2's ASCII fast path
+// and by PCRE2 alone, which must give the same pieces.
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 
 #include "fuzz_util.h"
@@ -13,6 +15,12 @@ const std::string kText = "Tessera trains GPT-2 and BERT: naïve café, 東京, 
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  static const tessera::io::GPT2Tokenizer pieces({{"a", 0}}, {});
+  try {
+    const std::string text(reinterpret_cast<const char*>(data), size);
+    if (pieces.pretokenize(text) != pieces.pretokenize(text, true)) std::abort();
+  } catch (const tessera::Error&) {  // not UTF-8
+  }
   const uint8_t* end = data + size;
   const uint8_t* split = std::find(data, end, uint8_t{0});
   const std::string vocab =

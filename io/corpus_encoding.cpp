@@ -1,7 +1,11 @@
 #include "tessera/io/corpus_encoding.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <exception>
+#include <mutex>
 #include <thread>
 
 #include "tessera/error.h"
@@ -13,6 +17,12 @@ namespace {
 bool solid(char c) {
   return c > ' ' && c < 0x7f;
 }  // printable ASCII, not a space
+
+// Chunks small enough that every worker gets several (the last ones then end together) and a
+// stop is answered within one chunk, large enough that handing them out costs nothing.
+size_t automatic_chunk_bytes(size_t total, size_t workers) {
+  return std::clamp<size_t>(total / (8 * workers), size_t{64} << 10, size_t{1} << 20);
+}
 
 }  // namespace
 
@@ -36,31 +46,64 @@ std::vector<size_t> corpus_cuts(const std::string& text, size_t chunk_bytes) {
 std::vector<int64_t> encode_corpus(const Tokenizer& tokenizer, const std::string& text,
                                    const EncodeProgress& progress, int threads,
                                    size_t chunk_bytes) {
-  const std::vector<size_t> cuts = corpus_cuts(text, std::max<size_t>(chunk_bytes, 1));
-  const size_t chunks = cuts.size() - 1;
   const size_t workers = threads > 0 ? static_cast<size_t>(threads)
                                      : std::max<size_t>(1, std::thread::hardware_concurrency());
+  if (chunk_bytes == 0) chunk_bytes = automatic_chunk_bytes(text.size(), workers);
+  const std::vector<size_t> cuts = corpus_cuts(text, chunk_bytes);
+  const size_t chunks = cuts.size() - 1;
   std::vector<std::vector<int64_t>> parts(chunks);
-  // Rounds of one chunk per worker: progress (and a stop) between rounds.
-  for (size_t first = 0; first < chunks; first += workers) {
-    const size_t last = std::min(chunks, first + workers);
-    std::vector<std::exception_ptr> errors(last - first);
-    std::vector<std::thread> pool;
-    for (size_t c = first; c < last; ++c)
-      pool.emplace_back([&, c] {
-        try {
-          parts[c] = tokenizer.encode(text.substr(cuts[c], cuts[c + 1] - cuts[c]));
-        } catch (...) {
-          errors[c - first] = std::current_exception();
-        }
-      });
-    for (auto& t : pool) t.join();
-    for (auto& e : errors)
-      if (e) std::rethrow_exception(e);
-    if (progress && !progress(cuts[last], text.size()))
-      fail("data: tokenising stopped at byte ", cuts[last], " of ", text.size(),
-           " (nothing was cached)");
+  // Workers take the next chunk as they finish one; this thread reports progress as chunks
+  // end and tells the workers to stop (they finish the chunk in hand).
+  std::atomic<size_t> next{0};
+  std::atomic<bool> stop{false};
+  std::mutex mutex;
+  std::condition_variable finished;
+  size_t done_bytes = 0, done_chunks = 0;
+  std::exception_ptr error;
+  auto work = [&] {
+    const Tokenizer::Encoder encode = tokenizer.encoder();
+    for (size_t c; !stop && (c = next++) < chunks;) {
+      try {
+        parts[c] = encode(std::string_view(text).substr(cuts[c], cuts[c + 1] - cuts[c]));
+      } catch (...) {
+        std::lock_guard lock(mutex);
+        if (!error) error = std::current_exception();
+        stop = true;
+      }
+      std::lock_guard lock(mutex);
+      done_bytes += cuts[c + 1] - cuts[c];
+      ++done_chunks;
+      finished.notify_one();
+    }
+  };
+  std::vector<std::jthread> pool;
+  for (size_t w = 0; w < std::min(workers, chunks); ++w) pool.emplace_back(work);
+  bool stopped = false;
+  {
+    std::unique_lock lock(mutex);
+    size_t reported = 0;
+    while (done_chunks < chunks && !error) {
+      finished.wait(lock, [&] { return done_chunks > reported || error; });
+      reported = done_chunks;
+      if (error || !progress || done_chunks == chunks) continue;
+      const size_t bytes = done_bytes;
+      lock.unlock();
+      const bool keep_going = progress(bytes, text.size());
+      lock.lock();
+      if (!keep_going) {
+        stopped = true;
+        stop = true;
+        break;
+      }
+    }
   }
+  pool.clear();  // joins
+  if (error) std::rethrow_exception(error);
+  if (stopped)
+    fail("data: tokenising stopped after ", done_bytes, " of ", text.size(),
+         " bytes (nothing was cached)");
+  if (progress && !progress(text.size(), text.size()))
+    fail("data: tokenising stopped at the end (nothing was cached)");
   size_t total = 0;
   for (const auto& p : parts) total += p.size();
   std::vector<int64_t> ids;

@@ -89,10 +89,12 @@ const std::vector<std::string> kSpecials{"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[M
 // Progress of a long tokenisation on stderr (MB/s, ETA), and its stop.
 EncodeProgress corpus_progress(bool verbose, const std::function<bool()>& keep_going) {
   const auto start = std::chrono::steady_clock::now();
+  auto printed = std::make_shared<double>(0.0);  // seconds in, when the last line was printed
   return [=](size_t done, size_t total) {
-    if (verbose && done < total) {
-      const double s =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (verbose && done < total && s - *printed >= 0.5) {  // two lines a second at most
+      *printed = s;
       const double rate = static_cast<double>(done) / std::max(s, 1e-9);
       std::fprintf(stderr, "data: tokenised %.1f of %.1f MB (%.0f%%), %.1f MB/s, ETA %.0f s\n",
                    static_cast<double>(done) / 1e6, static_cast<double>(total) / 1e6,

@@ -201,7 +201,14 @@ TEST_CASE("encode_corpus: chunked on several threads, the same ids as one pass")
   }
   CHECK(io::encode_corpus(tok, text, nullptr, 3, 256) == one);
   CHECK(io::encode_corpus(tok, text, nullptr, 1, 1 << 20) == one);
-  // Progress after each round; a false answer stops the work with an error.
+  CHECK(io::encode_corpus(tok, text, nullptr, 2) == one);  // automatic chunk size
+  // One encoder for many texts (its word cache carried over) gives encode()'s ids for each,
+  // whatever came before.
+  const io::Tokenizer::Encoder encoder = tok.encoder();
+  for (const std::string& piece : {text.substr(0, 5000), text, text.substr(0, 5000)})
+    CHECK(encoder(piece) == tok.encode(piece));
+  // Progress as chunks end; a false answer stops the work with an error, the workers ending the
+  // chunk in hand rather than the corpus.
   std::vector<size_t> seen;
   io::encode_corpus(
       tok, text,
@@ -213,7 +220,17 @@ TEST_CASE("encode_corpus: chunked on several threads, the same ids as one pass")
       2, 256);
   CHECK(seen.back() == text.size());
   CHECK(std::is_sorted(seen.begin(), seen.end()));
+  // (On a corpus long enough that the workers cannot finish it before this thread wakes.)
+  std::string long_text;
+  for (int i = 0; i < 50; ++i) long_text += text;
+  size_t stopped_at = 0;
   CHECK_THROWS_WITH_AS(io::encode_corpus(
-                           tok, text, [](size_t, size_t) { return false; }, 2, 256),
-                       doctest::Contains("tokenising stopped at byte"), Error);
+                           tok, long_text,
+                           [&](size_t done, size_t) {
+                             stopped_at = done;
+                             return false;
+                           },
+                           2, 256),
+                       doctest::Contains("tokenising stopped after"), Error);
+  CHECK(stopped_at < long_text.size() / 4);
 }

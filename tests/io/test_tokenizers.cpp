@@ -35,6 +35,32 @@ TEST_CASE("GPT-2 pre-tokenisation follows the GPT-2 pattern") {
   CHECK(tok.pretokenize("a \n") == std::vector<std::string>{"a", " \n"});
 }
 
+TEST_CASE("GPT-2 pre-tokenisation: the ASCII fast path gives PCRE2's pieces") {
+  const io::GPT2Tokenizer tok({{"a", 0}}, {});
+  // Every ASCII class next to the bytes the fast path leaves to PCRE2: control bytes, Unicode
+  // letters, digits, spaces and punctuation, a combining mark, CJK, an emoji.
+  const std::vector<std::string> atoms{
+      "a",  "Z",  "q",  "7",  "0",  " ",  "  ",  "\t",  "\n",  "\r",  "\v",  "\f",  "'", "s",
+      "t",  "re", "ve", "m",  "ll", "d",  "'s", "'ll", "!",  ".",  "~",  "\x01", "\x1c", "\x7f",
+      "\xc3\xa9" /* é */, "\xc2\xa0" /* NBSP */, "\xe3\x80\x80" /* ideographic space */,
+      "\xd9\xa3" /* Arabic-Indic 3 */, "\xc2\xbf" /* ¿ */, "\xcc\x81" /* combining acute */,
+      "\xe6\xbc\xa2" /* 漢 */, "\xf0\x9f\x98\x80" /* emoji */, "\xc2\x85" /* NEL */};
+  uint64_t state = 12345;
+  auto next = [&] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return state >> 33;
+  };
+  for (int trial = 0; trial < 20000; ++trial) {
+    std::string text;
+    const size_t len = 1 + next() % 12;
+    for (size_t i = 0; i < len; ++i) text += atoms[next() % atoms.size()];
+    CAPTURE(text);
+    REQUIRE(tok.pretokenize(text) == tok.pretokenize(text, true));
+  }
+  const std::string long_text = "The  quick\tbrown fox's 42 jumps!!  \n\n  over... 'tis\r\n";
+  CHECK(tok.pretokenize(long_text) == tok.pretokenize(long_text, true));
+}
+
 TEST_CASE("GPT-2 BPE applies merges by rank") {
   // " " is byte 0x20, shown as U+0120 (Ġ) in GPT-2's byte-to-character map.
   const std::string G = utf8_encode(0x120);

@@ -1,6 +1,8 @@
 // A whole corpus through a tokenizer: cut into chunks at places where the pieces (GPT-2's
 // pre-tokenisation) cannot straddle the cut, so the ids equal one pass over the text; the
-// chunks encoded on every core; progress reported between rounds, which may stop the work.
+// chunks encoded on every core, each worker taking the next chunk as it finishes one, with one
+// Tokenizer::encoder per worker (its word cache warm across chunks); progress reported as
+// chunks end, which may stop the work.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -16,13 +18,15 @@ namespace tessera::io {
 // `chunk_bytes` apart (a stretch without such a place stays whole).
 std::vector<size_t> corpus_cuts(const std::string& text, size_t chunk_bytes);
 
-// Called after each round of chunks with the bytes done and in all; false stops the work
-// (encode_corpus then throws an Error saying so).
+// Called (on the calling thread) as chunks end, with the bytes done and in all, and once at the
+// end; false stops the work: the workers finish the chunk in hand and encode_corpus throws an
+// Error saying so.
 using EncodeProgress = std::function<bool(size_t done, size_t total)>;
 
-// The ids of `text`, equal to tokenizer.encode(text), on `threads` threads (0: the cores).
+// The ids of `text`, equal to tokenizer.encode(text), on `threads` threads (0: the cores), in
+// chunks of about `chunk_bytes` (0: an eighth of a worker's share, from 64 KB to 1 MB).
 std::vector<int64_t> encode_corpus(const Tokenizer& tokenizer, const std::string& text,
                                    const EncodeProgress& progress = nullptr, int threads = 0,
-                                   size_t chunk_bytes = 4 << 20);
+                                   size_t chunk_bytes = 0);
 
 }  // namespace tessera::io

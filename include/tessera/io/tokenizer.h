@@ -18,6 +18,14 @@ class Tokenizer {
   virtual std::vector<int64_t> encode(const std::string& text) const = 0;
   virtual std::string decode(const std::vector<int64_t>& ids) const = 0;
   virtual int64_t vocab_size() const = 0;
+
+  // An encoder for one thread (never shared between threads): each call gives encode()'s ids,
+  // and what it learns is kept for the next call (GPT-2: every word's ids), so a corpus encoded
+  // in many chunks does not start cold at each one.
+  using Encoder = std::function<std::vector<int64_t>(std::string_view text)>;
+  virtual Encoder encoder() const {
+    return [this](std::string_view text) { return encode(std::string(text)); };
+  }
 };
 
 // One id per distinct UTF-8 character, in sorted order (nanoGPT's shakespeare_char scheme).
@@ -58,10 +66,12 @@ class GPT2Tokenizer : public Tokenizer {
   ~GPT2Tokenizer() override;
   GPT2Tokenizer(GPT2Tokenizer&&) noexcept;
   std::vector<int64_t> encode(const std::string& text) const override;
+  Encoder encoder() const override;  // keeps its word cache between calls
   std::string decode(const std::vector<int64_t>& ids) const override;
   int64_t vocab_size() const override { return static_cast<int64_t>(id_to_token_.size()); }
-  // The pre-tokenised pieces of `text` (exposed for tests).
-  std::vector<std::string> pretokenize(const std::string& text) const;
+  // The pre-tokenised pieces of `text` (exposed for tests); `pcre2_only` leaves out the ASCII
+  // fast path (gpt2_ascii_pieces.h), giving the reference it is checked against.
+  std::vector<std::string> pretokenize(const std::string& text, bool pcre2_only = false) const;
 
  private:
   // Calls `piece(begin, end)` for each pre-tokenised piece of `text`, which the caller has
