@@ -25,7 +25,9 @@ inline Class class_of(unsigned char c) {
 // The end of the piece starting at `at` (< text.size()), or 0 when the bytes do not decide it.
 inline size_t piece_end(std::string_view text, size_t at) {
   const size_t n = text.size();
-  auto cls = [&](size_t i) { return i < n ? class_of(static_cast<unsigned char>(text[i])) : kOther; };
+  auto cls = [&](size_t i) {
+    return i < n ? class_of(static_cast<unsigned char>(text[i])) : kOther;
+  };
   const char c = text[at];
   if (c == '\'') {  // 's|'t|'re|'ve|'m|'ll|'d, in this order
     const char a = at + 1 < n ? text[at + 1] : 0, b = at + 2 < n ? text[at + 2] : 0;

@@ -158,7 +158,8 @@ void match_pieces(const pcre2_code* code, std::string_view text, Piece&& piece,
       }
     }
     // Checked above: PCRE2 would otherwise validate the whole text again at every match.
-    const int rc = pcre2_match(code, subject, text.size(), at, PCRE2_NO_UTF_CHECK, md.get(), nullptr);
+    const int rc =
+        pcre2_match(code, subject, text.size(), at, PCRE2_NO_UTF_CHECK, md.get(), nullptr);
     if (rc == PCRE2_ERROR_NOMATCH) break;
     TS_CHECK(rc >= 0, "GPT2Tokenizer: PCRE2 match error ", rc, " at byte offset ", at);
     if (ov[1] == ov[0]) break;
@@ -199,7 +200,7 @@ std::vector<std::string> GPT2Tokenizer::pretokenize(const std::string& text,
 // cannot grow it without end: 2^19 pieces and 64 MB of their text.
 struct GPT2Tokenizer::WordCache {
   static constexpr size_t kMaxEntries = size_t{1} << 19;
-  static constexpr size_t kMaxPiece = 65535;         // longer pieces are merged anew each time
+  static constexpr size_t kMaxPiece = 65535;  // longer pieces are merged anew each time
   static constexpr size_t kMaxTexts = size_t{64} << 20;
   struct Slot {
     uint64_t hash = 0;  // 0: empty (hashes are made odd)
@@ -211,9 +212,7 @@ struct GPT2Tokenizer::WordCache {
   std::vector<int32_t> ids;
   size_t entries = 0;
 
-  static uint64_t hash_of(std::string_view word) {
-    return std::hash<std::string_view>{}(word) | 1;
-  }
+  static uint64_t hash_of(std::string_view word) { return std::hash<std::string_view>{}(word) | 1; }
   const Slot* find(std::string_view word, uint64_t h) const {
     const size_t mask = slots.size() - 1;
     for (size_t i = h & mask; slots[i].hash; i = (i + 1) & mask) {

@@ -39,12 +39,43 @@ TEST_CASE("GPT-2 pre-tokenisation: the ASCII fast path gives PCRE2's pieces") {
   const io::GPT2Tokenizer tok({{"a", 0}}, {});
   // Every ASCII class next to the bytes the fast path leaves to PCRE2: control bytes, Unicode
   // letters, digits, spaces and punctuation, a combining mark, CJK, an emoji.
-  const std::vector<std::string> atoms{
-      "a",  "Z",  "q",  "7",  "0",  " ",  "  ",  "\t",  "\n",  "\r",  "\v",  "\f",  "'", "s",
-      "t",  "re", "ve", "m",  "ll", "d",  "'s", "'ll", "!",  ".",  "~",  "\x01", "\x1c", "\x7f",
-      "\xc3\xa9" /* é */, "\xc2\xa0" /* NBSP */, "\xe3\x80\x80" /* ideographic space */,
-      "\xd9\xa3" /* Arabic-Indic 3 */, "\xc2\xbf" /* ¿ */, "\xcc\x81" /* combining acute */,
-      "\xe6\xbc\xa2" /* 漢 */, "\xf0\x9f\x98\x80" /* emoji */, "\xc2\x85" /* NEL */};
+  const std::vector<std::string> atoms{"a",
+                                       "Z",
+                                       "q",
+                                       "7",
+                                       "0",
+                                       " ",
+                                       "  ",
+                                       "\t",
+                                       "\n",
+                                       "\r",
+                                       "\v",
+                                       "\f",
+                                       "'",
+                                       "s",
+                                       "t",
+                                       "re",
+                                       "ve",
+                                       "m",
+                                       "ll",
+                                       "d",
+                                       "'s",
+                                       "'ll",
+                                       "!",
+                                       ".",
+                                       "~",
+                                       "\x01",
+                                       "\x1c",
+                                       "\x7f",
+                                       "\xc3\xa9" /* é */,
+                                       "\xc2\xa0" /* NBSP */,
+                                       "\xe3\x80\x80" /* ideographic space */,
+                                       "\xd9\xa3" /* Arabic-Indic 3 */,
+                                       "\xc2\xbf" /* ¿ */,
+                                       "\xcc\x81" /* combining acute */,
+                                       "\xe6\xbc\xa2" /* 漢 */,
+                                       "\xf0\x9f\x98\x80" /* emoji */,
+                                       "\xc2\x85" /* NEL */};
   uint64_t state = 12345;
   auto next = [&] {
     state = state * 6364136223846793005ull + 1442695040888963407ull;
