@@ -84,8 +84,6 @@ std::string default_cache_dir(const std::string& path) {
   return (base / "tessera" / "datasets" / (name + "-" + hash)).string();
 }
 
-const std::vector<std::string> kSpecials{"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"};
-
 // Progress of a long tokenisation on stderr (MB/s, ETA), and its stop.
 EncodeProgress corpus_progress(bool verbose, const std::function<bool()>& keep_going) {
   const auto start = std::chrono::steady_clock::now();
@@ -182,7 +180,7 @@ TokenizedCorpus prepare_corpus(const TrainConfig::Data& data, bool with_specials
     auto wordpiece = std::make_unique<WordPieceTokenizer>(
         WordPieceTokenizer::from_file(data.vocab, data.lower_case));
     if (with_specials)
-      for (const std::string& s : kSpecials) {
+      for (const std::string& s : kBertSpecialTokens) {
         try {
           c.special_ids.push_back(wordpiece->token_id(s));
         } catch (const Error&) {
@@ -197,10 +195,10 @@ TokenizedCorpus prepare_corpus(const TrainConfig::Data& data, bool with_specials
   }
   c.vocab_size = c.tokenizer->vocab_size();
   if (with_specials && data.tokenizer != "wordpiece") {
-    c.specials = kSpecials;
-    for (size_t i = 0; i < kSpecials.size(); ++i)
+    c.specials = kBertSpecialTokens;
+    for (size_t i = 0; i < kBertSpecialTokens.size(); ++i)
       c.special_ids.push_back(c.vocab_size + int64_t(i));
-    c.vocab_size += static_cast<int64_t>(kSpecials.size());
+    c.vocab_size += static_cast<int64_t>(kBertSpecialTokens.size());
   }
   bool fresh = false;
   if (fs::exists(meta_path)) {

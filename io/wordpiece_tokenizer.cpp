@@ -88,7 +88,7 @@ WordPieceTokenizer::WordPieceTokenizer(std::vector<std::string> vocab, bool lowe
   auto it = ids_.find("[UNK]");
   TS_CHECK(it != ids_.end(), "WordPieceTokenizer: the vocabulary has no [UNK] token");
   unk_ = it->second;
-  for (const char* s : {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"})
+  for (const std::string& s : kBertSpecialTokens)
     if (auto found = ids_.find(s); found != ids_.end()) added_.emplace_back(s, found->second);
 }
 

@@ -270,26 +270,33 @@ void Lamb::step() {
   });
 }
 
-double grad_norm(const std::vector<Tensor>& params) {
+double sum_of_squares(const std::vector<Tensor>& tensors) {
   NoGradGuard no_grad;
-  // Sums of squares of all gradients of one device and dtype in one multi-tensor launch
-  // (accumulated in double); one value per group comes back to the host.
   std::map<std::pair<std::string, DType>, std::vector<Tensor>> groups;
-  for (const Tensor& p : params) {
-    const Tensor g = p.grad();
-    if (g.defined()) groups[{g.device().str(), g.dtype()}].push_back(g);
-  }
+  for (const Tensor& t : tensors) groups[{t.device().str(), t.dtype()}].push_back(t);
   double total = 0.0;
-  bool all_double = true;
-  for (const auto& [key, grads] : groups) {
-    total += sum(sum_squares(grads)).item();
-    all_double = all_double && key.second == DType::Float64;
-  }
+  for (const auto& [key, group] : groups) total += sum(sum_squares(group)).item();
+  return total;
+}
+
+double norm_from_squares(double squares, bool float64_gradients) {
   // Like torch's clip_grad_norm_, the norm has the gradients' precision (float32 for float32
   // and 16-bit gradients): data-parallel ranks whose gradients differ in the last bits then
   // agree on the clipping coefficient instead of drifting apart through it.
-  const double norm = std::sqrt(total);
-  return all_double ? norm : static_cast<double>(static_cast<float>(norm));
+  const double norm = std::sqrt(squares);
+  return float64_gradients ? norm : static_cast<double>(static_cast<float>(norm));
+}
+
+double grad_norm(const std::vector<Tensor>& params) {
+  std::vector<Tensor> grads;
+  bool all_double = true;
+  for (const Tensor& p : params) {
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    all_double = all_double && g.dtype() == DType::Float64;
+    grads.push_back(std::move(g));
+  }
+  return norm_from_squares(sum_of_squares(grads), all_double);
 }
 
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {

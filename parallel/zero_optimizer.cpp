@@ -203,11 +203,11 @@ double ZeroOptimizer::prepare_master_grads(double scale) {
       const ShardLayout::Entry* e = layout_.find(g.names[k]);
       g.params[k].set_grad(master_grads_.narrow(0, e->offset, e->shard));
     }
-  // The norm as one process takes it (optim::grad_norm): squares summed in double, the root
-  // rounded to the gradients' float32, so that N ranks clip by the coefficient one process
-  // would (a float32 partial norm per rank made ZeRO's losses drift from one process's by
-  // 1e-6 in 20 steps, against dp's 1e-7).
-  auto squares = [](const Tensor& t) { return sum(sum_squares({t})).item(); };
+  // The norm as one process takes it (optim::grad_norm's halves): squares summed in double,
+  // the root rounded to the gradients' float32, so that N ranks clip by the coefficient one
+  // process would (a float32 partial norm per rank made ZeRO's losses drift from one
+  // process's by 1e-6 in 20 steps, against dp's 1e-7).
+  auto squares = [](const Tensor& t) { return optim::sum_of_squares({t}); };
   double total = 0;
   if (!options_.tensor_parallel_group) {
     total = group_->all_reduce_scalar(squares(master_grads_));
@@ -220,7 +220,7 @@ double ZeroOptimizer::prepare_master_grads(double scale) {
     replicated = group_->all_reduce_scalar(replicated);
     total = options_.tensor_parallel_group->all_reduce_scalar(shards) + replicated;
   }
-  return static_cast<double>(static_cast<float>(std::sqrt(total)));
+  return optim::norm_from_squares(total);
 }
 
 void ZeroOptimizer::scale_master_grads(double coef) {

@@ -92,7 +92,12 @@ class GPT2Tokenizer : public Tokenizer {
   std::unique_ptr<Merges> merges_;
 };
 
-// BERT's tokenizer: its special tokens ([PAD] [UNK] [CLS] [SEP] [MASK], those in the vocab)
+// BERT's special tokens: the ones its batches need, in the order Tessera appends them to a
+// character vocabulary (and that BertBatchSampler takes their ids in).
+inline const std::vector<std::string> kBertSpecialTokens{"[PAD]", "[UNK]", "[CLS]", "[SEP]",
+                                                         "[MASK]"};
+
+// BERT's tokenizer: its special tokens (kBertSpecialTokens, those in the vocab)
 // split out first, as BertTokenizerFast does; then basic tokenisation (clean, split on
 // whitespace and punctuation, CJK characters apart, optional lower-casing with accent
 // stripping via utf8proc), then greedy longest-match WordPiece with "##" continuations.

@@ -157,4 +157,11 @@ class Lamb : public Optimizer {
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
 double grad_norm(const std::vector<Tensor>& params);
 
+// The two halves of grad_norm, for norms whose squares are summed over ranks in between (ZeRO):
+// the sum of squares of the tensors' elements, accumulated in double (one multi-tensor launch
+// per device and dtype), and the root rounded to the gradients' precision (float32 unless all
+// are float64), as torch's clip_grad_norm_ gives it.
+double sum_of_squares(const std::vector<Tensor>& tensors);
+double norm_from_squares(double squares, bool float64_gradients = false);
+
 }  // namespace tessera::optim
