@@ -63,6 +63,11 @@ void load_hf_weights(PretrainedModel& model, const std::string& path,
   load_weights(model, HFWeightFiles(path), "'" + path + "'", file_key_of);
 }
 
+void load_hf_directory_weights(PretrainedModel& model, const std::string& dir) {
+  TS_CHECK(fs::is_directory(dir), "model directory '", dir, "' does not exist");
+  load_weights(model, HFWeightFiles::from_directory(dir), "the weights of '" + dir + "'", nullptr);
+}
+
 namespace {
 
 void load_weights(PretrainedModel& model, const HFWeightFiles& files, const std::string& what,

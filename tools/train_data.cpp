@@ -136,8 +136,8 @@ std::string sample_text(models::PretrainedModel& model, const io::TrainConfig& c
 std::unique_ptr<models::PretrainedModel> build_model(io::TrainConfig& cfg, int64_t vocab) {
   manual_seed(cfg.train.seed);
   auto model = model_from_train_config(cfg, vocab);
-  if (!cfg.model.init_from.empty())
-    model->load_state_dict(models::load_pretrained(cfg.model.init_from)->state_dict());
+  // (Into this model: a second one built to load them doubled the memory at start-up.)
+  if (!cfg.model.init_from.empty()) models::load_hf_directory_weights(*model, cfg.model.init_from);
   Device device = Device::parse(cfg.train.device);
   // "cuda" under a launcher: one GPU per rank on each machine, by local rank.
   if (cfg.train.device == "cuda" && parallel::launched_distributed())

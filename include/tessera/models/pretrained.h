@@ -72,6 +72,11 @@ std::unique_ptr<PretrainedModel> model_from_hf_config(const std::string& config_
 void load_hf_weights(PretrainedModel& model, const std::string& safetensors_path,
                      std::map<std::string, std::string>* file_key_of = nullptr);
 
+// Copies the weights of an HF model directory (model.safetensors, or the shards its
+// model.safetensors.index.json maps) into `model`, built for that directory's config.json:
+// load_pretrained without a second model (strict likewise).
+void load_hf_directory_weights(PretrainedModel& model, const std::string& dir);
+
 // Tessera-named tensors (named_parameters' names) under HF's names and layouts (GPT-2's
 // Conv1D weights transposed), for every weight the model maps; `source` names the map in
 // the error for a missing one.
