@@ -28,7 +28,7 @@ meson_status=$?
 stage_done "release tests"
 
 # The same suite built with clang under ASan + UBSan, and a short run of every fuzz target.
-./scripts/test_sanitizers.sh "${full[@]}" 5
+./scripts/test_sanitizers.sh "${full[@]}" 3
 sanitizer_status=$?
 stage_done "sanitizer build, tests and fuzzing"
 

@@ -100,7 +100,7 @@ PY
 for y in alias_self alias_map alias_bomb grid_huge grid_nocount int_overflow wrong_config wrong_path epochs_overflow non_utf8 deep; do
   want=$(case $y in
     alias_self|alias_map) echo "nested more than 64 deep (a self-referencing alias";;
-    alias_bomb) echo "expands to more than 1000000 values";;
+    alias_bomb) echo "expands to more than 100000 values";;
     grid_huge) echo "more than 100000 points (searcher.max_grid_points)";;
     grid_nocount) echo "needs a 'count'";;
     int_overflow) echo "lies within +-2^53";;
