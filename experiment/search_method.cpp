@@ -58,8 +58,7 @@ void RandomSearch::restore(const nlohmann::json& state, bool with_context) {
   if (with_context) restore_context(state.at("context"));
 }
 
-GridSearch::GridSearch(std::shared_ptr<SearchContext> c, int64_t max_concurrent,
-                       int64_t max_points)
+GridSearch::GridSearch(std::shared_ptr<SearchContext> c, int64_t max_concurrent, int64_t max_points)
     : SearchMethod(std::move(c)), max_concurrent_(max_concurrent), max_points_(max_points) {
   grid_point_count(context_->hparams, max_points_);
 }

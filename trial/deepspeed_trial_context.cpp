@@ -52,9 +52,9 @@ int64_t DeepSpeedTrialContext::engine_global_batch_size() const {
 
 io::TrainConfig DeepSpeedTrialContext::deepspeed_config(const std::string& base_path,
                                                         const nlohmann::json& overrides) const {
-  io::TrainConfig c = io::TrainConfig::parse(
-      overwrite_deepspeed_config(base_path, overrides).dump(), mpu_.data_parallel_world_size,
-      base_path);
+  io::TrainConfig c =
+      io::TrainConfig::parse(overwrite_deepspeed_config(base_path, overrides).dump(),
+                             mpu_.data_parallel_world_size, base_path);
   TS_CHECK(c.pipeline.stages == 1, base_path, ": pipeline.stages ", c.pipeline.stages,
            ": DeepSpeedTrial's engines do not run pipelines yet (tessera train does)");
   return c;

@@ -45,7 +45,11 @@ class Node {
  public:
   Node(YAML::Node n, std::string path, const std::string& source, std::vector<std::string>& warn,
        WalkBudget& budget)
-      : n_(std::move(n)), path_(std::move(path)), source_(source), warnings_(warn), budget_(budget) {
+      : n_(std::move(n)),
+        path_(std::move(path)),
+        source_(source),
+        warnings_(warn),
+        budget_(budget) {
     if (!n_.IsMap()) fail(where(n_), ": '", path_.empty() ? "the file" : path_, "' must be a map");
   }
   std::string key(const std::string& k) const { return path_.empty() ? k : path_ + "." + k; }
@@ -462,9 +466,8 @@ ExperimentConfig parse_document(const YAML::Node& doc, const std::string& source
   TS_CHECK(c.searcher.max_length.unit != Length::Epochs || c.records_per_epoch, source,
            ": 'searcher.max_length' is in epochs, which needs 'records_per_epoch'");
   // Every length in records fits an int64 (an error now, not a wrapped count later).
-  for (const std::optional<Length>& l :
-       {std::optional<Length>(c.searcher.max_length), c.min_validation_period,
-        c.min_checkpoint_period})
+  for (const std::optional<Length>& l : {std::optional<Length>(c.searcher.max_length),
+                                         c.min_validation_period, c.min_checkpoint_period})
     if (l && (l->unit != Length::Epochs || c.records_per_epoch)) c.batches(*l, 1);
   root.warn_unknown();
   return c;
@@ -479,7 +482,9 @@ ExperimentConfig ExperimentConfig::from_file(const std::string& path) {
 }
 
 namespace {
-int64_t ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0); }  // a >= 0, b > 0
+int64_t ceil_div(int64_t a, int64_t b) {
+  return a / b + (a % b != 0);
+}  // a >= 0, b > 0
 }  // namespace
 
 int64_t ExperimentConfig::batches(const Length& length, int64_t global_batch_size) const {

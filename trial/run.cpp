@@ -50,7 +50,7 @@ struct Args {
   std::string config_path;
   int64_t trial_id = 1;
   nlohmann::json hparams;
-  std::string trial_dir;  // "": trial_directory(config, trial_id)
+  std::string trial_dir;        // "": trial_directory(config, trial_id)
   std::string experiment_uuid;  // the runner's experiment; "" for a trial run on its own
   std::string device = "cpu";
   bool json = false, quiet = false, searcher_stdin = false;
