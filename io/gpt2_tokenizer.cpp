@@ -168,14 +168,6 @@ void match_pieces(const pcre2_code* code, std::string_view text, Piece&& piece,
   }
 }
 
-}  // namespace
-
-void GPT2Tokenizer::for_each_piece(std::string_view text,
-                                   const std::function<void(size_t, size_t)>& piece) const {
-  match_pieces(regex_->code, text, piece);
-}
-
-namespace {
 void check_utf8(std::string_view text) {
   if (const auto bad = first_invalid_utf8(text))
     fail("GPT2Tokenizer: the text is not UTF-8 (an invalid byte sequence at offset ", *bad, ")");

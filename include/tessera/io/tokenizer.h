@@ -74,10 +74,6 @@ class GPT2Tokenizer : public Tokenizer {
   std::vector<std::string> pretokenize(const std::string& text, bool pcre2_only = false) const;
 
  private:
-  // Calls `piece(begin, end)` for each pre-tokenised piece of `text`, which the caller has
-  // checked to be UTF-8 once (PCRE2 checking it at every match made tokenising quadratic).
-  void for_each_piece(std::string_view text,
-                      const std::function<void(size_t, size_t)>& piece) const;
   struct WordCache;
   // Appends the ids of `text`, which holds no added token.
   void encode_ordinary(std::string_view text, WordCache& cache, std::vector<int64_t>& ids) const;
