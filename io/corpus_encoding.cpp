@@ -1,5 +1,6 @@
 #include "tessera/io/corpus_encoding.h"
 
+#include <omp.h>
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -23,15 +24,26 @@ size_t automatic_chunk_bytes(size_t total, size_t workers) {
   return std::clamp<size_t>(total / (8 * workers), size_t{64} << 10, size_t{1} << 20);
 }
 
+// Whether an occurrence of a text in `whole` holds text[nl] and text[nl + 1] (one of its '\n'
+// aligned with the one at nl, and more of it after).
+bool inside_whole(const std::string& text, size_t nl, const std::vector<std::string>& whole) {
+  for (const std::string& w : whole)
+    for (size_t j = w.find('\n'); j != std::string::npos && j + 1 < w.size();
+         j = w.find('\n', j + 1))
+      if (nl >= j && text.compare(nl - j, w.size(), w) == 0) return true;
+  return false;
+}
+
 }  // namespace
 
-std::vector<size_t> corpus_cuts(const std::string& text, size_t chunk_bytes) {
+std::vector<size_t> corpus_cuts(const std::string& text, size_t chunk_bytes,
+                                const std::vector<std::string>& whole) {
   std::vector<size_t> cuts{0};
   size_t at = chunk_bytes;
   while (at < text.size()) {
     const size_t nl = text.find('\n', at);
     if (nl == std::string::npos || nl + 1 >= text.size()) break;
-    if (nl >= 1 && solid(text[nl - 1]) && solid(text[nl + 1])) {
+    if (nl >= 1 && solid(text[nl - 1]) && solid(text[nl + 1]) && !inside_whole(text, nl, whole)) {
       cuts.push_back(nl + 1);
       at = nl + 1 + chunk_bytes;
     } else {
@@ -45,10 +57,12 @@ std::vector<size_t> corpus_cuts(const std::string& text, size_t chunk_bytes) {
 std::vector<int64_t> encode_corpus(const Tokenizer& tokenizer, const std::string& text,
                                    const EncodeProgress& progress, int threads,
                                    size_t chunk_bytes) {
-  const size_t workers = threads > 0 ? static_cast<size_t>(threads)
-                                     : std::max<size_t>(1, std::thread::hardware_concurrency());
+  // OpenMP's count by default: OMP_NUM_THREADS, or this run's share of the machine's cores
+  // (parallel::join_host_share), as the training step will use.
+  const size_t workers =
+      static_cast<size_t>(threads > 0 ? threads : std::max(1, omp_get_max_threads()));
   if (chunk_bytes == 0) chunk_bytes = automatic_chunk_bytes(text.size(), workers);
-  const std::vector<size_t> cuts = corpus_cuts(text, chunk_bytes);
+  const std::vector<size_t> cuts = corpus_cuts(text, chunk_bytes, tokenizer.added_token_texts());
   const size_t chunks = cuts.size() - 1;
   std::vector<std::vector<int64_t>> parts(chunks);
   // Workers take the next chunk as they finish one; this thread reports progress as chunks

@@ -273,6 +273,12 @@ Tokenizer::Encoder GPT2Tokenizer::encoder() const {
   };
 }
 
+std::vector<std::string> GPT2Tokenizer::added_token_texts() const {
+  std::vector<std::string> texts;
+  for (const auto& [text, id] : added_) texts.push_back(text);
+  return texts;
+}
+
 std::string GPT2Tokenizer::decode(const std::vector<int64_t>& ids) const {
   std::string bytes, symbols;  // symbols: byte-level text not yet turned back into bytes
   auto flush = [&] {

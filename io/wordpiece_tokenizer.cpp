@@ -144,6 +144,12 @@ std::vector<int64_t> WordPieceTokenizer::encode(const std::string& text) const {
   return ids;
 }
 
+std::vector<std::string> WordPieceTokenizer::added_token_texts() const {
+  std::vector<std::string> texts;
+  for (const auto& [text, id] : added_) texts.push_back(text);
+  return texts;
+}
+
 void WordPieceTokenizer::encode_ordinary(std::string_view text, std::vector<int64_t>& ids) const {
   for (const std::string& word : basic_tokenize(std::string(text))) {
     const std::vector<int32_t> cps = codepoints(word);

@@ -4,6 +4,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <unordered_map>
 
 #include <algorithm>
 
@@ -202,6 +205,34 @@ TEST_CASE("encode_corpus: chunked on several threads, the same ids as one pass")
   CHECK(io::encode_corpus(tok, text, nullptr, 3, 256) == one);
   CHECK(io::encode_corpus(tok, text, nullptr, 1, 1 << 20) == one);
   CHECK(io::encode_corpus(tok, text, nullptr, 2) == one);  // automatic chunk size
+  // An added token holding a newline is never cut: "x\nW" places inside it are passed over.
+  {
+    auto vocab = nlohmann::json::parse(
+                     io::read_text_file(TESSERA_FIXTURES_DIR "/tokenizers/gpt2-bpe/vocab.json"))
+                     .get<std::unordered_map<std::string, int64_t>>();
+    const std::string added = "end.\nBEGIN";
+    vocab[added] = static_cast<int64_t>(vocab.size());
+    std::vector<std::pair<std::string, std::string>> merges;
+    std::istringstream m(
+        io::read_text_file(TESSERA_FIXTURES_DIR "/tokenizers/gpt2-bpe/merges.txt"));
+    for (std::string line; std::getline(m, line);)
+      if (!line.empty() && line[0] != '#') {
+        const size_t sp = line.find(' ');
+        merges.emplace_back(line.substr(0, sp), line.substr(sp + 1));
+      }
+    const io::GPT2Tokenizer with_added(vocab, merges, {added});
+    std::string doc;
+    for (int i = 0; i < 300; ++i)  // (lines of varied lengths: the cuts land everywhere)
+      doc += "line " + std::string(i % 13, 'x') + " end.\nBEGIN here\n";
+    const std::vector<int64_t> whole = with_added.encode(doc);
+    CHECK(std::count(whole.begin(), whole.end(), vocab[added]) == 300);
+    for (size_t cut : io::corpus_cuts(doc, 64, with_added.added_token_texts()))
+      CHECK((cut == 0 || cut == doc.size() || doc.compare(cut, 5, "BEGIN") != 0));
+    int cuts_inside = 0;  // (without the added tokens)
+    for (size_t cut : io::corpus_cuts(doc, 64)) cuts_inside += doc.compare(cut, 5, "BEGIN") == 0;
+    CHECK(cuts_inside > 10);
+    CHECK(io::encode_corpus(with_added, doc, nullptr, 2, 64) == whole);
+  }
   // One encoder for many texts (its word cache carried over) gives encode()'s ids for each,
   // whatever came before.
   const io::Tokenizer::Encoder encoder = tok.encoder();

@@ -26,6 +26,9 @@ class Tokenizer {
   virtual Encoder encoder() const {
     return [this](std::string_view text) { return encode(std::string(text)); };
   }
+  // The texts split out whole before anything else (added and special tokens): a corpus cut
+  // inside one would change the ids.
+  virtual std::vector<std::string> added_token_texts() const { return {}; }
 };
 
 // One id per distinct UTF-8 character, in sorted order (nanoGPT's shakespeare_char scheme).
@@ -67,6 +70,7 @@ class GPT2Tokenizer : public Tokenizer {
   GPT2Tokenizer(GPT2Tokenizer&&) noexcept;
   std::vector<int64_t> encode(const std::string& text) const override;
   Encoder encoder() const override;  // keeps its word cache between calls
+  std::vector<std::string> added_token_texts() const override;
   std::string decode(const std::vector<int64_t>& ids) const override;
   int64_t vocab_size() const override { return static_cast<int64_t>(id_to_token_.size()); }
   // The pre-tokenised pieces of `text` (exposed for tests); `pcre2_only` leaves out the ASCII
@@ -102,6 +106,7 @@ class WordPieceTokenizer : public Tokenizer {
   static WordPieceTokenizer from_file(const std::string& vocab_txt, bool lower_case = true);
   WordPieceTokenizer(std::vector<std::string> vocab, bool lower_case = true);
   std::vector<int64_t> encode(const std::string& text) const override;  // no [CLS]/[SEP]
+  std::vector<std::string> added_token_texts() const override;
   std::string decode(const std::vector<int64_t>& ids) const override;
   int64_t vocab_size() const override { return static_cast<int64_t>(vocab_.size()); }
   std::vector<std::string> basic_tokenize(const std::string& text) const;
