@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "cpu_types.h"
+#include "flushed_exp.h"
 #include "parallel.h"
 
 namespace tessera::cpu {
@@ -15,6 +16,19 @@ namespace {
 void check_target(int64_t t, int64_t row, int64_t C, int64_t ignore) {
   TS_CHECK(t == ignore || (t >= 0 && t < C), "cross_entropy: target ", t, " at position ", row,
            " is out of range for ", C, " classes (ignore_index is ", ignore, ")");
+}
+
+// The sum over a row of exp(x - m), in the compute type: float rows through Eigen's vectorised
+// exp and sum (an order fixed by the row's length, never by the threads).
+template <class T>
+compute_t<T> sum_exp(const T* xr, int64_t C, compute_t<T> m) {
+  if constexpr (std::is_same_v<T, float>) {
+    return exp_flush_subnormal(Eigen::Map<const Eigen::ArrayXf>(xr, C) - m).sum();
+  } else {
+    compute_t<T> s = 0;
+    for (int64_t j = 0; j < C; ++j) s += std::exp(compute_t<T>(load(xr[j])) - m);
+    return s;
+  }
 }
 
 template <class T>
@@ -38,9 +52,7 @@ struct CrossEntropy {
                        m = std::max(m, A(load(xr[j])));
                        sum_x += A(load(xr[j]));
                      }
-                     A s = 0;
-                     for (int64_t j = 0; j < C; ++j) s += std::exp(A(load(xr[j])) - m);
-                     const A lse = m + std::log(s);
+                     const A lse = m + std::log(sum_exp(xr, C, m));
                      lse_out[r] = lse;
                      if (tgt[r] == ignore) {
                        loss[r] = 0;
@@ -65,23 +77,32 @@ struct CrossEntropyBackward {
     T* dx = c.outputs[0].data<T>();
     const int64_t ignore = c.attrs.index;
     const A eps = static_cast<A>(c.attrs.scalar);
-    parallel_for(N, std::max<int64_t>(1, 8192 / std::max<int64_t>(C, 1)),
-                 [&](int64_t b, int64_t e) {
-                   for (int64_t r = b; r < e; ++r) {
-                     T* dr = dx + r * C;
-                     if (tgt[r] == ignore) {
-                       for (int64_t j = 0; j < C; ++j) dr[j] = T(0);
-                       continue;
-                     }
-                     const T* xr = x + r * C;
-                     const A sc = scale[r], uniform = eps / A(C);
-                     for (int64_t j = 0; j < C; ++j) {
-                       const A p = std::exp(A(load(xr[j])) - lse[r]);
-                       const A target = (j == tgt[r] ? A(1) - eps : A(0)) + uniform;
-                       dr[j] = T(sc * (p - target));
-                     }
-                   }
-                 });
+    parallel_for(
+        N, std::max<int64_t>(1, 8192 / std::max<int64_t>(C, 1)), [&](int64_t b, int64_t e) {
+          for (int64_t r = b; r < e; ++r) {
+            T* dr = dx + r * C;
+            if (tgt[r] == ignore) {
+              for (int64_t j = 0; j < C; ++j) dr[j] = T(0);
+              continue;
+            }
+            const T* xr = x + r * C;
+            const A sc = scale[r], uniform = eps / A(C);
+            if constexpr (std::is_same_v<T, float>) {
+              // (Eigen's vectorised exp: a GPT-2 vocabulary's row is 50,257 of them;
+              // measured 5.2% of a GPT-2 124M step on 2 cores before, 1% after.)
+              Eigen::Map<Eigen::ArrayXf>(dr, C) =
+                  sc *
+                  (exp_flush_subnormal(Eigen::Map<const Eigen::ArrayXf>(xr, C) - lse[r]) - uniform);
+              dr[tgt[r]] -= sc * (A(1) - eps);
+            } else {
+              for (int64_t j = 0; j < C; ++j) {
+                const A p = std::exp(A(load(xr[j])) - lse[r]);
+                const A target = (j == tgt[r] ? A(1) - eps : A(0)) + uniform;
+                dr[j] = T(sc * (p - target));
+              }
+            }
+          }
+        });
   }
 };
 
