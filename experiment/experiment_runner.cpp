@@ -18,6 +18,7 @@
 #include "tessera/experiment/checkpoint_gc.h"
 #include "tessera/experiment/search_method.h"
 #include "tessera/experiment/trial_process.h"
+#include "tessera/trial/checkpoint_index.h"
 #include "tessera/trial/experiment_config.h"
 
 namespace fs = std::filesystem;
@@ -39,6 +40,7 @@ struct TrialRun {
   std::unique_ptr<MetricsTail> tail;
   int64_t last_training = -1, last_validation = -1;  // batches of the last reports stored
   std::set<std::string> checkpoints;                 // the uuids the store has
+  std::string index_error;  // why its checkpoints.json was last unreadable (said once)
   StopReason stop = StopReason::None;
   std::string state = "ACTIVE";
   int64_t restarts = 0;
@@ -281,22 +283,29 @@ void ExperimentRunner::Impl::on_validation(TrialRun& t, const nlohmann::json& me
 // The store's checkpoints of the trial follow its checkpoints.json (the trial deletes what
 // checkpoint_storage does not keep).
 void ExperimentRunner::Impl::sync_checkpoints(TrialRun& t) {
-  const nlohmann::json index = read_checkpoint_index(t.dir);
+  trial::CheckpointIndex index;
+  try {
+    index = trial::CheckpointIndex::read(t.dir);
+  } catch (const Error& e) {  // (the trial writes it atomically: damaged on disk, not in flight)
+    if (t.index_error != e.what())
+      log("trial " + std::to_string(t.request_id) +
+          ": its checkpoints are not followed: " + e.what());
+    t.index_error = e.what();
+    return;  // the store keeps what it had
+  }
+  t.index_error.clear();
   std::set<std::string> now;
-  for (const auto& e : index["checkpoints"]) {
-    const std::string uuid = e.value("uuid", "");
-    if (uuid.empty()) continue;
-    now.insert(uuid);
-    if (t.checkpoints.count(uuid)) continue;
+  for (const trial::CheckpointIndexEntry& e : index.checkpoints) {
+    now.insert(e.uuid);
+    if (t.checkpoints.count(e.uuid)) continue;
     CheckpointRecord c;
-    c.uuid = uuid;
-    c.path = (fs::path(t.dir) / "checkpoints" / uuid).string();
+    c.uuid = e.uuid;
+    c.path = (fs::path(t.dir) / "checkpoints" / e.uuid).string();
     c.trial_id = t.id;
-    c.batches = e.value("batches", int64_t{0});
-    if (e.contains("searcher_metric") && e["searcher_metric"].is_number())
-      c.metrics = {{config.searcher.metric, e["searcher_metric"]}};
+    c.batches = e.batches;
+    if (e.searcher_metric) c.metrics = {{config.searcher.metric, *e.searcher_metric}};
     store.add_checkpoint(c);
-    t.checkpoints.insert(uuid);
+    t.checkpoints.insert(e.uuid);
   }
   for (auto it = t.checkpoints.begin(); it != t.checkpoints.end();) {
     if (now.count(*it)) {
@@ -374,7 +383,12 @@ void ExperimentRunner::Impl::collect_checkpoints() {
   for (auto& [r, t] : trials)
     for (const std::string& uuid : doomed)
       if (t.checkpoints.erase(uuid)) {
-        delete_trial_checkpoint(t.dir, uuid);
+        try {
+          delete_trial_checkpoint(t.dir, uuid);
+        } catch (const Error& e) {
+          log("trial " + std::to_string(t.request_id) + ": checkpoint " + uuid +
+              " kept on disk: " + e.what());
+        }
         store.delete_checkpoint(uuid);
       }
 }

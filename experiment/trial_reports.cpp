@@ -1,10 +1,9 @@
 #include "trial_reports.h"
 
-#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
-#include "tessera/io/files.h"
+#include "tessera/trial/checkpoint_index.h"
 
 namespace fs = std::filesystem;
 
@@ -28,26 +27,10 @@ std::vector<nlohmann::json> MetricsTail::read_new() {
   return out;
 }
 
-nlohmann::json read_checkpoint_index(const std::string& trial_dir) {
-  nlohmann::json empty = {{"latest", nullptr}, {"checkpoints", nlohmann::json::array()}};
-  std::ifstream in(fs::path(trial_dir) / "checkpoints.json");
-  if (!in) return empty;
-  auto j = nlohmann::json::parse(in, nullptr, false);  // written atomically: whole or absent
-  if (j.is_discarded() || !j.is_object() || !j.contains("checkpoints") ||
-      !j["checkpoints"].is_array())
-    return empty;
-  return j;
-}
-
 void delete_trial_checkpoint(const std::string& trial_dir, const std::string& uuid) {
-  nlohmann::json index = read_checkpoint_index(trial_dir);
-  auto& list = index["checkpoints"];
-  list.erase(std::remove_if(list.begin(), list.end(),
-                            [&](const nlohmann::json& e) { return e.value("uuid", "") == uuid; }),
-             list.end());
-  if (index["latest"] == uuid) index["latest"] = nullptr;
-  io::write_file_atomically((fs::path(trial_dir) / "checkpoints.json").string(),
-                            [&](std::ostream& out) { out << index.dump(1) << "\n"; });
+  trial::CheckpointIndex index = trial::CheckpointIndex::read(trial_dir);
+  index.remove(uuid);
+  index.write(trial_dir);
   fs::remove_all(fs::path(trial_dir) / "checkpoints" / uuid);
 }
 

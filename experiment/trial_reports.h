@@ -1,5 +1,6 @@
 // Reading what a trial process writes into its directory while it runs (trial_harness.h lists
-// the files): new lines of metrics.jsonl and the checkpoint index. Private to experiment/.
+// the files): new lines of metrics.jsonl; an ended trial's checkpoints deleted. Private to
+// experiment/.
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -22,12 +23,9 @@ class MetricsTail {
   std::uintmax_t offset_ = 0;
 };
 
-// The trial's checkpoints.json: {"latest": uuid, "checkpoints": [{"uuid", "batches", ...}]}
-// (an empty list when there is none yet).
-nlohmann::json read_checkpoint_index(const std::string& trial_dir);
-
-// Drops checkpoint `uuid` from the trial's index (atomically rewritten; "latest" becomes null
-// if it was that one) and deletes its directory: for an ended trial's collected checkpoints.
+// Drops checkpoint `uuid` from the ended trial's index (trial/checkpoint_index.h; atomically
+// rewritten, "latest" becoming null if it was that one), then deletes its directory: for an
+// ended trial's collected checkpoints. An unreadable index is an Error and nothing is deleted.
 void delete_trial_checkpoint(const std::string& trial_dir, const std::string& uuid);
 
 }  // namespace tessera::experiment

@@ -13,6 +13,7 @@
 #include "tessera/io/json_fields.h"
 #include "tessera/io/safetensors.h"
 #include "tessera/rng.h"
+#include "tessera/trial/checkpoint_index.h"
 
 namespace tessera::trial {
 
@@ -20,54 +21,45 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kIndex = "checkpoints.json";
-
-nlohmann::json read_index(const fs::path& path) {
-  if (!fs::exists(path)) return {{"latest", nullptr}, {"checkpoints", nlohmann::json::array()}};
-  nlohmann::json index = io::JsonFields::parse_file(path.string());
-  TS_CHECK(index.is_object() && index.contains("checkpoints") && index["checkpoints"].is_array(),
-           io::quoted(path.string()), ": not a checkpoint index (no 'checkpoints' list)");
-  return index;
-}
-
 void write_json_atomically(const fs::path& path, const nlohmann::json& j) {
   io::write_file_atomically(path.string(), [&](std::ostream& out) { out << j.dump(1) << "\n"; });
 }
 
 // The checkpoints checkpoint_storage keeps: the latest, the save_trial_latest newest and the
 // save_trial_best best by the searcher metric (of the validation at their batch).
-std::set<std::string> kept(const nlohmann::json& list, const ExperimentConfig& c,
+std::set<std::string> kept(const std::vector<CheckpointIndexEntry>& list, const ExperimentConfig& c,
                            const std::string& latest) {
-  std::vector<const nlohmann::json*> by_batch, by_metric;
+  std::vector<const CheckpointIndexEntry*> by_batch, by_metric;
   for (const auto& e : list) {
     by_batch.push_back(&e);
-    if (e["searcher_metric"].is_number()) by_metric.push_back(&e);
+    if (e.searcher_metric) by_metric.push_back(&e);
   }
-  std::stable_sort(by_batch.begin(), by_batch.end(), [](auto* a, auto* b) {
-    return (*a)["batches"].template get<int64_t>() > (*b)["batches"].template get<int64_t>();
-  });
+  using Entry = const CheckpointIndexEntry*;
+  std::stable_sort(by_batch.begin(), by_batch.end(),
+                   [](Entry a, Entry b) { return a->batches > b->batches; });
   const bool smaller = c.searcher.smaller_is_better;
-  std::stable_sort(by_metric.begin(), by_metric.end(), [&](auto* a, auto* b) {
-    const double x = (*a)["searcher_metric"], y = (*b)["searcher_metric"];
+  std::stable_sort(by_metric.begin(), by_metric.end(), [&](Entry a, Entry b) {
+    const double x = *a->searcher_metric, y = *b->searcher_metric;
     return smaller ? x < y : x > y;
   });
   std::set<std::string> keep{latest};
   const auto& st = c.checkpoint_storage;
   for (size_t i = 0; i < by_batch.size() && static_cast<int64_t>(i) < st.save_trial_latest; ++i)
-    keep.insert((*by_batch[i])["uuid"].get<std::string>());
+    keep.insert(by_batch[i]->uuid);
   for (size_t i = 0; i < by_metric.size() && static_cast<int64_t>(i) < st.save_trial_best; ++i)
-    keep.insert((*by_metric[i])["uuid"].get<std::string>());
+    keep.insert(by_metric[i]->uuid);
   return keep;
 }
 
 }  // namespace
 
 std::optional<std::string> TrialHarness::Run::find_latest() const {
-  const nlohmann::json index = read_index(fs::path(trial_dir) / kIndex);
-  if (!index["latest"].is_string()) return std::nullopt;
-  const std::string uuid = index["latest"];
+  const CheckpointIndex index = CheckpointIndex::read(trial_dir);
+  if (!index.latest) return std::nullopt;
+  const std::string uuid = *index.latest;
   const fs::path dir = fs::path(trial_dir) / "checkpoints" / uuid;
-  TS_CHECK(fs::is_directory(dir), io::quoted((fs::path(trial_dir) / kIndex).string()),
+  TS_CHECK(fs::is_directory(dir),
+           io::quoted((fs::path(trial_dir) / CheckpointIndex::kFileName).string()),
            ": its latest checkpoint ", io::quoted(dir.string()), " is missing");
   return uuid;
 }
@@ -126,24 +118,21 @@ void TrialHarness::Run::checkpoint() {
     fs::remove_all(final_dir);
     fs::rename(tmp, final_dir);
 
-    const fs::path index_path = fs::path(trial_dir) / kIndex;
-    nlohmann::json index = read_index(index_path);
+    CheckpointIndex index = CheckpointIndex::read(trial_dir);
     const auto& metric = context.get_experiment_config().searcher.metric;
-    const bool validated = validation_current() && last_validation.contains(metric);
-    index["checkpoints"].push_back(
-        {{"uuid", uuid},
-         {"batches", state.batches_trained},
-         {"searcher_metric", validated ? last_validation[metric] : nlohmann::json()}});
-    index["latest"] = uuid;
+    const bool validated = validation_current() && last_validation.contains(metric) &&
+                           last_validation[metric].is_number();
+    index.checkpoints.push_back(
+        {uuid, state.batches_trained,
+         validated ? std::optional<double>(last_validation[metric].get<double>()) : std::nullopt});
+    index.latest = uuid;
     const std::set<std::string> keep =
-        kept(index["checkpoints"], context.get_experiment_config(), uuid);
-    nlohmann::json list = nlohmann::json::array();
+        kept(index.checkpoints, context.get_experiment_config(), uuid);
     std::vector<std::string> dropped;
-    for (const auto& e : index["checkpoints"])
-      (keep.count(e["uuid"].get<std::string>()) ? list.push_back(e)
-                                                : dropped.push_back(e["uuid"].get<std::string>()));
-    index["checkpoints"] = list;
-    write_json_atomically(index_path, index);  // the new latest is loadable from here on
+    for (const auto& e : index.checkpoints)
+      if (!keep.count(e.uuid)) dropped.push_back(e.uuid);
+    for (const auto& d : dropped) index.remove(d);
+    index.write(trial_dir);  // the new latest is loadable from here on
     for (const auto& d : dropped) fs::remove_all(fs::path(trial_dir) / "checkpoints" / d);
   }
   if (context.distributed.size > 1) group.barrier();
