@@ -18,12 +18,24 @@ void check_target(int64_t t, int64_t row, int64_t C, int64_t ignore) {
            " is out of range for ", C, " classes (ignore_index is ", ignore, ")");
 }
 
+// exp(x - shift) of a float row into an aligned buffer of this thread's, so that which elements
+// take Eigen's vectorised path (and which a scalar one) depends on C alone, never on where the
+// row starts in memory: ranks holding a shard of the batch see a sample's logits at another
+// address than one process does (tests/backends/cpu/test_kernel_semantics.cpp checks the bits).
+const Eigen::ArrayXf& row_exp(const float* xr, int64_t C, float shift) {
+  thread_local Eigen::ArrayXf buf;
+  buf.resize(C);
+  buf = Eigen::Map<const Eigen::ArrayXf>(xr, C) - shift;
+  buf = exp_flush_subnormal(buf);
+  return buf;
+}
+
 // The sum over a row of exp(x - m), in the compute type: float rows through Eigen's vectorised
-// exp and sum (an order fixed by the row's length, never by the threads).
+// exp and sum (an order fixed by the row's length, never by the threads or the row's address).
 template <class T>
 compute_t<T> sum_exp(const T* xr, int64_t C, compute_t<T> m) {
   if constexpr (std::is_same_v<T, float>) {
-    return exp_flush_subnormal(Eigen::Map<const Eigen::ArrayXf>(xr, C) - m).sum();
+    return row_exp(xr, C, m).sum();
   } else {
     compute_t<T> s = 0;
     for (int64_t j = 0; j < C; ++j) s += std::exp(compute_t<T>(load(xr[j])) - m);
@@ -77,32 +89,30 @@ struct CrossEntropyBackward {
     T* dx = c.outputs[0].data<T>();
     const int64_t ignore = c.attrs.index;
     const A eps = static_cast<A>(c.attrs.scalar);
-    parallel_for(
-        N, std::max<int64_t>(1, 8192 / std::max<int64_t>(C, 1)), [&](int64_t b, int64_t e) {
-          for (int64_t r = b; r < e; ++r) {
-            T* dr = dx + r * C;
-            if (tgt[r] == ignore) {
-              for (int64_t j = 0; j < C; ++j) dr[j] = T(0);
-              continue;
-            }
-            const T* xr = x + r * C;
-            const A sc = scale[r], uniform = eps / A(C);
-            if constexpr (std::is_same_v<T, float>) {
-              // (Eigen's vectorised exp: a GPT-2 vocabulary's row is 50,257 of them;
-              // measured 5.2% of a GPT-2 124M step on 2 cores before, 1% after.)
-              Eigen::Map<Eigen::ArrayXf>(dr, C) =
-                  sc *
-                  (exp_flush_subnormal(Eigen::Map<const Eigen::ArrayXf>(xr, C) - lse[r]) - uniform);
-              dr[tgt[r]] -= sc * (A(1) - eps);
-            } else {
-              for (int64_t j = 0; j < C; ++j) {
-                const A p = std::exp(A(load(xr[j])) - lse[r]);
-                const A target = (j == tgt[r] ? A(1) - eps : A(0)) + uniform;
-                dr[j] = T(sc * (p - target));
-              }
-            }
-          }
-        });
+    parallel_for(N, std::max<int64_t>(1, 8192 / std::max<int64_t>(C, 1)),
+                 [&](int64_t b, int64_t e) {
+                   for (int64_t r = b; r < e; ++r) {
+                     T* dr = dx + r * C;
+                     if (tgt[r] == ignore) {
+                       for (int64_t j = 0; j < C; ++j) dr[j] = T(0);
+                       continue;
+                     }
+                     const T* xr = x + r * C;
+                     const A sc = scale[r], uniform = eps / A(C);
+                     if constexpr (std::is_same_v<T, float>) {
+                       // (Eigen's vectorised exp: a GPT-2 vocabulary's row is 50,257 of them;
+                       // measured 5.2% of a GPT-2 124M step on 2 cores before, 1% after.)
+                       Eigen::Map<Eigen::ArrayXf>(dr, C) = sc * (row_exp(xr, C, lse[r]) - uniform);
+                       dr[tgt[r]] -= sc * (A(1) - eps);
+                     } else {
+                       for (int64_t j = 0; j < C; ++j) {
+                         const A p = std::exp(A(load(xr[j])) - lse[r]);
+                         const A target = (j == tgt[r] ? A(1) - eps : A(0)) + uniform;
+                         dr[j] = T(sc * (p - target));
+                       }
+                     }
+                   }
+                 });
   }
 };
 
