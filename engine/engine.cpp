@@ -374,7 +374,7 @@ StepStats Engine::step(const LrKwargs& lr_kwargs) {
     global_grad_norm_ = st.grad_norm;
     st.overflow = !std::isfinite(st.grad_norm);
     if (!st.overflow && config_.gradient_clipping > 0) {
-      const double coef = config_.gradient_clipping / (st.grad_norm + 1e-6);
+      const double coef = optim::clip_coefficient(st.grad_norm, config_.gradient_clipping);
       if (coef < 1.0) zero_->scale_master_grads(coef);
     }
     timers_.stop(EngineTimers::OptimizerGradients, gradients);
@@ -394,7 +394,7 @@ StepStats Engine::step(const LrKwargs& lr_kwargs) {
       global_grad_norm_ = st.grad_norm;
       st.overflow = !std::isfinite(st.grad_norm);
       if (!st.overflow && config_.gradient_clipping > 0)
-        coef = std::min(1.0, config_.gradient_clipping / (st.grad_norm + 1e-6));
+        coef = optim::clip_coefficient(st.grad_norm, config_.gradient_clipping);
     }
     optimizer().set_grad_scale(unscale * coef);
   }

@@ -20,6 +20,7 @@
 #include "tessera/experiment/trial_process.h"
 #include "tessera/trial/checkpoint_index.h"
 #include "tessera/trial/experiment_config.h"
+#include "tessera/trial/metrics_report.h"
 
 namespace fs = std::filesystem;
 
@@ -37,7 +38,7 @@ struct TrialRun {
   nlohmann::json hparams;
   std::string dir;
   std::unique_ptr<TrialProcess> process;
-  std::unique_ptr<MetricsTail> tail;
+  std::unique_ptr<trial::MetricsTail> tail;
   int64_t last_training = -1, last_validation = -1;  // batches of the last reports stored
   std::set<std::string> checkpoints;                 // the uuids the store has
   std::string index_error;  // why its checkpoints.json was last unreadable (said once)
@@ -206,7 +207,7 @@ void ExperimentRunner::Impl::launch(TrialRun& t) {
   if (!files.uuid.empty()) program.insert(program.end(), {"--experiment-uuid", files.uuid});
   if (!options.device.empty()) program.insert(program.end(), {"--device", options.device});
   const std::vector<std::string> argv = trial_command_line(config, program, job_name(t));
-  t.tail = std::make_unique<MetricsTail>((fs::path(t.dir) / "metrics.jsonl").string());
+  t.tail = std::make_unique<trial::MetricsTail>(t.dir);
   t.process = std::make_unique<TrialProcess>(argv, (fs::path(t.dir) / "trial.log").string());
   t.stop = StopReason::None;
   set_trial_state(t, "ACTIVE");
@@ -242,22 +243,20 @@ void ExperimentRunner::Impl::launch_queued() {
 
 void ExperimentRunner::Impl::read_reports(TrialRun& t) {
   if (!t.tail) return;
-  for (const nlohmann::json& line : t.tail->read_new()) {
-    const std::string type = line.value("type", "");
-    const int64_t batches = line.value("batches", int64_t{0});
-    const nlohmann::json metrics = line.value("metrics", nlohmann::json::object());
-    if (type == "training" && batches > t.last_training) {
-      store.report_training(t.id, batches, metrics);
-      t.last_training = batches;
+  using Kind = trial::MetricsReport::Kind;
+  for (const trial::MetricsReport& r : t.tail->read_new()) {
+    if (r.kind == Kind::Training && r.batches > t.last_training) {
+      store.report_training(t.id, r.batches, r.metrics);
+      t.last_training = r.batches;
       changed = true;
-    } else if (type == "validation" && batches > t.last_validation) {
-      store.report_validation(t.id, batches, metrics);
-      t.last_validation = batches;
+    } else if (r.kind == Kind::Validation && r.batches > t.last_validation) {
+      store.report_validation(t.id, r.batches, r.metrics);
+      t.last_validation = r.batches;
       changed = true;
-      on_validation(t, metrics, batches);
+      on_validation(t, r.metrics, r.batches);
     }
     // The trial waits for the searcher's answer (a repeated validation after a restart too).
-    if (type == "validation" && line.value("awaits_decision", false) && t.process)
+    if (r.kind == Kind::Validation && r.awaits_decision && t.process)
       t.process->send(t.stop == StopReason::None ? "continue" : "stop");
   }
 }

@@ -299,11 +299,15 @@ double grad_norm(const std::vector<Tensor>& params) {
   return norm_from_squares(sum_of_squares(grads), all_double);
 }
 
+double clip_coefficient(double norm, double max_norm) {
+  return std::min(1.0, max_norm / (norm + 1e-6));
+}
+
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   TS_CHECK(max_norm > 0, "clip_grad_norm: max_norm must be > 0, got ", max_norm);
   const double total = grad_norm(params);
   if (!std::isfinite(total)) return total;
-  const double coef = max_norm / (total + 1e-6);
+  const double coef = clip_coefficient(total, max_norm);
   if (coef < 1.0) {
     NoGradGuard no_grad;
     for (const Tensor& p : params) {

@@ -40,7 +40,6 @@ struct TrialHarness::Run {
   void validate(bool await_decision = false);
   bool searcher_agrees_to_stop();
   void report_training(const std::vector<Metrics>& batch_metrics, int64_t records, double seconds);
-  void write_metrics_line(const nlohmann::json& line);
   void log(const std::string& line) const;
   bool stop_agreed();
   void step_lr_schedulers(int64_t batch_idx);
@@ -55,8 +54,6 @@ struct TrialHarness::Run {
   // Refuses a checkpoint of another experiment or of other hyperparameters.
   void check_identity(const nlohmann::json& ckpt, const std::string& where) const;
   void checkpoint();
-  // Drops metrics.jsonl lines past the checkpoint a resumed trial continues from.
-  void truncate_metrics(int64_t batches) const;
 };
 
 }  // namespace tessera::trial

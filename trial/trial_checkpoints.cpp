@@ -14,6 +14,7 @@
 #include "tessera/io/safetensors.h"
 #include "tessera/rng.h"
 #include "tessera/trial/checkpoint_index.h"
+#include "tessera/trial/metrics_report.h"
 
 namespace tessera::trial {
 
@@ -214,20 +215,7 @@ void TrialHarness::Run::load(const std::string& uuid) {
   last_validation = ckpt.value("last_validation", nlohmann::json::object());
   latest_checkpoint = dir.string();
   runner.load_user_state(dir.string());
-  if (chief) truncate_metrics(state.batches_trained);
-}
-
-void TrialHarness::Run::truncate_metrics(int64_t batches) const {
-  const fs::path path = fs::path(trial_dir) / "metrics.jsonl";
-  if (!fs::exists(path)) return;
-  std::ifstream in(path);
-  std::string line, kept_lines;
-  while (std::getline(in, line)) {
-    const auto j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_discarded()) continue;  // a line cut by a crash
-    if (j.value("batches", int64_t{0}) <= batches) kept_lines += line + "\n";
-  }
-  io::write_file_atomically(path.string(), [&](std::ostream& out) { out << kept_lines; });
+  if (chief) MetricsReport::truncate(trial_dir, state.batches_trained);
 }
 
 }  // namespace tessera::trial

@@ -15,6 +15,7 @@
 #include "tessera/io/files.h"
 #include "tessera/io/identity.h"
 #include "tessera/io/json_fields.h"
+#include "tessera/trial/metrics_report.h"
 
 namespace tessera::trial {
 
@@ -123,15 +124,6 @@ void TrialHarness::Run::step_lr_schedulers(int64_t batch_idx) {
   }
 }
 
-void TrialHarness::Run::write_metrics_line(const nlohmann::json& line) {
-  const fs::path path = fs::path(trial_dir) / "metrics.jsonl";
-  FILE* f = std::fopen(path.c_str(), "a");
-  TS_CHECK(f, "cannot append to ", io::quoted(path.string()));
-  const std::string text = line.dump() + "\n";
-  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  TS_CHECK(std::fclose(f) == 0 && ok, "cannot write ", io::quoted(path.string()));
-}
-
 void TrialHarness::Run::report_training(const std::vector<Metrics>& local, int64_t records,
                                         double seconds) {
   std::vector<Metrics> per_batch =
@@ -164,11 +156,9 @@ void TrialHarness::Run::report_training(const std::vector<Metrics>& local, int64
   tb.flush();
   avg["batches"] = n;
   avg["epochs"] = state.epochs_trained;
-  write_metrics_line({{"type", "training"},
-                      {"batches", n},
-                      {"epochs", state.epochs_trained},
-                      {"metrics", avg},
-                      {"batch_metrics", batch_json}});
+  MetricsReport report{MetricsReport::Kind::Training, n,    state.epochs_trained, avg,
+                       nlohmann::json(batch_json),    false};
+  report.append_to(trial_dir);
 
   const double rate = seconds > 0 ? static_cast<double>(records) / seconds : 0.0;
   const double per_batch_s =
@@ -306,12 +296,13 @@ void TrialHarness::Run::validate(bool await_decision) {
     nlohmann::json reported = metrics;
     reported["batches"] = n;
     reported["epochs"] = state.epochs_trained;
-    nlohmann::json line = {{"type", "validation"},
-                           {"batches", n},
-                           {"epochs", state.epochs_trained},
-                           {"metrics", reported}};
-    if (await_decision) line["awaits_decision"] = true;
-    write_metrics_line(line);
+    const MetricsReport report{MetricsReport::Kind::Validation,
+                               n,
+                               state.epochs_trained,
+                               reported,
+                               nlohmann::json(),
+                               await_decision};
+    report.append_to(trial_dir);
     const double s = std::chrono::duration<double>(Clock::now() - t0).count();
     char tail[96];
     std::snprintf(tail, sizeof tail, " (%ld records in %.2f s)%s", static_cast<long>(e.records), s,

@@ -7,7 +7,6 @@
 #include <limits>
 
 #include "cpu_types.h"
-#include "flushed_exp.h"
 #include "parallel.h"
 
 namespace tessera::cpu {
@@ -16,31 +15,6 @@ namespace {
 void check_target(int64_t t, int64_t row, int64_t C, int64_t ignore) {
   TS_CHECK(t == ignore || (t >= 0 && t < C), "cross_entropy: target ", t, " at position ", row,
            " is out of range for ", C, " classes (ignore_index is ", ignore, ")");
-}
-
-// exp(x - shift) of a float row into an aligned buffer of this thread's, so that which elements
-// take Eigen's vectorised path (and which a scalar one) depends on C alone, never on where the
-// row starts in memory: ranks holding a shard of the batch see a sample's logits at another
-// address than one process does (tests/backends/cpu/test_kernel_semantics.cpp checks the bits).
-const Eigen::ArrayXf& row_exp(const float* xr, int64_t C, float shift) {
-  thread_local Eigen::ArrayXf buf;
-  buf.resize(C);
-  buf = Eigen::Map<const Eigen::ArrayXf>(xr, C) - shift;
-  buf = exp_flush_subnormal(buf);
-  return buf;
-}
-
-// The sum over a row of exp(x - m), in the compute type: float rows through Eigen's vectorised
-// exp and sum (an order fixed by the row's length, never by the threads or the row's address).
-template <class T>
-compute_t<T> sum_exp(const T* xr, int64_t C, compute_t<T> m) {
-  if constexpr (std::is_same_v<T, float>) {
-    return row_exp(xr, C, m).sum();
-  } else {
-    compute_t<T> s = 0;
-    for (int64_t j = 0; j < C; ++j) s += std::exp(compute_t<T>(load(xr[j])) - m);
-    return s;
-  }
 }
 
 template <class T>
@@ -64,7 +38,9 @@ struct CrossEntropy {
                        m = std::max(m, A(load(xr[j])));
                        sum_x += A(load(xr[j]));
                      }
-                     const A lse = m + std::log(sum_exp(xr, C, m));
+                     A s = 0;
+                     for (int64_t j = 0; j < C; ++j) s += std::exp(A(load(xr[j])) - m);
+                     const A lse = m + std::log(s);
                      lse_out[r] = lse;
                      if (tgt[r] == ignore) {
                        loss[r] = 0;
@@ -99,17 +75,10 @@ struct CrossEntropyBackward {
                      }
                      const T* xr = x + r * C;
                      const A sc = scale[r], uniform = eps / A(C);
-                     if constexpr (std::is_same_v<T, float>) {
-                       // (Eigen's vectorised exp: a GPT-2 vocabulary's row is 50,257 of them;
-                       // measured 5.2% of a GPT-2 124M step on 2 cores before, 1% after.)
-                       Eigen::Map<Eigen::ArrayXf>(dr, C) = sc * (row_exp(xr, C, lse[r]) - uniform);
-                       dr[tgt[r]] -= sc * (A(1) - eps);
-                     } else {
-                       for (int64_t j = 0; j < C; ++j) {
-                         const A p = std::exp(A(load(xr[j])) - lse[r]);
-                         const A target = (j == tgt[r] ? A(1) - eps : A(0)) + uniform;
-                         dr[j] = T(sc * (p - target));
-                       }
+                     for (int64_t j = 0; j < C; ++j) {
+                       const A p = std::exp(A(load(xr[j])) - lse[r]);
+                       const A target = (j == tgt[r] ? A(1) - eps : A(0)) + uniform;
+                       dr[j] = T(sc * (p - target));
                      }
                    }
                  });

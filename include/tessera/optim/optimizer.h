@@ -156,6 +156,10 @@ class Lamb : public Optimizer {
 // clipping (accumulated in float64; inf/NaN gradients give a non-finite result, unclipped).
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
 double grad_norm(const std::vector<Tensor>& params);
+// The factor gradients of global norm `norm` are multiplied by to clip them at `max_norm`:
+// max_norm / (norm + 1e-6), at most 1 (torch's clip_grad_norm_ and DeepSpeed's engine alike).
+// Every clipping path (the engine with and without ZeRO, clip_grad_norm) takes it from here.
+double clip_coefficient(double norm, double max_norm);
 
 // The two halves of grad_norm, for norms whose squares are summed over ranks in between (ZeRO):
 // the sum of squares of the tensors' elements, accumulated in double (one multi-tensor launch

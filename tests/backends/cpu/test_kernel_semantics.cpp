@@ -151,7 +151,7 @@ TEST_CASE("products and views of empty tensors are empty, as torch") {
 
 TEST_CASE("cross_entropy of a row is bit-identical wherever the row lies in memory") {
   // Ranks holding a shard of the batch see a sample's logits at another address than one
-  // process does; vectorised exp must not take another path for an unaligned row start.
+  // process does; a vectorised exp must not take another path for an unaligned row start.
   manual_seed(3);
   const int64_t C = 1003;  // odd: rows start at every alignment
   const Tensor x = randn({9, C}) * 4.0;

@@ -1,6 +1,7 @@
-// checkpoints.json, the contract between a trial and the experiment that follows it: what one
-// side writes the other reads back field for field, and a damaged file is an error naming the
-// file and the field (never a JSON exception, never a path outside the trial's directory).
+// The files a trial writes and the experiment that follows it reads: checkpoints.json and
+// metrics.jsonl. What one side writes the other reads back field for field; a damaged index is
+// an error naming the file and the field (never a JSON exception, never a path outside the
+// trial's directory); a metrics line cut by a crash is passed over.
 #include <doctest/doctest.h>
 
 #include <unistd.h>
@@ -9,6 +10,7 @@
 
 #include "tessera/error.h"
 #include "tessera/trial/checkpoint_index.h"
+#include "tessera/trial/metrics_report.h"
 
 namespace fs = std::filesystem;
 using namespace tessera;
@@ -80,4 +82,56 @@ TEST_CASE("CheckpointIndex: a damaged file names the file and the field") {
     CHECK_THROWS_WITH_AS(trial::CheckpointIndex::read(dir.path.string()),
                          doctest::Contains(message), Error);
   }
+}
+
+TEST_CASE("MetricsReport: appended, tailed as the file grows, truncated at a checkpoint") {
+  const TrialDir dir;
+  const std::string d = dir.path.string();
+  using Kind = trial::MetricsReport::Kind;
+  trial::MetricsTail tail(d);
+  CHECK(tail.read_new().empty());  // no file yet
+  const trial::MetricsReport t1{Kind::Training, 5, 0, {{"loss", 2.5}}, {{{"loss", 2.5}}}, false};
+  const trial::MetricsReport v1{Kind::Validation, 5, 0, {{"val_loss", 2.0}}, nullptr, true};
+  t1.append_to(d);
+  v1.append_to(d);
+  std::vector<trial::MetricsReport> got = tail.read_new();
+  REQUIRE(got.size() == 2);
+  CHECK(got[0].kind == Kind::Training);
+  CHECK(got[0].batches == 5);
+  CHECK(got[0].metrics == nlohmann::json{{"loss", 2.5}});
+  CHECK(got[0].batch_metrics == nlohmann::json::array({{{"loss", 2.5}}}));
+  CHECK(!got[0].awaits_decision);
+  CHECK(got[1].kind == Kind::Validation);
+  CHECK(got[1].awaits_decision);
+  CHECK(got[1].metrics["val_loss"] == 2.0);
+  CHECK(tail.read_new().empty());  // nothing new
+
+  // A line still being written (no newline yet) waits; one cut by a crash and other junk are
+  // passed over.
+  {
+    std::ofstream out(dir.path / "metrics.jsonl", std::ios::app);
+    out << "{\"type\": \"training\", \"batc\n[1]\n{\"type\": \"other\", \"batches\": 1}\n"
+        << "{\"type\": \"training\", \"batches\": 10, \"metrics\": {}}\n{\"type\": \"vali";
+  }
+  got = tail.read_new();
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].batches == 10);
+  {
+    std::ofstream out(dir.path / "metrics.jsonl", std::ios::app);
+    out << "dation\", \"batches\": 10, \"epochs\": 1}\n";
+  }
+  got = tail.read_new();
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].kind == Kind::Validation);
+  CHECK(got[0].epochs == 1);
+
+  // Resumed from the checkpoint at batch 5: the reports after it go (and the junk), the file
+  // shrinks, and the tail reads it from the start again.
+  trial::MetricsReport::truncate(d, 5);
+  got = tail.read_new();
+  REQUIRE(got.size() == 2);
+  CHECK(got[0].batches == 5);
+  CHECK(got[1].batches == 5);
+  for (const auto& e : fs::directory_iterator(dir.path))
+    CHECK(e.path().filename() == "metrics.jsonl");  // no draft left over
 }
