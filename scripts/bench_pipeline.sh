@@ -10,12 +10,9 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 tessera="${TESSERA:-$root/build/tools/tessera}"
 [ -x "$tessera" ] || { echo "bench_pipeline.sh: no $tessera (build first: meson compile -C build)" >&2; exit 2; }
-work="$(mktemp -d)"; trap 'pkill -9 -f "$work" 2>/dev/null || true; rm -rf "$work"' EXIT
-export XDG_CACHE_HOME="$work/cache" OMP_NUM_THREADS=1
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-cp "$root/tests/fixtures/corpus.txt" "$work/corpus.txt"
-cd "$work"
-python3 - "$root/tests/fixtures/train_small.json" <<'PY'
+# A fresh working directory with the corpus, MPI allowed as root, one OpenMP thread a rank.
+source "$root/tests/tools/cli_setup.sh" "$tessera" "$root/tests/fixtures"
+python3 - "$fixtures/train_small.json" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
 d["data"]["path"] = "corpus.txt"

@@ -76,7 +76,9 @@ TEST_CASE("CheckpointIndex: a damaged file names the file and the field") {
        "\"searcher_metric\": \"low\"}]}",
        "searcher_metric"},
   };
-  for (const auto& [text, message] : cases) {
+  for (const auto& c : cases) {  // (no structured binding: clang's CAPTURE cannot take one)
+    const char* text = c.first;
+    const char* message = c.second;
     CAPTURE(text);
     dir.write(text);
     CHECK_THROWS_WITH_AS(trial::CheckpointIndex::read(dir.path.string()),
