@@ -12,6 +12,13 @@ namespace tessera::io {
 
 using AddedTokenList = std::vector<std::pair<std::string, int64_t>>;  // text, id
 
+// The tokens' texts, in order (Tokenizer::added_token_texts).
+inline std::vector<std::string> added_token_texts(const AddedTokenList& added) {
+  std::vector<std::string> texts;
+  for (const auto& [text, id] : added) texts.push_back(text);
+  return texts;
+}
+
 // Calls `ordinary` for each stretch of `text` between added tokens (in order) and appends each
 // added token's id to `ids` where it occurs: the earliest match first, the longest at a tie.
 // Linear: each added token's next occurrence is searched for again only once passed.

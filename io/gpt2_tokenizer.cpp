@@ -274,9 +274,7 @@ Tokenizer::Encoder GPT2Tokenizer::encoder() const {
 }
 
 std::vector<std::string> GPT2Tokenizer::added_token_texts() const {
-  std::vector<std::string> texts;
-  for (const auto& [text, id] : added_) texts.push_back(text);
-  return texts;
+  return io::added_token_texts(added_);
 }
 
 std::string GPT2Tokenizer::decode(const std::vector<int64_t>& ids) const {

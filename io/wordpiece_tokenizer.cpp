@@ -145,9 +145,7 @@ std::vector<int64_t> WordPieceTokenizer::encode(const std::string& text) const {
 }
 
 std::vector<std::string> WordPieceTokenizer::added_token_texts() const {
-  std::vector<std::string> texts;
-  for (const auto& [text, id] : added_) texts.push_back(text);
-  return texts;
+  return io::added_token_texts(added_);
 }
 
 void WordPieceTokenizer::encode_ordinary(std::string_view text, std::vector<int64_t>& ids) const {
