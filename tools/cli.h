@@ -40,15 +40,6 @@ Shape parse_shape(const std::string& text);  // "512,512,512" or "512x512"
 // Median milliseconds of `iters` calls of f after `warmup` uncounted calls.
 double median_ms(const std::function<void()>& f, int iters, int warmup = 2);
 
-// The GPT-2/BERT model a training config's "model" section describes (fresh weights).
-std::unique_ptr<models::PretrainedModel> model_from_train_config(const io::TrainConfig& cfg,
-                                                                 int64_t vocab_size);
-// model.init_from's config.json text (the config's model section already agrees with it).
-std::string init_from_config_json(const io::TrainConfig& cfg);
-// The GPT-2 architecture of the config's "model" section.
-models::GPT2Config gpt2_config_from_train_config(const io::TrainConfig& cfg, int64_t vocab_size);
-models::BertConfig bert_config_from_train_config(const io::TrainConfig& cfg, int64_t vocab_size);
-
 // A checkpoint's tag directory: DIR itself when it holds engine.json, else DIR/TAG or the tag
 // DIR/latest names.
 std::filesystem::path checkpoint_tag_dir(const std::string& dir, const std::string& tag,

@@ -8,6 +8,8 @@
 #include "tessera/io/json_fields.h"
 #include "tessera/io/token_data.h"
 #include "tessera/io/tokenizer.h"
+#include "tessera/launch/model_build.h"
+#include "tessera/launch/model_config.h"
 #include "tessera/models/activation_memory.h"
 #include "tessera/models/bert_pipeline.h"
 #include "tessera/models/bert_tensor_parallel.h"
@@ -16,7 +18,6 @@
 #include "tessera/parallel/pipe_schedule.h"
 #include "tessera/parallel/shard_layout.h"
 #include "tessera/parallel/zero_optimizer.h"
-#include "train_data.h"
 
 namespace tessera::cli {
 
@@ -139,7 +140,8 @@ models::ActivationPlan activation_plan(const io::TrainConfig& cfg) {
   p.sequence_parallel = cfg.tensor_parallel.sequence_parallel;
   p.dtype = model_dtype(cfg);
   if (cfg.activation_checkpointing.enabled) {
-    const parallel::ActivationCheckpointingOptions ac = activation_checkpointing_options(cfg);
+    const parallel::ActivationCheckpointingOptions ac =
+        launch::activation_checkpointing_options(cfg);
     p.layers_per_checkpoint = parallel::layers_per_checkpoint(ac, cfg.model.n_layer);
     p.partition_activations = ac.partition_activations;
     p.checkpoints_on_host = ac.cpu_checkpointing && cfg.train.device.rfind("cuda", 0) == 0;
@@ -151,9 +153,11 @@ models::ActivationPlan activation_plan(const io::TrainConfig& cfg) {
 int64_t activation_bytes(const io::TrainConfig& cfg, int64_t vocab) {
   const models::ActivationPlan p = activation_plan(cfg);
   if (cfg.model.type == "bert")
-    return models::bert_activation_bytes(bert_config_from_train_config(cfg, vocab), cfg.data.nsp, p)
+    return models::bert_activation_bytes(launch::bert_config_from_train_config(cfg, vocab),
+                                         cfg.data.nsp, p)
         .total();
-  return models::gpt2_activation_bytes(gpt2_config_from_train_config(cfg, vocab), p).total();
+  return models::gpt2_activation_bytes(launch::gpt2_config_from_train_config(cfg, vocab), p)
+      .total();
 }
 
 // The config at `ranks` ranks (--tp replacing tensor_parallel.autotp_size, --data data.path)
@@ -176,7 +180,7 @@ io::TrainConfig read_config(const Args& a, int64_t ranks, int64_t& vocab) {
            "estimate-memory: --vocab must be in [1, 2^31], got ", vocab);
   if (vocab <= 0) {
     if (!cfg.model.init_from.empty()) {  // the pretrained embedding's rows
-      const std::string text = init_from_config_json(cfg);
+      const std::string text = launch::init_from_config_json(cfg);
       vocab = cfg.model.type == "bert" ? models::BertConfig::from_json(text).vocab_size
                                        : models::GPT2Config::from_json(text).vocab_size;
     } else if (cfg.data.tokenizer == "wordpiece") {
@@ -199,11 +203,11 @@ parallel::TensorParallelLayout tensor_parallel_layout_of(const io::TrainConfig& 
   const int64_t tp = cfg.tensor_parallel.autotp_size;
   if (tp == 1) return {};
   if (cfg.model.type == "bert") {
-    const models::BertConfig c = bert_config_from_train_config(cfg, vocab);
+    const models::BertConfig c = launch::bert_config_from_train_config(cfg, vocab);
     models::BertTensorParallelForPreTraining::check_divisible(c, tp);
     return models::BertTensorParallelForPreTraining::layout(c);
   }
-  const models::GPT2Config c = gpt2_config_from_train_config(cfg, vocab);
+  const models::GPT2Config c = launch::gpt2_config_from_train_config(cfg, vocab);
   models::GPT2TensorParallelLMHeadModel::check_divisible(c, tp);
   return models::GPT2TensorParallelLMHeadModel::layout(c);
 }
@@ -238,12 +242,12 @@ int estimate_pipeline(const Args& a, const io::TrainConfig& cfg, int64_t vocab, 
   TS_CHECK(cfg.zero.stage < 3,
            "estimate-memory: zero_optimization.stage 3 with pipeline "
            "stages is refused by the engine (see the README)");
-  const parallel::PipelineModuleOptions po = pipeline_module_options(cfg);
+  const parallel::PipelineModuleOptions po = launch::pipeline_module_options(cfg);
   const bool bert = cfg.model.type == "bert";
   const models::GPT2Config gc =
-      bert ? models::GPT2Config{} : gpt2_config_from_train_config(cfg, vocab);
+      bert ? models::GPT2Config{} : launch::gpt2_config_from_train_config(cfg, vocab);
   const models::BertConfig bc =
-      bert ? bert_config_from_train_config(cfg, vocab) : models::BertConfig{};
+      bert ? launch::bert_config_from_train_config(cfg, vocab) : models::BertConfig{};
   const int64_t tp = cfg.tensor_parallel.autotp_size;
   // 3D: each stage built of tensor-parallel layers over a group of autotp_size ranks (rank 0's
   // shards; every rank's are alike), so its parameters and its partition are a rank's (the
@@ -343,7 +347,7 @@ int estimate_memory_main(int argc, char** argv) {
   int64_t vocab = 0;
   io::TrainConfig cfg = read_config(a, ranks, vocab);
   if (cfg.pipeline.stages > 1) return estimate_pipeline(a, cfg, vocab, ranks);
-  auto model = model_from_train_config(cfg, vocab);
+  auto model = launch::model_from_train_config(cfg, vocab);
   const int64_t tp = cfg.tensor_parallel.autotp_size;
   const int dp = static_cast<int>(cfg.world_size);  // data-parallel ranks: ranks / autotp_size
   const parallel::TensorParallelLayout split = tensor_parallel_layout_of(cfg, vocab);

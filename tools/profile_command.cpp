@@ -8,8 +8,8 @@
 #include "cli.h"
 #include "tessera/engine/trainer.h"
 #include "tessera/io/files.h"
+#include "tessera/launch/job.h"
 #include "tessera/parallel/process_group.h"
-#include "train_data.h"
 
 namespace tessera::cli {
 
@@ -72,17 +72,16 @@ int profile_main(int argc, char** argv) {
   cfg.train.checkpoint_interval = 0;
   cfg.train.sample_tokens = 0;
 
-  const io::TokenizedCorpus corpus = shared_corpus(cfg, *world);
-  auto model = build_model(cfg, corpus.vocab_size);
-  auto eng = engine::initialize(*model, cfg, world);
-  auto data = train_batches(cfg, corpus, world->rank(), world->size());
+  const std::unique_ptr<launch::Job> job = launch::build(cfg, world);
+  engine::Engine& eng = *job->engine;
+  auto data = job->train_batches();
   engine::TrainerOptions options = engine::TrainerOptions::from_config(cfg);
   options.tokens_per_sample = cfg.model.block_size;
-  engine::Trainer<models::Batch> trainer(*eng, *data, options);
+  engine::Trainer<models::Batch> trainer(eng, *data, options);
   const engine::TrainResult r = trainer.fit();
   if (r.stop_signal) return 128 + r.stop_signal;
   if (world->rank() != 0) return 0;
-  const auto& profile = eng->flops_profile();
+  const auto& profile = eng.flops_profile();
   TS_CHECK(profile.has_value(), "profile: the profiler did not run at step ", fp.profile_step);
   if (a.has("json"))
     std::cout << nlohmann::ordered_json{{"profile_step", fp.profile_step},

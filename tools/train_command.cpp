@@ -13,10 +13,9 @@
 #include "tessera/engine/trainer.h"
 #include "tessera/io/files.h"
 #include "tessera/io/json_fields.h"
-#include "tessera/models/bert_pipeline.h"
-#include "tessera/models/gpt2_pipeline.h"
+#include "tessera/launch/job.h"
+#include "tessera/launch/train_data.h"
 #include "tessera/parallel/process_group.h"
-#include "train_data.h"
 
 namespace tessera::cli {
 
@@ -146,115 +145,27 @@ engine::TrainerOptions trainer_options(const Args& a, const io::TrainConfig& cfg
   return options;
 }
 
-// The config's GPT-2 or BERT as this stage's part of a pipeline, starting from the whole
-// model's weights (as one process draws them, or model.init_from's), saving checkpoints under
-// the whole model's names and config (one process, export and zero-to-fp32 read them).
-// With `tp` (3D), its tensor-parallel layers, each rank holding its shard of those weights.
-std::unique_ptr<parallel::PipelineModule> build_pipeline_model(
-    io::TrainConfig& cfg, int64_t vocab, int stage, std::shared_ptr<parallel::ProcessGroup> tp) {
-  const parallel::PipelineModuleOptions po = pipeline_module_options(cfg, tp);
-  std::unique_ptr<models::PretrainedModel> whole = build_model(cfg, vocab);
-  std::unique_ptr<parallel::PipelineModule> model;
-  if (auto* bert = dynamic_cast<models::BertForPreTraining*>(whole.get())) {
-    const models::BertConfig& bc = bert->config;
-    model = std::make_unique<parallel::PipelineModule>(
-        models::bert_pipeline_layers(bc, bert->with_nsp, tp, cfg.tensor_parallel.sequence_parallel),
-        models::bert_pipeline_loss(tp), stage, po);
-    model->set_saved_names([n = bc.num_hidden_layers](const std::string& name) {
-      return models::bert_name_of_pipeline_parameter(name, n);
-    });
-  } else {
-    auto& gpt = dynamic_cast<models::GPT2LMHeadModel&>(*whole);
-    model = std::make_unique<parallel::PipelineModule>(
-        models::gpt2_pipeline_layers(gpt.config, tp, cfg.tensor_parallel.sequence_parallel),
-        models::gpt2_pipeline_loss(tp), stage, po);
-    model->set_saved_names([n = gpt.config.n_layer](const std::string& name) {
-      return models::gpt2_name_of_pipeline_parameter(name, n);
-    });
-  }
-  model->load_saved_state(whole->state_dict(), tp ? tp->rank() : 0, tp ? tp->size() : 1);
-  model->set_config_json(whole->config_json());
-  return model;
-}
-
 // The built-in model as a pipeline of pipeline.stages stages (DeepSpeed's PipelineModule and
 // PipelineEngine), pipelines side by side over the rest of the job.
-int train_pipeline(const Args& a, io::TrainConfig& cfg,
-                   std::shared_ptr<parallel::ProcessGroup> world) {
-  TS_CHECK(Device::parse(cfg.train.device).is_cpu(), "pipeline: train.device ", cfg.train.device,
-           ": pipelines run on the CPU (MPI) so far");
-  // 3D: stages x data-parallel replicas x tensor-parallel ranks (the last varies fastest).
-  const int64_t tp = cfg.tensor_parallel.autotp_size;
-  TS_CHECK(!cfg.tensor_parallel.sequence_parallel || cfg.model.block_size % tp == 0,
-           "tensor_parallel.sequence_parallel: model.block_size ", cfg.model.block_size,
-           " does not divide among autotp_size ", tp,
-           " ranks (each stage passes every rank's chunk of the sequence)");
-  const auto topo = engine::pipe_model_data_topology(cfg.pipeline.stages, tp);
-  const int stage = topo.coords_of(world->rank()).at("pipe");
-  auto pipe_group = topo.group_for(*world, "pipe");
-  auto data_group = topo.group_for(*world, "data");
-  auto tp_group = tp > 1 ? topo.group_for(*world, "model") : nullptr;
-  const io::TokenizedCorpus corpus = shared_corpus(cfg, *world);
-  const std::unique_ptr<parallel::PipelineModule> built =
-      build_pipeline_model(cfg, corpus.vocab_size, stage, tp_group);
-  parallel::PipelineModule& model = *built;
-  TS_CHECK(cfg.zero.stage == 0 || model.num_parameters() > 0, "pipeline: stage ", stage,
-           " holds no parameters of its own (its layers: ", model.bounds()[stage], " to ",
-           model.bounds()[stage + 1] - 1,
-           ", e.g. a tied head whose weights the first stage owns), "
-           "and zero_optimization.stage ",
-           cfg.zero.stage,
-           " partitions each stage's parameters; "
-           "use pipeline.partition \"parameters\" or fewer pipeline.stages");
-  engine::InitializeOptions init;
-  init.group = data_group;
-  init.tensor_parallel_group = tp_group;
-  engine::PipelineEngine pipe(model, pipe_group, cfg, std::move(init),
-                              {.topology = topo});  // (the config's schedule)
-  const int dp_rank = data_group->rank(), dp_size = data_group->size();
-  auto train_data = train_batches(cfg, corpus, dp_rank, dp_size);
-  val_batches(cfg, corpus, dp_rank, dp_size);  // its errors now, not after training
+int train_pipeline(const Args& a, launch::Job& job) {
+  const io::TrainConfig& cfg = job.config;
+  engine::PipelineEngine& pipe = *job.pipeline_engine;
+  auto train_data = job.train_batches();
   const engine::TrainerOptions options = trainer_options(a, cfg);
-  const bool bert = cfg.model.type == "bert";
-  auto convert = [&pipe, bert](const models::Batch& b) {
-    if (!bert) return engine::PipeMicroBatch{{b.input_ids}, {b.targets}};
-    // The last stage weighs the loss as the engine weighs a whole model's (nn/loss_model.h).
-    const double weight =
-        pipe.is_last_stage() ? pipe.stage_engine().loss_weight(b.loss_terms()) : 0.0;
-    return engine::PipeMicroBatch{models::bert_pipeline_inputs(b),
-                                  models::bert_pipeline_labels(b, weight)};
-  };
+  auto convert = [&job](const models::Batch& b) { return job.pipe_micro_batch(b); };
   engine::PipelineTrainer<models::Batch> trainer(pipe, *train_data, convert, options);
-  trainer.set_eval_data([&] { return val_batches(cfg, corpus, dp_rank, dp_size); });
-  trainer.client_state = [&] { return nlohmann::json{{"vocab_size", corpus.vocab_size}}; };
-  trainer.extra_files = [&] { return tokenizer_files(cfg, corpus); };
+  trainer.set_eval_data([&job] { return job.val_batches(); });
+  trainer.client_state = [&] { return nlohmann::json{{"vocab_size", job.corpus.vocab_size}}; };
+  trainer.extra_files = [&job] { return job.tokenizer_files(); };
   if (a.has("resume")) trainer.resume(a.get("resume", ""));
-  const auto& b = model.bounds();
-  if (world->rank() == 0) {
-    const int64_t v = model.num_chunks();
-    std::cerr << (bert ? "BERT" : "GPT2") << " pipeline: " << cfg.pipeline.stages << " stages x "
-              << dp_size << " data-parallel"
-              << (tp > 1 ? " x " + std::to_string(tp) + " tensor-parallel" : std::string()) << ", "
-              << cfg.pipeline.schedule << " schedule, layers per "
-              << (v > 1 ? "part (stage s holds parts s, s + stages, ...):" : "stage:");
-    for (size_t s = 0; s + 1 < b.size(); ++s) std::cerr << " " << b[s + 1] - b[s];
-    std::cerr << " (partition " << cfg.pipeline.partition << ")";
-    if (const int64_t k = model.options().activation_checkpoint_interval; k > 0)
-      std::cerr << ", activation checkpoints of " << k << " layer" << (k > 1 ? "s" : "");
-    std::cerr << ", vocab " << corpus.vocab_size;
-    if (tp > 1 && corpus.vocab_size % tp != 0)  // (Megatron's padding: no probability)
-      std::cerr << " (padded to " << (corpus.vocab_size + tp - 1) / tp * tp << " over " << tp
-                << " tensor-parallel ranks)";
-    std::cerr << ", block " << cfg.model.block_size << ", batch " << cfg.train_batch_size << " ("
-              << cfg.micro_batch_size << " x " << cfg.gradient_accumulation_steps
-              << " micro-batches), " << pipe.optimizer().name() << ", " << cfg.train.steps
-              << " steps\n";
-  }
+  const int rank = job.groups.world->rank();
+  if (rank == 0) std::cerr << job.summary() << "\n";
   const engine::TrainResult r = trainer.fit();
-  if (cfg.comms_logger.enabled && world->rank() == 0)
-    std::cerr << world->logger().summary(0, world->size());
-  if (cfg.activation_checkpointing.profile && dp_rank == 0)  // one report per stage
-    std::cerr << "stage " << stage << " " << model.options().checkpointing->profile_report();
+  if (cfg.comms_logger.enabled && rank == 0)
+    std::cerr << job.groups.world->logger().summary(0, job.groups.world->size());
+  if (cfg.activation_checkpointing.profile && job.data_rank() == 0)  // one report per stage
+    std::cerr << "stage " << job.groups.stage << " "
+              << job.pipeline_module->options().checkpointing->profile_report();
   if (a.has("json")) print_json_line(r, pipe.stage_engine(), cfg.comms_logger.enabled, &pipe);
   return r.stop_signal ? 128 + r.stop_signal : 0;
 }
@@ -275,33 +186,19 @@ int train_main(int argc, char** argv) {
   static engine::StopSignals stop_signals(true);
   auto world = parallel::world();
   const bool lead = world->rank() == 0;  // prints and writes files for the job
-  io::TrainConfig cfg = read_config(a, *world);
-  if (cfg.pipeline.stages > 1) return train_pipeline(a, cfg, world);
-  const TrainGroups groups = train_groups(cfg, world);
-  const int dp_rank = groups.dp->rank(), dp_size = groups.dp->size();
-  const io::TokenizedCorpus corpus = shared_corpus(cfg, *world);
-  // The whole model, or with tensor_parallel.autotp_size this rank's shard of it.
-  std::unique_ptr<models::PretrainedModel> whole;
-  std::unique_ptr<nn::Module> shard;
-  if (groups.tp)
-    shard = build_tensor_parallel_model(cfg, corpus.vocab_size, groups.tp);
-  else
-    whole = build_model(cfg, corpus.vocab_size);
-  nn::Module& model = whole ? static_cast<nn::Module&>(*whole) : *shard;
-  const auto checkpointing = attach_activation_checkpointing(model, cfg, groups.tp);
-  engine::InitializeOptions init;
-  init.group = groups.dp;
-  init.tensor_parallel_group = groups.tp;
-  auto eng = engine::initialize(model, cfg, std::move(init));
-  auto train_data = train_batches(cfg, corpus, dp_rank, dp_size);
-  val_batches(cfg, corpus, dp_rank, dp_size);  // its errors now, not after training
+  const std::unique_ptr<launch::Job> job = launch::build(read_config(a, *world), world);
+  if (job->is_pipeline()) return train_pipeline(a, *job);
+  const io::TrainConfig& cfg = job->config;
+  const io::TokenizedCorpus& corpus = job->corpus;
+  engine::Engine& eng = *job->engine;
+  auto train_data = job->train_batches();
   const engine::TrainerOptions options = trainer_options(a, cfg);
-  engine::Trainer<models::Batch> trainer(*eng, *train_data, options);
-  trainer.set_eval_data([&] { return val_batches(cfg, corpus, dp_rank, dp_size); });
+  engine::Trainer<models::Batch> trainer(eng, *train_data, options);
+  trainer.set_eval_data([&job] { return job->val_batches(); });
   trainer.client_state = [&] { return nlohmann::json{{"vocab_size", corpus.vocab_size}}; };
-  trainer.extra_files = [&] { return tokenizer_files(cfg, corpus); };
-  if (whole && cfg.model.type != "bert" && cfg.train.sample_tokens > 0 && !a.has("json"))
-    trainer.sample = [&] { return sample_text(*whole, cfg, corpus); };
+  trainer.extra_files = [&job] { return job->tokenizer_files(); };
+  if (job->whole_model && cfg.model.type != "bert" && cfg.train.sample_tokens > 0 && !a.has("json"))
+    trainer.sample = [&] { return launch::sample_text(*job->whole_model, cfg, corpus); };
   if (a.has("resume")) {
     // (A checkpoint of an older tessera has no Trainer state: its weights' shapes are checked.)
     const nlohmann::json user = trainer.resume(a.get("resume", ""));
@@ -312,24 +209,12 @@ int train_main(int argc, char** argv) {
                ") differs from this corpus's (", corpus.vocab_size, ")");
     }
   }
-  if (lead)
-    std::cerr << model.type_name() << ": " << model.num_parameters()
-              << (groups.tp ? " parameters on each of " + std::to_string(groups.tp->size()) +
-                                  " tensor-parallel ranks"
-                            : std::string(" parameters"))
-              << ", vocab " << corpus.vocab_size << ", block " << cfg.model.block_size << ", batch "
-              << cfg.train_batch_size << " (" << cfg.micro_batch_size << " x "
-              << cfg.gradient_accumulation_steps << " accumulation), " << eng->optimizer().name()
-              << ", " << cfg.train.steps << " steps"
-              << (world->size() > 1 ? ", " + std::to_string(world->size()) + " ranks" : "")
-              << (groups.tp ? " (" + std::to_string(dp_size) + " data-parallel)" : std::string())
-              << (eng->zero_stage() > 0 ? ", ZeRO stage " + std::to_string(eng->zero_stage()) : "")
-              << ", " << omp_get_max_threads() << " thread(s) per rank\n";
+  if (lead) std::cerr << job->summary() << "\n";
   const engine::TrainResult r = trainer.fit();
   if (cfg.comms_logger.enabled && lead) std::cerr << world->logger().summary(0, world->size());
-  if (checkpointing && cfg.activation_checkpointing.profile && lead)
-    std::cerr << checkpointing->profile_report();
-  if (a.has("json")) print_json_line(r, *eng, cfg.comms_logger.enabled);
+  if (job->checkpointing && cfg.activation_checkpointing.profile && lead)
+    std::cerr << job->checkpointing->profile_report();
+  if (a.has("json")) print_json_line(r, eng, cfg.comms_logger.enabled);
   return r.stop_signal ? 128 + r.stop_signal : 0;
 }
 

@@ -9,9 +9,10 @@
 #include "cli.h"
 #include "tessera/io/files.h"
 #include "tessera/io/token_windows.h"
+#include "tessera/launch/job.h"
+#include "tessera/launch/train_data.h"
 #include "tessera/trial/deepspeed_config.h"
 #include "tessera/trial/run.h"
-#include "train_data.h"
 
 namespace tessera::cli {
 
@@ -36,7 +37,9 @@ SIGINT, it checkpoints and exits 0; the same command then continues bit for bit.
     model.dropout: 0.1
   searcher: {name: single, metric: validation_loss, max_length: {batches: 500}}
 
-The config's train_batch_size is the trial's batch (hyperparameters.global_batch_size, if
+The config's layout is the trial's: tensor_parallel.autotp_size, pipeline.stages or both (3D)
+take their share of the slots, as under `tessera train`. The config's train_batch_size is the
+trial's batch (hyperparameters.global_batch_size, if
 given, must equal it). Metrics: loss (each training micro-batch), validation_loss (the mean of
 train.eval_iters validation batches). --json: the last line is {"trial_id", "batches",
 "state", "validation_metrics", "checkpoint"}.
@@ -88,28 +91,45 @@ class BuiltinTrial : public trial::DeepSpeedTrial<Batch> {
     const nlohmann::json overrides =
         trial::overrides_from_hparams(c.get_hparams(), {"config", "global_batch_size"});
     const nlohmann::json merged = trial::overwrite_deepspeed_config(path.string(), overrides);
-    cfg_ = io::TrainConfig::parse(merged.dump(), c.get_data_parallel_world_size(), path.string());
+    // The slots are the job's world: tensor parallelism takes its share of them.
+    io::TrainConfig cfg = io::TrainConfig::parse(merged.dump(), c.distributed.size, path.string());
     if (c.distributed.is_chief())
-      for (const auto& w : cfg_.warnings) std::cerr << "warning: " << w << "\n";
-    TS_CHECK(cfg_.model.type == (kind == "bert" ? "bert" : "gpt2"), "entrypoint ", exp.entrypoint,
-             " but ", path.string(), " has model.type '", cfg_.model.type, "'");
-    if (c.device().is_cuda()) cfg_.train.device = "cuda";
+      for (const auto& w : cfg.warnings) std::cerr << "warning: " << w << "\n";
+    TS_CHECK(cfg.model.type == (kind == "bert" ? "bert" : "gpt2"), "entrypoint ", exp.entrypoint,
+             " but ", path.string(), " has model.type '", cfg.model.type, "'");
+    if (c.device().is_cuda()) cfg.train.device = "cuda";
     if (c.get_hparams().count("global_batch_size"))
-      TS_CHECK(c.get_hparam("global_batch_size") == cfg_.train_batch_size,
+      TS_CHECK(c.get_hparam("global_batch_size") == cfg.train_batch_size,
                "hyperparameters.global_batch_size (", c.get_hparam("global_batch_size").dump(),
-               ") differs from the config's train_batch_size (", cfg_.train_batch_size, ")");
-    corpus_ = shared_corpus(cfg_, c.group());
-    model_ = build_model(cfg_, corpus_.vocab_size);
-    engine_ = c.wrap_model_engine(engine::initialize(*model_, cfg_, c.group_ptr()));
+               ") differs from the config's train_batch_size (", cfg.train_batch_size, ")");
+    job_ = launch::build(std::move(cfg), c.group_ptr());
+    // Every rank of a model replica reads its batches (a pipeline's first and last stages
+    // use them); one rank of each replica reports (a pipeline's loss is on every stage).
+    const bool first_of_replica =
+        (!job_->groups.tensor || job_->groups.tensor->rank() == 0) && job_->groups.stage == 0;
+    if (job_->groups.tensor || job_->is_pipeline())
+      c.set_mpu({.data_parallel_rank = job_->data_rank(),
+                 .data_parallel_world_size = job_->data_size(),
+                 .should_report_metrics = first_of_replica,
+                 .should_build_data_loader = true});
+    if (job_->is_pipeline()) {
+      // A pipeline's train_batch runs all of a batch's micro-batches; the trial saves and
+      // restores this stage's engine (it holds the stage's state under the whole model's names).
+      c.disable_auto_grad_accumulation();
+      engine_ = c.wrap_model_engine(
+          std::shared_ptr<engine::Engine>(job_->pipeline_engine, &job_->stage_engine()));
+    } else {
+      engine_ = c.wrap_model_engine(job_->engine);
+    }
   }
 
   trial::DataLoader<Batch> build_training_data_loader() override {
     return trial::DataLoader<Batch>([this](int rank, int world) {
-      auto source = train_batches(cfg_, corpus_, rank, world);
+      auto source = launch::train_batches(cfg(), corpus(), rank, world);
       // An epoch: the training split's windows once (GPT); BERT's stream has no end, so its
       // epoch is as many batches as the split has blocks.
-      int64_t epoch = std::max<int64_t>(
-          1, corpus_.train->size() / (cfg_.model.block_size + 1) / (cfg_.micro_batch_size * world));
+      int64_t epoch = std::max<int64_t>(1, corpus().train->size() / (cfg().model.block_size + 1) /
+                                               (cfg().micro_batch_size * world));
       using Windows = io::RepeatingLoader<io::TokenWindow, Batch>;
       if (auto* w = dynamic_cast<Windows*>(source.get())) epoch = w->loader().size();
       std::unique_ptr<trial::SlotLoader<Batch>> slot =
@@ -120,22 +140,28 @@ class BuiltinTrial : public trial::DeepSpeedTrial<Batch> {
   trial::DataLoader<Batch> build_validation_data_loader() override {
     return trial::DataLoader<Batch>([this](int rank, int world) {
       std::unique_ptr<trial::SlotLoader<Batch>> slot = std::make_unique<SourceLoader>(
-          val_batches(cfg_, corpus_, rank, world), cfg_.train.eval_iters);
+          launch::val_batches(cfg(), corpus(), rank, world), cfg().train.eval_iters);
       return slot;
     });
   }
   trial::BatchMetrics train_batch(trial::DataLoaderIterator<Batch>& it, int64_t, int64_t) override {
+    if (job_->is_pipeline())
+      return {{"loss", job_->pipeline_engine->train_batch(
+                           [&] { return job_->pipe_micro_batch(it.next()); })}};
     const Tensor loss = engine_->forward(it.next());
     engine_->backward(loss);
     engine_->step();
     return {{"loss", loss}};
   }
   trial::BatchMetrics evaluate_batch(trial::DataLoaderIterator<Batch>& it, int64_t) override {
+    if (job_->is_pipeline())  // (one micro-batch through the stages)
+      return {{"validation_loss", job_->pipeline_engine->eval_batch(
+                                      [&] { return job_->pipe_micro_batch(it.next()); }, 1)}};
     return {{"validation_loss", engine_->forward(it.next())}};
   }
   // The tokenizer beside the engine's checkpoint, so `tessera export CKPT --tag model0` works.
   void save(trial::DeepSpeedTrialContext&, const std::string& path) override {
-    for (const auto& entry : tokenizer_files(cfg_, corpus_)) {
+    for (const auto& entry : job_->tokenizer_files()) {
       const std::string& text = entry.second;  // (clang 14: no structured binding in a lambda)
       const fs::path file = fs::path(path) / "model0" / entry.first;
       fs::create_directories(file.parent_path());
@@ -144,9 +170,10 @@ class BuiltinTrial : public trial::DeepSpeedTrial<Batch> {
   }
 
  private:
-  io::TrainConfig cfg_;
-  io::TokenizedCorpus corpus_;
-  std::unique_ptr<models::PretrainedModel> model_;
+  const io::TrainConfig& cfg() const { return job_->config; }
+  const io::TokenizedCorpus& corpus() const { return job_->corpus; }
+
+  std::unique_ptr<launch::Job> job_;
   std::shared_ptr<engine::Engine> engine_;
 };
 

@@ -2,7 +2,9 @@
 # `tessera trial` with the built-in models, as a user runs it:
 #  - builtin:gpt2 trains what `tessera train` trains on the same config: every batch's loss
 #    (the mean of its micro-batches) and the validations at the same steps agree to 1e-9
-#    (dropout and gradient accumulation on), on 1 slot and on 2 (mpirun);
+#    (dropout and gradient accumulation on), on 1 slot, on 2 (mpirun), and on 2 slots as
+#    one tensor-parallel pair, as a 2-stage pipeline, and on 4 as 3D (2 stages x 2
+#    tensor-parallel): the trial is assembled by launch::build as the train command is;
 #  - a dotted hyperparameter overrides the config (optimizer.params.lr) and changes the run;
 #  - SIGTERM then the same command: the final validation equals the uninterrupted run's;
 #  - builtin:bert trains and validates;
@@ -22,6 +24,13 @@ c["csv_monitor"] = {"enabled": True, "output_path": work + "/csv", "job_name": "
 json.dump(c, open(work + "/gpt.json", "w"))
 c.pop("csv_monitor")
 json.dump(c, open(work + "/gpt_trial.json", "w"))
+layouts = {"tp2": {"tensor_parallel": {"autotp_size": 2}}, "pp2": {"pipeline": {"stages": 2}},
+           "3d": {"tensor_parallel": {"autotp_size": 2}, "pipeline": {"stages": 2}}}
+for name, sections in layouts.items():
+    l = dict(c, **sections)
+    json.dump(l, open(f"{work}/gpt_trial_{name}.json", "w"))
+    l["csv_monitor"] = {"enabled": True, "output_path": work + "/csv", "job_name": "train"}
+    json.dump(l, open(f"{work}/gpt_{name}.json", "w"))
 b = json.loads(json.dumps(c))
 b["model"] = {"type": "bert", "n_layer": 2, "n_head": 2, "n_embd": 32, "intermediate_size": 64,
               "block_size": 16, "dropout": 0.0}
@@ -42,11 +51,14 @@ resources: {slots_per_trial: $5}
 YAML
 }
 
-for slots in 1 2; do
-  run=(); [ "$slots" = 2 ] && run=(mpirun -np 2)
+for slots in 1 2 tp2 pp2 3d; do
+  case $slots in
+    1) n=1 suffix= ;; 2) n=2 suffix= ;; 3d) n=4 suffix=_3d ;; *) n=2 suffix=_$slots ;;
+  esac
+  run=(); [ "$n" != 1 ] && run=(mpirun -np "$n")
   rm -rf "$work/csv"
-  "${run[@]}" "$tessera" train gpt.json --json > "train$slots.out" 2> "train$slots.err"
-  exp "gpt$slots" builtin:gpt2 gpt_trial.json 12 "$slots"
+  "${run[@]}" "$tessera" train "gpt$suffix.json" --json > "train$slots.out" 2> "train$slots.err"
+  exp "gpt$slots" builtin:gpt2 "gpt_trial$suffix.json" 12 "$n"
   "${run[@]}" "$tessera" trial "gpt$slots.yaml" --json > "trial$slots.out" 2> "trial$slots.err" ||
     { cat "trial$slots.err"; exit 1; }
   python3 - "$work" "$slots" <<'PY'
@@ -68,7 +80,8 @@ trial_loss = {s + 1: sum(micro[s * per_batch:(s + 1) * per_batch]) / per_batch f
 close = lambda a, b: abs(a - b) <= 1e-9 * abs(b)
 ok = sorted(train_loss) == list(range(1, 13)) and all(close(trial_loss[s], train_loss[s]) for s in train_loss) \
     and sorted(vals) == sorted(val_loss) == [6, 12] and all(close(vals[s], val_loss[s]) for s in vals)
-print(f"{slots} slot(s): tessera trial's 12 batch losses and validations at {sorted(vals)} "
+label = {"tp2": "2 tensor-parallel", "pp2": "2 pipeline-stage", "3d": "4 3D (2 stages x 2 tensor-parallel)"}
+print(f"{label.get(slots, slots)} slot(s): tessera trial's 12 batch losses and validations at {sorted(vals)} "
       f"{'equal' if ok else 'DIFFER FROM'} tessera train's (last {trial_loss[12]:.6f} / {train_loss[12]:.6f})")
 if not ok:
     print(" trial", trial_loss, vals, "\n train", train_loss, val_loss)
@@ -88,27 +101,34 @@ assert b > a + 0.05, (a, b)  # lr 1e-4 instead of 3e-3 learns less in 12 steps
 print(f"optimizer.params.lr 1e-4 overrides the config's 3e-3: validation_loss {b:.4f} vs {a:.4f}")
 PY
 
-# SIGTERM, then the same command: the same final validation as without the stop.
-exp long builtin:gpt2 gpt_trial.json 400 1
-exp stop builtin:gpt2 gpt_trial.json 400 1
-"$tessera" trial long.yaml --json > long.out 2>&1
-for attempt in 1 2 3 4 5 6 7 8; do
-  rm -rf checkpoints/stop
-  "$tessera" trial stop.yaml --json > stop1.out 2>&1 & job=$!
-  sleep "$(python3 -c 'import random; print(random.uniform(0.3, 1.5))')"
-  kill -TERM "$job" 2>/dev/null || true
-  wait "$job" || true
-  grep -q '"state":"STOPPED"' stop1.out && break
-done
-grep -q '"state":"STOPPED"' stop1.out || { echo "no stop in 8 tries"; cat stop1.out; exit 1; }
-"$tessera" trial stop.yaml --json > stop2.out 2>&1
-python3 - <<'PY'
-import json
+# SIGTERM, then the same command: the same final validation as without the stop (one slot,
+# and a 2-stage pipeline whose ranks each get the signal, as a scheduler sends it).
+stop_and_rerun() {  # name config slots
+  local run=(); [ "$3" != 1 ] && run=(mpirun -np "$3")
+  exp "$1-long" builtin:gpt2 "$2" 400 "$3"
+  exp "$1" builtin:gpt2 "$2" 400 "$3"
+  "${run[@]}" "$tessera" trial "$1-long.yaml" --json > "$1-long.out" 2>&1
+  for attempt in 1 2 3 4 5 6 7 8; do
+    rm -rf "checkpoints/$1"
+    "${run[@]}" "$tessera" trial "$1.yaml" --json > "$1-1.out" 2>&1 & job=$!
+    sleep "$(python3 -c 'import random; print(random.uniform(0.3, 1.5))')"
+    pkill -TERM -f "^$tessera trial $1.yaml" 2>/dev/null || true
+    wait "$job" || true
+    grep -q '"state":"STOPPED"' "$1-1.out" && break
+  done
+  grep -q '"state":"STOPPED"' "$1-1.out" || { echo "no stop in 8 tries"; cat "$1-1.out"; exit 1; }
+  "${run[@]}" "$tessera" trial "$1.yaml" --json > "$1-2.out" 2>&1
+  python3 - "$1" <<'PY'
+import json, sys
+name = sys.argv[1]
 last = lambda f: json.loads(open(f).read().splitlines()[-1])
-s1, a, b = last("stop1.out"), last("long.out"), last("stop2.out")
+s1, a, b = last(f"{name}-1.out"), last(f"{name}-long.out"), last(f"{name}-2.out")
 assert a["validation_metrics"] == b["validation_metrics"] and b["state"] == "COMPLETED", (a, b)
-print(f"SIGTERM at batch {s1['batches']} of 400, rerun: final validation equal ({b['validation_metrics']})")
+print(f"{name}: SIGTERM at batch {s1['batches']} of 400, rerun: final validation equal ({b['validation_metrics']})")
 PY
+}
+stop_and_rerun stop gpt_trial.json 1
+stop_and_rerun stop-pp2 gpt_trial_pp2.json 2
 
 # BERT.
 exp bert builtin:bert bert.json 12 1

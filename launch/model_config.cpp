@@ -1,11 +1,11 @@
 #include <filesystem>
 
-#include "cli.h"
 #include "tessera/io/files.h"
+#include "tessera/launch/model_config.h"
 #include "tessera/models/bert.h"
 #include "tessera/models/gpt2.h"
 
-namespace tessera::cli {
+namespace tessera::launch {
 
 std::string init_from_config_json(const io::TrainConfig& cfg) {
   return io::read_text_file((std::filesystem::path(cfg.model.init_from) / "config.json").string());
@@ -72,4 +72,4 @@ models::GPT2Config gpt2_config_from_train_config(const io::TrainConfig& cfg, int
   return c;
 }
 
-}  // namespace tessera::cli
+}  // namespace tessera::launch

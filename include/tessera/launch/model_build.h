@@ -1,0 +1,51 @@
+// The built-in models as a layout needs them: whole, a tensor-parallel shard, or one stage of
+// a pipeline (with 3D's tensor-parallel layers), seeded and initialised as one process would,
+// with the config's activation checkpointing attached, on the config's device.
+#pragma once
+#include <cstdint>
+#include <memory>
+
+#include "tessera/io/train_config.h"
+#include "tessera/models/pretrained.h"
+#include "tessera/nn/module.h"
+#include "tessera/parallel/activation_checkpointing.h"
+#include "tessera/parallel/pipeline_module.h"
+#include "tessera/parallel/process_group.h"
+
+namespace tessera::launch {
+
+// The config's model (seeded by train.seed, from model.init_from when set) on train.device
+// (under a launcher, "cuda" is this rank's local GPU).
+std::unique_ptr<models::PretrainedModel> build_model(const io::TrainConfig& cfg, int64_t vocab);
+
+// The config's GPT-2 or BERT in tensor parallel over `tp` (seeded by train.seed, initialised
+// as the whole model would be, or sharded from model.init_from), on train.device.
+std::unique_ptr<nn::Module> build_tensor_parallel_model(const io::TrainConfig& cfg, int64_t vocab,
+                                                        std::shared_ptr<parallel::ProcessGroup> tp);
+
+// The config's GPT-2 or BERT as stage `stage` of a pipeline, starting from the whole model's
+// weights (as one process draws them, or model.init_from's), saving checkpoints under the
+// whole model's names and config (one process, export and zero-to-fp32 read them). With `tp`
+// (3D), its tensor-parallel layers, each rank holding its shard of those weights.
+std::unique_ptr<parallel::PipelineModule> build_pipeline_model(
+    const io::TrainConfig& cfg, int64_t vocab, int stage,
+    std::shared_ptr<parallel::ProcessGroup> tp);
+
+// The config's activation_checkpointing section as the runtime's options (the section is
+// present when cfg.activation_checkpointing.enabled).
+parallel::ActivationCheckpointingOptions activation_checkpointing_options(
+    const io::TrainConfig& cfg);
+
+// The config's pipeline section as the built-in models' PipelineModule options: stages,
+// partition, and checkpoints of activation_checkpoint_interval transformer blocks (with only
+// the activation_checkpointing section, of as many as it groups in one process) through the
+// section's options (partition_activations over `tp`, 3D's tensor-parallel group).
+parallel::PipelineModuleOptions pipeline_module_options(
+    const io::TrainConfig& cfg, std::shared_ptr<parallel::ProcessGroup> tp = nullptr);
+
+// The config's activation_checkpointing section set on the built-in model `model` (whole or
+// tensor parallel over `tp`, which may be null); null when the config has no such section.
+std::shared_ptr<parallel::ActivationCheckpointing> attach_activation_checkpointing(
+    nn::Module& model, const io::TrainConfig& cfg, std::shared_ptr<parallel::ProcessGroup> tp);
+
+}  // namespace tessera::launch

@@ -1,0 +1,38 @@
+// The built-in models' data: the config's corpus on every rank, its training and validation
+// batches as Trainer sources, the tokenizer files saved with checkpoints, and the text sample
+// printed at the end of a GPT run.
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+
+#include "tessera/io/batch_source.h"
+#include "tessera/io/token_data.h"
+#include "tessera/io/train_config.h"
+#include "tessera/models/pretrained.h"
+#include "tessera/parallel/process_group.h"
+
+namespace tessera::launch {
+
+// The config's corpus on every rank of `world`: rank 0 tokenises it (or finds the cache), the
+// others then read its files; the wait is covered by distributed.timeout_s.
+io::TokenizedCorpus shared_corpus(const io::TrainConfig& cfg, parallel::ProcessGroup& world);
+
+// GPT: the corpus's non-overlapping windows through a shuffled DataLoader (seed train.seed + 1,
+// this rank's slice of every global batch, drop_last). BERT: its masking sampler's stream.
+std::unique_ptr<io::BatchSource<models::Batch>> train_batches(const io::TrainConfig& cfg,
+                                                              const io::TokenizedCorpus& corpus,
+                                                              int rank, int world);
+// The validation split, read the same way from a fixed seed: every evaluation sees the same
+// batches, at any rank count.
+std::unique_ptr<io::BatchSource<models::Batch>> val_batches(const io::TrainConfig& cfg,
+                                                            const io::TokenizedCorpus& corpus,
+                                                            int rank, int world);
+// The tokenizer, saved with every checkpoint so `tessera export` can write it for HF.
+std::map<std::string, std::string> tokenizer_files(const io::TrainConfig& cfg,
+                                                   const io::TokenizedCorpus& corpus);
+// train.sample_tokens of text from the GPT model, sliding the context past block_size.
+std::string sample_text(models::PretrainedModel& model, const io::TrainConfig& cfg,
+                        const io::TokenizedCorpus& corpus);
+
+}  // namespace tessera::launch

@@ -1,0 +1,134 @@
+#include "tessera/launch/job.h"
+
+#include "tessera/device.h"
+#include "tessera/error.h"
+#include "tessera/launch/model_build.h"
+#include "tessera/launch/train_data.h"
+#include "tessera/models/bert_pipeline.h"
+
+namespace tessera::launch {
+
+namespace {
+
+// Checked before any group or model is made: a pipeline's own limits.
+void check_pipeline_config(const io::TrainConfig& cfg) {
+  TS_CHECK(Device::parse(cfg.train.device).is_cpu(), "pipeline: train.device ", cfg.train.device,
+           ": pipelines run on the CPU (MPI) so far");
+  const int64_t tp = cfg.tensor_parallel.autotp_size;
+  TS_CHECK(!cfg.tensor_parallel.sequence_parallel || cfg.model.block_size % tp == 0,
+           "tensor_parallel.sequence_parallel: model.block_size ", cfg.model.block_size,
+           " does not divide among autotp_size ", tp,
+           " ranks (each stage passes every rank's chunk of the sequence)");
+}
+
+void build_pipeline(Job& job) {
+  const io::TrainConfig& cfg = job.config;
+  const int stage = job.groups.stage;
+  job.pipeline_module = build_pipeline_model(cfg, job.corpus.vocab_size, stage, job.groups.tensor);
+  parallel::PipelineModule& model = *job.pipeline_module;
+  TS_CHECK(cfg.zero.stage == 0 || model.num_parameters() > 0, "pipeline: stage ", stage,
+           " holds no parameters of its own (its layers: ", model.bounds()[stage], " to ",
+           model.bounds()[stage + 1] - 1,
+           ", e.g. a tied head whose weights the first stage owns), "
+           "and zero_optimization.stage ",
+           cfg.zero.stage,
+           " partitions each stage's parameters; "
+           "use pipeline.partition \"parameters\" or fewer pipeline.stages");
+  engine::InitializeOptions init;
+  init.group = job.groups.data;
+  init.tensor_parallel_group = job.groups.tensor;
+  job.pipeline_engine = std::make_shared<engine::PipelineEngine>(
+      *job.pipeline_module, job.groups.pipe, cfg, std::move(init),
+      engine::PipelineEngineOptions{.topology = *job.groups.topology});  // (the config's schedule)
+}
+
+void build_model_and_engine(Job& job) {
+  const io::TrainConfig& cfg = job.config;
+  if (job.groups.tensor)
+    job.tensor_parallel_model =
+        build_tensor_parallel_model(cfg, job.corpus.vocab_size, job.groups.tensor);
+  else
+    job.whole_model = build_model(cfg, job.corpus.vocab_size);
+  job.checkpointing = attach_activation_checkpointing(job.model(), cfg, job.groups.tensor);
+  engine::InitializeOptions init;
+  init.group = job.groups.data;
+  init.tensor_parallel_group = job.groups.tensor;
+  job.engine = engine::initialize(job.model(), cfg, std::move(init));
+}
+
+}  // namespace
+
+JobGroups job_groups(const io::TrainConfig& cfg, std::shared_ptr<parallel::ProcessGroup> world) {
+  const int tp = static_cast<int>(cfg.tensor_parallel.autotp_size);
+  TS_CHECK(world->size() % (tp * cfg.pipeline.stages) == 0, world->size(),
+           " ranks do not divide into tensor_parallel.autotp_size ", tp, " x pipeline.stages ",
+           cfg.pipeline.stages);
+  JobGroups g{.world = world, .data = world};
+  if (cfg.pipeline.stages > 1) {
+    // 3D: stages x data-parallel replicas x tensor-parallel ranks (the last varies fastest).
+    g.topology = engine::pipe_model_data_topology(cfg.pipeline.stages, tp);
+    g.stage = g.topology->coords_of(world->rank()).at("pipe");
+    g.pipe = g.topology->group_for(*world, "pipe");
+    g.data = g.topology->group_for(*world, "data");
+    if (tp > 1) g.tensor = g.topology->group_for(*world, "model");
+    return g;
+  }
+  if (tp == 1) return g;
+  const parallel::ProcessTopology topo({"data", "model"}, {world->size() / tp, tp});
+  g.data = topo.group_for(*world, "data");
+  g.tensor = topo.group_for(*world, "model");
+  if (Device::parse(cfg.train.device).is_cuda())
+    g.tensor = parallel::make_nccl_group(g.tensor, Device::cuda(parallel::local_device_index()));
+  return g;
+}
+
+nn::Module& Job::model() {
+  if (whole_model) return *whole_model;
+  if (tensor_parallel_model) return *tensor_parallel_model;
+  TS_CHECK(pipeline_module, "launch::Job: no model was built");
+  return *pipeline_module;
+}
+
+engine::Engine& Job::stage_engine() {
+  if (pipeline_engine) return pipeline_engine->stage_engine();
+  TS_CHECK(engine, "launch::Job: no engine was built");
+  return *engine;
+}
+
+std::unique_ptr<io::BatchSource<models::Batch>> Job::train_batches() const {
+  return launch::train_batches(config, corpus, data_rank(), data_size());
+}
+
+std::unique_ptr<io::BatchSource<models::Batch>> Job::val_batches() const {
+  return launch::val_batches(config, corpus, data_rank(), data_size());
+}
+
+std::map<std::string, std::string> Job::tokenizer_files() const {
+  return launch::tokenizer_files(config, corpus);
+}
+
+engine::PipeMicroBatch Job::pipe_micro_batch(const models::Batch& b) {
+  if (config.model.type != "bert") return {{b.input_ids}, {b.targets}};
+  // The last stage weighs the loss as the engine weighs a whole model's (nn/loss_model.h).
+  const double weight = pipeline_engine->is_last_stage()
+                            ? pipeline_engine->stage_engine().loss_weight(b.loss_terms())
+                            : 0.0;
+  return {models::bert_pipeline_inputs(b), models::bert_pipeline_labels(b, weight)};
+}
+
+std::unique_ptr<Job> build(io::TrainConfig cfg, std::shared_ptr<parallel::ProcessGroup> world) {
+  auto job = std::make_unique<Job>();
+  job->config = std::move(cfg);
+  if (job->config.pipeline.stages > 1) check_pipeline_config(job->config);
+  job->groups = job_groups(job->config, world);
+  job->corpus = shared_corpus(job->config, *world);
+  if (job->config.pipeline.stages > 1)
+    build_pipeline(*job);
+  else
+    build_model_and_engine(*job);
+  job->train_batches();  // the data's errors now, not after training
+  job->val_batches();
+  return job;
+}
+
+}  // namespace tessera::launch

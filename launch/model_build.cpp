@@ -1,0 +1,146 @@
+#include "tessera/launch/model_build.h"
+
+#include "tessera/cuda.h"
+#include "tessera/launch/model_config.h"
+#include "tessera/models/bert.h"
+#include "tessera/models/bert_pipeline.h"
+#include "tessera/models/bert_tensor_parallel.h"
+#include "tessera/models/gpt2.h"
+#include "tessera/models/gpt2_pipeline.h"
+#include "tessera/models/gpt2_tensor_parallel.h"
+#include "tessera/models/pretrained.h"
+#include "tessera/parallel/process_group.h"
+
+namespace tessera::launch {
+
+std::unique_ptr<models::PretrainedModel> build_model(const io::TrainConfig& cfg, int64_t vocab) {
+  manual_seed(cfg.train.seed);
+  auto model = model_from_train_config(cfg, vocab);
+  // (Into this model: a second one built to load them doubled the memory at start-up.)
+  if (!cfg.model.init_from.empty()) models::load_hf_directory_weights(*model, cfg.model.init_from);
+  Device device = Device::parse(cfg.train.device);
+  // "cuda" under a launcher: one GPU per rank on each machine, by local rank.
+  if (cfg.train.device == "cuda" && parallel::launched_distributed())
+    device = Device::cuda(parallel::local_device_index());
+  if (device.is_cuda()) {
+    TS_CHECK(device.index < cuda_device_count(), "train.device \"", cfg.train.device, "\": ",
+             cuda_unavailable_reason().empty()
+                 ? std::to_string(cuda_device_count()) + " CUDA devices visible"
+                 : cuda_unavailable_reason());
+    model->to(device);
+  }
+  return model;
+}
+
+parallel::ActivationCheckpointingOptions activation_checkpointing_options(
+    const io::TrainConfig& cfg) {
+  const auto& a = cfg.activation_checkpointing;
+  parallel::ActivationCheckpointingOptions o;
+  o.partition_activations = a.partition_activations;
+  o.cpu_checkpointing = a.cpu_checkpointing;
+  o.contiguous_memory_optimization = a.contiguous_memory_optimization;
+  o.number_checkpoints = a.number_checkpoints;
+  o.synchronize_checkpoint_boundary = a.synchronize_checkpoint_boundary;
+  o.profile = a.profile;
+  o.checkpoint_num_layers = a.checkpoint_num_layers;
+  return o;
+}
+
+parallel::PipelineModuleOptions pipeline_module_options(
+    const io::TrainConfig& cfg, std::shared_ptr<parallel::ProcessGroup> tp) {
+  parallel::PipelineModuleOptions po;
+  po.num_stages = cfg.pipeline.stages;
+  po.num_chunks = cfg.pipeline.virtual_stages;
+  po.partition_method = cfg.pipeline.partition;
+  po.activation_checkpoint_interval = cfg.pipeline.activation_checkpoint_interval;
+  if (cfg.activation_checkpointing.enabled) {
+    po.checkpointing = std::make_shared<parallel::ActivationCheckpointing>(
+        activation_checkpointing_options(cfg), tp);
+    if (po.activation_checkpoint_interval == 0)
+      po.activation_checkpoint_interval =
+          po.checkpointing->layers_per_checkpoint(cfg.model.n_layer);
+  }
+  po.checkpointable_layers = {cfg.model.type == "bert" ? "BertLayer" : "GPT2Block"};
+  return po;
+}
+
+std::shared_ptr<parallel::ActivationCheckpointing> attach_activation_checkpointing(
+    nn::Module& model, const io::TrainConfig& cfg, std::shared_ptr<parallel::ProcessGroup> tp) {
+  if (!cfg.activation_checkpointing.enabled) return nullptr;
+  auto ckpt = std::make_shared<parallel::ActivationCheckpointing>(
+      activation_checkpointing_options(cfg), std::move(tp));
+  if (auto* g = dynamic_cast<models::GPT2LMHeadModel*>(&model))
+    g->transformer.activation_checkpointing = ckpt;
+  else if (auto* b = dynamic_cast<models::BertForPreTraining*>(&model))
+    b->bert.activation_checkpointing = ckpt;
+  else if (auto* gt = dynamic_cast<models::GPT2TensorParallelLMHeadModel*>(&model))
+    gt->transformer.activation_checkpointing = ckpt;
+  else if (auto* bt = dynamic_cast<models::BertTensorParallelForPreTraining*>(&model))
+    bt->activation_checkpointing = ckpt;
+  else
+    fail("activation_checkpointing: ", model.type_name(), " is not a built-in model");
+  return ckpt;
+}
+
+std::unique_ptr<nn::Module> build_tensor_parallel_model(
+    const io::TrainConfig& cfg, int64_t vocab, std::shared_ptr<parallel::ProcessGroup> tp) {
+  manual_seed(cfg.train.seed);
+  std::unique_ptr<models::PretrainedModel> whole;  // model.init_from's weights
+  if (!cfg.model.init_from.empty()) whole = models::load_pretrained(cfg.model.init_from);
+  std::unique_ptr<nn::Module> model;
+  if (cfg.model.type == "bert") {
+    auto bert = std::make_unique<models::BertTensorParallelForPreTraining>(
+        bert_config_from_train_config(cfg, vocab), cfg.data.nsp, tp,
+        cfg.tensor_parallel.sequence_parallel);
+    if (whole) {
+      auto* w = dynamic_cast<models::BertForPreTraining*>(whole.get());
+      TS_CHECK(w, "model.init_from: ", cfg.model.init_from, " is not a BERT model");
+      bert->load_from_whole(*w);
+    }
+    model = std::move(bert);
+  } else {
+    auto gpt = std::make_unique<models::GPT2TensorParallelLMHeadModel>(
+        gpt2_config_from_train_config(cfg, vocab), tp, cfg.tensor_parallel.sequence_parallel);
+    if (whole) {
+      auto* w = dynamic_cast<models::GPT2LMHeadModel*>(whole.get());
+      TS_CHECK(w, "model.init_from: ", cfg.model.init_from, " is not a GPT-2 model");
+      gpt->load_from_whole(*w);
+    }
+    model = std::move(gpt);
+  }
+  Device device = Device::parse(cfg.train.device);
+  if (cfg.train.device == "cuda" && parallel::launched_distributed())
+    device = Device::cuda(parallel::local_device_index());
+  if (device.is_cuda()) model->to(device);
+  return model;
+}
+
+std::unique_ptr<parallel::PipelineModule> build_pipeline_model(
+    const io::TrainConfig& cfg, int64_t vocab, int stage,
+    std::shared_ptr<parallel::ProcessGroup> tp) {
+  const parallel::PipelineModuleOptions po = pipeline_module_options(cfg, tp);
+  std::unique_ptr<models::PretrainedModel> whole = build_model(cfg, vocab);
+  std::unique_ptr<parallel::PipelineModule> model;
+  if (auto* bert = dynamic_cast<models::BertForPreTraining*>(whole.get())) {
+    const models::BertConfig& bc = bert->config;
+    model = std::make_unique<parallel::PipelineModule>(
+        models::bert_pipeline_layers(bc, bert->with_nsp, tp, cfg.tensor_parallel.sequence_parallel),
+        models::bert_pipeline_loss(tp), stage, po);
+    model->set_saved_names([n = bc.num_hidden_layers](const std::string& name) {
+      return models::bert_name_of_pipeline_parameter(name, n);
+    });
+  } else {
+    auto& gpt = dynamic_cast<models::GPT2LMHeadModel&>(*whole);
+    model = std::make_unique<parallel::PipelineModule>(
+        models::gpt2_pipeline_layers(gpt.config, tp, cfg.tensor_parallel.sequence_parallel),
+        models::gpt2_pipeline_loss(tp), stage, po);
+    model->set_saved_names([n = gpt.config.n_layer](const std::string& name) {
+      return models::gpt2_name_of_pipeline_parameter(name, n);
+    });
+  }
+  model->load_saved_state(whole->state_dict(), tp ? tp->rank() : 0, tp ? tp->size() : 1);
+  model->set_config_json(whole->config_json());
+  return model;
+}
+
+}  // namespace tessera::launch
