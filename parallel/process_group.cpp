@@ -1,5 +1,7 @@
 #include "tessera/parallel/process_group.h"
 
+#include "tessera/parallel/launcher_env.h"
+
 #include <cstdio>
 #include <cstdlib>
 
@@ -182,10 +184,8 @@ std::shared_ptr<ProcessGroup> make_local_group() {
 
 int local_device_index() {
   const int devices = cuda_device_count();
-  for (const char* v :
-       {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID", "LOCAL_RANK"})
-    if (const char* s = std::getenv(v)) return devices > 0 ? std::atoi(s) % devices : 0;
-  return 0;
+  const std::optional<int> local = launcher_local_rank();
+  return local && devices > 0 ? *local % devices : 0;
 }
 
 bool launched_distributed() {

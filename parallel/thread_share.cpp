@@ -1,6 +1,7 @@
 #include "tessera/parallel/thread_share.h"
 
 #include "tessera/parallel/host_registry.h"
+#include "tessera/parallel/launcher_env.h"
 
 #include <omp.h>
 #include <sched.h>
@@ -16,8 +17,8 @@ namespace tessera::parallel {
 
 namespace {
 
-// A positive count from the start of a launcher's variable ("2(x3)" is Slurm's 2 per node).
-int leading_count(const char* name) {
+// A positive count from a variable (TESSERA_PROCESSES_PER_HOST).
+int positive_count(const char* name) {
   const char* v = std::getenv(name);
   if (!v) return 0;
   char* end = nullptr;
@@ -50,10 +51,8 @@ HostShare& host_share() {
 }  // namespace
 
 int processes_per_host() {
-  for (const char* v : {"TESSERA_PROCESSES_PER_HOST", "OMPI_COMM_WORLD_LOCAL_SIZE",
-                        "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE"})
-    if (const int n = leading_count(v)) return n;
-  return 1;
+  if (const int n = positive_count("TESSERA_PROCESSES_PER_HOST")) return n;
+  return launcher_local_size().value_or(1);
 }
 
 int usable_cores() {

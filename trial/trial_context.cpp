@@ -1,23 +1,13 @@
 #include "tessera/trial/trial_context.h"
 
-#include <cstdlib>
 #include <filesystem>
 
 #include "tessera/error.h"
 #include "tessera/grad_mode.h"
+#include "tessera/parallel/launcher_env.h"
 #include "tessera/trial/batch_metrics.h"
 
 namespace tessera::trial {
-
-namespace {
-
-int env_int(std::initializer_list<const char*> names, int fallback) {
-  for (const char* n : names)
-    if (const char* s = std::getenv(n)) return std::atoi(s);
-  return fallback;
-}
-
-}  // namespace
 
 MetricValue::MetricValue(const Tensor& t) {
   TS_CHECK(t.defined() && t.numel() == 1,
@@ -30,11 +20,8 @@ TrialContext::TrialContext(TrialInfo info) : info_(std::move(info)) {
   TS_CHECK(info_.group, "TrialContext: no process group");
   distributed.rank = info_.group->rank();
   distributed.size = info_.group->size();
-  distributed.local_rank =
-      env_int({"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "LOCAL_RANK"}, distributed.rank);
-  distributed.local_size =
-      env_int({"OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE", "LOCAL_WORLD_SIZE"},
-              distributed.size);
+  distributed.local_rank = parallel::launcher_local_rank().value_or(distributed.rank);
+  distributed.local_size = parallel::launcher_local_size().value_or(distributed.size);
   distributed.cross_size = std::max(1, distributed.size / std::max(1, distributed.local_size));
   distributed.cross_rank = distributed.rank / std::max(1, distributed.local_size);
 }
