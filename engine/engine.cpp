@@ -13,6 +13,7 @@
 #include "tessera/cuda.h"
 #include "tessera/grad_mode.h"
 #include "tessera/ops.h"
+#include "tessera/parallel/grad_norm.h"
 #include "tessera/parallel/thread_share.h"
 #include "tessera/rng.h"
 
@@ -368,9 +369,9 @@ StepStats Engine::step(const LrKwargs& lr_kwargs) {
   if (zero_) {
     const auto gradients = timers_.start();
     // Partition gradients are sums over ranks (and loss-scaled): average and unscale.
-    st.grad_norm = zero_->prepare_master_grads(post_scale_ / scaler_.scale());
-    if (pipe_group_)  // (every stage's partitions)
-      st.grad_norm = std::sqrt(pipe_group_->all_reduce_scalar(st.grad_norm * st.grad_norm));
+    st.grad_norm = parallel::global_grad_norm(
+        zero_->prepare_master_grads(post_scale_ / scaler_.scale()),
+        {.partition = &zero_->group(), .tensor = tp_group_.get(), .pipe = pipe_group_.get()});
     global_grad_norm_ = st.grad_norm;
     st.overflow = !std::isfinite(st.grad_norm);
     if (!st.overflow && config_.gradient_clipping > 0) {

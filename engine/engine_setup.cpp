@@ -8,6 +8,7 @@
 #include "tessera/engine/engine.h"
 #include "tessera/grad_mode.h"
 #include "tessera/ops.h"
+#include "tessera/parallel/grad_norm.h"
 #include "tessera/parallel/tensor_parallel.h"
 #include "tessera/parallel/tensor_parallel_layout.h"
 
@@ -230,19 +231,21 @@ void Engine::setup_tensor_parallel(std::shared_ptr<parallel::ProcessGroup> tp, b
 }
 
 double Engine::global_grad_norm(const std::vector<Tensor>& holders) {
-  if (!tp_group_ && !pipe_group_) return optim::grad_norm(holders);
   auto listed = [](const std::vector<Tensor>& list, const Tensor& h) {
     return std::any_of(list.begin(), list.end(), [&](const Tensor& s) { return s.same(h); });
   };
-  std::vector<Tensor> shards, replicated;
+  std::vector<Tensor> shards, replicated;  // (gradients)
+  bool all_double = true;
   for (const Tensor& h : holders) {
-    (tp_group_ && listed(tp_shards_, h) ? shards : replicated).push_back(h);
+    Tensor g = h.grad();
+    if (!g.defined()) continue;
+    all_double = all_double && g.dtype() == DType::Float64;
+    (tp_group_ && listed(tp_shards_, h) ? shards : replicated).push_back(std::move(g));
   }
-  const double s = optim::grad_norm(shards), r = optim::grad_norm(replicated);
-  double squares = r * r;
-  if (tp_group_) squares += tp_group_->all_reduce_scalar(s * s);
-  if (pipe_group_) squares = pipe_group_->all_reduce_scalar(squares);
-  return std::sqrt(squares);
+  return parallel::global_grad_norm({.tensor_parallel = optim::sum_of_squares(shards),
+                                     .replicated = optim::sum_of_squares(replicated)},
+                                    {.tensor = tp_group_.get(), .pipe = pipe_group_.get()},
+                                    all_double);
 }
 
 }  // namespace tessera::engine

@@ -181,7 +181,7 @@ ZeroOptimizer::~ZeroOptimizer() {
   fetcher_->materialize_all();
 }
 
-double ZeroOptimizer::prepare_master_grads(double scale) {
+GradSquares ZeroOptimizer::prepare_master_grads(double scale) {
   NoGradGuard no_grad;
   // The update writes the shards (the masters themselves in float32 stage 3): no gather
   // may still be reading them.
@@ -203,24 +203,16 @@ double ZeroOptimizer::prepare_master_grads(double scale) {
       const ShardLayout::Entry* e = layout_.find(g.names[k]);
       g.params[k].set_grad(master_grads_.narrow(0, e->offset, e->shard));
     }
-  // The norm as one process takes it (optim::grad_norm's halves): squares summed in double,
-  // the root rounded to the gradients' float32, so that N ranks clip by the coefficient one
-  // process would (a float32 partial norm per rank made ZeRO's losses drift from one
-  // process's by 1e-6 in 20 steps, against dp's 1e-7).
+  // This rank's partition's squares in double, summed over the ranks by global_grad_norm (a
+  // float32 partial norm per rank made ZeRO's losses drift from one process's by 1e-6 in 20
+  // steps, against dp's 1e-7).
   auto squares = [](const Tensor& t) { return optim::sum_of_squares({t}); };
-  double total = 0;
-  if (!options_.tensor_parallel_group) {
-    total = group_->all_reduce_scalar(squares(master_grads_));
-  } else {
-    double shards = 0, replicated = 0;  // squares of this rank's partition of each kind
-    for (const auto& e : layout_.entries)
-      (options_.tensor_parallel_params.count(e.name) ? shards : replicated) +=
-          squares(master_grads_.narrow(0, e.offset, e.shard));
-    shards = group_->all_reduce_scalar(shards);
-    replicated = group_->all_reduce_scalar(replicated);
-    total = options_.tensor_parallel_group->all_reduce_scalar(shards) + replicated;
-  }
-  return optim::norm_from_squares(total);
+  if (!options_.tensor_parallel_group) return {.replicated = squares(master_grads_)};
+  GradSquares s;
+  for (const auto& e : layout_.entries)
+    (options_.tensor_parallel_params.count(e.name) ? s.tensor_parallel : s.replicated) +=
+        squares(master_grads_.narrow(0, e.offset, e.shard));
+  return s;
 }
 
 void ZeroOptimizer::scale_master_grads(double coef) {

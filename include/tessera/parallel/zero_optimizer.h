@@ -25,6 +25,7 @@
 #include "tessera/nn/module.h"
 #include "tessera/optim/optimizer.h"
 #include "tessera/parallel/grad_buckets.h"
+#include "tessera/parallel/grad_norm.h"
 #include "tessera/parallel/shard_layout.h"
 
 namespace tessera::parallel {
@@ -89,8 +90,10 @@ class ZeroOptimizer {
   void end_backward() { buckets_->end_backward(); }
 
   // Gives every master shard its gradient: the reduced partition times `scale` (averaging
-  // over ranks and undoing the loss scale), in float32. Returns the global L2 norm.
-  double prepare_master_grads(double scale);
+  // over ranks and undoing the loss scale), in float32. Returns this rank's squares of them
+  // (parallel::global_grad_norm with this optimizer's group as the partition group).
+  GradSquares prepare_master_grads(double scale);
+  ProcessGroup& group() { return *group_; }
   void scale_master_grads(double coef);
   optim::Optimizer& optimizer() { return *optimizer_; }
   // After an optimizer step: new parameter values reach the model (all-gather for stages
