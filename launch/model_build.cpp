@@ -82,31 +82,33 @@ std::shared_ptr<parallel::ActivationCheckpointing> attach_activation_checkpointi
   return ckpt;
 }
 
+std::unique_ptr<nn::Module> fresh_model(const io::TrainConfig& cfg, int64_t vocab,
+                                        std::shared_ptr<parallel::ProcessGroup> tp) {
+  if (!tp) return model_from_train_config(cfg, vocab);
+  const bool sp = cfg.tensor_parallel.sequence_parallel;
+  if (cfg.model.type == "bert")
+    return std::make_unique<models::BertTensorParallelForPreTraining>(
+        bert_config_from_train_config(cfg, vocab), cfg.data.nsp, tp, sp);
+  return std::make_unique<models::GPT2TensorParallelLMHeadModel>(
+      gpt2_config_from_train_config(cfg, vocab), tp, sp);
+}
+
 std::unique_ptr<nn::Module> build_tensor_parallel_model(
     const io::TrainConfig& cfg, int64_t vocab, std::shared_ptr<parallel::ProcessGroup> tp) {
   manual_seed(cfg.train.seed);
   std::unique_ptr<models::PretrainedModel> whole;  // model.init_from's weights
   if (!cfg.model.init_from.empty()) whole = models::load_pretrained(cfg.model.init_from);
-  std::unique_ptr<nn::Module> model;
-  if (cfg.model.type == "bert") {
-    auto bert = std::make_unique<models::BertTensorParallelForPreTraining>(
-        bert_config_from_train_config(cfg, vocab), cfg.data.nsp, tp,
-        cfg.tensor_parallel.sequence_parallel);
-    if (whole) {
+  std::unique_ptr<nn::Module> model = fresh_model(cfg, vocab, tp);
+  if (whole) {  // each rank takes its shards of the whole model's weights
+    if (auto* bert = dynamic_cast<models::BertTensorParallelForPreTraining*>(model.get())) {
       auto* w = dynamic_cast<models::BertForPreTraining*>(whole.get());
       TS_CHECK(w, "model.init_from: ", cfg.model.init_from, " is not a BERT model");
       bert->load_from_whole(*w);
-    }
-    model = std::move(bert);
-  } else {
-    auto gpt = std::make_unique<models::GPT2TensorParallelLMHeadModel>(
-        gpt2_config_from_train_config(cfg, vocab), tp, cfg.tensor_parallel.sequence_parallel);
-    if (whole) {
+    } else {
       auto* w = dynamic_cast<models::GPT2LMHeadModel*>(whole.get());
       TS_CHECK(w, "model.init_from: ", cfg.model.init_from, " is not a GPT-2 model");
-      gpt->load_from_whole(*w);
+      dynamic_cast<models::GPT2TensorParallelLMHeadModel&>(*model).load_from_whole(*w);
     }
-    model = std::move(gpt);
   }
   Device device = Device::parse(cfg.train.device);
   if (cfg.train.device == "cuda" && parallel::launched_distributed())

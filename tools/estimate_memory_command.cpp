@@ -12,10 +12,9 @@
 #include "tessera/launch/model_config.h"
 #include "tessera/models/activation_memory.h"
 #include "tessera/models/bert_pipeline.h"
-#include "tessera/models/bert_tensor_parallel.h"
 #include "tessera/models/gpt2_pipeline.h"
-#include "tessera/models/gpt2_tensor_parallel.h"
 #include "tessera/parallel/pipe_schedule.h"
+#include "tessera/parallel/shape_only_group.h"
 #include "tessera/parallel/shard_layout.h"
 #include "tessera/parallel/zero_optimizer.h"
 
@@ -196,44 +195,6 @@ io::TrainConfig read_config(const Args& a, int64_t ranks, int64_t& vocab) {
   return cfg;
 }
 
-// How the config's tensor-parallel model splits its parameters (empty without TP); heads or
-// features that do not divide are an error.
-parallel::TensorParallelLayout tensor_parallel_layout_of(const io::TrainConfig& cfg,
-                                                         int64_t vocab) {
-  const int64_t tp = cfg.tensor_parallel.autotp_size;
-  if (tp == 1) return {};
-  if (cfg.model.type == "bert") {
-    const models::BertConfig c = launch::bert_config_from_train_config(cfg, vocab);
-    models::BertTensorParallelForPreTraining::check_divisible(c, tp);
-    return models::BertTensorParallelForPreTraining::layout(c);
-  }
-  const models::GPT2Config c = launch::gpt2_config_from_train_config(cfg, vocab);
-  models::GPT2TensorParallelLMHeadModel::check_divisible(c, tp);
-  return models::GPT2TensorParallelLMHeadModel::layout(c);
-}
-
-// A tensor-parallel group that only has a size: layers built over it have a rank's shapes;
-// any communication is an error (estimate-memory builds layers, it runs none).
-class ShapeOnlyGroup : public parallel::ProcessGroup {
- public:
-  explicit ShapeOnlyGroup(int size) : size_(size) {}
-  int rank() const override { return 0; }
-  int size() const override { return size_; }
-  std::string backend() const override { return "shape-only"; }
-  parallel::Work all_reduce_async(Tensor, parallel::ReduceOp) override { refuse(); }
-  parallel::Work reduce_scatter_async(Tensor, Tensor, parallel::ReduceOp) override { refuse(); }
-  parallel::Work all_gather_async(Tensor, Tensor) override { refuse(); }
-  parallel::Work broadcast_async(Tensor, int) override { refuse(); }
-  parallel::Work send_async(Tensor, int, int) override { refuse(); }
-  parallel::Work recv_async(Tensor, int, int) override { refuse(); }
-  parallel::Work barrier_async() override { refuse(); }
-  std::shared_ptr<ProcessGroup> new_group(const std::vector<int>&) override { refuse(); }
-
- private:
-  [[noreturn]] static void refuse() { fail("estimate-memory: a shape-only group communicated"); }
-  int size_;
-};
-
 // A pipeline: per stage, its PipelineModule's model state (ZeRO over the stage's replicas)
 // and its activations (the schedule's most micro-batches held at once; 1F1B: min(micro-batches,
 // stages - stage); ZB-H1 holds them until their weight pass), as
@@ -252,7 +213,8 @@ int estimate_pipeline(const Args& a, const io::TrainConfig& cfg, int64_t vocab, 
   // 3D: each stage built of tensor-parallel layers over a group of autotp_size ranks (rank 0's
   // shards; every rank's are alike), so its parameters and its partition are a rank's (the
   // layers check that heads and features divide).
-  const auto tp_group = tp > 1 ? std::make_shared<ShapeOnlyGroup>(static_cast<int>(tp)) : nullptr;
+  const auto tp_group =
+      tp > 1 ? std::make_shared<parallel::ShapeOnlyGroup>(static_cast<int>(tp)) : nullptr;
   const std::vector<parallel::LayerSpec> specs =
       bert ? models::bert_pipeline_layers(bc, cfg.data.nsp, tp_group,
                                           cfg.tensor_parallel.sequence_parallel)
@@ -347,17 +309,15 @@ int estimate_memory_main(int argc, char** argv) {
   int64_t vocab = 0;
   io::TrainConfig cfg = read_config(a, ranks, vocab);
   if (cfg.pipeline.stages > 1) return estimate_pipeline(a, cfg, vocab, ranks);
-  auto model = launch::model_from_train_config(cfg, vocab);
   const int64_t tp = cfg.tensor_parallel.autotp_size;
   const int dp = static_cast<int>(cfg.world_size);  // data-parallel ranks: ranks / autotp_size
-  const parallel::TensorParallelLayout split = tensor_parallel_layout_of(cfg, vocab);
+  // The run's own model (with autotp_size, a rank's tensor-parallel shard, built by its layers
+  // over a group that only has a size): what it holds is what the engine will see.
+  const auto tp_group =
+      tp > 1 ? std::make_shared<parallel::ShapeOnlyGroup>(static_cast<int>(tp)) : nullptr;
+  const std::unique_ptr<nn::Module> model = launch::fresh_model(cfg, vocab, tp_group);
   std::vector<std::pair<std::string, Shape>> shapes;
-  for (auto& [n, t] : model->named_parameters()) {
-    auto it = split.find(n);
-    shapes.emplace_back(
-        n, it == split.end() ? t->shape()
-                             : parallel::shard_shape(t->shape(), it->second, static_cast<int>(tp)));
-  }
+  for (auto& [n, t] : model->named_parameters()) shapes.emplace_back(n, t->shape());
   const parallel::ShardLayout layout(shapes, dp);
   const int stage = static_cast<int>(cfg.zero.stage);
   const Estimate mine = estimate(cfg, layout, stage, dp);

@@ -18,6 +18,12 @@ namespace tessera::launch {
 // (under a launcher, "cuda" is this rank's local GPU).
 std::unique_ptr<models::PretrainedModel> build_model(const io::TrainConfig& cfg, int64_t vocab);
 
+// The config's architecture with fresh weights (seeded by the caller), on the CPU: whole
+// without `tp`, else its tensor-parallel layers over `tp` (heads and features that do not
+// divide are an error naming them). estimate-memory sizes this very model.
+std::unique_ptr<nn::Module> fresh_model(const io::TrainConfig& cfg, int64_t vocab,
+                                        std::shared_ptr<parallel::ProcessGroup> tp);
+
 // The config's GPT-2 or BERT in tensor parallel over `tp` (seeded by train.seed, initialised
 // as the whole model would be, or sharded from model.init_from), on train.device.
 std::unique_ptr<nn::Module> build_tensor_parallel_model(const io::TrainConfig& cfg, int64_t vocab,
