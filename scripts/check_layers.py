@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Checks that the code's layering points down only, as the README's "Layers" table says.
+"""Checks that the code's layering points down only, as docs/architecture.md's "Layers" table says.
 
 `scripts/check_layers.py [ROOT] [--stamp FILE]` (the build runs it with --stamp on every
-build, so an upward include fails the build; the `layers` test runs it too) reads the table from ROOT/README.md (one row per folder: its
+build, so an upward include fails the build; the `layers` test runs it too) reads the table from ROOT/docs/architecture.md (one row per folder: its
 level, its public headers under include/tessera/) and every #include in the folders' sources
 and in include/tessera/. It fails, naming file and line, when
   - a folder or public header includes a public header of its own level or above (another
@@ -18,6 +18,8 @@ Written here because no packaged tool checks include layering against a table of
 import os
 import re
 import sys
+
+TABLE = "docs/architecture.md"  # the Layers table the check reads
 
 KNOWN = {}
 
@@ -35,12 +37,12 @@ SOURCE = re.compile(r"\.(cpp|h|cu|cuh)$")
 
 
 def read_table(root):
-    """{folder: level}, {public header or header folder: folder} from README's Layers table."""
-    lines = open(os.path.join(root, "README.md"), encoding="utf-8").read().splitlines()
+    """{folder: level}, {public header or header folder: folder} from the Layers table."""
+    lines = open(os.path.join(root, TABLE), encoding="utf-8").read().splitlines()
     try:
         start = lines.index("## Layers")
     except ValueError:
-        sys.exit("check_layers: README.md has no '## Layers' section")
+        sys.exit(f"check_layers: {TABLE} has no '## Layers' section")
     levels, owner = {}, {}
     for line in lines[start + 1:]:
         if line.startswith("## "):
@@ -53,7 +55,7 @@ def read_table(root):
         for h in re.findall(r"`([^`]+)`", cells[2]):
             owner[h.rstrip("/")] = folder
     if not levels:
-        sys.exit("check_layers: README.md's Layers table has no rows")
+        sys.exit(f"check_layers: {TABLE}'s Layers table has no rows")
     return levels, owner
 
 
@@ -94,7 +96,7 @@ def check(root):
         if header.startswith("tessera/"):
             to = public_owner(header, owner)
             if to is None:
-                problems.append(f"{here}: {header} is not in README.md's Layers table")
+                problems.append(f"{here}: {header} is not in {TABLE}'s Layers table")
             elif to != folder and levels[to] >= levels[folder] and not allowed(path, header):
                 problems.append(f"{here}: {folder}/ (level {levels[folder]}) includes {header} "
                                 f"of {to}/ (level {levels[to]}): arrows point down only")
@@ -128,7 +130,7 @@ def check(root):
         header = path[len("include/"):]
         folder = public_owner(header, owner)
         if folder is None:
-            problems.append(f"{path}: not in README.md's Layers table")
+            problems.append(f"{path}: not in {TABLE}'s Layers table")
             continue
         for number, inc in includes(root, path):
             check_include(path, number, inc, folder)

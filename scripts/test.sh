@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sets up and builds (scripts/setup.sh), runs every test suite, again under ASan + UBSan with
-# the fuzz targets (scripts/test_sanitizers.sh), builds the README's example programs against
+# the fuzz targets (scripts/test_sanitizers.sh), builds the example programs (examples/) against
 # the installed library through pkg-config, and ends with one line "N passed, N failed,
 # N skipped" counting doctest test cases and CLI tests of both builds. Under the sanitizers the
 # CLI matrices run one case per code path; `scripts/test.sh --full` runs every case there too.

@@ -202,7 +202,7 @@ io::TrainConfig read_config(const Args& a, int64_t ranks, int64_t& vocab) {
 int estimate_pipeline(const Args& a, const io::TrainConfig& cfg, int64_t vocab, int64_t ranks) {
   TS_CHECK(cfg.zero.stage < 3,
            "estimate-memory: zero_optimization.stage 3 with pipeline "
-           "stages is refused by the engine (see the README)");
+           "stages is refused by the engine (see docs/parallelism.md)");
   const parallel::PipelineModuleOptions po = launch::pipeline_module_options(cfg);
   const bool bert = cfg.model.type == "bert";
   const models::GPT2Config gc =

@@ -34,7 +34,7 @@ commands:
   plot RUN_DIR               a run's loss and lr curves to a PNG (from its monitor files)
   report                     what this build has compiled in and which devices are visible
 
-Distributed: mpirun -np N tessera train CONFIG.json (see the README).
+Distributed: mpirun -np N tessera train CONFIG.json (see docs/parallelism.md).
 
 Every command takes --help; with --json the last line on stdout is one JSON object.
 tessera --version prints the version.

@@ -190,7 +190,7 @@ int trial_main(int argc, char** argv) {
     TS_CHECK(exp.entrypoint == "builtin:gpt2" || exp.entrypoint == "builtin:bert", exp.path,
              ": entrypoint '", exp.entrypoint,
              "': tessera trial runs the built-in trials (builtin:gpt2, builtin:bert); a trial "
-             "of your own is a program of its own (trial::run<MyTrial>, see the README)");
+             "of your own is a program of its own (trial::run<MyTrial>, see docs/trials.md)");
   };
   return trial::run_trial_main(argc - 1, argv + 1, trial::run_trial<BuiltinTrial>, "tessera trial",
                                builtin_entrypoint);

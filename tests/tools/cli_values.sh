@@ -3,7 +3,7 @@
 #  - eval: loss and every gradient norm of the GPT-2 and BERT fixtures against PyTorch's
 #    (tests/fixtures/models/*/expected.json);
 #  - generate: greedy ids against PyTorch's greedy decoding of the same model;
-#  - report --json, kernels list/bench --json: the keys and values documented in the README.
+#  - report --json, kernels list/bench --json: the keys and values documented in docs/cli.md.
 set -euo pipefail
 tessera="$1"; fixtures="$2"
 work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT

@@ -11,7 +11,7 @@ python3 "$check" "$src"
 
 fresh() {  # a copy of what the check reads
   rm -rf "$work/t"; mkdir -p "$work/t"
-  cp "$src/README.md" "$work/t/"
+  mkdir -p "$work/t/docs"; cp "$src/docs/architecture.md" "$work/t/docs/"
   for d in include core autograd backends nn optim io testing parallel models engine tools \
            examples; do
     cp -r "$src/$d" "$work/t/"
@@ -48,7 +48,7 @@ expect "Tensor method outside autograd" "Tensor::planted is defined in nn/; Tens
 fresh; printf 'TensorBase TensorBase::planted() const {\n  return *this;\n}\n' >>"$work/t/autograd/ops_shape.cpp"
 expect "TensorBase method outside core" "TensorBase::planted is defined in autograd/; TensorBase's methods belong to core/"
 fresh; echo '#include "tessera/unplaced.h"' >>"$work/t/optim/optimizer.cpp"
-expect "header not in the table" "tessera/unplaced.h is not in README.md's Layers table"
+expect "header not in the table" "tessera/unplaced.h is not in docs/architecture.md's Layers table"
 fresh; echo '#include "core/tensor_impl.h"' >>"$work/t/examples/$(ls "$work/t/examples" | grep -m1 '\.cpp$')"
 expect "example with a private header" "examples use public headers only"
 # A KNOWN entry for an arrow that does not occur (a copy of the check with one planted).

@@ -282,7 +282,7 @@ class Engine {
   parallel::ProcessGroup* pipeline_group() { return pipe_group_.get(); }
   int zero_stage() const { return zero_ ? zero_->stage() : 0; }
   parallel::ZeroOptimizer* zero_optimizer() { return zero_.get(); }  // null at stage 0
-  // Bytes of parameters, gradients and optimizer state this rank holds (see README).
+  // Bytes of parameters, gradients and optimizer state this rank holds (see docs/parallelism.md).
   parallel::MemoryStats memory() const;
   // Activation memory: the most bytes a training forward left allocated on the model's device
   // (what the graph keeps for backward, the loss included), over the forwards so far.

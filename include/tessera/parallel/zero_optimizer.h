@@ -58,8 +58,8 @@ struct PrefetchStats {
 
 class Zero3Fetcher;
 
-// Bytes one rank holds (README: "ZeRO memory"): params (whole parameters, or this rank's
-// shards), grads (whole gradients and/or this rank's partition), optimizer (float32 masters
+// Bytes one rank holds (docs/parallelism.md: "ZeRO memory"): params (whole parameters, or this
+// rank's shards), grads (whole gradients and/or this rank's partition), optimizer (float32 masters
 // where kept apart from the model, and the optimizer's moments), buffers (communication
 // staging at its peak: the reduce-scatter buckets, the all-gather chunks that publish new
 // parameters, and ZeRO-3's prefetch; each bounded by its bucket size).
