@@ -40,6 +40,7 @@ void build_pipeline(Job& job) {
   job.pipeline_engine = std::make_shared<engine::PipelineEngine>(
       *job.pipeline_module, job.groups.pipe, cfg, std::move(init),
       engine::PipelineEngineOptions{.topology = *job.groups.topology});  // (the config's schedule)
+  job.checkpointing = job.pipeline_module->options().checkpointing;
 }
 
 void build_model_and_engine(Job& job) {
@@ -60,9 +61,11 @@ void build_model_and_engine(Job& job) {
 
 JobGroups job_groups(const io::TrainConfig& cfg, std::shared_ptr<parallel::ProcessGroup> world) {
   const int tp = static_cast<int>(cfg.tensor_parallel.autotp_size);
-  TS_CHECK(world->size() % (tp * cfg.pipeline.stages) == 0, world->size(),
-           " ranks do not divide into tensor_parallel.autotp_size ", tp, " x pipeline.stages ",
-           cfg.pipeline.stages);
+  // (TrainConfig::parse checked that its world divides; this is that world.)
+  TS_CHECK(cfg.world_size * tp * cfg.pipeline.stages == world->size(),
+           "launch::build: the config's batch was resolved for ",
+           cfg.world_size * tp * cfg.pipeline.stages,
+           " ranks (TrainConfig's world size) but the job has ", world->size());
   JobGroups g{.world = world, .data = world};
   if (cfg.pipeline.stages > 1) {
     // 3D: stages x data-parallel replicas x tensor-parallel ranks (the last varies fastest).

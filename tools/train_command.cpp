@@ -145,28 +145,36 @@ engine::TrainerOptions trainer_options(const Args& a, const io::TrainConfig& cfg
   return options;
 }
 
-// The built-in model as a pipeline of pipeline.stages stages (DeepSpeed's PipelineModule and
-// PipelineEngine), pipelines side by side over the rest of the job.
-int train_pipeline(const Args& a, launch::Job& job) {
+// What every layout's trainer shares: the checkpoints' extras, --resume (the checkpoint's
+// vocabulary must be this corpus's), the start-up line, training and the reports after it.
+int fit_and_report(const Args& a, launch::Job& job, engine::TrainLoop& trainer) {
   const io::TrainConfig& cfg = job.config;
-  engine::PipelineEngine& pipe = *job.pipeline_engine;
-  auto train_data = job.train_batches();
-  const engine::TrainerOptions options = trainer_options(a, cfg);
-  auto convert = [&job](const models::Batch& b) { return job.pipe_micro_batch(b); };
-  engine::PipelineTrainer<models::Batch> trainer(pipe, *train_data, convert, options);
-  trainer.set_eval_data([&job] { return job.val_batches(); });
-  trainer.client_state = [&] { return nlohmann::json{{"vocab_size", job.corpus.vocab_size}}; };
+  const int64_t vocab_size = job.corpus.vocab_size;
+  trainer.client_state = [vocab_size] { return nlohmann::json{{"vocab_size", vocab_size}}; };
   trainer.extra_files = [&job] { return job.tokenizer_files(); };
-  if (a.has("resume")) trainer.resume(a.get("resume", ""));
-  const int rank = job.groups.world->rank();
-  if (rank == 0) std::cerr << job.summary() << "\n";
+  if (a.has("resume")) {
+    // (A checkpoint of an older tessera has no Trainer state: its weights' shapes are checked.)
+    const nlohmann::json user = trainer.resume(a.get("resume", ""));
+    if (user.is_object() && user.contains("vocab_size")) {
+      const int64_t vocab = io::JsonFields(user, "train --resume: the checkpoint's client_state")
+                                .integer("vocab_size");
+      TS_CHECK(vocab == vocab_size, "train --resume: the checkpoint's vocabulary (", vocab,
+               ") differs from this corpus's (", vocab_size, ")");
+    }
+  }
+  parallel::ProcessGroup& world = *job.groups.world;
+  const bool lead = world.rank() == 0;  // prints for the job
+  if (lead) std::cerr << job.summary() << "\n";
   const engine::TrainResult r = trainer.fit();
-  if (cfg.comms_logger.enabled && rank == 0)
-    std::cerr << job.groups.world->logger().summary(0, job.groups.world->size());
-  if (cfg.activation_checkpointing.profile && job.data_rank() == 0)  // one report per stage
-    std::cerr << "stage " << job.groups.stage << " "
-              << job.pipeline_module->options().checkpointing->profile_report();
-  if (a.has("json")) print_json_line(r, pipe.stage_engine(), cfg.comms_logger.enabled, &pipe);
+  if (cfg.comms_logger.enabled && lead) std::cerr << world.logger().summary(0, world.size());
+  if (job.checkpointing && cfg.activation_checkpointing.profile) {
+    if (!job.is_pipeline() && lead)
+      std::cerr << job.checkpointing->profile_report();
+    else if (job.is_pipeline() && job.data_rank() == 0)  // one report per stage
+      std::cerr << "stage " << job.groups.stage << " " << job.checkpointing->profile_report();
+  }
+  if (a.has("json"))
+    print_json_line(r, job.stage_engine(), cfg.comms_logger.enabled, job.pipeline_engine.get());
   return r.stop_signal ? 128 + r.stop_signal : 0;
 }
 
@@ -185,37 +193,23 @@ int train_main(int argc, char** argv) {
   // instead of killing a rank (mpirun would report the finished job as failed).
   static engine::StopSignals stop_signals(true);
   auto world = parallel::world();
-  const bool lead = world->rank() == 0;  // prints and writes files for the job
   const std::unique_ptr<launch::Job> job = launch::build(read_config(a, *world), world);
-  if (job->is_pipeline()) return train_pipeline(a, *job);
   const io::TrainConfig& cfg = job->config;
-  const io::TokenizedCorpus& corpus = job->corpus;
-  engine::Engine& eng = *job->engine;
-  auto train_data = job->train_batches();
+  const auto train_data = job->train_batches();
   const engine::TrainerOptions options = trainer_options(a, cfg);
-  engine::Trainer<models::Batch> trainer(eng, *train_data, options);
-  trainer.set_eval_data([&job] { return job->val_batches(); });
-  trainer.client_state = [&] { return nlohmann::json{{"vocab_size", corpus.vocab_size}}; };
-  trainer.extra_files = [&job] { return job->tokenizer_files(); };
-  if (job->whole_model && cfg.model.type != "bert" && cfg.train.sample_tokens > 0 && !a.has("json"))
-    trainer.sample = [&] { return launch::sample_text(*job->whole_model, cfg, corpus); };
-  if (a.has("resume")) {
-    // (A checkpoint of an older tessera has no Trainer state: its weights' shapes are checked.)
-    const nlohmann::json user = trainer.resume(a.get("resume", ""));
-    if (user.is_object() && user.contains("vocab_size")) {
-      const int64_t vocab = io::JsonFields(user, "train --resume: the checkpoint's client_state")
-                                .integer("vocab_size");
-      TS_CHECK(vocab == corpus.vocab_size, "train --resume: the checkpoint's vocabulary (", vocab,
-               ") differs from this corpus's (", corpus.vocab_size, ")");
-    }
+  auto val_data = [&job] { return job->val_batches(); };
+  if (job->is_pipeline()) {  // DeepSpeed's PipelineModule and PipelineEngine
+    engine::PipelineTrainer<models::Batch> trainer(
+        *job->pipeline_engine, *train_data,
+        [&job](const models::Batch& b) { return job->pipe_micro_batch(b); }, options);
+    trainer.set_eval_data(val_data);
+    return fit_and_report(a, *job, trainer);
   }
-  if (lead) std::cerr << job->summary() << "\n";
-  const engine::TrainResult r = trainer.fit();
-  if (cfg.comms_logger.enabled && lead) std::cerr << world->logger().summary(0, world->size());
-  if (job->checkpointing && cfg.activation_checkpointing.profile && lead)
-    std::cerr << job->checkpointing->profile_report();
-  if (a.has("json")) print_json_line(r, eng, cfg.comms_logger.enabled);
-  return r.stop_signal ? 128 + r.stop_signal : 0;
+  engine::Trainer<models::Batch> trainer(*job->engine, *train_data, options);
+  trainer.set_eval_data(val_data);
+  if (job->whole_model && cfg.model.type != "bert" && cfg.train.sample_tokens > 0 && !a.has("json"))
+    trainer.sample = [&] { return launch::sample_text(*job->whole_model, cfg, job->corpus); };
+  return fit_and_report(a, *job, trainer);
 }
 
 }  // namespace tessera::cli
