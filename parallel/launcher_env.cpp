@@ -6,23 +6,22 @@ namespace tessera::parallel {
 
 namespace {
 
-// A count from the start of a launcher's variable, at least `least` (Slurm writes "2(x3)").
-std::optional<int> leading_count(const char* name, long least) {
-  const char* v = std::getenv(name);
-  if (!v) return std::nullopt;
-  char* end = nullptr;
-  const long n = std::strtol(v, &end, 10);
-  if (end == v || n < least || n >= 1000000) return std::nullopt;
-  return static_cast<int>(n);
-}
-
-std::optional<int> first_count(std::initializer_list<const char*> names, long least) {
+std::optional<int> first_count(std::initializer_list<const char*> names, int least) {
   for (const char* name : names)
-    if (const auto n = leading_count(name, least)) return n;
+    if (const auto n = env_count(name, least)) return n;
   return std::nullopt;
 }
 
 }  // namespace
+
+std::optional<int> env_count(const char* name, int least) {
+  const char* v = std::getenv(name);
+  if (!v) return std::nullopt;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  if (end == v || n < least || n >= 100000) return std::nullopt;
+  return static_cast<int>(n);
+}
 
 std::optional<int> launcher_local_rank() {
   return first_count(

@@ -17,15 +17,6 @@ namespace tessera::parallel {
 
 namespace {
 
-// A positive count from a variable (TESSERA_PROCESSES_PER_HOST).
-int positive_count(const char* name) {
-  const char* v = std::getenv(name);
-  if (!v) return 0;
-  char* end = nullptr;
-  const long n = std::strtol(v, &end, 10);
-  return end != v && n > 0 && n < 100000 ? static_cast<int>(n) : 0;
-}
-
 // A launcher that bound this process to some cores has shared them out already.
 bool bound_by_launcher() {
   return usable_cores() < static_cast<int>(std::thread::hardware_concurrency());
@@ -51,8 +42,8 @@ HostShare& host_share() {
 }  // namespace
 
 int processes_per_host() {
-  if (const int n = positive_count("TESSERA_PROCESSES_PER_HOST")) return n;
-  return launcher_local_size().value_or(1);
+  // The experiment runner's count for trials sharing a host, else the launcher's.
+  return env_count("TESSERA_PROCESSES_PER_HOST", 1).value_or(launcher_local_size().value_or(1));
 }
 
 int usable_cores() {

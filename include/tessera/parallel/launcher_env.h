@@ -6,6 +6,10 @@
 
 namespace tessera::parallel {
 
+// The count at the start of variable `name` (Slurm's "2(x3)" reads 2) when it is at least
+// `least` and below 100000; none when unset or not such a count.
+std::optional<int> env_count(const char* name, int least);
+
 // This process among its job's processes on this host: OpenMPI's OMPI_COMM_WORLD_LOCAL_RANK,
 // MPICH's MPI_LOCALRANKID, Slurm's SLURM_LOCALID, or LOCAL_RANK (the first set wins); none
 // when no launcher set one (a value that is not a count >= 0 counts as unset).
