@@ -52,3 +52,13 @@ print(f"  batch {t['batch']:>2}: tessera {t['tokens_per_s']:9.0f} tok/s (MFU {t[
       f"  ratio {t['tokens_per_s'] / p['tokens_per_s']:.2f}")
 PY
 done
+# torch.compile at the larger batch only: Inductor's compilation takes about a minute.
+t=$("$ts" bench train --preset gpt2-1024 --device cuda --dtype bfloat16 --batch 16 --json | tail -1)
+p=$($py "$here/gpu_reference.py" train --batch 16 --compile | tail -1 | tee -a "$log")
+$py - "$t" "$p" <<'PY'
+import json, sys
+t, p = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+print(f"  batch {t['batch']:>2}: tessera {t['tokens_per_s']:9.0f} tok/s (MFU {t['mfu']:.3f}, {t['ms_per_step']:.1f} ms)"
+      f"  torch.compile {p['tokens_per_s']:9.0f} tok/s (MFU {p['mfu']:.3f}, {p['ms_per_step']:.1f} ms)"
+      f"  ratio {t['tokens_per_s'] / p['tokens_per_s']:.2f}")
+PY

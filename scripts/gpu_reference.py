@@ -66,6 +66,7 @@ def main():
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--compile", action="store_true", help="train: torch.compile the model (Inductor)")
     a = ap.parse_args()
     torch.manual_seed(0)
     dev = "cuda"
@@ -85,10 +86,11 @@ def main():
         m = GPT(V, T, L, H, D).to(dev)
         opt = torch.optim.AdamW(m.parameters(), lr=1e-3, betas=(0.9, 0.99), weight_decay=0.1)
         x = torch.randint(0, V, (B, T), device=dev); y = torch.randint(0, V, (B, T), device=dev)
+        fwd = torch.compile(m) if a.compile else m  # compiled during the warm-up steps
 
         def step():
             with torch.autocast("cuda", dtype=torch.bfloat16):
-                loss = m(x, y)
+                loss = fwd(x, y)
             opt.zero_grad(set_to_none=True); loss.backward()
             torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0); opt.step()
             return loss
@@ -98,7 +100,8 @@ def main():
         tps = B * T / ms * 1e3
         print(json.dumps({"what": "train", "preset": "gpt2-1024", "batch": B, "params": n, "ms_per_step": ms,
                           "tokens_per_s": tps, "model_tflops": flops_tok * tps / 1e12,
-                          "mfu": flops_tok * tps / 989e12, "torch": torch.__version__}))
+                          "mfu": flops_tok * tps / 989e12, "torch": torch.__version__,
+                          "compiled": a.compile}))
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ export TESSERA_FIXTURES_DIR="$root/tests/fixtures"
 ts="$work/build/tools/tessera"
 stages="${*:-probe tests check bench train}"
 status=0
+failed=()
 for stage in $stages; do
   echo "=== $stage"
   case "$stage" in
@@ -33,20 +34,32 @@ for stage in $stages; do
       # The CUDA suite, then every other suite's CUDA and NCCL cases (named "...cuda...",
       # "NCCL: ..."; NCCL runs as one rank on one GPU there).
       "$work/build/tests/test-backends-cuda" 2>&1 | tee "$out/test-backends-cuda.log" | tail -30
-      [ "${PIPESTATUS[0]}" = 0 ] || status=1
+      [ "${PIPESTATUS[0]}" = 0 ] || { status=1; failed+=("tests:test-backends-cuda"); }
       for t in "$work"/build/tests/test-*; do
         [ "$(basename "$t")" = test-backends-cuda ] && continue
         "$t" -tc='*cuda*,*NCCL*' 2>&1 | tee "$out/$(basename "$t").log" | grep -E "FAIL|ERROR|test cases" | tail -30
-        [ "${PIPESTATUS[0]}" = 0 ] || status=1
+        rc="${PIPESTATUS[0]}"  # 77: every case skipped (no CUDA or NCCL case in that suite)
+        [ "$rc" = 0 ] || [ "$rc" = 77 ] || { status=1; failed+=("tests:$(basename "$t")"); }
       done ;;
     check)
       "$ts" kernels check --device cuda 2>&1 | tee "$out/kernels_check.log" | tail -80
-      [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
-    bench) bash scripts/gpu_bench.sh "$ts" "$out" ;;
+      [ "${PIPESTATUS[0]}" = 0 ] || { status=1; failed+=("check"); } ;;
+    bench) bash scripts/gpu_bench.sh "$ts" "$out" 2>&1 | tee "$out/bench.log"
+      [ "${PIPESTATUS[0]}" = 0 ] || { status=1; failed+=("bench"); } ;;
     profile)  # device time per kernel in a GPT-2 124M bf16 step (each kernel waited for)
       TESSERA_PROFILE=1 "$ts" bench train --preset gpt2-1024 --device cuda --dtype bfloat16 \
         --iters 3 2>&1 | tee "$out/profile.log" | tail -40 ;;
-    train) bash scripts/gpu_train.sh "$ts" "$out" ;;
+    train) bash scripts/gpu_train.sh "$ts" "$out" 2>&1 | tee "$out/train.log"
+      [ "${PIPESTATUS[0]}" = 0 ] || { status=1; failed+=("train"); } ;;
   esac
 done
+# One summary in a fixed format, so that runs can be compared line by line.
+echo "=== summary"
+grep -h "test cases:" "$out"/test-*.log 2>/dev/null | awk -F'|' '
+  {for (i = 2; i <= NF; i++) {split($i, w, " "); n[w[2]] += w[1]}}
+  END {if (NR) printf "tests      %d passed, %d failed, %d skipped\n", n["passed"], n["failed"], n["skipped"]}'
+grep -h "checks passed over" "$out/kernels_check.log" 2>/dev/null | sed 's/^/kernels    /'
+grep -hE "^  batch|ratio" "$out/bench.log" 2>/dev/null | grep -E "batch|\[8192, 8192, 8192\]" | sed 's/^ */bench      /'
+grep -h "val loss" "$out/train.log" 2>/dev/null | sed 's/^/train      /'
+if [ "$status" = 0 ]; then echo "result     passed"; else echo "result     FAILED: ${failed[*]}"; fi
 exit $status
