@@ -32,36 +32,40 @@ int64_t sample_next(const Tensor& logits, const GenerateOptions& o, Generator& g
   return V - 1;
 }
 
-std::vector<int64_t> generate(GPT2LMHeadModel& model, const std::vector<int64_t>& prompt,
+std::vector<int64_t> generate(PretrainedModel& model, const std::vector<int64_t>& prompt,
                               const GenerateOptions& o,
                               const std::function<void(int64_t)>& on_token) {
+  const int64_t context = model.context_length();
+  TS_CHECK(context > 0, "generate: a ", model.type_name(),
+           " does not generate text (it is not a causal language model such as GPT-2)");
   TS_CHECK(!prompt.empty(), "generate: the prompt is empty");
   TS_CHECK(o.max_new_tokens >= 0, "generate: max_new_tokens must be >= 0, got ", o.max_new_tokens);
   TS_CHECK(o.top_k >= 0, "generate: top_k must be >= 0, got ", o.top_k);
   for (int64_t id : prompt)
-    TS_CHECK(id >= 0 && id < model.config.vocab_size, "generate: prompt id ", id,
-             " is outside the vocabulary of ", model.config.vocab_size);
+    TS_CHECK(id >= 0 && id < model.vocab_size(), "generate: prompt id ", id,
+             " is outside the vocabulary of ", model.vocab_size());
   NoGradGuard no_grad;
   const bool was_training = model.is_training();
   model.eval();
   Generator gen(o.seed);
   KVCache cache;
   std::vector<int64_t> seq = prompt, out;
-  const Device dev = model.transformer.wte.weight.device();
+  const Device dev = model.parameters().front().device();
   Tensor next_input = from_vector(prompt, {1, static_cast<int64_t>(prompt.size())}).to(dev);
   for (int64_t step = 0; step < o.max_new_tokens; ++step) {
     Tensor logits;
     if (o.use_cache) {
-      logits = model.forward(next_input, &cache);
+      logits = model.forward_cached(next_input, cache);
     } else {
-      logits = model.forward(from_vector(seq, {1, static_cast<int64_t>(seq.size())}).to(dev));
+      logits = model.logits(
+          {.input_ids = from_vector(seq, {1, static_cast<int64_t>(seq.size())}).to(dev)});
     }
     const int64_t id = sample_next(logits.select(0, 0).select(0, -1), o, gen);
     out.push_back(id);
     seq.push_back(id);
     if (on_token) on_token(id);
     next_input = from_vector(std::vector<int64_t>{id}, {1, 1}).to(dev);
-    if (static_cast<int64_t>(seq.size()) >= model.config.n_positions) break;
+    if (static_cast<int64_t>(seq.size()) >= context) break;
   }
   model.train(was_training);
   return out;

@@ -221,6 +221,16 @@ bool GPT2LMHeadModel::hf_ignorable(const std::string& key) const {
   return key == "lm_head.weight" || ends_with(".attn.bias") || ends_with(".attn.masked_bias");
 }
 
+std::unique_ptr<PretrainedModel> GPT2LMHeadModel::hf_export_model() const {
+  if (config.bias) return nullptr;
+  GPT2Config with_bias = config;
+  with_bias.bias = true;
+  auto full = std::make_unique<GPT2LMHeadModel>(with_bias);
+  NoGradGuard no_grad;
+  for (auto& [name, t] : full->named_parameters()) t->zero_();
+  return full;
+}
+
 void GPT2LMHeadModel::init_weights() {
   NoGradGuard no_grad;
   const double resid_std = 0.02 / std::sqrt(2.0 * static_cast<double>(config.n_layer));

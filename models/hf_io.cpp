@@ -137,6 +137,10 @@ void load_weights(PretrainedModel& model, const HFWeightFiles& files, const std:
 
 }  // namespace
 
+Tensor PretrainedModel::forward_cached(const Tensor&, KVCache&) {
+  fail("a ", type_name(), " has no key/value cache: it does not generate text");
+}
+
 std::map<std::string, Tensor> to_hf_layout(PretrainedModel& model,
                                            const std::map<std::string, Tensor>& ours,
                                            const std::string& source) {

@@ -4,11 +4,9 @@
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
-#include "tessera/grad_mode.h"
 #include "tessera/io/files.h"
 #include "tessera/io/json_fields.h"
 #include "tessera/io/tokenizer.h"
-#include "tessera/models/gpt2.h"
 #include "tessera/models/pretrained.h"
 #include "tessera/ops.h"
 
@@ -122,20 +120,6 @@ std::vector<std::string> export_tokenizer(const fs::path& tag_dir, const fs::pat
   return written;
 }
 
-// Hugging Face's GPT-2 always has biases: a bias-free model is exported as the same network
-// with every bias zero (so from_pretrained finds no missing keys).
-std::unique_ptr<models::PretrainedModel> with_hf_biases(
-    std::unique_ptr<models::PretrainedModel> model) {
-  auto* gpt = dynamic_cast<models::GPT2LMHeadModel*>(model.get());
-  if (!gpt || gpt->config.bias) return model;
-  models::GPT2Config c = gpt->config;
-  c.bias = true;
-  auto full = std::make_unique<models::GPT2LMHeadModel>(c);
-  NoGradGuard no_grad;
-  for (auto& [name, t] : full->named_parameters()) t->zero_();
-  return full;
-}
-
 }  // namespace
 
 int export_main(int argc, char** argv) {
@@ -157,7 +141,8 @@ int export_main(int argc, char** argv) {
   for (auto& [name, t] : model->named_parameters())
     TS_CHECK(weights.count(name), "export: '", tag_dir.string(), "' has no weights for '", name,
              "'");
-  model = with_hf_biases(std::move(model));
+  // HF's class may expect more than the checkpoint holds (GPT-2 always has biases).
+  if (auto hf_form = model->hf_export_model()) model = std::move(hf_form);
   model->load_state_dict(weights, /*strict=*/false);  // no buffers in ZeRO checkpoints
   io::check_writable_directory(out.string(), "export: OUT_DIR");
   models::save_pretrained(*model, out.string());

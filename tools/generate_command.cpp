@@ -72,10 +72,9 @@ int generate_main(int argc, char** argv) {
   TS_CHECK(a.has("prompt") != a.has("prompt-ids"),
            "generate: give exactly one of --prompt or --prompt-ids");
   const std::string dir = a.positional()[0];
-  auto loaded = models::load_pretrained(dir);
-  auto* gpt = dynamic_cast<models::GPT2LMHeadModel*>(loaded.get());
-  TS_CHECK(gpt, "generate: '", dir, "' holds a ", loaded->type_name(),
-           "; generation needs a GPT-2 model");
+  auto model = models::load_pretrained(dir);
+  TS_CHECK(model->context_length() > 0, "generate: '", dir, "' holds a ", model->type_name(),
+           "; generation needs a causal language model (GPT-2)");
 
   const std::filesystem::path tdir = a.get("tokenizer", dir);
   const std::unique_ptr<io::Tokenizer> tok = tokenizer_in(tdir);
@@ -92,7 +91,7 @@ int generate_main(int argc, char** argv) {
   TS_CHECK(o.temperature >= 0, "--temperature must be >= 0, got ", o.temperature);
   const std::vector<int64_t> prompt =
       a.has("prompt") ? tok->encode(a.get("prompt", "")) : parse_ids(a.get("prompt-ids", ""));
-  const int64_t context = gpt->config.n_positions;
+  const int64_t context = model->context_length();
   TS_CHECK(!prompt.empty(), "generate: the prompt is empty");
   TS_CHECK(static_cast<int64_t>(prompt.size()) < context, "generate: the prompt is ", prompt.size(),
            " tokens; the model's context is ", context);
@@ -106,7 +105,7 @@ int generate_main(int argc, char** argv) {
   const bool json = a.has("json");
   if (!json && tok) std::cout << a.get("prompt", tok->decode(prompt)) << std::flush;
   const auto t0 = std::chrono::steady_clock::now();
-  const std::vector<int64_t> ids = models::generate(*gpt, prompt, o, [&](int64_t id) {
+  const std::vector<int64_t> ids = models::generate(*model, prompt, o, [&](int64_t id) {
     if (json) return;
     if (tok)
       std::cout << tok->decode({id}) << std::flush;

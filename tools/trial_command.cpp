@@ -8,7 +8,6 @@
 
 #include "cli.h"
 #include "tessera/io/files.h"
-#include "tessera/io/token_windows.h"
 #include "tessera/launch/job.h"
 #include "tessera/launch/train_data.h"
 #include "tessera/trial/deepspeed_config.h"
@@ -128,10 +127,9 @@ class BuiltinTrial : public trial::DeepSpeedTrial<Batch> {
       auto source = launch::train_batches(cfg(), corpus(), rank, world);
       // An epoch: the training split's windows once (GPT); BERT's stream has no end, so its
       // epoch is as many batches as the split has blocks.
-      int64_t epoch = std::max<int64_t>(1, corpus().train->size() / (cfg().model.block_size + 1) /
-                                               (cfg().micro_batch_size * world));
-      using Windows = io::RepeatingLoader<io::TokenWindow, Batch>;
-      if (auto* w = dynamic_cast<Windows*>(source.get())) epoch = w->loader().size();
+      const int64_t epoch = source->epoch_batches().value_or(
+          std::max<int64_t>(1, corpus().train->size() / (cfg().model.block_size + 1) /
+                                   (cfg().micro_batch_size * world)));
       std::unique_ptr<trial::SlotLoader<Batch>> slot =
           std::make_unique<SourceLoader>(std::move(source), epoch);
       return slot;

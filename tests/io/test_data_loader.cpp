@@ -109,6 +109,7 @@ TEST_CASE("DataLoader resumes mid-epoch; RepeatingLoader crosses epochs") {
   io::RepeatingLoader<int64_t, int64_t> first(
       io::DataLoader<int64_t, int64_t>(numbers(25), o, collate));
   std::vector<int64_t> got;
+  CHECK(first.epoch_batches() == 4);  // what an epoch is to a trial: the loader's 4 batches
   for (int k = 0; k < 6; ++k) got.push_back(first.next());
   const nlohmann::json saved = first.state();
   CHECK(saved == nlohmann::json{{"epoch", 1}, {"batch", 2}});

@@ -156,6 +156,52 @@ TEST_CASE("KV-cache generation equals recomputing the full sequence") {
   for (size_t i = 0; i < a.size(); ++i) CHECK(std::fabs(a[i] - b[i]) < 1e-5);
 }
 
+TEST_CASE("generation reaches a causal language model through PretrainedModel alone") {
+  auto loaded = models::load_pretrained(kModels + "gpt2-tiny");
+  CHECK(loaded->context_length() == 32);
+  models::GenerateOptions o;
+  o.max_new_tokens = 40;  // past the context: stops at 32 positions
+  o.temperature = 0.0;
+  const auto ids = models::generate(*loaded, {4, 8, 15}, o);
+  CHECK(ids.size() == 29);
+  // The GPT-2 class's own forward, greedy, gives the same first ids.
+  auto& gpt = dynamic_cast<models::GPT2LMHeadModel&>(*loaded);
+  NoGradGuard g;
+  std::vector<int64_t> seq{4, 8, 15};
+  for (size_t i = 0; i < 5; ++i) {
+    const Tensor lg = gpt.forward(from_vector(seq, {1, static_cast<int64_t>(seq.size())}));
+    const auto row = lg.select(0, 0).select(0, -1).to_vector();
+    const int64_t next = std::max_element(row.begin(), row.end()) - row.begin();
+    CHECK(ids[i] == next);
+    seq.push_back(next);
+  }
+  auto bert = models::load_pretrained(kModels + "bert-tiny");
+  CHECK(bert->context_length() == 0);
+  CHECK_THROWS_WITH_AS(models::generate(*bert, {1, 2}, o),
+                       doctest::Contains("BertForPreTraining does not generate text"), Error);
+  models::KVCache cache;
+  CHECK_THROWS_WITH_AS(bert->forward_cached(from_vector(std::vector<int64_t>{1}, {1, 1}), cache),
+                       doctest::Contains("has no key/value cache"), Error);
+}
+
+TEST_CASE("a bias-free GPT-2 exports as HF's architecture with zero biases") {
+  models::GPT2Config c = models::GPT2Config::named("tiny");
+  CHECK(models::GPT2LMHeadModel(c).hf_export_model() == nullptr);  // already HF's form
+  c.bias = false;
+  models::GPT2LMHeadModel bias_free(c);
+  const auto hf_form = bias_free.hf_export_model();
+  REQUIRE(hf_form);
+  const auto& full = dynamic_cast<const models::GPT2LMHeadModel&>(*hf_form);
+  CHECK(full.config.bias);
+  CHECK(full.config.n_embd == c.n_embd);
+  int64_t biases = 0;
+  for (auto& [name, t] : hf_form->named_parameters()) {
+    for (double v : t->to_vector()) REQUIRE(v == 0.0);  // zero, for the weights to load over
+    biases += name.ends_with(".bias");
+  }
+  CHECK(biases == 6 * c.n_layer + 1);  // ln_1, ln_2 and 4 linears per block, and ln_f
+}
+
 TEST_CASE("named sizes have the published parameter counts") {
   // GPT-2 124M: 124,439,808 parameters with the tied head (HF's count).
   const auto c = models::GPT2Config::named("gpt2");

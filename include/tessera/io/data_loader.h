@@ -127,6 +127,7 @@ class RepeatingLoader : public BatchSource<Batch> {
   }
   nlohmann::json state() const override { return loader_.state(); }
   void set_state(const nlohmann::json& state) override { loader_.set_state(state); }
+  std::optional<int64_t> epoch_batches() const override { return loader_.size(); }
   const DataLoader<Item, Batch>& loader() const { return loader_; }
 
  private:

@@ -124,6 +124,7 @@ class BertForPreTraining : public PretrainedModel {
   std::string hf_prefix() const override { return "bert."; }
   bool hf_ignorable(const std::string& key) const override;
   std::string config_json() const override { return config.to_json(type_name()); }
+  int64_t vocab_size() const override { return config.vocab_size; }
   void init_weights();  // N(0, 0.02), zero biases, unit LayerNorm weights
 
   BertModel bert;

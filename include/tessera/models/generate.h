@@ -1,10 +1,10 @@
-// Autoregressive sampling from a GPT-2 model with a KV cache: the prompt runs once, then
-// each new token costs one position's forward pass.
+// Autoregressive sampling from a causal language model (GPT-2) with a KV cache: the prompt runs
+// once, then each new token costs one position's forward pass.
 #pragma once
 #include <functional>
 #include <vector>
 
-#include "tessera/models/gpt2.h"
+#include "tessera/models/pretrained.h"
 #include "tessera/rng.h"
 
 namespace tessera::models {
@@ -18,8 +18,9 @@ struct GenerateOptions {
 };
 
 // Returns the new token ids (not the prompt). `on_token` sees each id as it is chosen.
-// Stops early at the model's n_positions.
-std::vector<int64_t> generate(GPT2LMHeadModel& model, const std::vector<int64_t>& prompt,
+// Stops early at the model's context length. A model that does not generate (its
+// context_length() is 0, as BERT's) is an error naming it.
+std::vector<int64_t> generate(PretrainedModel& model, const std::vector<int64_t>& prompt,
                               const GenerateOptions& options,
                               const std::function<void(int64_t)>& on_token = {});
 

@@ -3,6 +3,7 @@
 #pragma once
 #include <string>
 
+#include "tessera/models/kv_cache.h"
 #include "tessera/models/pretrained.h"
 #include "tessera/nn/layers.h"
 #include "tessera/parallel/activation_checkpointing.h"
@@ -26,12 +27,6 @@ struct GPT2Config {
   static GPT2Config from_json(const std::string& json_text);  // HF config.json
   std::string to_json() const;
   void validate() const;
-};
-
-// Keys and values already computed for earlier positions, one pair per layer.
-struct KVCache {
-  std::vector<Tensor> keys, values;  // [B, H, T_cached, D]
-  int64_t length = 0;
 };
 
 class GPT2Attention : public nn::Module {
@@ -89,6 +84,12 @@ class GPT2LMHeadModel : public PretrainedModel {
   std::string hf_prefix() const override { return "transformer."; }
   bool hf_ignorable(const std::string& key) const override;
   std::string config_json() const override { return config.to_json(); }
+  int64_t vocab_size() const override { return config.vocab_size; }
+  int64_t context_length() const override { return config.n_positions; }
+  Tensor forward_cached(const Tensor& input_ids, KVCache& cache) override {
+    return forward(input_ids, &cache);
+  }
+  std::unique_ptr<PretrainedModel> hf_export_model() const override;
   // GPT-2 initialisation: N(0, 0.02), residual projections N(0, 0.02 / sqrt(2 n_layer)),
   // zero biases, unit LayerNorm weights. Uses the default generator.
   void init_weights();

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "tessera/models/kv_cache.h"
 #include "tessera/nn/loss_model.h"
 
 namespace tessera::models {
@@ -54,6 +55,17 @@ class PretrainedModel : public nn::LossModel<Batch> {
   // HF keys that may appear in files and carry nothing to load (buffers, tied copies).
   virtual bool hf_ignorable(const std::string& key) const = 0;
   std::string config_json() const override = 0;  // HF config.json text
+  virtual int64_t vocab_size() const = 0;
+
+  // Causal language models generate (models/generate.h): the longest sequence they take (0:
+  // the model does not generate, as BERT), and the logits [B, T, V] of input_ids that follow
+  // the positions `cache` holds.
+  virtual int64_t context_length() const { return 0; }
+  virtual Tensor forward_cached(const Tensor& input_ids, KVCache& cache);
+  // A zero-initialised model of the architecture HF's class for this one loads without
+  // missing keys (GPT-2 always has biases: a bias-free GPT-2 exports with zero biases); null
+  // when this model already is that architecture.
+  virtual std::unique_ptr<PretrainedModel> hf_export_model() const { return nullptr; }
 };
 
 // Loads an HF model directory: config.json picks the architecture ("model_type" gpt2 or
