@@ -13,16 +13,22 @@
 #include <thread>
 
 #include "cli.h"
-#include "experiment_serve.h"
-#include "experiment_view.h"
 #include "tessera/error.h"
 #include "tessera/experiment/experiment_runner.h"
+#include "tessera/experiment/experiment_serve.h"
 #include "tessera/experiment/experiment_store.h"
+#include "tessera/experiment/experiment_view.h"
 #include "tessera/io/files.h"
 
 namespace fs = std::filesystem;
 
 namespace tessera::cli {
+
+using experiment::best_checkpoint;
+using experiment::describe_experiment;
+using experiment::experiments_summary;
+using experiment::serve_experiments;
+using experiment::trials_table;
 
 namespace {
 

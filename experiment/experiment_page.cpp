@@ -3,9 +3,9 @@
 // server), ASHA's rungs drawn as dashed lines. It refreshes every 5 seconds. Its script and
 // style are files of their own, so the page runs under a Content-Security-Policy that allows
 // no inline code.
-#include "experiment_serve.h"
+#include "tessera/experiment/experiment_serve.h"
 
-namespace tessera::cli {
+namespace tessera::experiment {
 
 const char* experiment_page() {
   return R"HTML(<!DOCTYPE html>
@@ -116,4 +116,4 @@ refresh(); setInterval(refresh, 5000);
 )JS";
 }
 
-}  // namespace tessera::cli
+}  // namespace tessera::experiment

@@ -3,7 +3,7 @@
 // shares its port (no SO_REUSEPORT: a second server on a held port is refused), bounds its
 // workers and how long an idle or slow connection may hold one, and sends a strict
 // Content-Security-Policy; errors carry no paths or exception text.
-#include "experiment_serve.h"
+#include "tessera/experiment/experiment_serve.h"
 
 #include <httplib.h>
 
@@ -15,11 +15,11 @@
 #include <sstream>
 #include <thread>
 
-#include "experiment_view.h"
 #include "tessera/engine/stop_signals.h"
 #include "tessera/error.h"
+#include "tessera/experiment/experiment_view.h"
 
-namespace tessera::cli {
+namespace tessera::experiment {
 
 namespace {
 
@@ -86,7 +86,7 @@ void json_answer(httplib::Response& res, const std::function<nlohmann::json()>& 
   }
 }
 
-bool has_experiment(const experiment::ExperimentStore& store, int64_t id) {
+bool has_experiment(const ExperimentStore& store, int64_t id) {
   for (const auto& e : store.experiment_rows())
     if (e.id == id) return true;
   return false;
@@ -107,19 +107,19 @@ void add_routes(httplib::Server& server, const std::string& db, const std::strin
   });
   // A connection to the store per request: the server answers from several threads.
   server.Get("/api/experiments", [db](const httplib::Request&, httplib::Response& res) {
-    json_answer(res, [&] { return experiments_summary(experiment::ExperimentStore(db)); });
+    json_answer(res, [&] { return experiments_summary(ExperimentStore(db)); });
   });
   server.Get(
       R"(/api/experiments/(\d{1,18}))", [db](const httplib::Request& req, httplib::Response& res) {
         const int64_t id = std::stoll(req.matches[1]);
         try {
-          if (!has_experiment(experiment::ExperimentStore(db), id))
+          if (!has_experiment(ExperimentStore(db), id))
             return json_error(res, 404, "no experiment " + std::to_string(id) + " in this store");
         } catch (const std::exception& e) {
           std::cerr << "experiment serve: " << e.what() << "\n";
           return json_error(res, 500, "the experiment store could not be read");
         }
-        json_answer(res, [&] { return experiment_detail(experiment::ExperimentStore(db), id); });
+        json_answer(res, [&] { return experiment_detail(ExperimentStore(db), id); });
       });
 }
 
@@ -189,4 +189,4 @@ int serve_experiments(const std::string& store_dir, const std::string& host, int
   return 0;
 }
 
-}  // namespace tessera::cli
+}  // namespace tessera::experiment

@@ -3,7 +3,7 @@
 #pragma once
 #include <string>
 
-namespace tessera::cli {
+namespace tessera::experiment {
 
 // The page's HTML, and its style and script (served apart: no inline code), in
 // experiment_page.cpp.
@@ -16,4 +16,4 @@ const char* experiment_page_js();
 // security model in experiment_serve.cpp).
 int serve_experiments(const std::string& store_dir, const std::string& host, int port);
 
-}  // namespace tessera::cli
+}  // namespace tessera::experiment

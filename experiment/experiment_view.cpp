@@ -1,4 +1,4 @@
-#include "experiment_view.h"
+#include "tessera/experiment/experiment_view.h"
 
 #include <cstdio>
 #include <map>
@@ -7,7 +7,7 @@
 #include "tessera/experiment/search_method.h"
 #include "tessera/trial/experiment_config.h"
 
-namespace tessera::cli {
+namespace tessera::experiment {
 
 namespace {
 
@@ -20,13 +20,13 @@ std::string number(const nlohmann::json& v) {
 
 }  // namespace
 
-nlohmann::json describe_experiment(const experiment::ExperimentStore& store, int64_t id) {
-  const experiment::ExperimentRecord e = store.experiment(id);
+nlohmann::json describe_experiment(const ExperimentStore& store, int64_t id) {
+  const ExperimentRecord e = store.experiment(id);
   const trial::ExperimentConfig c =
       trial::ExperimentConfig::parse(e.config, "experiment " + std::to_string(id));
   const std::string& metric = c.searcher.metric;
   nlohmann::json trials = nlohmann::json::array();
-  for (const experiment::TrialRecord& t : store.trials(id)) {
+  for (const TrialRecord& t : store.trials(id)) {
     nlohmann::json best = nlohmann::json::object(), latest = nlohmann::json::object();
     if (const auto b = store.best_validation(t.id, metric, c.searcher.smaller_is_better))
       best[metric] = *b;
@@ -82,7 +82,7 @@ std::string trials_table(const nlohmann::json& d) {
   return out;
 }
 
-nlohmann::json experiments_summary(const experiment::ExperimentStore& store) {
+nlohmann::json experiments_summary(const ExperimentStore& store) {
   nlohmann::json all = nlohmann::json::array();
   for (const auto& e : store.experiment_rows()) {
     nlohmann::json row{{"id", e.id}, {"name", e.name}, {"state", e.state}};
@@ -104,18 +104,17 @@ std::vector<int64_t> rung_lengths(const trial::ExperimentConfig& c) {
   if (s.max_length.unit != trial::Length::Batches) return {};
   std::set<int64_t> rungs;
   if (s.name == "async_halving")
-    for (int64_t r : experiment::asha_rung_lengths(s.num_rungs, s.divisor, s.max_length.value))
-      rungs.insert(r);
+    for (int64_t r : asha_rung_lengths(s.num_rungs, s.divisor, s.max_length.value)) rungs.insert(r);
   if (s.name == "adaptive_asha")
-    for (const auto& b : experiment::adaptive_asha_brackets(s, s.max_length.value))
-      for (int64_t r : experiment::asha_rung_lengths(b.num_rungs, s.divisor, s.max_length.value))
+    for (const auto& b : adaptive_asha_brackets(s, s.max_length.value))
+      for (int64_t r : asha_rung_lengths(b.num_rungs, s.divisor, s.max_length.value))
         rungs.insert(r);
   return {rungs.begin(), rungs.end()};
 }
 
 }  // namespace
 
-nlohmann::json experiment_detail(const experiment::ExperimentStore& store, int64_t id) {
+nlohmann::json experiment_detail(const ExperimentStore& store, int64_t id) {
   nlohmann::json d = describe_experiment(store, id);
   const trial::ExperimentConfig c = trial::ExperimentConfig::parse(
       store.experiment(id).config, "experiment " + std::to_string(id));
@@ -141,15 +140,14 @@ nlohmann::json experiment_detail(const experiment::ExperimentStore& store, int64
   return d;
 }
 
-std::optional<nlohmann::json> best_checkpoint(const experiment::ExperimentStore& store,
-                                              int64_t id) {
-  const experiment::ExperimentRecord e = store.experiment(id);
+std::optional<nlohmann::json> best_checkpoint(const ExperimentStore& store, int64_t id) {
+  const ExperimentRecord e = store.experiment(id);
   const trial::ExperimentConfig c =
       trial::ExperimentConfig::parse(e.config, "experiment " + std::to_string(id));
   const std::string& metric = c.searcher.metric;
   std::optional<nlohmann::json> best;
-  for (const experiment::TrialRecord& t : store.trials(id))
-    for (const experiment::CheckpointRecord& k : store.checkpoints(t.id)) {
+  for (const TrialRecord& t : store.trials(id))
+    for (const CheckpointRecord& k : store.checkpoints(t.id)) {
       if (!k.metrics.is_object() || !k.metrics.contains(metric) || !k.metrics[metric].is_number())
         continue;
       const double v = k.metrics[metric];
@@ -163,4 +161,4 @@ std::optional<nlohmann::json> best_checkpoint(const experiment::ExperimentStore&
   return best;
 }
 
-}  // namespace tessera::cli
+}  // namespace tessera::experiment
