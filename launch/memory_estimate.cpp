@@ -1,0 +1,201 @@
+#include "tessera/launch/memory_estimate.h"
+
+#include <algorithm>
+
+#include "tessera/io/token_data.h"
+#include "tessera/io/tokenizer.h"
+#include "tessera/launch/model_build.h"
+#include "tessera/launch/model_config.h"
+#include "tessera/models/activation_memory.h"
+#include "tessera/models/bert_pipeline.h"
+#include "tessera/models/gpt2_pipeline.h"
+#include "tessera/parallel/pipe_schedule.h"
+#include "tessera/parallel/shape_only_group.h"
+#include "tessera/parallel/zero_optimizer.h"
+
+namespace tessera::launch {
+
+namespace {
+
+// The model's dtype: bf16 or fp16 training, else float32.
+DType model_dtype(const io::TrainConfig& c) {
+  return c.bf16 ? DType::BFloat16 : c.fp16.enabled ? DType::Float16 : DType::Float32;
+}
+
+DType dtype_of(const std::string& name, DType fallback) {
+  if (name == "fp32") return DType::Float32;
+  if (name == "fp16") return DType::Float16;
+  if (name == "bf16") return DType::BFloat16;
+  return fallback;
+}
+
+// The config's micro-batch and layout as an activation plan.
+models::ActivationPlan activation_plan(const io::TrainConfig& cfg) {
+  models::ActivationPlan p;
+  p.batch = cfg.micro_batch_size;
+  p.sequence = cfg.model.block_size;
+  p.tensor_parallel = cfg.tensor_parallel.autotp_size;
+  p.sequence_parallel = cfg.tensor_parallel.sequence_parallel;
+  p.dtype = model_dtype(cfg);
+  if (cfg.activation_checkpointing.enabled) {
+    const parallel::ActivationCheckpointingOptions ac = activation_checkpointing_options(cfg);
+    p.layers_per_checkpoint = parallel::layers_per_checkpoint(ac, cfg.model.n_layer);
+    p.partition_activations = ac.partition_activations;
+    p.checkpoints_on_host = ac.cpu_checkpointing && cfg.train.device.rfind("cuda", 0) == 0;
+  }
+  return p;
+}
+
+// The activation bytes per rank of the config's model, micro-batch and layout.
+int64_t activation_bytes(const io::TrainConfig& cfg, int64_t vocab) {
+  const models::ActivationPlan p = activation_plan(cfg);
+  if (cfg.model.type == "bert")
+    return models::bert_activation_bytes(bert_config_from_train_config(cfg, vocab), cfg.data.nsp, p)
+        .total();
+  return models::gpt2_activation_bytes(gpt2_config_from_train_config(cfg, vocab), p).total();
+}
+
+// A tensor-parallel rank's layers are built over a group that only has a size: rank 0's
+// shards, and every rank's are alike.
+std::shared_ptr<parallel::ProcessGroup> shape_only_tensor_group(const io::TrainConfig& cfg) {
+  const int64_t tp = cfg.tensor_parallel.autotp_size;
+  return tp > 1 ? std::make_shared<parallel::ShapeOnlyGroup>(static_cast<int>(tp)) : nullptr;
+}
+
+parallel::ShardLayout layout_of(nn::Module& model, int data_ranks) {
+  std::vector<std::pair<std::string, Shape>> shapes;
+  for (auto& [n, t] : model.named_parameters()) shapes.emplace_back(n, t->shape());
+  return parallel::ShardLayout(shapes, data_ranks);
+}
+
+}  // namespace
+
+ModelStateBytes model_state_bytes(const io::TrainConfig& c, const parallel::ShardLayout& layout,
+                                  int stage, int world) {
+  const bool mixed = c.fp16.enabled || c.bf16;
+  const DType model = model_dtype(c);
+  const DType comm = dtype_of(c.communication_data_type, model);
+  const int64_t pb = static_cast<int64_t>(itemsize(model)),
+                gb = static_cast<int64_t>(itemsize(comm));
+  const int64_t slots = c.optimizer.type == "SGD" ? (c.optimizer.momentum != 0 ? 1 : 0) : 2;
+  const int64_t psi = layout.total_numel(), P = layout.partition_numel;
+  ModelStateBytes e;
+  if (stage == 0) {
+    e.params = psi * pb;
+    e.grads = psi * (world > 1 ? gb : pb);
+    e.optimizer = (mixed ? 4 * psi : 0) + slots * 4 * psi;
+    return e;
+  }
+  // A float32 model updated where it lives keeps no separate masters at stages 1-2: its
+  // parameters sit in padded [world * shard] storages instead.
+  const bool offloaded_elsewhere =
+      c.zero.offload_optimizer_device == "cpu" && c.train.device.rfind("cuda", 0) == 0;
+  const bool model_is_master = stage < 3 && !mixed && !offloaded_elsewhere;
+  int64_t padded = 0;
+  for (const auto& en : layout.entries) padded += en.shard * world;
+  if (stage < 3) {
+    e.params = model_is_master ? padded * 4 : psi * pb;
+  } else {
+    for (const auto& en : layout.entries)
+      if (en.numel <= c.zero.stage3_param_persistence_threshold) e.params += en.numel * pb;
+    e.params += P * (mixed ? pb : 4);  // fp32: the shard is the master itself
+  }
+  e.grads = P * gb + (stage == 1 ? psi * pb : 0);
+  e.optimizer = (model_is_master || (stage == 3 && !mixed) ? 0 : 4 * P) + slots * 4 * P;
+  parallel::ZeroOptions o;
+  o.stage = stage;
+  o.reduce_bucket_size = c.zero.reduce_bucket_size;
+  o.allgather_bucket_size = c.zero.allgather_bucket_size;
+  o.param_persistence_threshold = c.zero.stage3_param_persistence_threshold;
+  o.prefetch_bucket_size = c.zero.stage3_prefetch_bucket_size;
+  e.buffers = parallel::zero_buffer_bytes(layout, o, model, comm);
+  return e;
+}
+
+int64_t config_vocab_size(const io::TrainConfig& cfg) {
+  if (!cfg.model.init_from.empty()) {  // the pretrained embedding's rows
+    const std::string text = init_from_config_json(cfg);
+    return cfg.model.type == "bert" ? models::BertConfig::from_json(text).vocab_size
+                                    : models::GPT2Config::from_json(text).vocab_size;
+  }
+  if (cfg.data.tokenizer == "wordpiece")
+    return io::WordPieceTokenizer::from_file(cfg.data.vocab, cfg.data.lower_case).vocab_size();
+  if (cfg.data.tokenizer == "gpt2") return 50257;
+  TS_CHECK(!cfg.data.path.empty(),
+           "the vocabulary size depends on the corpus, and the config has no data.path");
+  return io::prepare_corpus(cfg.data, cfg.model.type == "bert", false).vocab_size;
+}
+
+MemoryEstimate estimate_memory(const io::TrainConfig& cfg, int64_t vocab) {
+  TS_CHECK(cfg.pipeline.stages <= 1, "estimate_memory: a pipeline config (pipeline.stages ",
+           cfg.pipeline.stages, ") is estimated stage by stage: estimate_pipeline_memory");
+  // The run's own model (with autotp_size, a rank's tensor-parallel shard): what it holds is
+  // what the engine will see.
+  const std::unique_ptr<nn::Module> model = fresh_model(cfg, vocab, shape_only_tensor_group(cfg));
+  const int dp = static_cast<int>(cfg.world_size);  // data-parallel ranks: ranks / autotp_size
+  const parallel::ShardLayout layout = layout_of(*model, dp);
+  MemoryEstimate e;
+  e.model_name = model->type_name();
+  e.parameters = layout.total_numel();
+  for (int s = 0; s <= 3; ++s)
+    e.by_zero_stage[static_cast<size_t>(s)] = model_state_bytes(cfg, layout, s, dp);
+  e.activations = activation_bytes(cfg, vocab);
+  e.zero_stage = static_cast<int>(cfg.zero.stage);
+  return e;
+}
+
+// Per stage, its PipelineModule's model state (ZeRO over the stage's replicas) and its
+// activations (the schedule's most micro-batches held at once; 1F1B: min(micro-batches,
+// stages - stage); ZB-H1 holds them until their weight pass).
+std::vector<PipelineStageEstimate> estimate_pipeline_memory(const io::TrainConfig& cfg,
+                                                            int64_t vocab) {
+  TS_CHECK(cfg.zero.stage < 3,
+           "zero_optimization.stage 3 with pipeline stages is refused by the engine (see "
+           "docs/parallelism.md)");
+  const parallel::PipelineModuleOptions po = pipeline_module_options(cfg);
+  const bool bert = cfg.model.type == "bert";
+  const models::GPT2Config gc =
+      bert ? models::GPT2Config{} : gpt2_config_from_train_config(cfg, vocab);
+  const models::BertConfig bc =
+      bert ? bert_config_from_train_config(cfg, vocab) : models::BertConfig{};
+  // 3D: each stage built of tensor-parallel layers (the layers check that heads and features
+  // divide), so its parameters and its partition are a rank's.
+  const auto tp_group = shape_only_tensor_group(cfg);
+  const std::vector<parallel::LayerSpec> specs =
+      bert ? models::bert_pipeline_layers(bc, cfg.data.nsp, tp_group,
+                                          cfg.tensor_parallel.sequence_parallel)
+           : models::gpt2_pipeline_layers(gc, tp_group, cfg.tensor_parallel.sequence_parallel);
+  const int dp = static_cast<int>(cfg.world_size), zero = static_cast<int>(cfg.zero.stage);
+  models::ActivationPlan plan = activation_plan(cfg);
+  plan.layers_per_checkpoint = po.activation_checkpoint_interval;
+  const int64_t p = cfg.pipeline.stages, m = cfg.gradient_accumulation_steps;
+  const int64_t dtype_bytes = static_cast<int64_t>(itemsize(model_dtype(cfg)));
+  std::vector<PipelineStageEstimate> out;
+  for (int64_t s = 0; s < p; ++s) {
+    parallel::PipelineModule stage(specs, {}, s, po);  // (builds this stage's layers)
+    PipelineStageEstimate e;
+    e.state = model_state_bytes(cfg, layout_of(stage, dp), zero, dp);
+    // Each chunk's layers (one chunk but with the interleaved schedule) and what they keep.
+    std::vector<int64_t> chunk_bytes;
+    for (int64_t c = 0; c < stage.num_chunks(); ++c) {
+      const size_t part = static_cast<size_t>(stage.part_of(c));
+      const int64_t first = stage.bounds()[part], last = stage.bounds()[part + 1];
+      chunk_bytes.push_back(
+          bert ? models::bert_pipeline_stage_bytes(bc, cfg.data.nsp, plan, first, last)
+               : models::gpt2_pipeline_stage_bytes(gc, plan, first, last));
+      e.layers.emplace_back(first, last);
+    }
+    e.activations = parallel::peak_activation_bytes(
+        parallel::train_schedule(cfg.pipeline.schedule, m, p, s, stage.num_chunks())->steps(),
+        chunk_bytes);
+    // A tied module's copy (not a parameter of this stage): its weights and their gradient.
+    for (const auto& [key, holders] : stage.tied_stages())
+      if (holders.front() != s && std::count(holders.begin(), holders.end(), s))
+        for (const Tensor* t : stage.tied_parameters(key))
+          e.tied_copies += 2 * t->numel() * dtype_bytes;
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+}  // namespace tessera::launch
