@@ -80,8 +80,8 @@ JobGroups job_groups(const io::TrainConfig& cfg, std::shared_ptr<parallel::Proce
   const parallel::ProcessTopology topo({"data", "model"}, {world->size() / tp, tp});
   g.data = topo.group_for(*world, "data");
   g.tensor = topo.group_for(*world, "model");
-  if (Device::parse(cfg.train.device).is_cuda())
-    g.tensor = parallel::make_nccl_group(g.tensor, Device::cuda(parallel::local_device_index()));
+  if (const Device device = job_device(cfg); device.is_cuda())
+    g.tensor = parallel::make_nccl_group(g.tensor, device);
   return g;
 }
 

@@ -18,18 +18,22 @@ std::unique_ptr<models::PretrainedModel> build_model(const io::TrainConfig& cfg,
   auto model = model_from_train_config(cfg, vocab);
   // (Into this model: a second one built to load them doubled the memory at start-up.)
   if (!cfg.model.init_from.empty()) models::load_hf_directory_weights(*model, cfg.model.init_from);
+  const Device device = job_device(cfg);
+  if (device.is_cuda()) model->to(device);
+  return model;
+}
+
+Device job_device(const io::TrainConfig& cfg) {
   Device device = Device::parse(cfg.train.device);
   // "cuda" under a launcher: one GPU per rank on each machine, by local rank.
   if (cfg.train.device == "cuda" && parallel::launched_distributed())
     device = Device::cuda(parallel::local_device_index());
-  if (device.is_cuda()) {
+  if (device.is_cuda())
     TS_CHECK(device.index < cuda_device_count(), "train.device \"", cfg.train.device, "\": ",
              cuda_unavailable_reason().empty()
                  ? std::to_string(cuda_device_count()) + " CUDA devices visible"
                  : cuda_unavailable_reason());
-    model->to(device);
-  }
-  return model;
+  return device;
 }
 
 parallel::ActivationCheckpointingOptions activation_checkpointing_options(
@@ -110,9 +114,7 @@ std::unique_ptr<nn::Module> build_tensor_parallel_model(
       dynamic_cast<models::GPT2TensorParallelLMHeadModel&>(*model).load_from_whole(*w);
     }
   }
-  Device device = Device::parse(cfg.train.device);
-  if (cfg.train.device == "cuda" && parallel::launched_distributed())
-    device = Device::cuda(parallel::local_device_index());
+  const Device device = job_device(cfg);
   if (device.is_cuda()) model->to(device);
   return model;
 }

@@ -14,6 +14,10 @@
 
 namespace tessera::launch {
 
+// The config's train.device for this process: "cuda" under a launcher is this rank's local GPU
+// (its local rank); a CUDA device this machine does not have is an error naming the key.
+Device job_device(const io::TrainConfig& cfg);
+
 // The config's model (seeded by train.seed, from model.init_from when set) on train.device
 // (under a launcher, "cuda" is this rank's local GPU).
 std::unique_ptr<models::PretrainedModel> build_model(const io::TrainConfig& cfg, int64_t vocab);
