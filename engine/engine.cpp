@@ -217,37 +217,14 @@ Tensor Engine::backward(const Tensor& loss, const BackwardOptions& options) {
   return gas == 1.0 ? loss.detach() : loss.detach() / gas;
 }
 
-void Engine::backward_stage(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grads) {
-  TS_CHECK(outputs.size() == grads.size(), "engine.backward_stage: ", outputs.size(),
-           " outputs but ", grads.size(), " gradients");
+void Engine::reduced_backward_pass(const char* what, const std::function<void()>& pass) {
   finish_direct_backward();
-  count_backward("engine.backward_stage");
-  reduced_backward(true, [&] { autograd::backward(outputs, grads); });
+  count_backward(what);
+  reduced_backward(true, pass);
 }
 
-autograd::DeferredGrads Engine::backward_stage_inputs(const std::vector<Tensor>& outputs,
-                                                      const std::vector<Tensor>& grads,
-                                                      const std::vector<Tensor>& inputs) {
-  finish_direct_backward();
-  if (!grads.empty()) {
-    TS_CHECK(outputs.size() == grads.size(), "engine.backward_stage_inputs: ", outputs.size(),
-             " outputs but ", grads.size(), " gradients");
-    return autograd::backward_inputs(outputs, grads, inputs);
-  }
-  TS_CHECK(outputs.size() == 1 && outputs[0].numel() == 1 && outputs[0].requires_grad(),
-           "engine.backward_stage_inputs: without gradients, expected the scalar loss, got ",
-           outputs.size(), " tensors");
-  const Tensor& loss = outputs[0];
-  // backward(loss)'s factor, as the gradient of the loss (the same product, rounded alike).
-  const double factor = scaler_.scale() / static_cast<double>(config_.gradient_accumulation_steps);
-  return autograd::backward_inputs(
-      {loss}, {full(loss.shape(), factor, loss.dtype(), loss.device())}, inputs);
-}
-
-void Engine::backward_stage_weights(autograd::DeferredGrads& weights) {
-  finish_direct_backward();
-  count_backward("engine.backward_stage_weights");
-  reduced_backward(true, [&] { weights.run(); });
+double Engine::loss_gradient_factor() const {
+  return scaler_.scale() / static_cast<double>(config_.gradient_accumulation_steps);
 }
 
 void Engine::reduced_backward(bool allreduce, const std::function<void()>& pass) {
@@ -275,7 +252,7 @@ Tensor Engine::scale(const Tensor& loss) {
   scale_expected_ = true;
   // The accumulation division goes in with the loss scale, as engine.backward applies them
   // (one factor: a float16 loss times 2^16 alone would overflow).
-  const double factor = scaler_.scale() / static_cast<double>(config_.gradient_accumulation_steps);
+  const double factor = loss_gradient_factor();
   return factor == 1.0 ? loss : loss * factor;
 }
 

@@ -183,7 +183,7 @@ double PipelineEngine::run(const std::vector<parallel::PipeStep>& steps,
   // Waiting for the owners' step (the copies' refresh) is part of this batch's time.
   refresh_tied_copies();
   events.push_back({"RefreshTiedCopies", -1, 0.0, seconds(Clock::now()), false});
-  if (train) engine_->begin_pipeline_batch();  // (the trace window)
+  if (train) engine_->begin_batch_without_forward();  // (the trace window)
   for (const parallel::PipeStep& step : steps)
     for (const PipeInstruction& in : step) {
       const auto t0 = Clock::now();
@@ -351,13 +351,41 @@ std::vector<Tensor> PipelineEngine::backward_roots(Buffers& b, size_t buf, int64
   return roots;
 }
 
+void PipelineEngine::backward_stage(const std::vector<Tensor>& outputs,
+                                    const std::vector<Tensor>& grads) {
+  TS_CHECK(outputs.size() == grads.size(), "pipeline backward: ", outputs.size(), " outputs but ",
+           grads.size(), " gradients");
+  engine_->reduced_backward_pass("engine.backward_stage",
+                                 [&] { autograd::backward(outputs, grads); });
+}
+
+autograd::DeferredGrads PipelineEngine::backward_stage_inputs(const std::vector<Tensor>& outputs,
+                                                              const std::vector<Tensor>& grads,
+                                                              const std::vector<Tensor>& inputs) {
+  if (!grads.empty()) {
+    TS_CHECK(outputs.size() == grads.size(), "pipeline input backward: ", outputs.size(),
+             " outputs but ", grads.size(), " gradients");
+    return engine_->unreduced_backward_pass(
+        [&] { return autograd::backward_inputs(outputs, grads, inputs); });
+  }
+  TS_CHECK(outputs.size() == 1 && outputs[0].numel() == 1 && outputs[0].requires_grad(),
+           "pipeline input backward: without gradients, expected the scalar loss, got ",
+           outputs.size(), " tensors");
+  const Tensor& loss = outputs[0];
+  // backward(loss)'s factor, as the gradient of the loss (the same product, rounded alike).
+  const Tensor factor =
+      full(loss.shape(), engine_->loss_gradient_factor(), loss.dtype(), loss.device());
+  return engine_->unreduced_backward_pass(
+      [&] { return autograd::backward_inputs({loss}, {factor}, inputs); });
+}
+
 void PipelineEngine::backward_pass(const PipeInstruction& in, Buffers& b) {
   const auto buf = static_cast<size_t>(in.buffer_id);
   weight_gradients([&] {
     if (last_part(in.chunk))
       engine_->backward(b.outputs[buf][0]);  // the loss / micro_batches (x the fp16 scale)
     else
-      engine_->backward_stage(backward_roots(b, buf, in.chunk), b.grads[buf]);
+      backward_stage(backward_roots(b, buf, in.chunk), b.grads[buf]);
   });
   b.outputs[buf].clear();
   b.grads[buf].clear();
@@ -373,8 +401,7 @@ void PipelineEngine::backward_input_pass(const PipeInstruction& in, Buffers& b) 
   std::vector<Tensor> inputs;
   for (const Tensor& t : b.inputs[buf])
     if (t.requires_grad()) inputs.push_back(t);
-  b.weights[buf] =
-      engine_->backward_stage_inputs(backward_roots(b, buf, in.chunk), b.grads[buf], inputs);
+  b.weights[buf] = backward_stage_inputs(backward_roots(b, buf, in.chunk), b.grads[buf], inputs);
   b.outputs[buf].clear();
   b.grads[buf].clear();
   b.labels[buf].clear();
@@ -383,7 +410,9 @@ void PipelineEngine::backward_input_pass(const PipeInstruction& in, Buffers& b) 
 
 void PipelineEngine::backward_weight_pass(const PipeInstruction& in, Buffers& b) {
   const auto buf = static_cast<size_t>(in.buffer_id);
-  weight_gradients([&] { engine_->backward_stage_weights(b.weights[buf]); });
+  weight_gradients([&] {
+    engine_->reduced_backward_pass("engine.backward_stage_weights", [&] { b.weights[buf].run(); });
+  });
   b.weights[buf] = autograd::DeferredGrads();
   in_flight_bytes_ -= b.activation_bytes[buf];  // what the weights kept goes only now
 }

@@ -198,18 +198,21 @@ class Engine {
   // backward; gradients are reduced across ranks when the micro-batch is a boundary (ZeRO-2/3:
   // every micro-batch). Returns the loss divided by the accumulation steps, as DeepSpeed.
   Tensor backward(const Tensor& loss, const BackwardOptions& options = {});
-  // A pipeline stage's backward: from its outputs with the next stage's gradients for them
-  // (already scaled by the last stage's engine.backward), reducing across data-parallel
-  // ranks at the boundary as backward(loss) does.
-  void backward_stage(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grads);
-  // backward_stage in two parts (zero-bubble schedules): the gradients of the stage's
-  // `inputs` now, touching no parameter and reducing nothing; the parameters' later, counted
-  // and reduced as backward_stage's. With no `grads`, `outputs` is the last stage's loss,
-  // scaled as backward(loss) scales it.
-  autograd::DeferredGrads backward_stage_inputs(const std::vector<Tensor>& outputs,
-                                                const std::vector<Tensor>& grads,
-                                                const std::vector<Tensor>& inputs);
-  void backward_stage_weights(autograd::DeferredGrads& weights);
+  // A backward the caller runs (`pass`: a pipeline stage's, from its outputs with the next
+  // stage's gradients, or a zero-bubble schedule's deferred weight pass), counted, timed and
+  // reduced across data-parallel ranks at the boundary as backward(loss) is; `what` names it
+  // in the warning about a second backward before step().
+  void reduced_backward_pass(const char* what, const std::function<void()>& pass);
+  // A backward pass that touches no parameter's gradient and reduces nothing (a zero-bubble
+  // schedule's input-gradient pass).
+  template <class Pass>
+  auto unreduced_backward_pass(Pass&& pass) {
+    finish_direct_backward();
+    return pass();
+  }
+  // What backward(loss) multiplies the loss by: the fp16 loss scale over the accumulation
+  // steps (scale() applies the same factor).
+  double loss_gradient_factor() const;
   // DeepSpeed's scale(loss) for a direct backward. A loss from forward() may be differentiated
   // directly, with engine.backward's results:
   //   engine->scale(engine->forward(batch)).backward();  engine->step();
@@ -227,9 +230,9 @@ class Engine {
   // Overrides the count (DeepSpeed's): false before the first backwards of a window, true
   // before its last, then one step() updates. Stays in force until set again.
   void set_gradient_accumulation_boundary(bool is_boundary) { boundary_override_ = is_boundary; }
-  // A pipeline stage's batch (engine::PipelineEngine, which runs no forward()): starts the
-  // trace when the step is in the trace window; trace_phase records one of its instructions.
-  void begin_pipeline_batch() { begin_forward(); }
+  // A batch run without forward() (engine::PipelineEngine's stages): starts the trace when
+  // the step is in the trace window; trace_phase records one of its phases.
+  void begin_batch_without_forward() { begin_forward(); }
   void trace_phase(const std::string& name, EngineTimers::Clock::time_point start,
                    EngineTimers::Clock::time_point end) {
     if (trace_ && trace_->recording()) trace_->phase(name.c_str(), start, end);
@@ -353,7 +356,7 @@ class Engine {
   void finish_direct_backward();
   void begin_reduction(bool allreduce);
   // A backward pass (`pass`) between begin_reduction and end_reduction, timed (backward(loss)
-  // and backward_stage share it).
+  // and reduced_backward_pass share it).
   void reduced_backward(bool allreduce, const std::function<void()>& pass);
   void end_reduction();
   // Counts backwards since step() and warns once at the second.

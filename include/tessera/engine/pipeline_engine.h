@@ -155,6 +155,16 @@ class PipelineEngine {
   void backward_weight_pass(const parallel::PipeInstruction& in, Buffers& b);
   void weight_gradients(const std::function<void()>& pass);
   std::vector<Tensor> backward_roots(Buffers& b, size_t buf, int64_t chunk) const;
+  // This stage's backward from its outputs with the next stage's gradients for them (already
+  // scaled by the last stage's engine.backward), reduced at the boundary as backward(loss).
+  void backward_stage(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grads);
+  // backward_stage in two parts (zero-bubble schedules): the gradients of the stage's
+  // `inputs` now, touching no parameter and reducing nothing; the parameters' later
+  // (backward_weight_pass). With no `grads`, `outputs` is the last stage's loss, scaled as
+  // backward(loss) scales it.
+  autograd::DeferredGrads backward_stage_inputs(const std::vector<Tensor>& outputs,
+                                                const std::vector<Tensor>& grads,
+                                                const std::vector<Tensor>& inputs);
   // The model's first part (the data's inputs) and last (the loss), and the stages messages go
   // to and come from (the last stage's chunk c feeds the first stage's chunk c + 1).
   bool first_part(int64_t chunk) const { return is_first_stage() && chunk == 0; }
