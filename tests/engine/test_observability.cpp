@@ -1,6 +1,6 @@
 // The engine's observability: the flops_profiler section (which step is profiled, what the
 // report holds, where it goes), the wall-clock timers against a clock around each call, and
-// the trace section's kernel events on one rank (tests/parallel/test_trace.cpp: N ranks).
+// the trace section's kernel events on one rank (tests/engine/test_trace.cpp: N ranks).
 #include <doctest/doctest.h>
 
 #include <algorithm>

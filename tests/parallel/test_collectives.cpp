@@ -13,6 +13,9 @@
 #include "tessera/parallel/shard_layout.h"
 #include "tessera/parallel/topology.h"
 
+// N-ranks-versus-one-process checks: also run at 2 and 4 ranks (tests/meson.build).
+TEST_SUITE_BEGIN("ranks");
+
 using namespace tessera;
 using namespace tessera::parallel;
 
@@ -183,3 +186,5 @@ TEST_CASE("ring exchange: every rank sends to the next and receives from the pre
   CHECK(again.to_vector()[0] == prev + 1.0);
   w->set_timeout(saved);
 }
+
+TEST_SUITE_END();

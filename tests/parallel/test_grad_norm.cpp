@@ -10,6 +10,9 @@
 #include "tessera/parallel/process_group.h"
 #include "tessera/tessera.h"
 
+// N-ranks-versus-one-process checks: also run at 2 and 4 ranks (tests/meson.build).
+TEST_SUITE_BEGIN("ranks");
+
 namespace ts = tessera;
 using ts::parallel::global_grad_norm;
 
@@ -47,3 +50,5 @@ TEST_CASE("global_grad_norm on one process equals optim::grad_norm bit for bit")
   const double squares = ts::optim::sum_of_squares({params[0].grad(), params[1].grad()});
   CHECK(global_grad_norm({.replicated = squares}, {}) == ts::optim::grad_norm(params));
 }
+
+TEST_SUITE_END();

@@ -12,6 +12,9 @@
 
 #include "tessera/parallel/host_registry.h"
 
+// N-ranks-versus-one-process checks: also run at 2 and 4 ranks (tests/meson.build).
+TEST_SUITE_BEGIN("ranks");
+
 namespace fs = std::filesystem;
 using tessera::parallel::HostRegistry;
 
@@ -82,3 +85,5 @@ TEST_CASE("host registry: a directory others may write, a link or a file is not 
     CHECK(!r.active());
   }
 }
+
+TEST_SUITE_END();

@@ -10,6 +10,9 @@
 #include "tessera/parallel/launcher_env.h"
 #include "tessera/parallel/thread_share.h"
 
+// N-ranks-versus-one-process checks: also run at 2 and 4 ranks (tests/meson.build).
+TEST_SUITE_BEGIN("ranks");
+
 namespace {
 
 const char* kVariables[] = {"OMPI_COMM_WORLD_LOCAL_RANK",
@@ -67,3 +70,5 @@ TEST_CASE("launcher variables: each launcher's local rank and host size, in one 
   setenv("TESSERA_PROCESSES_PER_HOST", "3", 1);  // the experiment runner's count wins
   CHECK(tessera::parallel::processes_per_host() == 3);
 }
+
+TEST_SUITE_END();

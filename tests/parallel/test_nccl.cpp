@@ -14,6 +14,9 @@
 #include "tessera/ops.h"
 #include "tessera/parallel/process_group.h"
 
+// N-ranks-versus-one-process checks: also run at 2 and 4 ranks (tests/meson.build).
+TEST_SUITE_BEGIN("ranks");
+
 using namespace tessera;
 using namespace tessera::parallel;
 
@@ -203,3 +206,5 @@ TEST_CASE("NCCL: the engine's DP, ZeRO 1-3 and ZeRO-Offload on GPUs follow one C
   }
   ::unsetenv("TESSERA_DIST_BACKEND");
 }
+
+TEST_SUITE_END();

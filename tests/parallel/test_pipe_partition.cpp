@@ -5,6 +5,9 @@
 #include "fixture_util.h"
 #include "tessera/parallel/pipe_partition.h"
 
+// N-ranks-versus-one-process checks: also run at 2 and 4 ranks (tests/meson.build).
+TEST_SUITE_BEGIN("ranks");
+
 using namespace tessera;
 using namespace tessera::parallel;
 
@@ -43,3 +46,5 @@ TEST_CASE("pipe partition: methods by name, as PipelineModule takes them") {
   CHECK_THROWS_WITH(check_partition({0, 6}, 6, 2), doctest::Contains("2 bounds for 2 stages"));
   CHECK_THROWS_WITH(check_partition({1, 3, 6}, 6, 2), doctest::Contains("run from 0 to the 6"));
 }
+
+TEST_SUITE_END();

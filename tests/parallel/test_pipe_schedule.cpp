@@ -8,6 +8,9 @@
 #include "tessera/parallel/pipe_schedule.h"
 #include "tessera/parallel/pipe_simulator.h"
 
+// N-ranks-versus-one-process checks: also run at 2 and 4 ranks (tests/meson.build).
+TEST_SUITE_BEGIN("ranks");
+
 using namespace tessera;
 using namespace tessera::parallel;
 using json = nlohmann::json;
@@ -140,3 +143,5 @@ TEST_CASE("simulator: a receive nobody sends is a deadlock naming the stage") {
   CHECK_THROWS_WITH(simulate_pipeline(unmatched),
                     doctest::Contains("stage 0 sends 1 activation(s) to stage 1"));
 }
+
+TEST_SUITE_END();

@@ -11,6 +11,9 @@
 #include "tessera/parallel/pipeline_module.h"
 #include "tessera/rng.h"
 
+// N-ranks-versus-one-process checks: also run at 2 and 4 ranks (tests/meson.build).
+TEST_SUITE_BEGIN("ranks");
+
 using namespace tessera;
 using parallel::LayerSpec;
 using parallel::PipeLayer;
@@ -107,3 +110,5 @@ TEST_CASE("pipeline checkpoints: what a stage cannot honour is an error") {
   CHECK_THROWS_WITH(run({.activation_checkpoint_interval = -1}),
                     doctest::Contains("activation_checkpoint_interval must be >= 0"));
 }
+
+TEST_SUITE_END();

@@ -9,6 +9,9 @@
 #include "tessera/parallel/activation_checkpointing.h"
 #include "tessera/parallel/rng_tracker.h"
 
+// N-ranks-versus-one-process checks: also run at 2 and 4 ranks (tests/meson.build).
+TEST_SUITE_BEGIN("ranks");
+
 using namespace tessera;
 
 TEST_CASE("RNG tracker: model_parallel_cuda_manual_seed and fork") {
@@ -70,3 +73,5 @@ TEST_CASE("RNG tracker: an activation checkpoint replays the forked dropout in i
   CHECK(grads[1].to_vector() == grads[0].to_vector());
   parallel::get_cuda_rng_tracker().reset();
 }
+
+TEST_SUITE_END();

@@ -13,6 +13,9 @@
 #include "tessera/parallel/tensor_parallel.h"
 #include "tessera/parallel/vocab_parallel.h"
 
+// N-ranks-versus-one-process checks: also run at 2 and 4 ranks (tests/meson.build).
+TEST_SUITE_BEGIN("ranks");
+
 using namespace tessera;
 
 namespace {
@@ -218,3 +221,5 @@ TEST_CASE("sequence parallel: a pre-LayerNorm MLP block on sequence shards equal
         doctest::Contains("needs input_is_parallel"), Error);
   }
 }
+
+TEST_SUITE_END();

@@ -12,6 +12,9 @@
 #include "tessera/ops.h"
 #include "tessera/parallel/zero_checkpoint.h"
 
+// N-ranks-versus-one-process checks: also run at 2 and 4 ranks (tests/meson.build).
+TEST_SUITE_BEGIN("ranks");
+
 using namespace tessera;
 using namespace tessera::parallel;
 namespace fs = std::filesystem;
@@ -92,3 +95,5 @@ TEST_CASE("a ZeRO partition loads from only the saved shards that overlap it") {
   CHECK(c.optimizer.at("b.exp_avg").to_vector() == expect(kB, 0, 6, 2));
   fs::remove_all(dir);
 }
+
+TEST_SUITE_END();

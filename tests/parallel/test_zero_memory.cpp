@@ -11,6 +11,9 @@
 #include "tessera/parallel/process_group.h"
 #include "tessera/parallel/zero_optimizer.h"
 
+// N-ranks-versus-one-process checks: also run at 2 and 4 ranks (tests/meson.build).
+TEST_SUITE_BEGIN("ranks");
+
 using namespace tessera;
 
 namespace {
@@ -111,3 +114,5 @@ TEST_CASE("a float32 model is its own master at ZeRO-1/2: no second copy of the 
     CHECK(m.optimizer == 2 * layout.partition_numel * 4);  // Adam's two moments only
   }
 }
+
+TEST_SUITE_END();

@@ -15,6 +15,9 @@
 #include "tessera/parallel/topology.h"
 #include "tessera/rng.h"
 
+// N-ranks-versus-one-process checks: also run at 2 and 4 ranks (tests/meson.build).
+TEST_SUITE_BEGIN("ranks");
+
 using namespace tessera;
 using parallel::LayerSpec;
 using parallel::PipeLayer;
@@ -227,3 +230,5 @@ TEST_CASE("pipeline engine: forward/backward/step point to train_batch; schedule
   CHECK_THROWS_WITH(engine::PipelineEngine(chunked, world, sgd(chunked), {2, "1f1b"}),
                     doctest::Contains("2 chunks per stage runs the interleaved schedule"));
 }
+
+TEST_SUITE_END();

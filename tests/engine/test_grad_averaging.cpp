@@ -12,6 +12,9 @@
 #include "tessera/ops.h"
 #include "tessera/parallel/process_group.h"
 
+// N-ranks-versus-one-process checks: also run at 2 and 4 ranks (tests/meson.build).
+TEST_SUITE_BEGIN("ranks");
+
 using namespace tessera;
 
 namespace {
@@ -70,3 +73,5 @@ TEST_CASE("gradient averaging order and precision follow DeepSpeed's keys (hand-
     CHECK(averaged(g, stage, R"(, "communication_data_type": "fp32")") == g);
   }
 }
+
+TEST_SUITE_END();

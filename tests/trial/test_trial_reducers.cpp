@@ -9,6 +9,9 @@
 #include "tessera/trial/metric_reducer.h"
 #include "tessera/trial/reducer.h"
 
+// N-ranks-versus-one-process checks: also run at 2 and 4 ranks (tests/meson.build).
+TEST_SUITE_BEGIN("ranks");
+
 using namespace tessera;
 using trial::Metrics;
 using trial::Reducer;
@@ -143,3 +146,5 @@ TEST_CASE("trial reducers: strings of any length gathered in rank order") {
   for (int r = 0; r < group->size(); ++r)
     CHECK(all[r] == std::string(static_cast<size_t>(r * 3), static_cast<char>('a' + r)));
 }
+
+TEST_SUITE_END();

@@ -6,9 +6,12 @@
 
 #include <filesystem>
 
-#include "../trial/regression_trial.h"
+#include "regression_trial.h"
 #include "tessera/io/safetensors.h"
 #include "tessera/parallel/process_group.h"
+
+// N-ranks-versus-one-process checks: also run at 2 and 4 ranks (tests/meson.build).
+TEST_SUITE_BEGIN("ranks");
 
 using namespace tessera;
 using regression::Log;
@@ -89,3 +92,5 @@ TEST_CASE("trial on N slots: a stop on one slot stops all; the rerun continues b
   CHECK(both == straight.train_losses);
   CHECK(c.validation_metrics == a.validation_metrics);
 }
+
+TEST_SUITE_END();

@@ -12,10 +12,13 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "../engine/regressor.h"
+#include "regressor.h"
 #include "skip.h"
 #include "tessera/engine/engine.h"
 #include "tessera/parallel/process_group.h"
+
+// N-ranks-versus-one-process checks: also run at 2 and 4 ranks (tests/meson.build).
+TEST_SUITE_BEGIN("ranks");
 
 using namespace tessera;
 namespace fs = std::filesystem;
@@ -159,3 +162,5 @@ TEST_CASE("trace: a trace-event file per rank with its phases and every collecti
   check_trace(0);  // data parallelism: the gradients' all-reduce
   check_trace(2);  // ZeRO-2: reduce-scatter in backward, the optimizer's parts, all-gather
 }
+
+TEST_SUITE_END();

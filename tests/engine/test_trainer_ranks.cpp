@@ -2,11 +2,14 @@
 // each rank reads its contiguous slice of every global batch of the same shuffled epochs.
 #include <doctest/doctest.h>
 
-#include "../engine/regressor.h"
+#include "regressor.h"
 #include "skip.h"
 #include "tessera/engine/trainer.h"
 #include "tessera/io/data_loader.h"
 #include "tessera/parallel/process_group.h"
+
+// N-ranks-versus-one-process checks: also run at 2 and 4 ranks (tests/meson.build).
+TEST_SUITE_BEGIN("ranks");
 
 using namespace tessera;
 
@@ -56,3 +59,5 @@ TEST_CASE("Trainer with a DataLoader: N ranks reproduce one process" *
     CHECK(many[i] == doctest::Approx(one[i]).epsilon(1e-6));
   }
 }
+
+TEST_SUITE_END();

@@ -12,6 +12,9 @@
 #include "tessera/ops.h"
 #include "tessera/parallel/zero_checkpoint.h"
 
+// N-ranks-versus-one-process checks: also run at 2 and 4 ranks (tests/meson.build).
+TEST_SUITE_BEGIN("ranks");
+
 using namespace tessera;
 namespace fs = std::filesystem;
 
@@ -63,3 +66,5 @@ TEST_CASE("save_16bit_model at ZeRO-3 gathers what the checkpoint's shards hold"
   check_16bit_model(R"("bf16": {"enabled": true},)", DType::BFloat16);
   check_16bit_model("", DType::Float32);
 }
+
+TEST_SUITE_END();

@@ -18,6 +18,9 @@
 #include "tessera/parallel/topology.h"
 #include "tessera/rng.h"
 
+// N-ranks-versus-one-process checks: also run at 2 and 4 ranks (tests/meson.build).
+TEST_SUITE_BEGIN("ranks");
+
 using namespace tessera;
 
 namespace {
@@ -158,3 +161,5 @@ TEST_CASE("pipeline engine 3D: the topology's model axis must match the tensor-p
                     doctest::Contains("the topology's \"model\" axis has 2 ranks but the "
                                       "tensor-parallel group"));
 }
+
+TEST_SUITE_END();

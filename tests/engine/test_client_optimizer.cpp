@@ -5,10 +5,13 @@
 // and with a direct loss.backward(), over two micro-batches per step.
 #include <doctest/doctest.h>
 
-#include "../engine/regressor.h"
+#include "regressor.h"
 #include "skip.h"
 #include "tessera/engine/engine.h"
 #include "tessera/parallel/process_group.h"
+
+// N-ranks-versus-one-process checks: also run at 2 and 4 ranks (tests/meson.build).
+TEST_SUITE_BEGIN("ranks");
 
 using namespace tessera;
 
@@ -110,3 +113,5 @@ TEST_CASE("backward(allreduce_gradients = false) leaves each rank its own gradie
                                          "stage 2"),
                        Error);
 }
+
+TEST_SUITE_END();

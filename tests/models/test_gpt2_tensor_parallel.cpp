@@ -14,6 +14,9 @@
 #include "tessera/parallel/process_group.h"
 #include "tessera/parallel/tensor_parallel_layout.h"
 
+// N-ranks-versus-one-process checks: also run at 2 and 4 ranks (tests/meson.build).
+TEST_SUITE_BEGIN("ranks");
+
 using namespace tessera;
 
 namespace {
@@ -228,3 +231,5 @@ TEST_CASE("tensor-parallel layout: GPT-2's shards all-gathered and merged are th
   const auto mine = parallel::shard_state(want, layout, r, n);
   for (const auto& [name, t] : tp.state_dict()) CHECK(mine.at(name).to_vector() == t.to_vector());
 }
+
+TEST_SUITE_END();

@@ -11,6 +11,9 @@
 #include "tessera/models/gpt2.h"
 #include "tessera/ops.h"
 
+// N-ranks-versus-one-process checks: also run at 2 and 4 ranks (tests/meson.build).
+TEST_SUITE_BEGIN("ranks");
+
 using namespace tessera;
 
 namespace {
@@ -84,3 +87,5 @@ TEST_CASE("ZeRO-3 prefetch: same numbers as gathering on use; later steps fully 
                        << whole.stats[2].prefetched << " of " << whole.stats[2].gathers
                        << ", with a one-parameter bucket: " << one_ahead.stats[2].prefetched);
 }
+
+TEST_SUITE_END();

@@ -19,6 +19,9 @@
 #include "tessera/ops.h"
 #include "tessera/parallel/process_group.h"
 
+// N-ranks-versus-one-process checks: also run at 2 and 4 ranks (tests/meson.build).
+TEST_SUITE_BEGIN("ranks");
+
 using namespace tessera;
 
 namespace {
@@ -147,3 +150,5 @@ TEST_CASE(
                            doctest::Contains("intermediate_size 66 does not divide"), Error);
   }
 }
+
+TEST_SUITE_END();
