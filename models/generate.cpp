@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
+#include <vector>
 
 #include "tessera/grad_mode.h"
 
@@ -66,6 +68,58 @@ std::vector<int64_t> generate(PretrainedModel& model, const std::vector<int64_t>
     if (on_token) on_token(id);
     next_input = from_vector(std::vector<int64_t>{id}, {1, 1}).to(dev);
     if (static_cast<int64_t>(seq.size()) >= context) break;
+  }
+  model.train(was_training);
+  return out;
+}
+
+std::vector<std::vector<int64_t>> generate_batch(
+    PretrainedModel& model, const std::vector<std::vector<int64_t>>& prompts,
+    const GenerateOptions& o, const std::function<void(size_t, int64_t)>& on_token) {
+  const int64_t context = model.context_length();
+  TS_CHECK(context > 0, "generate: a ", model.type_name(),
+           " does not generate text (it is not a causal language model such as GPT-2)");
+  TS_CHECK(!prompts.empty(), "generate: no prompts");
+  TS_CHECK(o.max_new_tokens >= 0, "generate: max_new_tokens must be >= 0, got ", o.max_new_tokens);
+  TS_CHECK(o.top_k >= 0, "generate: top_k must be >= 0, got ", o.top_k);
+  const auto B = static_cast<int64_t>(prompts.size());
+  int64_t longest = 0;
+  for (size_t r = 0; r < prompts.size(); ++r) {
+    TS_CHECK(!prompts[r].empty(), "generate: prompt ", r, " is empty");
+    for (int64_t id : prompts[r])
+      TS_CHECK(id >= 0 && id < model.vocab_size(), "generate: prompt ", r, ": id ", id,
+               " is outside the vocabulary of ", model.vocab_size());
+    longest = std::max(longest, static_cast<int64_t>(prompts[r].size()));
+  }
+  TS_CHECK(longest < context, "generate: the longest prompt is ", longest,
+           " tokens; the model's context is ", context);
+  NoGradGuard no_grad;
+  const bool was_training = model.is_training();
+  model.eval();
+  const Device dev = model.parameters().front().device();
+  KVCache cache;
+  std::vector<int64_t> first(static_cast<size_t>(B * longest), 0);  // fillers: id 0, unseen
+  for (int64_t r = 0; r < B; ++r) {
+    const auto& p = prompts[static_cast<size_t>(r)];
+    const int64_t pad = longest - static_cast<int64_t>(p.size());
+    cache.left_padding.push_back(pad);
+    std::copy(p.begin(), p.end(), first.begin() + r * longest + pad);
+  }
+  std::vector<std::unique_ptr<Generator>> gens;  // (a Generator holds a mutex: not copyable)
+  for (size_t r = 0; r < prompts.size(); ++r) gens.push_back(std::make_unique<Generator>(o.seed));
+  std::vector<std::vector<int64_t>> out(prompts.size());
+  Tensor next_input = from_vector(first, {B, longest}).to(dev);
+  const int64_t steps = std::min(o.max_new_tokens, context - longest);
+  for (int64_t step = 0; step < steps; ++step) {
+    const Tensor last = model.forward_cached(next_input, cache).select(1, -1);  // [B, V]
+    std::vector<int64_t> ids(static_cast<size_t>(B));
+    for (int64_t r = 0; r < B; ++r) {
+      const auto row = static_cast<size_t>(r);
+      ids[row] = sample_next(last.select(0, r), o, *gens[row]);
+      out[row].push_back(ids[row]);
+      if (on_token) on_token(row, ids[row]);
+    }
+    next_input = from_vector(ids, {B, 1}).to(dev);
   }
   model.train(was_training);
   return out;

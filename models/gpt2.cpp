@@ -1,5 +1,6 @@
 #include "tessera/models/gpt2.h"
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
@@ -111,7 +112,9 @@ Tensor GPT2Attention::forward(const Tensor& x, KVCache* cache, size_t layer) {
     cache->keys[layer] = k;
     cache->values[layer] = v;
   }
-  const Tensor o = scaled_dot_product_attention(nn::split_heads(qkv[0], n_head), k, v, {}, true);
+  const Tensor attend = cache ? cache->attend : Tensor();  // (padded rows of a batch)
+  const Tensor o =
+      scaled_dot_product_attention(nn::split_heads(qkv[0], n_head), k, v, attend, true);
   return resid_dropout(c_proj(nn::merge_heads(o)));
 }
 
@@ -140,6 +143,28 @@ Tensor GPT2Block::forward(const Tensor& x, KVCache* cache, size_t layer) {
   return h + mlp.forward(ln_2(h));
 }
 
+namespace {
+
+// Row b's positions [B, T] after left_padding[b] filler positions (numbered 0 too, unseen),
+// and the keys each row attends to, set in the cache for the layers.
+Tensor padded_positions(KVCache& cache, int64_t B, int64_t T, Device device) {
+  TS_CHECK(static_cast<int64_t>(cache.left_padding.size()) == B, "GPT-2: the cache pads ",
+           cache.left_padding.size(), " rows, the batch has ", B);
+  const int64_t start = cache.length, keys = start + T;
+  std::vector<int64_t> pos(static_cast<size_t>(B * T));
+  std::vector<double> attend(static_cast<size_t>(B * keys));
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t pad = cache.left_padding[static_cast<size_t>(b)];
+    for (int64_t t = 0; t < T; ++t)
+      pos[static_cast<size_t>(b * T + t)] = std::max<int64_t>(0, start + t - pad);
+    for (int64_t j = 0; j < keys; ++j) attend[static_cast<size_t>(b * keys + j)] = j >= pad;
+  }
+  cache.attend = from_vector(attend, {B, 1, 1, keys}).to(DType::Bool).to(device);
+  return from_vector(pos, {B, T}).to(device);
+}
+
+}  // namespace
+
 GPT2Model::GPT2Model(Module* parent, const std::string& name, const GPT2Config& c)
     : Module(parent, name),
       wte(this, "wte", c.vocab_size, c.n_embd),
@@ -157,10 +182,15 @@ Tensor GPT2Model::forward(const Tensor& input_ids, KVCache* cache) {
   TS_CHECK(input_ids.dim() == 2, "GPT-2: input_ids must be [batch, time], got ",
            input_ids.describe());
   const int64_t T = input_ids.size(1), start = cache ? cache->length : 0;
-  TS_CHECK(start + T <= config.n_positions, "GPT-2: sequence of ", start + T,
+  const bool padded = cache && !cache->left_padding.empty();
+  const int64_t least_padding =
+      padded ? *std::min_element(cache->left_padding.begin(), cache->left_padding.end()) : 0;
+  TS_CHECK(start + T - least_padding <= config.n_positions, "GPT-2: sequence of ",
+           start + T - least_padding,
            " tokens exceeds the model's n_positions = ", config.n_positions);
-  const Tensor pos = arange(static_cast<double>(start), static_cast<double>(start + T), 1,
-                            DType::Int64, input_ids.device());
+  const Tensor pos = padded ? padded_positions(*cache, input_ids.size(0), T, input_ids.device())
+                            : arange(static_cast<double>(start), static_cast<double>(start + T), 1,
+                                     DType::Int64, input_ids.device());
   Tensor x = drop(wte(input_ids) + wpe(pos));
   if (activation_checkpointing && !cache) {
     x = parallel::run_layers(

@@ -1,10 +1,15 @@
 // `tessera generate MODEL_DIR (--prompt TEXT | --prompt-ids 1,2,3) [...]`
+#include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "cli.h"
+#include "tessera/cuda.h"
+#include "tessera/dtype.h"
 #include "tessera/io/files.h"
 #include "tessera/io/json_fields.h"
 #include "tessera/io/tokenizer.h"
@@ -15,18 +20,25 @@ namespace tessera::cli {
 namespace {
 
 const char* kGenerateHelp =
-    R"(usage: tessera generate MODEL_DIR (--prompt TEXT | --prompt-ids 1,2,3)
+    R"(usage: tessera generate MODEL_DIR (--prompt TEXT | --prompts FILE | --prompt-ids 1,2,3[;4,5])
                         [--tokenizer DIR] [--max-new-tokens N] [--temperature T] [--top-k K]
-                        [--seed S] [--json]
+                        [--seed S] [--device D] [--dtype T] [--json]
 
 Samples from a GPT-2 model directory (config.json + model.safetensors) with a KV cache, so
 each new token costs one position's forward pass. Text prompts need GPT-2's vocab.json and
 merges.txt (or its tokenizer.json), or the tessera_chars.json `tessera export` writes for
-character-level models, looked up in --tokenizer DIR (default: MODEL_DIR). --temperature 0 is greedy. Generation
-stops at the model's context (n_positions), and says so.
-Defaults: --max-new-tokens 64 --temperature 1.0 --top-k 0 (off) --seed 0.
+character-level models, looked up in --tokenizer DIR (default: MODEL_DIR). --temperature 0 is
+greedy. Generation stops at the model's context (n_positions), and says so.
+Defaults: --max-new-tokens 64 --temperature 1.0 --top-k 0 (off) --seed 0 --device cpu
+--dtype float32 (bfloat16, float16 and float64 too).
 With --json the last line is {"prompt_ids": [...], "ids": [...], "text": "...",
 "stopped_at_context": false, "tokens_per_s": R}.
+
+Several prompts (--prompts FILE: one per line, empty lines skipped; --prompt-ids with ';'
+between prompts) run as one batch: each continuation is the one its prompt gets alone (its
+own draws from --seed), and every prompt gets the same number of new tokens, at most the
+context left after the longest. --json: {"outputs": [{"prompt_ids", "ids", "text"}...],
+"stopped_at_context", "tokens_per_s"}.
 )";
 
 // The tokenizer files in `dir`: GPT-2's vocab.json + merges.txt, the character vocabulary
@@ -52,25 +64,115 @@ std::unique_ptr<io::Tokenizer> tokenizer_in(const std::filesystem::path& dir) {
   return std::make_unique<io::CharTokenizer>(std::move(vocab));
 }
 
-std::vector<int64_t> parse_ids(const std::string& text) {
+// One prompt of --prompt-ids: comma-separated token ids (prompt `index` of the option).
+std::vector<int64_t> parse_ids(const std::string& text, size_t index) {
   std::vector<int64_t> ids;
-  for (int64_t v : parse_shape(text)) ids.push_back(v);
+  std::stringstream parts(text);
+  for (std::string part; std::getline(parts, part, ',');) {
+    int64_t id = -1;
+    const auto [end, err] = std::from_chars(part.data(), part.data() + part.size(), id);
+    TS_CHECK(err == std::errc() && end == part.data() + part.size() && id >= 0,
+             "generate: --prompt-ids: prompt ", index, " holds '", part,
+             "', expected token ids like 1,2,3 (prompts separated by ';')");
+    ids.push_back(id);
+  }
+  TS_CHECK(!ids.empty(), "generate: --prompt-ids: prompt ", index, " is empty");
   return ids;
+}
+
+// The prompts as ids: --prompt TEXT, --prompts FILE (one per line, empty lines skipped) or
+// --prompt-ids "1,2,3;4,5" (';' between prompts).
+std::vector<std::vector<int64_t>> read_prompts(const Args& a, const io::Tokenizer* tok) {
+  std::vector<std::vector<int64_t>> prompts;
+  if (a.has("prompt-ids")) {
+    std::stringstream all(a.get("prompt-ids", ""));
+    for (std::string one; std::getline(all, one, ';');)
+      prompts.push_back(parse_ids(one, prompts.size()));
+    TS_CHECK(!prompts.empty(), "generate: --prompt-ids is empty");
+    return prompts;
+  }
+  if (a.has("prompt")) return {tok->encode(a.get("prompt", ""))};
+  const std::string path = a.get("prompts", "");
+  std::stringstream lines(io::read_text_file(path));
+  for (std::string line; std::getline(lines, line);)
+    if (!line.empty()) prompts.push_back(tok->encode(line));
+  TS_CHECK(!prompts.empty(), "generate: --prompts ", io::quoted(path), " holds no prompt");
+  return prompts;
+}
+
+// --device and --dtype: the model moved and cast as asked (a GPU that is not there, or an
+// integer dtype, is an error naming the option).
+void place_model(models::PretrainedModel& model, const Args& a) {
+  const Device device = Device::parse(a.get("device", "cpu"));
+  if (device.is_cuda())
+    TS_CHECK(device.index < cuda_device_count(), "generate: --device ", a.get("device", ""), ": ",
+             cuda_unavailable_reason().empty()
+                 ? std::to_string(cuda_device_count()) + " CUDA devices visible"
+                 : cuda_unavailable_reason());
+  const DType dtype = dtype_from_name(a.get("dtype", "float32"));
+  TS_CHECK(is_floating(dtype), "generate: --dtype must be a floating type, got ",
+           dtype_name(dtype));
+  model.to(device);
+  model.to(dtype);
+}
+
+// Several prompts in one batch: each continuation once they are all done; --json's last line
+// {"outputs": [{"prompt_ids", "ids", "text"}...], "stopped_at_context", "tokens_per_s"}.
+int print_batch(models::PretrainedModel& model, const std::vector<std::vector<int64_t>>& prompts,
+                const models::GenerateOptions& o, const io::Tokenizer* tok, bool json) {
+  size_t longest = 0;
+  for (const auto& p : prompts) longest = std::max(longest, p.size());
+  const int64_t room = model.context_length() - static_cast<int64_t>(longest);
+  const bool truncated = o.max_new_tokens > room;
+  if (truncated)
+    std::cerr << "generate: the model's context is " << model.context_length() << " tokens; "
+              << room << " new tokens fit after the longest (" << longest
+              << "-token) prompt, for every prompt of the batch\n";
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto outputs = models::generate_batch(model, prompts, o);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  int64_t tokens = 0;
+  for (const auto& ids : outputs) tokens += static_cast<int64_t>(ids.size());
+  const double rate = tokens == 0 ? 0.0 : static_cast<double>(tokens) / secs;
+  nlohmann::json all = nlohmann::json::array();
+  for (size_t r = 0; r < prompts.size(); ++r) {
+    nlohmann::json one{{"prompt_ids", prompts[r]}, {"ids", outputs[r]}};
+    if (tok) one["text"] = tok->decode(outputs[r]);
+    all.push_back(one);
+    if (json) continue;
+    std::cout << "--- prompt " << r << "\n";
+    if (tok) {
+      std::cout << tok->decode(prompts[r]) << tok->decode(outputs[r]) << "\n";
+    } else {
+      for (int64_t id : outputs[r]) std::cout << id << " ";
+      std::cout << "\n";
+    }
+  }
+  if (json)
+    std::cout << nlohmann::json{{"outputs", all},
+                                {"stopped_at_context", truncated},
+                                {"tokens_per_s", rate}}
+                     .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+              << "\n";
+  else
+    std::cerr << "[" << prompts.size() << " prompts, " << tokens << " tokens, "
+              << static_cast<int64_t>(rate) << " tokens/s]\n";
+  return 0;
 }
 
 }  // namespace
 
 int generate_main(int argc, char** argv) {
-  const Args a(
-      argc, argv, 2, {"json", "help"},
-      {"prompt", "prompt-ids", "tokenizer", "max-new-tokens", "temperature", "top-k", "seed"});
+  const Args a(argc, argv, 2, {"json", "help"},
+               {"prompt", "prompts", "prompt-ids", "tokenizer", "max-new-tokens", "temperature",
+                "top-k", "seed", "device", "dtype"});
   if (a.has("help")) {
     std::cout << kGenerateHelp;
     return 0;
   }
   TS_CHECK(a.positional().size() == 1, "generate: expected one MODEL_DIR (see --help)");
-  TS_CHECK(a.has("prompt") != a.has("prompt-ids"),
-           "generate: give exactly one of --prompt or --prompt-ids");
+  TS_CHECK(a.has("prompt") + a.has("prompts") + a.has("prompt-ids") == 1,
+           "generate: give exactly one of --prompt, --prompts or --prompt-ids");
   const std::string dir = a.positional()[0];
   auto model = models::load_pretrained(dir);
   TS_CHECK(model->context_length() > 0, "generate: '", dir, "' holds a ", model->type_name(),
@@ -78,7 +180,8 @@ int generate_main(int argc, char** argv) {
 
   const std::filesystem::path tdir = a.get("tokenizer", dir);
   const std::unique_ptr<io::Tokenizer> tok = tokenizer_in(tdir);
-  TS_CHECK(tok || a.has("prompt-ids"), "generate: --prompt needs a tokenizer, but '", tdir.string(),
+  TS_CHECK(tok || a.has("prompt-ids"), "generate: text prompts need a tokenizer, but '",
+           tdir.string(),
            "' has neither vocab.json and merges.txt, tokenizer.json nor tessera_chars.json; pass "
            "--tokenizer DIR "
            "or use --prompt-ids");
@@ -89,8 +192,10 @@ int generate_main(int argc, char** argv) {
   o.top_k = a.get_int("top-k", 0);
   o.seed = static_cast<uint64_t>(a.get_int("seed", 0));
   TS_CHECK(o.temperature >= 0, "--temperature must be >= 0, got ", o.temperature);
-  const std::vector<int64_t> prompt =
-      a.has("prompt") ? tok->encode(a.get("prompt", "")) : parse_ids(a.get("prompt-ids", ""));
+  place_model(*model, a);
+  const std::vector<std::vector<int64_t>> prompts = read_prompts(a, tok.get());
+  if (prompts.size() > 1) return print_batch(*model, prompts, o, tok.get(), a.has("json"));
+  const std::vector<int64_t>& prompt = prompts[0];
   const int64_t context = model->context_length();
   TS_CHECK(!prompt.empty(), "generate: the prompt is empty");
   TS_CHECK(static_cast<int64_t>(prompt.size()) < context, "generate: the prompt is ", prompt.size(),

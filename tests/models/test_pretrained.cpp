@@ -184,6 +184,41 @@ TEST_CASE("generation reaches a causal language model through PretrainedModel al
                        doctest::Contains("has no key/value cache"), Error);
 }
 
+TEST_CASE("a batch of prompts of different lengths gives each prompt its ids alone") {
+  auto gpt = models::load_pretrained(kModels + "gpt2-tiny");
+  const std::vector<std::vector<int64_t>> prompts{{4, 8, 15}, {1, 2, 3, 4, 5, 6, 7}, {9}};
+  for (double temperature : {0.0, 0.8}) {
+    CAPTURE(temperature);
+    models::GenerateOptions o;
+    o.max_new_tokens = 12;
+    o.temperature = temperature;
+    o.top_k = 10;
+    o.seed = 3;
+    std::vector<std::pair<size_t, int64_t>> seen;
+    const auto batch = models::generate_batch(
+        *gpt, prompts, o, [&](size_t r, int64_t id) { seen.emplace_back(r, id); });
+    REQUIRE(batch.size() == prompts.size());
+    CHECK(seen.size() == 3 * 12);
+    for (size_t r = 0; r < prompts.size(); ++r) {
+      CAPTURE(r);
+      CHECK(batch[r] == models::generate(*gpt, prompts[r], o));  // its own draws and positions
+    }
+  }
+  // The context (32 positions) bounds every row by the longest prompt: 32 - 7 new tokens.
+  models::GenerateOptions greedy;
+  greedy.max_new_tokens = 40;
+  greedy.temperature = 0.0;
+  const auto bounded = models::generate_batch(*gpt, prompts, greedy);
+  for (const auto& ids : bounded) CHECK(ids.size() == 25);
+  const std::vector<int64_t> alone = models::generate(*gpt, prompts[0], greedy);  // 29 new
+  REQUIRE(alone.size() == 29);
+  CHECK(bounded[0] == std::vector<int64_t>(alone.begin(), alone.begin() + 25));
+  CHECK_THROWS_WITH_AS(models::generate_batch(*gpt, {{1, 2}, {}}, greedy),
+                       doctest::Contains("prompt 1 is empty"), Error);
+  CHECK_THROWS_WITH_AS(models::generate_batch(*gpt, {{1, 2}, {1, 99999}}, greedy),
+                       doctest::Contains("prompt 1: id 99999 is outside the vocabulary"), Error);
+}
+
 TEST_CASE("a bias-free GPT-2 exports as HF's architecture with zero biases") {
   models::GPT2Config c = models::GPT2Config::named("tiny");
   CHECK(models::GPT2LMHeadModel(c).hf_export_model() == nullptr);  // already HF's form

@@ -37,6 +37,14 @@ expect "--steps beyond int64" "option --steps: expected an integer" "$work/train
 expect "--shape beyond int64" "is too large" "$tessera" kernels bench matmul --shape 99999999999999999999,2,2
 expect "generate --temperature nan" "option --temperature: expected a finite number" \
   "$tessera" generate "$fixtures/models/gpt2-tiny" --prompt-ids 1,2 --temperature nan
+expect "generate --device cuda:99" "generate: --device cuda:99" \
+  "$tessera" generate "$fixtures/models/gpt2-tiny" --prompt-ids 1,2 --device cuda:99
+expect "generate --dtype int64" "--dtype must be a floating type, got int64" \
+  "$tessera" generate "$fixtures/models/gpt2-tiny" --prompt-ids 1,2 --dtype int64
+expect "generate, an empty prompt in a batch" "prompt 1 is empty" \
+  "$tessera" generate "$fixtures/models/gpt2-tiny" --prompt-ids "1,2;;3"
+expect "generate, two kinds of prompt" "exactly one of --prompt, --prompts or --prompt-ids" \
+  "$tessera" generate "$fixtures/models/gpt2-tiny" --prompt-ids 1,2 --prompt hi
 
 # Checkpoints that are not what they say.
 train "$cfg" --steps 2 --save "$work/ck" >/dev/null 2>&1 || { echo "FAIL: could not save a checkpoint"; exit 1; }

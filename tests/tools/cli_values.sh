@@ -2,7 +2,8 @@
 # The CLI's answers checked against independent values, not only its exit status:
 #  - eval: loss and every gradient norm of the GPT-2 and BERT fixtures against PyTorch's
 #    (tests/fixtures/models/*/expected.json);
-#  - generate: greedy ids against PyTorch's greedy decoding of the same model;
+#  - generate: greedy ids against PyTorch's greedy decoding of the same model, one prompt and
+#    a batch of three of different lengths (float32, and float64 on the same ids);
 #  - report --json, kernels list/bench --json: the keys and values documented in docs/cli.md.
 set -euo pipefail
 tessera="$1"; fixtures="$2"
@@ -11,6 +12,10 @@ for m in gpt2-tiny bert-tiny; do
   "$tessera" eval "$fixtures/models/$m" --batch "$fixtures/models/$m/batch.json" --grads --json | tail -1 > "$work/$m.json"
 done
 "$tessera" generate "$fixtures/models/gpt2-tiny" --prompt-ids 1,2,3 --max-new-tokens 5 --temperature 0 --json | tail -1 > "$work/generate.json"
+"$tessera" generate "$fixtures/models/gpt2-tiny" --prompt-ids "1,2,3;4,5,6,7,8;9" --max-new-tokens 5 \
+  --temperature 0 --json | tail -1 > "$work/generate_batch.json"
+"$tessera" generate "$fixtures/models/gpt2-tiny" --prompt-ids "1,2,3;4,5,6,7,8;9" --max-new-tokens 5 \
+  --temperature 0 --dtype float64 --json | tail -1 > "$work/generate_batch64.json"
 "$tessera" report --json | tail -1 > "$work/report.json"
 "$tessera" --version > "$work/version.txt"
 "$tessera" kernels list --json | tail -1 > "$work/list.json"
@@ -33,6 +38,10 @@ for m in ("gpt2-tiny", "bert-tiny"):
           f"eval {m}: {len(got['grad_norms'])} gradient norms by file name, worst relative {worst:.1e}")
 gen, want = json.load(open(f"{work}/generate.json")), json.load(open(f"{fixtures}/models/gpt2-tiny/expected.json"))
 check(gen["ids"] == want["greedy"]["ids"], f"generate greedy ids {gen['ids']} vs PyTorch {want['greedy']['ids']}")
+for name in ("generate_batch", "generate_batch64"):
+    got = [(o["prompt_ids"], o["ids"]) for o in json.load(open(f"{work}/{name}.json"))["outputs"]]
+    ref = [(o["prompt_ids"], o["ids"]) for o in want["greedy_batch"]]
+    check(got == ref, f"{name}: greedy ids of 3 prompts in one batch {got} vs PyTorch alone {ref}")
 rep = json.load(open(f"{work}/report.json"))
 version = open(f"{work}/version.txt").read().split()
 check(version == ["tessera", rep["version"]], f"--version prints {version}, report says {rep['version']}")

@@ -74,6 +74,24 @@ for m in char bpe; do
   [ -n "$text" ] || { echo "generate --prompt on the $m export printed nothing"; exit 1; }
   echo "generate --prompt on the $m export: $(printf %q "$text")"
 done
+# --prompts FILE: a batch of text prompts of different lengths, each continued as it is alone.
+printf 'Tessera \nGPT\n\nand BERT train\n' > "$work/prompts.txt"
+"$tessera" generate "$work/hf-bpe" --prompts "$work/prompts.txt" --max-new-tokens 4 --temperature 0 \
+  --json 2>/dev/null | tail -1 > "$work/batch.generate"
+for p in "Tessera " "GPT" "and BERT train"; do
+  "$tessera" generate "$work/hf-bpe" --prompt "$p" --max-new-tokens 4 --temperature 0 --json \
+    2>/dev/null | tail -1
+done > "$work/alone.generate"
+python3 - "$work" <<'PY'
+import json, sys
+work = sys.argv[1]
+batch = json.load(open(f"{work}/batch.generate"))["outputs"]
+alone = [json.loads(line) for line in open(f"{work}/alone.generate")]
+got = [(o["prompt_ids"], o["ids"], o["text"]) for o in batch]
+want = [(o["prompt_ids"], o["ids"], o["text"]) for o in alone]
+print(f"generate --prompts: {len(got)} prompts in one batch {'equal' if got == want else 'DIFFER from'} each alone")
+raise SystemExit(0 if got == want and len(got) == 3 else 1)
+PY
 
 if [ -n "$python" ]; then
   "$tessera" generate "$work/hf-bpe" --prompt "Tessera trains GPT-2 and BERT." --max-new-tokens 1 --json | tail -1 > "$work/bpe.generate"

@@ -24,6 +24,15 @@ std::vector<int64_t> generate(PretrainedModel& model, const std::vector<int64_t>
                               const GenerateOptions& options,
                               const std::function<void(int64_t)>& on_token = {});
 
+// Several prompts at once, one batch through the model with one KV cache (prompts of
+// different lengths right-aligned behind filler positions no token attends to). Each prompt's
+// ids are those it gets alone, to float rounding: its own draws (a generator seeded `seed`
+// per prompt), its own positions. Every prompt gets the same number of new tokens: at most
+// the context left after the longest prompt. `on_token(prompt, id)` sees each id as chosen.
+std::vector<std::vector<int64_t>> generate_batch(
+    PretrainedModel& model, const std::vector<std::vector<int64_t>>& prompts,
+    const GenerateOptions& options, const std::function<void(size_t, int64_t)>& on_token = {});
+
 // Picks the next id from one row of logits (temperature, top-k, Philox draw at `draw`).
 int64_t sample_next(const Tensor& logits, const GenerateOptions& options, Generator& gen);
 
