@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs on a GPU machine from the repository root: unpacks .gpu/bundle.tar.xz (made here by
 # scripts/gpu_bundle.sh), finds the CUDA libraries wherever that machine keeps them, then runs
-# the stages named (default: all but profile): probe, tests, check, bench, train, profile. Logs go to $OUT if set.
+# the stages named (default: all but profile): probe, tests, check, generate, bench, train,
+# profile. Logs go to $OUT if set.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root="$(pwd)"
@@ -19,7 +20,7 @@ done
 export LD_LIBRARY_PATH="$libdirs:${LD_LIBRARY_PATH:-}"
 export TESSERA_FIXTURES_DIR="$root/tests/fixtures"
 ts="$work/build/tools/tessera"
-stages="${*:-probe tests check bench train}"
+stages="${*:-probe tests check generate bench train}"
 status=0
 failed=()
 for stage in $stages; do
@@ -49,6 +50,9 @@ for stage in $stages; do
     profile)  # device time per kernel in a GPT-2 124M bf16 step (each kernel waited for)
       TESSERA_PROFILE=1 "$ts" bench train --preset gpt2-1024 --device cuda --dtype bfloat16 \
         --iters 3 2>&1 | tee "$out/profile.log" | tail -40 ;;
+    generate)  # GPU inference: the tiny GPT-2 fixture's greedy ids on cuda equal the CPU's
+      bash scripts/gpu_generate.sh "$ts" "$root/tests/fixtures/models/gpt2-tiny" 2>&1 | tee "$out/generate.log"
+      [ "${PIPESTATUS[0]}" = 0 ] || { status=1; failed+=("generate"); } ;;
     train) bash scripts/gpu_train.sh "$ts" "$out" 2>&1 | tee "$out/train.log"
       [ "${PIPESTATUS[0]}" = 0 ] || { status=1; failed+=("train"); } ;;
   esac
@@ -60,6 +64,7 @@ grep -h "test cases:" "$out"/test-*.log 2>/dev/null | awk -F'|' '
   END {if (NR) printf "tests      %d passed, %d failed, %d skipped\n", n["passed"], n["failed"], n["skipped"]}'
 grep -h "checks passed over" "$out/kernels_check.log" 2>/dev/null | sed 's/^/kernels    /'
 grep -hE "^  batch|ratio" "$out/bench.log" 2>/dev/null | grep -E "batch|\[8192, 8192, 8192\]" | sed 's/^ */bench      /'
+grep -h "^generate" "$out/generate.log" 2>/dev/null | sed 's/^generate */generate   /'
 grep -h "val loss" "$out/train.log" 2>/dev/null | sed 's/^/train      /'
 if [ "$status" = 0 ]; then echo "result     passed"; else echo "result     FAILED: ${failed[*]}"; fi
 exit $status
