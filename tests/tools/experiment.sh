@@ -67,6 +67,10 @@ broken = json.load(open("small.json")); broken["data"]["path"] = "missing-corpus
 json.dump(broken, open("broken.json", "w"))
 open("broken.yaml", "w").write(single % ("broken.json", 400) + common.format(period=40, restarts=2, slots=1))
 open("two.yaml", "w").write(single % ("small.json", 40) + common.format(period=20, restarts=0, slots=2))
+for name, section in (("tp2", {"tensor_parallel": {"autotp_size": 2}}), ("pp2", {"pipeline": {"stages": 2}})):
+    json.dump(dict(json.load(open("small.json")), **section), open(f"small_{name}.json", "w"))
+    open(f"{name}.yaml", "w").write((single % (f"small_{name}.json", 40)).replace("name: single", f"name: {name}", 1)
+                                    + common.format(period=20, restarts=0, slots=2))
 PY
 
 describe() { "$tessera" experiment describe "$1" --json 2>/dev/null | tail -1; }
@@ -183,5 +187,20 @@ broken=$(describe 10 | python3 -c 'import json,sys; print(json.load(sys.stdin)["
 "$tessera" experiment create two.yaml --follow --json > two.out 2> two.err
 grep -q '"state":"COMPLETED"' two.out
 grep -q "on 2 slot(s)" "$TESSERA_STORE/experiment_11/trial_1/trial.log"
+for layout in tp2 pp2; do
+  "$tessera" experiment create $layout.yaml --follow --json > $layout.out 2> $layout.err ||
+    { echo "$layout.yaml failed"; cat $layout.err; exit 1; }
+done
+python3 - "$(describe 11)" "$(describe 12)" "$(describe 13)" <<'PY'
+import json, sys
+dp, tp, pp = (json.loads(a)["trials"][0] for a in sys.argv[1:4])
+want = dp["latest_validation"]["validation_loss"]
+for name, t in (("tensor-parallel", tp), ("pipeline", pp)):
+    got = t["latest_validation"]["validation_loss"]
+    assert t["state"] == "COMPLETED" and t["batches"] == dp["batches"] == 40, (name, t["state"], t["batches"])
+    assert t["hparams"]["config"] != dp["hparams"]["config"], t["hparams"]
+    assert abs(got - want) <= 1e-5 * abs(want), (name, got, want)
+    print(f"experiment on 2 slots as a {name} pair: validation {got} vs the data-parallel pair's {want}")
+PY
 "$tessera" experiment list
 echo ok
