@@ -37,41 +37,38 @@ int64_t sample_next(const Tensor& logits, const GenerateOptions& o, Generator& g
 std::vector<int64_t> generate(PretrainedModel& model, const std::vector<int64_t>& prompt,
                               const GenerateOptions& o,
                               const std::function<void(int64_t)>& on_token) {
-  const int64_t context = model.context_length();
-  TS_CHECK(context > 0, "generate: a ", model.type_name(),
-           " does not generate text (it is not a causal language model such as GPT-2)");
   TS_CHECK(!prompt.empty(), "generate: the prompt is empty");
-  TS_CHECK(o.max_new_tokens >= 0, "generate: max_new_tokens must be >= 0, got ", o.max_new_tokens);
-  TS_CHECK(o.top_k >= 0, "generate: top_k must be >= 0, got ", o.top_k);
-  for (int64_t id : prompt)
-    TS_CHECK(id >= 0 && id < model.vocab_size(), "generate: prompt id ", id,
-             " is outside the vocabulary of ", model.vocab_size());
-  NoGradGuard no_grad;
-  const bool was_training = model.is_training();
-  model.eval();
-  Generator gen(o.seed);
-  KVCache cache;
-  std::vector<int64_t> seq = prompt, out;
-  const Device dev = model.parameters().front().device();
-  Tensor next_input = from_vector(prompt, {1, static_cast<int64_t>(prompt.size())}).to(dev);
-  for (int64_t step = 0; step < o.max_new_tokens; ++step) {
-    Tensor logits;
-    if (o.use_cache) {
-      logits = model.forward_cached(next_input, cache);
-    } else {
-      logits = model.logits(
-          {.input_ids = from_vector(seq, {1, static_cast<int64_t>(seq.size())}).to(dev)});
-    }
-    const int64_t id = sample_next(logits.select(0, 0).select(0, -1), o, gen);
-    out.push_back(id);
-    seq.push_back(id);
-    if (on_token) on_token(id);
-    next_input = from_vector(std::vector<int64_t>{id}, {1, 1}).to(dev);
-    if (static_cast<int64_t>(seq.size()) >= context) break;
-  }
-  model.train(was_training);
-  return out;
+  std::function<void(size_t, int64_t)> each;
+  if (on_token) each = [&](size_t, int64_t id) { on_token(id); };
+  return generate_batch(model, {prompt}, o, each)[0];
 }
+
+namespace {
+
+// The batch's tokens so far [B, T]: the prompts right-aligned behind filler id 0, then each
+// row's new ids; sets the cache's left padding (none when every prompt has the same length).
+Tensor batch_tokens(const std::vector<std::vector<int64_t>>& prompts,
+                    const std::vector<std::vector<int64_t>>& generated, int64_t longest,
+                    KVCache& cache, Device device) {
+  const auto B = static_cast<int64_t>(prompts.size());
+  const int64_t T = longest + static_cast<int64_t>(generated[0].size());
+  std::vector<int64_t> ids(static_cast<size_t>(B * T), 0);
+  cache.left_padding.clear();
+  for (size_t r = 0; r < prompts.size(); ++r) {
+    const int64_t pad = longest - static_cast<int64_t>(prompts[r].size());
+    cache.left_padding.push_back(pad);
+    auto row = ids.begin() + static_cast<int64_t>(r) * T + pad;
+    row = std::copy(prompts[r].begin(), prompts[r].end(), row);
+    std::copy(generated[r].begin(), generated[r].end(), row);
+  }
+  // (No padding: the model's plain path, with no key mask.)
+  if (std::all_of(cache.left_padding.begin(), cache.left_padding.end(),
+                  [](int64_t p) { return p == 0; }))
+    cache.left_padding.clear();
+  return from_vector(ids, {B, T}).to(device);
+}
+
+}  // namespace
 
 std::vector<std::vector<int64_t>> generate_batch(
     PretrainedModel& model, const std::vector<std::vector<int64_t>>& prompts,
@@ -97,21 +94,21 @@ std::vector<std::vector<int64_t>> generate_batch(
   const bool was_training = model.is_training();
   model.eval();
   const Device dev = model.parameters().front().device();
-  KVCache cache;
-  std::vector<int64_t> first(static_cast<size_t>(B * longest), 0);  // fillers: id 0, unseen
-  for (int64_t r = 0; r < B; ++r) {
-    const auto& p = prompts[static_cast<size_t>(r)];
-    const int64_t pad = longest - static_cast<int64_t>(p.size());
-    cache.left_padding.push_back(pad);
-    std::copy(p.begin(), p.end(), first.begin() + r * longest + pad);
-  }
   std::vector<std::unique_ptr<Generator>> gens;  // (a Generator holds a mutex: not copyable)
   for (size_t r = 0; r < prompts.size(); ++r) gens.push_back(std::make_unique<Generator>(o.seed));
   std::vector<std::vector<int64_t>> out(prompts.size());
-  Tensor next_input = from_vector(first, {B, longest}).to(dev);
+  KVCache cache;
+  Tensor next_input = batch_tokens(prompts, out, longest, cache, dev);
   const int64_t steps = std::min(o.max_new_tokens, context - longest);
   for (int64_t step = 0; step < steps; ++step) {
-    const Tensor last = model.forward_cached(next_input, cache).select(1, -1);  // [B, V]
+    Tensor logits;
+    if (o.use_cache) {
+      logits = model.forward_cached(next_input, cache);
+    } else {  // (testing: the whole sequence again, through a cache that starts empty)
+      KVCache fresh;
+      logits = model.forward_cached(batch_tokens(prompts, out, longest, fresh, dev), fresh);
+    }
+    const Tensor last = logits.select(1, -1);  // [B, V]
     std::vector<int64_t> ids(static_cast<size_t>(B));
     for (int64_t r = 0; r < B; ++r) {
       const auto row = static_cast<size_t>(r);

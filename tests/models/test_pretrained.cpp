@@ -203,6 +203,8 @@ TEST_CASE("a batch of prompts of different lengths gives each prompt its ids alo
       CAPTURE(r);
       CHECK(batch[r] == models::generate(*gpt, prompts[r], o));  // its own draws and positions
     }
+    o.use_cache = false;  // the padded batch recomputed whole at every step: the same ids
+    CHECK(models::generate_batch(*gpt, prompts, o) == batch);
   }
   // The context (32 positions) bounds every row by the longest prompt: 32 - 7 new tokens.
   models::GenerateOptions greedy;
