@@ -28,11 +28,7 @@ Device job_device(const io::TrainConfig& cfg) {
   // "cuda" under a launcher: one GPU per rank on each machine, by local rank.
   if (cfg.train.device == "cuda" && parallel::launched_distributed())
     device = Device::cuda(parallel::local_device_index());
-  if (device.is_cuda())
-    TS_CHECK(device.index < cuda_device_count(), "train.device \"", cfg.train.device, "\": ",
-             cuda_unavailable_reason().empty()
-                 ? std::to_string(cuda_device_count()) + " CUDA devices visible"
-                 : cuda_unavailable_reason());
+  require_usable_device(device, "train.device");
   return device;
 }
 

@@ -375,9 +375,7 @@ std::shared_ptr<ProcessGroup> make_nccl_group(std::shared_ptr<ProcessGroup> boot
                                               Device device) {
   TS_CHECK(bootstrap, "make_nccl_group: no bootstrap group");
   TS_CHECK(device.is_cuda(), "make_nccl_group: NCCL needs a CUDA device, got ", device.str());
-  TS_CHECK(device.index < cuda_device_count(), "make_nccl_group: ", device.str(),
-           " is not a visible device (", cuda_device_count(), " visible",
-           cuda_unavailable_reason().empty() ? "" : ": " + cuda_unavailable_reason(), ")");
+  require_usable_device(device, "make_nccl_group:");
   return std::make_shared<NcclProcessGroup>(std::move(bootstrap), device, nullptr);
 }
 

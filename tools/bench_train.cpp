@@ -40,9 +40,7 @@ int bench_train(const Args& a) {
   if (a.has("batch")) p.batch = a.get_int("batch", p.batch);
   TS_CHECK(p.batch > 0, "--batch must be positive");
   const Device device = Device::parse(a.get("device", "cpu"));
-  if (device.is_cuda())
-    TS_CHECK(device.index < cuda_device_count(), "--device ", device.str(), ": ",
-             cuda_unavailable_reason().empty() ? "not visible" : cuda_unavailable_reason());
+  require_usable_device(device, "--device");
   const DType dtype = dtype_from_name(a.get("dtype", "float32"));
   TS_CHECK(dtype == DType::Float32 || dtype == DType::BFloat16 || dtype == DType::Float16,
            "--dtype: expected float32, bfloat16 or float16, got ", dtype_name(dtype));

@@ -104,11 +104,7 @@ std::vector<std::vector<int64_t>> read_prompts(const Args& a, const io::Tokenize
 // integer dtype, is an error naming the option).
 void place_model(models::PretrainedModel& model, const Args& a) {
   const Device device = Device::parse(a.get("device", "cpu"));
-  if (device.is_cuda())
-    TS_CHECK(device.index < cuda_device_count(), "generate: --device ", a.get("device", ""), ": ",
-             cuda_unavailable_reason().empty()
-                 ? std::to_string(cuda_device_count()) + " CUDA devices visible"
-                 : cuda_unavailable_reason());
+  require_usable_device(device, "generate: --device");
   const DType dtype = dtype_from_name(a.get("dtype", "float32"));
   TS_CHECK(is_floating(dtype), "generate: --dtype must be a floating type, got ",
            dtype_name(dtype));

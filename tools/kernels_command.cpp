@@ -39,11 +39,7 @@ bench   median time of OP's forward on inputs of --shape (elementwise: the tenso
 
 Device parse_device(const Args& a) {
   const Device d = Device::parse(a.get("device", "cpu"));
-  if (d.is_cuda() && d.index >= cuda_device_count())
-    fail("--device ", d.str(), ": ",
-         cuda_unavailable_reason().empty()
-             ? "only " + std::to_string(cuda_device_count()) + " CUDA devices visible"
-             : cuda_unavailable_reason());
+  require_usable_device(d, "--device");
   return d;
 }
 

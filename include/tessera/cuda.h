@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <string>
 
+#include "tessera/device.h"
+
 namespace tessera {
 
 bool cuda_compiled();
@@ -16,7 +18,10 @@ struct CudaDeviceInfo {
 };
 CudaDeviceInfo cuda_device_info(int index);
 std::string cuda_unavailable_reason();  // empty when a device is usable
-void cuda_synchronize();                // waits for all work on the current device
+// Throws, naming `what` (the option or key that chose the device), when `device` is a CUDA
+// device this process cannot use: none is visible (and why), or its index is beyond them.
+void require_usable_device(const Device& device, const std::string& what);
+void cuda_synchronize();  // waits for all work on the current device
 // Makes device `index` current for this thread (the dispatcher calls it before every CUDA
 // kernel, so tensors on cuda:1 run on cuda:1 whatever was current before).
 void cuda_set_current_device(int index);

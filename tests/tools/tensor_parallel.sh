@@ -172,7 +172,7 @@ expect_error 3 heads.json "n_head 4 does not divide among 3 ranks"
 expect_error 3 bert-heads.json "num_attention_heads 2 does not divide among 3 ranks"
 # A GPU this machine does not have: named before any group or model is built (on a machine
 # with GPUs, cuda:99 is beyond them).
-expect_error 2 tp2.json 'train.device "cuda:99"' --device cuda:99
+expect_error 2 tp2.json 'train.device cuda:99' --device cuda:99
 # Checkpoints: one weights/optimizer file per tensor-parallel rank; save at step 10 and resume
 # in new processes: step 20 bit for bit as the straight run (tp 2 x dp 2).
 sed -i 's/"job_name": "tp2dp2"/"job_name": "tp2dp2-ck"/' tp2dp2.json
