@@ -251,17 +251,20 @@ TEST_CASE("encode_corpus: chunked on several threads, the same ids as one pass")
       2, 256);
   CHECK(seen.back() == text.size());
   CHECK(std::is_sorted(seen.begin(), seen.end()));
-  // (On a corpus long enough that the workers cannot finish it before this thread wakes.)
+  // A false answer stops the work with an error and no ids. (How far the workers got by then
+  // depends on the scheduler: under load they may even finish, and the answer at the end
+  // stops it. Asserting a bound on it made this test fail on a loaded CI machine; how soon a
+  // signal stops tokenising is checked end to end by tests/tools/tokenizer.sh.)
   std::string long_text;
   for (int i = 0; i < 50; ++i) long_text += text;
-  size_t stopped_at = 0;
+  size_t calls = 0;
   CHECK_THROWS_WITH_AS(io::encode_corpus(
                            tok, long_text,
-                           [&](size_t done, size_t) {
-                             stopped_at = done;
+                           [&](size_t, size_t) {
+                             ++calls;
                              return false;
                            },
                            2, 256),
-                       doctest::Contains("tokenising stopped after"), Error);
-  CHECK(stopped_at < long_text.size() / 4);
+                       doctest::Contains("(nothing was cached)"), Error);
+  CHECK(calls == 1);  // asked once, then never again
 }
