@@ -112,18 +112,32 @@ void place_model(models::PretrainedModel& model, const Args& a) {
   model.to(dtype);
 }
 
+// Whether generation stops at the model's context before --max-new-tokens, said on stderr
+// rather than stopping short silently; a prompt that leaves no room is an error. Every prompt
+// of a batch gets the room its longest leaves.
+bool stops_at_context(const models::PretrainedModel& model,
+                      const std::vector<std::vector<int64_t>>& prompts,
+                      const models::GenerateOptions& o) {
+  size_t longest = 0;
+  for (const auto& p : prompts) longest = std::max(longest, p.size());
+  const int64_t context = model.context_length();
+  const bool batch = prompts.size() > 1;
+  TS_CHECK(static_cast<int64_t>(longest) < context, "generate: the ", batch ? "longest " : "",
+           "prompt is ", longest, " tokens; the model's context is ", context);
+  const int64_t room = context - static_cast<int64_t>(longest);
+  if (o.max_new_tokens <= room) return false;
+  std::cerr << "generate: the model's context is " << context << " tokens; " << room
+            << " new tokens fit after the " << (batch ? "longest (" : "") << longest << "-token"
+            << (batch ? ") prompt, for every prompt of the batch" : " prompt")
+            << " (--max-new-tokens " << o.max_new_tokens << ")\n";
+  return true;
+}
+
 // Several prompts in one batch: each continuation once they are all done; --json's last line
 // {"outputs": [{"prompt_ids", "ids", "text"}...], "stopped_at_context", "tokens_per_s"}.
 int print_batch(models::PretrainedModel& model, const std::vector<std::vector<int64_t>>& prompts,
                 const models::GenerateOptions& o, const io::Tokenizer* tok, bool json) {
-  size_t longest = 0;
-  for (const auto& p : prompts) longest = std::max(longest, p.size());
-  const int64_t room = model.context_length() - static_cast<int64_t>(longest);
-  const bool truncated = o.max_new_tokens > room;
-  if (truncated)
-    std::cerr << "generate: the model's context is " << model.context_length() << " tokens; "
-              << room << " new tokens fit after the longest (" << longest
-              << "-token) prompt, for every prompt of the batch\n";
+  const bool truncated = stops_at_context(model, prompts, o);
   const auto t0 = std::chrono::steady_clock::now();
   const auto outputs = models::generate_batch(model, prompts, o);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -192,17 +206,8 @@ int generate_main(int argc, char** argv) {
   const std::vector<std::vector<int64_t>> prompts = read_prompts(a, tok.get());
   if (prompts.size() > 1) return print_batch(*model, prompts, o, tok.get(), a.has("json"));
   const std::vector<int64_t>& prompt = prompts[0];
-  const int64_t context = model->context_length();
   TS_CHECK(!prompt.empty(), "generate: the prompt is empty");
-  TS_CHECK(static_cast<int64_t>(prompt.size()) < context, "generate: the prompt is ", prompt.size(),
-           " tokens; the model's context is ", context);
-  // The model sees at most n_positions tokens: say so rather than stop short silently.
-  const int64_t room = context - static_cast<int64_t>(prompt.size());
-  const bool truncated = o.max_new_tokens > room;
-  if (truncated)
-    std::cerr << "generate: the model's context is " << context << " tokens; " << room
-              << " new tokens fit after the " << prompt.size() << "-token prompt (--max-new-tokens "
-              << o.max_new_tokens << ")\n";
+  const bool truncated = stops_at_context(*model, prompts, o);
   const bool json = a.has("json");
   if (!json && tok) std::cout << a.get("prompt", tok->decode(prompt)) << std::flush;
   const auto t0 = std::chrono::steady_clock::now();
