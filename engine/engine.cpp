@@ -62,8 +62,7 @@ Engine::Engine(nn::Module& model, io::TrainConfig config, InitializeOptions opti
   for (parallel::ProcessGroup* g : {group_.get(), tp_group_.get(), pipe_group_.get()})
     if (g) g->set_timeout(config_.distributed.timeout());
   monitor_ = std::make_unique<MonitorMaster>(config_, is_lead() ? 0 : 1);
-  if (config_.fp16.enabled) compute_dtype_ = DType::Float16;
-  if (config_.bf16) compute_dtype_ = DType::BFloat16;
+  compute_dtype_ = config_.model_dtype();
   // (A pipeline stage may hold only copies of tied layers: no parameters of its own.)
   TS_CHECK(!model_.named_parameters().empty() || pipe_group_,
            "engine: the model has no parameters");

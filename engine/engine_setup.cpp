@@ -165,10 +165,7 @@ void Engine::setup_parallel(std::vector<optim::ParamGroup> groups,
                             const optim::OptimizerFactory& make) {
   const auto& c = config_;
   const int world = group_->size();
-  DType comm = compute_dtype_;
-  if (c.communication_data_type == "fp32") comm = DType::Float32;
-  if (c.communication_data_type == "fp16") comm = DType::Float16;
-  if (c.communication_data_type == "bf16") comm = DType::BFloat16;
+  const DType comm = c.communication_dtype();
   // DeepSpeed's averaging order (engine.allreduce_bucket): by default ("postscale") each
   // rank multiplies by 1/gradient_predivide_factor before the sum and the sum by
   // gradient_predivide_factor/N after; prescale_gradients multiplies by 1/N before the sum.

@@ -495,4 +495,12 @@ TrainConfig TrainConfig::parse(const std::string& text, int64_t world, const std
   return c;
 }
 
+DType TrainConfig::model_dtype() const {
+  return bf16 ? DType::BFloat16 : fp16.enabled ? DType::Float16 : DType::Float32;
+}
+
+DType TrainConfig::communication_dtype() const {
+  return communication_data_type.empty() ? model_dtype() : dtype_from_name(communication_data_type);
+}
+
 }  // namespace tessera::io

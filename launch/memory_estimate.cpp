@@ -17,18 +17,6 @@ namespace tessera::launch {
 
 namespace {
 
-// The model's dtype: bf16 or fp16 training, else float32.
-DType model_dtype(const io::TrainConfig& c) {
-  return c.bf16 ? DType::BFloat16 : c.fp16.enabled ? DType::Float16 : DType::Float32;
-}
-
-DType dtype_of(const std::string& name, DType fallback) {
-  if (name == "fp32") return DType::Float32;
-  if (name == "fp16") return DType::Float16;
-  if (name == "bf16") return DType::BFloat16;
-  return fallback;
-}
-
 // The config's micro-batch and layout as an activation plan.
 models::ActivationPlan activation_plan(const io::TrainConfig& cfg) {
   models::ActivationPlan p;
@@ -36,7 +24,7 @@ models::ActivationPlan activation_plan(const io::TrainConfig& cfg) {
   p.sequence = cfg.model.block_size;
   p.tensor_parallel = cfg.tensor_parallel.autotp_size;
   p.sequence_parallel = cfg.tensor_parallel.sequence_parallel;
-  p.dtype = model_dtype(cfg);
+  p.dtype = cfg.model_dtype();
   if (cfg.activation_checkpointing.enabled) {
     const parallel::ActivationCheckpointingOptions ac = activation_checkpointing_options(cfg);
     p.layers_per_checkpoint = parallel::layers_per_checkpoint(ac, cfg.model.n_layer);
@@ -73,8 +61,7 @@ parallel::ShardLayout layout_of(nn::Module& model, int data_ranks) {
 ModelStateBytes model_state_bytes(const io::TrainConfig& c, const parallel::ShardLayout& layout,
                                   int stage, int world) {
   const bool mixed = c.fp16.enabled || c.bf16;
-  const DType model = model_dtype(c);
-  const DType comm = dtype_of(c.communication_data_type, model);
+  const DType model = c.model_dtype(), comm = c.communication_dtype();
   const int64_t pb = static_cast<int64_t>(itemsize(model)),
                 gb = static_cast<int64_t>(itemsize(comm));
   const int64_t slots = c.optimizer.type == "SGD" ? (c.optimizer.momentum != 0 ? 1 : 0) : 2;
@@ -112,7 +99,7 @@ ModelStateBytes model_state_bytes(const io::TrainConfig& c, const parallel::Shar
   return e;
 }
 
-int64_t config_vocab_size(const io::TrainConfig& cfg) {
+std::optional<int64_t> config_vocab_size(const io::TrainConfig& cfg) {
   if (!cfg.model.init_from.empty()) {  // the pretrained embedding's rows
     const std::string text = init_from_config_json(cfg);
     return cfg.model.type == "bert" ? models::BertConfig::from_json(text).vocab_size
@@ -121,8 +108,7 @@ int64_t config_vocab_size(const io::TrainConfig& cfg) {
   if (cfg.data.tokenizer == "wordpiece")
     return io::WordPieceTokenizer::from_file(cfg.data.vocab, cfg.data.lower_case).vocab_size();
   if (cfg.data.tokenizer == "gpt2") return 50257;
-  TS_CHECK(!cfg.data.path.empty(),
-           "the vocabulary size depends on the corpus, and the config has no data.path");
+  if (cfg.data.path.empty()) return std::nullopt;
   return io::prepare_corpus(cfg.data, cfg.model.type == "bert", false).vocab_size;
 }
 
@@ -169,7 +155,7 @@ std::vector<PipelineStageEstimate> estimate_pipeline_memory(const io::TrainConfi
   models::ActivationPlan plan = activation_plan(cfg);
   plan.layers_per_checkpoint = po.activation_checkpoint_interval;
   const int64_t p = cfg.pipeline.stages, m = cfg.gradient_accumulation_steps;
-  const int64_t dtype_bytes = static_cast<int64_t>(itemsize(model_dtype(cfg)));
+  const int64_t dtype_bytes = static_cast<int64_t>(itemsize(cfg.model_dtype()));
   std::vector<PipelineStageEstimate> out;
   for (int64_t s = 0; s < p; ++s) {
     parallel::PipelineModule stage(specs, {}, s, po);  // (builds this stage's layers)

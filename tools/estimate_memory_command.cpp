@@ -85,10 +85,11 @@ io::TrainConfig read_config(const Args& a, int64_t ranks, int64_t& vocab) {
   TS_CHECK(!a.has("vocab") || (vocab >= 1 && vocab <= (int64_t{1} << 31)),
            "estimate-memory: --vocab must be in [1, 2^31], got ", vocab);
   if (vocab <= 0) {
-    TS_CHECK(!cfg.model.init_from.empty() || cfg.data.tokenizer != "char" || !cfg.data.path.empty(),
-             "estimate-memory: the vocabulary size depends on the corpus: give --vocab V or "
-             "--data PATH");
-    vocab = launch::config_vocab_size(cfg);
+    const std::optional<int64_t> known = launch::config_vocab_size(cfg);
+    TS_CHECK(known,
+             "estimate-memory: the vocabulary size depends on the corpus: give --vocab V "
+             "or --data PATH");
+    vocab = *known;
   }
   return cfg;
 }

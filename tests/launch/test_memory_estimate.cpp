@@ -116,8 +116,10 @@ TEST_CASE("estimate_memory equals what the engine launch::build assembles report
       job->engine->backward(job->engine->forward(batches->next()));
       job->engine->step();
       const parallel::MemoryStats m = job->engine->memory();
-      const launch::MemoryEstimate e = launch::estimate_memory(cfg, launch::config_vocab_size(cfg));
-      CHECK(e.parameters == gpt2_parameters(launch::config_vocab_size(cfg)));
+      const std::optional<int64_t> vocab = launch::config_vocab_size(cfg);  // the corpus's
+      REQUIRE(vocab);
+      const launch::MemoryEstimate e = launch::estimate_memory(cfg, *vocab);
+      CHECK(e.parameters == gpt2_parameters(*vocab));
       CHECK(e.configured().params == m.params);
       CHECK(e.configured().grads == m.grads);
       CHECK(e.configured().optimizer == m.optimizer);

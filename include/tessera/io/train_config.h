@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "tessera/dtype.h"
+
 namespace tessera::io {
 
 struct TrainConfig {
@@ -203,6 +205,11 @@ struct TrainConfig {
   static TrainConfig parse(const std::string& json_text, int64_t world_size = 1,
                            const std::string& source = "config");
   static TrainConfig from_file(const std::string& path, int64_t world_size = 1);
+
+  // The dtype the model computes and keeps its weights in (bf16 or fp16 training, else
+  // float32), and the one gradients travel in (communication_data_type, else the model's).
+  DType model_dtype() const;
+  DType communication_dtype() const;
 };
 
 }  // namespace tessera::io

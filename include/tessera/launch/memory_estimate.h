@@ -8,6 +8,7 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -29,8 +30,8 @@ ModelStateBytes model_state_bytes(const io::TrainConfig& cfg, const parallel::Sh
 
 // The config's vocabulary size: model.init_from's config.json, else the wordpiece vocab
 // file's lines, GPT-2's 50257 for the gpt2 tokenizer, or data.path's characters (tokenised
-// once and cached); an error when none of these is known.
-int64_t config_vocab_size(const io::TrainConfig& cfg);
+// once and cached); none when it depends on a corpus the config does not name.
+std::optional<int64_t> config_vocab_size(const io::TrainConfig& cfg);
 
 // A whole or tensor-parallel model (no pipeline section).
 struct MemoryEstimate {
