@@ -4,10 +4,8 @@
 #include "tessera/launch/model_config.h"
 #include "tessera/models/bert.h"
 #include "tessera/models/bert_pipeline.h"
-#include "tessera/models/bert_tensor_parallel.h"
 #include "tessera/models/gpt2.h"
 #include "tessera/models/gpt2_pipeline.h"
-#include "tessera/models/gpt2_tensor_parallel.h"
 #include "tessera/models/pretrained.h"
 #include "tessera/parallel/process_group.h"
 
@@ -73,10 +71,6 @@ std::shared_ptr<parallel::ActivationCheckpointing> attach_activation_checkpointi
     g->transformer.activation_checkpointing = ckpt;
   else if (auto* b = dynamic_cast<models::BertForPreTraining*>(&model))
     b->bert.activation_checkpointing = ckpt;
-  else if (auto* gt = dynamic_cast<models::GPT2TensorParallelLMHeadModel*>(&model))
-    gt->transformer.activation_checkpointing = ckpt;
-  else if (auto* bt = dynamic_cast<models::BertTensorParallelForPreTraining*>(&model))
-    bt->activation_checkpointing = ckpt;
   else
     fail("activation_checkpointing: ", model.type_name(), " is not a built-in model");
   return ckpt;
@@ -84,13 +78,8 @@ std::shared_ptr<parallel::ActivationCheckpointing> attach_activation_checkpointi
 
 std::unique_ptr<nn::Module> fresh_model(const io::TrainConfig& cfg, int64_t vocab,
                                         std::shared_ptr<parallel::ProcessGroup> tp) {
-  if (!tp) return model_from_train_config(cfg, vocab);
-  const bool sp = cfg.tensor_parallel.sequence_parallel;
-  if (cfg.model.type == "bert")
-    return std::make_unique<models::BertTensorParallelForPreTraining>(
-        bert_config_from_train_config(cfg, vocab), cfg.data.nsp, tp, sp);
-  return std::make_unique<models::GPT2TensorParallelLMHeadModel>(
-      gpt2_config_from_train_config(cfg, vocab), tp, sp);
+  return model_from_train_config(cfg, vocab,
+                                 {std::move(tp), cfg.tensor_parallel.sequence_parallel});
 }
 
 std::unique_ptr<nn::Module> build_tensor_parallel_model(
@@ -100,14 +89,14 @@ std::unique_ptr<nn::Module> build_tensor_parallel_model(
   if (!cfg.model.init_from.empty()) whole = models::load_pretrained(cfg.model.init_from);
   std::unique_ptr<nn::Module> model = fresh_model(cfg, vocab, tp);
   if (whole) {  // each rank takes its shards of the whole model's weights
-    if (auto* bert = dynamic_cast<models::BertTensorParallelForPreTraining*>(model.get())) {
+    if (auto* bert = dynamic_cast<models::BertForPreTraining*>(model.get())) {
       auto* w = dynamic_cast<models::BertForPreTraining*>(whole.get());
       TS_CHECK(w, "model.init_from: ", cfg.model.init_from, " is not a BERT model");
       bert->load_from_whole(*w);
     } else {
       auto* w = dynamic_cast<models::GPT2LMHeadModel*>(whole.get());
       TS_CHECK(w, "model.init_from: ", cfg.model.init_from, " is not a GPT-2 model");
-      dynamic_cast<models::GPT2TensorParallelLMHeadModel&>(*model).load_from_whole(*w);
+      dynamic_cast<models::GPT2LMHeadModel&>(*model).load_from_whole(*w);
     }
   }
   const Device device = job_device(cfg);

@@ -28,12 +28,13 @@ void check_init_from_vocab(const io::TrainConfig& cfg, int64_t model_vocab, int6
 
 }  // namespace
 
-std::unique_ptr<models::PretrainedModel> model_from_train_config(const io::TrainConfig& cfg,
-                                                                 int64_t vocab_size) {
+std::unique_ptr<models::PretrainedModel> model_from_train_config(
+    const io::TrainConfig& cfg, int64_t vocab_size, const parallel::ParallelContext& ctx) {
   if (cfg.model.type == "bert")
     return std::make_unique<models::BertForPreTraining>(
-        bert_config_from_train_config(cfg, vocab_size), cfg.data.nsp);
-  return std::make_unique<models::GPT2LMHeadModel>(gpt2_config_from_train_config(cfg, vocab_size));
+        bert_config_from_train_config(cfg, vocab_size), cfg.data.nsp, ctx);
+  return std::make_unique<models::GPT2LMHeadModel>(gpt2_config_from_train_config(cfg, vocab_size),
+                                                   ctx);
 }
 
 models::BertConfig bert_config_from_train_config(const io::TrainConfig& cfg, int64_t vocab_size) {

@@ -1,109 +1,75 @@
 #include "tessera/models/bert.h"
 
-#include <nlohmann/json.hpp>
-
-#include "config_field.h"
+#include <iostream>
+#include <optional>
 
 #include "tessera/grad_mode.h"
+#include "tessera/parallel/tensor_parallel_layout.h"
 
 namespace tessera::models {
 
-using json = nlohmann::json;
+namespace {
 
-BertConfig BertConfig::named(const std::string& name) {
-  BertConfig c;
-  if (name == "bert-base") return c;
-  if (name == "bert-large")
-    c.hidden_size = 1024, c.num_hidden_layers = 24, c.num_attention_heads = 16,
-    c.intermediate_size = 4096;
-  else if (name == "tiny")
-    c.vocab_size = 99, c.hidden_size = 32, c.num_hidden_layers = 2, c.num_attention_heads = 4,
-    c.intermediate_size = 64, c.max_position_embeddings = 32;
-  else
-    fail("unknown BERT size '", name, "': expected bert-base, bert-large or tiny");
+// The config, checked before any layer is built.
+const BertConfig& checked(const BertConfig& c, const parallel::ParallelContext& ctx) {
+  BertForPreTraining::check_divisible(c, ctx.tensor_parallel_size());
   return c;
 }
 
-BertConfig BertConfig::from_json(const std::string& text) {
-  const json j = json::parse(text);
-  BertConfig c;
-  auto get = [&](const char* key, auto& field) { read_config_field(j, key, field); };
-  get("vocab_size", c.vocab_size);
-  get("hidden_size", c.hidden_size);
-  get("num_hidden_layers", c.num_hidden_layers);
-  get("num_attention_heads", c.num_attention_heads);
-  get("intermediate_size", c.intermediate_size);
-  get("max_position_embeddings", c.max_position_embeddings);
-  get("type_vocab_size", c.type_vocab_size);
-  get("hidden_dropout_prob", c.hidden_dropout_prob);
-  get("layer_norm_eps", c.layer_norm_eps);
-  const std::string act = j.value("hidden_act", std::string("gelu"));
-  if (act == "gelu")
-    c.activation = GeluApprox::None;
-  else if (act == "gelu_new" || act == "gelu_pytorch_tanh")
-    c.activation = GeluApprox::Tanh;
-  else
-    fail("BERT config: hidden_act '", act, "' is not supported (gelu or gelu_new)");
-  c.validate();
-  return c;
-}
+}  // namespace
 
-std::string BertConfig::to_json(const std::string& architecture) const {
-  return json{{"model_type", "bert"},
-              {"architectures", {architecture}},
-              {"vocab_size", vocab_size},
-              {"hidden_size", hidden_size},
-              {"num_hidden_layers", num_hidden_layers},
-              {"num_attention_heads", num_attention_heads},
-              {"intermediate_size", intermediate_size},
-              {"max_position_embeddings", max_position_embeddings},
-              {"type_vocab_size", type_vocab_size},
-              {"hidden_dropout_prob", hidden_dropout_prob},
-              {"attention_probs_dropout_prob", hidden_dropout_prob},
-              {"layer_norm_eps", layer_norm_eps},
-              {"hidden_act", activation == GeluApprox::None ? "gelu" : "gelu_new"},
-              {"tie_word_embeddings", true}}
-      .dump(2);
-}
-
-void BertConfig::validate() const {
-  TS_CHECK(vocab_size > 0 && hidden_size > 0 && num_hidden_layers > 0 && num_attention_heads > 0 &&
-               intermediate_size > 0 && max_position_embeddings > 0 && type_vocab_size > 0,
-           "BERT config: sizes must be positive");
-  TS_CHECK(hidden_size % num_attention_heads == 0, "BERT config: hidden_size ", hidden_size,
-           " is not divisible by num_attention_heads ", num_attention_heads);
-}
-
-BertEmbeddings::BertEmbeddings(Module* parent, const std::string& name, const BertConfig& c)
+BertEmbeddings::BertEmbeddings(Module* parent, const std::string& name, const BertConfig& c,
+                               const parallel::ParallelContext& ctx)
     : Module(parent, name),
-      word_embeddings(this, "word_embeddings", c.vocab_size, c.hidden_size),
+      word_embeddings(this, "word_embeddings", c.vocab_size, c.hidden_size, ctx.tensor_group(),
+                      ctx.sequence_parallel),
       position_embeddings(this, "position_embeddings", c.max_position_embeddings, c.hidden_size),
       token_type_embeddings(this, "token_type_embeddings", c.type_vocab_size, c.hidden_size),
-      LayerNorm(this, "LayerNorm", c.hidden_size, c.layer_norm_eps),
-      dropout(this, "dropout", c.hidden_dropout_prob) {}
+      LayerNorm(this, "LayerNorm", c.hidden_size, c.layer_norm_eps, true, true,
+                ctx.sequence_group()),
+      dropout(this, "dropout", c.hidden_dropout_prob),
+      sequence_group(ctx.sequence_group()) {}
 
 Tensor BertEmbeddings::forward(const Tensor& ids, const Tensor& types) {
   nn::ModuleScope scope(*this);
   const int64_t T = ids.size(1);
   TS_CHECK(T <= position_embeddings.weight.size(0), "BERT: sequence of ", T,
            " tokens exceeds max_position_embeddings = ", position_embeddings.weight.size(0));
-  const Tensor pos = arange(0, static_cast<double>(T), 1, DType::Int64, ids.device());
   const Tensor tt = types.defined() ? types : zeros(ids.shape(), DType::Int64, ids.device());
-  return dropout(
-      LayerNorm(word_embeddings(ids) + position_embeddings(pos) + token_type_embeddings(tt)));
+  if (!sequence_group) {
+    const Tensor pos = arange(0, static_cast<double>(T), 1, DType::Int64, ids.device());
+    return dropout(
+        LayerNorm(word_embeddings(ids) + position_embeddings(pos) + token_type_embeddings(tt)));
+  }
+  // This rank's chunk: its positions and token types; the replicated tables' gradients summed.
+  parallel::ProcessGroup& seq = *sequence_group;
+  const Tensor pos = parallel::sequence_parallel_positions(T, &seq, ids.device(), "BERT");
+  SequenceShardGuard chunk(seq.rank(), seq.size());
+  const int64_t t = pos.size(0), start = seq.rank() * t;
+  auto lookup = [&](nn::Embedding& table, const Tensor& rows) {
+    return embedding(parallel::sequence_parallel_weight(table.weight, seq), rows);
+  };
+  return dropout(LayerNorm(word_embeddings(ids) + lookup(position_embeddings, pos) +
+                           lookup(token_type_embeddings, tt.narrow(1, start, t))));
 }
 
 BertLayer::SelfAttention::SelfAttention(Module* parent, const std::string& name,
-                                        const BertConfig& c)
+                                        const BertConfig& c, const parallel::ParallelContext& ctx)
     : Module(parent, name),
-      query(this, "query", c.hidden_size, c.hidden_size),
-      key(this, "key", c.hidden_size, c.hidden_size),
-      value(this, "value", c.hidden_size, c.hidden_size) {}
+      query(this, "query", c.hidden_size, c.hidden_size, ctx.tensor_group(),
+            /*gather_output=*/false, true, ctx.sequence_parallel),
+      key(this, "key", c.hidden_size, c.hidden_size, ctx.tensor_group(), /*gather_output=*/false,
+          true, ctx.sequence_parallel),
+      value(this, "value", c.hidden_size, c.hidden_size, ctx.tensor_group(),
+            /*gather_output=*/false, true, ctx.sequence_parallel) {}
 
-BertLayer::Output::Output(Module* parent, const std::string& name, int64_t in, const BertConfig& c)
+BertLayer::Output::Output(Module* parent, const std::string& name, int64_t in, const BertConfig& c,
+                          const parallel::ParallelContext& ctx)
     : Module(parent, name),
-      dense(this, "dense", in, c.hidden_size),
-      LayerNorm(this, "LayerNorm", c.hidden_size, c.layer_norm_eps),
+      dense(this, "dense", in, c.hidden_size, ctx.tensor_group(), /*input_is_parallel=*/true, true,
+            ctx.sequence_parallel),
+      LayerNorm(this, "LayerNorm", c.hidden_size, c.layer_norm_eps, true, true,
+                ctx.sequence_group()),
       dropout(this, "dropout", c.hidden_dropout_prob) {}
 
 Tensor BertLayer::Output::forward(const Tensor& x, const Tensor& residual) {
@@ -111,18 +77,25 @@ Tensor BertLayer::Output::forward(const Tensor& x, const Tensor& residual) {
   return LayerNorm(dropout(dense(x)) + residual);
 }
 
-BertLayer::Attention::Attention(Module* parent, const std::string& name, const BertConfig& c)
-    : Module(parent, name), self(this, "self", c), output(this, "output", c.hidden_size, c) {}
-
-BertLayer::Intermediate::Intermediate(Module* parent, const std::string& name, const BertConfig& c)
-    : Module(parent, name), dense(this, "dense", c.hidden_size, c.intermediate_size) {}
-
-BertLayer::BertLayer(Module* parent, const std::string& name, const BertConfig& c)
+BertLayer::Attention::Attention(Module* parent, const std::string& name, const BertConfig& c,
+                                const parallel::ParallelContext& ctx)
     : Module(parent, name),
-      attention(this, "attention", c),
-      intermediate(this, "intermediate", c),
-      output(this, "output", c.intermediate_size, c),
-      heads(c.num_attention_heads),
+      self(this, "self", c, ctx),
+      output(this, "output", c.hidden_size, c, ctx) {}
+
+BertLayer::Intermediate::Intermediate(Module* parent, const std::string& name, const BertConfig& c,
+                                      const parallel::ParallelContext& ctx)
+    : Module(parent, name),
+      dense(this, "dense", c.hidden_size, c.intermediate_size, ctx.tensor_group(),
+            /*gather_output=*/false, true, ctx.sequence_parallel) {}
+
+BertLayer::BertLayer(Module* parent, const std::string& name, const BertConfig& c,
+                     const parallel::ParallelContext& ctx)
+    : Module(parent, name),
+      attention(this, "attention", c, ctx),
+      intermediate(this, "intermediate", c, ctx),
+      output(this, "output", c.intermediate_size, c, ctx),
+      heads(c.num_attention_heads / ctx.tensor_parallel_size()),
       activation(c.activation) {}
 
 Tensor BertLayer::forward(const Tensor& x, const Tensor& mask) {
@@ -135,16 +108,19 @@ Tensor BertLayer::forward(const Tensor& x, const Tensor& mask) {
   return output.forward(gelu(intermediate.dense(a), activation), a);
 }
 
-BertModel::Encoder::Encoder(Module* parent, const std::string& name, const BertConfig& c)
+BertModel::Encoder::Encoder(Module* parent, const std::string& name, const BertConfig& c,
+                            const parallel::ParallelContext& ctx)
     : Module(parent, name), layer(this, "layer") {
-  for (int64_t i = 0; i < c.num_hidden_layers; ++i) layer.emplace_back<BertLayer>(c);
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) layer.emplace_back<BertLayer>(c, ctx);
 }
 
-BertModel::BertModel(Module* parent, const std::string& name, const BertConfig& c, bool with_pooler)
+BertModel::BertModel(Module* parent, const std::string& name, const BertConfig& c, bool with_pooler,
+                     const parallel::ParallelContext& ctx)
     : Module(parent, name),
-      embeddings(this, "embeddings", c),
-      encoder(this, "encoder", c),
-      config(c) {
+      embeddings(this, "embeddings", c, ctx),
+      encoder(this, "encoder", c, ctx),
+      config(c),
+      context(ctx) {
   c.validate();
   if (with_pooler) {
     pooler = std::make_unique<nn::Module>(this, "pooler");
@@ -167,51 +143,116 @@ Tensor BertModel::forward(const Batch& b) {
   TS_CHECK(b.input_ids.dim() == 2, "BERT: input_ids must be [batch, time], got ",
            b.input_ids.describe());
   const Tensor mask = bert_attention_mask(b);
+  const auto seq = context.sequence_group();
+  // With sequence parallelism the layers' dropout masks are this rank's chunk too.
+  std::optional<SequenceShardGuard> chunk;
+  if (seq) chunk.emplace(seq->rank(), seq->size());
   return parallel::run_layers(
       activation_checkpointing.get(), static_cast<int64_t>(encoder.layer.size()),
       [this, mask](int64_t i, const Tensor& in) {
         return encoder.layer.at<BertLayer>(static_cast<size_t>(i)).forward(in, mask);
       },
-      embeddings.forward(b.input_ids, b.token_type_ids));
+      embeddings.forward(b.input_ids, b.token_type_ids), /*partition=*/!seq);
 }
 
-Tensor BertModel::pool(const Tensor& seq) {
+Tensor bert_first_token(const Tensor& sequence_output, parallel::ProcessGroup* sequence_group) {
+  if (!sequence_group) return sequence_output.select(1, 0);
+  return parallel::gather_from_sequence_parallel_region(sequence_output.narrow(1, 0, 1),
+                                                        *sequence_group, 1, false)
+      .select(1, 0);
+}
+
+Tensor BertModel::pool(const Tensor& sequence_output) {
   nn::ModuleScope scope(*this);
   TS_CHECK(pooler_dense, "BERT: this model has no pooler");
-  return tanh((*pooler_dense)(seq.select(1, 0)));
+  return tanh((*pooler_dense)(bert_first_token(sequence_output, context.sequence_group().get())));
 }
 
 BertLMPredictionHead::Transform::Transform(Module* parent, const std::string& name,
-                                           const BertConfig& c)
+                                           const BertConfig& c,
+                                           std::shared_ptr<parallel::ProcessGroup> sequence_group)
     : Module(parent, name),
       dense(this, "dense", c.hidden_size, c.hidden_size),
-      LayerNorm(this, "LayerNorm", c.hidden_size, c.layer_norm_eps) {}
+      LayerNorm(this, "LayerNorm", c.hidden_size, c.layer_norm_eps, true, true,
+                std::move(sequence_group)) {}
 
 BertLMPredictionHead::BertLMPredictionHead(Module* parent, const std::string& name,
-                                           const BertConfig& c)
-    : Module(parent, name), transform(this, "transform", c), activation(c.activation) {
-  register_parameter("bias", &bias, zeros({c.vocab_size}));
+                                           const BertConfig& c,
+                                           const parallel::ParallelContext& ctx,
+                                           const parallel::VocabParallelEmbedding& word_embeddings)
+    : Module(parent, name),
+      transform(this, "transform", c, ctx.sequence_group()),
+      activation(c.activation),
+      vocab_size(c.vocab_size),
+      split(word_embeddings.group() != nullptr),
+      sequence_group(ctx.sequence_group()) {
+  register_parameter("bias", &bias, zeros({word_embeddings.vocab_per_rank}));
 }
 
-Tensor BertLMPredictionHead::forward(const Tensor& x, const Tensor& word_embeddings) {
+parallel::TensorParallelLayout BertLMPredictionHead::tensor_parallel_splits() const {
+  if (!split) return {};
+  return {{"bias", {0, 1, vocab_size}}};
+}
+
+Tensor bert_mlm_transform(BertLMPredictionHead::Transform& transform, const Tensor& x,
+                          GeluApprox activation, parallel::ProcessGroup* sequence_group) {
+  auto& dense = transform.dense;
+  if (!sequence_group) return transform.LayerNorm(gelu(dense(x), activation));
+  parallel::ProcessGroup& group = *sequence_group;
+  const Tensor d = linear(x, parallel::sequence_parallel_weight(dense.weight, group),
+                          parallel::sequence_parallel_weight(dense.bias, group));
+  return transform.LayerNorm(gelu(d, activation));
+}
+
+Tensor BertLMPredictionHead::forward(const Tensor& x,
+                                     const parallel::VocabParallelEmbedding& word_embeddings) {
   nn::ModuleScope scope(*this);
-  const Tensor h = transform.LayerNorm(gelu(transform.dense(x), activation));
-  return linear(h, word_embeddings, bias);
+  const Tensor h = bert_mlm_transform(transform, x, activation, sequence_group.get());
+  if (!word_embeddings.group()) return linear(h, word_embeddings.weight, bias);
+  return parallel::vocab_parallel_logits(h, word_embeddings, sequence_group != nullptr) + bias;
 }
 
-BertForPreTraining::Cls::Cls(Module* parent, const std::string& name, const BertConfig& c, bool nsp)
-    : Module(parent, name), predictions(this, "predictions", c) {
+BertForPreTraining::Cls::Cls(Module* parent, const std::string& name, const BertConfig& c, bool nsp,
+                             const parallel::ParallelContext& ctx,
+                             const parallel::VocabParallelEmbedding& word_embeddings)
+    : Module(parent, name), predictions(this, "predictions", c, ctx, word_embeddings) {
   if (nsp)
     seq_relationship = std::make_unique<nn::Linear>(this, "seq_relationship", c.hidden_size, 2);
 }
 
-BertForPreTraining::BertForPreTraining(const BertConfig& c, bool nsp)
-    : bert(this, "bert", c, nsp), cls(this, "cls", c, nsp), config(c), with_nsp(nsp) {
-  init_weights();
+BertForPreTraining::BertForPreTraining(const BertConfig& c, bool nsp,
+                                       const parallel::ParallelContext& ctx)
+    : BertForPreTraining(c, nsp, ctx, default_generator().state()) {}
+
+BertForPreTraining::BertForPreTraining(const BertConfig& c, bool nsp,
+                                       const parallel::ParallelContext& ctx, GeneratorState start)
+    : bert(this, "bert", checked(c, ctx), nsp, ctx),
+      cls(this, "cls", c, nsp, ctx, bert.embeddings.word_embeddings),
+      config(c),
+      with_nsp(nsp) {
+  const auto group = ctx.tensor_group();
+  if (!group) {
+    init_weights();
+    return;
+  }
+  const int64_t padded = bert.embeddings.word_embeddings.padded_embeddings;
+  if (padded != c.vocab_size && group->rank() == 0)
+    std::cerr << "BERT tensor parallel: vocab_size " << c.vocab_size << " padded to " << padded
+              << " (a multiple of " << group->size()
+              << " ranks); the padding rows are left out of the loss\n";
+  // The whole model's initialisation from the generator as it was (as BertForPreTraining(c)
+  // would draw it), sharded; the generator is left where that model leaves it.
+  default_generator().set_state(start);
+  BertForPreTraining whole(c, nsp);
+  load_from_whole(whole);
 }
 
 Tensor BertForPreTraining::logits(const Batch& b) {
-  return cls.predictions.forward(bert.forward(b), bert.embeddings.word_embeddings.weight);
+  const Tensor local = cls.predictions.forward(bert.forward(b), bert.embeddings.word_embeddings);
+  const auto group = bert.context.tensor_group();
+  if (!group) return local;
+  return parallel::gather_from_tensor_parallel_region(local, *group)
+      .narrow(2, 0, config.vocab_size);
 }
 
 Tensor BertForPreTraining::nsp_logits(const Batch& b) {
@@ -225,17 +266,45 @@ Tensor BertForPreTraining::loss(const Batch& b) {
   TS_CHECK(b.targets.shape() == b.input_ids.shape(), "BERT loss: targets ", b.targets.describe(),
            " must match input_ids ", b.input_ids.describe());
   const Tensor seq = bert.forward(b);
-  const Tensor lg = cls.predictions.forward(seq, bert.embeddings.word_embeddings.weight);
-  // A batch without masked positions (short NSP pairs) adds no MLM loss instead of a NaN mean.
-  Tensor loss = b.target_weight == 0.0 && b.loss_terms() > 0
-                    ? cross_entropy(lg.view({-1, config.vocab_size}), b.targets.reshape({-1}), -100)
-                    : cross_entropy(lg.view({-1, config.vocab_size}), b.targets.reshape({-1}), -100,
-                                    0.0, Reduction::Sum) *
-                          b.target_weight;
+  const Tensor lg = cls.predictions.forward(seq, bert.embeddings.word_embeddings);
+  const Tensor targets = b.targets.reshape({-1});
+  Tensor loss;
+  if (const auto group = bert.context.tensor_group()) {
+    const int64_t per = bert.embeddings.word_embeddings.vocab_per_rank;
+    const Tensor mean =
+        parallel::vocab_parallel_cross_entropy(lg.view({-1, per}), targets, *group, -100);
+    const double count = b.target_weight != 0.0 ? b.loss_terms() : 0.0;
+    loss = b.target_weight == 0.0 ? mean
+           : count == 0           ? mean * 0.0
+                                  : mean * (count * b.target_weight);
+  } else {
+    // A batch without masked positions (short NSP pairs) adds no MLM loss instead of a NaN mean.
+    loss =
+        b.target_weight == 0.0 && b.loss_terms() > 0
+            ? cross_entropy(lg.view({-1, config.vocab_size}), targets, -100)
+            : cross_entropy(lg.view({-1, config.vocab_size}), targets, -100, 0.0, Reduction::Sum) *
+                  b.target_weight;
+  }
   if (with_nsp && b.next_sentence_label.defined())
     loss = loss + cross_entropy((*cls.seq_relationship)(bert.pool(seq)),
                                 b.next_sentence_label.reshape({-1}));
   return loss;
+}
+
+void BertForPreTraining::load_from_whole(BertForPreTraining& whole) {
+  TS_CHECK(whole.config.to_json("") == config.to_json("") && whole.with_nsp == with_nsp,
+           "BERT: load_from_whole needs a model of the same config and heads");
+  parallel::load_whole_state(*this, whole.state_dict(), bert.context.tensor_parallel_rank(),
+                             bert.context.tensor_parallel_size());
+}
+
+void BertForPreTraining::check_divisible(const BertConfig& c, int64_t n) {
+  c.validate();
+  TS_CHECK(c.num_attention_heads % n == 0, "BERT tensor parallel: num_attention_heads ",
+           c.num_attention_heads, " does not divide among ", n,
+           " ranks (each rank holds whole heads)");
+  TS_CHECK(c.intermediate_size % n == 0, "BERT tensor parallel: intermediate_size ",
+           c.intermediate_size, " does not divide among ", n, " ranks");
 }
 
 std::vector<HFWeight> BertForPreTraining::hf_weights() {

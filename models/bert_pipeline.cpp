@@ -1,6 +1,5 @@
 #include "tessera/models/bert_pipeline.h"
 
-#include "tessera/models/bert_tensor_parallel.h"
 #include "tessera/ops.h"
 #include "tessera/parallel/sequence_parallel.h"
 #include "tessera/parallel/vocab_parallel.h"
@@ -19,10 +18,13 @@ Tensor mask_or_none(const Tensor& m) {
   return m.numel() == 0 ? Tensor() : m;
 }
 
+// The embeddings over the context (vocabulary-parallel word embedding; with sequence
+// parallelism this rank's chunk of the sequence and of dropout's masks).
 class BertEmbeddingsPipe : public PipeLayer {
  public:
-  BertEmbeddingsPipe(nn::Module* parent, const std::string& name, const BertConfig& c)
-      : PipeLayer(parent, name), embeddings(this, "embeddings", c) {}
+  BertEmbeddingsPipe(nn::Module* parent, const std::string& name, const BertConfig& c,
+                     const parallel::ParallelContext& ctx)
+      : PipeLayer(parent, name), embeddings(this, "embeddings", c, ctx) {}
   PipeValue forward(const PipeValue& x) override {
     TS_CHECK(x.size() == 3 && x[0].dim() == 2,
              "BERT pipeline: expected {input_ids [B, T], "
@@ -36,20 +38,31 @@ class BertEmbeddingsPipe : public PipeLayer {
 
 class BertLayerPipe : public PipeLayer {
  public:
-  BertLayerPipe(nn::Module* parent, const std::string& name, const BertConfig& c)
-      : PipeLayer(parent, name), layer(this, "layer", c) {}
+  BertLayerPipe(nn::Module* parent, const std::string& name, const BertConfig& c,
+                const parallel::ParallelContext& ctx)
+      : PipeLayer(parent, name),
+        layer(this, "layer", c, ctx),
+        sequence_group(ctx.sequence_group()) {}
   PipeValue forward(const PipeValue& x) override {
+    if (!sequence_group) return {layer.forward(x.at(0), mask_or_none(x.at(1))), x.at(1)};
+    SequenceShardGuard chunk(sequence_group->rank(), sequence_group->size());
     return {layer.forward(x.at(0), mask_or_none(x.at(1))), x.at(1)};
   }
   std::string type_name() const override { return "BertLayer"; }
   BertLayer layer;
+  std::shared_ptr<parallel::ProcessGroup> sequence_group;
 };
 
-// The masked-LM transform, and the pooler with the next-sentence classifier.
+// The masked-LM transform, and the pooler with the next-sentence classifier (with sequence
+// parallelism on this rank's chunk, as BertForPreTraining's).
 class BertHeadsPipe : public PipeLayer {
  public:
-  BertHeadsPipe(nn::Module* parent, const std::string& name, const BertConfig& c, bool with_nsp)
-      : PipeLayer(parent, name), transform(this, "transform", c), activation(c.activation) {
+  BertHeadsPipe(nn::Module* parent, const std::string& name, const BertConfig& c, bool with_nsp,
+                const parallel::ParallelContext& ctx)
+      : PipeLayer(parent, name),
+        transform(this, "transform", c, ctx.sequence_group()),
+        activation(c.activation),
+        sequence_group(ctx.sequence_group()) {
     if (with_nsp) {
       pooler = std::make_unique<nn::Linear>(this, "pooler", c.hidden_size, c.hidden_size);
       seq_relationship = std::make_unique<nn::Linear>(this, "seq_relationship", c.hidden_size, 2);
@@ -57,117 +70,27 @@ class BertHeadsPipe : public PipeLayer {
   }
   PipeValue forward(const PipeValue& x) override {
     const Tensor& seq = x.at(0);
-    PipeValue out{transform.LayerNorm(gelu(transform.dense(seq), activation))};
-    if (pooler) out.push_back((*seq_relationship)(tanh((*pooler)(seq.select(1, 0)))));
+    PipeValue out{bert_mlm_transform(transform, seq, activation, sequence_group.get())};
+    if (pooler)
+      out.push_back(
+          (*seq_relationship)(tanh((*pooler)(bert_first_token(seq, sequence_group.get())))));
     return out;
   }
   std::string type_name() const override { return "BertHeads"; }
   BertLMPredictionHead::Transform transform;
   GeluApprox activation;
   std::unique_ptr<nn::Linear> pooler, seq_relationship;
+  std::shared_ptr<parallel::ProcessGroup> sequence_group;
 };
 
-class BertDecoderBiasPipe : public PipeLayer {
+// The decoder's bias (tensor parallel: over this rank's vocabulary columns, split as the tied
+// embedding).
+class BertDecoderBiasPipe : public PipeLayer, public parallel::TensorParallelModule {
  public:
-  BertDecoderBiasPipe(nn::Module* parent, const std::string& name, const BertConfig& c)
-      : PipeLayer(parent, name) {
-    register_parameter("bias", &bias, zeros({c.vocab_size}));
-  }
-  PipeValue forward(const PipeValue& x) override {
-    PipeValue out = x;
-    out[0] = x.at(0) + bias;
-    return out;
-  }
-  std::string type_name() const override { return "BertDecoderBias"; }
-  Tensor bias;
-};
-
-// The tensor-parallel layers (3D): BertTensorParallelForPreTraining's over `group`.
-using GroupPtr = std::shared_ptr<parallel::ProcessGroup>;
-using TPEmbeddings = BertTensorParallelForPreTraining::Embeddings;
-
-// With sequence parallelism (sequence_parallel: `group` also splits the sequence), stages
-// pass each rank's chunk of the hidden states; dropout draws that chunk of one process's mask.
-class BertTPEmbeddingsPipe : public PipeLayer {
- public:
-  BertTPEmbeddingsPipe(nn::Module* parent, const std::string& name, const BertConfig& c,
-                       GroupPtr group, bool sequence_parallel)
-      : PipeLayer(parent, name), embeddings(this, "embeddings", c, group, sequence_parallel) {}
-  PipeValue forward(const PipeValue& x) override {
-    TS_CHECK(x.size() == 3 && x[0].dim() == 2,
-             "BERT pipeline: expected {input_ids [B, T], "
-             "token_type_ids, attention_mask}, got ",
-             x.size(), " tensors");
-    nn::ModuleScope scope(embeddings);
-    return {embeddings.forward(x[0], x[1]), x[2]};
-  }
-  std::string type_name() const override { return "BertEmbeddings"; }
-  TPEmbeddings embeddings;
-};
-
-class BertTPLayerPipe : public PipeLayer {
- public:
-  BertTPLayerPipe(nn::Module* parent, const std::string& name, const BertConfig& c, GroupPtr group,
-                  bool sequence_parallel)
-      : PipeLayer(parent, name),
-        layer(this, "layer", c, group, sequence_parallel),
-        sequence_group(sequence_parallel ? group : nullptr) {}
-  PipeValue forward(const PipeValue& x) override {
-    const parallel::ProcessGroup* seq = sequence_group.get();
-    SequenceShardGuard chunk(seq ? seq->rank() : 0, seq ? seq->size() : 1);
-    return {layer.forward(x.at(0), mask_or_none(x.at(1))), x.at(1)};
-  }
-  std::string type_name() const override { return "BertLayer"; }
-  TPBertLayer layer;
-  GroupPtr sequence_group;
-};
-
-// The heads on this rank's sequence chunk (sequence parallelism): the MLM transform's
-// replicated weights get their gradients summed over the group; the pooler takes the first
-// token, which every rank gathers from rank 0's chunk.
-class BertSPHeadsPipe : public PipeLayer {
- public:
-  BertSPHeadsPipe(nn::Module* parent, const std::string& name, const BertConfig& c, bool with_nsp,
-                  GroupPtr group)
-      : PipeLayer(parent, name),
-        transform(this, "transform", c, group),
-        activation(c.activation),
-        group_(std::move(group)) {
-    if (with_nsp) {
-      pooler = std::make_unique<nn::Linear>(this, "pooler", c.hidden_size, c.hidden_size);
-      seq_relationship = std::make_unique<nn::Linear>(this, "seq_relationship", c.hidden_size, 2);
-    }
-  }
-  PipeValue forward(const PipeValue& x) override {
-    const Tensor& seq = x.at(0);
-    auto& dense = transform.dense;
-    const Tensor d = linear(seq, parallel::sequence_parallel_weight(dense.weight, *group_),
-                            parallel::sequence_parallel_weight(dense.bias, *group_));
-    PipeValue out{transform.LayerNorm(gelu(d, activation))};
-    if (pooler) {
-      const Tensor first =
-          parallel::gather_from_sequence_parallel_region(seq.narrow(1, 0, 1), *group_, 1, false);
-      out.push_back((*seq_relationship)(tanh((*pooler)(first.select(1, 0)))));
-    }
-    return out;
-  }
-  std::string type_name() const override { return "BertHeads"; }
-  BertTensorParallelForPreTraining::Cls::Predictions::Transform transform;
-  GeluApprox activation;
-  std::unique_ptr<nn::Linear> pooler, seq_relationship;
-
- private:
-  GroupPtr group_;
-};
-
-// The decoder's bias over this rank's vocabulary columns (split as the tied embedding).
-class BertTPDecoderBiasPipe : public PipeLayer, public parallel::TensorParallelModule {
- public:
-  BertTPDecoderBiasPipe(nn::Module* parent, const std::string& name, const BertConfig& c,
-                        GroupPtr group)
-      : PipeLayer(parent, name), vocab_size(c.vocab_size) {
-    const int64_t n = group->size();
-    register_parameter("bias", &bias, zeros({(c.vocab_size + n - 1) / n}));
+  BertDecoderBiasPipe(nn::Module* parent, const std::string& name, const BertConfig& c,
+                      const parallel::ParallelContext& ctx)
+      : PipeLayer(parent, name), vocab_size(c.vocab_size), ranks(ctx.tensor_parallel_size()) {
+    register_parameter("bias", &bias, zeros({(c.vocab_size + ranks - 1) / ranks}));
   }
   PipeValue forward(const PipeValue& x) override {
     PipeValue out = x;
@@ -175,60 +98,40 @@ class BertTPDecoderBiasPipe : public PipeLayer, public parallel::TensorParallelM
     return out;
   }
   parallel::TensorParallelLayout tensor_parallel_splits() const override {
+    if (ranks == 1) return {};
     return {{"bias", {0, 1, vocab_size}}};
   }
   std::string type_name() const override { return "BertDecoderBias"; }
   Tensor bias;
-  int64_t vocab_size;
+  int64_t vocab_size, ranks;
 };
-
-std::vector<LayerSpec> bert_tensor_parallel_layers(const BertConfig& c, bool with_nsp, GroupPtr tp,
-                                                   bool sp) {
-  BertTensorParallelForPreTraining::check_divisible(c, tp->size());
-  const std::vector<std::string> tied{"embeddings.word_embeddings.weight"};
-  std::vector<LayerSpec> specs{
-      LayerSpec::tied<BertTPEmbeddingsPipe>("embed", tied, {}, "BertEmbeddings", c, tp, sp)};
-  for (int64_t i = 0; i < c.num_hidden_layers; ++i)
-    specs.push_back(LayerSpec::of<BertTPLayerPipe>("BertLayer", c, tp, sp));
-  specs.push_back(sp ? LayerSpec::of<BertSPHeadsPipe>("BertHeads", c, with_nsp, tp)
-                     : LayerSpec::of<BertHeadsPipe>("BertHeads", c, with_nsp));
-  auto decoder = [sp](PipeLayer& embed, const PipeValue& x) -> PipeValue {
-    PipeValue out = x;
-    out[0] = parallel::vocab_parallel_logits(
-        x.at(0), dynamic_cast<BertTPEmbeddingsPipe&>(embed).embeddings.word_embeddings, sp);
-    return out;
-  };
-  specs.push_back(
-      LayerSpec::tied<BertTPEmbeddingsPipe>("embed", tied, decoder, "BertEmbeddings", c, tp, sp));
-  specs.push_back(LayerSpec::of<BertTPDecoderBiasPipe>("BertDecoderBias", c, tp));
-  return specs;
-}
 
 }  // namespace
 
 std::vector<LayerSpec> bert_pipeline_layers(const BertConfig& c, bool with_nsp,
                                             std::shared_ptr<parallel::ProcessGroup> tp,
                                             bool sequence_parallel) {
-  c.validate();
-  TS_CHECK(!sequence_parallel || (tp && tp->size() > 1),
+  const parallel::ParallelContext ctx{std::move(tp), sequence_parallel};
+  TS_CHECK(!sequence_parallel || ctx.tensor_group(),
            "BERT pipeline: sequence_parallel needs a tensor-parallel group of 2 or more ranks");
-  if (tp && tp->size() > 1)
-    return bert_tensor_parallel_layers(c, with_nsp, std::move(tp), sequence_parallel);
+  BertForPreTraining::check_divisible(c, ctx.tensor_parallel_size());
   const std::vector<std::string> tied{"embeddings.word_embeddings.weight"};
   std::vector<LayerSpec> specs{
-      LayerSpec::tied<BertEmbeddingsPipe>("embed", tied, {}, "BertEmbeddings", c)};
+      LayerSpec::tied<BertEmbeddingsPipe>("embed", tied, {}, "BertEmbeddings", c, ctx)};
   for (int64_t i = 0; i < c.num_hidden_layers; ++i)
-    specs.push_back(LayerSpec::of<BertLayerPipe>("BertLayer", c));
-  specs.push_back(LayerSpec::of<BertHeadsPipe>("BertHeads", c, with_nsp));
-  // The decoder: the word embedding's weight, transposed (the NSP logits pass through).
-  auto decoder = [](PipeLayer& embed, const PipeValue& x) -> PipeValue {
+    specs.push_back(LayerSpec::of<BertLayerPipe>("BertLayer", c, ctx));
+  specs.push_back(LayerSpec::of<BertHeadsPipe>("BertHeads", c, with_nsp, ctx));
+  // The decoder: the word embedding's weight, transposed (tensor parallel: this rank's
+  // vocabulary columns); the NSP logits pass through.
+  auto decoder = [sp = ctx.sequence_parallel](PipeLayer& embed, const PipeValue& x) -> PipeValue {
     PipeValue out = x;
-    out[0] =
-        linear(x.at(0), dynamic_cast<BertEmbeddingsPipe&>(embed).embeddings.word_embeddings.weight);
+    out[0] = parallel::vocab_parallel_logits(
+        x.at(0), dynamic_cast<BertEmbeddingsPipe&>(embed).embeddings.word_embeddings, sp);
     return out;
   };
-  specs.push_back(LayerSpec::tied<BertEmbeddingsPipe>("embed", tied, decoder, "BertEmbeddings", c));
-  specs.push_back(LayerSpec::of<BertDecoderBiasPipe>("BertDecoderBias", c));
+  specs.push_back(
+      LayerSpec::tied<BertEmbeddingsPipe>("embed", tied, decoder, "BertEmbeddings", c, ctx));
+  specs.push_back(LayerSpec::of<BertDecoderBiasPipe>("BertDecoderBias", c, ctx));
   return specs;
 }
 

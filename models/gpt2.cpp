@@ -2,104 +2,42 @@
 
 #include <algorithm>
 #include <cmath>
-#include <nlohmann/json.hpp>
-
-#include "config_field.h"
+#include <iostream>
 
 #include "tessera/grad_mode.h"
+#include "tessera/parallel/tensor_parallel_layout.h"
 
 namespace tessera::models {
 
-using json = nlohmann::json;
-
-GPT2Config GPT2Config::named(const std::string& name) {
-  GPT2Config c;
-  if (name == "gpt2") return c;
-  if (name == "gpt2-medium")
-    c.n_embd = 1024, c.n_layer = 24, c.n_head = 16;
-  else if (name == "gpt2-large")
-    c.n_embd = 1280, c.n_layer = 36, c.n_head = 20;
-  else if (name == "gpt2-xl")
-    c.n_embd = 1600, c.n_layer = 48, c.n_head = 25;
-  else if (name == "tiny")
-    c.vocab_size = 96, c.n_positions = 32, c.n_embd = 32, c.n_layer = 2, c.n_head = 4;
-  else
-    fail("unknown GPT-2 size '", name,
-         "': expected gpt2, gpt2-medium, gpt2-large, gpt2-xl or tiny");
-  return c;
-}
-
-GPT2Config GPT2Config::from_json(const std::string& text) {
-  const json j = json::parse(text);
-  GPT2Config c;
-  auto get = [&](const char* key, auto& field) { read_config_field(j, key, field); };
-  get("vocab_size", c.vocab_size);
-  get("n_positions", c.n_positions);
-  get("n_embd", c.n_embd);
-  get("n_layer", c.n_layer);
-  get("n_head", c.n_head);
-  get("n_inner", c.n_inner);
-  get("layer_norm_epsilon", c.layer_norm_epsilon);
-  get("resid_pdrop", c.dropout);
-  get("bias", c.bias);
-  const std::string act = j.value("activation_function", std::string("gelu_new"));
-  if (act == "gelu_new" || act == "gelu_pytorch_tanh" || act == "gelu_fast")
-    c.activation = GeluApprox::Tanh;
-  else if (act == "gelu")
-    c.activation = GeluApprox::None;
-  else
-    fail("GPT-2 config: activation_function '", act, "' is not supported (gelu_new or gelu)");
-  c.validate();
-  return c;
-}
-
-std::string GPT2Config::to_json() const {
-  json j{{"model_type", "gpt2"},
-         {"architectures", {"GPT2LMHeadModel"}},
-         {"vocab_size", vocab_size},
-         {"n_positions", n_positions},
-         {"n_ctx", n_positions},
-         {"n_embd", n_embd},
-         {"n_layer", n_layer},
-         {"n_head", n_head},
-         {"n_inner", n_inner ? json(n_inner) : json(nullptr)},
-         {"layer_norm_epsilon", layer_norm_epsilon},
-         {"resid_pdrop", dropout},
-         {"embd_pdrop", dropout},
-         {"attn_pdrop", dropout},
-         {"activation_function", activation == GeluApprox::Tanh ? "gelu_new" : "gelu"},
-         {"tie_word_embeddings", true}};
-  if (!bias) j["bias"] = false;
-  return j.dump(2);
-}
-
-void GPT2Config::validate() const {
-  TS_CHECK(vocab_size > 0 && n_positions > 0 && n_embd > 0 && n_layer > 0 && n_head > 0,
-           "GPT-2 config: sizes must be positive (vocab_size ", vocab_size, ", n_positions ",
-           n_positions, ", n_embd ", n_embd, ", n_layer ", n_layer, ", n_head ", n_head, ")");
-  TS_CHECK(n_embd % n_head == 0, "GPT-2 config: n_embd ", n_embd, " is not divisible by n_head ",
-           n_head);
-  TS_CHECK(dropout >= 0 && dropout < 1, "GPT-2 config: dropout must be in [0, 1), got ", dropout);
-}
-
 namespace {
-nn::LinearOptions bias_opt(const GPT2Config& c) {
-  return nn::LinearOptions().with_bias(c.bias);
+
+int64_t inner_size(const GPT2Config& c) {
+  return c.n_inner ? c.n_inner : 4 * c.n_embd;
 }
+
+// The config, checked before any layer is built.
+const GPT2Config& checked(const GPT2Config& c, const parallel::ParallelContext& ctx) {
+  GPT2LMHeadModel::check_divisible(c, ctx.tensor_parallel_size());
+  return c;
+}
+
 }  // namespace
 
-GPT2Attention::GPT2Attention(Module* parent, const std::string& name, const GPT2Config& c)
+GPT2Attention::GPT2Attention(Module* parent, const std::string& name, const GPT2Config& c,
+                             const parallel::ParallelContext& ctx)
     : Module(parent, name),
-      c_attn(this, "c_attn", c.n_embd, 3 * c.n_embd, bias_opt(c)),
-      c_proj(this, "c_proj", c.n_embd, c.n_embd, bias_opt(c)),
+      c_attn(this, "c_attn", c.n_embd, 3 * c.n_embd, ctx.tensor_group(), /*gather_output=*/false,
+             c.bias, ctx.sequence_parallel, /*stride=*/3),
+      c_proj(this, "c_proj", c.n_embd, c.n_embd, ctx.tensor_group(), /*input_is_parallel=*/true,
+             c.bias, ctx.sequence_parallel),
       resid_dropout(this, "resid_dropout", c.dropout),
-      n_head(c.n_head) {}
+      n_head(c.n_head / ctx.tensor_parallel_size()) {}
 
 Tensor GPT2Attention::forward(const Tensor& x, KVCache* cache, size_t layer) {
   nn::ModuleScope scope(*this);
-  const int64_t C = x.size(2);
-  const auto qkv = split(c_attn(x), C, 2);
-  Tensor k = nn::split_heads(qkv[1], n_head), v = nn::split_heads(qkv[2], n_head);
+  const Tensor qkv = c_attn(x);  // [B, T, 3 C / N]
+  const auto parts = split(qkv, qkv.size(2) / 3, 2);
+  Tensor k = nn::split_heads(parts[1], n_head), v = nn::split_heads(parts[2], n_head);
   if (cache) {
     if (cache->keys.size() <= layer) {
       cache->keys.resize(layer + 1);
@@ -114,14 +52,17 @@ Tensor GPT2Attention::forward(const Tensor& x, KVCache* cache, size_t layer) {
   }
   const Tensor attend = cache ? cache->attend : Tensor();  // (padded rows of a batch)
   const Tensor o =
-      scaled_dot_product_attention(nn::split_heads(qkv[0], n_head), k, v, attend, true);
+      scaled_dot_product_attention(nn::split_heads(parts[0], n_head), k, v, attend, true);
   return resid_dropout(c_proj(nn::merge_heads(o)));
 }
 
-GPT2MLP::GPT2MLP(Module* parent, const std::string& name, const GPT2Config& c)
+GPT2MLP::GPT2MLP(Module* parent, const std::string& name, const GPT2Config& c,
+                 const parallel::ParallelContext& ctx)
     : Module(parent, name),
-      c_fc(this, "c_fc", c.n_embd, c.n_inner ? c.n_inner : 4 * c.n_embd, bias_opt(c)),
-      c_proj(this, "c_proj", c.n_inner ? c.n_inner : 4 * c.n_embd, c.n_embd, bias_opt(c)),
+      c_fc(this, "c_fc", c.n_embd, inner_size(c), ctx.tensor_group(), /*gather_output=*/false,
+           c.bias, ctx.sequence_parallel),
+      c_proj(this, "c_proj", inner_size(c), c.n_embd, ctx.tensor_group(),
+             /*input_is_parallel=*/true, c.bias, ctx.sequence_parallel),
       dropout(this, "dropout", c.dropout),
       activation(c.activation) {}
 
@@ -130,12 +71,13 @@ Tensor GPT2MLP::forward(const Tensor& x) {
   return dropout(c_proj(gelu(c_fc(x), activation)));
 }
 
-GPT2Block::GPT2Block(Module* parent, const std::string& name, const GPT2Config& c)
+GPT2Block::GPT2Block(Module* parent, const std::string& name, const GPT2Config& c,
+                     const parallel::ParallelContext& ctx)
     : Module(parent, name),
-      ln_1(this, "ln_1", c.n_embd, c.layer_norm_epsilon, true, c.bias),
-      attn(this, "attn", c),
-      ln_2(this, "ln_2", c.n_embd, c.layer_norm_epsilon, true, c.bias),
-      mlp(this, "mlp", c) {}
+      ln_1(this, "ln_1", c.n_embd, c.layer_norm_epsilon, true, c.bias, ctx.sequence_group()),
+      attn(this, "attn", c, ctx),
+      ln_2(this, "ln_2", c.n_embd, c.layer_norm_epsilon, true, c.bias, ctx.sequence_group()),
+      mlp(this, "mlp", c, ctx) {}
 
 Tensor GPT2Block::forward(const Tensor& x, KVCache* cache, size_t layer) {
   nn::ModuleScope scope(*this);
@@ -165,22 +107,57 @@ Tensor padded_positions(KVCache& cache, int64_t B, int64_t T, Device device) {
 
 }  // namespace
 
-GPT2Model::GPT2Model(Module* parent, const std::string& name, const GPT2Config& c)
+Tensor gpt2_input_embeddings(nn::UnaryModule& wte, nn::Embedding& wpe, nn::Dropout& drop,
+                             const Tensor& ids, parallel::ProcessGroup* sequence_group,
+                             const std::string& what) {
+  TS_CHECK(ids.dim() == 2, what, ": input_ids must be [batch, time], got ", ids.describe());
+  const int64_t T = ids.size(1), n_positions = wpe.weight.size(0);
+  TS_CHECK(T <= n_positions, what, ": sequence of ", T,
+           " tokens exceeds the model's n_positions = ", n_positions);
+  if (!sequence_group) {
+    const Tensor pos = arange(0, static_cast<double>(T), 1, DType::Int64, ids.device());
+    return drop(wte(ids) + wpe(pos));
+  }
+  // This rank's positions; its dropout masks are its chunk of the whole sequence's.
+  const Tensor pos = parallel::sequence_parallel_positions(T, sequence_group, ids.device(), what);
+  SequenceShardGuard chunk(sequence_group->rank(), sequence_group->size());
+  return drop(wte(ids) +
+              embedding(parallel::sequence_parallel_weight(wpe.weight, *sequence_group), pos));
+}
+
+GPT2Model::GPT2Model(Module* parent, const std::string& name, const GPT2Config& c,
+                     const parallel::ParallelContext& ctx)
     : Module(parent, name),
-      wte(this, "wte", c.vocab_size, c.n_embd),
+      wte(this, "wte", c.vocab_size, c.n_embd, ctx.tensor_group(), ctx.sequence_parallel),
       wpe(this, "wpe", c.n_positions, c.n_embd),
       drop(this, "drop", c.dropout),
       h(this, "h"),
-      ln_f(this, "ln_f", c.n_embd, c.layer_norm_epsilon, true, c.bias),
-      config(c) {
+      ln_f(this, "ln_f", c.n_embd, c.layer_norm_epsilon, true, c.bias, ctx.sequence_group()),
+      config(c),
+      context(ctx) {
   c.validate();
-  for (int64_t i = 0; i < c.n_layer; ++i) h.emplace_back<GPT2Block>(c);
+  for (int64_t i = 0; i < c.n_layer; ++i) h.emplace_back<GPT2Block>(c, ctx);
+}
+
+Tensor GPT2Model::blocks(const Tensor& x) {
+  return parallel::run_layers(
+      activation_checkpointing.get(), static_cast<int64_t>(h.size()),
+      [this](int64_t i, const Tensor& in) {
+        return h.at<GPT2Block>(static_cast<size_t>(i)).forward(in, nullptr, static_cast<size_t>(i));
+      },
+      x, /*partition=*/!context.sequence_group());
 }
 
 Tensor GPT2Model::forward(const Tensor& input_ids, KVCache* cache) {
   nn::ModuleScope scope(*this);
   TS_CHECK(input_ids.dim() == 2, "GPT-2: input_ids must be [batch, time], got ",
            input_ids.describe());
+  if (const auto seq = context.sequence_group()) {
+    TS_CHECK(!cache, "GPT-2: a key/value cache needs whole sequences (no sequence_parallel)");
+    // (The blocks' dropout masks: this rank's chunk of the whole sequence's too.)
+    SequenceShardGuard chunk(seq->rank(), seq->size());
+    return ln_f(blocks(gpt2_input_embeddings(wte, wpe, drop, input_ids, seq.get(), "GPT-2")));
+  }
   const int64_t T = input_ids.size(1), start = cache ? cache->length : 0;
   const bool padded = cache && !cache->left_padding.empty();
   const int64_t least_padding =
@@ -192,29 +169,48 @@ Tensor GPT2Model::forward(const Tensor& input_ids, KVCache* cache) {
                             : arange(static_cast<double>(start), static_cast<double>(start + T), 1,
                                      DType::Int64, input_ids.device());
   Tensor x = drop(wte(input_ids) + wpe(pos));
-  if (activation_checkpointing && !cache) {
-    x = parallel::run_layers(
-        activation_checkpointing.get(), static_cast<int64_t>(h.size()),
-        [this](int64_t i, const Tensor& in) {
-          return h.at<GPT2Block>(static_cast<size_t>(i))
-              .forward(in, nullptr, static_cast<size_t>(i));
-        },
-        x);
-    return ln_f(x);
-  }
+  if (activation_checkpointing && !cache) return ln_f(blocks(x));
   for (size_t i = 0; i < h.size(); ++i) x = h.at<GPT2Block>(i).forward(x, cache, i);
   if (cache) cache->length += T;
   return ln_f(x);
 }
 
-GPT2LMHeadModel::GPT2LMHeadModel(const GPT2Config& c)
-    : transformer(this, "transformer", c), config(c) {
-  init_weights();
+GPT2LMHeadModel::GPT2LMHeadModel(const GPT2Config& c, const parallel::ParallelContext& ctx)
+    : GPT2LMHeadModel(c, ctx, default_generator().state()) {}
+
+GPT2LMHeadModel::GPT2LMHeadModel(const GPT2Config& c, const parallel::ParallelContext& ctx,
+                                 GeneratorState start)
+    : transformer(this, "transformer", checked(c, ctx), ctx), config(c) {
+  const auto group = ctx.tensor_group();
+  if (!group) {
+    init_weights();
+    return;
+  }
+  const int64_t padded = transformer.wte.padded_embeddings;
+  if (padded != c.vocab_size && group->rank() == 0)
+    std::cerr << "GPT-2 tensor parallel: vocab_size " << c.vocab_size << " padded to " << padded
+              << " (a multiple of " << group->size()
+              << " ranks); the padding rows are left out of the loss\n";
+  // The whole model's initialisation, drawn from the default generator as it was before this
+  // model's layers were built (as GPT2LMHeadModel(c) would draw it), sharded: a tensor-parallel
+  // run starts where one process does, and the generator is left where that process leaves it.
+  default_generator().set_state(start);
+  GPT2LMHeadModel whole(c);
+  load_from_whole(whole);
 }
 
 Tensor GPT2LMHeadModel::forward(const Tensor& input_ids, KVCache* cache) {
   nn::ModuleScope scope(*this);
-  return linear(transformer.forward(input_ids, cache), transformer.wte.weight);  // tied head
+  // The tied head (tensor parallel: this rank's vocabulary columns).
+  return parallel::vocab_parallel_logits(transformer.forward(input_ids, cache), transformer.wte,
+                                         transformer.context.sequence_parallel);
+}
+
+Tensor GPT2LMHeadModel::whole_logits(const Tensor& local) const {
+  const auto group = transformer.context.tensor_group();
+  if (!group) return local;
+  return parallel::gather_from_tensor_parallel_region(local, *group)
+      .narrow(2, 0, config.vocab_size);
 }
 
 Tensor GPT2LMHeadModel::loss(const Batch& b) {
@@ -223,13 +219,32 @@ Tensor GPT2LMHeadModel::loss(const Batch& b) {
   TS_CHECK(b.targets.shape() == b.input_ids.shape(), "GPT-2 loss: targets ", b.targets.describe(),
            " must match input_ids ", b.input_ids.describe());
   const Tensor lg = forward(b.input_ids);
-  const Tensor loss =
-      b.target_weight == 0.0
-          ? cross_entropy(lg.view({-1, config.vocab_size}), b.targets.reshape({-1}), -100)
-          : cross_entropy(lg.view({-1, config.vocab_size}), b.targets.reshape({-1}), -100, 0.0,
-                          Reduction::Sum) *
-                b.target_weight;
-  return loss;
+  const Tensor targets = b.targets.reshape({-1});
+  if (const auto group = transformer.context.tensor_group()) {
+    const Tensor mean = parallel::vocab_parallel_cross_entropy(
+        lg.view({-1, transformer.wte.vocab_per_rank}), targets, *group, -100);
+    if (b.target_weight == 0.0) return mean;
+    const double count = b.loss_terms();
+    return count == 0 ? mean * 0.0 : mean * (count * b.target_weight);
+  }
+  if (b.target_weight == 0.0) return cross_entropy(lg.view({-1, config.vocab_size}), targets, -100);
+  return cross_entropy(lg.view({-1, config.vocab_size}), targets, -100, 0.0, Reduction::Sum) *
+         b.target_weight;
+}
+
+void GPT2LMHeadModel::load_from_whole(GPT2LMHeadModel& whole) {
+  TS_CHECK(whole.config.to_json() == config.to_json(),
+           "GPT-2: load_from_whole needs a model of the same config");
+  parallel::load_whole_state(*this, whole.state_dict(), transformer.context.tensor_parallel_rank(),
+                             transformer.context.tensor_parallel_size());
+}
+
+void GPT2LMHeadModel::check_divisible(const GPT2Config& c, int64_t n) {
+  c.validate();
+  TS_CHECK(c.n_head % n == 0, "GPT-2 tensor parallel: n_head ", c.n_head, " does not divide among ",
+           n, " ranks (each rank holds whole heads)");
+  TS_CHECK(inner_size(c) % n == 0, "GPT-2 tensor parallel: the MLP's ", inner_size(c),
+           " features do not divide among ", n, " ranks");
 }
 
 std::vector<HFWeight> GPT2LMHeadModel::hf_weights() {

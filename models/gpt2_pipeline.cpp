@@ -1,6 +1,5 @@
 #include "tessera/models/gpt2_pipeline.h"
 
-#include "tessera/models/gpt2_tensor_parallel.h"
 #include "tessera/ops.h"
 #include "tessera/parallel/sequence_parallel.h"
 #include "tessera/parallel/vocab_parallel.h"
@@ -14,122 +13,78 @@ using parallel::PipeValue;
 
 namespace {
 
-using GroupPtr = std::shared_ptr<parallel::ProcessGroup>;
-
-// The group a layer's activations are split over along the sequence (Megatron-SP), or none.
-GroupPtr sequence_group_of() {
-  return nullptr;
-}
-GroupPtr sequence_group_of(const GroupPtr& group, bool sequence_parallel) {
-  return sequence_parallel ? group : nullptr;
-}
-
-// Token and position embeddings, then dropout: GPT2Model's first lines. The token embedding
-// is nn::Embedding, or with tensor parallelism (3D) parallel::VocabParallelEmbedding over the
-// group given after the config (and with sequence parallelism, this rank's sequence chunk of
-// the sum, its dropout mask that chunk of one process's).
-template <class TokenEmbedding>
+// Token and position embeddings, then dropout: GPT2Model's first lines, over the context's
+// tensor-parallel group (vocabulary-parallel token embedding) and, with sequence parallelism,
+// on this rank's sequence chunk (its dropout mask that chunk of one process's).
 class GPT2EmbeddingPipe : public PipeLayer {
  public:
-  template <class... Group>
   GPT2EmbeddingPipe(nn::Module* parent, const std::string& name, const GPT2Config& c,
-                    Group... group)
+                    const parallel::ParallelContext& ctx)
       : PipeLayer(parent, name),
-        wte(this, "wte", c.vocab_size, c.n_embd, group...),
+        wte(this, "wte", c.vocab_size, c.n_embd, ctx.tensor_group(), ctx.sequence_parallel),
         wpe(this, "wpe", c.n_positions, c.n_embd),
         drop(this, "drop", c.dropout),
-        sequence_group(sequence_group_of(group...)) {}
+        sequence_group(ctx.sequence_group()) {}
   PipeValue forward(const PipeValue& x) override {
     return {gpt2_input_embeddings(wte, wpe, drop, x.at(0), sequence_group.get(), "GPT-2 pipeline")};
   }
   std::string type_name() const override { return "GPT2Embedding"; }
-  TokenEmbedding wte;
+  parallel::VocabParallelEmbedding wte;
   nn::Embedding wpe;
   nn::Dropout drop;
-  GroupPtr sequence_group;
+  std::shared_ptr<parallel::ProcessGroup> sequence_group;
 };
 
-using GPT2WholeEmbeddingPipe = GPT2EmbeddingPipe<nn::Embedding>;
-using GPT2TPEmbeddingPipe = GPT2EmbeddingPipe<parallel::VocabParallelEmbedding>;
-
+// One of GPT2Model's blocks (with sequence parallelism, its dropout masks this rank's chunk).
 class GPT2BlockPipe : public PipeLayer {
  public:
-  GPT2BlockPipe(nn::Module* parent, const std::string& name, const GPT2Config& c)
-      : PipeLayer(parent, name), h(this, "h", c) {}
-  PipeValue forward(const PipeValue& x) override { return {h.forward(x.at(0), nullptr, 0)}; }
+  GPT2BlockPipe(nn::Module* parent, const std::string& name, const GPT2Config& c,
+                const parallel::ParallelContext& ctx)
+      : PipeLayer(parent, name), h(this, "h", c, ctx), sequence_group(ctx.sequence_group()) {}
+  PipeValue forward(const PipeValue& x) override {
+    if (!sequence_group) return {h.forward(x.at(0))};
+    SequenceShardGuard chunk(sequence_group->rank(), sequence_group->size());
+    return {h.forward(x.at(0))};
+  }
   std::string type_name() const override { return "GPT2Block"; }
   GPT2Block h;
+  std::shared_ptr<parallel::ProcessGroup> sequence_group;
 };
 
 // ln_f (with sequence parallelism over this rank's chunk, its weights' gradients summed).
 class GPT2FinalNormPipe : public PipeLayer {
  public:
   GPT2FinalNormPipe(nn::Module* parent, const std::string& name, const GPT2Config& c,
-                    GroupPtr sequence_group = nullptr)
+                    const parallel::ParallelContext& ctx)
       : PipeLayer(parent, name),
-        ln_f(this, "ln_f", c.n_embd, c.layer_norm_epsilon, true, c.bias,
-             std::move(sequence_group)) {}
+        ln_f(this, "ln_f", c.n_embd, c.layer_norm_epsilon, true, c.bias, ctx.sequence_group()) {}
   PipeValue forward(const PipeValue& x) override { return {ln_f(x.at(0))}; }
   std::string type_name() const override { return "LayerNorm"; }
   parallel::SequenceParallelLayerNorm ln_f;
 };
-
-// The tensor-parallel layers (3D): the same ops over `group`, each rank holding its shard.
-class GPT2TPBlockPipe : public PipeLayer {
- public:
-  GPT2TPBlockPipe(nn::Module* parent, const std::string& name, const GPT2Config& c, GroupPtr group,
-                  bool sequence_parallel)
-      : PipeLayer(parent, name),
-        h(this, "h", c, group, sequence_parallel),
-        sequence_group(sequence_group_of(group, sequence_parallel)) {}
-  PipeValue forward(const PipeValue& x) override {
-    const parallel::ProcessGroup* seq = sequence_group.get();
-    SequenceShardGuard chunk(seq ? seq->rank() : 0, seq ? seq->size() : 1);
-    return {h.forward(x.at(0))};
-  }
-  std::string type_name() const override { return "GPT2Block"; }
-  TPGPT2Block h;
-  GroupPtr sequence_group;
-};
-
-std::vector<LayerSpec> gpt2_tensor_parallel_layers(const GPT2Config& c, GroupPtr tp, bool sp) {
-  GPT2TensorParallelLMHeadModel::check_divisible(c, tp->size());
-  std::vector<LayerSpec> specs{LayerSpec::tied<GPT2TPEmbeddingPipe>("embed", {"wte.weight"}, {},
-                                                                    "GPT2Embedding", c, tp, sp)};
-  for (int64_t i = 0; i < c.n_layer; ++i)
-    specs.push_back(LayerSpec::of<GPT2TPBlockPipe>("GPT2Block", c, tp, sp));
-  specs.push_back(LayerSpec::of<GPT2FinalNormPipe>("LayerNorm", c, sp ? tp : nullptr));
-  // The LM head: this rank's vocabulary columns of the tied embedding (padding: -inf), with
-  // sequence parallelism of the gathered sequence.
-  auto head = [sp](PipeLayer& embed, const PipeValue& x) -> PipeValue {
-    return {parallel::vocab_parallel_logits(x.at(0), dynamic_cast<GPT2TPEmbeddingPipe&>(embed).wte,
-                                            sp)};
-  };
-  specs.push_back(LayerSpec::tied<GPT2TPEmbeddingPipe>("embed", {"wte.weight"}, head,
-                                                       "GPT2Embedding", c, tp, sp));
-  return specs;
-}
 
 }  // namespace
 
 std::vector<LayerSpec> gpt2_pipeline_layers(const GPT2Config& c,
                                             std::shared_ptr<parallel::ProcessGroup> tp,
                                             bool sequence_parallel) {
-  c.validate();
-  TS_CHECK(!sequence_parallel || (tp && tp->size() > 1),
+  const parallel::ParallelContext ctx{std::move(tp), sequence_parallel};
+  TS_CHECK(!sequence_parallel || ctx.tensor_group(),
            "GPT-2 pipeline: sequence_parallel needs a tensor-parallel group of 2 or more ranks");
-  if (tp && tp->size() > 1) return gpt2_tensor_parallel_layers(c, std::move(tp), sequence_parallel);
+  GPT2LMHeadModel::check_divisible(c, ctx.tensor_parallel_size());
   std::vector<LayerSpec> specs{
-      LayerSpec::tied<GPT2WholeEmbeddingPipe>("embed", {"wte.weight"}, {}, "GPT2Embedding", c)};
+      LayerSpec::tied<GPT2EmbeddingPipe>("embed", {"wte.weight"}, {}, "GPT2Embedding", c, ctx)};
   for (int64_t i = 0; i < c.n_layer; ++i)
-    specs.push_back(LayerSpec::of<GPT2BlockPipe>("GPT2Block", c));
-  specs.push_back(LayerSpec::of<GPT2FinalNormPipe>("LayerNorm", c));
-  // The LM head: the token embedding's weight, transposed (GPT2LMHeadModel's tied head).
-  auto head = [](PipeLayer& embed, const PipeValue& x) -> PipeValue {
-    return {linear(x.at(0), dynamic_cast<GPT2WholeEmbeddingPipe&>(embed).wte.weight)};
+    specs.push_back(LayerSpec::of<GPT2BlockPipe>("GPT2Block", c, ctx));
+  specs.push_back(LayerSpec::of<GPT2FinalNormPipe>("LayerNorm", c, ctx));
+  // The LM head: the tied embedding's weight (tensor parallel: this rank's vocabulary columns,
+  // padding -inf; sequence parallel: of the gathered sequence), as GPT2LMHeadModel's.
+  auto head = [sp = ctx.sequence_parallel](PipeLayer& embed, const PipeValue& x) -> PipeValue {
+    return {
+        parallel::vocab_parallel_logits(x.at(0), dynamic_cast<GPT2EmbeddingPipe&>(embed).wte, sp)};
   };
   specs.push_back(
-      LayerSpec::tied<GPT2WholeEmbeddingPipe>("embed", {"wte.weight"}, head, "GPT2Embedding", c));
+      LayerSpec::tied<GPT2EmbeddingPipe>("embed", {"wte.weight"}, head, "GPT2Embedding", c, ctx));
   return specs;
 }
 

@@ -22,10 +22,19 @@ Linear::Linear(Module* parent, const std::string& name, int64_t in, int64_t out,
   reset_parameters();
 }
 
-void Linear::reset_parameters() {
+void reset_linear_parameters(Tensor& weight, Tensor& bias, int64_t in_features) {
   const double bound = 1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(in_features, 1)));
   uniform_(weight, bound);  // PyTorch's kaiming_uniform(a=sqrt(5)) reduces to this bound
   if (bias.defined()) uniform_(bias, bound);
+}
+
+void reset_embedding_parameters(Tensor& weight) {
+  NoGradGuard no_grad;
+  weight.copy_(randn(weight.shape(), weight.dtype(), weight.device()));
+}
+
+void Linear::reset_parameters() {
+  reset_linear_parameters(weight, bias, in_features);
 }
 
 Tensor Linear::forward(const Tensor& x) {
@@ -42,8 +51,7 @@ Embedding::Embedding(Module* parent, const std::string& name, int64_t n, int64_t
 }
 
 void Embedding::reset_parameters() {
-  NoGradGuard no_grad;
-  weight.copy_(randn(weight.shape(), weight.dtype(), weight.device()));
+  reset_embedding_parameters(weight);
 }
 
 LayerNorm::LayerNorm(Module* parent, const std::string& name, int64_t dim, double eps, bool affine,

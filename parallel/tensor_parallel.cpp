@@ -14,6 +14,24 @@ namespace tessera::parallel {
 
 namespace {
 constexpr const char* kLastDimSplit = "tensor parallel (the last dimension)";
+
+// The group to split over: none for a null group or a single rank (the layer is plain).
+std::shared_ptr<ProcessGroup> split_group(std::shared_ptr<ProcessGroup> g) {
+  return g && g->size() > 1 ? std::move(g) : nullptr;
+}
+
+// nn::Linear's parameters and initial draws, for a layer with no group to split over.
+void make_plain_linear(nn::Module& m, Tensor& weight, Tensor& bias, int64_t in, int64_t out,
+                       bool with_bias) {
+  m.register_parameter("weight", &weight, Tensor::empty({out, in}));
+  if (with_bias) m.register_parameter("bias", &bias, Tensor::empty({out}));
+  nn::reset_linear_parameters(weight, bias, in);
+}
+
+void check_input(const Tensor& x, int64_t in, const std::string& layer) {
+  TS_CHECK(x.dim() >= 1 && x.shape().back() == in, "Linear '", layer, "': expected input [..., ",
+           in, "], got ", x.describe());
+}
 }  // namespace
 
 Tensor copy_to_tensor_parallel_region(const Tensor& x, ProcessGroup& group) {
@@ -53,8 +71,13 @@ ColumnParallelLinear::ColumnParallelLinear(nn::Module* parent, const std::string
       stride(stride),
       gather_output(gather_output),
       sequence_parallel(sequence_parallel),
-      group_(std::move(group)) {
-  TS_CHECK(group_, "ColumnParallelLinear '", name, "': no process group");
+      group_(split_group(std::move(group))) {
+  if (!group_) {  // plain: nn::Linear
+    this->sequence_parallel = false;
+    out_per_rank = out;
+    make_plain_linear(*this, weight, this->bias, in, out, bias);
+    return;
+  }
   TS_CHECK(!(gather_output && sequence_parallel), "ColumnParallelLinear '", name,
            "': gather_output and sequence_parallel exclude each other");
   TS_CHECK(stride >= 1 && out % stride == 0 && (out / stride) % group_->size() == 0,
@@ -75,12 +98,13 @@ void ColumnParallelLinear::load_from_full(const Tensor& w, const Tensor& b) {
            w.describe());
   NoGradGuard no_grad;
   const TensorParallelSplit split{0, stride, out_features};
-  weight.copy_(shard_of_whole(w, split, group_->rank(), group_->size()));
-  if (bias.defined() && b.defined())
-    bias.copy_(shard_of_whole(b, split, group_->rank(), group_->size()));
+  const int rank = group_ ? group_->rank() : 0, ranks = group_ ? group_->size() : 1;
+  weight.copy_(shard_of_whole(w, split, rank, ranks));
+  if (bias.defined() && b.defined()) bias.copy_(shard_of_whole(b, split, rank, ranks));
 }
 
 TensorParallelLayout ColumnParallelLinear::tensor_parallel_splits() const {
+  if (!group_) return {};
   TensorParallelLayout out{{"weight", {0, stride, out_features}}};
   if (bias.defined()) out["bias"] = {0, stride, out_features};
   return out;
@@ -88,6 +112,10 @@ TensorParallelLayout ColumnParallelLinear::tensor_parallel_splits() const {
 
 Tensor ColumnParallelLinear::forward(const Tensor& x) {
   nn::ModuleScope scope(*this);
+  if (!group_) {
+    check_input(x, in_features, name());
+    return linear(x, weight, bias);
+  }
   const Tensor y = sequence_parallel
                        ? sequence_parallel_linear(x, weight, bias, *group_)
                        : linear(copy_to_tensor_parallel_region(x, *group_), weight, bias);
@@ -102,8 +130,13 @@ RowParallelLinear::RowParallelLinear(nn::Module* parent, const std::string& name
       out_features(out),
       input_is_parallel(input_is_parallel),
       sequence_parallel(sequence_parallel),
-      group_(std::move(group)) {
-  TS_CHECK(group_, "RowParallelLinear '", name, "': no process group");
+      group_(split_group(std::move(group))) {
+  if (!group_) {  // plain: nn::Linear
+    this->sequence_parallel = false;
+    in_per_rank = in;
+    make_plain_linear(*this, weight, this->bias, in, out, bias);
+    return;
+  }
   TS_CHECK(input_is_parallel || !sequence_parallel, "RowParallelLinear '", name,
            "': sequence_parallel needs input_is_parallel (a column-parallel layer's output)");
   TS_CHECK(in % group_->size() == 0, "RowParallelLinear '", name, "': ", in,
@@ -118,16 +151,21 @@ void RowParallelLinear::load_from_full(const Tensor& w, const Tensor& b) {
            "': the whole weight must be [", out_features, ", ", in_features, "], got ",
            w.describe());
   NoGradGuard no_grad;
-  weight.copy_(w.narrow(1, group_->rank() * in_per_rank, in_per_rank));
+  weight.copy_(w.narrow(1, (group_ ? group_->rank() : 0) * in_per_rank, in_per_rank));
   if (bias.defined() && b.defined()) bias.copy_(b);
 }
 
 TensorParallelLayout RowParallelLinear::tensor_parallel_splits() const {
+  if (!group_) return {};
   return {{"weight", {1, 1, in_features}}};
 }
 
 Tensor RowParallelLinear::forward(const Tensor& x) {
   nn::ModuleScope scope(*this);
+  if (!group_) {
+    check_input(x, in_features, name());
+    return linear(x, weight, bias);
+  }
   const Tensor xin = input_is_parallel ? x : scatter_to_tensor_parallel_region(x, *group_);
   const Tensor partial = linear(xin, weight);
   if (!sequence_parallel) {

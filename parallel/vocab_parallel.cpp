@@ -42,30 +42,41 @@ VocabParallelEmbedding::VocabParallelEmbedding(nn::Module* parent, const std::st
       num_embeddings(num_embeddings),
       dim(dim),
       sequence_parallel(sequence_parallel),
-      group_(std::move(group)) {
-  TS_CHECK(group_, "VocabParallelEmbedding '", name, "': no process group");
+      group_(group && group->size() > 1 ? std::move(group) : nullptr) {
   TS_CHECK(num_embeddings >= 1 && dim >= 1, "VocabParallelEmbedding '", name, "': ", num_embeddings,
            " x ", dim, " is not an embedding");
-  const int64_t n = group_->size();
+  const int64_t n = group_ ? group_->size() : 1;
   padded_embeddings = (num_embeddings + n - 1) / n * n;
   vocab_per_rank = padded_embeddings / n;
-  vocab_start = group_->rank() * vocab_per_rank;
-  register_parameter("weight", &weight, zeros({vocab_per_rank, dim}));
+  vocab_start = group_ ? group_->rank() * vocab_per_rank : 0;
+  if (group_) {
+    register_parameter("weight", &weight, zeros({vocab_per_rank, dim}));
+    return;
+  }
+  this->sequence_parallel = false;  // plain: nn::Embedding
+  register_parameter("weight", &weight, Tensor::empty({num_embeddings, dim}));
+  nn::reset_embedding_parameters(weight);
 }
 
 void VocabParallelEmbedding::load_from_full(const Tensor& w) {
   TS_CHECK(w.shape() == Shape({num_embeddings, dim}), "VocabParallelEmbedding '", name(),
            "': the whole weight must be [", num_embeddings, ", ", dim, "], got ", w.describe());
   NoGradGuard no_grad;
+  if (!group_) {
+    weight.copy_(w);
+    return;
+  }
   weight.copy_(shard_of_whole(w, {0, 1, num_embeddings}, group_->rank(), group_->size()));
 }
 
 TensorParallelLayout VocabParallelEmbedding::tensor_parallel_splits() const {
+  if (!group_) return {};
   return {{"weight", {0, 1, num_embeddings}}};
 }
 
 Tensor VocabParallelEmbedding::forward(const Tensor& ids) {
   nn::ModuleScope scope(*this);
+  if (!group_) return embedding(weight, ids);
   const Tensor inside = in_range(ids, vocab_start, vocab_per_rank);
   const Tensor rows = embedding(weight, local_ids(ids, inside, vocab_start));
   const Tensor outside = eq(inside, zeros_like(inside)).unsqueeze(-1);
@@ -76,10 +87,11 @@ Tensor VocabParallelEmbedding::forward(const Tensor& ids) {
 
 Tensor vocab_parallel_logits(const Tensor& hidden, const VocabParallelEmbedding& embedding,
                              bool sequence_parallel) {
+  ProcessGroup* group = embedding.group();
+  if (!group) return linear(hidden, embedding.weight);  // a plain tied head
   const Tensor logits =
-      sequence_parallel
-          ? sequence_parallel_linear(hidden, embedding.weight, Tensor(), embedding.group())
-          : linear(copy_to_tensor_parallel_region(hidden, embedding.group()), embedding.weight);
+      sequence_parallel ? sequence_parallel_linear(hidden, embedding.weight, Tensor(), *group)
+                        : linear(copy_to_tensor_parallel_region(hidden, *group), embedding.weight);
   const int64_t start = embedding.vocab_start, n = embedding.vocab_per_rank;
   if (start + n <= embedding.num_embeddings) return logits;
   // This rank holds padding columns: -inf is added to them. (An addition saves nothing for

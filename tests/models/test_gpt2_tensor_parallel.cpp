@@ -9,7 +9,8 @@
 
 #include "relative_error.h"
 #include "tessera/grad_mode.h"
-#include "tessera/models/gpt2_tensor_parallel.h"
+#include "tessera/models/generate.h"
+#include "tessera/models/gpt2.h"
 #include "tessera/ops.h"
 #include "tessera/parallel/process_group.h"
 #include "tessera/parallel/tensor_parallel_layout.h"
@@ -69,9 +70,10 @@ TEST_CASE(
     manual_seed(5);
     models::GPT2LMHeadModel whole(c);
     manual_seed(5);
-    models::GPT2TensorParallelLMHeadModel tp(c, group, sp);  // the same initialisation, sharded
-    CHECK(tp.padded_vocab % n == 0);
-    CHECK(tp.padded_vocab - v < n);
+    models::GPT2LMHeadModel tp(c, {group, sp});  // the same initialisation, sharded
+    const int64_t padded_vocab = tp.transformer.wte.padded_embeddings;
+    CHECK(padded_vocab % n == 0);
+    CHECK(padded_vocab - v < n);
 
     std::vector<int64_t> ids, targets;
     for (int64_t i = 0; i < 32; ++i)
@@ -105,7 +107,7 @@ TEST_CASE(
         const Tensor* wt = whole_params[i].second;
         CAPTURE(name);
         REQUIRE(name == tp_params[i].first);
-        const Tensor want = shard_of(name, wt->grad(), c.n_embd, n, r, tp.padded_vocab);
+        const Tensor want = shard_of(name, wt->grad(), c.n_embd, n, r, padded_vocab);
         const Tensor got = tp_params[i].second->grad();
         if (name.find("c_attn.bias") == std::string::npos) {
           CHECK(rel_diff(got, want) < 1e-6);
@@ -134,7 +136,7 @@ TEST_CASE(
       const std::string& name = whole_params[i].first;
       const Tensor* wt = whole_params[i].second;
       CAPTURE(name);
-      const Tensor want = shard_of(name, *wt, c.n_embd, n, r, tp.padded_vocab);
+      const Tensor want = shard_of(name, *wt, c.n_embd, n, r, padded_vocab);
       // The attention biases carry their gradients' cancellation (above) into the weights:
       // 2e-6 for them (measured: h.0.attn.c_proj.bias 1.11e-6 with OpenBLAS's AVX-512 kernels,
       // under 1e-6 with its Haswell ones), 1e-6 for everything else.
@@ -148,9 +150,38 @@ TEST_CASE(
     bad.n_head = 2;
     bad.n_embd = 32;
     if (bad.n_head % n != 0)
-      CHECK_THROWS_WITH_AS(models::GPT2TensorParallelLMHeadModel(bad, group),
+      CHECK_THROWS_WITH_AS(models::GPT2LMHeadModel(bad, {group}),
                            doctest::Contains("n_head 2 does not divide"), Error);
   }
+}
+
+TEST_CASE("GPT-2 tensor parallel generates one process's tokens (each rank caches its heads)") {
+  auto group = parallel::world();
+  models::GPT2Config c = models::GPT2Config::named("tiny");  // 4 heads
+  c.vocab_size = 97;  // padded on 2 and 4 ranks: the gathered logits drop the padding
+  c.dropout = 0.0;
+  if (c.n_head % group->size() != 0) return;
+  manual_seed(11);
+  models::GPT2LMHeadModel whole(c);
+  manual_seed(11);
+  models::GPT2LMHeadModel tp(c, {group});
+  const std::vector<std::vector<int64_t>> prompts{{4, 8, 15, 16}, {23, 42}};
+  for (const double temperature : {0.0, 0.8}) {
+    CAPTURE(temperature);
+    models::GenerateOptions o;
+    o.max_new_tokens = 12, o.temperature = temperature, o.top_k = 20, o.seed = 3;
+    NoGradGuard no_grad;
+    const auto want = models::generate_batch(whole, prompts, o);
+    CHECK(models::generate_batch(tp, prompts, o) == want);
+    CHECK(models::generate(tp, prompts[0], o) == models::generate(whole, prompts[0], o));
+  }
+  // The whole logits on every rank: [B, T, vocab], the padding columns gone.
+  models::Batch b;
+  b.input_ids = from_vector(std::vector<int64_t>{1, 2, 3, 96}, {1, 4});
+  NoGradGuard no_grad;
+  const Tensor got = tp.logits(b), want = whole.logits(b);
+  REQUIRE(got.shape() == want.shape());
+  CHECK(rel_diff(got, want) < 1e-6);
 }
 
 TEST_CASE("tensor-parallel layout: hand-derived shards (fused blocks, padding) and merges") {
@@ -193,22 +224,16 @@ TEST_CASE("tensor-parallel layout: GPT-2's shards all-gathered and merged are th
   manual_seed(9);
   models::GPT2LMHeadModel whole(c);
   manual_seed(9);
-  models::GPT2TensorParallelLMHeadModel tp(c, group);
+  models::GPT2LMHeadModel tp(c, {group});
   const parallel::TensorParallelLayout layout = parallel::tensor_parallel_layout(tp);
-  // Split: c_attn (stride 3) and c_fc weights and biases, both c_proj weights, wte.
-  CHECK(layout.size() == static_cast<size_t>(6 * c.n_layer + 1));
-  CHECK(layout.at("transformer.h.0.attn.c_attn.weight").stride == 3);
-  CHECK(layout.at("transformer.wte.weight").size == 97);
-  CHECK(layout.count("transformer.h.0.attn.c_proj.bias") == 0);  // replicated
-  // The layout the model states without being built (estimate-memory's) is the same.
-  const auto stated = models::GPT2TensorParallelLMHeadModel::layout(c);
-  REQUIRE(stated.size() == layout.size());
-  for (const auto& [name, s] : layout) {
-    const std::string& key = name;  // (clang 14: CAPTURE's lambda)
-    CAPTURE(key);
-    REQUIRE(stated.count(name));
-    CHECK((stated.at(name).dim == s.dim && stated.at(name).stride == s.stride &&
-           stated.at(name).size == s.size));
+  if (n == 1) {
+    CHECK(layout.empty());  // one rank: plain layers, nothing split
+  } else {
+    // Split: c_attn (stride 3) and c_fc weights and biases, both c_proj weights, wte.
+    CHECK(layout.size() == static_cast<size_t>(6 * c.n_layer + 1));
+    CHECK(layout.at("transformer.h.0.attn.c_attn.weight").stride == 3);
+    CHECK(layout.at("transformer.wte.weight").size == 97);
+    CHECK(layout.count("transformer.h.0.attn.c_proj.bias") == 0);  // replicated
   }
   // Every rank's state, gathered to every rank, merges into the whole model's, bit for bit.
   std::vector<std::map<std::string, Tensor>> ranks(static_cast<size_t>(n));

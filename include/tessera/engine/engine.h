@@ -96,9 +96,10 @@ struct InitializeOptions {
   // The data-parallel group (default: the job's world).
   std::shared_ptr<parallel::ProcessGroup> group;
   // The tensor-parallel group of a model built with parallel/'s tensor-parallel layers (e.g.
-  // models::GPT2TensorParallelLMHeadModel, or a pipeline stage's, 3D): the global gradient
-  // norm then sums the shards over it and counts replicated parameters once; ZeRO partitions
-  // each rank's shards; checkpoints keep a file per tensor-parallel rank with how they merge.
+  // models::GPT2LMHeadModel over a tensor-parallel group, or a pipeline stage's, 3D): the global
+  // gradient norm then sums the shards over it and counts replicated parameters once; ZeRO
+  // partitions each rank's shards; checkpoints keep a file per tensor-parallel rank with how they
+  // merge.
   std::shared_ptr<parallel::ProcessGroup> tensor_parallel_group;
   // The model is one stage of a pipeline (engine::PipelineEngine builds this): the global
   // gradient norm sums the stages' squares over this group; the job's lead rank is stage 0's.

@@ -12,9 +12,10 @@
 
 namespace tessera::launch {
 
-// The GPT-2/BERT model a training config's "model" section describes (fresh weights).
-std::unique_ptr<models::PretrainedModel> model_from_train_config(const io::TrainConfig& cfg,
-                                                                 int64_t vocab_size);
+// The GPT-2/BERT model a training config's "model" section describes (fresh weights), over
+// `ctx` (one definition for every layout: whole without a tensor-parallel group).
+std::unique_ptr<models::PretrainedModel> model_from_train_config(
+    const io::TrainConfig& cfg, int64_t vocab_size, const parallel::ParallelContext& ctx = {});
 // model.init_from's config.json text (the config's model section already agrees with it).
 std::string init_from_config_json(const io::TrainConfig& cfg);
 // The GPT-2 (BERT) architecture of the config's "model" section.

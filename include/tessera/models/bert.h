@@ -1,5 +1,19 @@
 // BERT (Devlin et al. 2019) as Hugging Face lays it out: post-LayerNorm encoder, token-type
 // embeddings, attention mask, exact GELU; masked-LM and next-sentence heads.
+//
+// One definition for every layout (parallel_context.h). Over a tensor-parallel group of N
+// ranks it is Megatron-LM's: each rank holds num_attention_heads/N heads (query, key and value
+// column-parallel, attention.output.dense row-parallel), 1/N of the intermediate layer
+// (intermediate.dense column-, output.dense row-parallel) and 1/N of the vocabulary: the word
+// embedding (vocabulary-parallel, tied to the MLM decoder) and the MLM bias, so the masked-LM
+// loss is parallel::vocab_parallel_cross_entropy and no rank holds whole logits. Every
+// LayerNorm, the position and token-type embeddings, the MLM transform, the pooler and the
+// next-sentence head are replicated. Every dropout acts on an activation each rank holds whole
+// (after the row-parallel all-reduce), so each rank draws one process's mask: the model
+// reproduces one process's loss and gradients, dropout included. sequence_parallel
+// (Megatron-SP): LayerNorms, dropout, residual adds and the MLM transform run on this rank's
+// 1/N of the sequence (which must divide), with each rank's chunk of one process's masks.
+// Parameter names are the same in every layout, each holding this rank's shard.
 #pragma once
 #include <memory>
 #include <string>
@@ -7,6 +21,11 @@
 #include "tessera/models/pretrained.h"
 #include "tessera/nn/layers.h"
 #include "tessera/parallel/activation_checkpointing.h"
+#include "tessera/parallel/parallel_context.h"
+#include "tessera/parallel/sequence_parallel.h"
+#include "tessera/parallel/tensor_parallel.h"
+#include "tessera/parallel/vocab_parallel.h"
+#include "tessera/rng.h"
 
 namespace tessera::models {
 
@@ -31,43 +50,54 @@ struct BertConfig {
 
 class BertEmbeddings : public nn::Module {
  public:
-  BertEmbeddings(Module* parent, const std::string& name, const BertConfig& c);
+  BertEmbeddings(Module* parent, const std::string& name, const BertConfig& c,
+                 const parallel::ParallelContext& ctx = {});
+  // dropout(LayerNorm(word + position + token type)) of ids and types [B, T] (types may be
+  // undefined: all 0); with sequence parallelism this rank's chunk of the sequence (and of
+  // dropout's masks).
   Tensor forward(const Tensor& input_ids, const Tensor& token_type_ids);
-  nn::Embedding word_embeddings, position_embeddings, token_type_embeddings;
-  nn::LayerNorm LayerNorm;
+  parallel::VocabParallelEmbedding word_embeddings;
+  nn::Embedding position_embeddings, token_type_embeddings;
+  parallel::SequenceParallelLayerNorm LayerNorm;
   nn::Dropout dropout;
+  std::shared_ptr<parallel::ProcessGroup> sequence_group;  // null without sequence parallelism
 };
 
 class BertLayer : public nn::Module {
  public:
-  BertLayer(Module* parent, const std::string& name, const BertConfig& c);
+  BertLayer(Module* parent, const std::string& name, const BertConfig& c,
+            const parallel::ParallelContext& ctx = {});
   Tensor forward(const Tensor& x, const Tensor& mask);  // mask: bool [B,1,1,T] or undefined
 
   struct SelfAttention : nn::Module {
-    SelfAttention(Module* parent, const std::string& name, const BertConfig& c);
-    nn::Linear query, key, value;
+    SelfAttention(Module* parent, const std::string& name, const BertConfig& c,
+                  const parallel::ParallelContext& ctx);
+    parallel::ColumnParallelLinear query, key, value;
   };
   struct Output : nn::Module {  // dense -> dropout -> LayerNorm(x + residual)
-    Output(Module* parent, const std::string& name, int64_t in, const BertConfig& c);
+    Output(Module* parent, const std::string& name, int64_t in, const BertConfig& c,
+           const parallel::ParallelContext& ctx);
     Tensor forward(const Tensor& x, const Tensor& residual);
-    nn::Linear dense;
-    nn::LayerNorm LayerNorm;
-    nn::Dropout dropout;
+    parallel::RowParallelLinear dense;
+    parallel::SequenceParallelLayerNorm LayerNorm;
+    nn::Dropout dropout;  // on the all-reduced (whole) output
   };
   struct Attention : nn::Module {
-    Attention(Module* parent, const std::string& name, const BertConfig& c);
+    Attention(Module* parent, const std::string& name, const BertConfig& c,
+              const parallel::ParallelContext& ctx);
     SelfAttention self;
     Output output;
   };
   struct Intermediate : nn::Module {
-    Intermediate(Module* parent, const std::string& name, const BertConfig& c);
-    nn::Linear dense;
+    Intermediate(Module* parent, const std::string& name, const BertConfig& c,
+                 const parallel::ParallelContext& ctx);
+    parallel::ColumnParallelLinear dense;
   };
 
   Attention attention;
   Intermediate intermediate;
   Output output;
-  int64_t heads;
+  int64_t heads;  // this rank's
   GeluApprox activation;
 };
 
@@ -77,45 +107,73 @@ Tensor bert_attention_mask(const Batch& b);
 
 class BertModel : public nn::Module {
  public:
-  BertModel(Module* parent, const std::string& name, const BertConfig& c, bool with_pooler);
-  Tensor forward(const Batch& b);              // sequence output [B, T, H]
-  Tensor pool(const Tensor& sequence_output);  // tanh(dense(first token))
+  BertModel(Module* parent, const std::string& name, const BertConfig& c, bool with_pooler,
+            const parallel::ParallelContext& ctx = {});
+  // Sequence output [B, T, H] (sequence parallel: [B, T/N, H], this rank's chunk).
+  Tensor forward(const Batch& b);
+  // tanh(dense(first token)) [B, H], on every rank (sequence parallel: rank 0's chunk holds
+  // the first token; each rank gathers it, not the whole sequence).
+  Tensor pool(const Tensor& sequence_output);
   BertEmbeddings embeddings;
   struct Encoder : nn::Module {
-    Encoder(Module* parent, const std::string& name, const BertConfig& c);
+    Encoder(Module* parent, const std::string& name, const BertConfig& c,
+            const parallel::ParallelContext& ctx);
     nn::ModuleList layer;
   } encoder;
   std::unique_ptr<nn::Linear> pooler_dense;  // "pooler.dense", when the model has a pooler
   std::unique_ptr<nn::Module> pooler;
   BertConfig config;
-  // Set: training forwards run the layers through activation checkpoints.
+  parallel::ParallelContext context;
+  // Set: training forwards run the layers through activation checkpoints (partitioned over
+  // the tensor-parallel group with partition_activations, unless sequence parallel).
   std::shared_ptr<parallel::ActivationCheckpointing> activation_checkpointing;
 };
 
-// The masked-LM head: transform (dense, GELU, LayerNorm), then logits through the tied word
-// embedding plus a bias.
-class BertLMPredictionHead : public nn::Module {
+// The masked-LM head: transform (dense, GELU, LayerNorm; replicated, on sequence chunks with
+// sequence parallelism), then logits through the tied word embedding plus a bias split over the
+// vocabulary as the embedding is (padding included).
+class BertLMPredictionHead : public nn::Module, public parallel::TensorParallelModule {
  public:
-  BertLMPredictionHead(Module* parent, const std::string& name, const BertConfig& c);
-  Tensor forward(const Tensor& x, const Tensor& word_embeddings);
+  BertLMPredictionHead(Module* parent, const std::string& name, const BertConfig& c,
+                       const parallel::ParallelContext& ctx,
+                       const parallel::VocabParallelEmbedding& word_embeddings);
+  // The transform of x, then its logits [..., vocab] (tensor parallel: this rank's columns,
+  // the padding's -inf).
+  Tensor forward(const Tensor& x, const parallel::VocabParallelEmbedding& word_embeddings);
+  parallel::TensorParallelLayout tensor_parallel_splits() const override;  // bias: vocabulary
   struct Transform : nn::Module {
-    Transform(Module* parent, const std::string& name, const BertConfig& c);
+    Transform(Module* parent, const std::string& name, const BertConfig& c,
+              std::shared_ptr<parallel::ProcessGroup> sequence_group);
     nn::Linear dense;
-    nn::LayerNorm LayerNorm;
+    parallel::SequenceParallelLayerNorm LayerNorm;
   } transform;
-  Tensor bias;
+  Tensor bias;  // [padded vocabulary / N]
   GeluApprox activation;
+  int64_t vocab_size;
+  bool split;  // over 2 or more ranks (the embedding's group)
+  std::shared_ptr<parallel::ProcessGroup> sequence_group;
 };
+
+// The MLM transform, dense -> GELU -> LayerNorm, of x (with a sequence group: this rank's
+// chunk, the replicated dense's gradients summed over the group).
+Tensor bert_mlm_transform(BertLMPredictionHead::Transform& transform, const Tensor& x,
+                          GeluApprox activation, parallel::ProcessGroup* sequence_group);
+// The first token [B, H] of a sequence output (with a sequence group: gathered from rank 0's
+// chunk, not the whole sequence; every rank's identical gradient taken back as its own token's).
+Tensor bert_first_token(const Tensor& sequence_output, parallel::ProcessGroup* sequence_group);
 
 // BertForMaskedLM (with_nsp = false) or BertForPreTraining (MLM + next-sentence head).
 class BertForPreTraining : public PretrainedModel {
  public:
-  BertForPreTraining(const BertConfig& c, bool with_nsp);
+  // Tensor parallel (ctx's group of 2 or more ranks): this rank's shards of the model
+  // BertForPreTraining(c, with_nsp) would draw from the default generator at this point, which
+  // is left where that one leaves it; heads and intermediate features must divide.
+  BertForPreTraining(const BertConfig& c, bool with_nsp, const parallel::ParallelContext& ctx = {});
   std::string type_name() const override {
     return with_nsp ? "BertForPreTraining" : "BertForMaskedLM";
   }
   std::string model_type() const override { return "bert"; }
-  Tensor logits(const Batch& b) override;  // MLM logits [B, T, V]
+  Tensor logits(const Batch& b) override;  // MLM logits [B, T, V], whole in every layout
   Tensor nsp_logits(const Batch& b);       // [B, 2]
   // MLM cross-entropy over targets != -100, plus the NSP loss when the model has the head and
   // the batch has next_sentence_label.
@@ -126,15 +184,25 @@ class BertForPreTraining : public PretrainedModel {
   std::string config_json() const override { return config.to_json(type_name()); }
   int64_t vocab_size() const override { return config.vocab_size; }
   void init_weights();  // N(0, 0.02), zero biases, unit LayerNorm weights
+  // Copies this rank's shard of every weight of `whole` (same config and heads, one process's).
+  void load_from_whole(BertForPreTraining& whole);
+  // Throws, naming the size, when `c` does not split among `ranks` (heads, intermediate).
+  static void check_divisible(const BertConfig& c, int64_t ranks);
 
   BertModel bert;
   struct Cls : nn::Module {
-    Cls(Module* parent, const std::string& name, const BertConfig& c, bool with_nsp);
+    Cls(Module* parent, const std::string& name, const BertConfig& c, bool with_nsp,
+        const parallel::ParallelContext& ctx,
+        const parallel::VocabParallelEmbedding& word_embeddings);
     BertLMPredictionHead predictions;
     std::unique_ptr<nn::Linear> seq_relationship;
   } cls;
   BertConfig config;
   bool with_nsp;
+
+ private:
+  BertForPreTraining(const BertConfig& c, bool with_nsp, const parallel::ParallelContext& ctx,
+                     GeneratorState start);
 };
 
 }  // namespace tessera::models

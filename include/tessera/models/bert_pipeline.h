@@ -19,12 +19,13 @@
 
 namespace tessera::models {
 
-// With `tp` (a tensor-parallel group of 2 or more ranks: 3D), the layers are
-// BertTensorParallelForPreTraining's over it under the same names (the word embedding, its
-// tied decoder and the decoder's bias split over the vocabulary), starting at zero: load the
-// whole model with load_saved_state(state, tp->rank(), tp->size()); the loss is then
-// vocabulary-parallel. sequence_parallel (with `tp`, Megatron-SP): stages pass each rank's chunk
-// of the sequence (T must divide), as BertTensorParallelForPreTraining's sequence parallelism.
+// The layers are BertForPreTraining's own (BertEmbeddings, BertLayer). With `tp` (a
+// tensor-parallel group of 2 or more ranks: 3D), each is built over it as the model is, under
+// the same names (the word embedding, its tied decoder and the decoder's bias split over the
+// vocabulary), starting at zero: load the whole model with load_saved_state(state, tp->rank(),
+// tp->size()); the loss is then vocabulary-parallel. sequence_parallel (with `tp`,
+// Megatron-SP): stages pass each rank's chunk of the sequence (T must divide), as the model's
+// sequence parallelism.
 std::vector<parallel::LayerSpec> bert_pipeline_layers(
     const BertConfig& c, bool with_nsp, std::shared_ptr<parallel::ProcessGroup> tp = nullptr,
     bool sequence_parallel = false);

@@ -1,5 +1,20 @@
 // GPT-2 (Radford et al. 2019) as Hugging Face lays it out: pre-LayerNorm blocks, learned
 // positions, tanh-GELU MLP, LM head tied to the token embedding.
+//
+// One definition for every layout (parallel_context.h). Over a tensor-parallel group of N
+// ranks it is Megatron-LM's: each rank holds n_head/N attention heads (c_attn column-parallel
+// over its heads' q, k and v rows, c_proj row-parallel), 1/N of the MLP (c_fc column-, c_proj
+// row-parallel) and 1/N of the vocabulary (a vocabulary-parallel embedding tied to the LM head,
+// whose loss is parallel::vocab_parallel_cross_entropy: no rank holds the whole logits).
+// LayerNorms and the position embedding are replicated; every dropout sits outside the
+// parallel regions, so each rank draws the mask one process draws and the model reproduces
+// one process's loss and gradients, dropout included. A vocabulary that does not divide among
+// the ranks is padded to a multiple of N (as Megatron does) with rows whose logits are -inf.
+// sequence_parallel (Megatron-SP): LayerNorms, dropout and residual adds run on this rank's
+// 1/N of the sequence (T must divide), each rank drawing its chunk of one process's masks.
+// Parameter names are the same in every layout, each holding this rank's shard; the splits
+// come from the layers (parallel::tensor_parallel_layout). The blocks cut into pipeline stages
+// as they are (gpt2_pipeline.h).
 #pragma once
 #include <string>
 
@@ -7,6 +22,11 @@
 #include "tessera/models/pretrained.h"
 #include "tessera/nn/layers.h"
 #include "tessera/parallel/activation_checkpointing.h"
+#include "tessera/parallel/parallel_context.h"
+#include "tessera/parallel/sequence_parallel.h"
+#include "tessera/parallel/tensor_parallel.h"
+#include "tessera/parallel/vocab_parallel.h"
+#include "tessera/rng.h"
 
 namespace tessera::models {
 
@@ -31,54 +51,83 @@ struct GPT2Config {
 
 class GPT2Attention : public nn::Module {
  public:
-  GPT2Attention(Module* parent, const std::string& name, const GPT2Config& c);
+  GPT2Attention(Module* parent, const std::string& name, const GPT2Config& c,
+                const parallel::ParallelContext& ctx = {});
+  // With a cache (one process or tensor parallel, not sequence parallel), x holds the
+  // positions after cache->length and this rank's heads' keys and values are appended.
   Tensor forward(const Tensor& x, KVCache* cache, size_t layer);
-  nn::Linear c_attn, c_proj;
+  parallel::ColumnParallelLinear c_attn;  // q|k|v rows (this rank's heads')
+  parallel::RowParallelLinear c_proj;
   nn::Dropout resid_dropout;
-  int64_t n_head;
+  int64_t n_head;  // this rank's
 };
 
 class GPT2MLP : public nn::Module {
  public:
-  GPT2MLP(Module* parent, const std::string& name, const GPT2Config& c);
+  GPT2MLP(Module* parent, const std::string& name, const GPT2Config& c,
+          const parallel::ParallelContext& ctx = {});
   Tensor forward(const Tensor& x);
-  nn::Linear c_fc, c_proj;
+  parallel::ColumnParallelLinear c_fc;
+  parallel::RowParallelLinear c_proj;
   nn::Dropout dropout;
   GeluApprox activation;
 };
 
 class GPT2Block : public nn::Module {
  public:
-  GPT2Block(Module* parent, const std::string& name, const GPT2Config& c);
-  Tensor forward(const Tensor& x, KVCache* cache, size_t layer);
-  nn::LayerNorm ln_1;
+  GPT2Block(Module* parent, const std::string& name, const GPT2Config& c,
+            const parallel::ParallelContext& ctx = {});
+  Tensor forward(const Tensor& x, KVCache* cache = nullptr, size_t layer = 0);
+  parallel::SequenceParallelLayerNorm ln_1;
   GPT2Attention attn;
-  nn::LayerNorm ln_2;
+  parallel::SequenceParallelLayerNorm ln_2;
   GPT2MLP mlp;
 };
 
+// GPT2Model's input embeddings, dropout(wte(ids) + wpe(positions)) of ids [B, T]. With a
+// sequence group (sequence parallelism: wte reduce-scatters over it), this rank's chunk of the
+// sequence: its positions and its chunk of dropout's masks. `what` names the model in errors
+// (a [B, T] shape, T beyond n_positions or not dividing).
+Tensor gpt2_input_embeddings(nn::UnaryModule& wte, nn::Embedding& wpe, nn::Dropout& drop,
+                             const Tensor& ids, parallel::ProcessGroup* sequence_group,
+                             const std::string& what);
+
 class GPT2Model : public nn::Module {
  public:
-  GPT2Model(Module* parent, const std::string& name, const GPT2Config& c);
-  Tensor forward(const Tensor& input_ids, KVCache* cache = nullptr);  // hidden states [B, T, C]
-  nn::Embedding wte, wpe;
+  GPT2Model(Module* parent, const std::string& name, const GPT2Config& c,
+            const parallel::ParallelContext& ctx = {});
+  // Hidden states [B, T, C] (sequence parallel: [B, T/N, C], this rank's chunk).
+  Tensor forward(const Tensor& input_ids, KVCache* cache = nullptr);
+  parallel::VocabParallelEmbedding wte;
+  nn::Embedding wpe;
   nn::Dropout drop;
   nn::ModuleList h;
-  nn::LayerNorm ln_f;
+  parallel::SequenceParallelLayerNorm ln_f;
   GPT2Config config;
-  // Set: training forwards run the blocks through activation checkpoints (not with a cache).
+  parallel::ParallelContext context;
+  // Set: training forwards run the blocks through activation checkpoints (not with a cache;
+  // partitioned over the tensor-parallel group with partition_activations, unless sequence
+  // parallel).
   std::shared_ptr<parallel::ActivationCheckpointing> activation_checkpointing;
+
+ private:
+  Tensor blocks(const Tensor& x);  // through h, with activation checkpoints
 };
 
 class GPT2LMHeadModel : public PretrainedModel {
  public:
-  explicit GPT2LMHeadModel(const GPT2Config& c);
-  // Logits [B, T, vocab]; with a cache, input_ids are the positions after cache->length.
+  // Tensor parallel (ctx's group of 2 or more ranks): this rank's shards of the model
+  // GPT2LMHeadModel(c) would draw from the default generator at this point, which is left
+  // where that one leaves it; heads and MLP features must divide among the ranks.
+  explicit GPT2LMHeadModel(const GPT2Config& c, const parallel::ParallelContext& ctx = {});
+  // Logits [B, T, vocab] (tensor parallel: this rank's columns [B, T, padded vocab / N], the
+  // padding's -inf); with a cache, input_ids are the positions after cache->length.
   Tensor forward(const Tensor& input_ids, KVCache* cache = nullptr);
 
   std::string type_name() const override { return "GPT2LMHeadModel"; }
   std::string model_type() const override { return "gpt2"; }
-  Tensor logits(const Batch& b) override { return forward(b.input_ids); }
+  // Whole logits [B, T, vocab] in every layout (tensor parallel: the ranks' columns gathered).
+  Tensor logits(const Batch& b) override { return whole_logits(forward(b.input_ids)); }
   Tensor loss(const Batch& b) override;
   std::vector<HFWeight> hf_weights() override;
   std::string hf_prefix() const override { return "transformer."; }
@@ -87,15 +136,23 @@ class GPT2LMHeadModel : public PretrainedModel {
   int64_t vocab_size() const override { return config.vocab_size; }
   int64_t context_length() const override { return config.n_positions; }
   Tensor forward_cached(const Tensor& input_ids, KVCache& cache) override {
-    return forward(input_ids, &cache);
+    return whole_logits(forward(input_ids, &cache));
   }
   std::unique_ptr<PretrainedModel> hf_export_model() const override;
   // GPT-2 initialisation: N(0, 0.02), residual projections N(0, 0.02 / sqrt(2 n_layer)),
   // zero biases, unit LayerNorm weights. Uses the default generator.
   void init_weights();
+  // Copies this rank's shard of every weight of `whole` (same config, one process's model).
+  void load_from_whole(GPT2LMHeadModel& whole);
+  // Throws, naming the size, when `c` does not split among `ranks` (heads, MLP features).
+  static void check_divisible(const GPT2Config& c, int64_t ranks);
 
   GPT2Model transformer;
   GPT2Config config;
+
+ private:
+  GPT2LMHeadModel(const GPT2Config& c, const parallel::ParallelContext& ctx, GeneratorState start);
+  Tensor whole_logits(const Tensor& local) const;
 };
 
 }  // namespace tessera::models

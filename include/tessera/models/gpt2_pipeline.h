@@ -24,13 +24,13 @@
 
 namespace tessera::models {
 
-// With `tp` (a tensor-parallel group of 2 or more ranks: 3D), the layers are
-// GPT2TensorParallelLMHeadModel's over it (vocabulary-parallel embedding and tied head,
-// column/row-parallel blocks) under the same names, each rank holding its shard; they start at
-// zero: load the whole model's weights with load_saved_state(state, tp->rank(), tp->size()).
-// sequence_parallel (with `tp`, Megatron-SP): stages pass each rank's chunk of the sequence
-// ([B, T / N, C]; T must divide), LayerNorms, dropout and residual adds run on it, and every
-// dropout mask is that chunk of one process's.
+// The blocks are GPT2LMHeadModel's own (GPT2Block). With `tp` (a tensor-parallel group of 2 or
+// more ranks: 3D), each layer is built over it as the model is (vocabulary-parallel embedding
+// and tied head, column/row-parallel blocks) under the same names, each rank holding its shard;
+// they start at zero: load the whole model's weights with load_saved_state(state, tp->rank(),
+// tp->size()). sequence_parallel (with `tp`, Megatron-SP): stages pass each rank's chunk of the
+// sequence ([B, T / N, C]; T must divide), LayerNorms, dropout and residual adds run on it, and
+// every dropout mask is that chunk of one process's.
 std::vector<parallel::LayerSpec> gpt2_pipeline_layers(
     const GPT2Config& c, std::shared_ptr<parallel::ProcessGroup> tp = nullptr,
     bool sequence_parallel = false);

@@ -30,6 +30,11 @@ struct LinearOptions {
   }
 };
 
+// PyTorch's default initialisations, drawn from the default generator: a linear layer's weight
+// and bias (if defined) U(-1/sqrt(in), 1/sqrt(in)); an embedding's weight N(0, 1).
+void reset_linear_parameters(Tensor& weight, Tensor& bias, int64_t in_features);
+void reset_embedding_parameters(Tensor& weight);
+
 // y = x W^T + b, W [out, in] (PyTorch layout; GPT-2's Conv1D [in, out] is transposed on load).
 class Linear : public UnaryModule {
  public:

@@ -27,13 +27,15 @@ Tensor gather_from_tensor_parallel_region(const Tensor& x, ProcessGroup& group);
 // chunk of the sequence (dim 1), all-gathered before the GEMM (sequence_parallel.h); not with
 // gather_output. stride (Megatron's): the output features are `stride` fused blocks (GPT-2's
 // q|k|v: 3), each split on its own, so a rank holds its slice of every block.
+// A null group, or one of a single rank, makes it nn::Linear: the same parameters, initial
+// draws and op, no communication (parallel_context.h: one model definition for every layout).
 class ColumnParallelLinear : public nn::UnaryModule, public TensorParallelModule {
  public:
   ColumnParallelLinear(nn::Module* parent, const std::string& name, int64_t in, int64_t out,
                        std::shared_ptr<ProcessGroup> group, bool gather_output = true,
                        bool bias = true, bool sequence_parallel = false, int64_t stride = 1);
   Tensor forward(const Tensor& x) override;
-  std::string type_name() const override { return "ColumnParallelLinear"; }
+  std::string type_name() const override { return group_ ? "ColumnParallelLinear" : "Linear"; }
   TensorParallelLayout tensor_parallel_splits() const override;  // weight and bias: rows
   // Takes this rank's rows of a whole layer's weight [out, in] and bias [out].
   void load_from_full(const Tensor& weight, const Tensor& bias = {});
@@ -51,14 +53,14 @@ class ColumnParallelLinear : public nn::UnaryModule, public TensorParallelModule
 // and the whole bias added once. sequence_parallel: the partial products are reduce-scattered
 // over the sequence (dim 1) instead, each rank getting its chunk (needs input_is_parallel);
 // the bias, added to the chunk, goes through sequence_parallel_weight, so its gradient
-// arrives whole on every rank.
+// arrives whole on every rank. A null group, or one of a single rank: nn::Linear, as above.
 class RowParallelLinear : public nn::UnaryModule, public TensorParallelModule {
  public:
   RowParallelLinear(nn::Module* parent, const std::string& name, int64_t in, int64_t out,
                     std::shared_ptr<ProcessGroup> group, bool input_is_parallel = false,
                     bool bias = true, bool sequence_parallel = false);
   Tensor forward(const Tensor& x) override;
-  std::string type_name() const override { return "RowParallelLinear"; }
+  std::string type_name() const override { return group_ ? "RowParallelLinear" : "Linear"; }
   TensorParallelLayout tensor_parallel_splits() const override;  // weight: columns
   void load_from_full(const Tensor& weight, const Tensor& bias = {});
   Tensor weight, bias;

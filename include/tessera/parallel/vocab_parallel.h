@@ -17,16 +17,17 @@ namespace tessera::parallel {
 // whole lookup; the gradient of each row reaches only the rank that holds it. `weight`
 // [P/N, dim] is also the weight of a tied, vocabulary-parallel LM head (vocab_parallel_logits).
 // sequence_parallel: the lookups are reduce-scattered over the sequence (dim 1) instead, each
-// rank getting its chunk of the whole lookup.
+// rank getting its chunk of the whole lookup. A null group, or one of a single rank, makes it
+// nn::Embedding (the same parameter, initial draw and op; the head's logits plain too).
 class VocabParallelEmbedding : public nn::UnaryModule, public TensorParallelModule {
  public:
   VocabParallelEmbedding(nn::Module* parent, const std::string& name, int64_t num_embeddings,
                          int64_t dim, std::shared_ptr<ProcessGroup> group,
                          bool sequence_parallel = false);
   Tensor forward(const Tensor& ids) override;
-  std::string type_name() const override { return "VocabParallelEmbedding"; }
+  std::string type_name() const override { return group_ ? "VocabParallelEmbedding" : "Embedding"; }
   TensorParallelLayout tensor_parallel_splits() const override;  // weight: vocabulary rows
-  ProcessGroup& group() const { return *group_; }
+  ProcessGroup* group() const { return group_.get(); }           // null: not split
   // Takes this rank's rows of a whole embedding [num_embeddings, dim].
   void load_from_full(const Tensor& weight);
   Tensor weight;
