@@ -45,12 +45,9 @@ void build_pipeline(Job& job) {
 
 void build_model_and_engine(Job& job) {
   const io::TrainConfig& cfg = job.config;
-  if (job.groups.tensor)
-    job.tensor_parallel_model =
-        build_tensor_parallel_model(cfg, job.corpus.vocab_size, job.groups.tensor);
-  else
-    job.whole_model = build_model(cfg, job.corpus.vocab_size);
-  job.checkpointing = attach_activation_checkpointing(job.model(), cfg, job.groups.tensor);
+  job.pretrained_model = build_model(cfg, job.corpus.vocab_size, job.groups.tensor);
+  job.checkpointing =
+      attach_activation_checkpointing(*job.pretrained_model, cfg, job.groups.tensor);
   engine::InitializeOptions init;
   init.group = job.groups.data;
   init.tensor_parallel_group = job.groups.tensor;
@@ -86,8 +83,7 @@ JobGroups job_groups(const io::TrainConfig& cfg, std::shared_ptr<parallel::Proce
 }
 
 nn::Module& Job::model() {
-  if (whole_model) return *whole_model;
-  if (tensor_parallel_model) return *tensor_parallel_model;
+  if (pretrained_model) return *pretrained_model;
   TS_CHECK(pipeline_module, "launch::Job: no model was built");
   return *pipeline_module;
 }

@@ -11,11 +11,20 @@
 
 namespace tessera::launch {
 
-std::unique_ptr<models::PretrainedModel> build_model(const io::TrainConfig& cfg, int64_t vocab) {
+std::unique_ptr<models::PretrainedModel> build_model(const io::TrainConfig& cfg, int64_t vocab,
+                                                     std::shared_ptr<parallel::ProcessGroup> tp) {
   manual_seed(cfg.train.seed);
-  auto model = model_from_train_config(cfg, vocab);
-  // (Into this model: a second one built to load them doubled the memory at start-up.)
-  if (!cfg.model.init_from.empty()) models::load_hf_directory_weights(*model, cfg.model.init_from);
+  const parallel::ParallelContext ctx{std::move(tp), cfg.tensor_parallel.sequence_parallel};
+  const std::string& init_from = cfg.model.init_from;
+  // Tensor parallel: each rank takes its shards of model.init_from's whole model (read first,
+  // as it always was, so the generator is where it was when the shards are built).
+  std::unique_ptr<models::PretrainedModel> whole;
+  if (ctx.tensor_group() && !init_from.empty()) whole = models::load_pretrained(init_from);
+  auto model = model_from_train_config(cfg, vocab, ctx);
+  if (whole)
+    model->load_from_whole(*whole, "model.init_from: " + init_from);
+  else if (!init_from.empty())  // (into this model: a second one doubled the start-up memory)
+    models::load_hf_directory_weights(*model, init_from);
   const Device device = job_device(cfg);
   if (device.is_cuda()) model->to(device);
   return model;
@@ -63,16 +72,12 @@ parallel::PipelineModuleOptions pipeline_module_options(
 }
 
 std::shared_ptr<parallel::ActivationCheckpointing> attach_activation_checkpointing(
-    nn::Module& model, const io::TrainConfig& cfg, std::shared_ptr<parallel::ProcessGroup> tp) {
+    models::PretrainedModel& model, const io::TrainConfig& cfg,
+    std::shared_ptr<parallel::ProcessGroup> tp) {
   if (!cfg.activation_checkpointing.enabled) return nullptr;
   auto ckpt = std::make_shared<parallel::ActivationCheckpointing>(
       activation_checkpointing_options(cfg), std::move(tp));
-  if (auto* g = dynamic_cast<models::GPT2LMHeadModel*>(&model))
-    g->transformer.activation_checkpointing = ckpt;
-  else if (auto* b = dynamic_cast<models::BertForPreTraining*>(&model))
-    b->bert.activation_checkpointing = ckpt;
-  else
-    fail("activation_checkpointing: ", model.type_name(), " is not a built-in model");
+  model.set_activation_checkpointing(ckpt);
   return ckpt;
 }
 
@@ -80,28 +85,6 @@ std::unique_ptr<nn::Module> fresh_model(const io::TrainConfig& cfg, int64_t voca
                                         std::shared_ptr<parallel::ProcessGroup> tp) {
   return model_from_train_config(cfg, vocab,
                                  {std::move(tp), cfg.tensor_parallel.sequence_parallel});
-}
-
-std::unique_ptr<nn::Module> build_tensor_parallel_model(
-    const io::TrainConfig& cfg, int64_t vocab, std::shared_ptr<parallel::ProcessGroup> tp) {
-  manual_seed(cfg.train.seed);
-  std::unique_ptr<models::PretrainedModel> whole;  // model.init_from's weights
-  if (!cfg.model.init_from.empty()) whole = models::load_pretrained(cfg.model.init_from);
-  std::unique_ptr<nn::Module> model = fresh_model(cfg, vocab, tp);
-  if (whole) {  // each rank takes its shards of the whole model's weights
-    if (auto* bert = dynamic_cast<models::BertForPreTraining*>(model.get())) {
-      auto* w = dynamic_cast<models::BertForPreTraining*>(whole.get());
-      TS_CHECK(w, "model.init_from: ", cfg.model.init_from, " is not a BERT model");
-      bert->load_from_whole(*w);
-    } else {
-      auto* w = dynamic_cast<models::GPT2LMHeadModel*>(whole.get());
-      TS_CHECK(w, "model.init_from: ", cfg.model.init_from, " is not a GPT-2 model");
-      dynamic_cast<models::GPT2LMHeadModel&>(*model).load_from_whole(*w);
-    }
-  }
-  const Device device = job_device(cfg);
-  if (device.is_cuda()) model->to(device);
-  return model;
 }
 
 std::unique_ptr<parallel::PipelineModule> build_pipeline_model(

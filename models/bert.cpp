@@ -298,6 +298,12 @@ void BertForPreTraining::load_from_whole(BertForPreTraining& whole) {
                              bert.context.tensor_parallel_size());
 }
 
+void BertForPreTraining::load_from_whole(PretrainedModel& whole, const std::string& source) {
+  auto* bert_model = dynamic_cast<BertForPreTraining*>(&whole);
+  TS_CHECK(bert_model, source, " is not a BERT model (", whole.type_name(), ")");
+  load_from_whole(*bert_model);
+}
+
 void BertForPreTraining::check_divisible(const BertConfig& c, int64_t n) {
   c.validate();
   TS_CHECK(c.num_attention_heads % n == 0, "BERT tensor parallel: num_attention_heads ",

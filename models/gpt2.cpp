@@ -239,6 +239,12 @@ void GPT2LMHeadModel::load_from_whole(GPT2LMHeadModel& whole) {
                              transformer.context.tensor_parallel_size());
 }
 
+void GPT2LMHeadModel::load_from_whole(PretrainedModel& whole, const std::string& source) {
+  auto* gpt = dynamic_cast<GPT2LMHeadModel*>(&whole);
+  TS_CHECK(gpt, source, " is not a GPT-2 model (", whole.type_name(), ")");
+  load_from_whole(*gpt);
+}
+
 void GPT2LMHeadModel::check_divisible(const GPT2Config& c, int64_t n) {
   c.validate();
   TS_CHECK(c.n_head % n == 0, "GPT-2 tensor parallel: n_head ", c.n_head, " does not divide among ",

@@ -38,15 +38,14 @@ struct JobGroups {
 // pipeline.stages stages form a pipeline (3D: the tensor-parallel ranks vary fastest).
 JobGroups job_groups(const io::TrainConfig& cfg, std::shared_ptr<parallel::ProcessGroup> world);
 
-// A built job. Exactly one of whole_model, tensor_parallel_model, pipeline_module is set, and
-// engine (whole or tensor parallel) or pipeline_engine with it. Members are declared so that
-// engines go before the models they hold.
+// A built job. Exactly one of pretrained_model (whole, or this rank's tensor-parallel shard:
+// one definition) and pipeline_module is set, and engine or pipeline_engine with it. Members are
+// declared so that engines go before the models they hold.
 struct Job {
   io::TrainConfig config;
   JobGroups groups;
   io::TokenizedCorpus corpus;
-  std::unique_ptr<models::PretrainedModel> whole_model;
-  std::unique_ptr<nn::Module> tensor_parallel_model;
+  std::unique_ptr<models::PretrainedModel> pretrained_model;
   std::unique_ptr<parallel::PipelineModule> pipeline_module;
   std::shared_ptr<parallel::ActivationCheckpointing> checkpointing;  // null without the section
   std::shared_ptr<engine::Engine> engine;

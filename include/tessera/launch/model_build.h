@@ -19,19 +19,17 @@ namespace tessera::launch {
 Device job_device(const io::TrainConfig& cfg);
 
 // The config's model (seeded by train.seed, from model.init_from when set) on train.device
-// (under a launcher, "cuda" is this rank's local GPU).
-std::unique_ptr<models::PretrainedModel> build_model(const io::TrainConfig& cfg, int64_t vocab);
+// (under a launcher, "cuda" is this rank's local GPU). With `tp`, this rank's tensor-parallel
+// shard of it (initialised as the whole model would be, or sharded from model.init_from).
+std::unique_ptr<models::PretrainedModel> build_model(
+    const io::TrainConfig& cfg, int64_t vocab,
+    std::shared_ptr<parallel::ProcessGroup> tp = nullptr);
 
 // The config's architecture with fresh weights (seeded by the caller), on the CPU: whole
 // without `tp`, else its tensor-parallel layers over `tp` (heads and features that do not
 // divide are an error naming them). estimate-memory sizes this very model.
 std::unique_ptr<nn::Module> fresh_model(const io::TrainConfig& cfg, int64_t vocab,
                                         std::shared_ptr<parallel::ProcessGroup> tp);
-
-// The config's GPT-2 or BERT in tensor parallel over `tp` (seeded by train.seed, initialised
-// as the whole model would be, or sharded from model.init_from), on train.device.
-std::unique_ptr<nn::Module> build_tensor_parallel_model(const io::TrainConfig& cfg, int64_t vocab,
-                                                        std::shared_ptr<parallel::ProcessGroup> tp);
 
 // The config's GPT-2 or BERT as stage `stage` of a pipeline, starting from the whole model's
 // weights (as one process draws them, or model.init_from's), saving checkpoints under the
@@ -56,6 +54,7 @@ parallel::PipelineModuleOptions pipeline_module_options(
 // The config's activation_checkpointing section set on the built-in model `model` (whole or
 // tensor parallel over `tp`, which may be null); null when the config has no such section.
 std::shared_ptr<parallel::ActivationCheckpointing> attach_activation_checkpointing(
-    nn::Module& model, const io::TrainConfig& cfg, std::shared_ptr<parallel::ProcessGroup> tp);
+    models::PretrainedModel& model, const io::TrainConfig& cfg,
+    std::shared_ptr<parallel::ProcessGroup> tp);
 
 }  // namespace tessera::launch

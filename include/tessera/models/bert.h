@@ -186,6 +186,11 @@ class BertForPreTraining : public PretrainedModel {
   void init_weights();  // N(0, 0.02), zero biases, unit LayerNorm weights
   // Copies this rank's shard of every weight of `whole` (same config and heads, one process's).
   void load_from_whole(BertForPreTraining& whole);
+  void load_from_whole(PretrainedModel& whole, const std::string& source) override;
+  void set_activation_checkpointing(
+      std::shared_ptr<parallel::ActivationCheckpointing> checkpointing) override {
+    bert.activation_checkpointing = std::move(checkpointing);
+  }
   // Throws, naming the size, when `c` does not split among `ranks` (heads, intermediate).
   static void check_divisible(const BertConfig& c, int64_t ranks);
 

@@ -144,6 +144,11 @@ class GPT2LMHeadModel : public PretrainedModel {
   void init_weights();
   // Copies this rank's shard of every weight of `whole` (same config, one process's model).
   void load_from_whole(GPT2LMHeadModel& whole);
+  void load_from_whole(PretrainedModel& whole, const std::string& source) override;
+  void set_activation_checkpointing(
+      std::shared_ptr<parallel::ActivationCheckpointing> checkpointing) override {
+    transformer.activation_checkpointing = std::move(checkpointing);
+  }
   // Throws, naming the size, when `c` does not split among `ranks` (heads, MLP features).
   static void check_divisible(const GPT2Config& c, int64_t ranks);
 

@@ -9,6 +9,7 @@
 
 #include "tessera/models/kv_cache.h"
 #include "tessera/nn/loss_model.h"
+#include "tessera/parallel/activation_checkpointing.h"
 
 namespace tessera::models {
 
@@ -66,6 +67,14 @@ class PretrainedModel : public nn::LossModel<Batch> {
   // missing keys (GPT-2 always has biases: a bias-free GPT-2 exports with zero biases); null
   // when this model already is that architecture.
   virtual std::unique_ptr<PretrainedModel> hf_export_model() const { return nullptr; }
+
+  // One definition for every layout (parallel/parallel_context.h). Copies this rank's shard of
+  // every weight of `whole`, a one-process model of the same architecture and config (what
+  // `source` names, in the error when it is not).
+  virtual void load_from_whole(PretrainedModel& whole, const std::string& source) = 0;
+  // Training forwards run the blocks through `checkpointing` (null: straight through).
+  virtual void set_activation_checkpointing(
+      std::shared_ptr<parallel::ActivationCheckpointing> checkpointing) = 0;
 };
 
 // Loads an HF model directory: config.json picks the architecture ("model_type" gpt2 or
