@@ -70,6 +70,12 @@ Batch Batch::to(Device device) const {
           move(next_sentence_label), target_weight};
 }
 
+Tensor Batch::weighted(const Tensor& mean) const {
+  if (target_weight == 0.0) return mean;
+  const double count = static_cast<double>(loss_terms());
+  return count == 0 ? mean * 0.0 : mean * (count * target_weight);
+}
+
 int64_t Batch::loss_terms() const {
   if (!targets.defined()) return 0;
   const Tensor host = targets.to(Device::cpu()).to(DType::Int64).contiguous();

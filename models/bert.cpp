@@ -1,7 +1,6 @@
 #include "tessera/models/bert.h"
 
 #include <iostream>
-#include <optional>
 
 #include "tessera/grad_mode.h"
 #include "tessera/parallel/tensor_parallel_layout.h"
@@ -145,8 +144,7 @@ Tensor BertModel::forward(const Batch& b) {
   const Tensor mask = bert_attention_mask(b);
   const auto seq = context.sequence_group();
   // With sequence parallelism the layers' dropout masks are this rank's chunk too.
-  std::optional<SequenceShardGuard> chunk;
-  if (seq) chunk.emplace(seq->rank(), seq->size());
+  const parallel::SequenceShardScope chunk(seq.get());
   return parallel::run_layers(
       activation_checkpointing.get(), static_cast<int64_t>(encoder.layer.size()),
       [this, mask](int64_t i, const Tensor& in) {
@@ -248,11 +246,8 @@ BertForPreTraining::BertForPreTraining(const BertConfig& c, bool nsp,
 }
 
 Tensor BertForPreTraining::logits(const Batch& b) {
-  const Tensor local = cls.predictions.forward(bert.forward(b), bert.embeddings.word_embeddings);
-  const auto group = bert.context.tensor_group();
-  if (!group) return local;
-  return parallel::gather_from_tensor_parallel_region(local, *group)
-      .narrow(2, 0, config.vocab_size);
+  const auto& words = bert.embeddings.word_embeddings;
+  return parallel::whole_vocab_logits(cls.predictions.forward(bert.forward(b), words), words);
 }
 
 Tensor BertForPreTraining::nsp_logits(const Batch& b) {
@@ -271,12 +266,8 @@ Tensor BertForPreTraining::loss(const Batch& b) {
   Tensor loss;
   if (const auto group = bert.context.tensor_group()) {
     const int64_t per = bert.embeddings.word_embeddings.vocab_per_rank;
-    const Tensor mean =
-        parallel::vocab_parallel_cross_entropy(lg.view({-1, per}), targets, *group, -100);
-    const double count = b.target_weight != 0.0 ? b.loss_terms() : 0.0;
-    loss = b.target_weight == 0.0 ? mean
-           : count == 0           ? mean * 0.0
-                                  : mean * (count * b.target_weight);
+    loss = b.weighted(
+        parallel::vocab_parallel_cross_entropy(lg.view({-1, per}), targets, *group, -100));
   } else {
     // A batch without masked positions (short NSP pairs) adds no MLM loss instead of a NaN mean.
     loss =

@@ -44,8 +44,7 @@ class BertLayerPipe : public PipeLayer {
         layer(this, "layer", c, ctx),
         sequence_group(ctx.sequence_group()) {}
   PipeValue forward(const PipeValue& x) override {
-    if (!sequence_group) return {layer.forward(x.at(0), mask_or_none(x.at(1))), x.at(1)};
-    SequenceShardGuard chunk(sequence_group->rank(), sequence_group->size());
+    const parallel::SequenceShardScope chunk(sequence_group.get());
     return {layer.forward(x.at(0), mask_or_none(x.at(1))), x.at(1)};
   }
   std::string type_name() const override { return "BertLayer"; }

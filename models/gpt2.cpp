@@ -206,13 +206,6 @@ Tensor GPT2LMHeadModel::forward(const Tensor& input_ids, KVCache* cache) {
                                          transformer.context.sequence_parallel);
 }
 
-Tensor GPT2LMHeadModel::whole_logits(const Tensor& local) const {
-  const auto group = transformer.context.tensor_group();
-  if (!group) return local;
-  return parallel::gather_from_tensor_parallel_region(local, *group)
-      .narrow(2, 0, config.vocab_size);
-}
-
 Tensor GPT2LMHeadModel::loss(const Batch& b) {
   nn::ModuleScope scope(*this);
   TS_CHECK(b.targets.defined(), "GPT-2 loss: the batch has no targets");
@@ -221,11 +214,8 @@ Tensor GPT2LMHeadModel::loss(const Batch& b) {
   const Tensor lg = forward(b.input_ids);
   const Tensor targets = b.targets.reshape({-1});
   if (const auto group = transformer.context.tensor_group()) {
-    const Tensor mean = parallel::vocab_parallel_cross_entropy(
-        lg.view({-1, transformer.wte.vocab_per_rank}), targets, *group, -100);
-    if (b.target_weight == 0.0) return mean;
-    const double count = b.loss_terms();
-    return count == 0 ? mean * 0.0 : mean * (count * b.target_weight);
+    return b.weighted(parallel::vocab_parallel_cross_entropy(
+        lg.view({-1, transformer.wte.vocab_per_rank}), targets, *group, -100));
   }
   if (b.target_weight == 0.0) return cross_entropy(lg.view({-1, config.vocab_size}), targets, -100);
   return cross_entropy(lg.view({-1, config.vocab_size}), targets, -100, 0.0, Reduction::Sum) *

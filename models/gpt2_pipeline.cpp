@@ -42,8 +42,7 @@ class GPT2BlockPipe : public PipeLayer {
                 const parallel::ParallelContext& ctx)
       : PipeLayer(parent, name), h(this, "h", c, ctx), sequence_group(ctx.sequence_group()) {}
   PipeValue forward(const PipeValue& x) override {
-    if (!sequence_group) return {h.forward(x.at(0))};
-    SequenceShardGuard chunk(sequence_group->rank(), sequence_group->size());
+    const parallel::SequenceShardScope chunk(sequence_group.get());
     return {h.forward(x.at(0))};
   }
   std::string type_name() const override { return "GPT2Block"; }

@@ -110,6 +110,13 @@ Tensor vocab_parallel_logits(const Tensor& hidden, const VocabParallelEmbedding&
   return logits + bias;
 }
 
+Tensor whole_vocab_logits(const Tensor& local_logits, const VocabParallelEmbedding& embedding) {
+  ProcessGroup* group = embedding.group();
+  if (!group) return local_logits;
+  const Tensor all = gather_from_tensor_parallel_region(local_logits, *group);
+  return all.narrow(all.dim() - 1, 0, embedding.num_embeddings);
+}
+
 Tensor vocab_parallel_cross_entropy(const Tensor& local_logits, const Tensor& targets,
                                     ProcessGroup& group, int64_t ignore_index) {
   const int64_t v = local_logits.shape().back();

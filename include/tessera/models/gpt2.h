@@ -127,7 +127,9 @@ class GPT2LMHeadModel : public PretrainedModel {
   std::string type_name() const override { return "GPT2LMHeadModel"; }
   std::string model_type() const override { return "gpt2"; }
   // Whole logits [B, T, vocab] in every layout (tensor parallel: the ranks' columns gathered).
-  Tensor logits(const Batch& b) override { return whole_logits(forward(b.input_ids)); }
+  Tensor logits(const Batch& b) override {
+    return parallel::whole_vocab_logits(forward(b.input_ids), transformer.wte);
+  }
   Tensor loss(const Batch& b) override;
   std::vector<HFWeight> hf_weights() override;
   std::string hf_prefix() const override { return "transformer."; }
@@ -136,7 +138,7 @@ class GPT2LMHeadModel : public PretrainedModel {
   int64_t vocab_size() const override { return config.vocab_size; }
   int64_t context_length() const override { return config.n_positions; }
   Tensor forward_cached(const Tensor& input_ids, KVCache& cache) override {
-    return whole_logits(forward(input_ids, &cache));
+    return parallel::whole_vocab_logits(forward(input_ids, &cache), transformer.wte);
   }
   std::unique_ptr<PretrainedModel> hf_export_model() const override;
   // GPT-2 initialisation: N(0, 0.02), residual projections N(0, 0.02 / sqrt(2 n_layer)),
@@ -157,7 +159,6 @@ class GPT2LMHeadModel : public PretrainedModel {
 
  private:
   GPT2LMHeadModel(const GPT2Config& c, const parallel::ParallelContext& ctx, GeneratorState start);
-  Tensor whole_logits(const Tensor& local) const;
 };
 
 }  // namespace tessera::models

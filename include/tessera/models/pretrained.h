@@ -32,6 +32,10 @@ struct Batch {
   Batch to(Device device) const;
   // The targets that are not -100 (the engine's data-parallel weighting, nn/loss_model.h).
   int64_t loss_terms() const;
+  // A mean token loss of this batch weighted as target_weight asks: the mean itself when it is
+  // 0, else the sum the mean stands for times target_weight (exactly 0 without targets, where
+  // the mean is NaN). For losses that come as a mean (vocabulary-parallel cross-entropy).
+  Tensor weighted(const Tensor& mean) const;
 };
 
 // A batch from a JSON file: {"input_ids": [[...]], "targets": [[...]], and BERT's

@@ -7,10 +7,12 @@
 // [B, T, C] activations of the built-in models.
 #pragma once
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "tessera/nn/layers.h"
 #include "tessera/parallel/process_group.h"
+#include "tessera/rng.h"
 #include "tessera/tensor.h"
 
 namespace tessera::parallel {
@@ -46,6 +48,18 @@ Tensor sequence_parallel_weight(const Tensor& param, ProcessGroup& group);
 // divide is an error naming `what` (the model).
 Tensor sequence_parallel_positions(int64_t length, const ProcessGroup* group, Device device,
                                    const std::string& what);
+
+// While it lives, dropout draws this rank's chunk of one process's masks (a SequenceShardGuard
+// over `sequence_group`); with a null group (no sequence parallelism) it does nothing.
+class SequenceShardScope {
+ public:
+  explicit SequenceShardScope(const ProcessGroup* sequence_group) {
+    if (sequence_group) guard_.emplace(sequence_group->rank(), sequence_group->size());
+  }
+
+ private:
+  std::optional<SequenceShardGuard> guard_;
+};
 
 // A LayerNorm applied to this rank's sequence chunk: its weight and bias are replicated and go
 // through sequence_parallel_weight. With a null group it is an nn::LayerNorm.

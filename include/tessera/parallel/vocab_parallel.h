@@ -46,6 +46,10 @@ class VocabParallelEmbedding : public nn::UnaryModule, public TensorParallelModu
 Tensor vocab_parallel_logits(const Tensor& hidden, const VocabParallelEmbedding& embedding,
                              bool sequence_parallel = false);
 
+// The whole logits [..., num_embeddings] on every rank from this rank's columns (the ranks'
+// gathered, the padding dropped); a plain embedding's logits as they are.
+Tensor whole_vocab_logits(const Tensor& local_logits, const VocabParallelEmbedding& embedding);
+
 // cross_entropy(whole logits, targets, ignore_index) (the mean over targets that are not
 // ignored; NaN when all are, as torch) from this rank's logit columns `local_logits`
 // [..., V/N] (vocabulary [r * V/N, (r + 1) * V/N), V possibly padded): the row maximum, the sum of
