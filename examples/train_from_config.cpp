@@ -39,7 +39,7 @@ int main(int argc, char** argv) try {
   auto world = ts::parallel::world();
   ts::io::TrainConfig cfg;
   if (argc > 1) {
-    cfg = ts::io::TrainConfig::from_file(argv[1], world->size());
+    cfg = ts::launch::read_config(argv[1], world->size());
   } else {
     if (world->rank() == 0) write_corpus("train_from_config_corpus.txt");
     world->barrier();

@@ -18,6 +18,7 @@
 #include "tessera/experiment/search_method.h"
 #include "tessera/io/files.h"
 #include "tessera/io/identity.h"
+#include "tessera/models/model_registry.h"
 #include "tessera/trial/experiment_config.h"
 
 namespace fs = std::filesystem;
@@ -31,11 +32,12 @@ std::vector<std::string> trial_command(const trial::ExperimentConfig& config, co
                                        const std::string& tessera) {
   const std::string& e = config.entrypoint;
   TS_CHECK(!e.empty(), yaml.string(),
-           ": no 'entrypoint': builtin:gpt2, builtin:bert, or your trial program (a path "
-           "relative to this file, built with tessera/trial/run.h)");
+           ": no 'entrypoint': ", models::registered_model_list("builtin:"),
+           ", or your trial program (a path relative to this file, built with "
+           "tessera/trial/run.h)");
   if (e.rfind("builtin:", 0) == 0) {
-    TS_CHECK(e == "builtin:gpt2" || e == "builtin:bert", yaml.string(), ": entrypoint '", e,
-             "' is not a built-in trial (builtin:gpt2 or builtin:bert)");
+    TS_CHECK(models::has_model(e.substr(8)), yaml.string(), ": entrypoint '", e,
+             "' is not a built-in trial (", models::registered_model_list("builtin:"), ")");
     return {tessera, "trial"};
   }
   if (e.find('/') == std::string::npos) return {e};  // a command on PATH

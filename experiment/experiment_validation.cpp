@@ -8,6 +8,7 @@
 #include "tessera/experiment/search_method.h"
 #include "tessera/io/files.h"
 #include "tessera/io/train_config.h"
+#include "tessera/launch/job.h"
 #include "tessera/trial/deepspeed_config.h"
 
 namespace tessera::experiment {
@@ -51,15 +52,15 @@ void validate_builtin_trial(const trial::ExperimentConfig& c) {
   std::map<std::string, nlohmann::json> hparams;
   for (const auto& [k, v] : sample.items()) hparams[k] = v;
   const nlohmann::json overrides = trial::overrides_from_hparams(hparams, kTrialOwn);
-  const std::string kind = c.entrypoint == "builtin:bert" ? "bert" : "gpt2";
+  const std::string kind = c.entrypoint.substr(8);  // builtin:<model.type>
   for (const fs::path& path : config_paths(c)) {
     const std::string file = path.string();
     const io::TrainConfig base =
-        io::TrainConfig::parse(io::read_text_file(file), c.slots_per_trial, file);
+        launch::parse_config(io::read_text_file(file), c.slots_per_trial, file);
     io::TrainConfig merged;
     try {
-      merged = io::TrainConfig::parse(trial::overwrite_deepspeed_config(file, overrides).dump(),
-                                      c.slots_per_trial, file);
+      merged = launch::parse_config(trial::overwrite_deepspeed_config(file, overrides).dump(),
+                                    c.slots_per_trial, file);
     } catch (const Error& e) {
       fail(where, ": a trial's config (", file, " with the hyperparameters ", sample.dump(),
            ") is invalid: ", e.what());

@@ -28,6 +28,13 @@ class Section {
   const std::string& source() const { return source_; }
   std::vector<std::string>& warnings() { return warnings_; }
   std::string key(const std::string& k) const { return path_.empty() ? k : path_ + "." + k; }
+  // The keys the object states (non-null), in its order.
+  std::vector<std::string> stated_keys() const {
+    std::vector<std::string> out;
+    for (const auto& [k, v] : j_.items())
+      if (!v.is_null()) out.push_back(k);
+    return out;
+  }
   bool has(const std::string& k) {
     seen_.insert(k);
     return j_.contains(k) && !j_[k].is_null();

@@ -479,11 +479,6 @@ TrainConfig TrainConfig::parse(const std::string& text, int64_t world, const std
            source, ": 'pipeline.schedule' \"interleaved\" needs gradient_accumulation_steps (",
            c.gradient_accumulation_steps, ", the micro-batches of a step) to be a multiple of ",
            "pipeline.stages (", c.pipeline.stages, "), as Megatron's");
-  if (c.model.type == "gpt2" && j.contains("data") && j["data"].is_object())
-    for (const char* k : {"mask_prob", "nsp"})
-      if (j["data"].contains(k))
-        c.warnings.push_back(source + ": 'data." + k +
-                             "' has no effect on gpt2 (ignored): it configures BERT's batches");
   const bool hysteresis_given =
       j.contains("fp16") && j["fp16"].is_object() &&
       (j["fp16"].contains("hysteresis") || j["fp16"].contains("consecutive_hysteresis"));

@@ -6,9 +6,11 @@ namespace tessera::io::config {
 void parse_model(Section m, TrainConfig& c) {
   const std::string& source = m.source();
   auto& md = c.model;
+  md.stated_keys = m.stated_keys();
+  // Which types exist, and which keys each reads, is the model registry's
+  // (models::check_model_config): io reads the section's values.
   m.get("type", md.type);
-  TS_CHECK(md.type == "gpt2" || md.type == "bert", source, ": 'model.type' is \"", md.type,
-           "\", expected \"gpt2\" or \"bert\"");
+  TS_CHECK(!md.type.empty(), source, ": 'model.type' is empty");
   m.get("size", md.size);
   m.get_min<int64_t>("n_layer", md.n_layer, 1, ">= 1");
   m.get_min<int64_t>("n_head", md.n_head, 1, ">= 1");
@@ -20,14 +22,6 @@ void parse_model(Section m, TrainConfig& c) {
   m.get("bias", md.bias);
   m.get("init_from", md.init_from);
   if (!md.init_from.empty()) adopt_init_from_model(m, c);
-  if (md.type == "gpt2" && m.has("intermediate_size"))
-    m.warnings().push_back(source +
-                           ": 'model.intermediate_size' has no effect on gpt2 (ignored): its MLP "
-                           "is 4 * n_embd wide");
-  if (md.type == "bert" && m.has("bias"))
-    m.warnings().push_back(source +
-                           ": 'model.bias' has no effect on bert (ignored): its layers always "
-                           "have biases");
   if (!md.size.empty())
     for (const char* k : {"n_layer", "n_head", "n_embd", "intermediate_size"})
       if (m.has(k))
@@ -42,6 +36,7 @@ void parse_model(Section m, TrainConfig& c) {
 void parse_data(Section d, TrainConfig& c) {
   const std::string& source = d.source();
   auto& dt = c.data;
+  dt.stated_keys = d.stated_keys();
   d.get("path", dt.path);
   d.get("tokenizer", dt.tokenizer);
   TS_CHECK(dt.tokenizer == "char" || dt.tokenizer == "gpt2" || dt.tokenizer == "wordpiece", source,

@@ -4,7 +4,6 @@
 #include "tessera/error.h"
 #include "tessera/launch/model_build.h"
 #include "tessera/launch/train_data.h"
-#include "tessera/models/bert_pipeline.h"
 
 namespace tessera::launch {
 
@@ -24,7 +23,9 @@ void check_pipeline_config(const io::TrainConfig& cfg) {
 void build_pipeline(Job& job) {
   const io::TrainConfig& cfg = job.config;
   const int stage = job.groups.stage;
-  job.pipeline_module = build_pipeline_model(cfg, job.corpus.vocab_size, stage, job.groups.tensor);
+  job.pipeline_definition = pipeline_definition(cfg, job.corpus.vocab_size, job.groups.tensor);
+  job.pipeline_module = build_pipeline_model(cfg, job.pipeline_definition, job.corpus.vocab_size,
+                                             stage, job.groups.tensor);
   parallel::PipelineModule& model = *job.pipeline_module;
   TS_CHECK(cfg.zero.stage == 0 || model.num_parameters() > 0, "pipeline: stage ", stage,
            " holds no parameters of its own (its layers: ", model.bounds()[stage], " to ",
@@ -107,16 +108,32 @@ std::map<std::string, std::string> Job::tokenizer_files() const {
 }
 
 engine::PipeMicroBatch Job::pipe_micro_batch(const models::Batch& b) {
-  if (config.model.type != "bert") return {{b.input_ids}, {b.targets}};
+  const models::PipelineDefinition& d = pipeline_definition;
+  parallel::PipeValue inputs = d.inputs ? d.inputs(b) : parallel::PipeValue{b.input_ids};
+  if (!d.labels) return {std::move(inputs), {b.targets}};
   // The last stage weighs the loss as the engine weighs a whole model's (nn/loss_model.h).
   const double weight = pipeline_engine->is_last_stage()
                             ? pipeline_engine->stage_engine().loss_weight(b.loss_terms())
                             : 0.0;
-  return {models::bert_pipeline_inputs(b), models::bert_pipeline_labels(b, weight)};
+  return {std::move(inputs), d.labels(b, weight)};
+}
+
+io::TrainConfig parse_config(const std::string& json_text, int64_t world_size,
+                             const std::string& source) {
+  io::TrainConfig cfg = io::TrainConfig::parse(json_text, world_size, source);
+  models::check_model_config(cfg);
+  return cfg;
+}
+
+io::TrainConfig read_config(const std::string& path, int64_t world_size) {
+  io::TrainConfig cfg = io::TrainConfig::from_file(path, world_size);
+  models::check_model_config(cfg);
+  return cfg;
 }
 
 std::unique_ptr<Job> build(io::TrainConfig cfg, std::shared_ptr<parallel::ProcessGroup> world) {
   auto job = std::make_unique<Job>();
+  models::check_model_config(cfg);  // (a config not read through read_config)
   job->config = std::move(cfg);
   if (job->config.pipeline.stages > 1) check_pipeline_config(job->config);
   job->groups = job_groups(job->config, world);

@@ -15,8 +15,8 @@ void describe_pipeline(std::ostream& out, const Job& job) {
   const parallel::PipelineModule& model = *job.pipeline_module;
   const int64_t tp = cfg.tensor_parallel.autotp_size, v = model.num_chunks();
   const auto& b = model.bounds();
-  out << (cfg.model.type == "bert" ? "BERT" : "GPT2") << " pipeline: " << cfg.pipeline.stages
-      << " stages x " << job.data_size() << " data-parallel"
+  out << cfg.model.type << " pipeline: " << cfg.pipeline.stages << " stages x " << job.data_size()
+      << " data-parallel"
       << (tp > 1 ? " x " + std::to_string(tp) + " tensor-parallel" : std::string()) << ", "
       << cfg.pipeline.schedule << " schedule, layers per "
       << (v > 1 ? "part (stage s holds parts s, s + stages, ...):" : "stage:");

@@ -5,10 +5,9 @@
 #include "tessera/io/token_data.h"
 #include "tessera/io/tokenizer.h"
 #include "tessera/launch/model_build.h"
-#include "tessera/launch/model_config.h"
+#include "tessera/launch/train_data.h"
 #include "tessera/models/activation_memory.h"
-#include "tessera/models/bert_pipeline.h"
-#include "tessera/models/gpt2_pipeline.h"
+#include "tessera/models/model_registry.h"
 #include "tessera/parallel/pipe_schedule.h"
 #include "tessera/parallel/shape_only_group.h"
 #include "tessera/parallel/zero_optimizer.h"
@@ -34,13 +33,12 @@ models::ActivationPlan activation_plan(const io::TrainConfig& cfg) {
   return p;
 }
 
-// The activation bytes per rank of the config's model, micro-batch and layout.
-int64_t activation_bytes(const io::TrainConfig& cfg, int64_t vocab) {
-  const models::ActivationPlan p = activation_plan(cfg);
-  if (cfg.model.type == "bert")
-    return models::bert_activation_bytes(bert_config_from_train_config(cfg, vocab), cfg.data.nsp, p)
-        .total();
-  return models::gpt2_activation_bytes(gpt2_config_from_train_config(cfg, vocab), p).total();
+// The activation bytes per rank of the config's model, micro-batch and layout (nullopt: its
+// registry entry does not estimate them).
+std::optional<int64_t> activation_bytes(const io::TrainConfig& cfg, int64_t vocab) {
+  const models::ModelEntry& e = models::find_model(cfg.model.type);
+  if (!e.activation_bytes) return std::nullopt;
+  return e.activation_bytes(cfg, vocab, activation_plan(cfg));
 }
 
 // A tensor-parallel rank's layers are built over a group that only has a size: rank 0's
@@ -101,15 +99,15 @@ ModelStateBytes model_state_bytes(const io::TrainConfig& c, const parallel::Shar
 
 std::optional<int64_t> config_vocab_size(const io::TrainConfig& cfg) {
   if (!cfg.model.init_from.empty()) {  // the pretrained embedding's rows
-    const std::string text = init_from_config_json(cfg);
-    return cfg.model.type == "bert" ? models::BertConfig::from_json(text).vocab_size
-                                    : models::GPT2Config::from_json(text).vocab_size;
+    const std::string path = cfg.model.init_from + "/config.json";
+    return io::JsonFields(io::JsonFields::parse_file(path), "'" + path + "'")
+        .integer("vocab_size", 1);
   }
   if (cfg.data.tokenizer == "wordpiece")
     return io::WordPieceTokenizer::from_file(cfg.data.vocab, cfg.data.lower_case).vocab_size();
   if (cfg.data.tokenizer == "gpt2") return 50257;
   if (cfg.data.path.empty()) return std::nullopt;
-  return io::prepare_corpus(cfg.data, cfg.model.type == "bert", false).vocab_size;
+  return io::prepare_corpus(cfg.data, masked_lm(cfg), false).vocab_size;
 }
 
 MemoryEstimate estimate_memory(const io::TrainConfig& cfg, int64_t vocab) {
@@ -125,7 +123,9 @@ MemoryEstimate estimate_memory(const io::TrainConfig& cfg, int64_t vocab) {
   e.parameters = layout.total_numel();
   for (int s = 0; s <= 3; ++s)
     e.by_zero_stage[static_cast<size_t>(s)] = model_state_bytes(cfg, layout, s, dp);
-  e.activations = activation_bytes(cfg, vocab);
+  const std::optional<int64_t> activations = activation_bytes(cfg, vocab);
+  e.activations = activations.value_or(0);
+  e.activations_estimated = activations.has_value();
   e.zero_stage = static_cast<int>(cfg.zero.stage);
   return e;
 }
@@ -138,19 +138,12 @@ std::vector<PipelineStageEstimate> estimate_pipeline_memory(const io::TrainConfi
   TS_CHECK(cfg.zero.stage < 3,
            "zero_optimization.stage 3 with pipeline stages is refused by the engine (see "
            "docs/parallelism.md)");
-  const parallel::PipelineModuleOptions po = pipeline_module_options(cfg);
-  const bool bert = cfg.model.type == "bert";
-  const models::GPT2Config gc =
-      bert ? models::GPT2Config{} : gpt2_config_from_train_config(cfg, vocab);
-  const models::BertConfig bc =
-      bert ? bert_config_from_train_config(cfg, vocab) : models::BertConfig{};
   // 3D: each stage built of tensor-parallel layers (the layers check that heads and features
   // divide), so its parameters and its partition are a rank's.
-  const auto tp_group = shape_only_tensor_group(cfg);
-  const std::vector<parallel::LayerSpec> specs =
-      bert ? models::bert_pipeline_layers(bc, cfg.data.nsp, tp_group,
-                                          cfg.tensor_parallel.sequence_parallel)
-           : models::gpt2_pipeline_layers(gc, tp_group, cfg.tensor_parallel.sequence_parallel);
+  const models::PipelineDefinition definition =
+      pipeline_definition(cfg, vocab, shape_only_tensor_group(cfg));
+  const parallel::PipelineModuleOptions po = pipeline_module_options(cfg, definition);
+  const models::ModelEntry& entry = models::find_model(cfg.model.type);
   const int dp = static_cast<int>(cfg.world_size), zero = static_cast<int>(cfg.zero.stage);
   models::ActivationPlan plan = activation_plan(cfg);
   plan.layers_per_checkpoint = po.activation_checkpoint_interval;
@@ -158,7 +151,7 @@ std::vector<PipelineStageEstimate> estimate_pipeline_memory(const io::TrainConfi
   const int64_t dtype_bytes = static_cast<int64_t>(itemsize(cfg.model_dtype()));
   std::vector<PipelineStageEstimate> out;
   for (int64_t s = 0; s < p; ++s) {
-    parallel::PipelineModule stage(specs, {}, s, po);  // (builds this stage's layers)
+    parallel::PipelineModule stage(definition.layers, {}, s, po);  // (builds its layers)
     PipelineStageEstimate e;
     e.state = model_state_bytes(cfg, layout_of(stage, dp), zero, dp);
     // Each chunk's layers (one chunk but with the interleaved schedule) and what they keep.
@@ -166,9 +159,9 @@ std::vector<PipelineStageEstimate> estimate_pipeline_memory(const io::TrainConfi
     for (int64_t c = 0; c < stage.num_chunks(); ++c) {
       const size_t part = static_cast<size_t>(stage.part_of(c));
       const int64_t first = stage.bounds()[part], last = stage.bounds()[part + 1];
-      chunk_bytes.push_back(
-          bert ? models::bert_pipeline_stage_bytes(bc, cfg.data.nsp, plan, first, last)
-               : models::gpt2_pipeline_stage_bytes(gc, plan, first, last));
+      chunk_bytes.push_back(entry.stage_activation_bytes
+                                ? entry.stage_activation_bytes(cfg, vocab, plan, first, last)
+                                : 0);
       e.layers.emplace_back(first, last);
     }
     e.activations = parallel::peak_activation_bytes(
@@ -179,6 +172,7 @@ std::vector<PipelineStageEstimate> estimate_pipeline_memory(const io::TrainConfi
       if (holders.front() != s && std::count(holders.begin(), holders.end(), s))
         for (const Tensor* t : stage.tied_parameters(key))
           e.tied_copies += 2 * t->numel() * dtype_bytes;
+    e.activations_estimated = static_cast<bool>(entry.stage_activation_bytes);
     out.push_back(std::move(e));
   }
   return out;

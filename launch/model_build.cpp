@@ -1,11 +1,7 @@
 #include "tessera/launch/model_build.h"
 
 #include "tessera/cuda.h"
-#include "tessera/launch/model_config.h"
-#include "tessera/models/bert.h"
-#include "tessera/models/bert_pipeline.h"
-#include "tessera/models/gpt2.h"
-#include "tessera/models/gpt2_pipeline.h"
+#include "tessera/models/model_registry.h"
 #include "tessera/models/pretrained.h"
 #include "tessera/parallel/process_group.h"
 
@@ -20,7 +16,7 @@ std::unique_ptr<models::PretrainedModel> build_model(const io::TrainConfig& cfg,
   // as it always was, so the generator is where it was when the shards are built).
   std::unique_ptr<models::PretrainedModel> whole;
   if (ctx.tensor_group() && !init_from.empty()) whole = models::load_pretrained(init_from);
-  auto model = model_from_train_config(cfg, vocab, ctx);
+  auto model = models::find_model(cfg.model.type).build(cfg, vocab, ctx);
   if (whole)
     model->load_from_whole(*whole, "model.init_from: " + init_from);
   else if (!init_from.empty())  // (into this model: a second one doubled the start-up memory)
@@ -54,7 +50,8 @@ parallel::ActivationCheckpointingOptions activation_checkpointing_options(
 }
 
 parallel::PipelineModuleOptions pipeline_module_options(
-    const io::TrainConfig& cfg, std::shared_ptr<parallel::ProcessGroup> tp) {
+    const io::TrainConfig& cfg, const models::PipelineDefinition& definition,
+    std::shared_ptr<parallel::ProcessGroup> tp) {
   parallel::PipelineModuleOptions po;
   po.num_stages = cfg.pipeline.stages;
   po.num_chunks = cfg.pipeline.virtual_stages;
@@ -67,7 +64,7 @@ parallel::PipelineModuleOptions pipeline_module_options(
       po.activation_checkpoint_interval =
           po.checkpointing->layers_per_checkpoint(cfg.model.n_layer);
   }
-  po.checkpointable_layers = {cfg.model.type == "bert" ? "BertLayer" : "GPT2Block"};
+  po.checkpointable_layers = {definition.checkpointable_layer};
   return po;
 }
 
@@ -83,33 +80,26 @@ std::shared_ptr<parallel::ActivationCheckpointing> attach_activation_checkpointi
 
 std::unique_ptr<nn::Module> fresh_model(const io::TrainConfig& cfg, int64_t vocab,
                                         std::shared_ptr<parallel::ProcessGroup> tp) {
-  return model_from_train_config(cfg, vocab,
-                                 {std::move(tp), cfg.tensor_parallel.sequence_parallel});
+  return models::find_model(cfg.model.type)
+      .build(cfg, vocab, {std::move(tp), cfg.tensor_parallel.sequence_parallel});
+}
+
+models::PipelineDefinition pipeline_definition(const io::TrainConfig& cfg, int64_t vocab,
+                                               std::shared_ptr<parallel::ProcessGroup> tp) {
+  const models::ModelEntry& entry = models::find_model(cfg.model.type);
+  TS_CHECK(entry.pipeline, "pipeline.stages ", cfg.pipeline.stages, ": model.type \"", entry.type,
+           "\" does not run as a pipeline (its registry entry has no pipeline definition)");
+  return entry.pipeline(cfg, vocab, {std::move(tp), cfg.tensor_parallel.sequence_parallel});
 }
 
 std::unique_ptr<parallel::PipelineModule> build_pipeline_model(
-    const io::TrainConfig& cfg, int64_t vocab, int stage,
-    std::shared_ptr<parallel::ProcessGroup> tp) {
-  const parallel::PipelineModuleOptions po = pipeline_module_options(cfg, tp);
+    const io::TrainConfig& cfg, const models::PipelineDefinition& definition, int64_t vocab,
+    int stage, std::shared_ptr<parallel::ProcessGroup> tp) {
+  const parallel::PipelineModuleOptions po = pipeline_module_options(cfg, definition, tp);
   std::unique_ptr<models::PretrainedModel> whole = build_model(cfg, vocab);
-  std::unique_ptr<parallel::PipelineModule> model;
-  if (auto* bert = dynamic_cast<models::BertForPreTraining*>(whole.get())) {
-    const models::BertConfig& bc = bert->config;
-    model = std::make_unique<parallel::PipelineModule>(
-        models::bert_pipeline_layers(bc, bert->with_nsp, tp, cfg.tensor_parallel.sequence_parallel),
-        models::bert_pipeline_loss(tp), stage, po);
-    model->set_saved_names([n = bc.num_hidden_layers](const std::string& name) {
-      return models::bert_name_of_pipeline_parameter(name, n);
-    });
-  } else {
-    auto& gpt = dynamic_cast<models::GPT2LMHeadModel&>(*whole);
-    model = std::make_unique<parallel::PipelineModule>(
-        models::gpt2_pipeline_layers(gpt.config, tp, cfg.tensor_parallel.sequence_parallel),
-        models::gpt2_pipeline_loss(tp), stage, po);
-    model->set_saved_names([n = gpt.config.n_layer](const std::string& name) {
-      return models::gpt2_name_of_pipeline_parameter(name, n);
-    });
-  }
+  auto model =
+      std::make_unique<parallel::PipelineModule>(definition.layers, definition.loss, stage, po);
+  model->set_saved_names(definition.whole_name);
   model->load_saved_state(whole->state_dict(), tp ? tp->rank() : 0, tp ? tp->size() : 1);
   model->set_config_json(whole->config_json());
   return model;

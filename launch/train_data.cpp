@@ -6,7 +6,7 @@
 #include "tessera/io/json_fields.h"
 #include "tessera/io/token_windows.h"
 #include "tessera/models/generate.h"
-#include "tessera/models/gpt2.h"
+#include "tessera/models/model_registry.h"
 #include "tessera/parallel/process_group.h"
 
 namespace tessera::launch {
@@ -66,10 +66,14 @@ class BertBatches : public io::BatchSource<models::Batch> {
 
 }  // namespace
 
+bool masked_lm(const io::TrainConfig& cfg) {
+  return models::find_model(cfg.model.type).objective == models::Objective::masked_lm;
+}
+
 std::unique_ptr<io::BatchSource<models::Batch>> train_batches(const io::TrainConfig& cfg,
                                                               const io::TokenizedCorpus& corpus,
                                                               int rank, int world) {
-  if (cfg.model.type == "bert")
+  if (masked_lm(cfg))
     return std::make_unique<BertBatches>(*corpus.train, cfg, corpus, cfg.train.seed + 1, rank,
                                          world);
   return gpt_batches(*corpus.train, cfg, cfg.train.seed + 1, rank, world, true,
@@ -79,7 +83,7 @@ std::unique_ptr<io::BatchSource<models::Batch>> train_batches(const io::TrainCon
 std::unique_ptr<io::BatchSource<models::Batch>> val_batches(const io::TrainConfig& cfg,
                                                             const io::TokenizedCorpus& corpus,
                                                             int rank, int world) {
-  if (cfg.model.type == "bert")
+  if (masked_lm(cfg))
     return std::make_unique<BertBatches>(*corpus.val, cfg, corpus, kValSeed, rank, world);
   return gpt_batches(*corpus.val, cfg, kValSeed, rank, world, false,
                      "data.path's validation split");
@@ -106,7 +110,7 @@ std::map<std::string, std::string> tokenizer_files(const io::TrainConfig& cfg,
 
 std::string sample_text(models::PretrainedModel& model, const io::TrainConfig& cfg,
                         const io::TokenizedCorpus& corpus) {
-  auto& gpt = dynamic_cast<models::GPT2LMHeadModel&>(model);
+  TS_CHECK(model.context_length() > 0, "sample_text: ", model.type_name(), " does not generate");
   const int64_t T = cfg.model.block_size;
   models::GenerateOptions o;
   o.temperature = 0.8;
@@ -117,7 +121,7 @@ std::string sample_text(models::PretrainedModel& model, const io::TrainConfig& c
   std::string text;
   for (int64_t left = cfg.train.sample_tokens; left > 0; ++o.seed) {
     o.max_new_tokens = std::min<int64_t>(left, T - static_cast<int64_t>(ctx.size()));
-    const auto ids = models::generate(gpt, ctx, o);
+    const auto ids = models::generate(model, ctx, o);
     if (ids.empty()) break;
     text += corpus.tokenizer->decode(ids);
     left -= static_cast<int64_t>(ids.size());
@@ -129,7 +133,7 @@ std::string sample_text(models::PretrainedModel& model, const io::TrainConfig& c
 
 io::TokenizedCorpus shared_corpus(const io::TrainConfig& cfg, parallel::ProcessGroup& world) {
   world.set_timeout(cfg.distributed.timeout());
-  const bool bert = cfg.model.type == "bert";
+  const bool bert = masked_lm(cfg);  // (BERT's special tokens)
   io::TokenizedCorpus corpus;
   // SIGINT/SIGTERM (the command's StopSignals) stop a long tokenisation between its chunks.
   if (world.rank() == 0)

@@ -7,8 +7,7 @@
 
 #include "tessera/grad_mode.h"
 #include "tessera/io/safetensors.h"
-#include "tessera/models/bert.h"
-#include "tessera/models/gpt2.h"
+#include "tessera/models/model_registry.h"
 
 namespace tessera::models {
 
@@ -22,19 +21,19 @@ std::unique_ptr<PretrainedModel> model_from_hf_config(const std::string& text,
   } catch (const nlohmann::json::exception& e) {
     fail("'", source, "': invalid JSON: ", e.what());
   }
-  const std::string type = j.value("model_type", std::string());
+  TS_CHECK(j.is_object() && j.contains("model_type") && j["model_type"].is_string(), "'", source,
+           "': no \"model_type\" string (registered: ", registered_model_list("", " or "), ")");
+  const std::string type = j["model_type"].get<std::string>();
+  TS_CHECK(has_model(type), "'", source, "': model_type '", type, "' is not supported (",
+           registered_model_list("", " or "), ")");
+  const ModelEntry& entry = find_model(type);
+  TS_CHECK(entry.from_config_json, "'", source, "': model_type '", type,
+           "' cannot be rebuilt from a config.json (its registry entry has no from_config_json)");
   try {
-    if (type == "gpt2") return std::make_unique<GPT2LMHeadModel>(GPT2Config::from_json(text));
-    if (type == "bert") {
-      bool nsp = false;
-      for (const auto& a : j.value("architectures", nlohmann::json::array()))
-        nsp = nsp || a.get<std::string>() == "BertForPreTraining";
-      return std::make_unique<BertForPreTraining>(BertConfig::from_json(text), nsp);
-    }
+    return entry.from_config_json(text, source);
   } catch (const std::exception& e) {
     fail("'", source, "': ", e.what());
   }
-  fail("'", source, "': model_type '", type, "' is not supported (gpt2 or bert)");
 }
 
 namespace {

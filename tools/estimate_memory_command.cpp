@@ -5,6 +5,7 @@
 
 #include "cli.h"
 #include "tessera/io/json_fields.h"
+#include "tessera/launch/job.h"
 #include "tessera/launch/memory_estimate.h"
 
 namespace tessera::cli {
@@ -76,10 +77,11 @@ io::TrainConfig read_config(const Args& a, int64_t ranks, int64_t& vocab) {
     TS_CHECK(tp >= 1, "estimate-memory: --tp must be >= 1, got ", tp);
     nlohmann::json j = io::JsonFields::parse_file(path);
     j["tensor_parallel"]["autotp_size"] = tp;
-    cfg = io::TrainConfig::parse(j.dump(), ranks, path);
+    cfg = launch::parse_config(j.dump(), ranks, path);
   } else {
-    cfg = io::TrainConfig::from_file(path, ranks);
+    cfg = launch::read_config(path, ranks);
   }
+  for (const auto& w : cfg.warnings) std::cerr << "warning: " << w << "\n";
   if (a.has("data")) cfg.data.path = a.get("data", "");
   vocab = a.get_int("vocab", 0);
   TS_CHECK(!a.has("vocab") || (vocab >= 1 && vocab <= (int64_t{1} << 31)),
@@ -101,8 +103,7 @@ int print_pipeline(const Args& a, const io::TrainConfig& cfg, int64_t vocab, int
       launch::estimate_pipeline_memory(cfg, vocab);
   const int64_t tp = cfg.tensor_parallel.autotp_size, dp = cfg.world_size;
   const int64_t p = cfg.pipeline.stages, m = cfg.gradient_accumulation_steps;
-  std::cerr << (cfg.model.type == "bert" ? "BERT" : "GPT-2") << " pipeline: " << p << " stages x "
-            << dp << " data-parallel"
+  std::cerr << cfg.model.type << " pipeline: " << p << " stages x " << dp << " data-parallel"
             << (tp > 1 ? " x " + std::to_string(tp) + " tensor-parallel" : std::string()) << ", "
             << cfg.pipeline.schedule << " schedule"
             << (cfg.pipeline.virtual_stages > 1
@@ -136,6 +137,9 @@ int print_pipeline(const Args& a, const io::TrainConfig& cfg, int64_t vocab, int
                     {"tied_copies", e.tied_copies}});
     if (e.total() > stages[peak].total()) peak = s;
   }
+  if (!stages.empty() && !stages.front().activations_estimated)
+    std::printf("activations: not estimated (model.type \"%s\" has no activation estimate)\n",
+                cfg.model.type.c_str());
   if (a.has("json"))
     std::cout << nlohmann::ordered_json{{"ranks", ranks},
                                         {"pipeline_stages", p},
@@ -181,9 +185,13 @@ int estimate_memory_main(int argc, char** argv) {
                 human(b.params).c_str(), human(b.grads).c_str(), human(b.optimizer).c_str(),
                 human(b.buffers).c_str(), human(b.total()).c_str());
   }
-  std::printf("activations: %s per rank (micro-batch of %lld x %lld tokens)\n",
-              human(e.activations).c_str(), static_cast<long long>(cfg.micro_batch_size),
-              static_cast<long long>(cfg.model.block_size));
+  if (e.activations_estimated)
+    std::printf("activations: %s per rank (micro-batch of %lld x %lld tokens)\n",
+                human(e.activations).c_str(), static_cast<long long>(cfg.micro_batch_size),
+                static_cast<long long>(cfg.model.block_size));
+  else
+    std::printf("activations: not estimated (model.type \"%s\" has no activation estimate)\n",
+                cfg.model.type.c_str());
   const bool offload = cfg.zero.offload_optimizer_device == "cpu";
   if (offload)
     std::printf(

@@ -45,7 +45,7 @@ int profile_main(int argc, char** argv) {
   }
   TS_CHECK(a.positional().size() == 1, "profile: expected one CONFIG.json (see --help)");
   auto world = parallel::world();
-  io::TrainConfig cfg = io::TrainConfig::from_file(a.positional()[0], world->size());
+  io::TrainConfig cfg = launch::read_config(a.positional()[0], world->size());
   TS_CHECK(cfg.pipeline.stages == 1, "profile: pipeline.stages ", cfg.pipeline.stages,
            ": the flops profiler runs the whole model (set pipeline.stages to 1; `tessera train "
            "--json` reports each stage's bubble)");

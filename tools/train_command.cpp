@@ -25,10 +25,10 @@ const char* kTrainHelp =
     R"(usage: tessera train CONFIG.json [--data PATH] [--steps N] [--device D] [--save DIR]
                      [--resume DIR] [--strict] [--json]
 
-Trains the GPT-2 or BERT reference model a DeepSpeed-style JSON config describes (see
-configs/). The corpus (data.path, or --data: a text file or a directory of text files) is
-tokenised once into a cache beside it; GPT reads it in shuffled non-overlapping windows, epoch
-after epoch. Prints a progress line (step, loss, learning rate, tokens/s, ETA), the validation
+Trains the model a DeepSpeed-style JSON config describes (see configs/): model.type gpt2
+(GPT-2, the default) or bert (BERT pretraining), the models the model registry holds. The corpus (data.path, or --data: a text file or a directory of text files) is
+tokenised once into a cache beside it; a causal LM (GPT) reads it in shuffled non-overlapping
+windows, epoch after epoch. Prints a progress line (step, loss, learning rate, tokens/s, ETA), the validation
 loss every train.eval_interval steps, and for GPT a text sample at the end. Ctrl-C (SIGINT) or
 SIGTERM stops after the current step with a checkpoint in train.checkpoint_dir or --save, exit
 status 130 or 143 (a second Ctrl-C stops at once).
@@ -53,7 +53,7 @@ Only rank 0 prints progress, validation, checkpoints and the sample.
 // The config with the command line's overrides; every place the run will write is checked
 // now, not after the training it would lose.
 io::TrainConfig read_config(const Args& a, parallel::ProcessGroup& world) {
-  io::TrainConfig cfg = io::TrainConfig::from_file(a.positional()[0], world.size());
+  io::TrainConfig cfg = launch::read_config(a.positional()[0], world.size());
   if (a.has("strict")) cfg.refuse_unknown_keys();
   // Before any group is made from the world: each inherits its timeout.
   world.set_timeout(cfg.distributed.timeout());
@@ -208,7 +208,7 @@ int train_main(int argc, char** argv) {
   engine::Trainer<models::Batch> trainer(*job->engine, *train_data, options);
   trainer.set_eval_data(val_data);
   // (Not tensor parallel: the sample runs on the lead rank alone.)
-  if (job->pretrained_model && !job->groups.tensor && cfg.model.type != "bert" &&
+  if (job->pretrained_model && !job->groups.tensor && job->pretrained_model->context_length() > 0 &&
       cfg.train.sample_tokens > 0 && !a.has("json"))
     trainer.sample = [&] { return launch::sample_text(*job->pretrained_model, cfg, job->corpus); };
   return fit_and_report(a, *job, trainer);

@@ -10,6 +10,7 @@
 #include "tessera/io/files.h"
 #include "tessera/launch/job.h"
 #include "tessera/launch/train_data.h"
+#include "tessera/models/model_registry.h"
 #include "tessera/trial/deepspeed_config.h"
 #include "tessera/trial/run.h"
 
@@ -29,7 +30,7 @@ says how long (searcher.max_length), how often to validate and checkpoint, and w
 trial's files go (checkpoint_storage.host_path/<name>/trial_<id>). Stopped by SIGTERM or
 SIGINT, it checkpoints and exits 0; the same command then continues bit for bit.
 
-  entrypoint: builtin:gpt2 (or builtin:bert)
+  entrypoint: builtin:gpt2 (builtin:<model.type> for each registered model: gpt2, bert)
   hyperparameters:
     config: configs/quickstart.json     # a `tessera train` config (relative to EXP.yaml)
     optimizer.params.lr: 0.001          # dotted config keys override the config
@@ -77,7 +78,7 @@ class BuiltinTrial : public trial::DeepSpeedTrial<Batch> {
  public:
   explicit BuiltinTrial(trial::DeepSpeedTrialContext& c) : DeepSpeedTrial(c) {
     const auto& exp = c.get_experiment_config();
-    const std::string kind = exp.entrypoint == "builtin:bert" ? "bert" : "gpt2";
+    const std::string kind = exp.entrypoint.substr(8);  // builtin:<model.type>
     TS_CHECK(c.get_hparams().count("config"),
              "the built-in trials need 'hyperparameters.config': the path of a `tessera train` "
              "config");
@@ -91,11 +92,11 @@ class BuiltinTrial : public trial::DeepSpeedTrial<Batch> {
         trial::overrides_from_hparams(c.get_hparams(), {"config", "global_batch_size"});
     const nlohmann::json merged = trial::overwrite_deepspeed_config(path.string(), overrides);
     // The slots are the job's world: tensor parallelism takes its share of them.
-    io::TrainConfig cfg = io::TrainConfig::parse(merged.dump(), c.distributed.size, path.string());
+    io::TrainConfig cfg = launch::parse_config(merged.dump(), c.distributed.size, path.string());
     if (c.distributed.is_chief())
       for (const auto& w : cfg.warnings) std::cerr << "warning: " << w << "\n";
-    TS_CHECK(cfg.model.type == (kind == "bert" ? "bert" : "gpt2"), "entrypoint ", exp.entrypoint,
-             " but ", path.string(), " has model.type '", cfg.model.type, "'");
+    TS_CHECK(cfg.model.type == kind, "entrypoint ", exp.entrypoint, " but ", path.string(),
+             " has model.type '", cfg.model.type, "'");
     if (c.device().is_cuda()) cfg.train.device = "cuda";
     if (c.get_hparams().count("global_batch_size"))
       TS_CHECK(c.get_hparam("global_batch_size") == cfg.train_batch_size,
@@ -185,10 +186,12 @@ int trial_main(int argc, char** argv) {
     }
   // Checked before any slot starts: the entrypoint is one of the built-in trials.
   auto builtin_entrypoint = [](const trial::ExperimentConfig& exp) {
-    TS_CHECK(exp.entrypoint == "builtin:gpt2" || exp.entrypoint == "builtin:bert", exp.path,
-             ": entrypoint '", exp.entrypoint,
-             "': tessera trial runs the built-in trials (builtin:gpt2, builtin:bert); a trial "
-             "of your own is a program of its own (trial::run<MyTrial>, see docs/trials.md)");
+    const std::string& e = exp.entrypoint;
+    TS_CHECK(e.rfind("builtin:", 0) == 0 && models::has_model(e.substr(8)), exp.path,
+             ": entrypoint '", e, "': tessera trial runs the built-in trials (",
+             models::registered_model_list("builtin:"),
+             "); a trial of your own is a program of its own (trial::run<MyTrial>, see "
+             "docs/trials.md)");
   };
   return trial::run_trial_main(argc - 1, argv + 1, trial::run_trial<BuiltinTrial>, "tessera trial",
                                builtin_entrypoint);

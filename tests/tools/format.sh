@@ -8,7 +8,7 @@ cd "$src"
 bad=()
 while IFS= read -r -d '' f; do
   clang-format --dry-run -Werror "$f" >/dev/null 2>&1 || bad+=("$f")
-done < <(find core autograd backends nn optim io testing parallel models engine trial experiment tools tests \
+done < <(find core autograd backends nn optim io testing parallel models engine launch trial experiment tools tests \
               examples fuzz include -type f \( -name '*.cpp' -o -name '*.h' -o -name '*.cu' \
               -o -name '*.cuh' \) -print0 | sort -z)
 if ((${#bad[@]})); then

@@ -159,13 +159,14 @@ struct TrainConfig {
 
   // ---- Tessera's own sections ----
   struct Model {
-    std::string type = "gpt2";  // gpt2, bert
+    std::string type = "gpt2";  // a registered model (models/model_registry.h)
     std::string size;           // a named size, else the fields below
     int64_t n_layer = 4, n_head = 4, n_embd = 128, block_size = 64;
     int64_t intermediate_size = 0;  // BERT; 0 = 4 * n_embd
     double dropout = 0.0;
     bool bias = true;
     std::string init_from;  // HF model directory: its config.json is the architecture
+    std::vector<std::string> stated_keys;  // the keys the section states (the registry checks)
   } model;
 
   struct Data {
@@ -178,6 +179,7 @@ struct TrainConfig {
     std::string cache_dir;    // where token files go (default: <path>.tessera/)
     double mask_prob = 0.15;  // BERT
     bool nsp = false;         // BERT sentence pairs
+    std::vector<std::string> stated_keys;
   } data;
 
   struct Train {

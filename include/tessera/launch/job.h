@@ -1,10 +1,10 @@
-// launch::build: the one place a training job of the built-in models is assembled from its
+// launch::build: the one place a training job of a registered model is assembled from its
 // config. It alone decides the layout (whole model, tensor parallel, pipeline, 3D), builds the
 // process groups, the model or pipeline stage (activation checkpointing attached), the engine
 // (Engine or PipelineEngine) and the corpus; `tessera train`, `profile`, the built-in trials
 // and C++ programs all start from it.
 //
-//   auto job = tessera::launch::build(io::TrainConfig::from_file(path, world->size()), world);
+//   auto job = tessera::launch::build(launch::read_config(path, world->size()), world);
 //   engine::Trainer<models::Batch> trainer(*job->engine, *job->train_batches(), options);
 #pragma once
 #include <map>
@@ -17,6 +17,7 @@
 #include "tessera/io/batch_source.h"
 #include "tessera/io/token_data.h"
 #include "tessera/io/train_config.h"
+#include "tessera/models/model_registry.h"
 #include "tessera/models/pretrained.h"
 #include "tessera/parallel/activation_checkpointing.h"
 #include "tessera/parallel/pipeline_module.h"
@@ -47,6 +48,7 @@ struct Job {
   io::TokenizedCorpus corpus;
   std::unique_ptr<models::PretrainedModel> pretrained_model;
   std::unique_ptr<parallel::PipelineModule> pipeline_module;
+  models::PipelineDefinition pipeline_definition;  // (a pipeline's: its batches' inputs, labels)
   std::shared_ptr<parallel::ActivationCheckpointing> checkpointing;  // null without the section
   std::shared_ptr<engine::Engine> engine;
   std::shared_ptr<engine::PipelineEngine> pipeline_engine;
@@ -63,11 +65,19 @@ struct Job {
   std::unique_ptr<io::BatchSource<models::Batch>> val_batches() const;
   // The tokenizer files every checkpoint carries (for `tessera export`).
   std::map<std::string, std::string> tokenizer_files() const;
-  // A pipeline's micro-batch from a model batch (BERT's loss weight on the last stage).
+  // A pipeline's micro-batch from a model batch (through the model's pipeline definition;
+  // BERT's labels carry the loss weight on the last stage).
   engine::PipeMicroBatch pipe_micro_batch(const models::Batch& batch);
   // The start-up line: model, layout, sizes, batch, optimizer, steps, threads.
   std::string summary();
 };
+
+// A training config for a job of `world_size` ranks (io::TrainConfig::parse / from_file),
+// checked against the model registry: model.type registered, and the model keys it does not
+// read added to cfg.warnings (models::check_model_config).
+io::TrainConfig parse_config(const std::string& json_text, int64_t world_size,
+                             const std::string& source);
+io::TrainConfig read_config(const std::string& path, int64_t world_size);
 
 // The job `cfg` describes over `world` (every rank calls it): the corpus (rank 0 tokenises
 // it), groups, model, checkpointing and engine. Errors name the config key.

@@ -38,8 +38,9 @@ struct MemoryEstimate {
   std::string model_name;  // the class, as type_name() gives it
   int64_t parameters = 0;  // per tensor-parallel rank
   std::array<ModelStateBytes, 4> by_zero_stage;
-  int64_t activations = 0;  // one micro-batch's, per rank
-  int zero_stage = 0;       // the config's
+  int64_t activations = 0;            // one micro-batch's, per rank
+  bool activations_estimated = true;  // false: the model's registry entry has no estimate
+  int zero_stage = 0;                 // the config's
   const ModelStateBytes& configured() const {
     return by_zero_stage[static_cast<size_t>(zero_stage)];
   }
@@ -54,6 +55,7 @@ struct PipelineStageEstimate {
   std::vector<std::pair<int64_t, int64_t>> layers;
   ModelStateBytes state;
   int64_t activations = 0;
+  bool activations_estimated = true;
   int64_t tied_copies = 0;
   int64_t total() const { return state.total() + activations; }
 };

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "tessera/io/train_config.h"
+#include "tessera/models/model_registry.h"
 #include "tessera/models/pretrained.h"
 #include "tessera/nn/module.h"
 #include "tessera/parallel/activation_checkpointing.h"
@@ -31,25 +32,30 @@ std::unique_ptr<models::PretrainedModel> build_model(
 std::unique_ptr<nn::Module> fresh_model(const io::TrainConfig& cfg, int64_t vocab,
                                         std::shared_ptr<parallel::ProcessGroup> tp);
 
-// The config's GPT-2 or BERT as stage `stage` of a pipeline, starting from the whole model's
-// weights (as one process draws them, or model.init_from's), saving checkpoints under the
-// whole model's names and config (one process, export and zero-to-fp32 read them). With `tp`
-// (3D), its tensor-parallel layers, each rank holding its shard of those weights.
+// The config's model cut into pipeline stages (its registry entry's pipeline definition; with
+// `tp`, 3D's tensor-parallel layers). A model without one is an error naming pipeline.stages.
+models::PipelineDefinition pipeline_definition(const io::TrainConfig& cfg, int64_t vocab,
+                                               std::shared_ptr<parallel::ProcessGroup> tp);
+
+// Stage `stage` of `definition`, starting from the whole model's weights (as one process draws
+// them, or model.init_from's), saving checkpoints under the whole model's names and config (one
+// process, export and zero-to-fp32 read them). With `tp` (3D), each rank holds its shard.
 std::unique_ptr<parallel::PipelineModule> build_pipeline_model(
-    const io::TrainConfig& cfg, int64_t vocab, int stage,
-    std::shared_ptr<parallel::ProcessGroup> tp);
+    const io::TrainConfig& cfg, const models::PipelineDefinition& definition, int64_t vocab,
+    int stage, std::shared_ptr<parallel::ProcessGroup> tp);
 
 // The config's activation_checkpointing section as the runtime's options (the section is
 // present when cfg.activation_checkpointing.enabled).
 parallel::ActivationCheckpointingOptions activation_checkpointing_options(
     const io::TrainConfig& cfg);
 
-// The config's pipeline section as the built-in models' PipelineModule options: stages,
-// partition, and checkpoints of activation_checkpoint_interval transformer blocks (with only
-// the activation_checkpointing section, of as many as it groups in one process) through the
+// The config's pipeline section as PipelineModule options: stages, partition, and checkpoints
+// of activation_checkpoint_interval of the definition's checkpointable layers (with only the
+// activation_checkpointing section, of as many as it groups in one process) through the
 // section's options (partition_activations over `tp`, 3D's tensor-parallel group).
 parallel::PipelineModuleOptions pipeline_module_options(
-    const io::TrainConfig& cfg, std::shared_ptr<parallel::ProcessGroup> tp = nullptr);
+    const io::TrainConfig& cfg, const models::PipelineDefinition& definition,
+    std::shared_ptr<parallel::ProcessGroup> tp = nullptr);
 
 // The config's activation_checkpointing section set on the built-in model `model` (whole or
 // tensor parallel over `tp`, which may be null); null when the config has no such section.

@@ -18,8 +18,12 @@ namespace tessera::launch {
 // others then read its files; the wait is covered by distributed.timeout_s.
 io::TokenizedCorpus shared_corpus(const io::TrainConfig& cfg, parallel::ProcessGroup& world);
 
-// GPT: the corpus's non-overlapping windows through a shuffled DataLoader (seed train.seed + 1,
-// this rank's slice of every global batch, drop_last). BERT: its masking sampler's stream.
+// Whether the config's model trains on masked-LM batches (its registry entry's objective).
+bool masked_lm(const io::TrainConfig& cfg);
+
+// A causal LM: the corpus's non-overlapping windows through a shuffled DataLoader (seed
+// train.seed + 1, this rank's slice of every global batch, drop_last). A masked LM (BERT): its
+// masking sampler's stream.
 std::unique_ptr<io::BatchSource<models::Batch>> train_batches(const io::TrainConfig& cfg,
                                                               const io::TokenizedCorpus& corpus,
                                                               int rank, int world);
@@ -31,7 +35,8 @@ std::unique_ptr<io::BatchSource<models::Batch>> val_batches(const io::TrainConfi
 // The tokenizer, saved with every checkpoint so `tessera export` can write it for HF.
 std::map<std::string, std::string> tokenizer_files(const io::TrainConfig& cfg,
                                                    const io::TokenizedCorpus& corpus);
-// train.sample_tokens of text from the GPT model, sliding the context past block_size.
+// train.sample_tokens of text from a causal LM (context_length() > 0), sliding the context past
+// block_size.
 std::string sample_text(models::PretrainedModel& model, const io::TrainConfig& cfg,
                         const io::TokenizedCorpus& corpus);
 

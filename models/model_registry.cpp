@@ -1,0 +1,123 @@
+#include "tessera/models/model_registry.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <mutex>
+
+#include "tessera/error.h"
+#include "tessera/io/files.h"
+
+namespace tessera::models {
+
+ModelEntry gpt2_model_entry();  // gpt2_entry.cpp
+ModelEntry bert_model_entry();  // bert_entry.cpp
+
+namespace {
+
+void add(std::map<std::string, ModelEntry>& entries, ModelEntry entry) {
+  TS_CHECK(!entry.type.empty(), "models::register_model: an entry without a type");
+  TS_CHECK(entry.build, "models::register_model: '", entry.type, "' has no build function");
+  const std::string type = entry.type;
+  TS_CHECK(entries.emplace(type, std::move(entry)).second, "models::register_model: '", type,
+           "' is registered twice");
+}
+
+struct Registry {
+  Registry() {
+    add(entries, gpt2_model_entry());
+    add(entries, bert_model_entry());
+  }
+  std::mutex mutex;
+  std::map<std::string, ModelEntry> entries;
+};
+
+// Made on first use, the built-in models first (a RegisterModel in another file may run
+// before this file's statics are initialised).
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+
+}  // namespace
+
+void register_model(ModelEntry entry) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  add(r.entries, std::move(entry));
+}
+
+bool has_model(const std::string& type) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  return r.entries.count(type) > 0;
+}
+
+const ModelEntry& find_model(const std::string& type) {
+  Registry& r = registry();
+  {
+    std::lock_guard lock(r.mutex);
+    // (std::map's nodes stay put: the reference outlives later registrations.)
+    if (auto it = r.entries.find(type); it != r.entries.end()) return it->second;
+  }
+  fail("model type \"", type, "\" is not registered (registered: ", registered_model_list(), ")");
+}
+
+std::string registered_model_list(const std::string& prefix, const std::string& separator) {
+  std::string out;
+  for (const std::string& t : registered_model_types())
+    out += (out.empty() ? "" : separator) + prefix + t;
+  return out;
+}
+
+std::vector<std::string> registered_model_types() {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  std::vector<std::string> out;
+  for (const auto& [t, e] : r.entries) out.push_back(t);
+  return out;
+}
+
+void check_model_config(io::TrainConfig& cfg) {
+  const std::string& type = cfg.model.type;
+  TS_CHECK(has_model(type), cfg.source, ": 'model.type' is \"", type,
+           "\", expected one of: ", registered_model_list());
+  const ModelEntry& e = find_model(type);
+  auto warn = [&](const std::string& w) {  // (once, however often the config is checked)
+    if (std::find(cfg.warnings.begin(), cfg.warnings.end(), w) == cfg.warnings.end())
+      cfg.warnings.push_back(w);
+  };
+  auto reads = [&](const std::string& k) {
+    return std::find(e.section_keys.begin(), e.section_keys.end(), k) != e.section_keys.end();
+  };
+  for (const char* k : {"size", "n_layer", "n_head", "n_embd", "intermediate_size", "bias"}) {
+    const auto& stated = cfg.model.stated_keys;
+    if (!reads(k) && std::find(stated.begin(), stated.end(), k) != stated.end())
+      warn(cfg.source + ": 'model." + k + "' has no effect on " + type +
+           " (ignored): the model does not read it");
+  }
+  if (e.objective == Objective::masked_lm) return;
+  for (const char* k : {"mask_prob", "nsp"}) {
+    const auto& stated = cfg.data.stated_keys;
+    if (std::find(stated.begin(), stated.end(), k) != stated.end())
+      warn(cfg.source + ": 'data." + k + "' has no effect on " + type +
+           " (ignored): it configures masked-LM batches (BERT's)");
+  }
+}
+
+std::string init_from_config_json(const io::TrainConfig& cfg) {
+  return io::read_text_file((std::filesystem::path(cfg.model.init_from) / "config.json").string());
+}
+
+void check_init_from_vocab(const io::TrainConfig& cfg, int64_t model_vocab, int64_t data_vocab) {
+  TS_CHECK(model_vocab == data_vocab, "model.init_from: ", cfg.model.init_from,
+           "/config.json has vocab_size ", model_vocab, " but the data's ", cfg.data.tokenizer,
+           " tokenizer has ", data_vocab,
+           " ids; train with the directory's own tokenizer (vocab.json + merges.txt or "
+           "tokenizer.json there, data.tokenizer left out)",
+           cfg.data.tokenizer == "wordpiece" ? " (BERT's WordPiece vocab.txt is not a training "
+                                               "tokenizer yet)"
+                                             : "");
+}
+
+}  // namespace tessera::models
