@@ -210,7 +210,8 @@ void TrainLoop::finish(TrainResult& r) {
               << (tokens ? " tokens/s)\n" : " samples/s)\n");
   }
   save_once(options_.save_dir);
-  if (sample && (lead || engine_.zero_stage() == 3)) {
+  // (ZeRO-3 gathers parameters and a tensor-parallel model its logits: every rank samples.)
+  if (sample && (lead || engine_.zero_stage() == 3 || engine_.tensor_parallel_group())) {
     const std::string text = sample();
     if (lead) std::cout << "---- sample ----\n" << text << "\n----------------\n" << std::flush;
   }

@@ -47,7 +47,8 @@ PipelineDefinition bert_pipeline(const io::TrainConfig& cfg, int64_t vocab,
 
 // BertForPreTraining (with the next-sentence head) when config.json's architectures say so.
 std::unique_ptr<PretrainedModel> bert_from_config_json(const std::string& text,
-                                                       const std::string& source) {
+                                                       const std::string& source,
+                                                       const parallel::ParallelContext& ctx) {
   const nlohmann::json j = nlohmann::json::parse(text);
   bool nsp = false;
   for (const auto& a : j.value("architectures", nlohmann::json::array())) {
@@ -55,7 +56,7 @@ std::unique_ptr<PretrainedModel> bert_from_config_json(const std::string& text,
              ", expected class names");
     nsp = nsp || a.get<std::string>() == "BertForPreTraining";
   }
-  return std::make_unique<BertForPreTraining>(BertConfig::from_json(text), nsp);
+  return std::make_unique<BertForPreTraining>(BertConfig::from_json(text), nsp, ctx);
 }
 
 }  // namespace

@@ -49,8 +49,9 @@ ModelEntry gpt2_model_entry() {
   e.build = [](const io::TrainConfig& cfg, int64_t vocab, const parallel::ParallelContext& ctx) {
     return std::make_unique<GPT2LMHeadModel>(gpt2_config(cfg, vocab), ctx);
   };
-  e.from_config_json = [](const std::string& text, const std::string&) {
-    return std::make_unique<GPT2LMHeadModel>(GPT2Config::from_json(text));
+  e.from_config_json = [](const std::string& text, const std::string&,
+                          const parallel::ParallelContext& ctx) {
+    return std::make_unique<GPT2LMHeadModel>(GPT2Config::from_json(text), ctx);
   };
   e.pipeline = gpt2_pipeline;
   e.activation_bytes = [](const io::TrainConfig& cfg, int64_t vocab, const ActivationPlan& p) {

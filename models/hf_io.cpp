@@ -14,7 +14,8 @@ namespace tessera::models {
 namespace fs = std::filesystem;
 
 std::unique_ptr<PretrainedModel> model_from_hf_config(const std::string& text,
-                                                      const std::string& source) {
+                                                      const std::string& source,
+                                                      const parallel::ParallelContext& ctx) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
@@ -30,7 +31,7 @@ std::unique_ptr<PretrainedModel> model_from_hf_config(const std::string& text,
   TS_CHECK(entry.from_config_json, "'", source, "': model_type '", type,
            "' cannot be rebuilt from a config.json (its registry entry has no from_config_json)");
   try {
-    return entry.from_config_json(text, source);
+    return entry.from_config_json(text, source, ctx);
   } catch (const std::exception& e) {
     fail("'", source, "': ", e.what());
   }
@@ -55,6 +56,16 @@ std::unique_ptr<PretrainedModel> load_pretrained(const std::string& dir,
   load_weights(*model, files, "the weights of '" + dir + "'", file_key_of);
   model->eval();
   return model;
+}
+
+std::unique_ptr<PretrainedModel> load_pretrained_shard(const std::string& dir,
+                                                       const parallel::ParallelContext& ctx) {
+  std::unique_ptr<PretrainedModel> whole = load_pretrained(dir);
+  if (!ctx.tensor_group()) return whole;
+  auto shard = model_from_hf_config(whole->config_json(), dir + "/config.json", ctx);
+  shard->load_from_whole(*whole, "'" + dir + "'");
+  shard->eval();
+  return shard;
 }
 
 void load_hf_weights(PretrainedModel& model, const std::string& path,

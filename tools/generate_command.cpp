@@ -14,6 +14,8 @@
 #include "tessera/io/json_fields.h"
 #include "tessera/io/tokenizer.h"
 #include "tessera/models/generate.h"
+#include "tessera/models/pretrained.h"
+#include "tessera/parallel/process_group.h"
 
 namespace tessera::cli {
 
@@ -31,6 +33,9 @@ character-level models, looked up in --tokenizer DIR (default: MODEL_DIR). --tem
 greedy. Generation stops at the model's context (n_positions), and says so.
 Defaults: --max-new-tokens 64 --temperature 1.0 --top-k 0 (off) --seed 0 --device cpu
 --dtype float32 (bfloat16, float16 and float64 too).
+Tensor parallel: mpirun -np N tessera generate ... splits the model's heads, MLP and
+vocabulary over the N ranks (NCCL with --device cuda: each rank its local GPU); the ids are
+one process's, and rank 0 prints.
 With --json the last line is {"prompt_ids": [...], "ids": [...], "text": "...",
 "stopped_at_context": false, "tokens_per_s": R}.
 
@@ -100,11 +105,29 @@ std::vector<std::vector<int64_t>> read_prompts(const Args& a, const io::Tokenize
   return prompts;
 }
 
+// --device: "cuda" under a launcher is this rank's local GPU.
+Device generate_device(const Args& a) {
+  Device device = Device::parse(a.get("device", "cpu"));
+  if (a.get("device", "cpu") == "cuda" && parallel::launched_distributed())
+    device = Device::cuda(parallel::local_device_index());
+  require_usable_device(device, "generate: --device");
+  return device;
+}
+
+// Under mpirun with 2 or more ranks: tensor-parallel inference over all of them (NCCL on
+// GPUs), each rank holding its shard of the layers; the ranks generate in lockstep.
+parallel::ParallelContext tensor_parallel_context(const Args& a) {
+  if (!parallel::launched_distributed()) return {};
+  std::shared_ptr<parallel::ProcessGroup> world = parallel::world();
+  if (world->size() == 1) return {};
+  const Device device = generate_device(a);
+  return {device.is_cuda() ? parallel::make_nccl_group(world, device) : world};
+}
+
 // --device and --dtype: the model moved and cast as asked (a GPU that is not there, or an
 // integer dtype, is an error naming the option).
 void place_model(models::PretrainedModel& model, const Args& a) {
-  const Device device = Device::parse(a.get("device", "cpu"));
-  require_usable_device(device, "generate: --device");
+  const Device device = generate_device(a);
   const DType dtype = dtype_from_name(a.get("dtype", "float32"));
   TS_CHECK(is_floating(dtype), "generate: --dtype must be a floating type, got ",
            dtype_name(dtype));
@@ -117,7 +140,7 @@ void place_model(models::PretrainedModel& model, const Args& a) {
 // of a batch gets the room its longest leaves.
 bool stops_at_context(const models::PretrainedModel& model,
                       const std::vector<std::vector<int64_t>>& prompts,
-                      const models::GenerateOptions& o) {
+                      const models::GenerateOptions& o, bool lead) {
   size_t longest = 0;
   for (const auto& p : prompts) longest = std::max(longest, p.size());
   const int64_t context = model.context_length();
@@ -126,18 +149,19 @@ bool stops_at_context(const models::PretrainedModel& model,
            "prompt is ", longest, " tokens; the model's context is ", context);
   const int64_t room = context - static_cast<int64_t>(longest);
   if (o.max_new_tokens <= room) return false;
-  std::cerr << "generate: the model's context is " << context << " tokens; " << room
-            << " new tokens fit after the " << (batch ? "longest (" : "") << longest << "-token"
-            << (batch ? ") prompt, for every prompt of the batch" : " prompt")
-            << " (--max-new-tokens " << o.max_new_tokens << ")\n";
+  if (lead)
+    std::cerr << "generate: the model's context is " << context << " tokens; " << room
+              << " new tokens fit after the " << (batch ? "longest (" : "") << longest << "-token"
+              << (batch ? ") prompt, for every prompt of the batch" : " prompt")
+              << " (--max-new-tokens " << o.max_new_tokens << ")\n";
   return true;
 }
 
 // Several prompts in one batch: each continuation once they are all done; --json's last line
 // {"outputs": [{"prompt_ids", "ids", "text"}...], "stopped_at_context", "tokens_per_s"}.
 int print_batch(models::PretrainedModel& model, const std::vector<std::vector<int64_t>>& prompts,
-                const models::GenerateOptions& o, const io::Tokenizer* tok, bool json) {
-  const bool truncated = stops_at_context(model, prompts, o);
+                const models::GenerateOptions& o, const io::Tokenizer* tok, bool json, bool lead) {
+  const bool truncated = stops_at_context(model, prompts, o, lead);
   const auto t0 = std::chrono::steady_clock::now();
   const auto outputs = models::generate_batch(model, prompts, o);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -164,7 +188,7 @@ int print_batch(models::PretrainedModel& model, const std::vector<std::vector<in
                                 {"tokens_per_s", rate}}
                      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
               << "\n";
-  else
+  else if (lead)
     std::cerr << "[" << prompts.size() << " prompts, " << tokens << " tokens, "
               << static_cast<int64_t>(rate) << " tokens/s]\n";
   return 0;
@@ -184,7 +208,11 @@ int generate_main(int argc, char** argv) {
   TS_CHECK(a.has("prompt") + a.has("prompts") + a.has("prompt-ids") == 1,
            "generate: give exactly one of --prompt, --prompts or --prompt-ids");
   const std::string dir = a.positional()[0];
-  auto model = models::load_pretrained(dir);
+  const parallel::ParallelContext ctx = tensor_parallel_context(a);
+  // Tensor parallel: rank 0 prints; the others compute their shards of every step.
+  const bool lead = ctx.tensor_parallel_rank() == 0;
+  if (!lead) std::cout.setstate(std::ios::failbit);
+  auto model = models::load_pretrained_shard(dir, ctx);
   TS_CHECK(model->context_length() > 0, "generate: '", dir, "' holds a ", model->type_name(),
            "; generation needs a causal language model (GPT-2)");
 
@@ -204,10 +232,10 @@ int generate_main(int argc, char** argv) {
   TS_CHECK(o.temperature >= 0, "--temperature must be >= 0, got ", o.temperature);
   place_model(*model, a);
   const std::vector<std::vector<int64_t>> prompts = read_prompts(a, tok.get());
-  if (prompts.size() > 1) return print_batch(*model, prompts, o, tok.get(), a.has("json"));
+  if (prompts.size() > 1) return print_batch(*model, prompts, o, tok.get(), a.has("json"), lead);
   const std::vector<int64_t>& prompt = prompts[0];
   TS_CHECK(!prompt.empty(), "generate: the prompt is empty");
-  const bool truncated = stops_at_context(*model, prompts, o);
+  const bool truncated = stops_at_context(*model, prompts, o, lead);
   const bool json = a.has("json");
   if (!json && tok) std::cout << a.get("prompt", tok->decode(prompt)) << std::flush;
   const auto t0 = std::chrono::steady_clock::now();
@@ -230,7 +258,8 @@ int generate_main(int argc, char** argv) {
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else {
     std::cout << "\n";
-    std::cerr << "[" << ids.size() << " tokens, " << static_cast<int64_t>(rate) << " tokens/s]\n";
+    if (lead)
+      std::cerr << "[" << ids.size() << " tokens, " << static_cast<int64_t>(rate) << " tokens/s]\n";
   }
   return 0;
 }

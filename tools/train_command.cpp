@@ -207,8 +207,7 @@ int train_main(int argc, char** argv) {
   }
   engine::Trainer<models::Batch> trainer(*job->engine, *train_data, options);
   trainer.set_eval_data(val_data);
-  // (Not tensor parallel: the sample runs on the lead rank alone.)
-  if (job->pretrained_model && !job->groups.tensor && job->pretrained_model->context_length() > 0 &&
+  if (job->pretrained_model && job->pretrained_model->context_length() > 0 &&
       cfg.train.sample_tokens > 0 && !a.has("json"))
     trainer.sample = [&] { return launch::sample_text(*job->pretrained_model, cfg, job->corpus); };
   return fit_and_report(a, *job, trainer);

@@ -146,8 +146,9 @@ models::ModelEntry mlp_lm_entry() {
   e.build = [](const io::TrainConfig& cfg, int64_t vocab, const parallel::ParallelContext& ctx) {
     return std::make_unique<MlpLm>(config_of(cfg, vocab), ctx);
   };
-  e.from_config_json = [](const std::string& text, const std::string&) {
-    return std::make_unique<MlpLm>(MlpLmConfig::from_json(text));
+  e.from_config_json = [](const std::string& text, const std::string&,
+                          const parallel::ParallelContext& ctx) {
+    return std::make_unique<MlpLm>(MlpLmConfig::from_json(text), ctx);
   };
   e.pipeline = [](const io::TrainConfig& cfg, int64_t vocab, const parallel::ParallelContext& ctx) {
     const MlpLmConfig c = config_of(cfg, vocab);

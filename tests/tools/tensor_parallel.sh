@@ -244,5 +244,46 @@ for k in one:
 print(f"export of 2 TP x 2 DP ZeRO-2 shards: {len(one)} tensors within {worst:.1e} of one process's")
 assert worst <= 1e-6
 PY
+
+# Tensor-parallel inference: `mpirun -np N tessera generate` gives one process's ids (greedy:
+# PyTorch's, from the fixture), sampled and batched too; heads that do not divide are refused.
+gen="$fixtures/models/gpt2-tiny"
+"$tessera" generate "$gen" --prompt-ids "1,2,3;4,5,6,7,8;9" --max-new-tokens 6 --temperature 0.8 \
+  --top-k 10 --json | tail -1 > gen-one.json
+for np in 2 4; do
+  mpirun -np $np "$tessera" generate "$gen" --prompt-ids 1,2,3 --max-new-tokens 5 --temperature 0 \
+    --json > gen-greedy-$np.json
+  mpirun -np $np "$tessera" generate "$gen" --prompt-ids "1,2,3;4,5,6,7,8;9" --max-new-tokens 6 \
+    --temperature 0.8 --top-k 10 --json > gen-sampled-$np.json
+done
+python3 - "$gen/expected.json" <<'PY'
+import json, sys
+want = json.load(open(sys.argv[1]))["greedy"]["ids"]
+one = [o["ids"] for o in json.load(open("gen-one.json"))["outputs"]]
+for np in (2, 4):
+    lines = open(f"gen-greedy-{np}.json").read().split("\n")
+    assert len([l for l in lines if l.startswith("{")]) == 1, f"np {np}: one rank prints: {lines}"
+    got = json.loads([l for l in lines if l.startswith("{")][0])["ids"]
+    assert got == want, f"tensor-parallel generate at {np} ranks: greedy {got} vs PyTorch {want}"
+    sampled = [o["ids"] for o in json.loads(open(f"gen-sampled-{np}.json").read().strip().split("\n")[-1])["outputs"]]
+    assert sampled == one, f"np {np}: sampled batch {sampled} vs one process {one}"
+print("tensor-parallel generate at 2 and 4 ranks: greedy ids = PyTorch's, sampled batch = one process's")
+PY
+# The text sample at the end of `tessera train`: a tensor-parallel GPT-2 samples on every rank
+# (its logits are gathered) and rank 0 prints what one process prints.
+for job in one tp2; do
+  python3 -c "import json; c = json.load(open('$job.json')); c['train']['sample_tokens'] = 40; \
+c['train']['steps'] = 4; c.pop('csv_monitor'); json.dump(c, open('sample-$job.json', 'w'))"
+done
+"$tessera" train sample-one.json 2>/dev/null | sed -n '/^---- sample/,$p' > sample-one.txt
+mpirun -np 2 "$tessera" train sample-tp2.json 2>/dev/null | sed -n '/^---- sample/,$p' > sample-tp2.txt
+[ -s sample-one.txt ] && cmp sample-one.txt sample-tp2.txt ||
+  { echo "tensor-parallel sample differs from one process's"; cat sample-one.txt sample-tp2.txt; exit 1; }
+echo "tessera train's text sample at tp 2: one process's"
+if out=$(mpirun -np 3 "$tessera" generate "$gen" --prompt-ids 1,2 2>&1); then
+  echo "generate over 3 ranks of a 4-head model should fail"; exit 1
+fi
+grep -q "n_head" <<< "$out" || { echo "unclear error for 3 tensor-parallel ranks: $out"; exit 1; }
+
 report_sanitizer_skips
 echo ok

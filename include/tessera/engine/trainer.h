@@ -84,7 +84,8 @@ class TrainLoop {
 
   // Hooks, all optional. client_state: saved in each checkpoint (returned by resume);
   // extra_files: written into each checkpoint (name -> contents); sample: text printed at the
-  // end of fit() (run by rank 0, or by every rank under ZeRO-3, whose gathers are collective).
+  // end of fit() (run by rank 0, or by every rank under ZeRO-3 or tensor parallelism, whose
+  // gathers are collective; rank 0 prints it).
   std::function<nlohmann::json()> client_state;
   std::function<std::map<std::string, std::string>()> extra_files;
   std::function<std::string()> sample;

@@ -54,10 +54,11 @@ struct ModelEntry {
   std::function<std::unique_ptr<PretrainedModel>(const io::TrainConfig&, int64_t vocab,
                                                  const parallel::ParallelContext&)>
       build;
-  // The model of a config.json its config_json() wrote (or Hugging Face's): load_pretrained,
-  // export, generate. `source` names the file in errors.
-  std::function<std::unique_ptr<PretrainedModel>(const std::string& config_json,
-                                                 const std::string& source)>
+  // The model of a config.json its config_json() wrote (or Hugging Face's), fresh, over `ctx`:
+  // load_pretrained, export, generate (a tensor-parallel generate: this rank's shard). `source`
+  // names the file in errors.
+  std::function<std::unique_ptr<PretrainedModel>(
+      const std::string& config_json, const std::string& source, const parallel::ParallelContext&)>
       from_config_json;
   // The config's model as pipeline stages (null: it does not run as a pipeline).
   std::function<PipelineDefinition(const io::TrainConfig&, int64_t vocab,

@@ -10,6 +10,7 @@
 #include "tessera/models/kv_cache.h"
 #include "tessera/nn/loss_model.h"
 #include "tessera/parallel/activation_checkpointing.h"
+#include "tessera/parallel/parallel_context.h"
 
 namespace tessera::models {
 
@@ -88,9 +89,17 @@ class PretrainedModel : public nn::LossModel<Batch> {
 std::unique_ptr<PretrainedModel> load_pretrained(
     const std::string& dir, std::map<std::string, std::string>* file_key_of = nullptr);
 
-// An untrained model of the architecture an HF config.json describes (source names it).
+// An untrained model of the architecture an HF config.json describes (source names it),
+// over `ctx` (whole without a tensor-parallel group).
 std::unique_ptr<PretrainedModel> model_from_hf_config(const std::string& config_json_text,
-                                                      const std::string& source);
+                                                      const std::string& source,
+                                                      const parallel::ParallelContext& ctx = {});
+
+// This rank's tensor-parallel shard, over ctx's group, of the model in HF directory `dir` (the
+// whole model is read, and its shards kept): tensor-parallel inference. Without a group of 2 or
+// more ranks, load_pretrained(dir).
+std::unique_ptr<PretrainedModel> load_pretrained_shard(const std::string& dir,
+                                                       const parallel::ParallelContext& ctx);
 
 // Copies the weights of an HF safetensors file into `model` (strict: every parameter must be
 // present and every key known).
