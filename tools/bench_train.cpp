@@ -1,7 +1,8 @@
 // `tessera bench train --preset P [--device D] [--dtype T]`: the training step of
 // ../shared/reference/gpt_bench.py (tied embeddings, pre-LN blocks without biases, causal
 // attention, tanh-GELU MLP, cross-entropy, AdamW lr 1e-3 betas (0.9, 0.99) wd 0.1, clip 1.0),
-// run through the engine so 16-bit dtypes train as DeepSpeed's bf16/fp16 do (float32 masters).
+// run through the engine so 16-bit dtypes train as DeepSpeed's bf16/fp16 do (float32 masters),
+// the model and engine assembled from a config as `tessera train` assembles them (launch/).
 // Model FLOPs per token (PaLM appendix B): 6 N + 12 L T d, N = non-embedding-position
 // parameters counted once (tied head included once), L layers, T context, d width; MFU is
 // that rate over the device's peak for the dtype (--peak-tflops, default 989 for an H100's
@@ -16,7 +17,8 @@
 #include "tessera/dispatch.h"
 #include "tessera/engine/engine.h"
 #include "tessera/io/train_config.h"
-#include "tessera/models/gpt2.h"
+#include "tessera/launch/job.h"
+#include "tessera/launch/model_build.h"
 #include "tessera/ops.h"
 
 namespace tessera::cli {
@@ -47,24 +49,30 @@ int bench_train(const Args& a) {
   const int64_t steps = a.get_int("iters", 10);
   TS_CHECK(steps > 0, "--iters must be positive");
 
-  manual_seed(0);
-  models::GPT2Config c;
-  c.vocab_size = p.vocab, c.n_positions = p.block, c.n_layer = p.layers, c.n_head = p.heads,
-  c.n_embd = p.dim;
-  c.bias = false;
-  c.dropout = 0.0;
-  models::GPT2LMHeadModel model(c);
-  model.to(device);
+  // The preset as a training config, assembled as `tessera train` assembles one (launch/):
+  // the model from the registry, on train.device, seeded by train.seed.
   nlohmann::json cfg = {
       {"train_micro_batch_size_per_gpu", p.batch},
       {"gradient_accumulation_steps", 1},
       {"gradient_clipping", 1.0},
       {"optimizer",
        {{"type", "AdamW"},
-        {"params", {{"lr", 1e-3}, {"betas", {0.9, 0.99}}, {"weight_decay", 0.1}}}}}};
+        {"params", {{"lr", 1e-3}, {"betas", {0.9, 0.99}}, {"weight_decay", 0.1}}}}},
+      {"model",
+       {{"type", "gpt2"},
+        {"n_layer", p.layers},
+        {"n_head", p.heads},
+        {"n_embd", p.dim},
+        {"block_size", p.block},
+        {"bias", false},
+        {"dropout", 0.0}}},
+      {"train", {{"seed", 0}, {"device", device.str()}}}};
   if (dtype == DType::BFloat16) cfg["bf16"] = {{"enabled", true}};
   if (dtype == DType::Float16) cfg["fp16"] = {{"enabled", true}, {"loss_scale", 1024}};
-  auto engine = engine::initialize(model, io::TrainConfig::parse(cfg.dump(), 1, "bench config"));
+  const io::TrainConfig config = launch::parse_config(cfg.dump(), 1, "bench config");
+  const std::unique_ptr<models::PretrainedModel> built = launch::build_model(config, p.vocab);
+  models::PretrainedModel& model = *built;
+  auto engine = engine::initialize(model, config);
 
   Generator gen(1);
   auto tokens = [&] {
