@@ -66,5 +66,6 @@ int plot_main(int argc, char** argv);
 int profile_main(int argc, char** argv);
 int trial_main(int argc, char** argv);
 int experiment_main(int argc, char** argv);
+int models_main(int argc, char** argv);
 
 }  // namespace tessera::cli

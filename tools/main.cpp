@@ -21,6 +21,7 @@ commands:
   kernels list|check|bench   list the op set, check ops against float64 references, time an op
   bench gemm                 Tessera's GEMM rate beside OpenBLAS's, measured in one run
   train CONFIG.json          train GPT-2/BERT from a DeepSpeed-style config (configs/)
+  models                     the model types a config can name (the model registry)
   profile CONFIG.json        DeepSpeed's flops profiler report of the config's model at a step
   trial EXP.yaml             a built-in model as one Determined trial (periods, preemption)
   experiment create EXP.yaml a hyperparameter search (Determined's searchers), its trials as
@@ -85,6 +86,7 @@ int main(int argc, char** argv) {
     if (cmd == "profile") return tessera::cli::profile_main(argc, argv);
     if (cmd == "trial") return tessera::cli::trial_main(argc, argv);
     if (cmd == "experiment") return tessera::cli::experiment_main(argc, argv);
+    if (cmd == "models") return tessera::cli::models_main(argc, argv);
     std::cerr << "tessera: unknown command '" << cmd << "'\n\n" << kUsage;
     return 2;
   } catch (const tessera::Error& e) {
