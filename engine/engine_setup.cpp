@@ -8,6 +8,7 @@
 #include "tessera/engine/engine.h"
 #include "tessera/grad_mode.h"
 #include "tessera/ops.h"
+#include "tessera/optim/lr_schedule_registry.h"
 #include "tessera/parallel/grad_norm.h"
 #include "tessera/parallel/tensor_parallel.h"
 #include "tessera/parallel/tensor_parallel_layout.h"
@@ -17,50 +18,15 @@ namespace tessera::engine {
 std::unique_ptr<optim::LRSchedule> make_schedule(const io::TrainConfig& c,
                                                  std::optional<double> optimizer_lr) {
   const auto& s = c.scheduler;
-  auto p = [&](const char* k, double fallback) {
-    auto it = s.params.find(k);
-    return it == s.params.end() ? fallback : it->second;
-  };
-  auto n = [&](const char* k, int64_t fallback) {
-    return static_cast<int64_t>(p(k, static_cast<double>(fallback)));
-  };
-  const auto wt = s.warmup_type == "linear" ? optim::WarmupType::Linear : optim::WarmupType::Log;
   const double lr = optimizer_lr.value_or(c.optimizer.lr);
   if (s.type.empty()) return std::make_unique<optim::ConstantLR>(lr);
-  if (s.type == "WarmupLR")  // without warmup_max_lr DeepSpeed warms up to the optimizer's lr
-    return std::make_unique<optim::WarmupLR>(p("warmup_min_lr", 0.0), p("warmup_max_lr", lr),
-                                             n("warmup_num_steps", 1000), wt);
-  if (s.type == "WarmupDecayLR")
-    return std::make_unique<optim::WarmupDecayLR>(n("total_num_steps", 0), p("warmup_min_lr", 0.0),
-                                                  p("warmup_max_lr", 0.001),
-                                                  n("warmup_num_steps", 1000), wt);
-  if (s.type == "WarmupCosineLR")
-    return std::make_unique<optim::WarmupCosineLR>(
-        lr, n("total_num_steps", 0), p("warmup_min_ratio", 0.0), n("warmup_num_steps", 1000),
-        p("cos_min_ratio", 0.0001), wt);
-  if (s.type == "OneCycle") {
-    optim::OneCycleOptions o;
-    o.cycle_min_lr = p("cycle_min_lr", 0.0);
-    o.cycle_max_lr = p("cycle_max_lr", 0.0);
-    o.decay_lr_rate = p("decay_lr_rate", 0.0);
-    o.cycle_first_step_size = n("cycle_first_step_size", 2000);
-    o.cycle_second_step_size = n("cycle_second_step_size", -1);
-    o.cycle_first_stair_count = n("cycle_first_stair_count", 0);
-    o.cycle_second_stair_count = n("cycle_second_stair_count", -1);
-    o.decay_step_size = n("decay_step_size", 0);
-    // Momentum is cycled for optimizers with betas (Adam, AdamW, Lamb), as in DeepSpeed; the
-    // config parser warns that SGD's is not.
-    o.cycle_momentum = p("cycle_momentum", 1.0) != 0 && c.optimizer.type != "SGD";
-    o.cycle_min_mom = p("cycle_min_mom", 0.8);
-    o.cycle_max_mom = p("cycle_max_mom", 0.9);
-    o.decay_mom_rate = p("decay_mom_rate", 0.0);
-    return std::make_unique<optim::OneCycle>(o);
-  }
-  if (s.type == "LRRangeTest")
-    return std::make_unique<optim::LRRangeTest>(
-        p("lr_range_test_min_lr", 1e-3), n("lr_range_test_step_size", 2000),
-        p("lr_range_test_step_rate", 1.0), p("lr_range_test_staircase", 0) != 0);
-  fail("scheduler type '", s.type, "' is not supported");
+  // The section's values over the registry entry's defaults (optim/lr_schedule_registry.h).
+  const optim::LRScheduleEntry& entry = optim::find_lr_schedule(s.type);
+  const auto wt = s.warmup_type == "linear" ? optim::WarmupType::Linear : optim::WarmupType::Log;
+  // Momentum is cycled for optimizers with betas (Adam, AdamW, Lamb), as in DeepSpeed; the
+  // config reader warns that SGD's is not.
+  return entry.build(optim::ScheduleValues(entry, s.params),
+                     {.optimizer_lr = lr, .optimizer_has_betas = c.optimizer.type != "SGD"}, wt);
 }
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const io::TrainConfig& c,

@@ -7,6 +7,7 @@
 
 #include "config_sections.h"
 #include "tessera/io/files.h"
+#include "tessera/optim/lr_schedule_registry.h"
 
 namespace tessera::io {
 
@@ -107,56 +108,19 @@ void parse_optimizer(Section o, TrainConfig& c) {
 
 namespace {
 
-// How each scheduler parameter is checked.
-enum class Param { Lr, Ratio, Rate, Steps, Count, Bool, Momentum };
-
-const std::map<std::string, std::map<std::string, Param>>& scheduler_params() {
-  static const std::map<std::string, std::map<std::string, Param>> m{
-      {"WarmupLR",
-       {{"warmup_min_lr", Param::Lr},
-        {"warmup_max_lr", Param::Lr},
-        {"warmup_num_steps", Param::Steps}}},
-      {"WarmupDecayLR",
-       {{"warmup_min_lr", Param::Lr},
-        {"warmup_max_lr", Param::Lr},
-        {"warmup_num_steps", Param::Steps},
-        {"total_num_steps", Param::Steps}}},
-      {"WarmupCosineLR",
-       {{"warmup_min_ratio", Param::Ratio},
-        {"warmup_num_steps", Param::Steps},
-        {"cos_min_ratio", Param::Ratio},
-        {"total_num_steps", Param::Steps}}},
-      {"OneCycle",
-       {{"cycle_min_lr", Param::Lr},
-        {"cycle_max_lr", Param::Lr},
-        {"decay_lr_rate", Param::Rate},
-        {"cycle_first_step_size", Param::Steps},
-        {"cycle_second_step_size", Param::Count},
-        {"decay_step_size", Param::Count},
-        {"cycle_first_stair_count", Param::Count},
-        {"cycle_second_stair_count", Param::Count},
-        {"cycle_momentum", Param::Bool},
-        {"cycle_min_mom", Param::Momentum},
-        {"cycle_max_mom", Param::Momentum},
-        {"decay_mom_rate", Param::Rate}}},
-      {"LRRangeTest",
-       {{"lr_range_test_min_lr", Param::Lr},
-        {"lr_range_test_step_size", Param::Steps},
-        {"lr_range_test_step_rate", Param::Rate},
-        {"lr_range_test_staircase", Param::Bool}}}};
-  return m;
-}
-
-double scheduler_value(Section& p, const std::string& k, Param kind) {
+// A scheduler parameter read and checked as its registry entry's kind says.
+double scheduler_value(Section& p, const optim::ScheduleParam& param) {
+  using K = optim::ScheduleParamKind;
+  const std::string& k = param.name;
   const std::string& source = p.source();
-  if (kind == Param::Bool) {
+  if (param.kind == K::Bool) {
     bool b = false;
     p.get(k, b);
     return b ? 1.0 : 0.0;
   }
-  if (kind == Param::Steps || kind == Param::Count) {
+  if (param.kind == K::Steps || param.kind == K::Count) {
     int64_t n = 0;
-    if (kind == Param::Steps)
+    if (param.kind == K::Steps)
       p.get_min<int64_t>(k, n, 1, "a positive integer");
     else
       p.get_min<int64_t>(k, n, 0, "an integer >= 0");
@@ -164,11 +128,18 @@ double scheduler_value(Section& p, const std::string& k, Param kind) {
   }
   double d = 0;
   p.get(k, d);
-  if (kind == Param::Momentum)
+  if (param.kind == K::Momentum)
     range(d >= 0 && d < 1, source, p.key(k), d, "in [0, 1)");
   else
     range(d >= 0, source, p.key(k), d, ">= 0");
   return d;
+}
+
+std::string schedule_list() {
+  std::string out;
+  for (const std::string& t : optim::registered_lr_schedules())
+    out += (out.empty() ? "" : ", ") + t;
+  return out;
 }
 
 }  // namespace
@@ -177,42 +148,35 @@ void parse_scheduler(Section s, TrainConfig& c) {
   const std::string& source = s.source();
   auto& sc = c.scheduler;
   s.get("type", sc.type);
-  auto it = scheduler_params().find(sc.type);
-  TS_CHECK(it != scheduler_params().end(), source, ": 'scheduler.type' is \"", sc.type,
-           "\", expected one of WarmupLR, WarmupDecayLR, WarmupCosineLR, OneCycle, LRRangeTest");
+  TS_CHECK(optim::has_lr_schedule(sc.type), source, ": 'scheduler.type' is \"", sc.type,
+           "\", expected one of ", schedule_list());
+  const optim::LRScheduleEntry& entry = optim::find_lr_schedule(sc.type);
   Section p = s.sub("params");
-  for (const auto& [k, kind] : it->second)
-    if (p.has(k)) sc.params[k] = scheduler_value(p, k, kind);
-  if (sc.type.rfind("Warmup", 0) == 0) {
+  for (const optim::ScheduleParam& param : entry.params) {
+    if (p.has(param.name)) sc.params[param.name] = scheduler_value(p, param);
+    TS_CHECK(!param.required || sc.params.count(param.name), source, ": 'scheduler.params.",
+             param.name, "' is required by ", sc.type);
+  }
+  if (entry.takes_warmup_type) {
     p.get("warmup_type", sc.warmup_type);
     TS_CHECK(sc.warmup_type == "log" || sc.warmup_type == "linear", source,
              ": 'scheduler.params.warmup_type' is \"", sc.warmup_type,
              "\", expected \"log\" or \"linear\"");
   }
-  auto require = [&](const char* k) {
-    TS_CHECK(sc.params.count(k), source, ": 'scheduler.params.", k, "' is required by ", sc.type);
-  };
-  if (sc.type == "WarmupDecayLR" || sc.type == "WarmupCosineLR") {
-    require("total_num_steps");
+  const optim::ScheduleValues values(entry, sc.params);
+  if (entry.find("total_num_steps") && entry.find("warmup_num_steps")) {
     // DeepSpeed warns (and decays at once after the warm-up) rather than refusing.
-    const double warmup =
-        std::max(2.0, sc.params.count("warmup_num_steps") ? sc.params["warmup_num_steps"] : 1000.0);
-    if (sc.params["total_num_steps"] < warmup)
-      p.warnings().push_back(source + ": 'scheduler.params.total_num_steps' (" +
-                             std::to_string(static_cast<int64_t>(sc.params["total_num_steps"])) +
-                             ") is less than warmup_num_steps (" +
-                             std::to_string(static_cast<int64_t>(warmup)) +
-                             "): the decay ends with the warm-up");
+    const double warmup = std::max(2.0, values.number("warmup_num_steps"));
+    if (values.number("total_num_steps") < warmup)
+      p.warnings().push_back(
+          source + ": 'scheduler.params.total_num_steps' (" +
+          std::to_string(values.count("total_num_steps")) + ") is less than warmup_num_steps (" +
+          std::to_string(static_cast<int64_t>(warmup)) + "): the decay ends with the warm-up");
   }
-  if (sc.type == "OneCycle") {
-    require("cycle_min_lr");
-    require("cycle_max_lr");
-    const bool cycle_momentum = !sc.params.count("cycle_momentum") || sc.params["cycle_momentum"];
-    if (cycle_momentum && c.optimizer.type == "SGD")
-      p.warnings().push_back(source +
-                             ": OneCycle's cycle_momentum is disabled because optimizer SGD has "
-                             "no betas (as in DeepSpeed)");
-  }
+  if (entry.find("cycle_momentum") && values.flag("cycle_momentum") && c.optimizer.type == "SGD")
+    p.warnings().push_back(source + ": " + sc.type +
+                           "'s cycle_momentum is disabled because optimizer SGD has no betas "
+                           "(as in DeepSpeed)");
   p.warn_unknown();
   s.warn_unknown();
 }

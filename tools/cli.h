@@ -67,5 +67,6 @@ int profile_main(int argc, char** argv);
 int trial_main(int argc, char** argv);
 int experiment_main(int argc, char** argv);
 int models_main(int argc, char** argv);
+int schedules_main(int argc, char** argv);
 
 }  // namespace tessera::cli
