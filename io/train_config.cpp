@@ -135,13 +135,6 @@ double scheduler_value(Section& p, const optim::ScheduleParam& param) {
   return d;
 }
 
-std::string schedule_list() {
-  std::string out;
-  for (const std::string& t : optim::registered_lr_schedules())
-    out += (out.empty() ? "" : ", ") + t;
-  return out;
-}
-
 }  // namespace
 
 void parse_scheduler(Section s, TrainConfig& c) {
@@ -149,7 +142,7 @@ void parse_scheduler(Section s, TrainConfig& c) {
   auto& sc = c.scheduler;
   s.get("type", sc.type);
   TS_CHECK(optim::has_lr_schedule(sc.type), source, ": 'scheduler.type' is \"", sc.type,
-           "\", expected one of ", schedule_list());
+           "\", expected one of ", optim::registered_lr_schedule_list());
   const optim::LRScheduleEntry& entry = optim::find_lr_schedule(sc.type);
   Section p = s.sub("params");
   for (const optim::ScheduleParam& param : entry.params) {

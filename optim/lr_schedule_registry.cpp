@@ -117,12 +117,6 @@ Registry& registry() {
   return r;
 }
 
-std::string type_list() {
-  std::string out;
-  for (const std::string& t : registered_lr_schedules()) out += (out.empty() ? "" : ", ") + t;
-  return out;
-}
-
 }  // namespace
 
 ScheduleValues::ScheduleValues(const LRScheduleEntry& entry, std::map<std::string, double> given)
@@ -150,7 +144,8 @@ const LRScheduleEntry& find_lr_schedule(const std::string& type) {
     for (const LRScheduleEntry& e : r.entries)
       if (e.type == type) return e;
   }
-  fail("scheduler type \"", type, "\" is not registered (registered: ", type_list(), ")");
+  fail("scheduler type \"", type,
+       "\" is not registered (registered: ", registered_lr_schedule_list(), ")");
 }
 
 bool has_lr_schedule(const std::string& type) {
@@ -159,6 +154,12 @@ bool has_lr_schedule(const std::string& type) {
   for (const LRScheduleEntry& e : r.entries)
     if (e.type == type) return true;
   return false;
+}
+
+std::string registered_lr_schedule_list() {
+  std::string out;
+  for (const std::string& t : registered_lr_schedules()) out += (out.empty() ? "" : ", ") + t;
+  return out;
 }
 
 std::vector<std::string> registered_lr_schedules() {

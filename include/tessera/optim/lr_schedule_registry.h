@@ -70,6 +70,8 @@ struct LRScheduleEntry {
 const LRScheduleEntry& find_lr_schedule(const std::string& type);
 bool has_lr_schedule(const std::string& type);
 std::vector<std::string> registered_lr_schedules();  // in registration order
-void register_lr_schedule(LRScheduleEntry entry);    // a type registered twice is an error
+// "WarmupLR, WarmupDecayLR, ...": the registered types for messages.
+std::string registered_lr_schedule_list();
+void register_lr_schedule(LRScheduleEntry entry);  // a type registered twice is an error
 
 }  // namespace tessera::optim
