@@ -97,7 +97,7 @@ Engine::Engine(nn::Module& model, io::TrainConfig config, InitializeOptions opti
     group_->logger().reset();
   }
   std::vector<optim::ParamGroup> groups = resolve_groups(options);
-  const double optimizer_lr = groups.empty() ? config_.optimizer.lr : groups.front().lr;
+  const double optimizer_lr = groups.empty() ? config_.optimizer.lr() : groups.front().lr;
   if (config_.zero.stage > 0) {
     optim::OptimizerFactory make = options.optimizer_factory;
     if (options.optimizer) {

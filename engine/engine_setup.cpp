@@ -9,6 +9,7 @@
 #include "tessera/grad_mode.h"
 #include "tessera/ops.h"
 #include "tessera/optim/lr_schedule_registry.h"
+#include "tessera/optim/optimizer_registry.h"
 #include "tessera/parallel/grad_norm.h"
 #include "tessera/parallel/tensor_parallel.h"
 #include "tessera/parallel/tensor_parallel_layout.h"
@@ -18,28 +19,23 @@ namespace tessera::engine {
 std::unique_ptr<optim::LRSchedule> make_schedule(const io::TrainConfig& c,
                                                  std::optional<double> optimizer_lr) {
   const auto& s = c.scheduler;
-  const double lr = optimizer_lr.value_or(c.optimizer.lr);
+  const double lr = optimizer_lr.value_or(c.optimizer.lr());
   if (s.type.empty()) return std::make_unique<optim::ConstantLR>(lr);
   // The section's values over the registry entry's defaults (optim/lr_schedule_registry.h).
   const optim::LRScheduleEntry& entry = optim::find_lr_schedule(s.type);
   const auto wt = s.warmup_type == "linear" ? optim::WarmupType::Linear : optim::WarmupType::Log;
   // Momentum is cycled for optimizers with betas (Adam, AdamW, Lamb), as in DeepSpeed; the
   // config reader warns that SGD's is not.
-  return entry.build(optim::ScheduleValues(entry, s.params),
-                     {.optimizer_lr = lr, .optimizer_has_betas = c.optimizer.type != "SGD"}, wt);
+  return entry.build(entry.values(s.params),
+                     {.optimizer_lr = lr,
+                      .optimizer_has_betas = optim::find_optimizer(c.optimizer.type).has_betas},
+                     wt);
 }
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const io::TrainConfig& c,
                                                  std::vector<optim::ParamGroup> groups) {
-  const auto& o = c.optimizer;
-  if (o.type == "SGD")
-    return std::make_unique<optim::SGD>(std::move(groups),
-                                        optim::SGDOptions{o.momentum, o.dampening, o.nesterov});
-  if (o.type == "Lamb")
-    return std::make_unique<optim::Lamb>(
-        std::move(groups), optim::LambOptions{o.beta1, o.beta2, o.eps, o.max_coeff, o.min_coeff});
-  return std::make_unique<optim::Adam>(std::move(groups),
-                                       optim::AdamOptions{o.beta1, o.beta2, o.eps, o.adam_w_mode});
+  // The section's values over the registry entry's defaults (optim/optimizer_registry.h).
+  return optim::find_optimizer(c.optimizer.type).build(std::move(groups), c.optimizer.values());
 }
 
 std::vector<optim::ParamGroup> Engine::resolve_groups(const InitializeOptions& options) {
@@ -61,9 +57,10 @@ std::vector<optim::ParamGroup> Engine::resolve_groups(const InitializeOptions& o
     }
   } else if (!options.model_parameters.empty()) {
     for (const auto& g : options.model_parameters)
-      groups.push_back({g.names, {}, g.lr.value_or(o.lr), g.weight_decay.value_or(o.weight_decay)});
+      groups.push_back(
+          {g.names, {}, g.lr.value_or(o.lr()), g.weight_decay.value_or(o.weight_decay())});
   } else {
-    groups = optim::default_param_groups(named, o.lr, o.weight_decay, o.weight_decay_1d);
+    groups = optim::default_param_groups(named, o.lr(), o.weight_decay(), o.weight_decay_1d());
     for (auto& g : groups) g.params.clear();
   }
   std::map<std::string, size_t> group_of;
@@ -170,9 +167,11 @@ void Engine::setup_parallel(std::vector<optim::ParamGroup> groups,
       zo.tensor_parallel_params.insert(split.first);
   }
   zero_ = std::make_unique<parallel::ZeroOptimizer>(model_, group_, zo, make, std::move(groups));
-  TS_CHECK(zero_->optimizer().name() != "Lamb", "engine: zero_optimization.stage ", c.zero.stage,
-           " with optimizer Lamb is not supported (LAMB's trust ratio needs whole tensors); use "
-           "stage 0 or Adam/AdamW/SGD");
+  const std::string name = zero_->optimizer().name();
+  TS_CHECK(!optim::has_optimizer(name) || optim::find_optimizer(name).updates_partitions,
+           "engine: zero_optimization.stage ", c.zero.stage, " with optimizer ", name,
+           " is not supported (its update needs whole tensors, as LAMB's trust ratio); use stage "
+           "0 or another optimizer (`tessera optimizers` lists them)");
 }
 
 std::unique_ptr<Engine> initialize(nn::Module& model, const io::TrainConfig& config,

@@ -7,7 +7,6 @@
 
 #include "config_sections.h"
 #include "tessera/io/files.h"
-#include "tessera/optim/lr_schedule_registry.h"
 
 namespace tessera::io {
 
@@ -58,120 +57,6 @@ void parse_batch(Section& root, TrainConfig& c) {
     fail(source,
          ": set train_batch_size or train_micro_batch_size_per_gpu (DeepSpeed needs at least one)");
   }
-}
-
-void parse_optimizer(Section o, TrainConfig& c) {
-  const std::string& source = o.source();
-  auto& opt = c.optimizer;
-  opt.present = true;
-  o.get("type", opt.type);
-  TS_CHECK(opt.type == "Adam" || opt.type == "AdamW" || opt.type == "SGD" || opt.type == "Lamb",
-           source, ": 'optimizer.type' is \"", opt.type,
-           "\", expected one of Adam, AdamW, SGD, Lamb");
-  Section p = o.sub("params");
-  TS_CHECK(!p.has("max_grad_norm"), source,
-           ": 'optimizer.params.max_grad_norm' is not supported (as in DeepSpeed); use the "
-           "top-level 'gradient_clipping'");
-  p.get("lr", opt.lr);
-  range(opt.lr >= 0, source, "optimizer.params.lr", opt.lr, ">= 0");
-  if (p.has("betas")) {
-    const json& b = p.raw("betas");
-    TS_CHECK(b.is_array() && b.size() == 2 && b[0].is_number() && b[1].is_number(), source,
-             ": 'optimizer.params.betas' must be two numbers, found ", b.dump());
-    opt.beta1 = b[0].get<double>();
-    opt.beta2 = b[1].get<double>();
-    for (double v : {opt.beta1, opt.beta2})
-      range(v >= 0 && v < 1, source, "optimizer.params.betas", v, "values in [0, 1)");
-  }
-  p.get("eps", opt.eps);
-  range(opt.eps > 0, source, "optimizer.params.eps", opt.eps, "> 0");
-  p.get("weight_decay", opt.weight_decay);
-  range(opt.weight_decay >= 0, source, "optimizer.params.weight_decay", opt.weight_decay, ">= 0");
-  p.get("weight_decay_1d", opt.weight_decay_1d);
-  // DeepSpeed: "Adam" is decoupled (AdamW) unless adam_w_mode is false; "AdamW" always is.
-  p.get("adam_w_mode", opt.adam_w_mode);
-  if (opt.type == "AdamW" && !opt.adam_w_mode) {
-    p.warnings().push_back(source +
-                           ": 'optimizer.params.adam_w_mode' false has no effect with type "
-                           "AdamW, which is always decoupled (use type Adam for L2 decay)");
-    opt.adam_w_mode = true;
-  }
-  p.get("momentum", opt.momentum);
-  p.get("dampening", opt.dampening);
-  p.get("nesterov", opt.nesterov);
-  p.get("max_coeff", opt.max_coeff);
-  p.get("min_coeff", opt.min_coeff);
-  p.ignored<bool>("torch_adam", "Tessera has one fused Adam kernel");
-  p.warn_unknown();
-  o.warn_unknown();
-}
-
-namespace {
-
-// A scheduler parameter read and checked as its registry entry's kind says.
-double scheduler_value(Section& p, const optim::ScheduleParam& param) {
-  using K = optim::ScheduleParamKind;
-  const std::string& k = param.name;
-  const std::string& source = p.source();
-  if (param.kind == K::Bool) {
-    bool b = false;
-    p.get(k, b);
-    return b ? 1.0 : 0.0;
-  }
-  if (param.kind == K::Steps || param.kind == K::Count) {
-    int64_t n = 0;
-    if (param.kind == K::Steps)
-      p.get_min<int64_t>(k, n, 1, "a positive integer");
-    else
-      p.get_min<int64_t>(k, n, 0, "an integer >= 0");
-    return static_cast<double>(n);
-  }
-  double d = 0;
-  p.get(k, d);
-  if (param.kind == K::Momentum)
-    range(d >= 0 && d < 1, source, p.key(k), d, "in [0, 1)");
-  else
-    range(d >= 0, source, p.key(k), d, ">= 0");
-  return d;
-}
-
-}  // namespace
-
-void parse_scheduler(Section s, TrainConfig& c) {
-  const std::string& source = s.source();
-  auto& sc = c.scheduler;
-  s.get("type", sc.type);
-  TS_CHECK(optim::has_lr_schedule(sc.type), source, ": 'scheduler.type' is \"", sc.type,
-           "\", expected one of ", optim::registered_lr_schedule_list());
-  const optim::LRScheduleEntry& entry = optim::find_lr_schedule(sc.type);
-  Section p = s.sub("params");
-  for (const optim::ScheduleParam& param : entry.params) {
-    if (p.has(param.name)) sc.params[param.name] = scheduler_value(p, param);
-    TS_CHECK(!param.required || sc.params.count(param.name), source, ": 'scheduler.params.",
-             param.name, "' is required by ", sc.type);
-  }
-  if (entry.takes_warmup_type) {
-    p.get("warmup_type", sc.warmup_type);
-    TS_CHECK(sc.warmup_type == "log" || sc.warmup_type == "linear", source,
-             ": 'scheduler.params.warmup_type' is \"", sc.warmup_type,
-             "\", expected \"log\" or \"linear\"");
-  }
-  const optim::ScheduleValues values(entry, sc.params);
-  if (entry.find("total_num_steps") && entry.find("warmup_num_steps")) {
-    // DeepSpeed warns (and decays at once after the warm-up) rather than refusing.
-    const double warmup = std::max(2.0, values.number("warmup_num_steps"));
-    if (values.number("total_num_steps") < warmup)
-      p.warnings().push_back(
-          source + ": 'scheduler.params.total_num_steps' (" +
-          std::to_string(values.count("total_num_steps")) + ") is less than warmup_num_steps (" +
-          std::to_string(static_cast<int64_t>(warmup)) + "): the decay ends with the warm-up");
-  }
-  if (entry.find("cycle_momentum") && values.flag("cycle_momentum") && c.optimizer.type == "SGD")
-    p.warnings().push_back(source + ": " + sc.type +
-                           "'s cycle_momentum is disabled because optimizer SGD has no betas "
-                           "(as in DeepSpeed)");
-  p.warn_unknown();
-  s.warn_unknown();
 }
 
 void parse_precision(Section& root, TrainConfig& c) {

@@ -8,6 +8,7 @@
 #include "tessera/launch/train_data.h"
 #include "tessera/models/activation_memory.h"
 #include "tessera/models/model_registry.h"
+#include "tessera/optim/optimizer_registry.h"
 #include "tessera/parallel/pipe_schedule.h"
 #include "tessera/parallel/shape_only_group.h"
 #include "tessera/parallel/zero_optimizer.h"
@@ -62,7 +63,7 @@ ModelStateBytes model_state_bytes(const io::TrainConfig& c, const parallel::Shar
   const DType model = c.model_dtype(), comm = c.communication_dtype();
   const int64_t pb = static_cast<int64_t>(itemsize(model)),
                 gb = static_cast<int64_t>(itemsize(comm));
-  const int64_t slots = c.optimizer.type == "SGD" ? (c.optimizer.momentum != 0 ? 1 : 0) : 2;
+  const int64_t slots = optim::find_optimizer(c.optimizer.type).state_slots(c.optimizer.values());
   const int64_t psi = layout.total_numel(), P = layout.partition_numel;
   ModelStateBytes e;
   if (stage == 0) {

@@ -2,11 +2,10 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <map>
-#include <mutex>
 
 #include "tessera/error.h"
 #include "tessera/io/files.h"
+#include "tessera/named_registry.h"
 
 namespace tessera::models {
 
@@ -15,52 +14,23 @@ ModelEntry bert_model_entry();  // bert_entry.cpp
 
 namespace {
 
-void add(std::map<std::string, ModelEntry>& entries, ModelEntry entry) {
-  TS_CHECK(!entry.type.empty(), "models::register_model: an entry without a type");
-  TS_CHECK(entry.build, "models::register_model: '", entry.type, "' has no build function");
-  const std::string type = entry.type;
-  TS_CHECK(entries.emplace(type, std::move(entry)).second, "models::register_model: '", type,
-           "' is registered twice");
-}
-
-struct Registry {
-  Registry() {
-    add(entries, gpt2_model_entry());
-    add(entries, bert_model_entry());
-  }
-  std::mutex mutex;
-  std::map<std::string, ModelEntry> entries;
-};
-
-// Made on first use, the built-in models first (a RegisterModel in another file may run
-// before this file's statics are initialised).
-Registry& registry() {
-  static Registry r;
+// Made on first use, the built-in models first, by name (a RegisterModel in another file may
+// run before this file's statics are initialised), then the program's in registration order.
+NamedRegistry<ModelEntry>& model_registry() {
+  static NamedRegistry<ModelEntry> r("model type", {bert_model_entry(), gpt2_model_entry()});
   return r;
 }
 
 }  // namespace
 
 void register_model(ModelEntry entry) {
-  Registry& r = registry();
-  std::lock_guard lock(r.mutex);
-  add(r.entries, std::move(entry));
+  model_registry().add(std::move(entry), "models::register_model");
 }
-
 bool has_model(const std::string& type) {
-  Registry& r = registry();
-  std::lock_guard lock(r.mutex);
-  return r.entries.count(type) > 0;
+  return model_registry().has(type);
 }
-
 const ModelEntry& find_model(const std::string& type) {
-  Registry& r = registry();
-  {
-    std::lock_guard lock(r.mutex);
-    // (std::map's nodes stay put: the reference outlives later registrations.)
-    if (auto it = r.entries.find(type); it != r.entries.end()) return it->second;
-  }
-  fail("model type \"", type, "\" is not registered (registered: ", registered_model_list(), ")");
+  return model_registry().find(type);
 }
 
 std::string registered_model_list(const std::string& prefix, const std::string& separator) {
@@ -71,11 +41,7 @@ std::string registered_model_list(const std::string& prefix, const std::string& 
 }
 
 std::vector<std::string> registered_model_types() {
-  Registry& r = registry();
-  std::lock_guard lock(r.mutex);
-  std::vector<std::string> out;
-  for (const auto& [t, e] : r.entries) out.push_back(t);
-  return out;
+  return model_registry().types();
 }
 
 void check_model_config(io::TrainConfig& cfg) {

@@ -68,5 +68,6 @@ int trial_main(int argc, char** argv);
 int experiment_main(int argc, char** argv);
 int models_main(int argc, char** argv);
 int schedules_main(int argc, char** argv);
+int optimizers_main(int argc, char** argv);
 
 }  // namespace tessera::cli

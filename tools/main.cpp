@@ -22,6 +22,7 @@ commands:
   bench gemm                 Tessera's GEMM rate beside OpenBLAS's, measured in one run
   train CONFIG.json          train GPT-2/BERT from a DeepSpeed-style config (configs/)
   models                     the model types a config can name (the model registry)
+  optimizers                 the optimizers a config can name, their parameters and defaults
   schedules                  the LR schedules a config can name, their parameters and defaults
   profile CONFIG.json        DeepSpeed's flops profiler report of the config's model at a step
   trial EXP.yaml             a built-in model as one Determined trial (periods, preemption)
@@ -89,6 +90,7 @@ int main(int argc, char** argv) {
     if (cmd == "experiment") return tessera::cli::experiment_main(argc, argv);
     if (cmd == "models") return tessera::cli::models_main(argc, argv);
     if (cmd == "schedules") return tessera::cli::schedules_main(argc, argv);
+    if (cmd == "optimizers") return tessera::cli::optimizers_main(argc, argv);
     std::cerr << "tessera: unknown command '" << cmd << "'\n\n" << kUsage;
     return 2;
   } catch (const tessera::Error& e) {

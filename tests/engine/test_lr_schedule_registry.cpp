@@ -25,13 +25,13 @@ class ExponentialLR : public optim::LRSchedule {
 };
 
 optim::LRScheduleEntry exponential_entry() {
-  using K = optim::ScheduleParamKind;
+  using K = optim::HyperParamKind;
   return {"ExponentialLR",
           "the optimizer's lr times gamma at every step",
-          {{"gamma", K::Rate, std::nullopt, "the factor per step", true},
-           {"lr", K::Lr, std::nullopt, "the first lr (default: the optimizer's)"}},
+          {{"gamma", K::Rate, {}, "the factor per step", true},
+           {"lr", K::Lr, {}, "the first lr (default: the optimizer's)"}},
           false,
-          [](const optim::ScheduleValues& v, const optim::ScheduleContext& c, optim::WarmupType) {
+          [](const optim::HyperParamValues& v, const optim::ScheduleContext& c, optim::WarmupType) {
             return std::make_unique<ExponentialLR>(v.number("lr", c.optimizer_lr),
                                                    v.number("gamma"));
           }};
@@ -82,19 +82,21 @@ TEST_CASE("a registered LR schedule is read, checked and built from a config") {
 TEST_CASE("the built-in schedules' defaults are DeepSpeed's, written once in the registry") {
   // deepspeed/runtime/lr_schedules.py's constructor defaults.
   const auto& w = optim::find_lr_schedule("WarmupLR");
-  CHECK(*w.find("warmup_num_steps")->default_value == 1000);
-  CHECK(*w.find("warmup_min_lr")->default_value == 0);
-  CHECK_FALSE(w.find("warmup_max_lr")->default_value);  // the optimizer's lr
-  CHECK(*optim::find_lr_schedule("WarmupDecayLR").find("warmup_max_lr")->default_value == 0.001);
-  CHECK(*optim::find_lr_schedule("WarmupCosineLR").find("cos_min_ratio")->default_value == 0.0001);
+  CHECK(w.find("warmup_num_steps")->default_value == std::vector<double>{1000});
+  CHECK(w.find("warmup_min_lr")->default_value == std::vector<double>{0});
+  CHECK(w.find("warmup_max_lr")->default_value.empty());  // the optimizer's lr
+  CHECK(optim::find_lr_schedule("WarmupDecayLR").find("warmup_max_lr")->default_value ==
+        std::vector<double>{0.001});
+  CHECK(optim::find_lr_schedule("WarmupCosineLR").find("cos_min_ratio")->default_value ==
+        std::vector<double>{0.0001});
   const auto& one = optim::find_lr_schedule("OneCycle");
-  CHECK(*one.find("cycle_first_step_size")->default_value == 2000);
-  CHECK(*one.find("cycle_min_mom")->default_value == 0.8);
-  CHECK(*one.find("cycle_max_mom")->default_value == 0.9);
+  CHECK(one.find("cycle_first_step_size")->default_value == std::vector<double>{2000});
+  CHECK(one.find("cycle_min_mom")->default_value == std::vector<double>{0.8});
+  CHECK(one.find("cycle_max_mom")->default_value == std::vector<double>{0.9});
   CHECK(one.find("cycle_min_lr")->required);
   const auto& range = optim::find_lr_schedule("LRRangeTest");
-  CHECK(*range.find("lr_range_test_min_lr")->default_value == 1e-3);
-  CHECK(*range.find("lr_range_test_step_size")->default_value == 2000);
+  CHECK(range.find("lr_range_test_min_lr")->default_value == std::vector<double>{1e-3});
+  CHECK(range.find("lr_range_test_step_size")->default_value == std::vector<double>{2000});
   // A section without warmup_num_steps warms up over the default's 1000 steps: step k runs at
   // DeepSpeed's get_lr() at last_batch_iteration k - 1, linear: (k - 1) / 1000 of the way.
   const auto s = engine::make_schedule(io::TrainConfig::parse(

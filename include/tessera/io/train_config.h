@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tessera/dtype.h"
+#include "tessera/optim/hyper_param.h"
 
 namespace tessera::io {
 
@@ -19,22 +20,22 @@ struct TrainConfig {
   int64_t micro_batch_size = 0;
   int64_t gradient_accumulation_steps = 0;
 
+  // The optimizer and LR schedule sections: their types and parameters are the registries'
+  // (optim/optimizer_registry.h, optim/lr_schedule_registry.h), which hold the defaults.
   struct Optimizer {
-    bool present = false;        // the config has an "optimizer" section
-    std::string type = "AdamW";  // Adam, AdamW, SGD, Lamb
-    double lr = 1e-3;
-    double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
-    double weight_decay = 0.0;
-    bool weight_decay_1d = false;  // Tessera's: also decay biases and norm weights
-    bool adam_w_mode = true;       // decoupled decay (DeepSpeed's default for Adam and AdamW)
-    double momentum = 0.0, dampening = 0.0;
-    bool nesterov = false;
-    double max_coeff = 10.0, min_coeff = 0.01;
+    bool present = false;           // the config has an "optimizer" section
+    std::string type = "AdamW";     // a registered optimizer type
+    optim::HyperParamGiven params;  // optimizer.params as given (checked)
+    // The parameters over the entry's defaults.
+    optim::HyperParamValues values() const;
+    double lr() const { return values().number("lr"); }
+    double weight_decay() const { return values().number("weight_decay"); }
+    bool weight_decay_1d() const { return values().flag("weight_decay_1d"); }
   } optimizer;
 
   struct Scheduler {
-    std::string type;                      // empty: constant lr
-    std::map<std::string, double> params;  // as given (booleans as 0/1)
+    std::string type;               // empty: constant lr
+    optim::HyperParamGiven params;  // scheduler.params as given (checked)
     std::string warmup_type = "log";
   } scheduler;
 

@@ -78,7 +78,7 @@ void register_model(ModelEntry entry);
 // The entry of `type`; an unknown one is an error listing the registered types.
 const ModelEntry& find_model(const std::string& type);
 bool has_model(const std::string& type);
-std::vector<std::string> registered_model_types();  // sorted
+std::vector<std::string> registered_model_types();  // built-ins by name, then as registered
 // The registered types for messages and help: "bert, gpt2", or with a prefix "builtin:bert,
 // builtin:gpt2" (trial entrypoints), joined by `separator`.
 std::string registered_model_list(const std::string& prefix = "",

@@ -5,7 +5,7 @@
 // print it: a default is written once, here.
 //
 //   const optim::LRScheduleEntry& e = optim::find_lr_schedule("WarmupLR");
-//   auto schedule = e.build(optim::ScheduleValues(e, {{"warmup_num_steps", 100}}), {1e-3});
+//   auto schedule = e.build(e.values({{"warmup_num_steps", {100}}}), {1e-3});
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -15,21 +15,10 @@
 #include <string>
 #include <vector>
 
+#include "tessera/optim/hyper_param.h"
 #include "tessera/optim/lr_schedule.h"
 
 namespace tessera::optim {
-
-// What a parameter's value must be (the reader's check): an lr or rate >= 0, a ratio >= 0, a
-// step count >= 1, a count >= 0, a boolean (0/1), a momentum in [0, 1).
-enum class ScheduleParamKind { Lr, Ratio, Rate, Steps, Count, Bool, Momentum };
-
-struct ScheduleParam {
-  std::string name;
-  ScheduleParamKind kind;
-  std::optional<double> default_value;  // none: required, or given by the context (`doc` says)
-  std::string doc;
-  bool required = false;
-};
 
 // What a schedule takes from outside its section: the optimizer's lr (some schedules are
 // ratios of it, or warm up to it) and whether the optimizer has betas to cycle.
@@ -38,32 +27,19 @@ struct ScheduleContext {
   bool optimizer_has_betas = true;
 };
 
-struct LRScheduleEntry;
-
-// A section's values over its entry's defaults (booleans as 0/1).
-class ScheduleValues {
- public:
-  ScheduleValues(const LRScheduleEntry& entry, std::map<std::string, double> given);
-  // The given value, else the entry's default, else `fallback` (a default from the context).
-  double number(const std::string& name, std::optional<double> fallback = std::nullopt) const;
-  int64_t count(const std::string& name) const { return static_cast<int64_t>(number(name)); }
-  bool flag(const std::string& name) const { return number(name) != 0; }
-  bool given(const std::string& name) const { return given_.count(name) > 0; }
-
- private:
-  const LRScheduleEntry& entry_;
-  std::map<std::string, double> given_;
-};
-
 struct LRScheduleEntry {
   std::string type;  // scheduler.type, DeepSpeed's class name
   std::string doc;
-  std::vector<ScheduleParam> params;
+  std::vector<HyperParam> params;
   bool takes_warmup_type = false;  // scheduler.params.warmup_type "log" | "linear"
-  std::function<std::unique_ptr<LRSchedule>(const ScheduleValues&, const ScheduleContext&,
+  std::function<std::unique_ptr<LRSchedule>(const HyperParamValues&, const ScheduleContext&,
                                             WarmupType)>
       build;
-  const ScheduleParam* find(const std::string& name) const;
+  const HyperParam* find(const std::string& name) const { return find_hyper_param(params, name); }
+  // The section's values over this entry's defaults.
+  HyperParamValues values(HyperParamGiven given) const {
+    return HyperParamValues("scheduler", type, params, std::move(given));
+  }
 };
 
 // The entry of `type`; an unknown one is an error listing the registered types.

@@ -131,8 +131,8 @@ class SGD : public Optimizer {
 };
 
 struct LambOptions {
-  double beta1 = 0.9, beta2 = 0.999, eps = 1e-6;
-  double max_coeff = 10.0, min_coeff = 0.01;  // trust-ratio clamp (DeepSpeed's names)
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // DeepSpeed FusedLamb's
+  double max_coeff = 10.0, min_coeff = 0.01;      // trust-ratio clamp (DeepSpeed's names)
   bool bias_correction = true;
 };
 class Lamb : public Optimizer {

@@ -1,0 +1,126 @@
+// `tessera optimizers` and `tessera schedules` [--json | --markdown]: the optimizer and LR
+// schedule registries' entries (every optimizer.type / scheduler.type a config can name) with
+// each parameter's kind, default and doc, read from the entries; docs/training.md's tables
+// are --markdown's.
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "cli.h"
+#include "tessera/optim/lr_schedule_registry.h"
+#include "tessera/optim/optimizer_registry.h"
+
+namespace tessera::cli {
+
+namespace {
+
+const char* kSchedulesHelp = R"(usage: tessera schedules [--json | --markdown]
+
+The LR schedules a training config's "scheduler.type" can name (DeepSpeed's), each parameter
+of "scheduler.params" with what it must be, its default and what it does: the entries the
+config reader checks a scheduler section against and the engine builds the schedule from.
+--json: {"schedules": [{"type", "doc", "warmup_type", "params": [{"name", "kind", "default",
+"required", "no_effect", "doc"}]}]}
+--markdown: the table docs/training.md holds.
+)";
+
+const char* kOptimizersHelp = R"(usage: tessera optimizers [--json | --markdown]
+
+The optimizers a training config's "optimizer.type" can name (DeepSpeed's), each parameter of
+"optimizer.params" with what it must be, its default and what it does: the entries the config
+reader checks an optimizer section against and the engine builds the optimizer from.
+--json: {"optimizers": [{"type", "doc", "betas", "zero", "params": [{"name", "kind", "default",
+"required", "no_effect", "doc"}]}]}
+--markdown: the table docs/training.md holds.
+)";
+
+enum class Format { Text, Json, Markdown };
+
+// Parses the listing commands' options; nullopt after printing --help.
+std::optional<Format> listing_format(int argc, char** argv, const char* name, const char* help) {
+  const Args a(argc, argv, 2, {"json", "markdown", "help"}, {});
+  if (a.has("help")) {
+    std::cout << help;
+    return std::nullopt;
+  }
+  TS_CHECK(a.positional().empty(), name, ": takes no arguments (see --help)");
+  TS_CHECK(!(a.has("json") && a.has("markdown")), name, ": --json or --markdown, not both");
+  return a.has("json") ? Format::Json : a.has("markdown") ? Format::Markdown : Format::Text;
+}
+
+std::string what_it_does(const optim::HyperParam& p) {
+  return p.no_effect.empty() ? p.doc : "no effect in Tessera: " + p.no_effect;
+}
+
+// Prints an entry's parameters as the format says and returns them as JSON.
+nlohmann::json print_params(Format f, const std::string& type,
+                            const std::vector<optim::HyperParam>& params) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const optim::HyperParam& p : params) {
+    const char* kind = optim::hyper_param_kind_text(p.kind);
+    const std::string def = optim::hyper_param_default_text(p);
+    nlohmann::json d = nullptr;
+    if (p.default_value.size() == 1) d = p.default_value[0];
+    if (p.default_value.size() > 1) d = p.default_value;
+    out.push_back({{"name", p.name},
+                   {"kind", kind},
+                   {"default", d},
+                   {"required", p.required},
+                   {"no_effect", p.no_effect},
+                   {"doc", p.doc}});
+    if (f == Format::Markdown)
+      std::cout << "| `" << type << "` | `" << p.name << "` | " << kind << " | " << def << " | "
+                << what_it_does(p) << " |\n";
+    else if (f == Format::Text)
+      std::cout << "  " << p.name << " (" << kind << ", " << def << "): " << what_it_does(p)
+                << "\n";
+  }
+  return out;
+}
+
+}  // namespace
+
+int schedules_main(int argc, char** argv) {
+  const auto f = listing_format(argc, argv, "schedules", kSchedulesHelp);
+  if (!f) return 0;
+  nlohmann::json all = nlohmann::json::array();
+  if (*f == Format::Markdown)
+    std::cout << "| `scheduler.type` | parameter | value | default | what it does |\n"
+              << "|---|---|---|---|---|\n";
+  for (const std::string& type : optim::registered_lr_schedules()) {
+    const optim::LRScheduleEntry& e = optim::find_lr_schedule(type);
+    if (*f == Format::Text) std::cout << type << ": " << e.doc << "\n";
+    nlohmann::json params = print_params(*f, type, e.params);
+    if (*f == Format::Markdown && e.takes_warmup_type)
+      std::cout << "| `" << type
+                << "` | `warmup_type` | log/linear | log | the warm-up's shape |\n";
+    all.push_back(
+        {{"type", type}, {"doc", e.doc}, {"warmup_type", e.takes_warmup_type}, {"params", params}});
+  }
+  if (*f == Format::Json) std::cout << nlohmann::json{{"schedules", all}}.dump() << "\n";
+  return 0;
+}
+
+int optimizers_main(int argc, char** argv) {
+  const auto f = listing_format(argc, argv, "optimizers", kOptimizersHelp);
+  if (!f) return 0;
+  nlohmann::json all = nlohmann::json::array();
+  if (*f == Format::Markdown)
+    std::cout << "| `optimizer.type` | parameter | value | default | what it does |\n"
+              << "|---|---|---|---|---|\n";
+  for (const std::string& type : optim::registered_optimizers()) {
+    const optim::OptimizerEntry& e = optim::find_optimizer(type);
+    if (*f == Format::Text)
+      std::cout << type << ": " << e.doc
+                << (e.updates_partitions ? "" : " (not with ZeRO: it needs whole tensors)") << "\n";
+    nlohmann::json params = print_params(*f, type, e.params);
+    all.push_back({{"type", type},
+                   {"doc", e.doc},
+                   {"betas", e.has_betas},
+                   {"zero", e.updates_partitions},
+                   {"params", params}});
+  }
+  if (*f == Format::Json) std::cout << nlohmann::json{{"optimizers", all}}.dump() << "\n";
+  return 0;
+}
+
+}  // namespace tessera::cli
