@@ -8,6 +8,7 @@
 #include "tessera/error.h"
 #include "tessera/grad_mode.h"
 #include "tessera/ops.h"
+#include "tessera/parallel/pipe_schedule_registry.h"
 
 namespace tessera::engine {
 
@@ -41,13 +42,14 @@ void PipelineEngine::setup(std::shared_ptr<parallel::ProcessGroup> data_parallel
            "stage count (",
            module_.stage_id(), " of ", module_.num_stages(), ")");
   const int64_t v = module_.num_chunks();
-  TS_CHECK(options_.schedule != "interleaved" || (v >= 2 && module_.num_stages() >= 2),
-           "PipelineEngine: the interleaved schedule needs 2 or more stages of a PipelineModule ",
-           "of num_chunks >= 2 (this one: ", module_.num_stages(), " stages x ", v, " chunks)");
-  TS_CHECK(options_.schedule == "interleaved" || v == 1, "PipelineEngine: a PipelineModule of ", v,
-           " chunks per stage runs the interleaved schedule, not '", options_.schedule, "'");
-  parallel::train_schedule(options_.schedule, module_.num_stages(), module_.num_stages(),
-                           module_.stage_id(), v);  // (an unknown name is an error now)
+  const parallel::PipeScheduleEntry& schedule = parallel::find_pipe_schedule(options_.schedule);
+  TS_CHECK(v >= schedule.min_chunks && module_.num_stages() >= schedule.min_stages,
+           "PipelineEngine: the ", schedule.type, " schedule needs ", schedule.min_stages,
+           " or more stages of a PipelineModule of num_chunks >= ", schedule.min_chunks,
+           " (this one: ", module_.num_stages(), " stages x ", v, " chunks)");
+  TS_CHECK(schedule.takes_chunks(v), "PipelineEngine: a PipelineModule of ", v,
+           " chunks per stage runs ", parallel::chunked_pipe_schedules_text(), ", not '",
+           options_.schedule, "'");
   sent_meta_.resize(static_cast<size_t>(v));
   rng_before_chunk_.assign(static_cast<size_t>(v), 0);
   received_meta_.resize(static_cast<size_t>(v));

@@ -316,11 +316,6 @@ TrainConfig TrainConfig::parse(const std::string& text, int64_t world, const std
   if (c.strict) c.refuse_unknown_keys();
 
   // Rules that span sections.
-  TS_CHECK(c.pipeline.schedule != "interleaved" ||
-               c.gradient_accumulation_steps % c.pipeline.stages == 0,
-           source, ": 'pipeline.schedule' \"interleaved\" needs gradient_accumulation_steps (",
-           c.gradient_accumulation_steps, ", the micro-batches of a step) to be a multiple of ",
-           "pipeline.stages (", c.pipeline.stages, "), as Megatron's");
   const bool hysteresis_given =
       j.contains("fp16") && j["fp16"].is_object() &&
       (j["fp16"].contains("hysteresis") || j["fp16"].contains("consecutive_hysteresis"));

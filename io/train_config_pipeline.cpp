@@ -27,20 +27,11 @@ void parse_pipeline(Section s, TrainConfig& c) {
                      ">= 0 (0 = off)");
   s.ignored<bool>("pipe_partitioned", "activations go whole from stage to stage");
   s.ignored<bool>("grad_partitioned", "gradients go whole from stage to stage");
+  // The schedule's name and Megatron's virtual pipeline stages (model chunks per stage) are
+  // checked against the pipeline schedule registry (parallel::check_pipeline_schedule, which
+  // launch's config reader runs).
   s.get("schedule", p.schedule);
-  TS_CHECK(p.schedule == "1f1b" || p.schedule == "zb-h1" || p.schedule == "interleaved", s.source(),
-           ": '", s.key("schedule"), "' is \"", p.schedule,
-           "\", expected \"1f1b\", \"zb-h1\" or \"interleaved\"");
-  // Megatron's virtual pipeline stages: model chunks per stage, for the interleaved schedule.
-  p.virtual_stages = p.schedule == "interleaved" ? 2 : 1;
   s.get_min<int64_t>("virtual_stages", p.virtual_stages, 1, "a positive integer");
-  TS_CHECK(p.schedule == "interleaved" ? p.virtual_stages >= 2 : p.virtual_stages == 1, s.source(),
-           ": '", s.key("virtual_stages"), "' is ", p.virtual_stages, ": ",
-           p.schedule == "interleaved"
-               ? "the interleaved schedule needs 2 or more model chunks per stage"
-               : "model chunks per stage need \"schedule\": \"interleaved\"");
-  TS_CHECK(p.schedule != "interleaved" || p.stages >= 2, s.source(), ": '", s.key("schedule"),
-           "' \"interleaved\" needs 'stages' >= 2");
   s.warn_unknown();
 }
 

@@ -4,6 +4,7 @@
 #include "tessera/error.h"
 #include "tessera/launch/model_build.h"
 #include "tessera/launch/train_data.h"
+#include "tessera/parallel/pipe_schedule_registry.h"
 
 namespace tessera::launch {
 
@@ -122,18 +123,21 @@ io::TrainConfig parse_config(const std::string& json_text, int64_t world_size,
                              const std::string& source) {
   io::TrainConfig cfg = io::TrainConfig::parse(json_text, world_size, source);
   models::check_model_config(cfg);
+  parallel::check_pipeline_schedule(cfg);
   return cfg;
 }
 
 io::TrainConfig read_config(const std::string& path, int64_t world_size) {
   io::TrainConfig cfg = io::TrainConfig::from_file(path, world_size);
   models::check_model_config(cfg);
+  parallel::check_pipeline_schedule(cfg);
   return cfg;
 }
 
 std::unique_ptr<Job> build(io::TrainConfig cfg, std::shared_ptr<parallel::ProcessGroup> world) {
   auto job = std::make_unique<Job>();
   models::check_model_config(cfg);  // (a config not read through read_config)
+  parallel::check_pipeline_schedule(cfg);
   job->config = std::move(cfg);
   if (job->config.pipeline.stages > 1) check_pipeline_config(job->config);
   job->groups = job_groups(job->config, world);

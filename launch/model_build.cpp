@@ -3,6 +3,7 @@
 #include "tessera/cuda.h"
 #include "tessera/models/model_registry.h"
 #include "tessera/models/pretrained.h"
+#include "tessera/parallel/pipe_schedule_registry.h"
 #include "tessera/parallel/process_group.h"
 
 namespace tessera::launch {
@@ -54,7 +55,7 @@ parallel::PipelineModuleOptions pipeline_module_options(
     std::shared_ptr<parallel::ProcessGroup> tp) {
   parallel::PipelineModuleOptions po;
   po.num_stages = cfg.pipeline.stages;
-  po.num_chunks = cfg.pipeline.virtual_stages;
+  po.num_chunks = parallel::pipeline_chunks(cfg);
   po.partition_method = cfg.pipeline.partition;
   po.activation_checkpoint_interval = cfg.pipeline.activation_checkpoint_interval;
   if (cfg.activation_checkpointing.enabled) {

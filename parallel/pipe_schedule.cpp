@@ -180,16 +180,6 @@ std::vector<PipeStep> InterleavedSchedule::steps() const {
   return out;
 }
 
-std::unique_ptr<PipeSchedule> train_schedule(const std::string& name, int64_t micro_batches,
-                                             int64_t stages, int64_t stage_id, int64_t chunks) {
-  if (name == "1f1b") return std::make_unique<TrainSchedule>(micro_batches, stages, stage_id);
-  if (name == "zb-h1")
-    return std::make_unique<ZeroBubbleH1Schedule>(micro_batches, stages, stage_id);
-  if (name == "interleaved")
-    return std::make_unique<InterleavedSchedule>(micro_batches, stages, stage_id, chunks);
-  fail("pipeline schedule '", name, "' is not one of \"1f1b\", \"zb-h1\", \"interleaved\"");
-}
-
 int64_t peak_activation_bytes(const std::vector<PipeStep>& steps,
                               const std::vector<int64_t>& chunk_bytes) {
   const bool split = std::any_of(steps.begin(), steps.end(), [](const PipeStep& s) {

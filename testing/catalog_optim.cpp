@@ -30,7 +30,9 @@ void add_optim_ops(std::vector<OpSpec>& ops) {
                else if (name == "sgd_step")
                  opt = std::make_unique<optim::SGD>(groups, optim::SGDOptions{0.9, 0.0, true});
                else
-                 opt = std::make_unique<optim::Lamb>(groups);
+                 // (the fixture's eps: generate_catalog_fixtures.py's lamb_two_steps)
+                 opt = std::make_unique<optim::Lamb>(
+                     groups, optim::LambOptions{0.9, 0.999, 1e-6, 10.0, 0.01});
                opt->step();
                opt->step();
                return p.detach().to(x[0].dtype());

@@ -69,5 +69,6 @@ int experiment_main(int argc, char** argv);
 int models_main(int argc, char** argv);
 int schedules_main(int argc, char** argv);
 int optimizers_main(int argc, char** argv);
+int pipeline_schedules_main(int argc, char** argv);
 
 }  // namespace tessera::cli

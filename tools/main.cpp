@@ -24,6 +24,7 @@ commands:
   models                     the model types a config can name (the model registry)
   optimizers                 the optimizers a config can name, their parameters and defaults
   schedules                  the LR schedules a config can name, their parameters and defaults
+  pipeline-schedules         the pipeline schedules a config can name and what each takes
   profile CONFIG.json        DeepSpeed's flops profiler report of the config's model at a step
   trial EXP.yaml             a built-in model as one Determined trial (periods, preemption)
   experiment create EXP.yaml a hyperparameter search (Determined's searchers), its trials as
@@ -91,6 +92,7 @@ int main(int argc, char** argv) {
     if (cmd == "models") return tessera::cli::models_main(argc, argv);
     if (cmd == "schedules") return tessera::cli::schedules_main(argc, argv);
     if (cmd == "optimizers") return tessera::cli::optimizers_main(argc, argv);
+    if (cmd == "pipeline-schedules") return tessera::cli::pipeline_schedules_main(argc, argv);
     std::cerr << "tessera: unknown command '" << cmd << "'\n\n" << kUsage;
     return 2;
   } catch (const tessera::Error& e) {

@@ -1,13 +1,15 @@
-// `tessera optimizers` and `tessera schedules` [--json | --markdown]: the optimizer and LR
-// schedule registries' entries (every optimizer.type / scheduler.type a config can name) with
-// each parameter's kind, default and doc, read from the entries; docs/training.md's tables
-// are --markdown's.
+// `tessera optimizers`, `tessera schedules` and `tessera pipeline-schedules` [--json |
+// --markdown]: the optimizer, LR schedule and pipeline schedule registries' entries (every
+// optimizer.type / scheduler.type / pipeline.schedule a config can name) with what each takes,
+// read from the entries; the tables in docs/training.md and docs/parallelism.md are
+// --markdown's.
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
 #include "tessera/optim/lr_schedule_registry.h"
 #include "tessera/optim/optimizer_registry.h"
+#include "tessera/parallel/pipe_schedule_registry.h"
 
 namespace tessera::cli {
 
@@ -31,6 +33,17 @@ reader checks an optimizer section against and the engine builds the optimizer f
 --json: {"optimizers": [{"type", "doc", "betas", "zero", "params": [{"name", "kind", "default",
 "required", "no_effect", "doc"}]}]}
 --markdown: the table docs/training.md holds.
+)";
+
+const char* kPipelineSchedulesHelp = R"(usage: tessera pipeline-schedules [--json | --markdown]
+
+The pipeline schedules a training config's "pipeline.schedule" can name, with the model chunks
+per stage ("pipeline.virtual_stages") each takes and its default, the stages it needs and its
+condition on a step's micro-batches: the entries the config check, the PipelineEngine and
+estimate-memory read.
+--json: {"pipeline_schedules": [{"type", "doc", "min_chunks", "max_chunks" (0: no limit),
+"default_chunks", "min_stages", "micro_batches_multiple_of_stages"}]}
+--markdown: the table docs/parallelism.md holds.
 )";
 
 enum class Format { Text, Json, Markdown };
@@ -120,6 +133,41 @@ int optimizers_main(int argc, char** argv) {
                    {"params", params}});
   }
   if (*f == Format::Json) std::cout << nlohmann::json{{"optimizers", all}}.dump() << "\n";
+  return 0;
+}
+
+int pipeline_schedules_main(int argc, char** argv) {
+  const auto f = listing_format(argc, argv, "pipeline-schedules", kPipelineSchedulesHelp);
+  if (!f) return 0;
+  nlohmann::json all = nlohmann::json::array();
+  if (*f == Format::Markdown)
+    std::cout << "| `pipeline.schedule` | `virtual_stages` | default | stages | micro-batches "
+                 "per step | what it is |\n"
+              << "|---|---|---|---|---|---|\n";
+  for (const std::string& type : parallel::registered_pipe_schedules()) {
+    const parallel::PipeScheduleEntry& e = parallel::find_pipe_schedule(type);
+    const std::string chunks =
+        e.max_chunks == 0 ? ">= " + std::to_string(e.min_chunks)
+        : e.min_chunks == e.max_chunks
+            ? std::to_string(e.min_chunks)
+            : std::to_string(e.min_chunks) + " to " + std::to_string(e.max_chunks);
+    const std::string micro = e.micro_batches_multiple_of_stages ? "a multiple of stages" : "any";
+    if (*f == Format::Markdown)
+      std::cout << "| `" << type << "` | " << chunks << " | " << e.default_chunks
+                << " | >= " << e.min_stages << " | " << micro << " | " << e.doc << " |\n";
+    else if (*f == Format::Text)
+      std::cout << type << ": " << e.doc << "\n  virtual_stages " << chunks << " (default "
+                << e.default_chunks << "), stages >= " << e.min_stages
+                << ", micro-batches per step: " << micro << "\n";
+    all.push_back({{"type", type},
+                   {"doc", e.doc},
+                   {"min_chunks", e.min_chunks},
+                   {"max_chunks", e.max_chunks},
+                   {"default_chunks", e.default_chunks},
+                   {"min_stages", e.min_stages},
+                   {"micro_batches_multiple_of_stages", e.micro_batches_multiple_of_stages}});
+  }
+  if (*f == Format::Json) std::cout << nlohmann::json{{"pipeline_schedules", all}}.dump() << "\n";
   return 0;
 }
 

@@ -12,6 +12,7 @@
 #include "relative_error.h"
 #include "tessera/engine/pipeline_engine.h"
 #include "tessera/ops.h"
+#include "tessera/parallel/pipe_schedule_registry.h"
 #include "tessera/parallel/topology.h"
 #include "tessera/rng.h"
 
@@ -134,6 +135,15 @@ TEST_CASE("pipeline engine (1F1B, ZB-H1): an MLP at this job's stage count equal
   for (const char* schedule : {"1f1b", "zb-h1"}) check_against_one_process(mlp(), "mlp", schedule);
 }
 
+TEST_CASE("pipeline engine: a schedule registered by the program runs by its name") {
+  if (parallel::world()->size() > 6) return;
+  // ZB-H1's stream under a name of one's own: the engine takes it from the registry alone.
+  if (!parallel::has_pipe_schedule("my-zb"))
+    parallel::register_pipe_schedule(
+        {"my-zb", "ZB-H1 again", 1, 1, 1, 1, false, parallel::find_pipe_schedule("zb-h1").build});
+  check_against_one_process(mlp(), "mlp", "my-zb");
+}
+
 TEST_CASE("pipeline engine (interleaved): 2 chunks per stage equal one process") {
   const int p = parallel::world()->size();
   if (p < 2 || p > 4) return;
@@ -220,7 +230,8 @@ TEST_CASE("pipeline engine: forward/backward/step point to train_batch; schedule
   engine::PipelineEngine engine(piped, world, sgd(piped), {2});
   CHECK_THROWS_WITH(engine.forward(), doctest::Contains("use train_batch()"));
   CHECK_THROWS_WITH(engine::PipelineEngine(piped, world, sgd(piped), {2, "gpipe"}),
-                    doctest::Contains("schedule 'gpipe' is not one of"));
+                    doctest::Contains("pipeline schedule \"gpipe\" is not registered "
+                                      "(registered: 1f1b, zb-h1, interleaved"));
   CHECK_THROWS_WITH(engine::PipelineEngine(piped, world, sgd(piped), {2, "interleaved"}),
                     doctest::Contains("interleaved schedule needs 2 or more stages of a "
                                       "PipelineModule of num_chunks >= 2"));

@@ -6,6 +6,7 @@
 
 #include "fixture_util.h"
 #include "tessera/parallel/pipe_schedule.h"
+#include "tessera/parallel/pipe_schedule_registry.h"
 #include "tessera/parallel/pipe_simulator.h"
 
 // N-ranks-versus-one-process checks: also run at 2 and 4 ranks (tests/meson.build).
@@ -145,3 +146,51 @@ TEST_CASE("simulator: a receive nobody sends is a deadlock naming the stage") {
 }
 
 TEST_SUITE_END();
+
+TEST_CASE("the pipeline schedule registry: a config's schedule and chunks checked by its entry") {
+  auto cfg = [](const std::string& pipeline, int64_t gas = 4) {
+    io::TrainConfig c = io::TrainConfig::parse(
+        R"({"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": )" +
+            std::to_string(gas) + R"(, "pipeline": )" + pipeline + "}",
+        2, "p.json");
+    parallel::check_pipeline_schedule(c);
+    return c;
+  };
+  // virtual_stages left out: the schedule's default (Megatron's 2 for interleaved).
+  CHECK(cfg(R"({"stages": 2})").pipeline.virtual_stages == 1);
+  CHECK(cfg(R"({"stages": 2, "schedule": "interleaved"})").pipeline.virtual_stages == 2);
+  CHECK(cfg(R"({"stages": 2, "schedule": "interleaved", "virtual_stages": 3})")
+            .pipeline.virtual_stages == 3);
+  CHECK_THROWS_WITH_AS(cfg(R"({"stages": 2, "schedule": "gpipe"})"),
+                       doctest::Contains("p.json: 'pipeline.schedule' is \"gpipe\", expected one "
+                                         "of 1f1b, zb-h1, interleaved"),
+                       Error);
+  CHECK_THROWS_WITH_AS(cfg(R"({"stages": 2, "virtual_stages": 2})"),
+                       doctest::Contains("'pipeline.virtual_stages' is 2: model chunks per stage "
+                                         "need the interleaved schedule"),
+                       Error);
+  CHECK_THROWS_WITH_AS(cfg(R"({"stages": 2, "schedule": "interleaved", "virtual_stages": 1})"),
+                       doctest::Contains("the interleaved schedule needs 2 or more model chunks"),
+                       Error);
+  CHECK_THROWS_WITH_AS(cfg(R"({"stages": 1, "schedule": "interleaved"})"),
+                       doctest::Contains("\"interleaved\" needs 'stages' >= 2"), Error);
+  CHECK_THROWS_WITH_AS(cfg(R"({"stages": 2, "schedule": "interleaved"})", 3),
+                       doctest::Contains("needs gradient_accumulation_steps (3, the micro-batches "
+                                         "of a step) to be a multiple of pipeline.stages (2)"),
+                       Error);
+
+  // A schedule of one's own: one entry, then a config can name it and it builds.
+  if (!parallel::has_pipe_schedule("1f1b-again"))
+    parallel::register_pipe_schedule({"1f1b-again", "1F1B under another name", 1, 1, 1, 1, false,
+                                      [](int64_t m, int64_t s, int64_t id, int64_t) {
+                                        return std::unique_ptr<parallel::PipeSchedule>(
+                                            std::make_unique<parallel::TrainSchedule>(m, s, id));
+                                      }});
+  CHECK_THROWS_WITH_AS(parallel::register_pipe_schedule(parallel::find_pipe_schedule("zb-h1")),
+                       doctest::Contains("'zb-h1' is registered twice"), Error);
+  CHECK(parallel::registered_pipe_schedule_list() == "1f1b, zb-h1, interleaved, 1f1b-again");
+  CHECK(cfg(R"({"stages": 2, "schedule": "1f1b-again"})").pipeline.virtual_stages == 1);
+  for (int64_t stage = 0; stage < 3; ++stage)
+    CHECK(parallel::train_schedule("1f1b-again", 4, 3, stage)->steps() ==
+          parallel::TrainSchedule(4, 3, stage).steps());
+}

@@ -84,8 +84,10 @@ struct TrainConfig {
     std::string partition = "parameters";
     bool seed_layers = false;
     int64_t activation_checkpoint_interval = 0;
-    std::string schedule = "1f1b";  // "1f1b", "zb-h1", "interleaved"
-    int64_t virtual_stages = 1;     // model chunks per stage (interleaved: default 2)
+    // A registered pipeline schedule and its model chunks per stage (0: the schedule's
+    // default); parallel::check_pipeline_schedule checks both and sets the default.
+    std::string schedule = "1f1b";
+    int64_t virtual_stages = 0;
   } pipeline;
 
   // DeepSpeed's "activation_checkpointing" section; present = the built-in models checkpoint

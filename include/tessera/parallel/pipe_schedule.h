@@ -124,7 +124,8 @@ class ZeroBubbleH1Schedule : public PipeSchedule {
 };
 
 // The training schedule a PipelineEngine runs, by the config's name ("1f1b", "zb-h1",
-// "interleaved" of `chunks` model chunks per stage).
+// "interleaved" of `chunks` model chunks per stage): the pipeline schedule registry's entry
+// (pipe_schedule_registry.h) builds it.
 std::unique_ptr<PipeSchedule> train_schedule(const std::string& name, int64_t micro_batches,
                                              int64_t stages, int64_t stage_id, int64_t chunks = 1);
 

@@ -1,0 +1,115 @@
+#include "tessera/parallel/pipe_schedule_registry.h"
+
+#include "tessera/named_registry.h"
+
+namespace tessera::parallel {
+
+namespace {
+
+std::vector<PipeScheduleEntry> builtin_pipe_schedules() {
+  PipeScheduleEntry one_f_one_b{
+      "1f1b",
+      "DeepSpeed's TrainSchedule: one forward, one backward in the steady state",
+      1,
+      1,
+      1,
+      1,
+      false,
+      [](int64_t m, int64_t s, int64_t id, int64_t) {
+        return std::unique_ptr<PipeSchedule>(std::make_unique<TrainSchedule>(m, s, id));
+      }};
+  PipeScheduleEntry zb_h1{
+      "zb-h1",
+      "zero-bubble H1: each backward in two halves, the weight half filling 1F1B's bubble at "
+      "1F1B's activation memory",
+      1,
+      1,
+      1,
+      1,
+      false,
+      [](int64_t m, int64_t s, int64_t id, int64_t) {
+        return std::unique_ptr<PipeSchedule>(std::make_unique<ZeroBubbleH1Schedule>(m, s, id));
+      }};
+  PipeScheduleEntry interleaved{
+      "interleaved",
+      "Megatron's interleaved 1F1B over virtual_stages model chunks per stage (a smaller bubble)",
+      2,
+      0,
+      2,
+      2,
+      true,
+      [](int64_t m, int64_t s, int64_t id, int64_t chunks) {
+        return std::unique_ptr<PipeSchedule>(
+            std::make_unique<InterleavedSchedule>(m, s, id, chunks));
+      }};
+  return {one_f_one_b, zb_h1, interleaved};
+}
+
+NamedRegistry<PipeScheduleEntry>& pipe_schedule_registry() {
+  static NamedRegistry<PipeScheduleEntry> r("pipeline schedule", builtin_pipe_schedules());
+  return r;
+}
+
+}  // namespace
+
+const PipeScheduleEntry& find_pipe_schedule(const std::string& type) {
+  return pipe_schedule_registry().find(type);
+}
+bool has_pipe_schedule(const std::string& type) {
+  return pipe_schedule_registry().has(type);
+}
+std::vector<std::string> registered_pipe_schedules() {
+  return pipe_schedule_registry().types();
+}
+std::string registered_pipe_schedule_list() {
+  return pipe_schedule_registry().list();
+}
+void register_pipe_schedule(PipeScheduleEntry entry) {
+  TS_CHECK(
+      entry.min_chunks >= 1 && entry.min_stages >= 1 && entry.takes_chunks(entry.default_chunks),
+      "parallel::register_pipe_schedule: '", entry.type,
+      "' needs min_chunks and min_stages >= 1 and a default_chunks it takes");
+  pipe_schedule_registry().add(std::move(entry), "parallel::register_pipe_schedule");
+}
+
+std::string chunked_pipe_schedules_text() {
+  std::vector<std::string> types;
+  for (const std::string& t : registered_pipe_schedules())
+    if (find_pipe_schedule(t).takes_chunks(2)) types.push_back(t);
+  if (types.empty()) return "no registered schedule";
+  std::string out = types.size() == 1 ? "the " : "one of the ";
+  for (size_t i = 0; i < types.size(); ++i) out += (i ? ", " : "") + types[i];
+  return out + (types.size() == 1 ? " schedule" : " schedules");
+}
+
+std::unique_ptr<PipeSchedule> train_schedule(const std::string& name, int64_t micro_batches,
+                                             int64_t stages, int64_t stage_id, int64_t chunks) {
+  return find_pipe_schedule(name).build(micro_batches, stages, stage_id, chunks);
+}
+
+int64_t pipeline_chunks(const io::TrainConfig& cfg) {
+  const int64_t v = cfg.pipeline.virtual_stages;
+  return v > 0 ? v : find_pipe_schedule(cfg.pipeline.schedule).default_chunks;
+}
+
+void check_pipeline_schedule(io::TrainConfig& cfg) {
+  auto& p = cfg.pipeline;
+  const std::string& source = cfg.source;
+  TS_CHECK(has_pipe_schedule(p.schedule), source, ": 'pipeline.schedule' is \"", p.schedule,
+           "\", expected one of ", registered_pipe_schedule_list());
+  const PipeScheduleEntry& e = find_pipe_schedule(p.schedule);
+  if (p.virtual_stages == 0) p.virtual_stages = e.default_chunks;
+  TS_CHECK(e.takes_chunks(p.virtual_stages), source, ": 'pipeline.virtual_stages' is ",
+           p.virtual_stages, ": ",
+           e.takes_chunks(2) ? "the " + e.type + " schedule needs " + std::to_string(e.min_chunks) +
+                                   " or more model chunks per stage"
+                             : "model chunks per stage need " + chunked_pipe_schedules_text());
+  TS_CHECK(p.stages >= e.min_stages, source, ": 'pipeline.schedule' \"", e.type, "\" needs ",
+           "'stages' >= ", e.min_stages);
+  TS_CHECK(!e.micro_batches_multiple_of_stages || cfg.gradient_accumulation_steps % p.stages == 0,
+           source, ": 'pipeline.schedule' \"", e.type, "\" needs gradient_accumulation_steps (",
+           cfg.gradient_accumulation_steps, ", the micro-batches of a step) to be a multiple of ",
+           "pipeline.stages (", p.stages, "), as Megatron's");
+}
+
+}  // namespace tessera::parallel
