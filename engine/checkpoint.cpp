@@ -18,6 +18,7 @@
 #include "tessera/ops.h"
 #include "tessera/parallel/tensor_parallel_layout.h"
 #include "tessera/parallel/zero_checkpoint.h"
+#include "tessera/parallel/zero_config.h"
 #include "tessera/rng.h"
 
 namespace tessera::engine {
@@ -188,7 +189,8 @@ bool Engine::save_16bit_model(const std::string& dir, const std::string& file) {
                file != "..",
            "save_16bit_model: '", file, "' in '", dir, "' is not a file name in a directory");
   const fs::path path = fs::path(dir) / file;
-  if (zero_ && zero_->stage() == 3 && !config_.zero.stage3_gather_16bit_weights_on_model_save) {
+  if (zero_ && zero_->stage() == 3 &&
+      !parallel::zero_config(config_).stage3_gather_16bit_weights_on_model_save) {
     if (rank() == 0)
       std::cerr << "save_16bit_model: did not save '" << path.string()
                 << "': ZeRO-3 holds a shard of each parameter and "

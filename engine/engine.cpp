@@ -1,4 +1,5 @@
 #include "tessera/engine/engine.h"
+#include "tessera/parallel/zero_config.h"
 
 #include <cxxabi.h>
 
@@ -46,7 +47,7 @@ Engine::Engine(nn::Module& model, io::TrainConfig config, InitializeOptions opti
   if (pipeline) {
     pipe_group_ = options.pipeline_group;
     pipe_checkpoint_names_ = options.pipeline_checkpoint_names;
-    TS_CHECK(config_.zero.stage <= 2,
+    TS_CHECK(parallel::zero_config(config_).stage <= 2,
              "engine: zero_optimization.stage 3 with pipeline "
              "parallelism: each stage would gather its parameters again for every micro-batch's "
              "forward and backward (2 x gradient_accumulation_steps gathers per step); use "
@@ -98,7 +99,7 @@ Engine::Engine(nn::Module& model, io::TrainConfig config, InitializeOptions opti
   }
   std::vector<optim::ParamGroup> groups = resolve_groups(options);
   const double optimizer_lr = groups.empty() ? config_.optimizer.lr() : groups.front().lr;
-  if (config_.zero.stage > 0) {
+  if (parallel::zero_config(config_).stage > 0) {
     optim::OptimizerFactory make = options.optimizer_factory;
     if (options.optimizer) {
       std::shared_ptr<optim::Optimizer> prototype = std::move(options.optimizer);
@@ -125,7 +126,8 @@ Engine::Engine(nn::Module& model, io::TrainConfig config, InitializeOptions opti
         config_.fp16.loss_scale_window, config_.fp16.hysteresis,
         config_.fp16.consecutive_hysteresis, config_.fp16.min_loss_scale,
         // DeepSpeed: ZeRO's DynamicLossScaler, or FP16_Optimizer's rule without ZeRO.
-        config_.zero.stage > 0 ? LossScaleRule::ZeroDynamic : LossScaleRule::FusedOptimizer);
+        parallel::zero_config(config_).stage > 0 ? LossScaleRule::ZeroDynamic
+                                                 : LossScaleRule::FusedOptimizer);
   }
   model_.train();
 }

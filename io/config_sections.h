@@ -1,7 +1,7 @@
 // One parser per section of a training config (private to io/): DeepSpeed's sections in
 // train_config.cpp, Tessera's own (model, data, train) in train_config_tessera.cpp.
 #pragma once
-#include "config_section.h"
+#include "tessera/io/config_section.h"
 #include "tessera/io/train_config.h"
 
 namespace tessera::io::config {
@@ -10,7 +10,6 @@ void parse_batch(Section& root, TrainConfig& c);
 void parse_optimizer(Section o, TrainConfig& c);
 void parse_scheduler(Section s, TrainConfig& c);
 void parse_precision(Section& root, TrainConfig& c);
-void parse_zero(Section z, TrainConfig& c);
 void parse_tensor_parallel(Section s, TrainConfig& c);
 void parse_activation_checkpointing(Section s, TrainConfig& c);
 void parse_pipeline(Section s, TrainConfig& c);  // train_config_pipeline.cpp
@@ -20,6 +19,11 @@ void parse_monitoring(Section& root, TrainConfig& c);
 void parse_model(Section m, TrainConfig& c);
 void parse_data(Section d, TrainConfig& c);
 void parse_train(Section t, TrainConfig& c);
+
+// The sections higher layers own (config_section_registry.cpp): each parsed from the root, or
+// its defaults; then each one's rules that span sections.
+void parse_registered_sections(Section& root, TrainConfig& c);
+void check_registered_sections(TrainConfig& c);
 
 // model.init_from (train_config_init_from.cpp): the HF directory's config.json fills the
 // architecture keys the model section leaves out, and a stated one that differs is an error;

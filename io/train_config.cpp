@@ -69,6 +69,7 @@ void parse_precision(Section& root, TrainConfig& c) {
     range(h.loss_scale >= 0, source, "fp16.loss_scale", h.loss_scale, ">= 0 (0 = dynamic)");
     f.get_min<int64_t>("initial_scale_power", h.initial_scale_power, 0, ">= 0");
     f.get_min<int64_t>("loss_scale_window", h.loss_scale_window, 1, ">= 1");
+    h.hysteresis_stated = f.has("hysteresis") || f.has("consecutive_hysteresis");
     f.get_min<int64_t>("hysteresis", h.hysteresis, 1, ">= 1");
     f.get("consecutive_hysteresis", h.consecutive_hysteresis);
     f.get("min_loss_scale", h.min_loss_scale);
@@ -84,42 +85,6 @@ void parse_precision(Section& root, TrainConfig& c) {
   }
   TS_CHECK(!(c.fp16.enabled && c.bf16), source,
            ": 'fp16.enabled' and 'bf16.enabled' cannot both be true");
-}
-
-void parse_zero(Section z, TrainConfig& c) {
-  const std::string& source = z.source();
-  auto& zc = c.zero;
-  z.get("stage", zc.stage);
-  range(zc.stage >= 0 && zc.stage <= 3, source, "zero_optimization.stage",
-        static_cast<double>(zc.stage), "0, 1, 2 or 3");
-  if (z.has("offload_optimizer")) {
-    Section off = z.sub("offload_optimizer");
-    off.get("device", zc.offload_optimizer_device);
-    TS_CHECK(zc.offload_optimizer_device == "cpu" || zc.offload_optimizer_device == "none", source,
-             ": 'zero_optimization.offload_optimizer.device' is \"", zc.offload_optimizer_device,
-             "\", expected \"cpu\" or \"none\"");
-    TS_CHECK(zc.offload_optimizer_device == "none" || zc.stage >= 1, source,
-             ": 'zero_optimization.offload_optimizer' needs ZeRO stage 1, 2 or 3 (the offloaded "
-             "optimizer works on a rank's partition), but 'zero_optimization.stage' is 0");
-    off.get("pin_memory", zc.offload_pin_memory);
-    off.warn_unknown();
-  }
-  z.get_min<int64_t>("reduce_bucket_size", zc.reduce_bucket_size, 1, ">= 1");
-  z.get_min<int64_t>("allgather_bucket_size", zc.allgather_bucket_size, 1, ">= 1");
-  z.get("overlap_comm", zc.overlap_comm);
-  z.get_min<int64_t>("stage3_param_persistence_threshold", zc.stage3_param_persistence_threshold, 0,
-                     ">= 0");
-  z.get_min<int64_t>("stage3_prefetch_bucket_size", zc.stage3_prefetch_bucket_size, 0, ">= 0");
-  z.ignored<bool>("contiguous_gradients", "gradients always go into contiguous bucket buffers");
-  z.ignored<int64_t>("stage3_max_live_parameters",
-                     "stage 3 frees each gathered parameter after its use");
-  z.ignored<int64_t>("stage3_max_reuse_distance",
-                     "stage 3 frees each gathered parameter after its use");
-  z.ignored<int64_t>("sub_group_size", "the optimizer updates a rank's partition in one call");
-  z.ignored<bool>("allgather_partitions", "partitions are always all-gathered");
-  z.ignored<bool>("reduce_scatter", "gradients are always reduce-scattered at stages 1-3");
-  z.get("stage3_gather_16bit_weights_on_model_save", zc.stage3_gather_16bit_weights_on_model_save);
-  z.warn_unknown();
 }
 
 void parse_tensor_parallel(Section s, TrainConfig& c) {
@@ -304,7 +269,7 @@ TrainConfig TrainConfig::parse(const std::string& text, int64_t world, const std
         ">= 0 (0 = off)");
   root.get("dataloader_drop_last", c.dataloader_drop_last);
   config::parse_precision(root, c);
-  if (root.has("zero_optimization")) config::parse_zero(root.sub("zero_optimization"), c);
+  config::parse_registered_sections(root, c);
   config::parse_communication(root, c);
   config::parse_monitoring(root, c);
   if (root.has("model")) config::parse_model(root.sub("model"), c);
@@ -316,14 +281,7 @@ TrainConfig TrainConfig::parse(const std::string& text, int64_t world, const std
   if (c.strict) c.refuse_unknown_keys();
 
   // Rules that span sections.
-  const bool hysteresis_given =
-      j.contains("fp16") && j["fp16"].is_object() &&
-      (j["fp16"].contains("hysteresis") || j["fp16"].contains("consecutive_hysteresis"));
-  if (c.fp16.enabled && c.zero.stage == 0 && hysteresis_given)
-    c.warnings.push_back(source +
-                         ": 'fp16.hysteresis' has no effect at zero_optimization.stage 0 "
-                         "(ignored): as DeepSpeed's stage-0 FP16_Optimizer, the scale halves on "
-                         "every overflow; stages 1-3 apply it");
+  config::check_registered_sections(c);
   return c;
 }
 

@@ -28,8 +28,8 @@ void parse_pipeline(Section s, TrainConfig& c) {
   s.ignored<bool>("pipe_partitioned", "activations go whole from stage to stage");
   s.ignored<bool>("grad_partitioned", "gradients go whole from stage to stage");
   // The schedule's name and Megatron's virtual pipeline stages (model chunks per stage) are
-  // checked against the pipeline schedule registry (parallel::check_pipeline_schedule, which
-  // launch's config reader runs).
+  // checked against the pipeline schedule registry by parallel::check_pipeline_schedule, which
+  // parse() runs with the other registered checks.
   s.get("schedule", p.schedule);
   s.get_min<int64_t>("virtual_stages", p.virtual_stages, 1, "a positive integer");
   s.warn_unknown();

@@ -1,4 +1,5 @@
 #include "tessera/launch/job.h"
+#include "tessera/parallel/zero_config.h"
 
 #include "tessera/device.h"
 #include "tessera/error.h"
@@ -28,12 +29,12 @@ void build_pipeline(Job& job) {
   job.pipeline_module = build_pipeline_model(cfg, job.pipeline_definition, job.corpus.vocab_size,
                                              stage, job.groups.tensor);
   parallel::PipelineModule& model = *job.pipeline_module;
-  TS_CHECK(cfg.zero.stage == 0 || model.num_parameters() > 0, "pipeline: stage ", stage,
-           " holds no parameters of its own (its layers: ", model.bounds()[stage], " to ",
+  TS_CHECK(parallel::zero_config(cfg).stage == 0 || model.num_parameters() > 0, "pipeline: stage ",
+           stage, " holds no parameters of its own (its layers: ", model.bounds()[stage], " to ",
            model.bounds()[stage + 1] - 1,
            ", e.g. a tied head whose weights the first stage owns), "
            "and zero_optimization.stage ",
-           cfg.zero.stage,
+           parallel::zero_config(cfg).stage,
            " partitions each stage's parameters; "
            "use pipeline.partition \"parameters\" or fewer pipeline.stages");
   engine::InitializeOptions init;
@@ -123,21 +124,19 @@ io::TrainConfig parse_config(const std::string& json_text, int64_t world_size,
                              const std::string& source) {
   io::TrainConfig cfg = io::TrainConfig::parse(json_text, world_size, source);
   models::check_model_config(cfg);
-  parallel::check_pipeline_schedule(cfg);
   return cfg;
 }
 
 io::TrainConfig read_config(const std::string& path, int64_t world_size) {
   io::TrainConfig cfg = io::TrainConfig::from_file(path, world_size);
   models::check_model_config(cfg);
-  parallel::check_pipeline_schedule(cfg);
   return cfg;
 }
 
 std::unique_ptr<Job> build(io::TrainConfig cfg, std::shared_ptr<parallel::ProcessGroup> world) {
   auto job = std::make_unique<Job>();
-  models::check_model_config(cfg);  // (a config not read through read_config)
-  parallel::check_pipeline_schedule(cfg);
+  models::check_model_config(cfg);         // (a config not read through read_config)
+  parallel::check_pipeline_schedule(cfg);  // (a config built in code)
   job->config = std::move(cfg);
   if (job->config.pipeline.stages > 1) check_pipeline_config(job->config);
   job->groups = job_groups(job->config, world);

@@ -1,4 +1,5 @@
 #include "tessera/launch/memory_estimate.h"
+#include "tessera/parallel/zero_config.h"
 
 #include <algorithm>
 
@@ -74,8 +75,8 @@ ModelStateBytes model_state_bytes(const io::TrainConfig& c, const parallel::Shar
   }
   // A float32 model updated where it lives keeps no separate masters at stages 1-2: its
   // parameters sit in padded [world * shard] storages instead.
-  const bool offloaded_elsewhere =
-      c.zero.offload_optimizer_device == "cpu" && c.train.device.rfind("cuda", 0) == 0;
+  const bool offloaded_elsewhere = parallel::zero_config(c).offload_optimizer_device == "cpu" &&
+                                   c.train.device.rfind("cuda", 0) == 0;
   const bool model_is_master = stage < 3 && !mixed && !offloaded_elsewhere;
   int64_t padded = 0;
   for (const auto& en : layout.entries) padded += en.shard * world;
@@ -83,17 +84,18 @@ ModelStateBytes model_state_bytes(const io::TrainConfig& c, const parallel::Shar
     e.params = model_is_master ? padded * 4 : psi * pb;
   } else {
     for (const auto& en : layout.entries)
-      if (en.numel <= c.zero.stage3_param_persistence_threshold) e.params += en.numel * pb;
+      if (en.numel <= parallel::zero_config(c).stage3_param_persistence_threshold)
+        e.params += en.numel * pb;
     e.params += P * (mixed ? pb : 4);  // fp32: the shard is the master itself
   }
   e.grads = P * gb + (stage == 1 ? psi * pb : 0);
   e.optimizer = (model_is_master || (stage == 3 && !mixed) ? 0 : 4 * P) + slots * 4 * P;
   parallel::ZeroOptions o;
   o.stage = stage;
-  o.reduce_bucket_size = c.zero.reduce_bucket_size;
-  o.allgather_bucket_size = c.zero.allgather_bucket_size;
-  o.param_persistence_threshold = c.zero.stage3_param_persistence_threshold;
-  o.prefetch_bucket_size = c.zero.stage3_prefetch_bucket_size;
+  o.reduce_bucket_size = parallel::zero_config(c).reduce_bucket_size;
+  o.allgather_bucket_size = parallel::zero_config(c).allgather_bucket_size;
+  o.param_persistence_threshold = parallel::zero_config(c).stage3_param_persistence_threshold;
+  o.prefetch_bucket_size = parallel::zero_config(c).stage3_prefetch_bucket_size;
   e.buffers = parallel::zero_buffer_bytes(layout, o, model, comm);
   return e;
 }
@@ -127,7 +129,7 @@ MemoryEstimate estimate_memory(const io::TrainConfig& cfg, int64_t vocab) {
   const std::optional<int64_t> activations = activation_bytes(cfg, vocab);
   e.activations = activations.value_or(0);
   e.activations_estimated = activations.has_value();
-  e.zero_stage = static_cast<int>(cfg.zero.stage);
+  e.zero_stage = static_cast<int>(parallel::zero_config(cfg).stage);
   return e;
 }
 
@@ -136,7 +138,7 @@ MemoryEstimate estimate_memory(const io::TrainConfig& cfg, int64_t vocab) {
 // stages - stage); ZB-H1 holds them until their weight pass).
 std::vector<PipelineStageEstimate> estimate_pipeline_memory(const io::TrainConfig& cfg,
                                                             int64_t vocab) {
-  TS_CHECK(cfg.zero.stage < 3,
+  TS_CHECK(parallel::zero_config(cfg).stage < 3,
            "zero_optimization.stage 3 with pipeline stages is refused by the engine (see "
            "docs/parallelism.md)");
   // 3D: each stage built of tensor-parallel layers (the layers check that heads and features
@@ -145,7 +147,8 @@ std::vector<PipelineStageEstimate> estimate_pipeline_memory(const io::TrainConfi
       pipeline_definition(cfg, vocab, shape_only_tensor_group(cfg));
   const parallel::PipelineModuleOptions po = pipeline_module_options(cfg, definition);
   const models::ModelEntry& entry = models::find_model(cfg.model.type);
-  const int dp = static_cast<int>(cfg.world_size), zero = static_cast<int>(cfg.zero.stage);
+  const int dp = static_cast<int>(cfg.world_size),
+            zero = static_cast<int>(parallel::zero_config(cfg).stage);
   models::ActivationPlan plan = activation_plan(cfg);
   plan.layers_per_checkpoint = po.activation_checkpoint_interval;
   const int64_t p = cfg.pipeline.stages, m = cfg.gradient_accumulation_steps;

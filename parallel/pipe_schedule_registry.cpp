@@ -1,5 +1,6 @@
 #include "tessera/parallel/pipe_schedule_registry.h"
 
+#include "tessera/io/config_section_registry.h"
 #include "tessera/named_registry.h"
 
 namespace tessera::parallel {
@@ -111,5 +112,10 @@ void check_pipeline_schedule(io::TrainConfig& cfg) {
            cfg.gradient_accumulation_steps, ", the micro-batches of a step) to be a multiple of ",
            "pipeline.stages (", p.stages, "), as Megatron's");
 }
+
+namespace {
+// The config reader runs it on every file it reads (io knows no schedule names).
+const io::RegisterConfigCheck kPipelineScheduleCheck{"pipeline.schedule", check_pipeline_schedule};
+}  // namespace
 
 }  // namespace tessera::parallel

@@ -7,6 +7,7 @@
 #include "tessera/io/json_fields.h"
 #include "tessera/launch/job.h"
 #include "tessera/launch/memory_estimate.h"
+#include "tessera/parallel/zero_config.h"
 
 namespace tessera::cli {
 
@@ -109,8 +110,9 @@ int print_pipeline(const Args& a, const io::TrainConfig& cfg, int64_t vocab, int
             << (cfg.pipeline.virtual_stages > 1
                     ? " (" + std::to_string(cfg.pipeline.virtual_stages) + " chunks per stage)"
                     : std::string())
-            << ", ZeRO stage " << cfg.zero.stage << ", " << m << " micro-batches of "
-            << cfg.micro_batch_size << " x " << cfg.model.block_size << " tokens\n";
+            << ", ZeRO stage " << parallel::zero_config(cfg).stage << ", " << m
+            << " micro-batches of " << cfg.micro_batch_size << " x " << cfg.model.block_size
+            << " tokens\n";
   std::printf("%-8s %8s %12s %12s %12s %12s %12s %12s\n", "stage", "layers", "params", "grads",
               "optimizer", "buffers", "activations", "total/rank");
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
@@ -144,7 +146,7 @@ int print_pipeline(const Args& a, const io::TrainConfig& cfg, int64_t vocab, int
     std::cout << nlohmann::ordered_json{{"ranks", ranks},
                                         {"pipeline_stages", p},
                                         {"tensor_parallel", tp},
-                                        {"zero_stage", cfg.zero.stage},
+                                        {"zero_stage", parallel::zero_config(cfg).stage},
                                         {"memory", rows[peak]["memory"]},
                                         {"stages", rows}}
                      .dump()
@@ -192,7 +194,7 @@ int estimate_memory_main(int argc, char** argv) {
   else
     std::printf("activations: not estimated (model.type \"%s\" has no activation estimate)\n",
                 cfg.model.type.c_str());
-  const bool offload = cfg.zero.offload_optimizer_device == "cpu";
+  const bool offload = parallel::zero_config(cfg).offload_optimizer_device == "cpu";
   if (offload)
     std::printf(
         "offload_optimizer cpu (stages 1-3): the optimizer column is host memory; a GPU "

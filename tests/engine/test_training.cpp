@@ -18,6 +18,7 @@
 #include "tessera/io/files.h"
 #include "tessera/models/gpt2.h"
 #include "tessera/ops.h"
+#include "tessera/parallel/zero_config.h"
 #include "tiny_gpt.h"
 
 using namespace tessera;
@@ -320,7 +321,7 @@ TEST_CASE("bad configs stop with a message naming the key, the value and what is
   auto with = [&](const char* extra) {
     char text[256];
     std::snprintf(text, sizeof text, offload, extra);
-    return io::TrainConfig::parse(text).zero;
+    return parallel::zero_config(io::TrainConfig::parse(text));  // (a copy)
   };
   CHECK_FALSE(with("").offload_pin_memory);
   CHECK(with(R"(, "pin_memory": true)").offload_pin_memory);

@@ -4,9 +4,11 @@
 // found and what was expected; unknown keys become warnings naming the key.
 #pragma once
 #include <algorithm>
+#include <any>
 #include <chrono>
 #include <map>
 #include <string>
+#include <typeindex>
 #include <vector>
 
 #include "tessera/dtype.h"
@@ -50,22 +52,12 @@ struct TrainConfig {
     int64_t hysteresis = 2;
     bool consecutive_hysteresis = false;
     double min_loss_scale = 1.0;
+    bool hysteresis_stated = false;  // hysteresis or consecutive_hysteresis given
   } fp16;
   bool bf16 = false;
 
-  struct Zero {  // parsed and validated here; carried out by the distributed engine
-    int64_t stage = 0;
-    std::string offload_optimizer_device = "none";
-    bool offload_pin_memory = false;  // DeepSpeed's default
-    int64_t reduce_bucket_size = 500000000;
-    int64_t allgather_bucket_size = 500000000;  // elements per all-gather of new parameters
-    bool overlap_comm = true;  // DeepSpeed's default is false except at stage 3; ours overlaps
-    bool contiguous_gradients = true;
-    int64_t stage3_param_persistence_threshold = 100000;
-    int64_t stage3_prefetch_bucket_size = 50000000;
-    // Engine::save_16bit_model gathers ZeRO-3's parameters (DeepSpeed's default: false).
-    bool stage3_gather_16bit_weights_on_model_save = false;
-  } zero;
+  // zero_optimization: parallel::ZeroConfig (parallel/zero_config.h), a section its owner
+  // registers (config_section_registry.h): read it with section<parallel::ZeroConfig>().
 
   // DeepSpeed's "tensor_parallel" section: autotp_size ranks share each model replica
   // (Megatron-style tensor parallelism of the built-in GPT-2, adjacent ranks); the rest of
@@ -196,6 +188,25 @@ struct TrainConfig {
     int64_t keep_last = 0;       // step<N> checkpoints kept per directory (0: all)
     std::string device = "cpu";  // cpu, cuda or cuda:N
   } train;
+
+  // The sections higher layers own, by their struct's type (config_section_registry.h); every
+  // registered section is here after parse(), its defaults when the file leaves it out.
+  std::map<std::type_index, std::any> sections;
+  template <class T>
+  const T& section() const {
+    const auto it = sections.find(typeid(T));
+    if (it == sections.end()) {
+      static const T defaults{};  // (a config built in code, not parsed)
+      return defaults;
+    }
+    return std::any_cast<const T&>(it->second);
+  }
+  template <class T>
+  T& section() {
+    std::any& value = sections[typeid(T)];
+    if (!value.has_value()) value = T{};
+    return std::any_cast<T&>(value);
+  }
 
   std::vector<std::string> warnings;
   // Keys nobody reads (with the known key each most likely meant). Warnings by default; errors

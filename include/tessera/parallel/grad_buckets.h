@@ -17,6 +17,7 @@
 
 #include "tessera/parallel/process_group.h"
 #include "tessera/parallel/shard_layout.h"
+#include "tessera/parallel/zero_config.h"
 
 namespace tessera::parallel {
 
@@ -24,10 +25,10 @@ class GradBuckets {
  public:
   enum class Mode { AllReduce, ReduceScatter };
   struct Options {
-    int64_t bucket_numel = 500000000;  // elements per bucket (DeepSpeed's reduce_bucket_size)
-    bool overlap = true;               // launch from hooks; false: all at the end of backward
-    double pre_scale = 1.0;            // multiplies gradients before the reduction
-    double post_scale = 1.0;           // AllReduce: multiplies the result
+    int64_t bucket_numel = ZeroConfig().reduce_bucket_size;  // elements per bucket
+    bool overlap = true;      // launch from hooks; false: all at the end of backward
+    double pre_scale = 1.0;   // multiplies gradients before the reduction
+    double post_scale = 1.0;  // AllReduce: multiplies the result
     DType comm_dtype = DType::Float32;
   };
   // params: the model's parameter slots in registration order. ReduceScatter also takes the

@@ -1,7 +1,7 @@
 // The pipeline schedule registry: every "pipeline.schedule" a config can name (1F1B,
 // ZB-H1, interleaved, and any a program registers), each an entry holding what it takes
 // (model chunks per stage, stages, micro-batches) and its factory. The config check
-// (`check_pipeline_schedule`, run by launch's config reader), the PipelineEngine, the memory
+// (`check_pipeline_schedule`, run by io's config reader), the PipelineEngine, the memory
 // estimate and `tessera pipeline-schedules` / docs/parallelism.md's table read the same entry.
 //
 //   auto schedule = parallel::find_pipe_schedule("zb-h1").build(8, 4, stage_id, 1);
@@ -46,6 +46,7 @@ std::string chunked_pipe_schedules_text();
 
 // Checks a config's pipeline section against its schedule's entry (errors name the key and
 // the file) and gives pipeline.virtual_stages the schedule's default when it was left out.
+// io's config reader runs it on every file (registered with io::RegisterConfigCheck).
 void check_pipeline_schedule(io::TrainConfig& cfg);
 // pipeline.virtual_stages, or its schedule's default when left out (0).
 int64_t pipeline_chunks(const io::TrainConfig& cfg);

@@ -27,21 +27,23 @@
 #include "tessera/parallel/grad_buckets.h"
 #include "tessera/parallel/grad_norm.h"
 #include "tessera/parallel/shard_layout.h"
+#include "tessera/parallel/zero_config.h"
 
 namespace tessera::parallel {
 
 struct ZeroOptions {
   int stage = 1;
-  DType compute_dtype = DType::Float32;    // the model computes in this (16-bit: mixed precision)
-  int64_t reduce_bucket_size = 500000000;  // elements, as in DeepSpeed
+  DType compute_dtype = DType::Float32;  // the model computes in this (16-bit: mixed precision)
+  int64_t reduce_bucket_size = ZeroConfig().reduce_bucket_size;  // elements (DeepSpeed's)
   bool overlap_comm = true;
   double pre_scale = 1.0;  // prescale_gradients: 1 / gradient_predivide_factor
   DType comm_dtype = DType::Float32;
-  int64_t param_persistence_threshold = 100000;
-  int64_t prefetch_bucket_size = 50000000;  // elements gathered ahead of use; 0: none
-  bool offload_optimizer = false;           // masters and optimizer state on the host (GPU models)
+  int64_t param_persistence_threshold = ZeroConfig().stage3_param_persistence_threshold;
+  // Elements gathered ahead of use; 0: none.
+  int64_t prefetch_bucket_size = ZeroConfig().stage3_prefetch_bucket_size;
+  bool offload_optimizer = false;  // masters and optimizer state on the host (GPU models)
   bool pin_memory = false;  // offloaded GPU models: stage host<->GPU transfers in pinned memory
-  int64_t allgather_bucket_size = 500000000;  // elements gathered per all-gather (DeepSpeed's)
+  int64_t allgather_bucket_size = ZeroConfig().allgather_bucket_size;  // per all-gather
   // Tensor parallelism (the ZeRO group is then the data-parallel group of one tensor-
   // parallel rank): the parameters, by name, that are shards across this group. The gradient
   // norm sums their squares over it and counts every other (replicated) parameter once.

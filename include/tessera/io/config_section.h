@@ -1,6 +1,7 @@
 // Reading one object of a training config: typed values with errors that name the key, the
 // value found and what was expected; keys never asked for are reported as unknown, and keys
-// read but not acted on as ignored. Private to io/.
+// read but not acted on as ignored. io's config reader uses it for its own sections and hands
+// it to the parsers of the sections higher layers own (io/config_section_registry.h).
 #pragma once
 #include <cmath>
 #include <nlohmann/json.hpp>

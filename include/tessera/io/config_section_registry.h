@@ -1,0 +1,58 @@
+// Config sections owned by the subsystems that use them. A higher layer (parallel's ZeRO, ...)
+// declares its section's struct and parser beside its code and registers it once; io's config
+// reader parses every registered section with the rest of the file (errors name the key and the
+// file, unknown keys are reported as for io's own sections), and the code reads it back with
+// `config.section<T>()`. io never includes the owner: the owner registers itself.
+//
+//   struct MyConfig { int64_t width = 4; static void parse(io::config::Section& s, MyConfig& c); };
+//   const io::RegisterConfigSection<MyConfig> kMySection{"my_section"};
+//   ... io::TrainConfig::parse(text).section<MyConfig>().width
+#pragma once
+#include <any>
+#include <functional>
+#include <string>
+#include <typeindex>
+#include <vector>
+
+#include "tessera/io/config_section.h"
+
+namespace tessera::io {
+
+struct TrainConfig;
+
+struct ConfigSectionEntry {
+  std::string key;  // the config's top-level key ("zero_optimization")
+  std::type_index type;
+  std::function<std::any()> make_default;  // the section's defaults (a T)
+  std::function<void(config::Section&, std::any&)> parse;
+  // Rules that span sections, run after the whole file is read; may be empty.
+  std::function<void(TrainConfig&)> check;
+};
+
+// A key or a type registered twice is an error.
+void register_config_section(ConfigSectionEntry entry);
+std::vector<ConfigSectionEntry> registered_config_sections();  // in registration order
+
+// A rule over io's own sections that a higher layer knows (parallel checks pipeline.schedule
+// against its registry), run after the whole file is read, as a section's check is. `name`
+// (the key it checks) must be new.
+void register_config_check(std::string name, std::function<void(TrainConfig&)> check);
+struct RegisterConfigCheck {
+  RegisterConfigCheck(std::string name, std::function<void(TrainConfig&)> check) {
+    register_config_check(std::move(name), std::move(check));
+  }
+};
+
+// One line registers T (default-constructible, copyable, with a static
+// `void parse(io::config::Section&, T&)`) under `key`.
+template <class T>
+struct RegisterConfigSection {
+  explicit RegisterConfigSection(std::string key, std::function<void(TrainConfig&)> check = {}) {
+    register_config_section(
+        {std::move(key), typeid(T), [] { return std::any(T{}); },
+         [](config::Section& s, std::any& value) { T::parse(s, std::any_cast<T&>(value)); },
+         std::move(check)});
+  }
+};
+
+}  // namespace tessera::io

@@ -1,0 +1,37 @@
+// DeepSpeed's "zero_optimization" section, owned here beside the ZeRO optimizer that carries
+// it out: its keys, DeepSpeed's defaults (written once: ZeroOptions and GradBuckets take theirs
+// from here) and its parser, registered with io's config reader (io/config_section_registry.h).
+//
+//   const parallel::ZeroConfig& z = parallel::zero_config(cfg);  // cfg: an io::TrainConfig
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "tessera/io/config_section.h"
+
+namespace tessera::io {
+struct TrainConfig;
+}
+
+namespace tessera::parallel {
+
+struct ZeroConfig {
+  int64_t stage = 0;
+  std::string offload_optimizer_device = "none";  // offload_optimizer.device: "cpu" or "none"
+  bool offload_pin_memory = false;                // offload_optimizer.pin_memory (DeepSpeed's)
+  int64_t reduce_bucket_size = 500000000;         // elements per gradient bucket
+  int64_t allgather_bucket_size = 500000000;      // elements per all-gather of new parameters
+  bool overlap_comm = true;  // DeepSpeed's default is false except at stage 3; ours overlaps
+  int64_t stage3_param_persistence_threshold = 100000;
+  int64_t stage3_prefetch_bucket_size = 50000000;
+  // Engine::save_16bit_model gathers ZeRO-3's parameters (DeepSpeed's default: false).
+  bool stage3_gather_16bit_weights_on_model_save = false;
+
+  // Reads the section (the config reader reports its unknown keys); errors name the key.
+  static void parse(io::config::Section& z, ZeroConfig& out);
+};
+
+// The config's zero_optimization section (its defaults when the file has none).
+const ZeroConfig& zero_config(const io::TrainConfig& cfg);
+
+}  // namespace tessera::parallel

@@ -1,0 +1,79 @@
+#include "tessera/io/config_section_registry.h"
+
+#include <mutex>
+
+#include "tessera/io/train_config.h"
+
+namespace tessera::io {
+
+namespace {
+
+struct SectionRegistry {
+  std::mutex mutex;
+  std::vector<ConfigSectionEntry> entries;
+  std::vector<std::pair<std::string, std::function<void(TrainConfig&)>>> checks;
+};
+
+// Made on first use: owners register from their files' static initialisers.
+SectionRegistry& section_registry() {
+  static SectionRegistry r;
+  return r;
+}
+
+}  // namespace
+
+void register_config_section(ConfigSectionEntry entry) {
+  TS_CHECK(!entry.key.empty() && entry.make_default && entry.parse,
+           "io::register_config_section: an entry needs a key, defaults and a parser");
+  SectionRegistry& r = section_registry();
+  std::lock_guard lock(r.mutex);
+  for (const ConfigSectionEntry& e : r.entries)
+    TS_CHECK(e.key != entry.key && e.type != entry.type, "io::register_config_section: '",
+             entry.key, "' (or its type) is registered twice");
+  r.entries.push_back(std::move(entry));
+}
+
+void register_config_check(std::string name, std::function<void(TrainConfig&)> check) {
+  TS_CHECK(!name.empty() && check, "io::register_config_check: a check needs a name and a body");
+  SectionRegistry& r = section_registry();
+  std::lock_guard lock(r.mutex);
+  for (const auto& c : r.checks)
+    TS_CHECK(c.first != name, "io::register_config_check: '", name, "' is registered twice");
+  r.checks.emplace_back(std::move(name), std::move(check));
+}
+
+std::vector<ConfigSectionEntry> registered_config_sections() {
+  SectionRegistry& r = section_registry();
+  std::lock_guard lock(r.mutex);
+  return r.entries;
+}
+
+namespace config {
+
+void parse_registered_sections(Section& root, TrainConfig& c) {
+  for (const ConfigSectionEntry& e : registered_config_sections()) {
+    std::any value = e.make_default();
+    if (root.has(e.key)) {
+      Section s = root.sub(e.key);
+      e.parse(s, value);
+      s.warn_unknown();
+    }
+    c.sections[e.type] = std::move(value);
+  }
+}
+
+void check_registered_sections(TrainConfig& c) {
+  for (const ConfigSectionEntry& e : registered_config_sections())
+    if (e.check) e.check(c);
+  std::vector<std::function<void(TrainConfig&)>> checks;
+  {
+    SectionRegistry& r = section_registry();
+    std::lock_guard lock(r.mutex);
+    for (const auto& check : r.checks) checks.push_back(check.second);
+  }
+  for (const auto& check : checks) check(c);
+}
+
+}  // namespace config
+
+}  // namespace tessera::io

@@ -1,0 +1,62 @@
+#include "tessera/parallel/zero_config.h"
+
+#include "tessera/io/config_section_registry.h"
+#include "tessera/io/train_config.h"
+
+namespace tessera::parallel {
+
+void ZeroConfig::parse(io::config::Section& z, ZeroConfig& zc) {
+  const std::string& source = z.source();
+  z.get("stage", zc.stage);
+  io::config::range(zc.stage >= 0 && zc.stage <= 3, source, "zero_optimization.stage",
+                    static_cast<double>(zc.stage), "0, 1, 2 or 3");
+  if (z.has("offload_optimizer")) {
+    io::config::Section off = z.sub("offload_optimizer");
+    off.get("device", zc.offload_optimizer_device);
+    TS_CHECK(zc.offload_optimizer_device == "cpu" || zc.offload_optimizer_device == "none", source,
+             ": 'zero_optimization.offload_optimizer.device' is \"", zc.offload_optimizer_device,
+             "\", expected \"cpu\" or \"none\"");
+    TS_CHECK(zc.offload_optimizer_device == "none" || zc.stage >= 1, source,
+             ": 'zero_optimization.offload_optimizer' needs ZeRO stage 1, 2 or 3 (the offloaded "
+             "optimizer works on a rank's partition), but 'zero_optimization.stage' is 0");
+    off.get("pin_memory", zc.offload_pin_memory);
+    off.warn_unknown();
+  }
+  z.get_min<int64_t>("reduce_bucket_size", zc.reduce_bucket_size, 1, ">= 1");
+  z.get_min<int64_t>("allgather_bucket_size", zc.allgather_bucket_size, 1, ">= 1");
+  z.get("overlap_comm", zc.overlap_comm);
+  z.get_min<int64_t>("stage3_param_persistence_threshold", zc.stage3_param_persistence_threshold, 0,
+                     ">= 0");
+  z.get_min<int64_t>("stage3_prefetch_bucket_size", zc.stage3_prefetch_bucket_size, 0, ">= 0");
+  z.ignored<bool>("contiguous_gradients", "gradients always go into contiguous bucket buffers");
+  z.ignored<int64_t>("stage3_max_live_parameters",
+                     "stage 3 frees each gathered parameter after its use");
+  z.ignored<int64_t>("stage3_max_reuse_distance",
+                     "stage 3 frees each gathered parameter after its use");
+  z.ignored<int64_t>("sub_group_size", "the optimizer updates a rank's partition in one call");
+  z.ignored<bool>("allgather_partitions", "partitions are always all-gathered");
+  z.ignored<bool>("reduce_scatter", "gradients are always reduce-scattered at stages 1-3");
+  z.get("stage3_gather_16bit_weights_on_model_save", zc.stage3_gather_16bit_weights_on_model_save);
+}
+
+const ZeroConfig& zero_config(const io::TrainConfig& cfg) {
+  return cfg.section<ZeroConfig>();
+}
+
+namespace {
+
+// DeepSpeed's stage-0 FP16_Optimizer halves the scale on every overflow: its hysteresis keys
+// act at stages 1-3 only.
+void check_zero_and_fp16(io::TrainConfig& c) {
+  if (c.fp16.enabled && zero_config(c).stage == 0 && c.fp16.hysteresis_stated)
+    c.warnings.push_back(c.source +
+                         ": 'fp16.hysteresis' has no effect at zero_optimization.stage 0 "
+                         "(ignored): as DeepSpeed's stage-0 FP16_Optimizer, the scale halves on "
+                         "every overflow; stages 1-3 apply it");
+}
+
+const io::RegisterConfigSection<ZeroConfig> kZeroSection{"zero_optimization", check_zero_and_fp16};
+
+}  // namespace
+
+}  // namespace tessera::parallel
