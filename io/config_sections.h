@@ -11,7 +11,6 @@ void parse_optimizer(Section o, TrainConfig& c);
 void parse_scheduler(Section s, TrainConfig& c);
 void parse_precision(Section& root, TrainConfig& c);
 void parse_tensor_parallel(Section s, TrainConfig& c);
-void parse_activation_checkpointing(Section s, TrainConfig& c);
 void parse_pipeline(Section s, TrainConfig& c);  // train_config_pipeline.cpp
 void parse_communication(Section& root, TrainConfig& c);
 void parse_monitoring(Section& root, TrainConfig& c);

@@ -94,22 +94,6 @@ void parse_tensor_parallel(Section s, TrainConfig& c) {
   s.warn_unknown();
 }
 
-void parse_activation_checkpointing(Section s, TrainConfig& c) {
-  auto& a = c.activation_checkpointing;
-  a.enabled = true;
-  s.get("partition_activations", a.partition_activations);
-  s.get("cpu_checkpointing", a.cpu_checkpointing);
-  s.get("contiguous_memory_optimization", a.contiguous_memory_optimization);
-  s.get("synchronize_checkpoint_boundary", a.synchronize_checkpoint_boundary);
-  s.get("profile", a.profile);
-  s.get_min<int64_t>("number_checkpoints", a.number_checkpoints, 1, "a positive integer or null");
-  s.get_min<int64_t>("checkpoint_num_layers", a.checkpoint_num_layers, 1, "a positive integer");
-  TS_CHECK(!a.contiguous_memory_optimization || a.number_checkpoints > 0, s.source(), ": '",
-           s.key("contiguous_memory_optimization"),
-           "' needs 'number_checkpoints' (how many buffers to allocate), as in DeepSpeed");
-  s.warn_unknown();
-}
-
 void parse_communication(Section& root, TrainConfig& c) {
   const std::string& source = root.source();
   root.get("prescale_gradients", c.prescale_gradients);
@@ -253,8 +237,6 @@ TrainConfig TrainConfig::parse(const std::string& text, int64_t world, const std
   Section root(j, "", source, c.warnings, c.unknown_keys);
   root.get("strict", c.strict);
   if (root.has("tensor_parallel")) config::parse_tensor_parallel(root.sub("tensor_parallel"), c);
-  if (root.has("activation_checkpointing"))
-    config::parse_activation_checkpointing(root.sub("activation_checkpointing"), c);
   if (root.has("pipeline")) config::parse_pipeline(root.sub("pipeline"), c);
   const int64_t tp = c.tensor_parallel.autotp_size, pp = c.pipeline.stages;
   TS_CHECK(world % (tp * pp) == 0, source, ": the job's ", world,

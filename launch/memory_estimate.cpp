@@ -26,8 +26,9 @@ models::ActivationPlan activation_plan(const io::TrainConfig& cfg) {
   p.tensor_parallel = cfg.tensor_parallel.autotp_size;
   p.sequence_parallel = cfg.tensor_parallel.sequence_parallel;
   p.dtype = cfg.model_dtype();
-  if (cfg.activation_checkpointing.enabled) {
-    const parallel::ActivationCheckpointingOptions ac = activation_checkpointing_options(cfg);
+  const parallel::ActivationCheckpointingOptions& ac =
+      parallel::activation_checkpointing_config(cfg);
+  if (ac.enabled) {
     p.layers_per_checkpoint = parallel::layers_per_checkpoint(ac, cfg.model.n_layer);
     p.partition_activations = ac.partition_activations;
     p.checkpoints_on_host = ac.cpu_checkpointing && cfg.train.device.rfind("cuda", 0) == 0;

@@ -36,20 +36,6 @@ Device job_device(const io::TrainConfig& cfg) {
   return device;
 }
 
-parallel::ActivationCheckpointingOptions activation_checkpointing_options(
-    const io::TrainConfig& cfg) {
-  const auto& a = cfg.activation_checkpointing;
-  parallel::ActivationCheckpointingOptions o;
-  o.partition_activations = a.partition_activations;
-  o.cpu_checkpointing = a.cpu_checkpointing;
-  o.contiguous_memory_optimization = a.contiguous_memory_optimization;
-  o.number_checkpoints = a.number_checkpoints;
-  o.synchronize_checkpoint_boundary = a.synchronize_checkpoint_boundary;
-  o.profile = a.profile;
-  o.checkpoint_num_layers = a.checkpoint_num_layers;
-  return o;
-}
-
 parallel::PipelineModuleOptions pipeline_module_options(
     const io::TrainConfig& cfg, const models::PipelineDefinition& definition,
     std::shared_ptr<parallel::ProcessGroup> tp) {
@@ -58,9 +44,9 @@ parallel::PipelineModuleOptions pipeline_module_options(
   po.num_chunks = parallel::pipeline_chunks(cfg);
   po.partition_method = cfg.pipeline.partition;
   po.activation_checkpoint_interval = cfg.pipeline.activation_checkpoint_interval;
-  if (cfg.activation_checkpointing.enabled) {
+  if (parallel::activation_checkpointing_config(cfg).enabled) {
     po.checkpointing = std::make_shared<parallel::ActivationCheckpointing>(
-        activation_checkpointing_options(cfg), tp);
+        parallel::activation_checkpointing_config(cfg), tp);
     if (po.activation_checkpoint_interval == 0)
       po.activation_checkpoint_interval =
           po.checkpointing->layers_per_checkpoint(cfg.model.n_layer);
@@ -72,9 +58,9 @@ parallel::PipelineModuleOptions pipeline_module_options(
 std::shared_ptr<parallel::ActivationCheckpointing> attach_activation_checkpointing(
     models::PretrainedModel& model, const io::TrainConfig& cfg,
     std::shared_ptr<parallel::ProcessGroup> tp) {
-  if (!cfg.activation_checkpointing.enabled) return nullptr;
+  if (!parallel::activation_checkpointing_config(cfg).enabled) return nullptr;
   auto ckpt = std::make_shared<parallel::ActivationCheckpointing>(
-      activation_checkpointing_options(cfg), std::move(tp));
+      parallel::activation_checkpointing_config(cfg), std::move(tp));
   model.set_activation_checkpointing(ckpt);
   return ckpt;
 }

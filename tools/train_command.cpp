@@ -167,7 +167,7 @@ int fit_and_report(const Args& a, launch::Job& job, engine::TrainLoop& trainer) 
   if (lead) std::cerr << job.summary() << "\n";
   const engine::TrainResult r = trainer.fit();
   if (cfg.comms_logger.enabled && lead) std::cerr << world.logger().summary(0, world.size());
-  if (job.checkpointing && cfg.activation_checkpointing.profile) {
+  if (job.checkpointing && parallel::activation_checkpointing_config(cfg).profile) {
     if (!job.is_pipeline() && lead)
       std::cerr << job.checkpointing->profile_report();
     else if (job.is_pipeline() && job.data_rank() == 0)  // one report per stage

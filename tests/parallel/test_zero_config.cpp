@@ -8,6 +8,7 @@
 
 #include "tessera/io/config_section_registry.h"
 #include "tessera/io/train_config.h"
+#include "tessera/parallel/activation_checkpointing.h"
 #include "tessera/parallel/grad_buckets.h"
 #include "tessera/parallel/zero_config.h"
 #include "tessera/parallel/zero_optimizer.h"
@@ -104,4 +105,21 @@ TEST_CASE("zero_optimization is parallel's section; its defaults are written onc
   const io::TrainConfig u = parse(R"(, "zero_optimization": {"stgae": 1})");
   REQUIRE(u.unknown_keys.size() == 1);
   CHECK(u.unknown_keys[0].find("did you mean 'zero_optimization.stage'") != std::string::npos);
+}
+
+TEST_CASE("activation_checkpointing is parallel's section: the runtime's options themselves") {
+  CHECK_FALSE(parallel::activation_checkpointing_config(parse("")).enabled);
+  const io::TrainConfig c = parse(R"(, "activation_checkpointing": {"partition_activations": true,
+      "number_checkpoints": 3, "contiguous_memory_optimization": true})");
+  const auto& a = parallel::activation_checkpointing_config(c);
+  CHECK(a.enabled);  // the section is present
+  CHECK(a.partition_activations);
+  CHECK(a.number_checkpoints == 3);
+  CHECK(a.checkpoint_num_layers == 1);  // Megatron's default
+  CHECK(parallel::layers_per_checkpoint(a, 12) == 4);
+  CHECK_THROWS_WITH_AS(parse(R"(, "activation_checkpointing": {
+      "contiguous_memory_optimization": true})"),
+                       doctest::Contains("'activation_checkpointing.contiguous_memory_"
+                                         "optimization' needs 'number_checkpoints'"),
+                       Error);
 }

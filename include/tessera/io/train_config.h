@@ -82,17 +82,8 @@ struct TrainConfig {
     int64_t virtual_stages = 0;
   } pipeline;
 
-  // DeepSpeed's "activation_checkpointing" section; present = the built-in models checkpoint
-  // their transformer layers (parallel/activation_checkpointing.h says what each key does).
-  // checkpoint_num_layers is Megatron's (layers per checkpoint, when number_checkpoints is unset).
-  struct ActivationCheckpointing {
-    bool enabled = false;
-    bool partition_activations = false, cpu_checkpointing = false;
-    bool contiguous_memory_optimization = false, synchronize_checkpoint_boundary = false;
-    bool profile = false;
-    int64_t number_checkpoints = 0;  // 0: unset
-    int64_t checkpoint_num_layers = 1;
-  } activation_checkpointing;
+  // activation_checkpointing: parallel::ActivationCheckpointingOptions, a registered section
+  // (parallel/activation_checkpointing.h).
 
   // Data-parallel gradient averaging (DeepSpeed's top-level keys).
   bool prescale_gradients = false;

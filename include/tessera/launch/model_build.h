@@ -44,11 +44,6 @@ std::unique_ptr<parallel::PipelineModule> build_pipeline_model(
     const io::TrainConfig& cfg, const models::PipelineDefinition& definition, int64_t vocab,
     int stage, std::shared_ptr<parallel::ProcessGroup> tp);
 
-// The config's activation_checkpointing section as the runtime's options (the section is
-// present when cfg.activation_checkpointing.enabled).
-parallel::ActivationCheckpointingOptions activation_checkpointing_options(
-    const io::TrainConfig& cfg);
-
 // The config's pipeline section as PipelineModule options: stages, partition, and checkpoints
 // of activation_checkpoint_interval of the definition's checkpointable layers (with only the
 // activation_checkpointing section, of as many as it groups in one process) through the

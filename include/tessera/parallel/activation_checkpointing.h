@@ -20,11 +20,20 @@
 #include <vector>
 
 #include "tessera/autograd/activation_checkpoint.h"
+#include "tessera/io/config_section.h"
 #include "tessera/parallel/process_group.h"
+
+namespace tessera::io {
+struct TrainConfig;
+}
 
 namespace tessera::parallel {
 
+// The config's "activation_checkpointing" section is this struct (registered with io's config
+// reader: activation_checkpointing_config.cpp); `enabled` says the file has the section, and
+// the built-in models then checkpoint their transformer layers.
 struct ActivationCheckpointingOptions {
+  bool enabled = false;
   bool partition_activations = false;
   bool cpu_checkpointing = false;
   bool contiguous_memory_optimization = false;
@@ -32,7 +41,13 @@ struct ActivationCheckpointingOptions {
   bool synchronize_checkpoint_boundary = false;
   bool profile = false;
   int64_t checkpoint_num_layers = 1;  // layers per checkpoint when number_checkpoints is unset
+
+  // Reads the section (errors name the key; the reader reports unknown keys).
+  static void parse(io::config::Section& s, ActivationCheckpointingOptions& out);
 };
+
+// The config's activation_checkpointing section (disabled when the file has none).
+const ActivationCheckpointingOptions& activation_checkpointing_config(const io::TrainConfig& cfg);
 
 // Consecutive layers per checkpoint for a model of `layers` layers: ceil(layers /
 // number_checkpoints) when that is set, else checkpoint_num_layers.
