@@ -13,13 +13,14 @@
 # clipping, from tests/fixtures/corpus.txt: one (1 process), dp2, z1, z2, z3 (ZeRO stages over
 # 2 ranks), tp2, sp2 (tensor and sequence parallel), pp2 (1F1B), zbh1, il (interleaved, 2
 # chunks per stage), 3d (2 stages x tensor parallel 2, 4 ranks), ac, tp2ac, sp2ac (activation
-# checkpointing on one process, at tp2 with partitioned activations, at sp2). Prints a row per
+# checkpointing on one process, at tp2 with partitioned activations, at sp2), sgd, lamb, adaml2
+# (SGD with Nesterov momentum, LAMB, Adam with L2 decay, one process). Prints a row per
 # run and exits 1 when any step's loss differs in any bit.
 set -euo pipefail
-[ $# -ge 2 ] || { sed -n '2,17p' "$0" >&2; exit 2; }
+[ $# -ge 2 ] || { sed -n '2,18p' "$0" >&2; exit 2; }
 before=$(realpath "$1") after=$(realpath "$2")
 shift 2
-layouts="${*:-one dp2 z1 z2 z3 tp2 sp2 pp2 zbh1 il 3d ac tp2ac sp2ac}"
+layouts="${*:-one dp2 z1 z2 z3 tp2 sp2 pp2 zbh1 il 3d ac tp2ac sp2ac sgd lamb adaml2}"
 root=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -49,6 +50,12 @@ layouts = {
               "activation_checkpointing": {"partition_activations": True}},
     "sp2ac": {"tensor_parallel": {"autotp_size": 2, "sequence_parallel": True},
               "activation_checkpointing": {}},
+    # The optimizers other than the base config's AdamW, in one process.
+    "sgd": {"optimizer": {"type": "SGD", "params": {"lr": 0.05, "momentum": 0.9,
+                                                    "nesterov": True, "weight_decay": 0.01}}},
+    "lamb": {"optimizer": {"type": "Lamb", "params": {"lr": 0.01, "weight_decay": 0.01}}},
+    "adaml2": {"optimizer": {"type": "Adam", "params": {"lr": 0.002, "weight_decay": 0.01,
+                                                        "adam_w_mode": False}}},
 }
 bert = {"type": "bert", "n_layer": 4, "n_head": 4, "n_embd": 32, "block_size": 16, "dropout": 0.1}
 for name in sys.argv[2:]:
@@ -63,7 +70,7 @@ for name in sys.argv[2:]:
         d["csv_monitor"] = {"enabled": True, "output_path": "csv", "job_name": job}
         json.dump(d, open(job + ".json", "w"))
 PY
-ranks() { case $1 in one|ac) echo 1;; 3d) echo 4;; *) echo 2;; esac; }
+ranks() { case $1 in one|ac|sgd|lamb|adaml2) echo 1;; 3d) echo 4;; *) echo 2;; esac; }
 status=0
 printf "%-12s %6s %8s  %s\n" run ranks steps result
 for name in $layouts; do
