@@ -128,6 +128,7 @@ Engine::~Engine() {
 void Engine::setup_parallel(std::vector<optim::ParamGroup> groups,
                             const optim::OptimizerFactory& make) {
   const auto& c = config_;
+  const parallel::ZeroConfig& z = parallel::zero_config(c);
   const int world = group_->size();
   const DType comm = c.communication_dtype();
   // DeepSpeed's averaging order (engine.allreduce_bucket): by default ("postscale") each
@@ -136,10 +137,10 @@ void Engine::setup_parallel(std::vector<optim::ParamGroup> groups,
   const double f = c.gradient_predivide_factor;
   const double pre = c.prescale_gradients ? 1.0 / world : 1.0 / f;
   const double post = c.prescale_gradients ? 1.0 : f / world;
-  if (parallel::zero_config(c).stage == 0) {
+  if (z.stage == 0) {
     parallel::GradBuckets::Options bo;
-    bo.bucket_numel = parallel::zero_config(c).reduce_bucket_size;
-    bo.overlap = parallel::zero_config(c).overlap_comm;
+    bo.bucket_numel = z.reduce_bucket_size;
+    bo.overlap = z.overlap_comm;
     bo.pre_scale = pre;
     bo.post_scale = post;
     bo.comm_dtype = comm;
@@ -151,17 +152,17 @@ void Engine::setup_parallel(std::vector<optim::ParamGroup> groups,
   }
   post_scale_ = post;  // ZeRO's partitions hold sums; the step averages them
   parallel::ZeroOptions zo;
-  zo.stage = static_cast<int>(parallel::zero_config(c).stage);
+  zo.stage = static_cast<int>(z.stage);
   zo.compute_dtype = compute_dtype_;
-  zo.reduce_bucket_size = parallel::zero_config(c).reduce_bucket_size;
-  zo.overlap_comm = parallel::zero_config(c).overlap_comm;
+  zo.reduce_bucket_size = z.reduce_bucket_size;
+  zo.overlap_comm = z.overlap_comm;
   zo.pre_scale = pre;
   zo.comm_dtype = comm;
-  zo.param_persistence_threshold = parallel::zero_config(c).stage3_param_persistence_threshold;
-  zo.prefetch_bucket_size = parallel::zero_config(c).stage3_prefetch_bucket_size;
-  zo.offload_optimizer = parallel::zero_config(c).offload_optimizer_device == "cpu";
-  zo.pin_memory = zo.offload_optimizer && parallel::zero_config(c).offload_pin_memory;
-  zo.allgather_bucket_size = parallel::zero_config(c).allgather_bucket_size;
+  zo.param_persistence_threshold = z.stage3_param_persistence_threshold;
+  zo.prefetch_bucket_size = z.stage3_prefetch_bucket_size;
+  zo.offload_optimizer = z.offload_optimizer_device == "cpu";
+  zo.pin_memory = zo.offload_optimizer && z.offload_pin_memory;
+  zo.allgather_bucket_size = z.allgather_bucket_size;
   if (tp_group_) {
     zo.tensor_parallel_group = tp_group_;
     for (const auto& split : parallel::tensor_parallel_layout(model_))
@@ -170,8 +171,7 @@ void Engine::setup_parallel(std::vector<optim::ParamGroup> groups,
   zero_ = std::make_unique<parallel::ZeroOptimizer>(model_, group_, zo, make, std::move(groups));
   const std::string name = zero_->optimizer().name();
   TS_CHECK(!optim::has_optimizer(name) || optim::find_optimizer(name).updates_partitions,
-           "engine: zero_optimization.stage ", parallel::zero_config(c).stage, " with optimizer ",
-           name,
+           "engine: zero_optimization.stage ", z.stage, " with optimizer ", name,
            " is not supported (its update needs whole tensors, as LAMB's trust ratio); use stage "
            "0 or another optimizer (`tessera optimizers` lists them)");
 }

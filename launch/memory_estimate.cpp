@@ -61,6 +61,7 @@ parallel::ShardLayout layout_of(nn::Module& model, int data_ranks) {
 
 ModelStateBytes model_state_bytes(const io::TrainConfig& c, const parallel::ShardLayout& layout,
                                   int stage, int world) {
+  const parallel::ZeroConfig& z = parallel::zero_config(c);
   const bool mixed = c.fp16.enabled || c.bf16;
   const DType model = c.model_dtype(), comm = c.communication_dtype();
   const int64_t pb = static_cast<int64_t>(itemsize(model)),
@@ -76,8 +77,8 @@ ModelStateBytes model_state_bytes(const io::TrainConfig& c, const parallel::Shar
   }
   // A float32 model updated where it lives keeps no separate masters at stages 1-2: its
   // parameters sit in padded [world * shard] storages instead.
-  const bool offloaded_elsewhere = parallel::zero_config(c).offload_optimizer_device == "cpu" &&
-                                   c.train.device.rfind("cuda", 0) == 0;
+  const bool offloaded_elsewhere =
+      z.offload_optimizer_device == "cpu" && c.train.device.rfind("cuda", 0) == 0;
   const bool model_is_master = stage < 3 && !mixed && !offloaded_elsewhere;
   int64_t padded = 0;
   for (const auto& en : layout.entries) padded += en.shard * world;
@@ -85,18 +86,17 @@ ModelStateBytes model_state_bytes(const io::TrainConfig& c, const parallel::Shar
     e.params = model_is_master ? padded * 4 : psi * pb;
   } else {
     for (const auto& en : layout.entries)
-      if (en.numel <= parallel::zero_config(c).stage3_param_persistence_threshold)
-        e.params += en.numel * pb;
+      if (en.numel <= z.stage3_param_persistence_threshold) e.params += en.numel * pb;
     e.params += P * (mixed ? pb : 4);  // fp32: the shard is the master itself
   }
   e.grads = P * gb + (stage == 1 ? psi * pb : 0);
   e.optimizer = (model_is_master || (stage == 3 && !mixed) ? 0 : 4 * P) + slots * 4 * P;
   parallel::ZeroOptions o;
   o.stage = stage;
-  o.reduce_bucket_size = parallel::zero_config(c).reduce_bucket_size;
-  o.allgather_bucket_size = parallel::zero_config(c).allgather_bucket_size;
-  o.param_persistence_threshold = parallel::zero_config(c).stage3_param_persistence_threshold;
-  o.prefetch_bucket_size = parallel::zero_config(c).stage3_prefetch_bucket_size;
+  o.reduce_bucket_size = z.reduce_bucket_size;
+  o.allgather_bucket_size = z.allgather_bucket_size;
+  o.param_persistence_threshold = z.stage3_param_persistence_threshold;
+  o.prefetch_bucket_size = z.stage3_prefetch_bucket_size;
   e.buffers = parallel::zero_buffer_bytes(layout, o, model, comm);
   return e;
 }

@@ -34,10 +34,7 @@ const ModelEntry& find_model(const std::string& type) {
 }
 
 std::string registered_model_list(const std::string& prefix, const std::string& separator) {
-  std::string out;
-  for (const std::string& t : registered_model_types())
-    out += (out.empty() ? "" : separator) + prefix + t;
-  return out;
+  return model_registry().list(prefix, separator);
 }
 
 std::vector<std::string> registered_model_types() {

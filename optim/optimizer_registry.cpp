@@ -44,14 +44,23 @@ OptimizerEntry with_group_params(OptimizerEntry e) {
 
 const char* const kTorchAdam = "Tessera has one fused Adam kernel";
 
-std::vector<HyperParam> adam_params(const char* adam_w_mode_doc) {
-  const AdamOptions o;
+// Adam's and LAMB's moment parameters, with the defaults of their options struct.
+template <class Options>
+std::vector<HyperParam> moment_params() {
+  const Options o;
   return {
       {"betas", K::Betas, {o.beta1, o.beta2}, "the moments' decay rates"},
       {"eps", K::Positive, {o.eps}, "added to the second moment's root"},
-      {"bias_correction", K::Bool, {flag(o.bias_correction)}, "divide the moments by 1 - beta^t"},
-      {"adam_w_mode", K::Bool, {flag(o.decoupled_weight_decay)}, adam_w_mode_doc},
-      {"torch_adam", K::Bool, {0.0}, "DeepSpeed's choice of kernel", false, kTorchAdam}};
+      {"bias_correction", K::Bool, {flag(o.bias_correction)}, "divide the moments by 1 - beta^t"}};
+}
+
+std::vector<HyperParam> adam_params(const char* adam_w_mode_doc) {
+  std::vector<HyperParam> params = moment_params<AdamOptions>();
+  params.push_back(
+      {"adam_w_mode", K::Bool, {flag(AdamOptions().decoupled_weight_decay)}, adam_w_mode_doc});
+  params.push_back(
+      {"torch_adam", K::Bool, {0.0}, "DeepSpeed's choice of kernel", false, kTorchAdam});
+  return params;
 }
 
 OptimizerEntry adam_entry(const std::string& type) {
@@ -108,12 +117,9 @@ OptimizerEntry lamb_entry() {
   e.doc =
       "LAMB: Adam's update scaled per tensor by a clamped trust ratio (DeepSpeed's "
       "FusedLamb)";
-  e.params = {
-      {"betas", K::Betas, {o.beta1, o.beta2}, "the moments' decay rates"},
-      {"eps", K::Positive, {o.eps}, "added to the second moment's root"},
-      {"bias_correction", K::Bool, {flag(o.bias_correction)}, "divide the moments by 1 - beta^t"},
-      {"max_coeff", K::NonNegative, {o.max_coeff}, "the trust ratio's upper clamp"},
-      {"min_coeff", K::NonNegative, {o.min_coeff}, "the trust ratio's lower clamp"}};
+  e.params = moment_params<LambOptions>();
+  e.params.push_back({"max_coeff", K::NonNegative, {o.max_coeff}, "the trust ratio's upper clamp"});
+  e.params.push_back({"min_coeff", K::NonNegative, {o.min_coeff}, "the trust ratio's lower clamp"});
   e.has_betas = true;
   e.updates_partitions = false;
   e.state_slots = [](const HyperParamValues&) { return int64_t{2}; };

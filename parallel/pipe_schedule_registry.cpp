@@ -9,37 +9,30 @@ namespace {
 
 std::vector<PipeScheduleEntry> builtin_pipe_schedules() {
   PipeScheduleEntry one_f_one_b{
-      "1f1b",
-      "DeepSpeed's TrainSchedule: one forward, one backward in the steady state",
-      1,
-      1,
-      1,
-      1,
-      false,
-      [](int64_t m, int64_t s, int64_t id, int64_t) {
+      .type = "1f1b",
+      .doc = "DeepSpeed's TrainSchedule: one forward, one backward in the steady state",
+      .build = [](int64_t m, int64_t s, int64_t id, int64_t) {
         return std::unique_ptr<PipeSchedule>(std::make_unique<TrainSchedule>(m, s, id));
       }};
   PipeScheduleEntry zb_h1{
-      "zb-h1",
-      "zero-bubble H1: each backward in two halves, the weight half filling 1F1B's bubble at "
-      "1F1B's activation memory",
-      1,
-      1,
-      1,
-      1,
-      false,
-      [](int64_t m, int64_t s, int64_t id, int64_t) {
+      .type = "zb-h1",
+      .doc =
+          "zero-bubble H1: each backward in two halves, the weight half filling 1F1B's bubble "
+          "at 1F1B's activation memory",
+      .build = [](int64_t m, int64_t s, int64_t id, int64_t) {
         return std::unique_ptr<PipeSchedule>(std::make_unique<ZeroBubbleH1Schedule>(m, s, id));
       }};
   PipeScheduleEntry interleaved{
-      "interleaved",
-      "Megatron's interleaved 1F1B over virtual_stages model chunks per stage (a smaller bubble)",
-      2,
-      0,
-      2,
-      2,
-      true,
-      [](int64_t m, int64_t s, int64_t id, int64_t chunks) {
+      .type = "interleaved",
+      .doc =
+          "Megatron's interleaved 1F1B over virtual_stages model chunks per stage (a smaller "
+          "bubble)",
+      .min_chunks = 2,
+      .max_chunks = 0,
+      .default_chunks = 2,
+      .min_stages = 2,
+      .micro_batches_multiple_of_stages = true,
+      .build = [](int64_t m, int64_t s, int64_t id, int64_t chunks) {
         return std::unique_ptr<PipeSchedule>(
             std::make_unique<InterleavedSchedule>(m, s, id, chunks));
       }};

@@ -38,10 +38,10 @@ class NamedRegistry {
     for (const Entry& e : entries_) out.push_back(e.type);
     return out;
   }
-  // "A, B, C": the registered types for messages.
-  std::string list() const {
+  // "A, B, C": the registered types for messages (each after `prefix`).
+  std::string list(const std::string& prefix = "", const std::string& separator = ", ") const {
     std::string out;
-    for (const std::string& t : types()) out += (out.empty() ? "" : ", ") + t;
+    for (const std::string& t : types()) out += (out.empty() ? "" : separator) + prefix + t;
     return out;
   }
   // `caller` names the registering function in errors; a type registered twice is an error.
