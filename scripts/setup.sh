@@ -16,7 +16,9 @@ if [[ -x /usr/local/cuda/bin/nvcc ]] && ! command -v nvcc >/dev/null; then
   export PATH="/usr/local/cuda/bin:$PATH"
 fi
 
+# TESSERA_GPU_ARCHS (e.g. "90") narrows the CUDA architectures of a new build (the default,
+# meson_options.txt's gpu_archs, covers A100 and H100).
 if [[ ! -f build/build.ninja ]]; then
-  meson setup build --buildtype=release
+  meson setup build --buildtype=release ${TESSERA_GPU_ARCHS:+-Dgpu_archs=$TESSERA_GPU_ARCHS}
 fi
 ninja -C build

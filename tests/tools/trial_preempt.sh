@@ -45,10 +45,10 @@ PY
 
 cd "$work"
 runs=("trial-mlp 1 12000 12000" "trial-mlp 2 12000 12000" "trial-gpt 1 600 1200")
-# Under the sanitizers (10x slower) a fifth of the batches keeps each run a few seconds long,
+# Under the sanitizers (10x slower) a tenth of the batches keeps each run a few seconds long,
 # and the MLP runs on 2 slots only (1 slot is the same code without the collectives).
 [ -z "${TESSERA_SANITIZER_SUBSET:-}" ] ||
-  runs=("trial-mlp 2 2400 2400" "trial-gpt 1 120 240")
+  runs=("trial-mlp 2 1200 1200" "trial-gpt 1 60 120")
 for run in "${runs[@]}"; do
   read -r exe slots batches reported <<<"$run"
   config "${exe}-straight$slots" "$slots"
