@@ -28,17 +28,19 @@ std::vector<int64_t> asha_rung_lengths(int64_t num_rungs, double divisor, int64_
 
 std::vector<Bracket> adaptive_asha_brackets(const trial::ExperimentConfig::Searcher& s,
                                             int64_t max_length) {
-  std::vector<int64_t> rungs = s.bracket_rungs;
+  const double d = s.number("divisor");
+  const int64_t max_trials = s.count("max_trials"), concurrent = s.count("max_concurrent_trials");
+  std::vector<int64_t> rungs = s.counts("bracket_rungs");
   if (rungs.empty()) {
     // The top rung must be reachable by a trial and by the number of trials.
-    const double d = s.divisor;
+    const std::string mode = s.choice("mode");
     const int64_t max_rungs = std::min(
-        {s.max_rungs,
+        {s.count("max_rungs"),
          static_cast<int64_t>(std::log(static_cast<double>(max_length)) / std::log(d)) + 1,
-         static_cast<int64_t>(std::log(static_cast<double>(s.max_trials)) / std::log(d)) + 1});
-    const int64_t first = s.mode == "aggressive" ? max_rungs
-                          : s.mode == "standard" ? (max_rungs - 1) / 2 + 1
-                                                 : 1;
+         static_cast<int64_t>(std::log(static_cast<double>(max_trials)) / std::log(d)) + 1});
+    const int64_t first = mode == "aggressive" ? max_rungs
+                          : mode == "standard" ? (max_rungs - 1) / 2 + 1
+                                               : 1;
     for (int64_t r = first; r <= max_rungs; ++r) rungs.push_back(r);
   }
   std::sort(rungs.rbegin(), rungs.rend());  // most early stopping first
@@ -46,26 +48,26 @@ std::vector<Bracket> adaptive_asha_brackets(const trial::ExperimentConfig::Searc
   std::vector<double> weight;
   double total = 0;
   for (int64_t r : rungs) {
-    weight.push_back(std::pow(s.divisor, static_cast<double>(r - 1)) / static_cast<double>(r));
+    weight.push_back(std::pow(d, static_cast<double>(r - 1)) / static_cast<double>(r));
     total += weight.back();
   }
   std::vector<Bracket> out;
   int64_t allocated = 0;
   for (size_t i = 0; i < rungs.size(); ++i) {
     const auto n = std::max<int64_t>(
-        static_cast<int64_t>(weight[i] / total * static_cast<double>(s.max_trials)), 1);
+        static_cast<int64_t>(weight[i] / total * static_cast<double>(max_trials)), 1);
     out.push_back({rungs[i], n, 0});
     allocated += n;
   }
-  out[0].max_trials += std::max<int64_t>(s.max_trials - allocated, 0);
+  out[0].max_trials += std::max<int64_t>(max_trials - allocated, 0);
   // Concurrency: max_concurrent_trials split evenly (remainder to the first brackets), or
   // without it the smallest bracket's trials (at least the divisor).
   const auto nb = static_cast<int64_t>(out.size());
   int64_t each = 0, remainder = 0;
-  if (s.max_concurrent_trials == 0) {
-    each = std::max(out.back().max_trials, static_cast<int64_t>(s.divisor));
+  if (concurrent == 0) {
+    each = std::max(out.back().max_trials, static_cast<int64_t>(d));
   } else {
-    const int64_t c = std::max(s.max_concurrent_trials, nb);
+    const int64_t c = std::max(concurrent, nb);
     each = c / nb;
     remainder = c % nb;
   }

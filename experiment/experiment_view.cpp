@@ -2,9 +2,8 @@
 
 #include <cstdio>
 #include <map>
-#include <set>
 
-#include "tessera/experiment/search_method.h"
+#include "tessera/experiment/searcher_registry.h"
 #include "tessera/trial/experiment_config.h"
 
 namespace tessera::experiment {
@@ -99,17 +98,13 @@ nlohmann::json experiments_summary(const ExperimentStore& store) {
 
 namespace {
 
+// Where the searcher decides (ASHA's rungs), for the chart; none when it says nothing or
+// max_length is not in batches (the chart's axis).
 std::vector<int64_t> rung_lengths(const trial::ExperimentConfig& c) {
   const auto& s = c.searcher;
   if (s.max_length.unit != trial::Length::Batches) return {};
-  std::set<int64_t> rungs;
-  if (s.name == "async_halving")
-    for (int64_t r : asha_rung_lengths(s.num_rungs, s.divisor, s.max_length.value)) rungs.insert(r);
-  if (s.name == "adaptive_asha")
-    for (const auto& b : adaptive_asha_brackets(s, s.max_length.value))
-      for (int64_t r : asha_rung_lengths(b.num_rungs, s.divisor, s.max_length.value))
-        rungs.insert(r);
-  return {rungs.begin(), rungs.end()};
+  const SearcherEntry& entry = find_searcher(s.name);
+  return entry.decision_lengths ? entry.decision_lengths(s) : std::vector<int64_t>{};
 }
 
 }  // namespace

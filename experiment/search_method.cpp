@@ -3,6 +3,7 @@
 
 #include "searchers.h"
 #include "tessera/error.h"
+#include "tessera/experiment/searcher_registry.h"
 #include "tessera/io/json_fields.h"
 
 namespace tessera::experiment {
@@ -100,34 +101,13 @@ void GridSearch::restore(const nlohmann::json& state, bool with_context) {
 
 std::unique_ptr<SearchMethod> make_search_method(const trial::ExperimentConfig& config) {
   const auto& s = config.searcher;
+  const SearcherEntry& entry = find_searcher(s.name);
+  TS_CHECK(s.max_length.unit == trial::Length::Batches || !entry.lengths_in_batches, "searcher ",
+           s.name, ": max_length must be in batches here (", s.max_length.str(), ")");
   auto context = std::make_shared<SearchContext>();
   context->hparams = config.hyperparameters;
   context->random = SearchRandom(config.experiment_seed);
-  TS_CHECK(s.max_length.unit == trial::Length::Batches || s.name == "single" ||
-               s.name == "random" || s.name == "grid" || s.name == "tpe",
-           "searcher ", s.name, ": max_length must be in batches here (", s.max_length.str(), ")");
-  if (s.name == "single") return std::make_unique<RandomSearch>(context, 1, 1);
-  if (s.name == "random")
-    return std::make_unique<RandomSearch>(context, s.max_trials, s.max_concurrent_trials);
-  if (s.name == "grid")
-    return std::make_unique<GridSearch>(context, s.max_concurrent_trials, s.max_grid_points);
-  if (s.name == "tpe")
-    return std::make_unique<TPESearch>(
-        context,
-        TPESearch::Options{s.max_trials, s.max_concurrent_trials, s.n_startup_trials,
-                           s.n_ei_candidates, s.gamma, s.prior_weight, s.smaller_is_better});
-  const int64_t length = s.max_length.value;
-  if (s.name == "async_halving")
-    return std::make_unique<AsyncHalvingSearch>(context, s.num_rungs, s.divisor, length,
-                                                s.max_trials, s.max_concurrent_trials,
-                                                s.smaller_is_better);
-  TS_CHECK(s.name == "adaptive_asha", "searcher: unknown name '", s.name, "'");
-  std::vector<std::unique_ptr<SearchMethod>> brackets;
-  for (const Bracket& b : adaptive_asha_brackets(s, length))
-    brackets.push_back(std::make_unique<AsyncHalvingSearch>(context, b.num_rungs, s.divisor, length,
-                                                            b.max_trials, b.max_concurrent_trials,
-                                                            s.smaller_is_better));
-  return std::make_unique<TournamentSearch>(context, std::move(brackets));
+  return entry.build(std::move(context), s);
 }
 
 }  // namespace tessera::experiment

@@ -33,7 +33,9 @@ inline doctest::skip gpu_required() {
 // Under ASan + UBSan (scripts/test_sanitizers.sh sets TESSERA_SANITIZED): a long case runs a
 // shorter version of itself there, since the sanitizers look for memory errors on each code
 // path and the release pass has checked every value.
-inline bool sanitized() { return std::getenv("TESSERA_SANITIZED") != nullptr; }
+inline bool sanitized() {
+  return std::getenv("TESSERA_SANITIZED") != nullptr;
+}
 
 // Ranks this process was launched as one of (before MPI is initialised).
 inline int launched_world_size() {

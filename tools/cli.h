@@ -70,5 +70,6 @@ int models_main(int argc, char** argv);
 int schedules_main(int argc, char** argv);
 int optimizers_main(int argc, char** argv);
 int pipeline_schedules_main(int argc, char** argv);
+int searchers_main(int argc, char** argv);
 
 }  // namespace tessera::cli

@@ -29,6 +29,7 @@ commands:
   trial EXP.yaml             a built-in model as one Determined trial (periods, preemption)
   experiment create EXP.yaml a hyperparameter search (Determined's searchers), its trials as
                              processes, restarts, pause/resume; list/describe/logs/best
+  searchers                  the searchers an experiment can name, their keys and defaults
   eval MODEL_DIR             loss (and gradient norms) of a Hugging Face GPT-2/BERT on a batch
   generate MODEL_DIR         sample text from a GPT-2 model directory with a KV cache
   zero-to-fp32 CKPT OUT      whole float32 weights (HF names) from a checkpoint of any ZeRO stage
@@ -93,6 +94,7 @@ int main(int argc, char** argv) {
     if (cmd == "schedules") return tessera::cli::schedules_main(argc, argv);
     if (cmd == "optimizers") return tessera::cli::optimizers_main(argc, argv);
     if (cmd == "pipeline-schedules") return tessera::cli::pipeline_schedules_main(argc, argv);
+    if (cmd == "searchers") return tessera::cli::searchers_main(argc, argv);
     std::cerr << "tessera: unknown command '" << cmd << "'\n\n" << kUsage;
     return 2;
   } catch (const tessera::Error& e) {

@@ -1,12 +1,14 @@
-// `tessera optimizers`, `tessera schedules` and `tessera pipeline-schedules` [--json |
-// --markdown]: the optimizer, LR schedule and pipeline schedule registries' entries (every
-// optimizer.type / scheduler.type / pipeline.schedule a config can name) with what each takes,
-// read from the entries; the tables in docs/training.md and docs/parallelism.md are
+// `tessera optimizers`, `tessera schedules`, `tessera pipeline-schedules` and `tessera
+// searchers` [--json | --markdown]: the optimizer, LR schedule, pipeline schedule and searcher
+// registries' entries (every optimizer.type / scheduler.type / pipeline.schedule a training
+// config and every searcher.name an experiment config can name) with what each takes, read from
+// the entries; the tables in docs/training.md, docs/parallelism.md and docs/experiments.md are
 // --markdown's.
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
+#include "tessera/experiment/searcher_registry.h"
 #include "tessera/optim/lr_schedule_registry.h"
 #include "tessera/optim/optimizer_registry.h"
 #include "tessera/parallel/pipe_schedule_registry.h"
@@ -44,6 +46,18 @@ estimate-memory read.
 --json: {"pipeline_schedules": [{"type", "doc", "min_chunks", "max_chunks" (0: no limit),
 "default_chunks", "min_stages", "micro_batches_multiple_of_stages"}]}
 --markdown: the table docs/parallelism.md holds.
+)";
+
+const char* kSearchersHelp = R"(usage: tessera searchers [--json | --markdown]
+
+The searchers an experiment config's "searcher.name" can name (Determined's, and Optuna's TPE),
+each key of its own in the searcher section with what it must be, its default and what it does
+(every searcher also reads metric, smaller_is_better and max_length): the entries the
+experiment config reader checks a searcher section against and the experiment builds the
+searcher from.
+--json: {"searchers": [{"type", "doc", "lengths_in_batches", "params": [{"name", "kind",
+"range", "default", "required", "doc"}]}]}
+--markdown: the table docs/experiments.md holds.
 )";
 
 enum class Format { Text, Json, Markdown };
@@ -168,6 +182,47 @@ int pipeline_schedules_main(int argc, char** argv) {
                    {"micro_batches_multiple_of_stages", e.micro_batches_multiple_of_stages}});
   }
   if (*f == Format::Json) std::cout << nlohmann::json{{"pipeline_schedules", all}}.dump() << "\n";
+  return 0;
+}
+
+int searchers_main(int argc, char** argv) {
+  const auto f = listing_format(argc, argv, "searchers", kSearchersHelp);
+  if (!f) return 0;
+  nlohmann::json all = nlohmann::json::array();
+  if (*f == Format::Markdown)
+    std::cout << "| `searcher.name` | key | value | default | what it does |\n"
+              << "|---|---|---|---|---|\n";
+  for (const std::string& type : experiment::registered_searchers()) {
+    const experiment::SearcherEntry& e = experiment::find_searcher(type);
+    const char* batches = e.lengths_in_batches ? " (max_length in batches)" : "";
+    if (*f == Format::Text) std::cout << type << ": " << e.doc << batches << "\n";
+    if (*f == Format::Markdown && e.params.empty())
+      std::cout << "| `" << type << "` | | | | " << e.doc << " |\n";
+    nlohmann::json params = nlohmann::json::array();
+    for (const trial::SearcherParam& p : e.params) {
+      const std::string def = p.required()                  ? "required"
+                              : p.default_value.is_null()   ? "unset"
+                              : p.default_value.is_string() ? p.default_value.get<std::string>()
+                                                            : p.default_value.dump();
+      params.push_back({{"name", p.name},
+                        {"kind", p.kind_text()},
+                        {"range", p.range_text()},
+                        {"default", p.default_value},
+                        {"required", p.required()},
+                        {"doc", p.doc}});
+      if (*f == Format::Markdown)
+        std::cout << "| `" << type << "` | `" << p.name << "` | " << p.kind_text() << " "
+                  << p.range_text() << " | " << def << " | " << p.doc << " |\n";
+      else if (*f == Format::Text)
+        std::cout << "  " << p.name << " (" << p.kind_text() << " " << p.range_text() << ", " << def
+                  << "): " << p.doc << "\n";
+    }
+    all.push_back({{"type", type},
+                   {"doc", e.doc},
+                   {"lengths_in_batches", e.lengths_in_batches},
+                   {"params", params}});
+  }
+  if (*f == Format::Json) std::cout << nlohmann::json{{"searchers", all}}.dump() << "\n";
   return 0;
 }
 

@@ -4,6 +4,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <set>
@@ -12,12 +13,42 @@
 #include "tessera/io/files.h"
 #include "tessera/io/identity.h"
 #include "tessera/io/utf8_validation.h"
+#include "tessera/trial/searcher_schema.h"
 
 namespace tessera::trial {
 
 std::string Length::str() const {
   static const char* units[] = {"batches", "records", "epochs"};
   return std::to_string(value) + " " + units[unit];
+}
+
+namespace {
+
+const nlohmann::json& searcher_param(const ExperimentConfig::Searcher& s, const std::string& key,
+                                     bool (nlohmann::json::*is_kind)() const noexcept,
+                                     const char* kind) {
+  const auto it = s.params.find(key);
+  TS_CHECK(it != s.params.end(), "searcher ", s.name, ": 'searcher.", key,
+           "' is not one of its keys");
+  TS_CHECK(((*it).*is_kind)(), "searcher ", s.name, ": 'searcher.", key, "' is not ", kind);
+  return *it;
+}
+
+}  // namespace
+
+int64_t ExperimentConfig::Searcher::count(const std::string& key) const {
+  return searcher_param(*this, key, &nlohmann::json::is_number_integer, "an integer")
+      .get<int64_t>();
+}
+double ExperimentConfig::Searcher::number(const std::string& key) const {
+  return searcher_param(*this, key, &nlohmann::json::is_number, "a number").get<double>();
+}
+std::string ExperimentConfig::Searcher::choice(const std::string& key) const {
+  return searcher_param(*this, key, &nlohmann::json::is_string, "a string").get<std::string>();
+}
+std::vector<int64_t> ExperimentConfig::Searcher::counts(const std::string& key) const {
+  return searcher_param(*this, key, &nlohmann::json::is_array, "a list")
+      .get<std::vector<int64_t>>();
 }
 
 namespace {
@@ -256,62 +287,65 @@ void parse_hparams(const YAML::Node& n, const std::string& prefix, Node& parent,
   }
 }
 
+// One key of the searcher's own (its schema's row): its value, its default, or an error.
+nlohmann::json parse_searcher_param(Node& s, const SearcherParam& p, const std::string& searcher) {
+  using Kind = SearcherParam::Kind;
+  const std::string what = "searcher." + p.name;
+  if (!s.has(p.name)) {
+    TS_CHECK(!p.required(), s.where(s.node()), ": '", what, "' is required by the ", searcher,
+             " searcher");
+    return p.kind == Kind::CountList && p.default_value.is_null() ? nlohmann::json::array()
+                                                                  : p.default_value;
+  }
+  const YAML::Node v = s.raw(p.name);
+  auto in_range = [&](double x) {
+    return (p.min_exclusive ? x > p.min : x >= p.min) && (!p.max || x <= *p.max);
+  };
+  switch (p.kind) {
+    case Kind::Count: {
+      const auto x = s.as<int64_t>(v, what);
+      TS_CHECK(in_range(static_cast<double>(x)), s.where(s.node()), ": '", what, "' is ", x,
+               ", expected ", p.range_text());
+      return x;
+    }
+    case Kind::Number: {
+      const auto x = s.as<double>(v, what);
+      TS_CHECK(in_range(x), s.where(s.node()), ": '", what, "' is ", x, ", expected ",
+               p.range_text());
+      return x;
+    }
+    case Kind::Choice: {
+      const auto x = s.as<std::string>(v, what);
+      TS_CHECK(std::find(p.choices.begin(), p.choices.end(), x) != p.choices.end(),
+               s.where(s.node()), ": '", what, "' is '", x, "'; expected ", p.range_text());
+      return x;
+    }
+    case Kind::CountList: {
+      TS_CHECK(v.IsSequence(), s.where(v), ": '", what, "' must be a list of integers");
+      nlohmann::json out = nlohmann::json::array();
+      for (const auto& e : v) {
+        const auto x = s.as<int64_t>(e, what);
+        TS_CHECK(in_range(static_cast<double>(x)), s.where(v), ": '", what, "' entries must be ",
+                 p.range_text());
+        out.push_back(x);
+      }
+      return out;
+    }
+  }
+  return nullptr;
+}
+
+// The keys every searcher reads, then the searcher's own against its registered schema.
 void parse_searcher(Node& root, ExperimentConfig& c) {
   TS_CHECK(root.has("searcher"), root.source(), ": 'searcher' is required");
   Node s = root.sub("searcher");
   auto& se = c.searcher;
   s.get("name", se.name);
-  const std::string& n = se.name;
-  TS_CHECK(n == "single" || n == "random" || n == "grid" || n == "adaptive_asha" ||
-               n == "async_halving" || n == "tpe",
-           s.where(s.node()), ": 'searcher.name' is '", n,
-           "'; expected single, random, grid, adaptive_asha, async_halving or tpe");
-  auto positive = [&](const char* k, int64_t& out, int64_t min) {
-    s.get(k, out);
-    TS_CHECK(out >= min, s.where(s.node()), ": 'searcher.", k, "' is ", out, ", expected >= ", min);
-  };
-  if (n != "single" && n != "grid") {
-    TS_CHECK(s.has("max_trials"), s.where(s.node()), ": 'searcher.max_trials' is required by the ",
-             n, " searcher");
-    positive("max_trials", se.max_trials, 1);
-  }
-  if (n != "single") positive("max_concurrent_trials", se.max_concurrent_trials, 0);
-  if (n == "grid") positive("max_grid_points", se.max_grid_points, 1);
-  if (n == "adaptive_asha" || n == "async_halving") {
-    s.get("divisor", se.divisor);
-    TS_CHECK(se.divisor > 1, s.where(s.node()), ": 'searcher.divisor' is ", se.divisor,
-             ", expected > 1");
-  }
-  if (n == "tpe") {
-    positive("n_startup_trials", se.n_startup_trials, 1);
-    positive("n_ei_candidates", se.n_ei_candidates, 1);
-    s.get("gamma", se.gamma);
-    TS_CHECK(se.gamma > 0 && se.gamma <= 1, s.where(s.node()), ": 'searcher.gamma' is ", se.gamma,
-             ", expected in (0, 1]");
-    s.get("prior_weight", se.prior_weight);
-    TS_CHECK(se.prior_weight > 0, s.where(s.node()), ": 'searcher.prior_weight' is ",
-             se.prior_weight, ", expected > 0");
-  }
-  if (n == "adaptive_asha") {
-    positive("max_rungs", se.max_rungs, 1);
-    s.get("mode", se.mode);
-    TS_CHECK(se.mode == "aggressive" || se.mode == "standard" || se.mode == "conservative",
-             s.where(s.node()), ": 'searcher.mode' is '", se.mode,
-             "'; expected aggressive, standard or conservative");
-    if (s.has("bracket_rungs")) {
-      const YAML::Node b = s.raw("bracket_rungs");
-      TS_CHECK(b.IsSequence(), s.where(b), ": 'searcher.bracket_rungs' must be a list of integers");
-      for (const auto& x : b)
-        se.bracket_rungs.push_back(s.as<int64_t>(x, "searcher.bracket_rungs"));
-      for (int64_t r : se.bracket_rungs)
-        TS_CHECK(r >= 1, s.where(b), ": 'searcher.bracket_rungs' entries must be >= 1");
-    }
-  }
-  if (n == "async_halving") {
-    TS_CHECK(s.has("num_rungs"), s.where(s.node()), ": 'searcher.num_rungs' is required by the ",
-             "async_halving searcher");
-    positive("num_rungs", se.num_rungs, 1);
-  }
+  const SearcherSchema* schema = find_searcher_schema(se.name);
+  TS_CHECK(schema != nullptr, s.where(s.node()), ": 'searcher.name' is '", se.name, "'; expected ",
+           registered_searcher_schemas_text());
+  for (const SearcherParam& p : schema->params)
+    se.params[p.name] = parse_searcher_param(s, p, se.name);
   TS_CHECK(s.has("metric"), s.where(s.node()), ": 'searcher.metric' is required");
   s.get("metric", se.metric);
   s.get("smaller_is_better", se.smaller_is_better);

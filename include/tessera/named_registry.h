@@ -1,7 +1,8 @@
-// The storage every registry of an extension point shares (optimizers, LR schedules): entries
-// named by their `type` (the config's name for them), kept in registration order. A deque, so
-// that a reference handed out stays valid while others are registered; a mutex, so that
-// registering from static initialisers and reading from threads are safe.
+// The storage every registry of an extension point shares (models, optimizers, LR schedules,
+// pipeline schedules, searchers): entries named by their `type` (the config's name for them),
+// kept in registration order. A deque, so that a reference handed out stays valid while others
+// are registered; a mutex, so that registering from static initialisers and reading from
+// threads are safe.
 #pragma once
 #include <deque>
 #include <mutex>
@@ -46,8 +47,10 @@ class NamedRegistry {
   }
   // `caller` names the registering function in errors; a type registered twice is an error.
   void add(Entry entry, const char* caller) {
-    TS_CHECK(!entry.type.empty() && entry.build, caller,
-             ": an entry needs a type and a build function");
+    TS_CHECK(!entry.type.empty(), caller, ": an entry needs a type");
+    if constexpr (requires { entry.build; })
+      TS_CHECK(static_cast<bool>(entry.build), caller, ": '", entry.type,
+               "' needs a build function");
     TS_CHECK(!has(entry.type), caller, ": '", entry.type, "' is registered twice");
     std::lock_guard lock(mutex_);
     entries_.push_back(std::move(entry));

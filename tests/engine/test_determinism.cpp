@@ -7,10 +7,10 @@
 #include <functional>
 #include <vector>
 
+#include "skip.h"
 #include "tessera/engine/engine.h"
 #include "tessera/models/gpt2.h"
 #include "tessera/ops.h"
-#include "skip.h"
 
 using namespace tessera;
 

@@ -13,13 +13,13 @@
 #include <nlohmann/json.hpp>
 
 #include "fixture_util.h"
+#include "skip.h"
 #include "tessera/engine/engine.h"
 #include "tessera/grad_mode.h"
 #include "tessera/io/files.h"
 #include "tessera/models/gpt2.h"
 #include "tessera/ops.h"
 #include "tessera/parallel/zero_config.h"
-#include "skip.h"
 #include "tiny_gpt.h"
 
 using namespace tessera;

@@ -159,11 +159,15 @@ TEST_CASE("ASHA: stop and continue decisions on a metric stream, worked out by h
 
 TEST_CASE("adaptive ASHA: brackets per mode (max_trials 20, max_length 100, divisor 4)") {
   trial::ExperimentConfig::Searcher s;
-  s.max_trials = 20;
-  s.max_rungs = 5;  // reachable: min(5, floor(log4 100) + 1 = 4, floor(log4 20) + 1 = 3) = 3
+  s.name = "adaptive_asha";
+  // max_rungs reachable: min(5, floor(log4 100) + 1 = 4, floor(log4 20) + 1 = 3) = 3
+  s.params = {{"max_trials", 20},
+              {"max_rungs", 5},
+              {"divisor", 4.0},
+              {"bracket_rungs", nlohmann::json::array()}};
   auto brackets = [&](const std::string& mode, int64_t concurrent) {
-    s.mode = mode;
-    s.max_concurrent_trials = concurrent;
+    s.params["mode"] = mode;
+    s.params["max_concurrent_trials"] = concurrent;
     std::vector<std::vector<int64_t>> out;
     for (const auto& b : experiment::adaptive_asha_brackets(s, 100))
       out.push_back({b.num_rungs, b.max_trials, b.max_concurrent_trials});

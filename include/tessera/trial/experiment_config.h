@@ -32,25 +32,22 @@ struct ExperimentConfig {
   std::string sha256;  // of the YAML text: recorded in each checkpoint
   // Nested groups are flattened with dots: {optimizer: {lr: 0.1}} is "optimizer.lr".
   std::map<std::string, Hyperparameter> hyperparameters;
-  // Determined's searcher section: single, random, grid, adaptive_asha, async_halving (the
-  // keys each takes, with Determined's defaults), and tpe.
+  // Determined's searcher section: the keys every searcher reads, and the keys of its own
+  // (tessera/trial/searcher_schema.h; the built-in searchers: Determined's single, random, grid,
+  // adaptive_asha and async_halving with Determined's defaults, and tpe).
   struct Searcher {
     std::string name = "single";
     std::string metric;
     bool smaller_is_better = true;
     Length max_length;
-    int64_t max_trials = 1;              // random, adaptive_asha, async_halving
-    int64_t max_concurrent_trials = 16;  // 0: the searcher's own default
-    int64_t max_rungs = 5;               // adaptive_asha
-    int64_t num_rungs = 0;               // async_halving
-    double divisor = 4;                  // adaptive_asha, async_halving
-    std::string mode = "standard";       // adaptive_asha: aggressive, standard, conservative
-    std::vector<int64_t> bracket_rungs;  // adaptive_asha: explicit brackets (overrides mode)
-    // tpe (Optuna's sampler, beyond Determined): its defaults.
-    int64_t n_startup_trials = 10, n_ei_candidates = 24;
-    double gamma = 0.1, prior_weight = 1.0;
-    // grid (Tessera's): a grid of more points is refused before any is built.
-    int64_t max_grid_points = 100000;
+    // Every key of the searcher's schema, its default where the file has none:
+    // {"max_trials": 20, "divisor": 4.0, "mode": "standard", ...}.
+    nlohmann::json params = nlohmann::json::object();
+    // A key of params as its kind; an absent key (or one of another kind) is an error naming it.
+    int64_t count(const std::string& key) const;
+    double number(const std::string& key) const;
+    std::string choice(const std::string& key) const;
+    std::vector<int64_t> counts(const std::string& key) const;
   } searcher;
   std::optional<int64_t> records_per_epoch;
   std::optional<Length> min_validation_period, min_checkpoint_period;
