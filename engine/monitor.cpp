@@ -5,6 +5,7 @@
 
 #include <fstream>
 
+#include "tessera/engine/monitor_registry.h"
 #include "tessera/error.h"
 
 namespace tessera::engine {
@@ -53,14 +54,15 @@ void TensorBoardMonitor::write_events(const std::vector<MonitorEvent>& events) {
 
 MonitorMaster::MonitorMaster(const io::TrainConfig& config, int rank) {
   if (rank != 0) return;
-  if (config.csv_monitor.enabled) csv_ = std::make_unique<CsvMonitor>(config.csv_monitor);
-  if (config.tensorboard.enabled)
-    tensorboard_ = std::make_unique<TensorBoardMonitor>(config.tensorboard);
+  for (const std::string& type : registered_monitors()) {
+    const auto it = config.monitors.find(type);
+    if (it != config.monitors.end() && it->second.enabled)
+      monitors_.push_back(find_monitor(type).build(it->second));
+  }
 }
 
 void MonitorMaster::write_events(const std::vector<MonitorEvent>& events) {
-  if (csv_) csv_->write_events(events);
-  if (tensorboard_) tensorboard_->write_events(events);
+  for (const auto& m : monitors_) m->write_events(events);
 }
 
 }  // namespace tessera::engine

@@ -12,6 +12,7 @@ struct SectionRegistry {
   std::mutex mutex;
   std::vector<ConfigSectionEntry> entries;
   std::vector<std::pair<std::string, std::function<void(TrainConfig&)>>> checks;
+  std::vector<std::string> monitors;
 };
 
 // Made on first use: owners register from their files' static initialisers.
@@ -40,6 +41,23 @@ void register_config_check(std::string name, std::function<void(TrainConfig&)> c
   for (const auto& c : r.checks)
     TS_CHECK(c.first != name, "io::register_config_check: '", name, "' is registered twice");
   r.checks.emplace_back(std::move(name), std::move(check));
+}
+
+void register_monitor_section(const std::string& key) {
+  TS_CHECK(!key.empty(), "io::register_monitor_section: a monitor needs a section key");
+  SectionRegistry& r = section_registry();
+  std::lock_guard lock(r.mutex);
+  for (const std::string& m : r.monitors)
+    TS_CHECK(m != key, "io::register_monitor_section: '", key, "' is registered twice");
+  for (const ConfigSectionEntry& e : r.entries)
+    TS_CHECK(e.key != key, "io::register_monitor_section: '", key, "' is a config section already");
+  r.monitors.push_back(key);
+}
+
+std::vector<std::string> registered_monitor_sections() {
+  SectionRegistry& r = section_registry();
+  std::lock_guard lock(r.mutex);
+  return r.monitors;
 }
 
 std::vector<ConfigSectionEntry> registered_config_sections() {

@@ -4,8 +4,10 @@
 #include "tessera/io/train_config.h"
 
 #include <map>
+#include <utility>
 
 #include "config_sections.h"
+#include "tessera/io/config_section_registry.h"
 #include "tessera/io/files.h"
 
 namespace tessera::io {
@@ -149,8 +151,8 @@ void parse_monitoring(Section& root, TrainConfig& c) {
   root.get_min<int64_t>("steps_per_print", c.steps_per_print, 1, ">= 1");
   root.get("wall_clock_breakdown", c.wall_clock_breakdown);
   root.get("memory_breakdown", c.memory_breakdown);
-  parse_monitor(root, "csv_monitor", c.csv_monitor);
-  parse_monitor(root, "tensorboard", c.tensorboard);
+  for (const std::string& key : registered_monitor_sections())
+    parse_monitor(root, key.c_str(), c.monitors[key]);
   if (root.has("flops_profiler")) {
     Section f = root.sub("flops_profiler");
     auto& p = c.flops_profiler;
@@ -185,7 +187,7 @@ void parse_monitoring(Section& root, TrainConfig& c) {
     t.warn_unknown();
   }
   for (const char* service : {"wandb", "comet"})
-    if (root.has(service)) {
+    if (root.has(service) && !c.monitors.count(service)) {
       Section m = root.sub(service);
       bool enabled = false;
       m.get("enabled", enabled);
@@ -265,6 +267,30 @@ TrainConfig TrainConfig::parse(const std::string& text, int64_t world, const std
   // Rules that span sections.
   config::check_registered_sections(c);
   return c;
+}
+
+const TrainConfig::Monitor& TrainConfig::monitor(const std::string& key) const {
+  const auto it = monitors.find(key);
+  TS_CHECK(
+      it != monitors.end(), "'", key, "' is not a registered monitor (registered: ",
+      [&] {
+        std::string out;
+        for (const auto& [k, m] : monitors) out += (out.empty() ? "" : ", ") + k;
+        return out;
+      }(),
+      ")");
+  return it->second;
+}
+
+TrainConfig::Monitor& TrainConfig::monitor(const std::string& key) {
+  (void)std::as_const(*this).monitor(key);  // (the error for an unregistered key)
+  return monitors.at(key);
+}
+
+bool TrainConfig::any_monitor_enabled() const {
+  for (const auto& [key, m] : monitors)
+    if (m.enabled) return true;
+  return false;
 }
 
 DType TrainConfig::model_dtype() const {

@@ -71,5 +71,6 @@ int schedules_main(int argc, char** argv);
 int optimizers_main(int argc, char** argv);
 int pipeline_schedules_main(int argc, char** argv);
 int searchers_main(int argc, char** argv);
+int monitors_main(int argc, char** argv);
 
 }  // namespace tessera::cli

@@ -67,7 +67,8 @@ int profile_main(int argc, char** argv) {
   if (!fp.output_file.empty() && std::filesystem::exists(fp.output_file) && world->rank() == 0)
     std::cerr << "profile: replacing " << io::quoted(fp.output_file) << " (an earlier report)\n";
   // A profiling run writes its report only: a training run's monitors and traces stay.
-  cfg.csv_monitor.enabled = cfg.tensorboard.enabled = cfg.trace.enabled = false;
+  cfg.trace.enabled = false;
+  for (auto& [key, monitor] : cfg.monitors) monitor.enabled = false;
   cfg.train.eval_interval = 0;
   cfg.train.checkpoint_interval = 0;
   cfg.train.sample_tokens = 0;

@@ -1,13 +1,14 @@
-// `tessera optimizers`, `tessera schedules`, `tessera pipeline-schedules` and `tessera
-// searchers` [--json | --markdown]: the optimizer, LR schedule, pipeline schedule and searcher
-// registries' entries (every optimizer.type / scheduler.type / pipeline.schedule a training
-// config and every searcher.name an experiment config can name) with what each takes, read from
-// the entries; the tables in docs/training.md, docs/parallelism.md and docs/experiments.md are
-// --markdown's.
+// `tessera optimizers`, `tessera schedules`, `tessera pipeline-schedules`, `tessera monitors`
+// and `tessera searchers` [--json | --markdown]: the optimizer, LR schedule, pipeline schedule,
+// monitor and searcher registries' entries (every optimizer.type / scheduler.type /
+// pipeline.schedule / monitor section a training config and every searcher.name an experiment
+// config can name) with what each takes, read from the entries; the tables in
+// docs/training.md, docs/parallelism.md and docs/experiments.md are --markdown's.
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
+#include "tessera/engine/monitor_registry.h"
 #include "tessera/experiment/searcher_registry.h"
 #include "tessera/optim/lr_schedule_registry.h"
 #include "tessera/optim/optimizer_registry.h"
@@ -46,6 +47,15 @@ estimate-memory read.
 --json: {"pipeline_schedules": [{"type", "doc", "min_chunks", "max_chunks" (0: no limit),
 "default_chunks", "min_stages", "micro_batches_multiple_of_stages"}]}
 --markdown: the table docs/parallelism.md holds.
+)";
+
+const char* kMonitorsHelp = R"(usage: tessera monitors [--json | --markdown]
+
+The monitor sections a training config can enable (DeepSpeed's csv_monitor and tensorboard),
+each with DeepSpeed's keys: enabled (false), output_path ("./"), job_name ("DeepSpeedJobName");
+rank 0 writes every enabled one to output_path/job_name/.
+--json: {"monitors": [{"type", "doc"}]}
+--markdown: the table docs/training.md holds.
 )";
 
 const char* kSearchersHelp = R"(usage: tessera searchers [--json | --markdown]
@@ -182,6 +192,21 @@ int pipeline_schedules_main(int argc, char** argv) {
                    {"micro_batches_multiple_of_stages", e.micro_batches_multiple_of_stages}});
   }
   if (*f == Format::Json) std::cout << nlohmann::json{{"pipeline_schedules", all}}.dump() << "\n";
+  return 0;
+}
+
+int monitors_main(int argc, char** argv) {
+  const auto f = listing_format(argc, argv, "monitors", kMonitorsHelp);
+  if (!f) return 0;
+  nlohmann::json all = nlohmann::json::array();
+  if (*f == Format::Markdown) std::cout << "| section | what it writes |\n|---|---|\n";
+  for (const std::string& type : engine::registered_monitors()) {
+    const engine::MonitorEntry& e = engine::find_monitor(type);
+    if (*f == Format::Markdown) std::cout << "| `" << type << "` | " << e.doc << " |\n";
+    if (*f == Format::Text) std::cout << type << ": " << e.doc << "\n";
+    all.push_back({{"type", type}, {"doc", e.doc}});
+  }
+  if (*f == Format::Json) std::cout << nlohmann::json{{"monitors", all}}.dump() << "\n";
   return 0;
 }
 

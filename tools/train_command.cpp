@@ -66,10 +66,9 @@ io::TrainConfig read_config(const Args& a, parallel::ProcessGroup& world) {
   if (a.has("save")) io::check_writable_directory(a.get("save", ""), "--save");
   if (!cfg.train.checkpoint_dir.empty() && cfg.train.checkpoint_interval > 0)
     io::check_writable_directory(cfg.train.checkpoint_dir, "train.checkpoint_dir");
-  if (cfg.csv_monitor.enabled && world.rank() == 0)
-    io::check_writable_directory(cfg.csv_monitor.output_path, "csv_monitor.output_path");
-  if (cfg.tensorboard.enabled && world.rank() == 0)
-    io::check_writable_directory(cfg.tensorboard.output_path, "tensorboard.output_path");
+  for (const auto& [key, monitor] : cfg.monitors)
+    if (monitor.enabled && world.rank() == 0)
+      io::check_writable_directory(monitor.output_path, key + ".output_path");
   if (cfg.trace.enabled) io::check_writable_directory(cfg.trace.output_path, "trace.output_path");
   if (cfg.flops_profiler.enabled && !cfg.flops_profiler.output_file.empty() && world.rank() == 0) {
     const std::string parent =

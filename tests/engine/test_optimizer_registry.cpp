@@ -55,7 +55,7 @@ optim::OptimizerEntry scaled_sgd_entry() {
   return e;
 }
 
-io::TrainConfig config(const std::string& optimizer) {
+io::TrainConfig optimizer_config(const std::string& optimizer) {
   return io::TrainConfig::parse(R"({"train_batch_size": 4, "optimizer": )" + optimizer + "}", 1,
                                 "cfg.json");
 }
@@ -93,22 +93,24 @@ TEST_CASE("a registered optimizer is read, checked, built from a config and trai
   CHECK(entry.find("lr")->default_value == std::vector<double>{1e-3});
   CHECK(entry.find("weight_decay_1d"));
 
-  const auto cfg = config(R"({"type": "ScaledSGD", "params": {"lr": 0.25, "scale": 0.5}})");
+  const auto cfg =
+      optimizer_config(R"({"type": "ScaledSGD", "params": {"lr": 0.25, "scale": 0.5}})");
   CHECK(engine::make_optimizer(cfg, {})->name() == "ScaledSGD");
   const OneStep s = one_step(cfg);
   for (size_t i = 0; i < 4; ++i)
     CHECK(s.after[i] == doctest::Approx(s.before[i] - 0.125 * s.grads[i]).epsilon(1e-6));
 
-  CHECK_THROWS_WITH_AS(config(R"({"type": "ScaledSGD", "params": {"lr": 0.1}})"),
+  CHECK_THROWS_WITH_AS(optimizer_config(R"({"type": "ScaledSGD", "params": {"lr": 0.1}})"),
                        doctest::Contains("cfg.json: 'optimizer.params.scale' is required by "
                                          "ScaledSGD"),
                        Error);
-  CHECK_THROWS_WITH_AS(config(R"({"type": "ScaledSGD", "params": {"scale": 0}})"),
+  CHECK_THROWS_WITH_AS(optimizer_config(R"({"type": "ScaledSGD", "params": {"scale": 0}})"),
                        doctest::Contains("'optimizer.params.scale' is 0, expected > 0"), Error);
-  const auto unknown = config(R"({"type": "ScaledSGD", "params": {"scale": 1, "scal": 2}})");
+  const auto unknown =
+      optimizer_config(R"({"type": "ScaledSGD", "params": {"scale": 1, "scal": 2}})");
   REQUIRE(unknown.unknown_keys.size() == 1);
   CHECK(unknown.unknown_keys[0].find("did you mean 'optimizer.params.scale'") != std::string::npos);
-  CHECK_THROWS_WITH_AS(config(R"({"type": "Adagrad"})"),
+  CHECK_THROWS_WITH_AS(optimizer_config(R"({"type": "Adagrad"})"),
                        doctest::Contains("'optimizer.type' is \"Adagrad\", expected one of Adam, "
                                          "AdamW, SGD, Lamb, ScaledSGD"),
                        Error);
@@ -150,7 +152,7 @@ TEST_CASE("the built-in optimizers' defaults are DeepSpeed's, written once in th
 TEST_CASE("optimizer sections: bias_correction, keys of another type, checks at read time") {
   // Adam without bias correction (DeepSpeed's bias_correction: false): the first step is
   // p -= lr * m / (sqrt(v) + eps) with m = (1 - b1) g, v = (1 - b2) g^2 (float64 here).
-  const OneStep s = one_step(config(R"({"type": "Adam", "params": {"lr": 0.01,
+  const OneStep s = one_step(optimizer_config(R"({"type": "Adam", "params": {"lr": 0.01,
       "betas": [0.8, 0.9], "bias_correction": false}})"));
   for (size_t i = 0; i < 4; ++i) {
     const double g = s.grads[i], m = 0.2 * g, v = 0.1 * g * g;
@@ -158,21 +160,21 @@ TEST_CASE("optimizer sections: bias_correction, keys of another type, checks at 
           doctest::Approx(s.before[i] - 0.01 * m / (std::sqrt(v) + 1e-8)).epsilon(1e-6));
   }
   // A key that belongs to another type is unknown to this one (it had no effect before).
-  const auto adam = config(R"({"type": "Adam", "params": {"momentum": 0.9}})");
+  const auto adam = optimizer_config(R"({"type": "Adam", "params": {"momentum": 0.9}})");
   REQUIRE(adam.unknown_keys.size() == 1);
   CHECK(adam.unknown_keys[0].find("'optimizer.params.momentum'") != std::string::npos);
   // The optimizer's own checks of its options together speak when the config is read.
-  CHECK_THROWS_WITH_AS(config(R"({"type": "SGD", "params": {"nesterov": true}})"),
+  CHECK_THROWS_WITH_AS(optimizer_config(R"({"type": "SGD", "params": {"nesterov": true}})"),
                        doctest::Contains("cfg.json: 'optimizer.params': SGD: nesterov needs "
                                          "momentum > 0 and dampening 0"),
                        Error);
   CHECK_THROWS_WITH_AS(
-      config(R"({"type": "Lamb", "params": {"max_coeff": 0.1, "min_coeff": 0.5}})"),
+      optimizer_config(R"({"type": "Lamb", "params": {"max_coeff": 0.1, "min_coeff": 0.5}})"),
       doctest::Contains("Lamb: need 0 <= min_coeff <= max_coeff"), Error);
-  CHECK_THROWS_WITH_AS(config(R"({"type": "Lamb", "params": {"eps": 0}})"),
+  CHECK_THROWS_WITH_AS(optimizer_config(R"({"type": "Lamb", "params": {"eps": 0}})"),
                        doctest::Contains("'optimizer.params.eps' is 0, expected > 0"), Error);
   // torch_adam is DeepSpeed's choice of kernel: read, checked, warned about as without effect.
-  const auto torch_adam = config(R"({"type": "AdamW", "params": {"torch_adam": true}})");
+  const auto torch_adam = optimizer_config(R"({"type": "AdamW", "params": {"torch_adam": true}})");
   bool warned = false;
   for (const auto& w : torch_adam.warnings)
     warned |= w.find("'optimizer.params.torch_adam' has no effect") != std::string::npos;

@@ -77,9 +77,9 @@ TEST_CASE("monitor config: tensorboard's keys; wandb and comet are refused with 
   const auto c = io::TrainConfig::parse(R"({"train_batch_size": 2,
     "tensorboard": {"enabled": true, "output_path": "logs/", "job_name": "run1"},
     "wandb": {"enabled": true, "project": "x"}, "comet": {"enabled": false}})");
-  CHECK(c.tensorboard.enabled);
-  CHECK(c.tensorboard.output_path == "logs/");
-  CHECK(c.tensorboard.job_name == "run1");
+  CHECK(c.monitor("tensorboard").enabled);
+  CHECK(c.monitor("tensorboard").output_path == "logs/");
+  CHECK(c.monitor("tensorboard").job_name == "run1");
   bool wandb = false, comet = false;
   for (const auto& w : c.warnings) {
     wandb |= w.find("'wandb.enabled' is not supported") != std::string::npos;

@@ -2,7 +2,8 @@
 # The docs' tables generated from the registries are current: every block between
 # "<!-- tessera CMD --markdown -->" and "<!-- end -->" in docs/*.md equals `tessera CMD
 # --markdown` (models: the model registry; optimizers, schedules, pipeline-schedules,
-# searchers: the optimizer, LR schedule, pipeline schedule and searcher registries).
+# monitors, searchers: the optimizer, LR schedule, pipeline schedule, monitor and searcher
+# registries).
 set -euo pipefail
 tessera="$1" root="$2"
 found=0
@@ -16,5 +17,5 @@ for doc in "$root"/docs/*.md; do
     fi
   done
 done
-[ "$found" -ge 5 ] || { echo "expected the models, optimizers, schedules, pipeline-schedules and searchers tables in docs/, found $found"; exit 1; }
+[ "$found" -ge 6 ] || { echo "expected the models, optimizers, schedules, pipeline-schedules, monitors and searchers tables in docs/, found $found"; exit 1; }
 echo "ok: $found generated tables current"

@@ -409,7 +409,7 @@ class Engine {
   double step_loss_sum_ = 0.0;
   int64_t step_losses_ = 0;
   bool wrote_train_loss_ = false;
-  bool monitored() const { return config_.csv_monitor.enabled || config_.tensorboard.enabled; }
+  bool monitored() const { return config_.any_monitor_enabled(); }
   std::optional<bool> boundary_override_;  // set_gradient_accumulation_boundary
   int64_t backwards_since_step_ = 0;
   bool warned_backward_twice_ = false;

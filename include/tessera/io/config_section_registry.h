@@ -43,6 +43,13 @@ struct RegisterConfigCheck {
   }
 };
 
+// The monitor sections (DeepSpeed's csv_monitor and tensorboard, and any a program adds): the
+// engine's monitor registry publishes each monitor's key here, and the reader parses each as a
+// TrainConfig::Monitor (enabled, output_path, job_name) into config.monitors. A key registered
+// twice is an error.
+void register_monitor_section(const std::string& key);
+std::vector<std::string> registered_monitor_sections();  // in registration order
+
 // One line registers T (default-constructible, copyable, with a static
 // `void parse(io::config::Section&, T&)`) under `key`.
 template <class T>

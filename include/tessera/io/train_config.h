@@ -110,14 +110,19 @@ struct TrainConfig {
   bool wall_clock_breakdown = false;
   bool memory_breakdown = false;  // each rank's memory every steps_per_print steps
 
-  // DeepSpeed's monitor sections (csv_monitor, tensorboard) share their keys.
+  // DeepSpeed's monitor sections (csv_monitor, tensorboard, and any registered with the
+  // engine's monitor registry) share their keys: one entry per registered monitor, by its
+  // section key, its defaults where the file has none.
   struct Monitor {
     bool enabled = false;
     std::string output_path = "./";
     std::string job_name = "DeepSpeedJobName";
   };
-  Monitor csv_monitor;
-  Monitor tensorboard;
+  std::map<std::string, Monitor> monitors;
+  // The section of a registered monitor (an unregistered key is an error naming it).
+  const Monitor& monitor(const std::string& key) const;
+  Monitor& monitor(const std::string& key);
+  bool any_monitor_enabled() const;
 
   // DeepSpeed's flops_profiler: the model profile at one step, on rank 0.
   struct FlopsProfiler {
