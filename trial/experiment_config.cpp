@@ -310,6 +310,8 @@ nlohmann::json parse_searcher_param(Node& s, const SearcherParam& p, const std::
     }
     case Kind::Number: {
       const auto x = s.as<double>(v, what);
+      TS_CHECK(std::isfinite(x), s.where(s.node()), ": '", what, "' is ", x,
+               ", expected a finite number");
       TS_CHECK(in_range(x), s.where(s.node()), ": '", what, "' is ", x, ", expected ",
                p.range_text());
       return x;

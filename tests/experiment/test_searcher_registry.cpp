@@ -102,6 +102,10 @@ TEST_CASE("a searcher of one's own: read, checked and built from the experiment 
             .find("'searcher.max_trials' is 0, expected >= 1") != std::string::npos);
   CHECK(error_of("  name: threshold\n  max_trials: 2\n  threshold: -1\n")
             .find("'searcher.threshold' is -1, expected >= 0") != std::string::npos);
+  CHECK(error_of("  name: threshold\n  max_trials: 2\n  threshold: .inf\n")
+            .find("'searcher.threshold' is inf, expected a finite number") != std::string::npos);
+  CHECK(error_of("  name: threshold\n  max_trials: 2\n  threshold: .nan\n")
+            .find("'searcher.threshold' is nan, expected a finite number") != std::string::npos);
   CHECK(error_of("  name: threshold\n  max_trials: 2\n  threshold: low\n")
             .find("'searcher.threshold' must be a number, found 'low'") != std::string::npos);
   // Another searcher's key is unknown to this one.
