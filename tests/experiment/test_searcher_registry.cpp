@@ -172,17 +172,19 @@ TEST_CASE("the built-in searchers' keys, ranges and defaults are Determined's") 
         {"max_rungs", {5, 1, false}},
         {"divisor", {4, 1, true}},
         {"max_concurrent_trials", {16, 0, false}}}}};
-  for (const auto& [name, keys] : determined) {
-    const experiment::SearcherEntry& e = experiment::find_searcher(name);
-    for (const auto& [key, want] : keys) {
-      INFO(name, ".", key);
-      const auto p = std::find_if(e.params.begin(), e.params.end(),
-                                  [&](const trial::SearcherParam& x) { return x.name == key; });
+  // (No structured bindings: clang 14's lambdas cannot capture them.)
+  for (const auto& searcher : determined) {
+    const experiment::SearcherEntry& e = experiment::find_searcher(searcher.first);
+    for (const auto& key : searcher.second) {
+      INFO(searcher.first, ".", key.first);
+      const auto p =
+          std::find_if(e.params.begin(), e.params.end(),
+                       [&](const trial::SearcherParam& x) { return x.name == key.first; });
       REQUIRE(p != e.params.end());
-      CHECK(p->default_value == want.default_value);
-      CHECK(p->required() == want.default_value.is_null());
-      CHECK(p->min == want.min);
-      CHECK(p->min_exclusive == want.exclusive);
+      CHECK(p->default_value == key.second.default_value);
+      CHECK(p->required() == key.second.default_value.is_null());
+      CHECK(p->min == key.second.min);
+      CHECK(p->min_exclusive == key.second.exclusive);
     }
   }
   const auto& asha = experiment::find_searcher("adaptive_asha").params;
