@@ -15,6 +15,14 @@ NamedRegistry<SearcherSchema>& searcher_schemas() {
   return registry;
 }
 
+// "a", "a or b", "a, b or c".
+std::string or_list(const std::vector<std::string>& items) {
+  std::string out;
+  for (size_t i = 0; i < items.size(); ++i)
+    out += (i == 0 ? "" : i + 1 == items.size() ? " or " : ", ") + items[i];
+  return out;
+}
+
 std::string number_text(double v) {
   std::ostringstream s;
   s << v;
@@ -24,12 +32,7 @@ std::string number_text(double v) {
 }  // namespace
 
 std::string SearcherParam::range_text() const {
-  if (kind == Kind::Choice) {
-    std::string out;
-    for (size_t i = 0; i < choices.size(); ++i)
-      out += (i == 0 ? "" : i + 1 == choices.size() ? " or " : ", ") + choices[i];
-    return out;
-  }
+  if (kind == Kind::Choice) return or_list(choices);
   if (max)
     return "in " + std::string(min_exclusive ? "(" : "[") + number_text(min) + ", " +
            number_text(*max) + "]";
@@ -59,11 +62,7 @@ const SearcherSchema* find_searcher_schema(const std::string& type) {
 }
 
 std::string registered_searcher_schemas_text() {
-  const std::vector<std::string> names = searcher_schemas().types();
-  std::string out;
-  for (size_t i = 0; i < names.size(); ++i)
-    out += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
-  return out;
+  return or_list(searcher_schemas().types());
 }
 
 }  // namespace tessera::trial

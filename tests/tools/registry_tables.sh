@@ -18,4 +18,19 @@ for doc in "$root"/docs/*.md; do
   done
 done
 [ "$found" -ge 6 ] || { echo "expected the models, optimizers, schedules, pipeline-schedules, monitors and searchers tables in docs/, found $found"; exit 1; }
-echo "ok: $found generated tables current"
+# --json: one object whose list names the same entries, in the same order, as the table's first
+# column (the --json of each listing command is the contract scripts read).
+for cmd in models optimizers schedules pipeline-schedules monitors searchers; do
+  "$tessera" "$cmd" --json | tail -1 | python3 -c '
+import json, sys
+cmd, table = sys.argv[1], sys.argv[2]
+d = json.load(sys.stdin)
+key = cmd.replace("-", "_")
+assert list(d) == [key], f"{cmd} --json: keys {list(d)}, expected [{key!r}]"
+types = [e["type"] for e in d[key]]
+rows = [line.split("|")[1].strip().strip("`") for line in table.splitlines()[2:]]
+firsts = [r for i, r in enumerate(rows) if r not in rows[:i]]
+assert types == firsts, f"{cmd}: --json lists {types}, the table {firsts}"
+' "$cmd" "$("$tessera" "$cmd" --markdown)" || { echo "tessera $cmd --json disagrees with its table"; exit 1; }
+done
+echo "ok: $found generated tables current; every listing's --json names the table's entries"
