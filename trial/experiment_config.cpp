@@ -10,6 +10,7 @@
 #include <set>
 
 #include "tessera/error.h"
+#include "tessera/io/closest_name.h"
 #include "tessera/io/files.h"
 #include "tessera/io/identity.h"
 #include "tessera/io/utf8_validation.h"
@@ -114,12 +115,24 @@ class Node {
     }
   }
   Node sub(const std::string& k) { return Node(raw(k), key(k), source_, warnings_, budget_); }
+  // Each key nobody read, with the read key it most likely meant ("(did you mean ...?)").
   void warn_unknown() const {
+    std::vector<std::string> known;
+    for (const std::string& k : seen_) known.push_back(k);
     for (const auto& kv : n_) {
       const std::string k = kv.first.as<std::string>();
-      if (!seen_.count(k))
-        warnings_.push_back(where(kv.first) + ": unknown key '" + key(k) + "' (ignored)");
+      if (seen_.count(k)) continue;
+      const auto meant = io::closest_name(k, known);
+      warnings_.push_back(where(kv.first) + ": unknown key '" + key(k) + "' (ignored)" +
+                          (meant ? " (did you mean '" + key(*meant) + "'?)" : ""));
     }
+  }
+  // The map's keys that nobody has read so far.
+  std::vector<std::string> unread_keys() const {
+    std::vector<std::string> out;
+    for (const auto& kv : n_)
+      if (!seen_.count(kv.first.as<std::string>())) out.push_back(kv.first.as<std::string>());
+    return out;
   }
   const YAML::Node& node() const { return n_; }
   const std::string& source() const { return source_; }
@@ -292,8 +305,9 @@ nlohmann::json parse_searcher_param(Node& s, const SearcherParam& p, const std::
   using Kind = SearcherParam::Kind;
   const std::string what = "searcher." + p.name;
   if (!s.has(p.name)) {
+    const auto misspelt = io::closest_name(p.name, s.unread_keys());
     TS_CHECK(!p.required(), s.where(s.node()), ": '", what, "' is required by the ", searcher,
-             " searcher");
+             " searcher", misspelt ? " (is '" + s.key(*misspelt) + "' it, misspelt?)" : "");
     return p.kind == Kind::CountList && p.default_value.is_null() ? nlohmann::json::array()
                                                                   : p.default_value;
   }

@@ -108,6 +108,15 @@ TEST_CASE("a searcher of one's own: read, checked and built from the experiment 
             .find("'searcher.threshold' is nan, expected a finite number") != std::string::npos);
   CHECK(error_of("  name: threshold\n  max_trials: 2\n  threshold: low\n")
             .find("'searcher.threshold' must be a number, found 'low'") != std::string::npos);
+  // A misspelt key: the required one's error names it, and so does its warning.
+  CHECK(error_of("  name: threshold\n  max_trial: 2\n")
+            .find("'searcher.max_trials' is required by the threshold searcher (is "
+                  "'searcher.max_trial' it, misspelt?)") != std::string::npos);
+  const ExperimentConfig m = config("  name: threshold\n  max_trials: 2\n  treshold: 3\n");
+  REQUIRE(m.warnings.size() == 1);
+  CHECK(m.warnings[0] ==
+        "exp.yaml:10: unknown key 'searcher.treshold' (ignored) (did you mean "
+        "'searcher.threshold'?)");
   // Another searcher's key is unknown to this one.
   const ExperimentConfig w = config("  name: threshold\n  max_trials: 2\n  divisor: 3\n");
   REQUIRE(w.warnings.size() == 1);
