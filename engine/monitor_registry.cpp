@@ -31,9 +31,7 @@ NamedRegistry<MonitorEntry>& monitor_registry() {
 
 void register_monitor(MonitorEntry entry) {
   NamedRegistry<MonitorEntry>& registry = monitor_registry();
-  TS_CHECK(!entry.type.empty() && entry.build,
-           "register_monitor: an entry needs a section key and a build function");
-  TS_CHECK(!registry.has(entry.type), "register_monitor: '", entry.type, "' is registered twice");
+  registry.check_new(entry, "register_monitor");
   io::register_monitor_section(entry.type);
   registry.add(std::move(entry), "register_monitor");
 }

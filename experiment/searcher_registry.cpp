@@ -192,9 +192,7 @@ NamedRegistry<SearcherEntry>& searcher_registry() {
 
 void register_searcher(SearcherEntry entry) {
   NamedRegistry<SearcherEntry>& registry = searcher_registry();
-  TS_CHECK(!entry.type.empty() && entry.build,
-           "register_searcher: an entry needs a type and a build function");
-  TS_CHECK(!registry.has(entry.type), "register_searcher: '", entry.type, "' is registered twice");
+  registry.check_new(entry, "register_searcher");
   trial::register_searcher_schema(entry);
   registry.add(std::move(entry), "register_searcher");
 }

@@ -45,13 +45,18 @@ class NamedRegistry {
     for (const std::string& t : types()) out += (out.empty() ? "" : separator) + prefix + t;
     return out;
   }
-  // `caller` names the registering function in errors; a type registered twice is an error.
-  void add(Entry entry, const char* caller) {
+  // Refuses an entry `add` would refuse (no type, no build function, a type registered twice),
+  // so that a registry which also publishes its entry to a lower layer checks before it does.
+  // `caller` names the registering function in errors.
+  void check_new(const Entry& entry, const char* caller) const {
     TS_CHECK(!entry.type.empty(), caller, ": an entry needs a type");
     if constexpr (requires { entry.build; })
       TS_CHECK(static_cast<bool>(entry.build), caller, ": '", entry.type,
                "' needs a build function");
     TS_CHECK(!has(entry.type), caller, ": '", entry.type, "' is registered twice");
+  }
+  void add(Entry entry, const char* caller) {
+    check_new(entry, caller);
     std::lock_guard lock(mutex_);
     entries_.push_back(std::move(entry));
   }
