@@ -37,6 +37,7 @@ io::TrainConfig client_config(int64_t micro_batches, int64_t data_parallel) {
   c.train_batch_size = micro_batches * data_parallel;
   c.world_size = data_parallel;
   c.steps_per_print = 1 << 30;
+  c.gradient_clipping = 0;  // (the client's optimizer alone decides the update)
   return c;
 }
 

@@ -1,5 +1,6 @@
 #include "tessera/io/config_section_registry.h"
 
+#include <map>
 #include <mutex>
 
 #include "tessera/io/train_config.h"
@@ -13,6 +14,7 @@ struct SectionRegistry {
   std::vector<ConfigSectionEntry> entries;
   std::vector<std::pair<std::string, std::function<void(TrainConfig&)>>> checks;
   std::vector<std::string> monitors;
+  std::map<std::string, std::function<std::string()>> expectations;
 };
 
 // Made on first use: owners register from their files' static initialisers.
@@ -41,6 +43,28 @@ void register_config_check(std::string name, std::function<void(TrainConfig&)> c
   for (const auto& c : r.checks)
     TS_CHECK(c.first != name, "io::register_config_check: '", name, "' is registered twice");
   r.checks.emplace_back(std::move(name), std::move(check));
+}
+
+void register_config_key_expectation(std::string key, std::function<std::string()> expected) {
+  TS_CHECK(!key.empty() && expected,
+           "io::register_config_key_expectation: an entry needs a key and a description");
+  SectionRegistry& r = section_registry();
+  std::lock_guard lock(r.mutex);
+  TS_CHECK(!r.expectations.count(key), "io::register_config_key_expectation: '", key,
+           "' is registered twice");
+  r.expectations[key] = std::move(expected);
+}
+
+std::string registered_config_key_expectation(const std::string& key) {
+  std::function<std::string()> expected;
+  {
+    SectionRegistry& r = section_registry();
+    std::lock_guard lock(r.mutex);
+    const auto it = r.expectations.find(key);
+    if (it == r.expectations.end()) return "";
+    expected = it->second;
+  }
+  return expected();  // (outside the lock: it may read other registries)
 }
 
 void register_monitor_section(const std::string& key) {

@@ -6,6 +6,11 @@
 
 namespace tessera::io::config {
 
+// The whole document (TrainConfig::parse's work once the text is JSON); `recorder`, when given,
+// notes every key asked for (TrainConfig::describe_keys).
+TrainConfig parse_document(const json& j, int64_t world, const std::string& source,
+                           ConfigKeyRecorder* recorder);
+
 void parse_batch(Section& root, TrainConfig& c);
 void parse_optimizer(Section o, TrainConfig& c);
 void parse_scheduler(Section s, TrainConfig& c);

@@ -28,6 +28,11 @@ void parse_batch(Section& root, TrainConfig& c) {
                         "a positive integer");
   root.get_min<int64_t>("gradient_accumulation_steps", c.gradient_accumulation_steps, 1,
                         "a positive integer");
+  root.note("train_batch_size",
+            "= micro-batch x accumulation x data-parallel ranks: any two of the three give the "
+            "third (0: derived); DeepSpeed needs this or the micro-batch");
+  root.note("train_micro_batch_size_per_gpu", "samples per rank per forward (0: derived)");
+  root.note("gradient_accumulation_steps", "micro-batches per optimizer step (0: derived, else 1)");
   if (has_tbs && has_mb && has_ga) {
     TS_CHECK(c.train_batch_size == c.micro_batch_size * c.gradient_accumulation_steps * world,
              source, ": batch sizes disagree: train_batch_size ", c.train_batch_size,
@@ -68,14 +73,14 @@ void parse_precision(Section& root, TrainConfig& c) {
     auto& h = c.fp16;
     f.get("enabled", h.enabled);
     f.get("loss_scale", h.loss_scale);
-    range(h.loss_scale >= 0, source, "fp16.loss_scale", h.loss_scale, ">= 0 (0 = dynamic)");
+    f.expect("loss_scale", h.loss_scale >= 0, h.loss_scale, ">= 0 (0 = dynamic)");
     f.get_min<int64_t>("initial_scale_power", h.initial_scale_power, 0, ">= 0");
     f.get_min<int64_t>("loss_scale_window", h.loss_scale_window, 1, ">= 1");
     h.hysteresis_stated = f.has("hysteresis") || f.has("consecutive_hysteresis");
     f.get_min<int64_t>("hysteresis", h.hysteresis, 1, ">= 1");
     f.get("consecutive_hysteresis", h.consecutive_hysteresis);
     f.get("min_loss_scale", h.min_loss_scale);
-    range(h.min_loss_scale > 0, source, "fp16.min_loss_scale", h.min_loss_scale, "> 0");
+    f.expect("min_loss_scale", h.min_loss_scale > 0, h.min_loss_scale, "> 0");
     f.ignored<bool>("auto_cast", "the model's parameters decide the compute dtype");
     f.warn_unknown();
   }
@@ -100,20 +105,20 @@ void parse_communication(Section& root, TrainConfig& c) {
   const std::string& source = root.source();
   root.get("prescale_gradients", c.prescale_gradients);
   root.get("gradient_predivide_factor", c.gradient_predivide_factor);
-  range(c.gradient_predivide_factor > 0, source, "gradient_predivide_factor",
-        c.gradient_predivide_factor, "> 0");
+  root.expect("gradient_predivide_factor", c.gradient_predivide_factor > 0,
+              c.gradient_predivide_factor, "> 0");
   root.get("communication_data_type", c.communication_data_type);
-  TS_CHECK(c.communication_data_type.empty() || c.communication_data_type == "fp32" ||
-               c.communication_data_type == "fp16" || c.communication_data_type == "bf16",
-           source, ": 'communication_data_type' is \"", c.communication_data_type,
-           "\", expected \"fp32\", \"fp16\" or \"bf16\"");
+  const std::string& comm = c.communication_data_type;
+  root.note("communication_data_type", "\"\": the model's dtype");
+  root.expect("communication_data_type",
+              comm.empty() || comm == "fp32" || comm == "fp16" || comm == "bf16", comm,
+              "\"fp32\", \"fp16\" or \"bf16\"");
   if (root.has("comms_logger")) {
     Section m = root.sub("comms_logger");
     m.get("enabled", c.comms_logger.enabled);
     m.get("verbose", c.comms_logger.verbose);
     m.get("prof_all", c.comms_logger.prof_all);
-    if (m.has("prof_ops")) {
-      const json& ops = m.raw("prof_ops");
+    if (const json& ops = m.raw("prof_ops", "list of strings", "[]"); !ops.is_null()) {
       TS_CHECK(ops.is_array(), source,
                ": 'comms_logger.prof_ops' must be a list of op names, found ", ops.dump());
       for (const auto& op : ops) {
@@ -128,8 +133,7 @@ void parse_communication(Section& root, TrainConfig& c) {
   if (root.has("distributed")) {
     Section d = root.sub("distributed");
     d.get("timeout_s", c.distributed.timeout_s);
-    range(c.distributed.timeout_s > 0, source, "distributed.timeout_s", c.distributed.timeout_s,
-          "> 0 seconds");
+    d.expect("timeout_s", c.distributed.timeout_s > 0, c.distributed.timeout_s, "> 0 seconds");
     d.warn_unknown();
   }
 }
@@ -161,8 +165,9 @@ void parse_monitoring(Section& root, TrainConfig& c) {
     f.get_min<int64_t>("profile_step", p.profile_step, 0, ">= 0");
     f.get_min<int64_t>("module_depth", p.module_depth, -1, ">= -1 (-1: every depth)");
     f.get_min<int64_t>("top_modules", p.top_modules, 1, ">= 1");
+    f.note("output_file", "null: standard output");
     f.get("detailed", p.detailed);
-    if (f.has("output_file") && !f.raw("output_file").is_null())
+    if (!f.raw("output_file", "string or null", "null").is_null())
       f.get("output_file", p.output_file);
     f.warn_unknown();
   }
@@ -172,8 +177,9 @@ void parse_monitoring(Section& root, TrainConfig& c) {
     t.get("enabled", tr.enabled);
     t.get("output_path", tr.output_path);
     t.get("kernels", tr.kernels);
-    if (t.has("steps")) {
-      const json& steps = t.raw("steps");
+    const std::string steps_default =
+        "[" + std::to_string(tr.from) + ", " + std::to_string(tr.to) + "]";
+    if (const json& steps = t.raw("steps", "[from, to]", steps_default); !steps.is_null()) {
       TS_CHECK(steps.is_array() && steps.size() == 2 && steps[0].is_number_integer() &&
                    steps[1].is_number_integer(),
                source, ": 'trace.steps' must be [from, to] (global steps, inclusive), found ",
@@ -191,6 +197,7 @@ void parse_monitoring(Section& root, TrainConfig& c) {
       Section m = root.sub(service);
       bool enabled = false;
       m.get("enabled", enabled);
+      m.note("enabled", "not supported (no network service): true is warned about");
       if (enabled)
         root.warnings().push_back(source + ": '" + service +
                                   ".enabled' is not supported (no network service here; ignored): "
@@ -199,10 +206,9 @@ void parse_monitoring(Section& root, TrainConfig& c) {
   if (root.has("checkpoint")) {
     Section k = root.sub("checkpoint");
     k.get("tag_validation", c.checkpoint.tag_validation);
-    TS_CHECK(c.checkpoint.tag_validation == "Warn" || c.checkpoint.tag_validation == "Ignore" ||
-                 c.checkpoint.tag_validation == "Fail",
-             source, ": 'checkpoint.tag_validation' is \"", c.checkpoint.tag_validation,
-             "\", expected Warn, Ignore or Fail");
+    const std::string& tag = c.checkpoint.tag_validation;
+    k.expect("tag_validation", tag == "Warn" || tag == "Ignore" || tag == "Fail", tag,
+             "Warn, Ignore or Fail");
     if (k.has("tag_validation"))
       k.warnings().push_back(source +
                              ": 'checkpoint.tag_validation' has no effect in Tessera (ignored): "
@@ -234,10 +240,18 @@ TrainConfig TrainConfig::parse(const std::string& text, int64_t world, const std
   } catch (const config::json::exception& e) {
     fail(source, ": invalid JSON: ", e.what());
   }
+  return config::parse_document(j, world, source, nullptr);
+}
+
+namespace config {
+
+TrainConfig parse_document(const json& j, int64_t world, const std::string& source,
+                           ConfigKeyRecorder* recorder) {
   TrainConfig c;
   c.source = source;
-  Section root(j, "", source, c.warnings, c.unknown_keys);
+  Section root(j, "", source, c.warnings, c.unknown_keys, recorder);
   root.get("strict", c.strict);
+  root.note("strict", "unknown keys are errors (else warnings)");
   if (root.has("tensor_parallel")) config::parse_tensor_parallel(root.sub("tensor_parallel"), c);
   if (root.has("pipeline")) config::parse_pipeline(root.sub("pipeline"), c);
   const int64_t tp = c.tensor_parallel.autotp_size, pp = c.pipeline.stages;
@@ -249,8 +263,7 @@ TrainConfig TrainConfig::parse(const std::string& text, int64_t world, const std
   if (root.has("optimizer")) config::parse_optimizer(root.sub("optimizer"), c);
   if (root.has("scheduler")) config::parse_scheduler(root.sub("scheduler"), c);
   root.get("gradient_clipping", c.gradient_clipping);
-  range(c.gradient_clipping >= 0, source, "gradient_clipping", c.gradient_clipping,
-        ">= 0 (0 = off)");
+  root.expect("gradient_clipping", c.gradient_clipping >= 0, c.gradient_clipping, ">= 0 (0 = off)");
   root.get("dataloader_drop_last", c.dataloader_drop_last);
   config::parse_precision(root, c);
   config::parse_registered_sections(root, c);
@@ -264,10 +277,13 @@ TrainConfig TrainConfig::parse(const std::string& text, int64_t world, const std
   root.warn_unknown();
   if (c.strict) c.refuse_unknown_keys();
 
-  // Rules that span sections.
-  config::check_registered_sections(c);
+  // Rules that span sections (not while describing the keys: they read no keys, and the
+  // documents TrainConfig::describe_keys reads state sections no real file would combine).
+  if (!recorder) config::check_registered_sections(c);
   return c;
 }
+
+}  // namespace config
 
 const TrainConfig::Monitor& TrainConfig::monitor(const std::string& key) const {
   const auto it = monitors.find(key);

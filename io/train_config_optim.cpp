@@ -82,10 +82,11 @@ void parse_optimizer(Section o, TrainConfig& c) {
   auto& opt = c.optimizer;
   opt.present = true;
   o.get("type", opt.type);
-  TS_CHECK(optim::has_optimizer(opt.type), source, ": 'optimizer.type' is \"", opt.type,
-           "\", expected one of ", optim::registered_optimizer_list());
+  o.expect("type", optim::has_optimizer(opt.type), opt.type,
+           "one of " + optim::registered_optimizer_list());
   const optim::OptimizerEntry& entry = optim::find_optimizer(opt.type);
   Section p = o.sub("params");
+  o.note("params", "the type's parameters: `tessera optimizers`");
   TS_CHECK(!p.has("max_grad_norm"), source,
            ": 'optimizer.params.max_grad_norm' is not supported (as in DeepSpeed); use the "
            "top-level 'gradient_clipping'");
@@ -108,10 +109,12 @@ void parse_scheduler(Section s, TrainConfig& c) {
   const std::string& source = s.source();
   auto& sc = c.scheduler;
   s.get("type", sc.type);
-  TS_CHECK(optim::has_lr_schedule(sc.type), source, ": 'scheduler.type' is \"", sc.type,
-           "\", expected one of ", optim::registered_lr_schedule_list());
+  s.expect("type", optim::has_lr_schedule(sc.type), sc.type,
+           "one of " + optim::registered_lr_schedule_list());
   const optim::LRScheduleEntry& entry = optim::find_lr_schedule(sc.type);
   Section p = s.sub("params");
+  s.note("type", "no scheduler section: a constant lr");
+  s.note("params", "the type's parameters: `tessera schedules`");
   sc.params = read_hyper_params(p, "scheduler", sc.type, entry.params);
   if (entry.takes_warmup_type) {
     p.get("warmup_type", sc.warmup_type);

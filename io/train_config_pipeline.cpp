@@ -6,8 +6,8 @@ namespace tessera::io::config {
 
 void parse_pipeline(Section s, TrainConfig& c) {
   auto& p = c.pipeline;
-  if (s.has("stages")) {
-    const json& v = s.raw("stages");
+  const std::string stages_default = std::to_string(p.stages);
+  if (const json& v = s.raw("stages", "integer or \"auto\"", stages_default); !v.is_null()) {
     if (v.is_string()) {
       TS_CHECK(v.get<std::string>() == "auto", s.source(), ": '", s.key("stages"),
                "' must be a positive integer or \"auto\", found ", v.dump());
@@ -18,10 +18,10 @@ void parse_pipeline(Section s, TrainConfig& c) {
   }
   s.get("partition", p.partition);
   if (p.partition == "best") p.partition = "parameters";
-  TS_CHECK(
+  s.expect(
+      "partition",
       p.partition == "parameters" || p.partition == "uniform" || p.partition.rfind("type:", 0) == 0,
-      s.source(), ": '", s.key("partition"), "' is \"", p.partition,
-      "\", expected \"parameters\", \"best\", \"uniform\" or \"type:REGEX\"");
+      p.partition, "\"parameters\", \"best\", \"uniform\" or \"type:REGEX\"");
   s.get("seed_layers", p.seed_layers);
   s.get_min<int64_t>("activation_checkpoint_interval", p.activation_checkpoint_interval, 0,
                      ">= 0 (0 = off)");
@@ -32,6 +32,7 @@ void parse_pipeline(Section s, TrainConfig& c) {
   // parse() runs with the other registered checks.
   s.get("schedule", p.schedule);
   s.get_min<int64_t>("virtual_stages", p.virtual_stages, 1, "a positive integer");
+  s.note("virtual_stages", "model chunks per stage (0: the schedule's default)");
   s.warn_unknown();
 }
 

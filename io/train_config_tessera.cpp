@@ -12,15 +12,18 @@ void parse_model(Section m, TrainConfig& c) {
   m.get("type", md.type);
   TS_CHECK(!md.type.empty(), source, ": 'model.type' is empty");
   m.get("size", md.size);
+  m.note("size", "a named size of the model (`tessera models`): it decides the shape keys");
   m.get_min<int64_t>("n_layer", md.n_layer, 1, ">= 1");
   m.get_min<int64_t>("n_head", md.n_head, 1, ">= 1");
   m.get_min<int64_t>("n_embd", md.n_embd, 1, ">= 1");
   m.get_min<int64_t>("block_size", md.block_size, 2, ">= 2");
   m.get_min<int64_t>("intermediate_size", md.intermediate_size, 0, ">= 0");
   m.get("dropout", md.dropout);
-  range(md.dropout >= 0 && md.dropout < 1, source, "model.dropout", md.dropout, "in [0, 1)");
+  m.expect("dropout", md.dropout >= 0 && md.dropout < 1, md.dropout, "in [0, 1)");
   m.get("bias", md.bias);
   m.get("init_from", md.init_from);
+  m.note("init_from", "a Hugging Face model directory: its config.json gives the keys left out");
+  m.note("intermediate_size", "0: 4 x n_embd");
   if (!md.init_from.empty()) adopt_init_from_model(m, c);
   if (!md.size.empty())
     for (const char* k : {"n_layer", "n_head", "n_embd", "intermediate_size"})
@@ -39,19 +42,26 @@ void parse_data(Section d, TrainConfig& c) {
   dt.stated_keys = d.stated_keys();
   d.get("path", dt.path);
   d.get("tokenizer", dt.tokenizer);
-  TS_CHECK(dt.tokenizer == "char" || dt.tokenizer == "gpt2" || dt.tokenizer == "wordpiece", source,
-           ": 'data.tokenizer' is \"", dt.tokenizer,
-           "\", expected \"char\", \"gpt2\" or \"wordpiece\"");
+  d.expect("tokenizer",
+           dt.tokenizer == "char" || dt.tokenizer == "gpt2" || dt.tokenizer == "wordpiece",
+           dt.tokenizer, "\"char\", \"gpt2\" or \"wordpiece\"");
   d.get("vocab", dt.vocab);
   d.get("merges", dt.merges);
   d.get("tokenizer_file", dt.tokenizer_file);
   d.get("lower_case", dt.lower_case);
   d.get("val_fraction", dt.val_fraction);
-  range(dt.val_fraction > 0 && dt.val_fraction < 1, source, "data.val_fraction", dt.val_fraction,
-        "in (0, 1)");
+  d.expect("val_fraction", dt.val_fraction > 0 && dt.val_fraction < 1, dt.val_fraction,
+           "in (0, 1)");
   d.get("cache_dir", dt.cache_dir);
+  d.note("path", "a text file or a directory of text files");
+  d.note("cache_dir", "where token files go (\"\": PATH.tessera/)");
+  d.note("vocab", "vocab.json (gpt2) or vocab.txt (wordpiece)");
+  d.note("tokenizer_file", "a Hugging Face tokenizer.json instead of vocab and merges");
+  d.note("lower_case", "wordpiece: lower-case and strip accents (uncased BERT)");
+  d.note("mask_prob", "BERT's masked-LM share of tokens");
+  d.note("nsp", "BERT's sentence pairs");
   d.get("mask_prob", dt.mask_prob);
-  range(dt.mask_prob > 0 && dt.mask_prob < 1, source, "data.mask_prob", dt.mask_prob, "in (0, 1)");
+  d.expect("mask_prob", dt.mask_prob > 0 && dt.mask_prob < 1, dt.mask_prob, "in (0, 1)");
   d.get("nsp", dt.nsp);
   // (With model.init_from, the directory's files may complete it: train_config_init_from.cpp.)
   TS_CHECK(!c.model.init_from.empty() || dt.tokenizer != "gpt2" ||
@@ -81,6 +91,7 @@ void parse_train(Section t, TrainConfig& c) {
   t.get_min<int64_t>("eval_iters", tr.eval_iters, 1, ">= 1");
   t.get_min<int64_t>("sample_tokens", tr.sample_tokens, 0, ">= 0");
   t.get("checkpoint_dir", tr.checkpoint_dir);
+  t.note("checkpoint_dir", "\"\": no periodic checkpoints");
   t.get_min<int64_t>("checkpoint_interval", tr.checkpoint_interval, 0, ">= 0 (0 = off)");
   if (tr.checkpoint_interval > 0 && tr.checkpoint_dir.empty())
     t.warnings().push_back(source +
@@ -88,8 +99,8 @@ void parse_train(Section t, TrainConfig& c) {
                            "not: no periodic checkpoints are written");
   t.get_min<int64_t>("keep_last", tr.keep_last, 0, ">= 0 (0 = keep every checkpoint)");
   t.get("device", tr.device);
-  TS_CHECK(tr.device == "cpu" || tr.device == "cuda" || tr.device.rfind("cuda:", 0) == 0, source,
-           ": 'train.device' is \"", tr.device, "\", expected \"cpu\", \"cuda\" or \"cuda:N\"");
+  t.expect("device", tr.device == "cpu" || tr.device == "cuda" || tr.device.rfind("cuda:", 0) == 0,
+           tr.device, "\"cpu\", \"cuda\" or \"cuda:N\"");
   t.warn_unknown();
 }
 

@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "tessera/error.h"
+#include "tessera/io/config_section_registry.h"
 #include "tessera/io/files.h"
 #include "tessera/named_registry.h"
 
@@ -20,6 +21,10 @@ NamedRegistry<ModelEntry>& model_registry() {
   static NamedRegistry<ModelEntry> r("model type", {bert_model_entry(), gpt2_model_entry()});
   return r;
 }
+
+// (check_model_config decides model.type; the config reference says so.)
+const io::DescribeConfigKey kModelTypeKey{"model.type",
+                                          [] { return "one of " + registered_model_list(); }};
 
 }  // namespace
 

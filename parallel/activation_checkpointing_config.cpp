@@ -15,6 +15,7 @@ void ActivationCheckpointingOptions::parse(io::config::Section& s,
   s.get("synchronize_checkpoint_boundary", a.synchronize_checkpoint_boundary);
   s.get("profile", a.profile);
   s.get_min<int64_t>("number_checkpoints", a.number_checkpoints, 1, "a positive integer or null");
+  s.note("number_checkpoints", "0: null (unset)");
   s.get_min<int64_t>("checkpoint_num_layers", a.checkpoint_num_layers, 1, "a positive integer");
   TS_CHECK(!a.contiguous_memory_optimization || a.number_checkpoints > 0, s.source(), ": '",
            s.key("contiguous_memory_optimization"),

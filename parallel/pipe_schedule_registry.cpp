@@ -109,6 +109,8 @@ void check_pipeline_schedule(io::TrainConfig& cfg) {
 namespace {
 // The config reader runs it on every file it reads (io knows no schedule names).
 const io::RegisterConfigCheck kPipelineScheduleCheck{"pipeline.schedule", check_pipeline_schedule};
+const io::DescribeConfigKey kPipelineScheduleKey{
+    "pipeline.schedule", [] { return "one of " + registered_pipe_schedule_list(); }};
 }  // namespace
 
 }  // namespace tessera::parallel

@@ -8,14 +8,12 @@ namespace tessera::parallel {
 void ZeroConfig::parse(io::config::Section& z, ZeroConfig& zc) {
   const std::string& source = z.source();
   z.get("stage", zc.stage);
-  io::config::range(zc.stage >= 0 && zc.stage <= 3, source, "zero_optimization.stage",
-                    static_cast<double>(zc.stage), "0, 1, 2 or 3");
+  z.expect("stage", zc.stage >= 0 && zc.stage <= 3, zc.stage, "0, 1, 2 or 3");
   if (z.has("offload_optimizer")) {
     io::config::Section off = z.sub("offload_optimizer");
     off.get("device", zc.offload_optimizer_device);
-    TS_CHECK(zc.offload_optimizer_device == "cpu" || zc.offload_optimizer_device == "none", source,
-             ": 'zero_optimization.offload_optimizer.device' is \"", zc.offload_optimizer_device,
-             "\", expected \"cpu\" or \"none\"");
+    const std::string& device = zc.offload_optimizer_device;
+    off.expect("device", device == "cpu" || device == "none", device, "\"cpu\" or \"none\"");
     TS_CHECK(zc.offload_optimizer_device == "none" || zc.stage >= 1, source,
              ": 'zero_optimization.offload_optimizer' needs ZeRO stage 1, 2 or 3 (the offloaded "
              "optimizer works on a rank's partition), but 'zero_optimization.stage' is 0");

@@ -72,5 +72,6 @@ int optimizers_main(int argc, char** argv);
 int pipeline_schedules_main(int argc, char** argv);
 int searchers_main(int argc, char** argv);
 int monitors_main(int argc, char** argv);
+int config_keys_main(int argc, char** argv);
 
 }  // namespace tessera::cli

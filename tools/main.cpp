@@ -26,6 +26,7 @@ commands:
   schedules                  the LR schedules a config can name, their parameters and defaults
   pipeline-schedules         the pipeline schedules a config can name and what each takes
   monitors                   the monitor sections a config can enable (csv_monitor, ...)
+  config-keys                every key a training config can state, its kind and default
   profile CONFIG.json        DeepSpeed's flops profiler report of the config's model at a step
   trial EXP.yaml             a built-in model as one Determined trial (periods, preemption)
   experiment create EXP.yaml a hyperparameter search (Determined's searchers), its trials as
@@ -97,6 +98,7 @@ int main(int argc, char** argv) {
     if (cmd == "pipeline-schedules") return tessera::cli::pipeline_schedules_main(argc, argv);
     if (cmd == "searchers") return tessera::cli::searchers_main(argc, argv);
     if (cmd == "monitors") return tessera::cli::monitors_main(argc, argv);
+    if (cmd == "config-keys") return tessera::cli::config_keys_main(argc, argv);
     std::cerr << "tessera: unknown command '" << cmd << "'\n\n" << kUsage;
     return 2;
   } catch (const tessera::Error& e) {

@@ -1,15 +1,17 @@
-// `tessera optimizers`, `tessera schedules`, `tessera pipeline-schedules`, `tessera monitors`
-// and `tessera searchers` [--json | --markdown]: the optimizer, LR schedule, pipeline schedule,
-// monitor and searcher registries' entries (every optimizer.type / scheduler.type /
-// pipeline.schedule / monitor section a training config and every searcher.name an experiment
-// config can name) with what each takes, read from the entries; the tables in
-// docs/training.md, docs/parallelism.md and docs/experiments.md are --markdown's.
+// `tessera optimizers`, `tessera schedules`, `tessera pipeline-schedules`, `tessera monitors`,
+// `tessera searchers` and `tessera config-keys` [--json | --markdown]: the optimizer, LR
+// schedule, pipeline schedule, monitor and searcher registries' entries (every optimizer.type /
+// scheduler.type / pipeline.schedule / monitor section a training config and every searcher.name an
+// experiment config can name) with what each takes, read from the entries, and every training
+// config key as the config reader describes it; the tables in docs/training.md,
+// docs/parallelism.md, docs/experiments.md and docs/config.md are --markdown's.
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
 #include "tessera/engine/monitor_registry.h"
 #include "tessera/experiment/searcher_registry.h"
+#include "tessera/io/train_config.h"
 #include "tessera/optim/lr_schedule_registry.h"
 #include "tessera/optim/optimizer_registry.h"
 #include "tessera/parallel/pipe_schedule_registry.h"
@@ -68,6 +70,17 @@ searcher from.
 --json: {"searchers": [{"type", "doc", "lengths_in_batches", "params": [{"name", "kind",
 "range", "default", "required", "doc"}]}]}
 --markdown: the table docs/experiments.md holds.
+)";
+
+const char* kConfigKeysHelp = R"(usage: tessera config-keys [--json | --markdown]
+
+Every key a training config can state (DeepSpeed's sections, Tessera's own, the registered
+sections and monitors), each with its kind, what a value must be and its default: recorded
+from the config reader itself as it reads every section. The parameters under
+"optimizer.params" and "scheduler.params" are listed by `tessera optimizers` and `tessera
+schedules`.
+--json: {"config_keys": [{"key", "kind", "expected", "default", "note"}]}
+--markdown: the table docs/config.md holds.
 )";
 
 enum class Format { Text, Json, Markdown };
@@ -248,6 +261,31 @@ int searchers_main(int argc, char** argv) {
                    {"params", params}});
   }
   if (*f == Format::Json) std::cout << nlohmann::json{{"searchers", all}}.dump() << "\n";
+  return 0;
+}
+
+int config_keys_main(int argc, char** argv) {
+  const auto f = listing_format(argc, argv, "config-keys", kConfigKeysHelp);
+  if (!f) return 0;
+  nlohmann::json all = nlohmann::json::array();
+  if (*f == Format::Markdown) std::cout << "| key | value | default | note |\n|---|---|---|---|\n";
+  for (const io::config::ConfigKey& k : io::TrainConfig::describe_keys()) {
+    const std::string value = k.kind + (k.expected.empty() ? "" : ": " + k.expected);
+    if (*f == Format::Markdown)
+      std::cout << "| `" << k.key << "` | " << value << " | "
+                << (k.default_value.empty() ? "" : "`" + k.default_value + "`") << " | " << k.note
+                << " |\n";
+    if (*f == Format::Text)
+      std::cout << k.key << " (" << value
+                << (k.default_value.empty() ? "" : ", default " + k.default_value) << ")"
+                << (k.note.empty() ? "" : ": " + k.note) << "\n";
+    all.push_back({{"key", k.key},
+                   {"kind", k.kind},
+                   {"expected", k.expected},
+                   {"default", k.default_value},
+                   {"note", k.note}});
+  }
+  if (*f == Format::Json) std::cout << nlohmann::json{{"config_keys", all}}.dump() << "\n";
   return 0;
 }
 

@@ -25,11 +25,11 @@ struct Weights : nn::Module {
 
 // Every rank's gradient of w is `g` (the same on every rank, so the exact average is g); returns
 // the gradient the engine leaves after averaging (stage 0: in w.grad after backward; ZeRO-2:
-// minus one SGD step of lr 1 from w = 0).
+// minus one SGD step of lr 1 from w = 0, unclipped).
 double averaged(double g, int stage, const std::string& keys) {
   manual_seed(1);
   Weights m;
-  const std::string cfg = R"({"train_micro_batch_size_per_gpu": 1,
+  const std::string cfg = R"({"train_micro_batch_size_per_gpu": 1, "gradient_clipping": 0,
       "optimizer": {"type": "SGD", "params": {"lr": 1.0}},
       "zero_optimization": {"stage": )" +
                           std::to_string(stage) + "}" + keys + "}";

@@ -21,7 +21,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const char* kAdamW = R"({"train_micro_batch_size_per_gpu": 8,
+// (The hand-derived steps below are unclipped: DeepSpeed's default clips at 1.0.)
+const char* kAdamW = R"({"train_micro_batch_size_per_gpu": 8, "gradient_clipping": 0,
   "optimizer": {"type": "AdamW", "params": {"lr": 0.001}}})";
 
 io::TrainConfig config(const std::string& text) {
@@ -85,7 +86,7 @@ TEST_CASE(
     "config's") {
   manual_seed(4);
   Regressor m;
-  const char* sgd = R"({"train_micro_batch_size_per_gpu": 8,
+  const char* sgd = R"({"train_micro_batch_size_per_gpu": 8, "gradient_clipping": 0,
     "optimizer": {"type": "SGD", "params": {"lr": 0.2, "weight_decay": 0.3}}})";
   auto e = engine::initialize(
       m, config(sgd),
@@ -97,7 +98,7 @@ TEST_CASE(
 TEST_CASE("a parameter in no group is not trained") {
   manual_seed(5);
   Regressor m;
-  const char* sgd = R"({"train_micro_batch_size_per_gpu": 8,
+  const char* sgd = R"({"train_micro_batch_size_per_gpu": 8, "gradient_clipping": 0,
     "optimizer": {"type": "SGD", "params": {"lr": 0.2}}})";
   auto e = engine::initialize(m, config(sgd), local({.model_parameters = {{{"fc.bias"}}}}));
   check_sgd_step(*e, m, test::make_rows(8, 1), {0, 0, 0, 0.2});

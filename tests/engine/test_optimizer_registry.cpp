@@ -56,8 +56,9 @@ optim::OptimizerEntry scaled_sgd_entry() {
 }
 
 io::TrainConfig optimizer_config(const std::string& optimizer) {
-  return io::TrainConfig::parse(R"({"train_batch_size": 4, "optimizer": )" + optimizer + "}", 1,
-                                "cfg.json");
+  return io::TrainConfig::parse(
+      R"({"train_batch_size": 4, "gradient_clipping": 0, "optimizer": )" + optimizer + "}", 1,
+      "cfg.json");
 }
 
 // One engine step of the regressor on 4 rows; returns the weights before and after and the

@@ -6,6 +6,8 @@
 // buckets take.
 #include <doctest/doctest.h>
 
+#include <map>
+
 #include "tessera/io/config_section_registry.h"
 #include "tessera/io/train_config.h"
 #include "tessera/parallel/activation_checkpointing.h"
@@ -70,6 +72,15 @@ TEST_CASE("a config section of one's own: one struct and one registration line")
   CHECK_THROWS_WITH_AS(parse(R"(, "toy": 5)"), doctest::Contains("'toy' must be an object"), Error);
   CHECK_THROWS_WITH_AS(io::RegisterConfigSection<ToyConfig>("toy2"),
                        doctest::Contains("is registered twice"), Error);
+  // The config reference (`tessera config-keys`) lists its keys with their defaults.
+  std::map<std::string, io::config::ConfigKey> ref;
+  for (const io::config::ConfigKey& k : io::TrainConfig::describe_keys()) ref[k.key] = k;
+  REQUIRE(ref.count("toy.width"));
+  CHECK(ref.at("toy").kind == "object");
+  CHECK(ref.at("toy.width").kind == "integer");
+  CHECK(ref.at("toy.width").default_value == "4");
+  CHECK(ref.at("toy.width").expected == "a positive integer");
+  CHECK(ref.at("toy.mode").default_value == "\"fast\"");
 }
 
 TEST_CASE("zero_optimization is parallel's section; its defaults are written once") {

@@ -6,11 +6,13 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "tessera/error.h"
 #include "tessera/io/closest_name.h"
+#include "tessera/io/config_key.h"
 
 namespace tessera::io::config {
 
@@ -19,10 +21,17 @@ using json = nlohmann::json;
 class Section {
  public:
   // `unknown` collects the keys nobody asked for (their full paths, with a suggestion), which
-  // a strict config refuses.
+  // a strict config refuses; `recorder`, when given, notes every key asked for (the config
+  // reference: config_key.h).
   Section(const json& j, std::string path, const std::string& source,
-          std::vector<std::string>& warnings, std::vector<std::string>& unknown)
-      : j_(j), path_(std::move(path)), source_(source), warnings_(warnings), unknown_(unknown) {
+          std::vector<std::string>& warnings, std::vector<std::string>& unknown,
+          ConfigKeyRecorder* recorder = nullptr)
+      : j_(j),
+        path_(std::move(path)),
+        source_(source),
+        warnings_(warnings),
+        unknown_(unknown),
+        recorder_(recorder) {
     TS_CHECK(j.is_object(), source_, ": '", path_, "' must be an object, found ", j.dump());
   }
 
@@ -38,11 +47,13 @@ class Section {
   }
   bool has(const std::string& k) {
     seen_.insert(k);
+    if (recorder_) recorder_->asked(key(k));
     return j_.contains(k) && !j_[k].is_null();
   }
 
   template <class T>
   void get(const std::string& k, T& out) {
+    if (recorder_) recorder_->read(key(k), kind_name<T>(), value_text(out));
     if (!has(k)) return;
     const json& v = j_[k];
     if constexpr (std::is_same_v<T, bool>) {
@@ -71,28 +82,56 @@ class Section {
   template <class T>
   void get_min(const std::string& k, T& out, T min, const char* expect) {
     get(k, out);
+    if (recorder_) recorder_->expected(key(k), expect);
     if (has(k))
       TS_CHECK(out >= min, source_, ": '", key(k), "' is ", j_[k].dump(), ", expected ", expect);
   }
 
   Section sub(const std::string& k) {
     seen_.insert(k);
+    if (recorder_) recorder_->section(key(k));
     static const json empty = json::object();
-    return Section(has(k) ? j_[k] : empty, key(k), source_, warnings_, unknown_);
+    return Section(has(k) ? j_[k] : empty, key(k), source_, warnings_, unknown_, recorder_);
   }
-  const json& raw(const std::string& k) {
+  // The value as stated (null when absent), for keys of more than one shape; `kind` and
+  // `default_text` describe it in the config reference.
+  const json& raw(const std::string& k, const char* kind = "JSON value",
+                  const std::string& default_text = "") {
     seen_.insert(k);
-    return j_[k];
+    if (recorder_) recorder_->read(key(k), kind, default_text);
+    static const json null;
+    return j_.contains(k) ? j_[k] : null;
+  }
+
+  // A rule on a value read: when `ok` is false, an error "'key' is FOUND, expected EXPECTED"
+  // (a string found is quoted). `expected` is also what the config reference says of the key.
+  template <class V>
+  void expect(const std::string& k, bool ok, const V& found, const std::string& expected) {
+    if (recorder_) recorder_->expected(key(k), expected);
+    if (ok) return;
+    if constexpr (std::is_convertible_v<V, std::string>)
+      fail(source_, ": '", key(k), "' is \"", std::string(found), "\", expected ", expected);
+    else
+      fail(source_, ": '", key(k), "' is ", found, ", expected ", expected);
   }
 
   // A DeepSpeed key Tessera reads (its type is checked) but does not act on: warned about, as
   // unknown keys are, with the reason.
   template <class T>
   void ignored(const std::string& k, const char* why) {
+    if (recorder_) {  // (no default: Tessera keeps none)
+      recorder_->read(key(k), kind_name<T>(), "");
+      recorder_->note(key(k), std::string("no effect in Tessera: ") + why);
+    }
     if (!has(k)) return;
     T v{};
     get(k, v);
     warnings_.push_back(source_ + ": '" + key(k) + "' has no effect in Tessera (ignored): " + why);
+  }
+
+  // What the config reference says of `k` beside its kind and default (what 0 or "" means).
+  void note(const std::string& k, const std::string& text) {
+    if (recorder_) recorder_->note(key(k), text);
   }
 
   // Keys present but never asked for, each with the known key it most likely meant.
@@ -108,11 +147,30 @@ class Section {
   }
 
  private:
+  template <class T>
+  static const char* kind_name() {
+    if constexpr (std::is_same_v<T, bool>) return "true/false";
+    if constexpr (std::is_integral_v<T>) return "integer";
+    if constexpr (std::is_floating_point_v<T>) return "number";
+    return "string";
+  }
+  template <class T>
+  static std::string value_text(const T& v) {
+    if constexpr (std::is_same_v<T, bool>) return v ? "true" : "false";
+    if constexpr (std::is_arithmetic_v<T>) {
+      std::ostringstream os;
+      os << v;
+      return os.str();
+    }
+    if constexpr (!std::is_arithmetic_v<T>) return json(v).dump();
+  }
+
   const json& j_;
   std::string path_;
   const std::string& source_;
   std::vector<std::string>& warnings_;
   std::vector<std::string>& unknown_;
+  ConfigKeyRecorder* recorder_;
   std::set<std::string> seen_;
 };
 

@@ -43,6 +43,18 @@ struct RegisterConfigCheck {
   }
 };
 
+// What a value of `key` must be, for the config reference (TrainConfig::describe_keys), where a
+// higher layer decides it: pipeline.schedule's and model.type's registered names. `expected` is
+// asked when the reference is made, so it lists what is registered by then.
+void register_config_key_expectation(std::string key, std::function<std::string()> expected);
+std::string registered_config_key_expectation(const std::string& key);  // "" when none
+
+struct DescribeConfigKey {
+  DescribeConfigKey(std::string key, std::function<std::string()> expected) {
+    register_config_key_expectation(std::move(key), std::move(expected));
+  }
+};
+
 // The monitor sections (DeepSpeed's csv_monitor and tensorboard, and any a program adds): the
 // engine's monitor registry publishes each monitor's key here, and the reader parses each as a
 // TrainConfig::Monitor (enabled, output_path, job_name) into config.monitors. A key registered

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "tessera/dtype.h"
+#include "tessera/io/config_key.h"
 #include "tessera/optim/hyper_param.h"
 
 namespace tessera::io {
@@ -41,7 +42,7 @@ struct TrainConfig {
     std::string warmup_type = "log";
   } scheduler;
 
-  double gradient_clipping = 0.0;
+  double gradient_clipping = 1.0;     // DeepSpeed's default since 0.19.3 (0 = off)
   bool dataloader_drop_last = false;  // engine.deepspeed_io's loaders drop the last short batch
 
   struct FP16 {
@@ -217,6 +218,11 @@ struct TrainConfig {
   static TrainConfig parse(const std::string& json_text, int64_t world_size = 1,
                            const std::string& source = "config");
   static TrainConfig from_file(const std::string& path, int64_t world_size = 1);
+  // Every key the reader takes (the registered sections' and monitors' too), with its kind,
+  // default and what a value must be, recorded from the reader itself (config_key.h); the
+  // parameters under optimizer.params and scheduler.params are their registries' (`tessera
+  // optimizers`, `tessera schedules`).
+  static std::vector<config::ConfigKey> describe_keys();
 
   // The dtype the model computes and keeps its weights in (bf16 or fp16 training, else
   // float32), and the one gradients travel in (communication_data_type, else the model's).
