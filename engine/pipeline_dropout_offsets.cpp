@@ -27,7 +27,7 @@ void PipelineEngine::position_rng(int64_t micro_batch, int64_t chunk) {
 // first stage keeps the micro-batch it loaded for the schedule's own load.
 void PipelineEngine::count_chunk_draws(const PipeDataIterator& data) {
   NoGradGuard no_grad;
-  const int64_t v = module_.num_chunks();
+  const int64_t v = module_.virtual_stages();
   std::vector<int64_t> mine(static_cast<size_t>(v));
   for (int64_t c = 0; c < v; ++c) {
     PipeValue x;
@@ -49,7 +49,7 @@ void PipelineEngine::count_chunk_draws(const PipeDataIterator& data) {
 // of this stage's chunks starts drawing, and the whole pipeline's count.
 void PipelineEngine::learn_draw_offsets(const std::vector<int64_t>& mine) {
   rng_calibrating_ = false;
-  const int64_t v = module_.num_chunks(), p = module_.num_stages();
+  const int64_t v = module_.virtual_stages(), p = module_.num_stages();
   Tensor all = zeros({p * v}, DType::Int64, Device::cpu());
   pipe_->all_gather_async(all, from_vector(mine, {v}, DType::Int64)).wait();
   const int64_t* counts = all.data<int64_t>();  // stage-major: stage q's chunks

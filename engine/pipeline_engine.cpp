@@ -117,10 +117,10 @@ double PipelineEngine::train_batch(const PipeDataIterator& data) {
   module_.train();
   const int64_t p = module_.num_stages(), s = module_.stage_id();
   const auto schedule =
-      parallel::train_schedule(options_.schedule, micro_batches_, p, s, module_.num_chunks());
+      parallel::train_schedule(options_.schedule, micro_batches_, p, s, module_.virtual_stages());
   rng_base_ = default_generator().state();
   rng_calibrating_ = rng_per_micro_batch_ < 0;
-  if (rng_calibrating_ && module_.num_chunks() > 1) count_chunk_draws(data);
+  if (rng_calibrating_ && module_.virtual_stages() > 1) count_chunk_draws(data);
   backwards_ = 0;
   const double loss =
       run(schedule->steps(), data, true, micro_batches_, schedule->num_pipe_buffers());
@@ -140,14 +140,14 @@ double PipelineEngine::eval_batch(const PipeDataIterator& data, int64_t num_micr
   module_.eval();
   NoGradGuard no_grad;
   double loss = 0;
-  if (module_.num_chunks() == 1) {
+  if (module_.virtual_stages() == 1) {
     parallel::InferenceSchedule schedule(m, module_.num_stages(), module_.stage_id());
     loss = run(schedule.steps(), data, false, m, schedule.num_pipe_buffers());
   } else {
     // The interleaved schedule's forwards alone (sends complete in the background, so its
     // receives are all that orders the stages).
     parallel::InterleavedSchedule schedule(m, module_.num_stages(), module_.stage_id(),
-                                           module_.num_chunks());
+                                           module_.virtual_stages());
     std::vector<parallel::PipeStep> forwards;
     for (const parallel::PipeStep& step : schedule.steps()) {
       parallel::PipeStep kept;
@@ -242,7 +242,7 @@ void PipelineEngine::execute(const PipeInstruction& in, Buffers& b, const PipeDa
     case PipeInstruction::SendActivation:
       send(b.outputs[buf], next_stage(), true, in.chunk);
       if (!train) b.outputs[buf].clear();
-      if (train && rng_calibrating_ && module_.num_chunks() == 1) {
+      if (train && rng_calibrating_ && module_.virtual_stages() == 1) {
         // Where the next stage's draws start (its forward of micro-batch 0 runs before the
         // counts are gathered).
         pipe_->send(
@@ -253,7 +253,7 @@ void PipelineEngine::execute(const PipeInstruction& in, Buffers& b, const PipeDa
       break;
     case PipeInstruction::RecvActivation:
       b.inputs[buf] = recv(previous_stage(), true, in.chunk);
-      if (train && rng_calibrating_ && module_.num_chunks() == 1) {
+      if (train && rng_calibrating_ && module_.virtual_stages() == 1) {
         Tensor before = zeros({1}, DType::Int64, Device::cpu());
         pipe_->recv(before, stage - 1, kRngTag);
         rng_before_chunk_[0] = before.data<int64_t>()[0];
@@ -334,7 +334,7 @@ int64_t PipelineEngine::allocated_bytes() {
 // where the boundary is set explicitly); before that last pass the copies' tied gradients join
 // the owner's, so that its reduction covers them; after it, a copy's go to the owner.
 void PipelineEngine::weight_gradients(const std::function<void()>& pass) {
-  const int64_t v = module_.num_chunks();
+  const int64_t v = module_.virtual_stages();
   if (backwards_ > 0 && backwards_ % v == 0) engine_->step();
   ++backwards_;
   const bool last = backwards_ == micro_batches_ * v;

@@ -41,15 +41,15 @@ void PipelineEngine::setup(std::shared_ptr<parallel::ProcessGroup> data_parallel
            "PipelineEngine: the pipeline group's rank and size must be the module's stage and "
            "stage count (",
            module_.stage_id(), " of ", module_.num_stages(), ")");
-  const int64_t v = module_.num_chunks();
+  const int64_t v = module_.virtual_stages();
   const parallel::PipeScheduleEntry& schedule = parallel::find_pipe_schedule(options_.schedule);
-  TS_CHECK(v >= schedule.min_chunks && module_.num_stages() >= schedule.min_stages,
+  TS_CHECK(v >= schedule.min_virtual_stages && module_.num_stages() >= schedule.min_stages,
            "PipelineEngine: the ", schedule.type, " schedule needs ", schedule.min_stages,
-           " or more stages of a PipelineModule of num_chunks >= ", schedule.min_chunks,
-           " (this one: ", module_.num_stages(), " stages x ", v, " chunks)");
-  TS_CHECK(schedule.takes_chunks(v), "PipelineEngine: a PipelineModule of ", v,
-           " chunks per stage runs ", parallel::chunked_pipe_schedules_text(), ", not '",
-           options_.schedule, "'");
+           " or more stages of a PipelineModule of virtual_stages >= ", schedule.min_virtual_stages,
+           " (this one: ", module_.num_stages(), " stages x ", v, " virtual stages)");
+  TS_CHECK(schedule.takes_virtual_stages(v), "PipelineEngine: a PipelineModule of virtual_stages ",
+           v, " (model chunks per stage) runs ", parallel::virtual_stage_pipe_schedules_text(),
+           ", not '", options_.schedule, "'");
   sent_meta_.resize(static_cast<size_t>(v));
   rng_before_chunk_.assign(static_cast<size_t>(v), 0);
   received_meta_.resize(static_cast<size_t>(v));

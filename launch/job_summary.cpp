@@ -13,7 +13,7 @@ namespace {
 void describe_pipeline(std::ostream& out, const Job& job) {
   const io::TrainConfig& cfg = job.config;
   const parallel::PipelineModule& model = *job.pipeline_module;
-  const int64_t tp = cfg.tensor_parallel.autotp_size, v = model.num_chunks();
+  const int64_t tp = cfg.tensor_parallel.autotp_size, v = model.virtual_stages();
   const auto& b = model.bounds();
   out << cfg.model.type << " pipeline: " << cfg.pipeline.stages << " stages x " << job.data_size()
       << " data-parallel"

@@ -161,7 +161,7 @@ std::vector<PipelineStageEstimate> estimate_pipeline_memory(const io::TrainConfi
     e.state = model_state_bytes(cfg, layout_of(stage, dp), zero, dp);
     // Each chunk's layers (one chunk but with the interleaved schedule) and what they keep.
     std::vector<int64_t> chunk_bytes;
-    for (int64_t c = 0; c < stage.num_chunks(); ++c) {
+    for (int64_t c = 0; c < stage.virtual_stages(); ++c) {
       const size_t part = static_cast<size_t>(stage.part_of(c));
       const int64_t first = stage.bounds()[part], last = stage.bounds()[part + 1];
       chunk_bytes.push_back(entry.stage_activation_bytes
@@ -170,7 +170,7 @@ std::vector<PipelineStageEstimate> estimate_pipeline_memory(const io::TrainConfi
       e.layers.emplace_back(first, last);
     }
     e.activations = parallel::peak_activation_bytes(
-        parallel::train_schedule(cfg.pipeline.schedule, m, p, s, stage.num_chunks())->steps(),
+        parallel::train_schedule(cfg.pipeline.schedule, m, p, s, stage.virtual_stages())->steps(),
         chunk_bytes);
     // A tied module's copy (not a parameter of this stage): its weights and their gradient.
     for (const auto& [key, holders] : stage.tied_stages())

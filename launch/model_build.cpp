@@ -41,7 +41,7 @@ parallel::PipelineModuleOptions pipeline_module_options(
     std::shared_ptr<parallel::ProcessGroup> tp) {
   parallel::PipelineModuleOptions po;
   po.num_stages = cfg.pipeline.stages;
-  po.num_chunks = parallel::pipeline_chunks(cfg);
+  po.virtual_stages = parallel::pipeline_virtual_stages(cfg);
   po.partition_method = cfg.pipeline.partition;
   po.activation_checkpoint_interval = cfg.pipeline.activation_checkpoint_interval;
   if (parallel::activation_checkpointing_config(cfg).enabled) {

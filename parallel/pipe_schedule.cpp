@@ -144,19 +144,20 @@ std::vector<PipeStep> DataParallelSchedule::steps() const {
 }
 
 InterleavedSchedule::InterleavedSchedule(int64_t micro_batches, int64_t stages, int64_t stage_id,
-                                         int64_t chunks)
-    : PipeSchedule(micro_batches, stages, stage_id), chunks_(chunks) {
-  TS_CHECK(chunks >= 1, "interleaved schedule: chunks must be >= 1, got ", chunks);
+                                         int64_t virtual_stages)
+    : PipeSchedule(micro_batches, stages, stage_id), virtual_stages_(virtual_stages) {
+  TS_CHECK(virtual_stages >= 1, "interleaved schedule: virtual_stages must be >= 1, got ",
+           virtual_stages);
   TS_CHECK(micro_batches % stages == 0, "interleaved schedule: ", micro_batches,
            " micro-batches are not a multiple of the ", stages, " stages (Megatron's condition)");
 }
 
 int64_t InterleavedSchedule::num_pipe_buffers() const {
-  return chunks_ * micro_batches_;  // one per chunk and micro-batch: buffer chunk * m + mb
+  return virtual_stages_ * micro_batches_;  // one per chunk and micro-batch: buffer chunk * m + mb
 }
 
 std::vector<PipeStep> InterleavedSchedule::steps() const {
-  const int64_t p = stages_, v = chunks_, m = micro_batches_, r = stage_id_, total = m * v;
+  const int64_t p = stages_, v = virtual_stages_, m = micro_batches_, r = stage_id_, total = m * v;
   // The k-th forward (backward) of this stage: groups of p micro-batches, chunk by chunk
   // (backwards from the last chunk), as Megatron orders them.
   auto micro_batch = [&](int64_t k) { return k / (p * v) * p + k % p; };

@@ -27,14 +27,14 @@ std::vector<PipeScheduleEntry> builtin_pipe_schedules() {
       .doc =
           "Megatron's interleaved 1F1B over virtual_stages model chunks per stage (a smaller "
           "bubble)",
-      .min_chunks = 2,
-      .max_chunks = 0,
-      .default_chunks = 2,
+      .min_virtual_stages = 2,
+      .max_virtual_stages = 0,
+      .default_virtual_stages = 2,
       .min_stages = 2,
       .micro_batches_multiple_of_stages = true,
-      .build = [](int64_t m, int64_t s, int64_t id, int64_t chunks) {
+      .build = [](int64_t m, int64_t s, int64_t id, int64_t virtual_stages) {
         return std::unique_ptr<PipeSchedule>(
-            std::make_unique<InterleavedSchedule>(m, s, id, chunks));
+            std::make_unique<InterleavedSchedule>(m, s, id, virtual_stages));
       }};
   return {one_f_one_b, zb_h1, interleaved};
 }
@@ -59,17 +59,17 @@ std::string registered_pipe_schedule_list() {
   return pipe_schedule_registry().list();
 }
 void register_pipe_schedule(PipeScheduleEntry entry) {
-  TS_CHECK(
-      entry.min_chunks >= 1 && entry.min_stages >= 1 && entry.takes_chunks(entry.default_chunks),
-      "parallel::register_pipe_schedule: '", entry.type,
-      "' needs min_chunks and min_stages >= 1 and a default_chunks it takes");
+  TS_CHECK(entry.min_virtual_stages >= 1 && entry.min_stages >= 1 &&
+               entry.takes_virtual_stages(entry.default_virtual_stages),
+           "parallel::register_pipe_schedule: '", entry.type,
+           "' needs min_virtual_stages and min_stages >= 1 and a default_virtual_stages it takes");
   pipe_schedule_registry().add(std::move(entry), "parallel::register_pipe_schedule");
 }
 
-std::string chunked_pipe_schedules_text() {
+std::string virtual_stage_pipe_schedules_text() {
   std::vector<std::string> types;
   for (const std::string& t : registered_pipe_schedules())
-    if (find_pipe_schedule(t).takes_chunks(2)) types.push_back(t);
+    if (find_pipe_schedule(t).takes_virtual_stages(2)) types.push_back(t);
   if (types.empty()) return "no registered schedule";
   std::string out = types.size() == 1 ? "the " : "one of the ";
   for (size_t i = 0; i < types.size(); ++i) out += (i ? ", " : "") + types[i];
@@ -77,13 +77,14 @@ std::string chunked_pipe_schedules_text() {
 }
 
 std::unique_ptr<PipeSchedule> train_schedule(const std::string& name, int64_t micro_batches,
-                                             int64_t stages, int64_t stage_id, int64_t chunks) {
-  return find_pipe_schedule(name).build(micro_batches, stages, stage_id, chunks);
+                                             int64_t stages, int64_t stage_id,
+                                             int64_t virtual_stages) {
+  return find_pipe_schedule(name).build(micro_batches, stages, stage_id, virtual_stages);
 }
 
-int64_t pipeline_chunks(const io::TrainConfig& cfg) {
+int64_t pipeline_virtual_stages(const io::TrainConfig& cfg) {
   const int64_t v = cfg.pipeline.virtual_stages;
-  return v > 0 ? v : find_pipe_schedule(cfg.pipeline.schedule).default_chunks;
+  return v > 0 ? v : find_pipe_schedule(cfg.pipeline.schedule).default_virtual_stages;
 }
 
 void check_pipeline_schedule(io::TrainConfig& cfg) {
@@ -92,12 +93,13 @@ void check_pipeline_schedule(io::TrainConfig& cfg) {
   TS_CHECK(has_pipe_schedule(p.schedule), source, ": 'pipeline.schedule' is \"", p.schedule,
            "\", expected one of ", registered_pipe_schedule_list());
   const PipeScheduleEntry& e = find_pipe_schedule(p.schedule);
-  if (p.virtual_stages == 0) p.virtual_stages = e.default_chunks;
-  TS_CHECK(e.takes_chunks(p.virtual_stages), source, ": 'pipeline.virtual_stages' is ",
+  if (p.virtual_stages == 0) p.virtual_stages = e.default_virtual_stages;
+  TS_CHECK(e.takes_virtual_stages(p.virtual_stages), source, ": 'pipeline.virtual_stages' is ",
            p.virtual_stages, ": ",
-           e.takes_chunks(2) ? "the " + e.type + " schedule needs " + std::to_string(e.min_chunks) +
-                                   " or more model chunks per stage"
-                             : "model chunks per stage need " + chunked_pipe_schedules_text());
+           e.takes_virtual_stages(2)
+               ? "the " + e.type + " schedule needs " + std::to_string(e.min_virtual_stages) +
+                     " or more model chunks per stage"
+               : "model chunks per stage need " + virtual_stage_pipe_schedules_text());
   TS_CHECK(p.stages >= e.min_stages, source, ": 'pipeline.schedule' \"", e.type, "\" needs ",
            "'stages' >= ", e.min_stages);
   TS_CHECK(!e.micro_batches_multiple_of_stages || cfg.gradient_accumulation_steps % p.stages == 0,

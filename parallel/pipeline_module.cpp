@@ -57,10 +57,10 @@ PipelineModule::PipelineModule(std::vector<LayerSpec> specs, PipeLossFn loss_fn,
       loss_fn_(std::move(loss_fn)),
       stage_id_(stage_id),
       options_(std::move(options)) {
-  const int64_t p = options_.num_stages, v = options_.num_chunks, n = num_layers();
+  const int64_t p = options_.num_stages, v = options_.virtual_stages, n = num_layers();
   TS_CHECK(p >= 1 && stage_id >= 0 && stage_id < p, "PipelineModule: stage ", stage_id, " of ", p,
            " stages");
-  TS_CHECK(v >= 1, "PipelineModule: num_chunks must be >= 1, got ", v);
+  TS_CHECK(v >= 1, "PipelineModule: virtual_stages must be >= 1, got ", v);
   TS_CHECK(n >= p * v, "PipelineModule: ", n, " layers cannot fill ", p, " stages",
            v > 1 ? " x " + std::to_string(v) + " chunks" : std::string());
   for (int64_t i = 0; i < n; ++i)
@@ -124,8 +124,8 @@ void PipelineModule::build_layer(int64_t chunk, int64_t i) {
 }
 
 PipeValue PipelineModule::forward(const PipeValue& x, int64_t chunk) {
-  TS_CHECK(chunk >= 0 && chunk < num_chunks(), "PipelineModule: chunk ", chunk, " of ",
-           num_chunks());
+  TS_CHECK(chunk >= 0 && chunk < virtual_stages(), "PipelineModule: chunk ", chunk, " of ",
+           virtual_stages());
   nn::ModuleScope scope(*this);
   if (tied_copies_) tied_copies_->train(is_training());  // (outside the tree: set here)
   const auto& positions = positions_[static_cast<size_t>(chunk)];
@@ -243,7 +243,7 @@ int64_t PipelineModule::layer_of(const std::string& param) const {
 }
 
 bool PipelineModule::holds(int64_t layer) const {
-  for (int64_t c = 0; c < num_chunks(); ++c)
+  for (int64_t c = 0; c < virtual_stages(); ++c)
     if (layer >= bounds_[static_cast<size_t>(part_of(c))] &&
         layer < bounds_[static_cast<size_t>(part_of(c) + 1)])
       return true;

@@ -46,8 +46,8 @@ The pipeline schedules a training config's "pipeline.schedule" can name, with th
 per stage ("pipeline.virtual_stages") each takes and its default, the stages it needs and its
 condition on a step's micro-batches: the entries the config check, the PipelineEngine and
 estimate-memory read.
---json: {"pipeline_schedules": [{"type", "doc", "min_chunks", "max_chunks" (0: no limit),
-"default_chunks", "min_stages", "micro_batches_multiple_of_stages"}]}
+--json: {"pipeline_schedules": [{"type", "doc", "min_virtual_stages", "max_virtual_stages" (0: no limit),
+"default_virtual_stages", "min_stages", "micro_batches_multiple_of_stages"}]}
 --markdown: the table docs/parallelism.md holds.
 )";
 
@@ -183,24 +183,24 @@ int pipeline_schedules_main(int argc, char** argv) {
               << "|---|---|---|---|---|---|\n";
   for (const std::string& type : parallel::registered_pipe_schedules()) {
     const parallel::PipeScheduleEntry& e = parallel::find_pipe_schedule(type);
-    const std::string chunks =
-        e.max_chunks == 0 ? ">= " + std::to_string(e.min_chunks)
-        : e.min_chunks == e.max_chunks
-            ? std::to_string(e.min_chunks)
-            : std::to_string(e.min_chunks) + " to " + std::to_string(e.max_chunks);
+    const std::string range =
+        e.max_virtual_stages == 0 ? ">= " + std::to_string(e.min_virtual_stages)
+        : e.min_virtual_stages == e.max_virtual_stages
+            ? std::to_string(e.min_virtual_stages)
+            : std::to_string(e.min_virtual_stages) + " to " + std::to_string(e.max_virtual_stages);
     const std::string micro = e.micro_batches_multiple_of_stages ? "a multiple of stages" : "any";
     if (*f == Format::Markdown)
-      std::cout << "| `" << type << "` | " << chunks << " | " << e.default_chunks
+      std::cout << "| `" << type << "` | " << range << " | " << e.default_virtual_stages
                 << " | >= " << e.min_stages << " | " << micro << " | " << e.doc << " |\n";
     else if (*f == Format::Text)
-      std::cout << type << ": " << e.doc << "\n  virtual_stages " << chunks << " (default "
-                << e.default_chunks << "), stages >= " << e.min_stages
+      std::cout << type << ": " << e.doc << "\n  virtual_stages " << range << " (default "
+                << e.default_virtual_stages << "), stages >= " << e.min_stages
                 << ", micro-batches per step: " << micro << "\n";
     all.push_back({{"type", type},
                    {"doc", e.doc},
-                   {"min_chunks", e.min_chunks},
-                   {"max_chunks", e.max_chunks},
-                   {"default_chunks", e.default_chunks},
+                   {"min_virtual_stages", e.min_virtual_stages},
+                   {"max_virtual_stages", e.max_virtual_stages},
+                   {"default_virtual_stages", e.default_virtual_stages},
                    {"min_stages", e.min_stages},
                    {"micro_batches_multiple_of_stages", e.micro_batches_multiple_of_stages}});
   }

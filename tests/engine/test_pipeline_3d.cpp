@@ -72,7 +72,7 @@ void check_3d(const std::string& schedule, bool sequence_parallel) {
   whole.load_saved_state(reference.state_dict());
   parallel::PipelineModuleOptions o;
   o.num_stages = 2;
-  o.num_chunks = chunks;
+  o.virtual_stages = chunks;
   o.partition_method = "uniform";
   parallel::PipelineModule piped(models::gpt2_pipeline_layers(c, tp, sequence_parallel),
                                  models::gpt2_pipeline_loss(tp), topo, o);  // (stage: the rank's)

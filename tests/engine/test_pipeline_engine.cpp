@@ -86,13 +86,13 @@ void check_against_one_process(const std::vector<LayerSpec>& specs, const char* 
   const int64_t m = 4, steps = 3;
   parallel::PipelineModuleOptions o;
   o.num_stages = p;
-  o.num_chunks = chunks;
+  o.virtual_stages = chunks;
   o.partition_method = "uniform";
   o.seed_layers = true;
   o.base_seed = 5;
   parallel::PipelineModule piped(specs, mse, s, o);
   o.num_stages = 1;
-  o.num_chunks = 1;
+  o.virtual_stages = 1;
   parallel::PipelineModule whole(specs, mse, 0, o);
   engine::PipelineEngine engine(piped, world, sgd(piped), {m, schedule});
   auto opt = sgd(whole);
@@ -234,12 +234,13 @@ TEST_CASE("pipeline engine: forward/backward/step point to train_batch; schedule
                                       "(registered: 1f1b, zb-h1, interleaved"));
   CHECK_THROWS_WITH(engine::PipelineEngine(piped, world, sgd(piped), {2, "interleaved"}),
                     doctest::Contains("interleaved schedule needs 2 or more stages of a "
-                                      "PipelineModule of num_chunks >= 2"));
+                                      "PipelineModule of virtual_stages >= 2"));
   if (world->size() * 2 > 6) return;
-  o.num_chunks = 2;
+  o.virtual_stages = 2;
   parallel::PipelineModule chunked(mlp(), mse, world->rank(), o);
-  CHECK_THROWS_WITH(engine::PipelineEngine(chunked, world, sgd(chunked), {2, "1f1b"}),
-                    doctest::Contains("2 chunks per stage runs the interleaved schedule"));
+  CHECK_THROWS_WITH(
+      engine::PipelineEngine(chunked, world, sgd(chunked), {2, "1f1b"}),
+      doctest::Contains("virtual_stages 2 (model chunks per stage) runs the interleaved schedule"));
 }
 
 TEST_SUITE_END();

@@ -23,12 +23,13 @@
 //
 // Dropout: each stage draws its masks at the generator offsets one process running the whole
 // model on the same micro-batches would (learnt on the first batch: each stage's forward draws a
-// fixed count; with chunks, a forward of micro-batch 0 through every part in order counts
+// fixed count; with virtual stages, a forward of micro-batch 0 through every part in order counts
 // them first), so a pipeline with dropout reproduces one process.
 //
 // Interleaved: stage s holds model chunks s, s + p, ...; the last stage's chunk c sends its
 // activations to the first stage's chunk c + 1 (and gradients come back the same way). The
-// stage's Engine counts a micro-batch per `chunks` backwards and reduces in the batch's last.
+// stage's Engine counts a micro-batch per `virtual_stages` backwards and reduces in the batch's
+// last.
 //
 // ZB-H1 (options.schedule "zb-h1"): each backward in two halves (autograd/split_backward.h):
 // BackwardInputPass gives the stage input's gradient, which goes back at once;
@@ -70,7 +71,7 @@ struct PipelineEngineOptions {
   int64_t micro_batches = 1;
   // "1f1b": DeepSpeed's TrainSchedule. "zb-h1": ZeroBubbleH1Schedule, each backward split into
   // the input gradient and the weights' (deferred into what would be 1F1B's bubble).
-  // "interleaved": Megatron's InterleavedSchedule over a PipelineModule of num_chunks >= 2
+  // "interleaved": Megatron's InterleavedSchedule over a PipelineModule of virtual_stages >= 2
   // (2 or more stages; micro_batches a multiple of the stages). Empty: the config's
   // pipeline.schedule ("1f1b" without a config).
   std::string schedule;
@@ -169,7 +170,7 @@ class PipelineEngine {
   // to and come from (the last stage's chunk c feeds the first stage's chunk c + 1).
   bool first_part(int64_t chunk) const { return is_first_stage() && chunk == 0; }
   bool last_part(int64_t chunk) const {
-    return is_last_stage() && chunk == module_.num_chunks() - 1;
+    return is_last_stage() && chunk == module_.virtual_stages() - 1;
   }
   int next_stage() const {
     return static_cast<int>((module_.stage_id() + 1) % module_.num_stages());

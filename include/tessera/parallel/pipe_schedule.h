@@ -5,8 +5,9 @@
 //                         backward slot; at most p - stage micro-batches in flight.
 //   InferenceSchedule     forward only, two buffers.
 //   DataParallelSchedule  one stage: forward and backward of each micro-batch, then the step.
-//   InterleavedSchedule   Megatron's interleaved 1F1B: `chunks` model chunks per stage (virtual
-//                         stages s, s + p, ...), bubble (p - 1) / (v m + p - 1) at unit cost.
+//   InterleavedSchedule   Megatron's interleaved 1F1B: `virtual_stages` v model chunks per
+//                         stage (stage s holds chunks s, s + p, ...), bubble
+//                         (p - 1) / (v m + p - 1) at unit cost.
 //   ZeroBubbleH1Schedule  ZB-H1 (Qi et al. 2023): backward split into the input gradient
 //                         (BackwardInputPass, on the critical path) and the weight gradient
 //                         (BackwardWeightPass, deferred into the bubble), with 1F1B's bound on
@@ -107,13 +108,14 @@ class DataParallelSchedule : public PipeSchedule {
 class InterleavedSchedule : public PipeSchedule {
  public:
   // micro_batches must be a multiple of stages (Megatron's condition).
-  InterleavedSchedule(int64_t micro_batches, int64_t stages, int64_t stage_id, int64_t chunks);
+  InterleavedSchedule(int64_t micro_batches, int64_t stages, int64_t stage_id,
+                      int64_t virtual_stages);
   std::vector<PipeStep> steps() const override;
   int64_t num_pipe_buffers() const override;
-  int64_t chunks() const { return chunks_; }
+  int64_t virtual_stages() const { return virtual_stages_; }
 
  private:
-  int64_t chunks_;
+  int64_t virtual_stages_;
 };
 
 class ZeroBubbleH1Schedule : public PipeSchedule {
@@ -124,10 +126,11 @@ class ZeroBubbleH1Schedule : public PipeSchedule {
 };
 
 // The training schedule a PipelineEngine runs, by the config's name ("1f1b", "zb-h1",
-// "interleaved" of `chunks` model chunks per stage): the pipeline schedule registry's entry
+// "interleaved" of `virtual_stages` model chunks per stage): the pipeline schedule registry's entry
 // (pipe_schedule_registry.h) builds it.
 std::unique_ptr<PipeSchedule> train_schedule(const std::string& name, int64_t micro_batches,
-                                             int64_t stages, int64_t stage_id, int64_t chunks = 1);
+                                             int64_t stages, int64_t stage_id,
+                                             int64_t virtual_stages = 1);
 
 // The most micro-batches whose activations a stage's stream keeps at once: from its
 // ForwardPass to the pass that ends its backward (BackwardPass; ZB's BackwardWeightPass).

@@ -24,7 +24,7 @@
 // (the layers of other types run alone, not checkpointed), so a stage's transformer blocks
 // group as in one process wherever the stage boundaries fall. The checkpoints go through
 // `checkpointing` (the config's activation_checkpointing section) when given.
-// With num_chunks v > 1 (the interleaved schedule's virtual stages) the layers split into
+// With virtual_stages v > 1 (the interleaved schedule's virtual stages) the layers split into
 // p x v parts and stage s builds parts s, s + p, ...; forward(x, c) runs its chunk c.
 #pragma once
 #include <cstdint>
@@ -107,9 +107,10 @@ using PipeLossFn = std::function<Tensor(const PipeValue& outputs, const PipeValu
 
 struct PipelineModuleOptions {
   int64_t num_stages = 1;
-  // Model chunks per stage (Megatron's virtual pipeline stages, for the interleaved schedule):
-  // the layers split into num_stages x num_chunks parts, stage s holding parts s, s + p, ...
-  int64_t num_chunks = 1;
+  // Model chunks per stage (pipeline.virtual_stages: Megatron's virtual pipeline stages, for
+  // the interleaved schedule):
+  // the layers split into num_stages x virtual_stages parts, stage s holding parts s, s + p, ...
+  int64_t virtual_stages = 1;
   std::string partition_method = "parameters";  // DeepSpeed's default
   std::vector<int64_t> partition_bounds;        // explicit (parts + 1), else the method
   bool seed_layers = false;
@@ -135,7 +136,7 @@ class PipelineModule : public nn::Module {
   int64_t num_stages() const { return options_.num_stages; }
   const PipelineModuleOptions& options() const { return options_; }
   int64_t stage_id() const { return stage_id_; }
-  int64_t num_chunks() const { return options_.num_chunks; }
+  int64_t virtual_stages() const { return options_.virtual_stages; }
   // Every part's layers: part c * num_stages + s is stage s's chunk c.
   const std::vector<int64_t>& bounds() const { return bounds_; }
   int64_t part_of(int64_t chunk) const { return chunk * num_stages() + stage_id_; }
