@@ -7,6 +7,7 @@
 #include "tessera/error.h"
 #include "tessera/grad_mode.h"
 #include "tessera/ops.h"
+#include "tessera/parallel/pipeline_config.h"
 
 namespace tessera::engine {
 
@@ -61,7 +62,7 @@ PipelineEngine::PipelineEngine(parallel::PipelineModule& module,
                                const io::TrainConfig& config, InitializeOptions init,
                                PipelineEngineOptions options)
     : module_(module), pipe_(std::move(pipe)), options_(std::move(options)) {
-  if (options_.schedule.empty()) options_.schedule = config.pipeline.schedule;
+  if (options_.schedule.empty()) options_.schedule = parallel::pipeline_config(config).schedule;
   if (!options_.tensor_parallel_group) options_.tensor_parallel_group = init.tensor_parallel_group;
   // The groups setup() makes (data, tied) inherit the world's timeout: a stopped stage ends
   // the job within distributed.timeout_s, naming the rank and the operation.

@@ -104,6 +104,22 @@ void parse_registered_sections(Section& root, TrainConfig& c) {
   }
 }
 
+int64_t data_parallel_size(const TrainConfig& c, int64_t world) {
+  int64_t remaining = world;  // (divided factor by factor: no product to overflow)
+  bool divides = true;
+  std::string factors;  // "tensor_parallel.autotp_size 4 x pipeline.stages 2": the ones > 1
+  for (const ConfigSectionEntry& e : registered_config_sections()) {
+    if (!e.replica_ranks) continue;
+    const auto [key, ranks] = e.replica_ranks(c.sections.at(e.type));
+    if (ranks > 1) factors += (factors.empty() ? "" : " x ") + key + " " + std::to_string(ranks);
+    divides = divides && remaining % ranks == 0;
+    if (divides) remaining /= ranks;
+  }
+  TS_CHECK(divides, c.source, ": the job's ", world, " ranks do not divide into ", factors,
+           " (ranks = data-parallel size x the ranks of one model replica)");
+  return remaining;
+}
+
 void check_registered_sections(TrainConfig& c) {
   for (const ConfigSectionEntry& e : registered_config_sections())
     if (e.check) e.check(c);

@@ -15,8 +15,6 @@ void parse_batch(Section& root, TrainConfig& c);
 void parse_optimizer(Section o, TrainConfig& c);
 void parse_scheduler(Section s, TrainConfig& c);
 void parse_precision(Section& root, TrainConfig& c);
-void parse_tensor_parallel(Section s, TrainConfig& c);
-void parse_pipeline(Section s, TrainConfig& c);  // train_config_pipeline.cpp
 void parse_communication(Section& root, TrainConfig& c);
 void parse_monitoring(Section& root, TrainConfig& c);
 
@@ -27,6 +25,10 @@ void parse_train(Section t, TrainConfig& c);
 // The sections higher layers own (config_section_registry.cpp): each parsed from the root, or
 // its defaults; then each one's rules that span sections.
 void parse_registered_sections(Section& root, TrainConfig& c);
+// The data-parallel size of a job of `world` ranks: divided by every registered section's ranks
+// per model replica (tensor_parallel.autotp_size, pipeline.stages); an error if they do not
+// divide it.
+int64_t data_parallel_size(const TrainConfig& c, int64_t world);
 void check_registered_sections(TrainConfig& c);
 
 // model.init_from (train_config_init_from.cpp): the HF directory's config.json fills the

@@ -94,13 +94,6 @@ void parse_precision(Section& root, TrainConfig& c) {
            ": 'fp16.enabled' and 'bf16.enabled' cannot both be true");
 }
 
-void parse_tensor_parallel(Section s, TrainConfig& c) {
-  auto& tp = c.tensor_parallel;
-  s.get_min<int64_t>("autotp_size", tp.autotp_size, 1, "a positive integer");
-  s.get("sequence_parallel", tp.sequence_parallel);
-  s.warn_unknown();
-}
-
 void parse_communication(Section& root, TrainConfig& c) {
   const std::string& source = root.source();
   root.get("prescale_gradients", c.prescale_gradients);
@@ -252,13 +245,10 @@ TrainConfig parse_document(const json& j, int64_t world, const std::string& sour
   Section root(j, "", source, c.warnings, c.unknown_keys, recorder);
   root.get("strict", c.strict);
   root.note("strict", "unknown keys are errors (else warnings)");
-  if (root.has("tensor_parallel")) config::parse_tensor_parallel(root.sub("tensor_parallel"), c);
-  if (root.has("pipeline")) config::parse_pipeline(root.sub("pipeline"), c);
-  const int64_t tp = c.tensor_parallel.autotp_size, pp = c.pipeline.stages;
-  TS_CHECK(world % (tp * pp) == 0, source, ": the job's ", world,
-           " ranks do not divide into tensor_parallel.autotp_size ", tp, " x pipeline.stages ", pp,
-           " (ranks = pipeline stages x data-parallel size x autotp_size)");
-  c.world_size = world / (tp * pp);
+  // (The sections higher layers own first: tensor_parallel and pipeline decide the data-parallel
+  // size the batch triple is resolved for.)
+  config::parse_registered_sections(root, c);
+  c.world_size = config::data_parallel_size(c, world);
   config::parse_batch(root, c);
   if (root.has("optimizer")) config::parse_optimizer(root.sub("optimizer"), c);
   if (root.has("scheduler")) config::parse_scheduler(root.sub("scheduler"), c);
@@ -266,7 +256,6 @@ TrainConfig parse_document(const json& j, int64_t world, const std::string& sour
   root.expect("gradient_clipping", c.gradient_clipping >= 0, c.gradient_clipping, ">= 0 (0 = off)");
   root.get("dataloader_drop_last", c.dataloader_drop_last);
   config::parse_precision(root, c);
-  config::parse_registered_sections(root, c);
   config::parse_communication(root, c);
   config::parse_monitoring(root, c);
   if (root.has("model")) config::parse_model(root.sub("model"), c);

@@ -6,6 +6,8 @@
 #include "tessera/launch/model_build.h"
 #include "tessera/launch/train_data.h"
 #include "tessera/parallel/pipe_schedule_registry.h"
+#include "tessera/parallel/pipeline_config.h"
+#include "tessera/parallel/tensor_parallel_config.h"
 
 namespace tessera::launch {
 
@@ -15,11 +17,12 @@ namespace {
 void check_pipeline_config(const io::TrainConfig& cfg) {
   TS_CHECK(Device::parse(cfg.train.device).is_cpu(), "pipeline: train.device ", cfg.train.device,
            ": pipelines run on the CPU (MPI) so far");
-  const int64_t tp = cfg.tensor_parallel.autotp_size;
-  TS_CHECK(!cfg.tensor_parallel.sequence_parallel || cfg.model.block_size % tp == 0,
-           "tensor_parallel.sequence_parallel: model.block_size ", cfg.model.block_size,
-           " does not divide among autotp_size ", tp,
-           " ranks (each stage passes every rank's chunk of the sequence)");
+  const int64_t tp = parallel::tensor_parallel_config(cfg).autotp_size;
+  TS_CHECK(
+      !parallel::tensor_parallel_config(cfg).sequence_parallel || cfg.model.block_size % tp == 0,
+      "tensor_parallel.sequence_parallel: model.block_size ", cfg.model.block_size,
+      " does not divide among autotp_size ", tp,
+      " ranks (each stage passes every rank's chunk of the sequence)");
 }
 
 void build_pipeline(Job& job) {
@@ -60,16 +63,16 @@ void build_model_and_engine(Job& job) {
 }  // namespace
 
 JobGroups job_groups(const io::TrainConfig& cfg, std::shared_ptr<parallel::ProcessGroup> world) {
-  const int tp = static_cast<int>(cfg.tensor_parallel.autotp_size);
+  const int tp = static_cast<int>(parallel::tensor_parallel_config(cfg).autotp_size);
   // (TrainConfig::parse checked that its world divides; this is that world.)
-  TS_CHECK(cfg.world_size * tp * cfg.pipeline.stages == world->size(),
+  TS_CHECK(cfg.world_size * tp * parallel::pipeline_config(cfg).stages == world->size(),
            "launch::build: the config's batch was resolved for ",
-           cfg.world_size * tp * cfg.pipeline.stages,
+           cfg.world_size * tp * parallel::pipeline_config(cfg).stages,
            " ranks (TrainConfig's world size) but the job has ", world->size());
   JobGroups g{.world = world, .data = world};
-  if (cfg.pipeline.stages > 1) {
+  if (parallel::pipeline_config(cfg).stages > 1) {
     // 3D: stages x data-parallel replicas x tensor-parallel ranks (the last varies fastest).
-    g.topology = engine::pipe_model_data_topology(cfg.pipeline.stages, tp);
+    g.topology = engine::pipe_model_data_topology(parallel::pipeline_config(cfg).stages, tp);
     g.stage = g.topology->coords_of(world->rank()).at("pipe");
     g.pipe = g.topology->group_for(*world, "pipe");
     g.data = g.topology->group_for(*world, "data");
@@ -138,10 +141,10 @@ std::unique_ptr<Job> build(io::TrainConfig cfg, std::shared_ptr<parallel::Proces
   models::check_model_config(cfg);         // (a config not read through read_config)
   parallel::check_pipeline_schedule(cfg);  // (a config built in code)
   job->config = std::move(cfg);
-  if (job->config.pipeline.stages > 1) check_pipeline_config(job->config);
+  if (parallel::pipeline_config(job->config).stages > 1) check_pipeline_config(job->config);
   job->groups = job_groups(job->config, world);
   job->corpus = shared_corpus(job->config, *world);
-  if (job->config.pipeline.stages > 1)
+  if (parallel::pipeline_config(job->config).stages > 1)
     build_pipeline(*job);
   else
     build_model_and_engine(*job);

@@ -11,7 +11,9 @@
 #include "tessera/models/model_registry.h"
 #include "tessera/optim/optimizer_registry.h"
 #include "tessera/parallel/pipe_schedule.h"
+#include "tessera/parallel/pipeline_config.h"
 #include "tessera/parallel/shape_only_group.h"
+#include "tessera/parallel/tensor_parallel_config.h"
 #include "tessera/parallel/zero_optimizer.h"
 
 namespace tessera::launch {
@@ -23,8 +25,8 @@ models::ActivationPlan activation_plan(const io::TrainConfig& cfg) {
   models::ActivationPlan p;
   p.batch = cfg.micro_batch_size;
   p.sequence = cfg.model.block_size;
-  p.tensor_parallel = cfg.tensor_parallel.autotp_size;
-  p.sequence_parallel = cfg.tensor_parallel.sequence_parallel;
+  p.tensor_parallel = parallel::tensor_parallel_config(cfg).autotp_size;
+  p.sequence_parallel = parallel::tensor_parallel_config(cfg).sequence_parallel;
   p.dtype = cfg.model_dtype();
   const parallel::ActivationCheckpointingOptions& ac =
       parallel::activation_checkpointing_config(cfg);
@@ -47,7 +49,7 @@ std::optional<int64_t> activation_bytes(const io::TrainConfig& cfg, int64_t voca
 // A tensor-parallel rank's layers are built over a group that only has a size: rank 0's
 // shards, and every rank's are alike.
 std::shared_ptr<parallel::ProcessGroup> shape_only_tensor_group(const io::TrainConfig& cfg) {
-  const int64_t tp = cfg.tensor_parallel.autotp_size;
+  const int64_t tp = parallel::tensor_parallel_config(cfg).autotp_size;
   return tp > 1 ? std::make_shared<parallel::ShapeOnlyGroup>(static_cast<int>(tp)) : nullptr;
 }
 
@@ -115,8 +117,10 @@ std::optional<int64_t> config_vocab_size(const io::TrainConfig& cfg) {
 }
 
 MemoryEstimate estimate_memory(const io::TrainConfig& cfg, int64_t vocab) {
-  TS_CHECK(cfg.pipeline.stages <= 1, "estimate_memory: a pipeline config (pipeline.stages ",
-           cfg.pipeline.stages, ") is estimated stage by stage: estimate_pipeline_memory");
+  TS_CHECK(parallel::pipeline_config(cfg).stages <= 1,
+           "estimate_memory: a pipeline config (pipeline.stages ",
+           parallel::pipeline_config(cfg).stages,
+           ") is estimated stage by stage: estimate_pipeline_memory");
   // The run's own model (with autotp_size, a rank's tensor-parallel shard): what it holds is
   // what the engine will see.
   const std::unique_ptr<nn::Module> model = fresh_model(cfg, vocab, shape_only_tensor_group(cfg));
@@ -152,7 +156,7 @@ std::vector<PipelineStageEstimate> estimate_pipeline_memory(const io::TrainConfi
             zero = static_cast<int>(parallel::zero_config(cfg).stage);
   models::ActivationPlan plan = activation_plan(cfg);
   plan.layers_per_checkpoint = po.activation_checkpoint_interval;
-  const int64_t p = cfg.pipeline.stages, m = cfg.gradient_accumulation_steps;
+  const int64_t p = parallel::pipeline_config(cfg).stages, m = cfg.gradient_accumulation_steps;
   const int64_t dtype_bytes = static_cast<int64_t>(itemsize(cfg.model_dtype()));
   std::vector<PipelineStageEstimate> out;
   for (int64_t s = 0; s < p; ++s) {
@@ -170,7 +174,9 @@ std::vector<PipelineStageEstimate> estimate_pipeline_memory(const io::TrainConfi
       e.layers.emplace_back(first, last);
     }
     e.activations = parallel::peak_activation_bytes(
-        parallel::train_schedule(cfg.pipeline.schedule, m, p, s, stage.virtual_stages())->steps(),
+        parallel::train_schedule(parallel::pipeline_config(cfg).schedule, m, p, s,
+                                 stage.virtual_stages())
+            ->steps(),
         chunk_bytes);
     // A tied module's copy (not a parameter of this stage): its weights and their gradient.
     for (const auto& [key, holders] : stage.tied_stages())

@@ -4,14 +4,17 @@
 #include "tessera/models/model_registry.h"
 #include "tessera/models/pretrained.h"
 #include "tessera/parallel/pipe_schedule_registry.h"
+#include "tessera/parallel/pipeline_config.h"
 #include "tessera/parallel/process_group.h"
+#include "tessera/parallel/tensor_parallel_config.h"
 
 namespace tessera::launch {
 
 std::unique_ptr<models::PretrainedModel> build_model(const io::TrainConfig& cfg, int64_t vocab,
                                                      std::shared_ptr<parallel::ProcessGroup> tp) {
   manual_seed(cfg.train.seed);
-  const parallel::ParallelContext ctx{std::move(tp), cfg.tensor_parallel.sequence_parallel};
+  const parallel::ParallelContext ctx{std::move(tp),
+                                      parallel::tensor_parallel_config(cfg).sequence_parallel};
   const std::string& init_from = cfg.model.init_from;
   // Tensor parallel: each rank takes its shards of model.init_from's whole model (read first,
   // as it always was, so the generator is where it was when the shards are built).
@@ -40,10 +43,10 @@ parallel::PipelineModuleOptions pipeline_module_options(
     const io::TrainConfig& cfg, const models::PipelineDefinition& definition,
     std::shared_ptr<parallel::ProcessGroup> tp) {
   parallel::PipelineModuleOptions po;
-  po.num_stages = cfg.pipeline.stages;
+  po.num_stages = parallel::pipeline_config(cfg).stages;
   po.virtual_stages = parallel::pipeline_virtual_stages(cfg);
-  po.partition_method = cfg.pipeline.partition;
-  po.activation_checkpoint_interval = cfg.pipeline.activation_checkpoint_interval;
+  po.partition_method = parallel::pipeline_config(cfg).partition;
+  po.activation_checkpoint_interval = parallel::pipeline_config(cfg).activation_checkpoint_interval;
   if (parallel::activation_checkpointing_config(cfg).enabled) {
     po.checkpointing = std::make_shared<parallel::ActivationCheckpointing>(
         parallel::activation_checkpointing_config(cfg), tp);
@@ -68,15 +71,17 @@ std::shared_ptr<parallel::ActivationCheckpointing> attach_activation_checkpointi
 std::unique_ptr<nn::Module> fresh_model(const io::TrainConfig& cfg, int64_t vocab,
                                         std::shared_ptr<parallel::ProcessGroup> tp) {
   return models::find_model(cfg.model.type)
-      .build(cfg, vocab, {std::move(tp), cfg.tensor_parallel.sequence_parallel});
+      .build(cfg, vocab, {std::move(tp), parallel::tensor_parallel_config(cfg).sequence_parallel});
 }
 
 models::PipelineDefinition pipeline_definition(const io::TrainConfig& cfg, int64_t vocab,
                                                std::shared_ptr<parallel::ProcessGroup> tp) {
   const models::ModelEntry& entry = models::find_model(cfg.model.type);
-  TS_CHECK(entry.pipeline, "pipeline.stages ", cfg.pipeline.stages, ": model.type \"", entry.type,
+  TS_CHECK(entry.pipeline, "pipeline.stages ", parallel::pipeline_config(cfg).stages,
+           ": model.type \"", entry.type,
            "\" does not run as a pipeline (its registry entry has no pipeline definition)");
-  return entry.pipeline(cfg, vocab, {std::move(tp), cfg.tensor_parallel.sequence_parallel});
+  return entry.pipeline(cfg, vocab,
+                        {std::move(tp), parallel::tensor_parallel_config(cfg).sequence_parallel});
 }
 
 std::unique_ptr<parallel::PipelineModule> build_pipeline_model(

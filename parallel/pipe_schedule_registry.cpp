@@ -2,6 +2,7 @@
 
 #include "tessera/io/config_section_registry.h"
 #include "tessera/named_registry.h"
+#include "tessera/parallel/pipeline_config.h"
 
 namespace tessera::parallel {
 
@@ -83,12 +84,13 @@ std::unique_ptr<PipeSchedule> train_schedule(const std::string& name, int64_t mi
 }
 
 int64_t pipeline_virtual_stages(const io::TrainConfig& cfg) {
-  const int64_t v = cfg.pipeline.virtual_stages;
-  return v > 0 ? v : find_pipe_schedule(cfg.pipeline.schedule).default_virtual_stages;
+  const PipelineConfig& p = pipeline_config(cfg);
+  return p.virtual_stages > 0 ? p.virtual_stages
+                              : find_pipe_schedule(p.schedule).default_virtual_stages;
 }
 
 void check_pipeline_schedule(io::TrainConfig& cfg) {
-  auto& p = cfg.pipeline;
+  PipelineConfig& p = pipeline_config(cfg);
   const std::string& source = cfg.source;
   TS_CHECK(has_pipe_schedule(p.schedule), source, ": 'pipeline.schedule' is \"", p.schedule,
            "\", expected one of ", registered_pipe_schedule_list());
@@ -109,8 +111,6 @@ void check_pipeline_schedule(io::TrainConfig& cfg) {
 }
 
 namespace {
-// The config reader runs it on every file it reads (io knows no schedule names).
-const io::RegisterConfigCheck kPipelineScheduleCheck{"pipeline.schedule", check_pipeline_schedule};
 const io::DescribeConfigKey kPipelineScheduleKey{
     "pipeline.schedule", [] { return "one of " + registered_pipe_schedule_list(); }};
 }  // namespace

@@ -7,6 +7,8 @@
 #include "tessera/io/json_fields.h"
 #include "tessera/launch/job.h"
 #include "tessera/launch/memory_estimate.h"
+#include "tessera/parallel/pipeline_config.h"
+#include "tessera/parallel/tensor_parallel_config.h"
 #include "tessera/parallel/zero_config.h"
 
 namespace tessera::cli {
@@ -102,13 +104,14 @@ io::TrainConfig read_config(const Args& a, int64_t ranks, int64_t& vocab) {
 int print_pipeline(const Args& a, const io::TrainConfig& cfg, int64_t vocab, int64_t ranks) {
   const std::vector<launch::PipelineStageEstimate> stages =
       launch::estimate_pipeline_memory(cfg, vocab);
-  const int64_t tp = cfg.tensor_parallel.autotp_size, dp = cfg.world_size;
-  const int64_t p = cfg.pipeline.stages, m = cfg.gradient_accumulation_steps;
+  const int64_t tp = parallel::tensor_parallel_config(cfg).autotp_size, dp = cfg.world_size;
+  const int64_t p = parallel::pipeline_config(cfg).stages, m = cfg.gradient_accumulation_steps;
   std::cerr << cfg.model.type << " pipeline: " << p << " stages x " << dp << " data-parallel"
             << (tp > 1 ? " x " + std::to_string(tp) + " tensor-parallel" : std::string()) << ", "
-            << cfg.pipeline.schedule << " schedule"
-            << (cfg.pipeline.virtual_stages > 1
-                    ? " (" + std::to_string(cfg.pipeline.virtual_stages) + " chunks per stage)"
+            << parallel::pipeline_config(cfg).schedule << " schedule"
+            << (parallel::pipeline_config(cfg).virtual_stages > 1
+                    ? " (" + std::to_string(parallel::pipeline_config(cfg).virtual_stages) +
+                          " chunks per stage)"
                     : std::string())
             << ", ZeRO stage " << parallel::zero_config(cfg).stage << ", " << m
             << " micro-batches of " << cfg.micro_batch_size << " x " << cfg.model.block_size
@@ -167,8 +170,8 @@ int estimate_memory_main(int argc, char** argv) {
   TS_CHECK(ranks >= 1, "estimate-memory: --ranks must be >= 1, got ", ranks);
   int64_t vocab = 0;
   io::TrainConfig cfg = read_config(a, ranks, vocab);
-  if (cfg.pipeline.stages > 1) return print_pipeline(a, cfg, vocab, ranks);
-  const int64_t tp = cfg.tensor_parallel.autotp_size;
+  if (parallel::pipeline_config(cfg).stages > 1) return print_pipeline(a, cfg, vocab, ranks);
+  const int64_t tp = parallel::tensor_parallel_config(cfg).autotp_size;
   const launch::MemoryEstimate e = launch::estimate_memory(cfg, vocab);
   std::cerr << e.model_name << ": " << e.parameters << " parameters"
             << (tp > 1 ? " per tensor-parallel rank (autotp_size " + std::to_string(tp) + ")"

@@ -9,6 +9,7 @@
 #include "tessera/engine/trainer.h"
 #include "tessera/io/files.h"
 #include "tessera/launch/job.h"
+#include "tessera/parallel/pipeline_config.h"
 #include "tessera/parallel/process_group.h"
 
 namespace tessera::cli {
@@ -46,7 +47,8 @@ int profile_main(int argc, char** argv) {
   TS_CHECK(a.positional().size() == 1, "profile: expected one CONFIG.json (see --help)");
   auto world = parallel::world();
   io::TrainConfig cfg = launch::read_config(a.positional()[0], world->size());
-  TS_CHECK(cfg.pipeline.stages == 1, "profile: pipeline.stages ", cfg.pipeline.stages,
+  TS_CHECK(parallel::pipeline_config(cfg).stages == 1, "profile: pipeline.stages ",
+           parallel::pipeline_config(cfg).stages,
            ": the flops profiler runs the whole model (set pipeline.stages to 1; `tessera train "
            "--json` reports each stage's bubble)");
   if (world->rank() == 0)

@@ -1,4 +1,5 @@
 #include "tessera/error.h"
+#include "tessera/parallel/pipeline_config.h"
 #include "tessera/trial/deepspeed_config.h"
 #include "tessera/trial/trial.h"
 
@@ -55,7 +56,8 @@ io::TrainConfig DeepSpeedTrialContext::deepspeed_config(const std::string& base_
   io::TrainConfig c =
       io::TrainConfig::parse(overwrite_deepspeed_config(base_path, overrides).dump(),
                              mpu_.data_parallel_world_size, base_path);
-  TS_CHECK(c.pipeline.stages == 1, base_path, ": pipeline.stages ", c.pipeline.stages,
+  TS_CHECK(parallel::pipeline_config(c).stages == 1, base_path, ": pipeline.stages ",
+           parallel::pipeline_config(c).stages,
            ": DeepSpeedTrial's engines do not run pipelines yet (tessera train does)");
   return c;
 }

@@ -8,6 +8,7 @@
 #include "tessera/parallel/pipe_schedule.h"
 #include "tessera/parallel/pipe_schedule_registry.h"
 #include "tessera/parallel/pipe_simulator.h"
+#include "tessera/parallel/pipeline_config.h"
 
 // N-ranks-versus-one-process checks: also run at 2 and 4 ranks (tests/meson.build).
 TEST_SUITE_BEGIN("ranks");
@@ -148,7 +149,7 @@ TEST_CASE("simulator: a receive nobody sends is a deadlock naming the stage") {
 TEST_SUITE_END();
 
 TEST_CASE("the pipeline schedule registry: a config's schedule and chunks checked by its entry") {
-  auto cfg = [](const std::string& pipeline, int64_t gas = 4) {
+  auto cfg = [](const std::string& pipeline, int64_t gas = 4) -> io::TrainConfig {
     // (The reader runs parallel::check_pipeline_schedule.)
     return io::TrainConfig::parse(
         R"({"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": )" +
@@ -156,10 +157,12 @@ TEST_CASE("the pipeline schedule registry: a config's schedule and chunks checke
         2, "p.json");
   };
   // virtual_stages left out: the schedule's default (Megatron's 2 for interleaved).
-  CHECK(cfg(R"({"stages": 2})").pipeline.virtual_stages == 1);
-  CHECK(cfg(R"({"stages": 2, "schedule": "interleaved"})").pipeline.virtual_stages == 2);
-  CHECK(cfg(R"({"stages": 2, "schedule": "interleaved", "virtual_stages": 3})")
-            .pipeline.virtual_stages == 3);
+  auto virtual_stages = [&](const std::string& pipeline) {
+    return parallel::pipeline_config(cfg(pipeline)).virtual_stages;
+  };
+  CHECK(virtual_stages(R"({"stages": 2})") == 1);
+  CHECK(virtual_stages(R"({"stages": 2, "schedule": "interleaved"})") == 2);
+  CHECK(virtual_stages(R"({"stages": 2, "schedule": "interleaved", "virtual_stages": 3})") == 3);
   CHECK_THROWS_WITH_AS(cfg(R"({"stages": 2, "schedule": "gpipe"})"),
                        doctest::Contains("p.json: 'pipeline.schedule' is \"gpipe\", expected one "
                                          "of 1f1b, zb-h1, interleaved"),
@@ -188,7 +191,7 @@ TEST_CASE("the pipeline schedule registry: a config's schedule and chunks checke
   CHECK_THROWS_WITH_AS(parallel::register_pipe_schedule(parallel::find_pipe_schedule("zb-h1")),
                        doctest::Contains("'zb-h1' is registered twice"), Error);
   CHECK(parallel::registered_pipe_schedule_list() == "1f1b, zb-h1, interleaved, 1f1b-again");
-  CHECK(cfg(R"({"stages": 2, "schedule": "1f1b-again"})").pipeline.virtual_stages == 1);
+  CHECK(virtual_stages(R"({"stages": 2, "schedule": "1f1b-again"})") == 1);
   for (int64_t stage = 0; stage < 3; ++stage)
     CHECK(parallel::train_schedule("1f1b-again", 4, 3, stage)->steps() ==
           parallel::TrainSchedule(4, 3, stage).steps());

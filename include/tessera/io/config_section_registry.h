@@ -27,6 +27,10 @@ struct ConfigSectionEntry {
   std::function<void(config::Section&, std::any&)> parse;
   // Rules that span sections, run after the whole file is read; may be empty.
   std::function<void(TrainConfig&)> check;
+  // For a section that splits each model replica over ranks (tensor_parallel, pipeline): the
+  // key stating how many ranks one replica takes, and that count. The reader divides the job's
+  // ranks by every such section's count before it reads the batch triple. May be empty.
+  std::function<std::pair<std::string, int64_t>(const std::any&)> replica_ranks;
 };
 
 // A key or a type registered twice is an error.
@@ -63,14 +67,23 @@ void register_monitor_section(const std::string& key);
 std::vector<std::string> registered_monitor_sections();  // in registration order
 
 // One line registers T (default-constructible, copyable, with a static
-// `void parse(io::config::Section&, T&)`) under `key`.
+// `void parse(io::config::Section&, T&)`, and `std::pair<std::string, int64_t>
+// replica_ranks() const` if it splits a model replica over ranks) under `key`.
 template <class T>
 struct RegisterConfigSection {
   explicit RegisterConfigSection(std::string key, std::function<void(TrainConfig&)> check = {}) {
-    register_config_section(
-        {std::move(key), typeid(T), [] { return std::any(T{}); },
-         [](config::Section& s, std::any& value) { T::parse(s, std::any_cast<T&>(value)); },
-         std::move(check)});
+    ConfigSectionEntry entry{
+        std::move(key),
+        typeid(T),
+        [] { return std::any(T{}); },
+        [](config::Section& s, std::any& value) { T::parse(s, std::any_cast<T&>(value)); },
+        std::move(check),
+        {}};
+    if constexpr (requires(const T& t) { t.replica_ranks(); })
+      entry.replica_ranks = [](const std::any& v) {
+        return std::any_cast<const T&>(v).replica_ranks();
+      };
+    register_config_section(std::move(entry));
   }
 };
 

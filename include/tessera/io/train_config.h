@@ -60,28 +60,9 @@ struct TrainConfig {
   // zero_optimization: parallel::ZeroConfig (parallel/zero_config.h), a section its owner
   // registers (config_section_registry.h): read it with section<parallel::ZeroConfig>().
 
-  // DeepSpeed's "tensor_parallel" section: autotp_size ranks share each model replica
-  // (Megatron-style tensor parallelism of the built-in GPT-2, adjacent ranks); the rest of
-  // the world is data parallel. sequence_parallel is Tessera's key (Megatron-SP).
-  struct TensorParallel {
-    int64_t autotp_size = 1;
-    bool sequence_parallel = false;
-  } tensor_parallel;
-
-  // DeepSpeed's "pipeline" section: the built-in models as pipelines of `stages` stages
-  // (adjacent groups of ranks: rank = (stage x data-parallel size + data rank) x autotp_size +
-  // tensor rank); "auto" or 1 is no pipeline. partition: "parameters" ("best", DeepSpeed's
-  // default, means it), "uniform", "type:REGEX". schedule and virtual_stages are Tessera's.
-  struct Pipeline {
-    int64_t stages = 1;
-    std::string partition = "parameters";
-    bool seed_layers = false;
-    int64_t activation_checkpoint_interval = 0;
-    // A registered pipeline schedule and its model chunks per stage (0: the schedule's
-    // default); parallel::check_pipeline_schedule checks both and sets the default.
-    std::string schedule = "1f1b";
-    int64_t virtual_stages = 0;
-  } pipeline;
+  // tensor_parallel and pipeline: parallel::TensorParallelConfig and parallel::PipelineConfig
+  // (parallel/tensor_parallel_config.h, parallel/pipeline_config.h), registered sections whose
+  // ranks per model replica divide the job's ranks (world_size below).
 
   // activation_checkpointing: parallel::ActivationCheckpointingOptions, a registered section
   // (parallel/activation_checkpointing.h).

@@ -46,7 +46,8 @@ std::string virtual_stage_pipe_schedules_text();
 
 // Checks a config's pipeline section against its schedule's entry (errors name the key and
 // the file) and gives pipeline.virtual_stages the schedule's default when it was left out.
-// io's config reader runs it on every file (registered with io::RegisterConfigCheck).
+// It is the pipeline section's check (pipeline_config.h): io's config reader runs it on every
+// file.
 void check_pipeline_schedule(io::TrainConfig& cfg);
 // pipeline.virtual_stages, or its schedule's default when left out (0).
 int64_t pipeline_virtual_stages(const io::TrainConfig& cfg);

@@ -1,11 +1,13 @@
-// DeepSpeed's "pipeline" section (deepspeed/runtime/config.py get_pipeline_config) with
-// Tessera's schedule key.
-#include "config_sections.h"
+#include "tessera/parallel/pipeline_config.h"
 
-namespace tessera::io::config {
+#include "tessera/io/config_section_registry.h"
+#include "tessera/io/train_config.h"
+#include "tessera/parallel/pipe_schedule_registry.h"
 
-void parse_pipeline(Section s, TrainConfig& c) {
-  auto& p = c.pipeline;
+namespace tessera::parallel {
+
+void PipelineConfig::parse(io::config::Section& s, PipelineConfig& p) {
+  using io::config::json;
   const std::string stages_default = std::to_string(p.stages);
   if (const json& v = s.raw("stages", "integer or \"auto\"", stages_default); !v.is_null()) {
     if (v.is_string()) {
@@ -28,12 +30,23 @@ void parse_pipeline(Section s, TrainConfig& c) {
   s.ignored<bool>("pipe_partitioned", "activations go whole from stage to stage");
   s.ignored<bool>("grad_partitioned", "gradients go whole from stage to stage");
   // The schedule's name and Megatron's virtual pipeline stages (model chunks per stage) are
-  // checked against the pipeline schedule registry by parallel::check_pipeline_schedule, which
-  // parse() runs with the other registered checks.
+  // checked against the pipeline schedule registry by check_pipeline_schedule, the section's
+  // check (run after the whole file is read).
   s.get("schedule", p.schedule);
   s.get_min<int64_t>("virtual_stages", p.virtual_stages, 1, "a positive integer");
   s.note("virtual_stages", "model chunks per stage (0: the schedule's default)");
-  s.warn_unknown();
 }
 
-}  // namespace tessera::io::config
+const PipelineConfig& pipeline_config(const io::TrainConfig& cfg) {
+  return cfg.section<PipelineConfig>();
+}
+PipelineConfig& pipeline_config(io::TrainConfig& cfg) {
+  return cfg.section<PipelineConfig>();
+}
+
+namespace {
+const io::RegisterConfigSection<PipelineConfig> kPipelineSection{"pipeline",
+                                                                 check_pipeline_schedule};
+}  // namespace
+
+}  // namespace tessera::parallel
