@@ -12,7 +12,6 @@
 
 namespace tessera::io {
 
-using config::range;
 using config::Section;
 
 namespace config {

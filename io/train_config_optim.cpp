@@ -9,7 +9,6 @@
 
 namespace tessera::io {
 
-using config::range;
 using config::Section;
 
 namespace {
@@ -37,17 +36,17 @@ std::vector<double> read_hyper_param(Section& p, const optim::HyperParam& param)
     TS_CHECK(b.is_array() && b.size() == 2 && b[0].is_number() && b[1].is_number(), source, ": '",
              p.key(k), "' must be two numbers, found ", b.dump());
     const std::vector<double> v{b[0].get<double>(), b[1].get<double>()};
-    for (double x : v) range(x >= 0 && x < 1, source, p.key(k), x, "values in [0, 1)");
+    for (double x : v) p.expect(k, x >= 0 && x < 1, x, "values in [0, 1)");
     return v;
   }
   double d = 0;
   p.get(k, d);
   if (param.kind == K::Momentum)
-    range(d >= 0 && d < 1, source, p.key(k), d, "in [0, 1)");
+    p.expect(k, d >= 0 && d < 1, d, "in [0, 1)");
   else if (param.kind == K::Positive)
-    range(d > 0, source, p.key(k), d, "> 0");
+    p.expect(k, d > 0, d, "> 0");
   else
-    range(d >= 0, source, p.key(k), d, ">= 0");
+    p.expect(k, d >= 0, d, ">= 0");
   return {d};
 }
 

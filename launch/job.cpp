@@ -17,12 +17,12 @@ namespace {
 void check_pipeline_config(const io::TrainConfig& cfg) {
   TS_CHECK(Device::parse(cfg.train.device).is_cpu(), "pipeline: train.device ", cfg.train.device,
            ": pipelines run on the CPU (MPI) so far");
-  const int64_t tp = parallel::tensor_parallel_config(cfg).autotp_size;
-  TS_CHECK(
-      !parallel::tensor_parallel_config(cfg).sequence_parallel || cfg.model.block_size % tp == 0,
-      "tensor_parallel.sequence_parallel: model.block_size ", cfg.model.block_size,
-      " does not divide among autotp_size ", tp,
-      " ranks (each stage passes every rank's chunk of the sequence)");
+  const parallel::TensorParallelConfig& tensor = parallel::tensor_parallel_config(cfg);
+  const int64_t tp = tensor.autotp_size;
+  TS_CHECK(!tensor.sequence_parallel || cfg.model.block_size % tp == 0,
+           "tensor_parallel.sequence_parallel: model.block_size ", cfg.model.block_size,
+           " does not divide among autotp_size ", tp,
+           " ranks (each stage passes every rank's chunk of the sequence)");
 }
 
 void build_pipeline(Job& job) {
@@ -64,15 +64,15 @@ void build_model_and_engine(Job& job) {
 
 JobGroups job_groups(const io::TrainConfig& cfg, std::shared_ptr<parallel::ProcessGroup> world) {
   const int tp = static_cast<int>(parallel::tensor_parallel_config(cfg).autotp_size);
+  const int64_t stages = parallel::pipeline_config(cfg).stages;
   // (TrainConfig::parse checked that its world divides; this is that world.)
-  TS_CHECK(cfg.world_size * tp * parallel::pipeline_config(cfg).stages == world->size(),
-           "launch::build: the config's batch was resolved for ",
-           cfg.world_size * tp * parallel::pipeline_config(cfg).stages,
+  TS_CHECK(cfg.world_size * tp * stages == world->size(),
+           "launch::build: the config's batch was resolved for ", cfg.world_size * tp * stages,
            " ranks (TrainConfig's world size) but the job has ", world->size());
   JobGroups g{.world = world, .data = world};
-  if (parallel::pipeline_config(cfg).stages > 1) {
+  if (stages > 1) {
     // 3D: stages x data-parallel replicas x tensor-parallel ranks (the last varies fastest).
-    g.topology = engine::pipe_model_data_topology(parallel::pipeline_config(cfg).stages, tp);
+    g.topology = engine::pipe_model_data_topology(stages, tp);
     g.stage = g.topology->coords_of(world->rank()).at("pipe");
     g.pipe = g.topology->group_for(*world, "pipe");
     g.data = g.topology->group_for(*world, "data");

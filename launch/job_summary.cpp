@@ -15,15 +15,16 @@ namespace {
 void describe_pipeline(std::ostream& out, const Job& job) {
   const io::TrainConfig& cfg = job.config;
   const parallel::PipelineModule& model = *job.pipeline_module;
+  const parallel::PipelineConfig& pipe = parallel::pipeline_config(cfg);
   const int64_t tp = parallel::tensor_parallel_config(cfg).autotp_size, v = model.virtual_stages();
   const auto& b = model.bounds();
-  out << cfg.model.type << " pipeline: " << parallel::pipeline_config(cfg).stages << " stages x "
-      << job.data_size() << " data-parallel"
+  out << cfg.model.type << " pipeline: " << pipe.stages << " stages x " << job.data_size()
+      << " data-parallel"
       << (tp > 1 ? " x " + std::to_string(tp) + " tensor-parallel" : std::string()) << ", "
-      << parallel::pipeline_config(cfg).schedule << " schedule, layers per "
+      << pipe.schedule << " schedule, layers per "
       << (v > 1 ? "part (stage s holds parts s, s + stages, ...):" : "stage:");
   for (size_t s = 0; s + 1 < b.size(); ++s) out << " " << b[s + 1] - b[s];
-  out << " (partition " << parallel::pipeline_config(cfg).partition << ")";
+  out << " (partition " << pipe.partition << ")";
   if (const int64_t k = model.options().activation_checkpoint_interval; k > 0)
     out << ", activation checkpoints of " << k << " layer" << (k > 1 ? "s" : "");
   out << ", vocab " << job.corpus.vocab_size;

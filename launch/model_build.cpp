@@ -42,11 +42,12 @@ Device job_device(const io::TrainConfig& cfg) {
 parallel::PipelineModuleOptions pipeline_module_options(
     const io::TrainConfig& cfg, const models::PipelineDefinition& definition,
     std::shared_ptr<parallel::ProcessGroup> tp) {
+  const parallel::PipelineConfig& pipe = parallel::pipeline_config(cfg);
   parallel::PipelineModuleOptions po;
-  po.num_stages = parallel::pipeline_config(cfg).stages;
+  po.num_stages = pipe.stages;
   po.virtual_stages = parallel::pipeline_virtual_stages(cfg);
-  po.partition_method = parallel::pipeline_config(cfg).partition;
-  po.activation_checkpoint_interval = parallel::pipeline_config(cfg).activation_checkpoint_interval;
+  po.partition_method = pipe.partition;
+  po.activation_checkpoint_interval = pipe.activation_checkpoint_interval;
   if (parallel::activation_checkpointing_config(cfg).enabled) {
     po.checkpointing = std::make_shared<parallel::ActivationCheckpointing>(
         parallel::activation_checkpointing_config(cfg), tp);

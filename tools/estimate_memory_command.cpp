@@ -104,14 +104,14 @@ io::TrainConfig read_config(const Args& a, int64_t ranks, int64_t& vocab) {
 int print_pipeline(const Args& a, const io::TrainConfig& cfg, int64_t vocab, int64_t ranks) {
   const std::vector<launch::PipelineStageEstimate> stages =
       launch::estimate_pipeline_memory(cfg, vocab);
+  const parallel::PipelineConfig& pipe = parallel::pipeline_config(cfg);
   const int64_t tp = parallel::tensor_parallel_config(cfg).autotp_size, dp = cfg.world_size;
-  const int64_t p = parallel::pipeline_config(cfg).stages, m = cfg.gradient_accumulation_steps;
+  const int64_t p = pipe.stages, m = cfg.gradient_accumulation_steps;
   std::cerr << cfg.model.type << " pipeline: " << p << " stages x " << dp << " data-parallel"
             << (tp > 1 ? " x " + std::to_string(tp) + " tensor-parallel" : std::string()) << ", "
-            << parallel::pipeline_config(cfg).schedule << " schedule"
-            << (parallel::pipeline_config(cfg).virtual_stages > 1
-                    ? " (" + std::to_string(parallel::pipeline_config(cfg).virtual_stages) +
-                          " chunks per stage)"
+            << pipe.schedule << " schedule"
+            << (pipe.virtual_stages > 1
+                    ? " (" + std::to_string(pipe.virtual_stages) + " chunks per stage)"
                     : std::string())
             << ", ZeRO stage " << parallel::zero_config(cfg).stage << ", " << m
             << " micro-batches of " << cfg.micro_batch_size << " x " << cfg.model.block_size

@@ -174,9 +174,4 @@ class Section {
   std::set<std::string> seen_;
 };
 
-inline void range(bool ok, const std::string& source, const std::string& key, double value,
-                  const char* expect) {
-  TS_CHECK(ok, source, ": '", key, "' is ", value, ", expected ", expect);
-}
-
 }  // namespace tessera::io::config
