@@ -109,14 +109,14 @@ void Engine::write_checkpoint_files(const fs::path& tmp, const nlohmann::json& c
                                     const std::map<std::string, std::string>& extra_files) {
   const int rank = group_->rank();
   const bool writer = rank == 0;  // of this tensor-parallel rank's weights (each TP rank's)
-  if (pipe_checkpoint_names_) {
-    write_layer_files(tmp);  // (collective over the replicas with ZeRO)
+  if (checkpoint_files_) {
+    checkpoint_files_->write(*this, tmp);
   } else if (zero_) {
     std::map<std::string, Tensor> shard = zero_->shard_state();
     shard["step"] = full({}, static_cast<double>(zero_->optimizer().step_count()), DType::Int64);
     io::save_safetensors((tmp / parallel::zero_shard_file(rank, tp_file_rank())).string(), shard);
   }
-  if (writer && !pipe_checkpoint_names_) {
+  if (writer && !checkpoint_files_) {
     if (!zero_) {
       std::map<std::string, Tensor> weights;
       if (master_.empty()) {
@@ -154,12 +154,12 @@ void Engine::write_checkpoint_files(const fs::path& tmp, const nlohmann::json& c
                          {"world_size", group_->size()},
                          {"client_state", client_state}};
     if (zero_) state["zero"] = parallel::zero_metadata(zero_->stage(), zero_->layout());
-    if (pipe_group_) state["pipeline"] = {{"stages", pipe_group_->size()}};
-    // How the shards merge (a load at another size, zero-to-fp32, export); a pipeline's layer
-    // files say it themselves.
+    // How the shards merge (a load at another size, zero-to-fp32, export); other files (a
+    // pipeline's layers) say it themselves.
+    if (checkpoint_files_) checkpoint_files_->describe(state);
     if (tp_group_) {
       state["tensor_parallel"] = {{"size", tp_group_->size()}};
-      if (!pipe_group_)
+      if (!checkpoint_files_)
         state["tensor_parallel"]["layout"] =
             parallel::layout_to_json(parallel::tensor_parallel_layout(model_));
     }
@@ -237,6 +237,30 @@ std::string latest_tag(const std::string& dir) {
   return tag;
 }
 
+// ZeRO: the masters and optimizer state, whole, from every replica's partitions (collective
+// over the data-parallel group).
+void gather_zero_state(parallel::ZeroOptimizer& zero, std::map<std::string, Tensor>& weights,
+                       std::map<std::string, Tensor>& opt) {
+  const std::map<std::string, Tensor> shards = zero.shard_state();
+  parallel::ProcessGroup& group = zero.group();
+  const int world = group.size();
+  for (const auto& e : zero.layout().entries) {
+    const std::string prefix = e.name + ".";
+    for (auto it = shards.lower_bound(e.name); it != shards.end(); ++it) {
+      const std::string& key = it->first;
+      const bool master = key == e.name;
+      if (!master && key.compare(0, prefix.size(), prefix) != 0) break;
+      if (!master && key.find('.', prefix.size()) != std::string::npos) continue;  // another's
+      Tensor all = Tensor::empty({world * e.shard}, it->second.dtype(), it->second.device());
+      group.all_gather(all, it->second.contiguous());
+      Tensor whole = all.narrow(0, 0, e.numel).reshape(e.shape);
+      (master ? weights[e.name] : opt[key]) = whole;
+    }
+  }
+  const auto state = zero.optimizer().state_dict();
+  if (state.count("step")) opt["step"] = state.at("step");
+}
+
 // Optimizers whose saved state means the same thing: Adam and AdamW keep the same moments.
 std::string optimizer_family(const std::string& name) {
   return name == "AdamW" ? "Adam" : name;
@@ -304,8 +328,8 @@ void Engine::load_weights_and_optimizer(const fs::path& d, const nlohmann::json&
   const int64_t saved_tp =
       state.contains("tensor_parallel") ? meta.object("tensor_parallel").integer("size", 1) : 1;
   const int tp = tp_group_ ? tp_group_->size() : 1;
-  if (pipe_checkpoint_names_) {
-    load_layer_files(d, strict, load_optimizer);
+  if (checkpoint_files_) {
+    checkpoint_files_->load(*this, d, strict, load_optimizer);
     return;
   }
   if (zero_ && state.contains("zero") && saved_tp == tp) {
@@ -332,25 +356,47 @@ void Engine::load_weights_and_optimizer(const fs::path& d, const nlohmann::json&
     opt_state = parallel::shard_state(whole.optimizer, layout, r, tp);
   }
   if (strict) check_weight_names(d.string(), weights);
-  if (zero_) {
-    zero_->load_full_state(weights, load_optimizer ? &opt_state : nullptr);
+  if (!zero_ && master_.empty()) {  // the buffers too (ZeRO's checkpoints hold none)
+    model_.load_state_dict(weights, strict && !state.contains("zero"));
+    if (load_optimizer) optimizer_->load_state_dict(opt_state);
     return;
   }
-  if (master_.empty()) {
-    model_.load_state_dict(weights, strict && !state.contains("zero"));  // ZeRO: no buffers
-  } else {
-    const auto named = model_.named_parameters();
-    for (size_t i = 0; i < named.size(); ++i) {
-      auto it = weights.find(named[i].first);
-      if (it == weights.end()) continue;  // (strict: check_weight_names has refused that)
-      TS_CHECK(it->second.shape() == master_[i].second.shape() && is_floating(it->second.dtype()),
-               "load_checkpoint: '", d.string(), "': '", named[i].first, "' is ",
-               it->second.describe(), ", the model's parameter ", master_[i].second.describe());
-      master_[i].second.copy_(it->second);
-    }
-    sync_master_to_model();
+  load_training_state(weights, load_optimizer ? &opt_state : nullptr, d.string());
+}
+
+RankCheckpointState Engine::training_state() {
+  RankCheckpointState out;
+  if (zero_) {
+    gather_zero_state(*zero_, out.weights, out.optimizer);
+    return out;
   }
-  if (load_optimizer) optimizer_->load_state_dict(opt_state);
+  const auto named = model_.named_parameters();
+  for (size_t i = 0; i < named.size(); ++i)
+    out.weights[named[i].first] = master_.empty() ? *named[i].second : master_[i].second;
+  out.optimizer = optimizer_->state_dict();
+  return out;
+}
+
+void Engine::load_training_state(const std::map<std::string, Tensor>& weights,
+                                 const std::map<std::string, Tensor>* optimizer_state,
+                                 const std::string& checkpoint) {
+  NoGradGuard no_grad;
+  if (zero_) {
+    zero_->load_full_state(weights, optimizer_state);
+    return;
+  }
+  const auto named = model_.named_parameters();
+  for (size_t i = 0; i < named.size(); ++i) {
+    auto it = weights.find(named[i].first);
+    if (it == weights.end()) continue;  // (a strict load has refused that before)
+    Tensor& target = master_.empty() ? *named[i].second : master_[i].second;
+    TS_CHECK(it->second.shape() == target.shape() && is_floating(it->second.dtype()),
+             "load_checkpoint: '", checkpoint, "': '", named[i].first, "' is ",
+             it->second.describe(), ", the model's parameter ", target.describe());
+    target.copy_(it->second);
+  }
+  if (!master_.empty()) sync_master_to_model();
+  if (optimizer_state) optimizer_->load_state_dict(*optimizer_state);
 }
 
 void Engine::restore_engine_state(const nlohmann::json& state, bool schedule) {

@@ -41,12 +41,12 @@ Engine::Engine(nn::Module& model, io::TrainConfig config, InitializeOptions opti
            "initialize: with a client optimizer object its own groups are the parameter groups; "
            "model_parameters goes with the config's optimizer or a factory");
   const bool client_optimizer = options.optimizer || options.optimizer_factory;
+  checkpoint_files_ = std::move(options.checkpoint_files);
   // (Before anything that reports. A pipeline stage may hold only replicated layers.)
   const bool pipeline = options.pipeline_group && options.pipeline_group->size() > 1;
   setup_tensor_parallel(options.tensor_parallel_group, pipeline);
   if (pipeline) {
     pipe_group_ = options.pipeline_group;
-    pipe_checkpoint_names_ = options.pipeline_checkpoint_names;
     TS_CHECK(parallel::zero_config(config_).stage <= 2,
              "engine: zero_optimization.stage 3 with pipeline "
              "parallelism: each stage would gather its parameters again for every micro-batch's "
@@ -328,6 +328,14 @@ void Engine::sync_master_to_model() {
   for (auto& [slot, master] : master_) slot->copy_(master);
 }
 
+double Engine::clip_factor(StepStats& st, double grad_norm) {
+  st.grad_norm = grad_norm;
+  global_grad_norm_ = grad_norm;
+  st.overflow = !std::isfinite(grad_norm);
+  if (st.overflow || config_.gradient_clipping <= 0) return 1.0;
+  return optim::clip_coefficient(grad_norm, config_.gradient_clipping);
+}
+
 StepStats Engine::step(const LrKwargs& lr_kwargs) {
   const auto started = timers_.start();
   finish_direct_backward();
@@ -347,15 +355,12 @@ StepStats Engine::step(const LrKwargs& lr_kwargs) {
   if (zero_) {
     const auto gradients = timers_.start();
     // Partition gradients are sums over ranks (and loss-scaled): average and unscale.
-    st.grad_norm = parallel::global_grad_norm(
-        zero_->prepare_master_grads(post_scale_ / scaler_.scale()),
-        {.partition = &zero_->group(), .tensor = tp_group_.get(), .pipe = pipe_group_.get()});
-    global_grad_norm_ = st.grad_norm;
-    st.overflow = !std::isfinite(st.grad_norm);
-    if (!st.overflow && config_.gradient_clipping > 0) {
-      const double coef = optim::clip_coefficient(st.grad_norm, config_.gradient_clipping);
-      if (coef < 1.0) zero_->scale_master_grads(coef);
-    }
+    const double coef = clip_factor(
+        st,
+        parallel::global_grad_norm(
+            zero_->prepare_master_grads(post_scale_ / scaler_.scale()),
+            {.partition = &zero_->group(), .tensor = tp_group_.get(), .pipe = pipe_group_.get()}));
+    if (coef < 1.0) zero_->scale_master_grads(coef);
     timers_.stop(EngineTimers::OptimizerGradients, gradients);
   } else {
     // Unscaling and clipping become one factor applied inside the fused update; with
@@ -369,11 +374,7 @@ StepStats Engine::step(const LrKwargs& lr_kwargs) {
       } else {
         for (auto& [slot, master] : master_) holders.push_back(*slot);
       }
-      st.grad_norm = global_grad_norm(holders) * unscale;
-      global_grad_norm_ = st.grad_norm;
-      st.overflow = !std::isfinite(st.grad_norm);
-      if (!st.overflow && config_.gradient_clipping > 0)
-        coef = optim::clip_coefficient(st.grad_norm, config_.gradient_clipping);
+      coef = clip_factor(st, global_grad_norm(holders) * unscale);
     }
     optimizer().set_grad_scale(unscale * coef);
   }

@@ -18,7 +18,7 @@ NamedRegistry<MonitorEntry>& monitor_registry() {
          [](const io::TrainConfig::Monitor& s) {
            return std::make_unique<TensorBoardMonitor>(s);
          }}};
-    for (const MonitorEntry& e : builtin) io::register_monitor_section(e.type);
+    for (const MonitorEntry& e : builtin) io::register_monitor_section(e.type, e.doc);
     return NamedRegistry<MonitorEntry>("monitor", std::move(builtin));
   }();
   return registry;
@@ -32,7 +32,7 @@ NamedRegistry<MonitorEntry>& monitor_registry() {
 void register_monitor(MonitorEntry entry) {
   NamedRegistry<MonitorEntry>& registry = monitor_registry();
   registry.check_new(entry, "register_monitor");
-  io::register_monitor_section(entry.type);
+  io::register_monitor_section(entry.type, entry.doc);
   registry.add(std::move(entry), "register_monitor");
 }
 

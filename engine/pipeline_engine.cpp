@@ -73,7 +73,7 @@ PipelineEngine::PipelineEngine(parallel::PipelineModule& module,
   init.group = data_parallel_;
   init.tensor_parallel_group = options_.tensor_parallel_group;
   init.pipeline_group = pipe_;
-  init.pipeline_checkpoint_names = checkpoint_names();
+  init.checkpoint_files = layer_files();
   engine_ = std::make_unique<Engine>(module_, config, std::move(init));
   module_.zero_grad();
 }
@@ -94,6 +94,7 @@ PipelineEngine::PipelineEngine(parallel::PipelineModule& module,
   init.group = data_parallel_;
   init.tensor_parallel_group = options_.tensor_parallel_group;
   init.pipeline_group = pipe_;
+  init.checkpoint_files = layer_files();
   engine_ = std::make_unique<Engine>(module_, client_config(micro_batches_, data_parallel_->size()),
                                      std::move(init));
   module_.zero_grad();

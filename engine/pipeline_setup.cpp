@@ -1,9 +1,9 @@
 // PipelineEngine's set-up: the groups a stage talks over (its pipeline, its data-parallel
-// replicas, the stages sharing a tied module), the tied modules' traffic, where checkpoints
-// keep each parameter, and DeepSpeed's initialize.
+// replicas, the stages sharing a tied module), the tied modules' traffic, the checkpoint
+// files (one pair per layer), and DeepSpeed's initialize.
 #include <algorithm>
-#include <cstdio>
 
+#include "pipeline_layer_files.h"
 #include "tessera/engine/pipeline_engine.h"
 #include "tessera/error.h"
 #include "tessera/grad_mode.h"
@@ -94,14 +94,9 @@ void PipelineEngine::setup(std::shared_ptr<parallel::ProcessGroup> data_parallel
   }
 }
 
-std::function<std::pair<std::string, std::string>(const std::string&)>
-PipelineEngine::checkpoint_names() {
-  return [this](const std::string& param) -> std::pair<std::string, std::string> {
-    char file[32];
-    std::snprintf(file, sizeof file, "layer_%02lld",
-                  static_cast<long long>(module_.layer_of(param)));
-    return {module_.saves(param) ? file : "", module_.saved_name(param)};
-  };
+std::shared_ptr<CheckpointFiles> PipelineEngine::layer_files() {
+  if (pipe_->size() == 1) return nullptr;  // one stage: the whole module's own files
+  return std::make_shared<PipelineLayerFiles>(module_, pipe_, options_.tensor_parallel_group);
 }
 
 // The owner's weights onto the copies (at every batch: after a step or a checkpoint load).

@@ -2,12 +2,16 @@
 // MLP of 6 layers trained 3 batches of 4 micro-batches, and a model whose first and last layers are
 // one tied module (its gradient summed over the two stages that hold it), against the same layers
 // run as one module with the micro-batches' losses / 4 backwarded one after another; and 2 replicas
-// of a pipeline of 1 or 2 stages, each on half of every micro-batch's rows.
+// of a pipeline of 1 or 2 stages, each on half of every micro-batch's rows. A client optimizer's
+// pipeline checkpoint (a file pair per layer) resumes at the same stage count and in one process.
 #include <doctest/doctest.h>
 
 #include "pipe_test_layers.h"
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
 
 #include "relative_error.h"
 #include "tessera/engine/pipeline_engine.h"
@@ -25,6 +29,7 @@ using parallel::PipeLayer;
 using parallel::PipeValue;
 using pipe_test::Dense;
 using pipe_test::mse;
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -241,6 +246,74 @@ TEST_CASE("pipeline engine: forward/backward/step point to train_batch; schedule
   CHECK_THROWS_WITH(
       engine::PipelineEngine(chunked, world, sgd(chunked), {2, "1f1b"}),
       doctest::Contains("virtual_stages 2 (model chunks per stage) runs the interleaved schedule"));
+}
+
+namespace {
+// One directory for every rank of the job (named after rank 0's process).
+fs::path shared_temp_dir(const std::string& name) {
+  Tensor pid = full({1}, static_cast<double>(::getpid()), DType::Int64);
+  parallel::world()->broadcast(pid, 0);
+  return fs::temp_directory_path() /
+         ("tessera-" + name + "-" + std::to_string(static_cast<int64_t>(pid.item())));
+}
+}  // namespace
+
+TEST_CASE(
+    "pipeline engine: a client optimizer's checkpoint, one file pair per layer, resumes "
+    "at this stage count and in one process") {
+  auto world = parallel::world();
+  const int p = world->size(), s = world->rank();
+  if (p > 6) return;
+  const int64_t m = 4;
+  parallel::PipelineModuleOptions o;
+  o.num_stages = p;
+  o.partition_method = "uniform";
+  o.seed_layers = true;
+  o.base_seed = 5;
+  parallel::PipelineModule piped(mlp(), mse, s, o);
+  engine::PipelineEngine pipe(piped, world, sgd(piped), {m, "1f1b"});
+  const auto data = batches(2 * m);
+  int64_t next = 0;
+  auto feed = [&] { return data[static_cast<size_t>(next++)]; };
+  pipe.train_batch(feed);
+  const fs::path dir = shared_temp_dir("pipe-ckpt");
+  pipe.stage_engine().save_checkpoint(dir.string(), "step1");
+  if (p > 1) {  // (one stage keeps the module's own files)
+    CHECK(fs::exists(dir / "step1" / "layer_00-model.safetensors"));
+    CHECK(fs::exists(dir / "step1" / "layer_05-optimizer.safetensors"));
+    CHECK_FALSE(fs::exists(dir / "step1" / "model.safetensors"));
+  }
+  // One process: the whole model (other initial weights) takes the stages' weights and
+  // momentum; its next step is the pipeline's.
+  o.num_stages = 1;
+  o.base_seed = 6;
+  parallel::PipelineModule whole(mlp(), mse, 0, o);
+  auto config =
+      io::TrainConfig::parse(R"({"train_micro_batch_size_per_gpu": 1, "gradient_clipping": 0})", 1);
+  engine::InitializeOptions init;
+  init.optimizer = sgd(whole);
+  init.group = parallel::make_local_group();
+  engine::Engine one(whole, config, std::move(init));
+  one.load_checkpoint(dir.string(), "step1");
+  // The same stage count (other initial weights) resumes too.
+  o.num_stages = p;
+  o.base_seed = 7;
+  parallel::PipelineModule resumed(mlp(), mse, s, o);
+  engine::PipelineEngine again(resumed, world, sgd(resumed), {m, "1f1b"});
+  again.stage_engine().load_checkpoint(dir.string(), "step1");
+  const double want = pipe.train_batch(feed);
+  next = m;
+  CHECK(again.train_batch(feed) == want);  // (the same computation: bit for bit)
+  const double got = one_process_step(whole, one.optimizer(), data, m, m);
+  CHECK(std::abs(got - want) <= 1e-6 * std::abs(want));
+  auto ref = whole.state_dict();
+  for (auto& named : piped.named_parameters()) {
+    const std::string name = named.first;
+    CAPTURE(name);
+    CHECK(rel_diff(*named.second, ref.at(name)) <= 1e-6);
+  }
+  world->barrier();
+  if (s == 0) fs::remove_all(dir);
 }
 
 TEST_SUITE_END();

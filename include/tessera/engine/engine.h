@@ -18,6 +18,8 @@
 #include <typeinfo>
 
 #include "tessera/autograd/split_backward.h"
+#include "tessera/engine/checkpoint_files.h"
+#include "tessera/engine/checkpoint_state.h"
 #include "tessera/engine/engine_timers.h"
 #include "tessera/engine/loss_scaler.h"
 #include "tessera/engine/monitor.h"
@@ -104,12 +106,9 @@ struct InitializeOptions {
   // The model is one stage of a pipeline (engine::PipelineEngine builds this): the global
   // gradient norm sums the stages' squares over this group; the job's lead rank is stage 0's.
   std::shared_ptr<parallel::ProcessGroup> pipeline_group;
-  // A pipeline stage's checkpoint layout: for each of the module's parameter names, the file
-  // (a layer's: "layer_03") and the name its state is saved under (the whole model's), or an
-  // empty file for a copy another stage saves (and which loads from that name). Checkpoints then
-  // hold one <file>-model.safetensors and <file>-optimizer.safetensors per layer, written by each
-  // stage's first data-parallel rank, and load at any number of stages or in one process.
-  std::function<std::pair<std::string, std::string>(const std::string&)> pipeline_checkpoint_names;
+  // How checkpoints keep the weights and optimizer state (null: the engine's own files;
+  // engine::PipelineEngine's stages: one file pair per layer, see checkpoint_files.h).
+  std::shared_ptr<CheckpointFiles> checkpoint_files;
 };
 
 // DeepSpeed's lr_kwargs of step(): last_batch_iteration moves the schedule to that iteration
@@ -320,6 +319,17 @@ class Engine {
   // zero_optimization.stage3_gather_16bit_weights_on_model_save is true; otherwise, as in
   // DeepSpeed, nothing is written and it returns false.
   bool save_16bit_model(const std::string& dir, const std::string& file = "model.safetensors");
+  // What the optimizer updates, whole over the data-parallel replicas, by the model's
+  // parameter names: the float32 masters with mixed precision (else the parameters), and the
+  // optimizer's state ("<param>.<slot>", "step"). With ZeRO, gathered from every replica's
+  // partitions: collective over the data-parallel group. (For CheckpointFiles of one's own.)
+  RankCheckpointState training_state();
+  // Sets them from whole tensors by parameter name (a name not in `weights` keeps its value;
+  // ZeRO: every parameter must be there) and, given `optimizer_state`, the optimizer's
+  // state. `checkpoint` names the source in errors.
+  void load_training_state(const std::map<std::string, Tensor>& weights,
+                           const std::map<std::string, Tensor>* optimizer_state,
+                           const std::string& checkpoint);
 
  private:
   void sync_master_to_model();
@@ -329,6 +339,10 @@ class Engine {
   // The global L2 norm of the holders' gradients: with tensor parallelism the shards'
   // squares summed over the group, replicated parameters counted once.
   double global_grad_norm(const std::vector<Tensor>& holders);
+  // The step's gradient norm (unscaled, over every rank that holds a part) into `st` and
+  // get_global_grad_norm(); the factor gradient_clipping multiplies the gradients by (1: none,
+  // or an overflow, whose step is skipped). ZeRO and plain steps share it.
+  double clip_factor(StepStats& st, double grad_norm);
   // A barrier over every rank of the job (data x tensor parallel).
   void job_barrier();
   // "model.safetensors", or with tensor parallelism "model_tp<r>.safetensors".
@@ -371,9 +385,6 @@ class Engine {
   // Timers run when wall_clock_breakdown asks, or while the profiler or a trace needs them.
   void update_forced_timers();
   void start_trace();
-  // Pipeline stages: this stage's layer files, and loading them (pipeline_checkpoint.cpp).
-  void write_layer_files(const std::filesystem::path& tmp);
-  void load_layer_files(const std::filesystem::path& dir, bool strict, bool load_optimizer);
   void check_weight_names(const std::string& checkpoint,
                           const std::map<std::string, Tensor>& weights);
   // Steps, schedule position (when `schedule`), loss scaler and RNG from engine.json.
@@ -393,7 +404,7 @@ class Engine {
   std::shared_ptr<parallel::ProcessGroup> tp_group_;    // null without tensor parallelism
   std::vector<Tensor> tp_shards_;                       // the parameters tp_group_ shards
   std::shared_ptr<parallel::ProcessGroup> pipe_group_;  // null outside a pipeline
-  std::function<std::pair<std::string, std::string>(const std::string&)> pipe_checkpoint_names_;
+  std::shared_ptr<CheckpointFiles> checkpoint_files_;   // null: the engine's own
   std::unique_ptr<parallel::ZeroOptimizer> zero_;
   std::unique_ptr<parallel::GradBuckets> dp_buckets_;  // stage 0 on more than one rank
   std::unique_ptr<optim::LRSchedule> schedule_;

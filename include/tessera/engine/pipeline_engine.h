@@ -144,8 +144,9 @@ class PipelineEngine {
  private:
   struct Buffers;
   void setup(std::shared_ptr<parallel::ProcessGroup> data_parallel);
-  // Where the Engine saves each parameter: its layer's file and its saved name.
-  std::function<std::pair<std::string, std::string>(const std::string&)> checkpoint_names();
+  // How the stage's Engine keeps its checkpoints: a file pair per layer (PipelineLayerFiles),
+  // under the whole model's names; null for a pipeline of one stage.
+  std::shared_ptr<CheckpointFiles> layer_files();
   double run(const std::vector<parallel::PipeStep>& steps, const PipeDataIterator& data, bool train,
              int64_t micro_batches, int64_t buffers);
   void execute(const parallel::PipeInstruction& in, Buffers& b, const PipeDataIterator& data,

@@ -4,10 +4,12 @@
 // it to the parsers of the sections higher layers own (io/config_section_registry.h).
 #pragma once
 #include <cmath>
+#include <initializer_list>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tessera/error.h"
@@ -129,9 +131,14 @@ class Section {
     warnings_.push_back(source_ + ": '" + key(k) + "' has no effect in Tessera (ignored): " + why);
   }
 
-  // What the config reference says of `k` beside its kind and default (what 0 or "" means).
+  // The config reference's line for `k` ("": this section itself) beside its kind and
+  // default: what it does (and what 0 or "" means).
   void note(const std::string& k, const std::string& text) {
-    if (recorder_) recorder_->note(key(k), text);
+    if (recorder_) recorder_->note(k.empty() ? path_ : key(k), text);
+  }
+  // The lines of several keys at once, before or after reading them.
+  void notes(std::initializer_list<std::pair<const char*, const char*>> lines) {
+    for (const auto& line : lines) note(line.first, line.second);
   }
 
   // Keys present but never asked for, each with the known key it most likely meant.

@@ -62,9 +62,10 @@ struct DescribeConfigKey {
 // The monitor sections (DeepSpeed's csv_monitor and tensorboard, and any a program adds): the
 // engine's monitor registry publishes each monitor's key here, and the reader parses each as a
 // TrainConfig::Monitor (enabled, output_path, job_name) into config.monitors. A key registered
-// twice is an error.
-void register_monitor_section(const std::string& key);
+// twice is an error. `doc`: what the monitor writes (the config reference's line for its key).
+void register_monitor_section(const std::string& key, const std::string& doc = "");
 std::vector<std::string> registered_monitor_sections();  // in registration order
+std::string monitor_section_doc(const std::string& key);
 
 // One line registers T (default-constructible, copyable, with a static
 // `void parse(io::config::Section&, T&)`, and `std::pair<std::string, int64_t>
