@@ -7,6 +7,10 @@ ConfigKey& ConfigKeyRecorder::entry(const std::string& key, const std::string& k
   if (it != index_.end()) return keys_[it->second];
   index_[key] = keys_.size();
   keys_.push_back(ConfigKey{key, kind, "", "", ""});
+  if (auto note = pending_notes_.find(key); note != pending_notes_.end()) {
+    keys_.back().note = note->second;
+    pending_notes_.erase(note);
+  }
   return keys_.back();
 }
 
@@ -27,7 +31,16 @@ void ConfigKeyRecorder::expected(const std::string& key, const std::string& text
 }
 
 void ConfigKeyRecorder::note(const std::string& key, const std::string& text) {
-  entry(key, "JSON value").note = text;
+  if (auto it = index_.find(key); it != index_.end())
+    keys_[it->second].note = text;
+  else
+    pending_notes_[key] = text;
+}
+
+std::vector<std::string> ConfigKeyRecorder::unread_notes() const {
+  std::vector<std::string> out;
+  for (const auto& pending : pending_notes_) out.push_back(pending.first);
+  return out;
 }
 
 std::vector<std::string> ConfigKeyRecorder::unread_asked() const {

@@ -14,6 +14,7 @@ struct SectionRegistry {
   std::vector<ConfigSectionEntry> entries;
   std::vector<std::pair<std::string, std::function<void(TrainConfig&)>>> checks;
   std::vector<std::string> monitors;
+  std::map<std::string, std::string> monitor_docs;
   std::map<std::string, std::function<std::string()>> expectations;
 };
 
@@ -67,7 +68,7 @@ std::string registered_config_key_expectation(const std::string& key) {
   return expected();  // (outside the lock: it may read other registries)
 }
 
-void register_monitor_section(const std::string& key) {
+void register_monitor_section(const std::string& key, const std::string& doc) {
   TS_CHECK(!key.empty(), "io::register_monitor_section: a monitor needs a section key");
   SectionRegistry& r = section_registry();
   std::lock_guard lock(r.mutex);
@@ -76,6 +77,14 @@ void register_monitor_section(const std::string& key) {
   for (const ConfigSectionEntry& e : r.entries)
     TS_CHECK(e.key != key, "io::register_monitor_section: '", key, "' is a config section already");
   r.monitors.push_back(key);
+  r.monitor_docs[key] = doc;
+}
+
+std::string monitor_section_doc(const std::string& key) {
+  SectionRegistry& r = section_registry();
+  std::lock_guard lock(r.mutex);
+  const auto it = r.monitor_docs.find(key);
+  return it == r.monitor_docs.end() ? "" : it->second;
 }
 
 std::vector<std::string> registered_monitor_sections() {

@@ -27,11 +27,12 @@ void parse_batch(Section& root, TrainConfig& c) {
                         "a positive integer");
   root.get_min<int64_t>("gradient_accumulation_steps", c.gradient_accumulation_steps, 1,
                         "a positive integer");
-  root.note("train_batch_size",
-            "= micro-batch x accumulation x data-parallel ranks: any two of the three give the "
-            "third (0: derived); DeepSpeed needs this or the micro-batch");
-  root.note("train_micro_batch_size_per_gpu", "samples per rank per forward (0: derived)");
-  root.note("gradient_accumulation_steps", "micro-batches per optimizer step (0: derived, else 1)");
+  root.notes(
+      {{"train_batch_size",
+        "samples per optimizer step = micro-batch x accumulation x data-parallel ranks: any two "
+        "of the three give the third (0: derived); DeepSpeed needs this or the micro-batch"},
+       {"train_micro_batch_size_per_gpu", "samples per rank per forward (0: derived)"},
+       {"gradient_accumulation_steps", "micro-batches per optimizer step (0: derived, else 1)"}});
   if (has_tbs && has_mb && has_ga) {
     TS_CHECK(c.train_batch_size == c.micro_batch_size * c.gradient_accumulation_steps * world,
              source, ": batch sizes disagree: train_batch_size ", c.train_batch_size,
@@ -69,6 +70,14 @@ void parse_precision(Section& root, TrainConfig& c) {
   const std::string& source = root.source();
   if (root.has("fp16")) {
     Section f = root.sub("fp16");
+    f.notes({{"", "mixed precision in float16 with a loss scale (float32 masters)"},
+             {"enabled", "train in float16"},
+             {"loss_scale", "a fixed loss scale (0: dynamic, starting at 2^initial_scale_power)"},
+             {"initial_scale_power", "the dynamic scale starts at 2^this"},
+             {"loss_scale_window", "steps without overflow before the scale doubles"},
+             {"hysteresis", "overflows tolerated before the scale halves (ZeRO stages 1-3)"},
+             {"consecutive_hysteresis", "refill the hysteresis after each step without overflow"},
+             {"min_loss_scale", "the dynamic scale halves no lower"}});
     auto& h = c.fp16;
     f.get("enabled", h.enabled);
     f.get("loss_scale", h.loss_scale);
@@ -86,6 +95,9 @@ void parse_precision(Section& root, TrainConfig& c) {
   for (const char* name : {"bf16", "bfloat16"}) {
     if (!root.has(name)) continue;
     Section b = root.sub(name);
+    b.notes({{"", "mixed precision in bfloat16 (float32 masters, no loss scale)"},
+             {"enabled", "train in bfloat16"}});
+    if (std::string(name) == "bfloat16") b.note("", "bf16's older name");
     b.get("enabled", c.bf16);
     b.warn_unknown();
   }
@@ -95,13 +107,24 @@ void parse_precision(Section& root, TrainConfig& c) {
 
 void parse_communication(Section& root, TrainConfig& c) {
   const std::string& source = root.source();
+  root.notes({{"prescale_gradients", "divide gradients before the all-reduce, not after"},
+              {"gradient_predivide_factor",
+               "gradients are divided by this before the reduction, the rest after"},
+              {"communication_data_type", "the dtype gradients are reduced in (\"\": the model's)"},
+              {"comms_logger", "a summary of every collective's count, bytes and time"},
+              {"comms_logger.enabled", "log collectives"},
+              {"comms_logger.verbose", "print each collective as it happens"},
+              {"comms_logger.prof_all", "log every op (false: only prof_ops)"},
+              {"comms_logger.prof_ops", "the ops to log when prof_all is false"},
+              {"distributed", "Tessera's: how ranks wait on each other"},
+              {"distributed.timeout_s",
+               "a collective or message not done by then ends the job naming the rank and op"}});
   root.get("prescale_gradients", c.prescale_gradients);
   root.get("gradient_predivide_factor", c.gradient_predivide_factor);
   root.expect("gradient_predivide_factor", c.gradient_predivide_factor > 0,
               c.gradient_predivide_factor, "> 0");
   root.get("communication_data_type", c.communication_data_type);
   const std::string& comm = c.communication_data_type;
-  root.note("communication_data_type", "\"\": the model's dtype");
   root.expect("communication_data_type",
               comm.empty() || comm == "fp32" || comm == "fp16" || comm == "bf16", comm,
               "\"fp32\", \"fp16\" or \"bf16\"");
@@ -133,6 +156,10 @@ void parse_communication(Section& root, TrainConfig& c) {
 void parse_monitor(Section& root, const char* key, TrainConfig::Monitor& m) {
   if (root.has(key)) {
     Section s = root.sub(key);
+    s.note("", monitor_section_doc(key));
+    s.notes({{"enabled", "write this monitor's events (rank 0)"},
+             {"output_path", "the directory the job's folder goes under"},
+             {"job_name", "the job's folder under output_path"}});
     s.get("enabled", m.enabled);
     s.get("output_path", m.output_path);
     s.get("job_name", m.job_name);
@@ -144,6 +171,31 @@ void parse_monitor(Section& root, const char* key, TrainConfig::Monitor& m) {
 
 void parse_monitoring(Section& root, TrainConfig& c) {
   const std::string& source = root.source();
+  root.notes(
+      {{"steps_per_print", "a progress line (and timer, memory lines) every this many steps"},
+       {"wall_clock_breakdown",
+        "print the time of forward, backward and step every steps_per_print steps"},
+       {"memory_breakdown", "print each rank's memory every steps_per_print steps"},
+       {"flops_profiler",
+        "DeepSpeed's flops profiler: one step's FLOPs, MACs, parameters, "
+        "latency per module"},
+       {"flops_profiler.enabled", "profile one step"},
+       {"flops_profiler.recompute_fwd_factor",
+        "forwards rerun by activation checkpointing, as a "
+        "share of one, added to the FLOPs"},
+       {"flops_profiler.profile_step", "the global step profiled"},
+       {"flops_profiler.module_depth", "the depth of the per-module table"},
+       {"flops_profiler.top_modules", "modules listed per depth in the summary"},
+       {"flops_profiler.output_file", "the report's file (null: standard output)"},
+       {"flops_profiler.detailed", "the per-module tree as well as the summary"},
+       {"trace", "Tessera's: a Chrome/Perfetto timeline of steps, phases and collectives"},
+       {"trace.enabled", "record a trace"},
+       {"trace.output_path", "the directory of the trace files (one per rank)"},
+       {"trace.kernels", "each op's kernel as an event as well (slower)"},
+       {"trace.steps", "the global steps traced, inclusive"},
+       {"checkpoint", "DeepSpeed's checkpoint options"},
+       {"checkpoint.tag_validation",
+        "no effect in Tessera: every rank writes the tag rank 0 chose"}});
   root.get_min<int64_t>("steps_per_print", c.steps_per_print, 1, ">= 1");
   root.get("wall_clock_breakdown", c.wall_clock_breakdown);
   root.get("memory_breakdown", c.memory_breakdown);
@@ -157,7 +209,6 @@ void parse_monitoring(Section& root, TrainConfig& c) {
     f.get_min<int64_t>("profile_step", p.profile_step, 0, ">= 0");
     f.get_min<int64_t>("module_depth", p.module_depth, -1, ">= -1 (-1: every depth)");
     f.get_min<int64_t>("top_modules", p.top_modules, 1, ">= 1");
-    f.note("output_file", "null: standard output");
     f.get("detailed", p.detailed);
     if (!f.raw("output_file", "string or null", "null").is_null())
       f.get("output_file", p.output_file);
@@ -189,7 +240,8 @@ void parse_monitoring(Section& root, TrainConfig& c) {
       Section m = root.sub(service);
       bool enabled = false;
       m.get("enabled", enabled);
-      m.note("enabled", "not supported (no network service): true is warned about");
+      m.notes({{"", "DeepSpeed's monitor of a network service: not supported here"},
+               {"enabled", "not supported (no network service): true is warned about"}});
       if (enabled)
         root.warnings().push_back(source + ": '" + service +
                                   ".enabled' is not supported (no network service here; ignored): "
@@ -242,8 +294,16 @@ TrainConfig parse_document(const json& j, int64_t world, const std::string& sour
   TrainConfig c;
   c.source = source;
   Section root(j, "", source, c.warnings, c.unknown_keys, recorder);
+  root.notes(
+      {{"strict", "Tessera's: unknown keys are errors (else warnings)"},
+       {"optimizer", "the optimizer and its parameters (`tessera optimizers`)"},
+       {"scheduler", "the learning-rate schedule and its parameters (`tessera schedules`)"},
+       {"gradient_clipping", "clip the global gradient norm to this (0: no clipping)"},
+       {"dataloader_drop_last", "engine.deepspeed_io's loaders drop an epoch's last short batch"},
+       {"model", "Tessera's: the built-in model to train (`tessera models`) and its shape"},
+       {"data", "Tessera's: the corpus and its tokenizer"},
+       {"train", "Tessera's: the run (`tessera train`): steps, seed, evaluation, checkpoints"}});
   root.get("strict", c.strict);
-  root.note("strict", "unknown keys are errors (else warnings)");
   // (The sections higher layers own first: tensor_parallel and pipeline decide the data-parallel
   // size the batch triple is resolved for.)
   config::parse_registered_sections(root, c);

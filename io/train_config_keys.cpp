@@ -41,6 +41,12 @@ std::vector<config::ConfigKey> TrainConfig::describe_keys() {
     for (const std::string& key : recorder.unread_asked())
       if (!is_registry_params(key)) grew |= state_section(doc, key);
     if (grew) continue;
+    // A section's line for a key it never reads: a misspelt name (tests/io reads this).
+    if (const auto stray = recorder.unread_notes(); !stray.empty()) {
+      std::string names;
+      for (const std::string& key : stray) names += (names.empty() ? "" : ", ") + key;
+      fail("TrainConfig::describe_keys: reference lines for keys no section reads: ", names);
+    }
     std::vector<config::ConfigKey> keys;
     for (config::ConfigKey& k : recorder.keys()) {
       if (is_registry_params(k.key)) continue;

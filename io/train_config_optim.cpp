@@ -85,7 +85,8 @@ void parse_optimizer(Section o, TrainConfig& c) {
            "one of " + optim::registered_optimizer_list());
   const optim::OptimizerEntry& entry = optim::find_optimizer(opt.type);
   Section p = o.sub("params");
-  o.note("params", "the type's parameters: `tessera optimizers`");
+  o.notes({{"type", "the optimizer's name"},
+           {"params", "the type's parameters: `tessera optimizers`"}});
   TS_CHECK(!p.has("max_grad_norm"), source,
            ": 'optimizer.params.max_grad_norm' is not supported (as in DeepSpeed); use the "
            "top-level 'gradient_clipping'");
@@ -112,7 +113,7 @@ void parse_scheduler(Section s, TrainConfig& c) {
            "one of " + optim::registered_lr_schedule_list());
   const optim::LRScheduleEntry& entry = optim::find_lr_schedule(sc.type);
   Section p = s.sub("params");
-  s.note("type", "no scheduler section: a constant lr");
+  s.note("type", "the schedule's name (no scheduler section: a constant lr)");
   s.note("params", "the type's parameters: `tessera schedules`");
   sc.params = read_hyper_params(p, "scheduler", sc.type, entry.params);
   if (entry.takes_warmup_type) {

@@ -12,7 +12,18 @@ void parse_model(Section m, TrainConfig& c) {
   m.get("type", md.type);
   TS_CHECK(!md.type.empty(), source, ": 'model.type' is empty");
   m.get("size", md.size);
-  m.note("size", "a named size of the model (`tessera models`): it decides the shape keys");
+  m.notes({{"type", "the registered model (`tessera models`)"},
+           {"size", "a named size of the model (`tessera models`): it decides the shape keys"},
+           {"n_layer", "transformer blocks"},
+           {"n_head", "attention heads (divides n_embd)"},
+           {"n_embd", "the hidden width"},
+           {"block_size", "the longest sequence (positions) the model takes"},
+           {"intermediate_size", "the MLP's inner width (0: 4 x n_embd)"},
+           {"dropout", "the dropout probability everywhere dropout applies"},
+           {"bias", "linear and norm layers have biases"},
+           {"init_from",
+            "a Hugging Face model directory: its weights, and its config.json for the keys left "
+            "out"}});
   m.get_min<int64_t>("n_layer", md.n_layer, 1, ">= 1");
   m.get_min<int64_t>("n_head", md.n_head, 1, ">= 1");
   m.get_min<int64_t>("n_embd", md.n_embd, 1, ">= 1");
@@ -22,8 +33,6 @@ void parse_model(Section m, TrainConfig& c) {
   m.expect("dropout", md.dropout >= 0 && md.dropout < 1, md.dropout, "in [0, 1)");
   m.get("bias", md.bias);
   m.get("init_from", md.init_from);
-  m.note("init_from", "a Hugging Face model directory: its config.json gives the keys left out");
-  m.note("intermediate_size", "0: 4 x n_embd");
   if (!md.init_from.empty()) adopt_init_from_model(m, c);
   if (!md.size.empty())
     for (const char* k : {"n_layer", "n_head", "n_embd", "intermediate_size"})
@@ -53,13 +62,16 @@ void parse_data(Section d, TrainConfig& c) {
   d.expect("val_fraction", dt.val_fraction > 0 && dt.val_fraction < 1, dt.val_fraction,
            "in (0, 1)");
   d.get("cache_dir", dt.cache_dir);
-  d.note("path", "a text file or a directory of text files");
-  d.note("cache_dir", "where token files go (\"\": PATH.tessera/)");
-  d.note("vocab", "vocab.json (gpt2) or vocab.txt (wordpiece)");
-  d.note("tokenizer_file", "a Hugging Face tokenizer.json instead of vocab and merges");
-  d.note("lower_case", "wordpiece: lower-case and strip accents (uncased BERT)");
-  d.note("mask_prob", "BERT's masked-LM share of tokens");
-  d.note("nsp", "BERT's sentence pairs");
+  d.notes({{"path", "the corpus: a text file or a directory of text files"},
+           {"tokenizer", "characters, GPT-2's byte-level BPE or BERT's WordPiece"},
+           {"vocab", "vocab.json (gpt2) or vocab.txt (wordpiece)"},
+           {"merges", "merges.txt (gpt2)"},
+           {"tokenizer_file", "a Hugging Face tokenizer.json instead of vocab and merges"},
+           {"lower_case", "wordpiece: lower-case and strip accents (uncased BERT)"},
+           {"val_fraction", "the corpus's tail held out for evaluation"},
+           {"cache_dir", "where token files go (\"\": PATH.tessera/)"},
+           {"mask_prob", "BERT's masked-LM share of tokens"},
+           {"nsp", "BERT's next-sentence pairs"}});
   d.get("mask_prob", dt.mask_prob);
   d.expect("mask_prob", dt.mask_prob > 0 && dt.mask_prob < 1, dt.mask_prob, "in (0, 1)");
   d.get("nsp", dt.nsp);
@@ -83,6 +95,15 @@ void parse_data(Section d, TrainConfig& c) {
 void parse_train(Section t, TrainConfig& c) {
   const std::string& source = t.source();
   auto& tr = c.train;
+  t.notes({{"steps", "optimizer steps to train"},
+           {"seed", "the seed of weights, dropout and data order"},
+           {"eval_interval", "evaluate every this many steps"},
+           {"eval_iters", "batches per evaluation"},
+           {"sample_tokens", "tokens generated as a sample after training (0: none)"},
+           {"checkpoint_dir", "where periodic checkpoints go (\"\": none)"},
+           {"checkpoint_interval", "a checkpoint every this many steps"},
+           {"keep_last", "checkpoints kept in checkpoint_dir"},
+           {"device", "where to train"}});
   t.get_min<int64_t>("steps", tr.steps, 0, ">= 0");
   int64_t seed = static_cast<int64_t>(tr.seed);
   t.get_min<int64_t>("seed", seed, 0, ">= 0");
@@ -91,7 +112,6 @@ void parse_train(Section t, TrainConfig& c) {
   t.get_min<int64_t>("eval_iters", tr.eval_iters, 1, ">= 1");
   t.get_min<int64_t>("sample_tokens", tr.sample_tokens, 0, ">= 0");
   t.get("checkpoint_dir", tr.checkpoint_dir);
-  t.note("checkpoint_dir", "\"\": no periodic checkpoints");
   t.get_min<int64_t>("checkpoint_interval", tr.checkpoint_interval, 0, ">= 0 (0 = off)");
   if (tr.checkpoint_interval > 0 && tr.checkpoint_dir.empty())
     t.warnings().push_back(source +

@@ -9,13 +9,24 @@ namespace tessera::parallel {
 void ActivationCheckpointingOptions::parse(io::config::Section& s,
                                            ActivationCheckpointingOptions& a) {
   a.enabled = true;
+  s.notes({{"",
+            "DeepSpeed's activation checkpointing: layers keep their inputs and rerun their "
+            "forward in backward"},
+           {"partition_activations", "each kept input split across the tensor-parallel group"},
+           {"cpu_checkpointing", "kept inputs live in host memory"},
+           {"contiguous_memory_optimization", "kept inputs copied into number_checkpoints buffers"},
+           {"synchronize_checkpoint_boundary", "synchronise the device at each checkpoint (CUDA)"},
+           {"profile", "time each checkpoint's forward and rerun"},
+           {"number_checkpoints",
+            "the checkpoints: groups of consecutive layers (0: null, checkpoint_num_layers "
+            "decides)"},
+           {"checkpoint_num_layers", "layers per checkpoint (Megatron's)"}});
   s.get("partition_activations", a.partition_activations);
   s.get("cpu_checkpointing", a.cpu_checkpointing);
   s.get("contiguous_memory_optimization", a.contiguous_memory_optimization);
   s.get("synchronize_checkpoint_boundary", a.synchronize_checkpoint_boundary);
   s.get("profile", a.profile);
   s.get_min<int64_t>("number_checkpoints", a.number_checkpoints, 1, "a positive integer or null");
-  s.note("number_checkpoints", "0: null (unset)");
   s.get_min<int64_t>("checkpoint_num_layers", a.checkpoint_num_layers, 1, "a positive integer");
   TS_CHECK(!a.contiguous_memory_optimization || a.number_checkpoints > 0, s.source(), ": '",
            s.key("contiguous_memory_optimization"),

@@ -8,6 +8,19 @@ namespace tessera::parallel {
 
 void PipelineConfig::parse(io::config::Section& s, PipelineConfig& p) {
   using io::config::json;
+  s.notes(
+      {{"", "pipeline parallelism: the model's layers cut into stages"},
+       {"stages", "pipeline stages (the job's ranks: stages x data-parallel x tensor-parallel)"},
+       {"partition",
+        "how layers are balanced over stages: by parameters, uniformly, or the "
+        "layers whose type matches REGEX"},
+       {"seed_layers",
+        "each layer's initial weights from its own seed (any stage count "
+        "draws the same weights)"},
+       {"activation_checkpoint_interval",
+        "layers per activation checkpoint in each stage (0: none)"},
+       {"schedule", "the pipeline schedule (`tessera pipeline-schedules`)"},
+       {"virtual_stages", "model chunks per stage (0: the schedule's default)"}});
   const std::string stages_default = std::to_string(p.stages);
   if (const json& v = s.raw("stages", "integer or \"auto\"", stages_default); !v.is_null()) {
     if (v.is_string()) {
@@ -34,7 +47,6 @@ void PipelineConfig::parse(io::config::Section& s, PipelineConfig& p) {
   // check (run after the whole file is read).
   s.get("schedule", p.schedule);
   s.get_min<int64_t>("virtual_stages", p.virtual_stages, 1, "a positive integer");
-  s.note("virtual_stages", "model chunks per stage (0: the schedule's default)");
 }
 
 const PipelineConfig& pipeline_config(const io::TrainConfig& cfg) {

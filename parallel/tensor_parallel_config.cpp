@@ -6,6 +6,10 @@
 namespace tessera::parallel {
 
 void TensorParallelConfig::parse(io::config::Section& s, TensorParallelConfig& out) {
+  s.notes({{"", "Megatron-style tensor parallelism of the models' layers"},
+           {"autotp_size", "ranks that share each model replica (adjacent ranks)"},
+           {"sequence_parallel",
+            "Tessera's: norms and dropout work on a slice of the sequence per rank"}});
   s.get_min<int64_t>("autotp_size", out.autotp_size, 1, "a positive integer");
   s.get("sequence_parallel", out.sequence_parallel);
 }

@@ -7,6 +7,23 @@ namespace tessera::parallel {
 
 void ZeroConfig::parse(io::config::Section& z, ZeroConfig& zc) {
   const std::string& source = z.source();
+  z.notes({{"",
+            "ZeRO: optimizer state, gradients and parameters partitioned over the "
+            "data-parallel ranks"},
+           {"stage",
+            "1 partitions the optimizer state, 2 also the gradients, 3 also the "
+            "parameters (0: off)"},
+           {"offload_optimizer", "the optimizer's partition in host memory"},
+           {"offload_optimizer.device", "where it lives"},
+           {"offload_optimizer.pin_memory", "pinned host memory (faster copies from a GPU)"},
+           {"reduce_bucket_size", "elements per gradient reduction"},
+           {"allgather_bucket_size", "elements per parameter all-gather (stages 1-2)"},
+           {"overlap_comm", "reduce gradients during backward"},
+           {"stage3_param_persistence_threshold",
+            "stage 3: parameters this small stay whole on every rank"},
+           {"stage3_prefetch_bucket_size", "stage 3: elements gathered ahead of use"},
+           {"stage3_gather_16bit_weights_on_model_save",
+            "stage 3: save_16bit_model gathers the whole weights (else it writes nothing)"}});
   z.get("stage", zc.stage);
   z.expect("stage", zc.stage >= 0 && zc.stage <= 3, zc.stage, "0, 1, 2 or 3");
   if (z.has("offload_optimizer")) {

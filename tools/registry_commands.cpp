@@ -268,7 +268,8 @@ int config_keys_main(int argc, char** argv) {
   const auto f = listing_format(argc, argv, "config-keys", kConfigKeysHelp);
   if (!f) return 0;
   nlohmann::json all = nlohmann::json::array();
-  if (*f == Format::Markdown) std::cout << "| key | value | default | note |\n|---|---|---|---|\n";
+  if (*f == Format::Markdown)
+    std::cout << "| key | value | default | what it does |\n|---|---|---|---|\n";
   for (const io::config::ConfigKey& k : io::TrainConfig::describe_keys()) {
     const std::string value = k.kind + (k.expected.empty() ? "" : ": " + k.expected);
     if (*f == Format::Markdown)

@@ -1,6 +1,7 @@
 // The config reference (TrainConfig::describe_keys, `tessera config-keys`): every key it lists
 // is one the reader takes, every key of the shipped configs is listed, and its defaults are
-// DeepSpeed's (transcribed below from DeepSpeed's sources) except where Tessera says why not.
+// DeepSpeed's (transcribed below from DeepSpeed's sources) except where Tessera says why not;
+// every key has a line saying what it does, written beside the parser that reads it.
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -90,6 +91,25 @@ TEST_CASE("config reference: the keys of every shipped config are in it") {
     }
   }
   CHECK(files >= 6);
+}
+
+TEST_CASE("config reference: every key says what it does, in the section that reads it") {
+  const std::map<std::string, ConfigKey> ref = reference();
+  for (const auto& entry : ref) {
+    const std::string key = entry.first;
+    CAPTURE(key);
+    CHECK_FALSE(entry.second.note.empty());
+  }
+  CHECK(ref.at("zero_optimization").note.find("ZeRO") == 0);  // a section's own line
+  CHECK(ref.at("tensorboard").note == "a TensorBoard event file in output_path/job_name/");
+  // A line for a key the section never reads (a misspelt name) is reported, not listed.
+  io::config::ConfigKeyRecorder recorder;
+  recorder.note("toy.widht", "parts the batch splits into");
+  recorder.note("toy.mode", "how fast");
+  recorder.read("toy.mode", "string", "\"fast\"");
+  CHECK(recorder.unread_notes() == std::vector<std::string>{"toy.widht"});
+  REQUIRE(recorder.keys().size() == 1);
+  CHECK(recorder.keys()[0].note == "how fast");
 }
 
 TEST_CASE("config reference: what a value must be comes from the registries and the reader") {

@@ -25,6 +25,7 @@ struct ToyConfig {
   bool stated = false;  // (the check below concerns files that state the section)
   static void parse(io::config::Section& s, ToyConfig& c) {
     c.stated = true;
+    s.notes({{"", "a toy section"}, {"width", "parts the batch splits into"}});
     s.get_min<int64_t>("width", c.width, 1, "a positive integer");
     s.get("mode", c.mode);
     TS_CHECK(c.mode == "fast" || c.mode == "slow", s.source(), ": 'toy.mode' is \"", c.mode,
@@ -81,6 +82,8 @@ TEST_CASE("a config section of one's own: one struct and one registration line")
   CHECK(ref.at("toy.width").default_value == "4");
   CHECK(ref.at("toy.width").expected == "a positive integer");
   CHECK(ref.at("toy.mode").default_value == "\"fast\"");
+  CHECK(ref.at("toy").note == "a toy section");  // (the reference's lines: the section's own)
+  CHECK(ref.at("toy.width").note == "parts the batch splits into");
 }
 
 TEST_CASE("zero_optimization is parallel's section; its defaults are written once") {
