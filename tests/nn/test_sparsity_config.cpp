@@ -1,0 +1,165 @@
+// DeepSpeed's block-sparse attention layouts (nn/sparsity_config.h) against DeepSpeed's own
+// sparsity config classes, and nn::PythonRandom against CPython's random module: fixtures from
+// tests/fixtures/generate_sparsity_fixtures.py (every mode, uni- and bidirectional, per-head
+// layouts, random blocks drawn from Python's generator after random.seed). Bad keys are
+// errors naming the key.
+#include <doctest/doctest.h>
+
+#include <set>
+
+#include "fixture_util.h"
+#include "tessera/nn/python_random.h"
+#include "tessera/nn/sparsity_config.h"
+
+using namespace tessera;
+using nlohmann::json;
+
+namespace {
+
+const std::string kFixtures = TESSERA_SOURCE_ROOT "/tests/fixtures/deepspeed/";
+
+std::vector<int64_t> ints(const json& j) {
+  return j.get<std::vector<int64_t>>();
+}
+
+// The case's keys over the struct's defaults (the config section's), and the class defaults
+// that differ from the section's where the case leaves the key out: BigBirdSparsityConfig
+// draws 1 random block, LocalSlidingWindowSparsityConfig is unidirectional.
+nn::SparsityConfig config_of(const std::string& mode, const json& keys) {
+  nn::SparsityConfig c;
+  c.mode = mode;
+  if (mode == "bigbird") c.num_random_blocks = 1;
+  if (mode == "local") c.attention = "unidirectional";
+  for (const auto& [key, v] : keys.items()) {
+    if (key == "block")
+      c.block = v;
+    else if (key == "different_layout_per_head")
+      c.different_layout_per_head = v;
+    else if (key == "num_local_blocks")
+      c.num_local_blocks = v;
+    else if (key == "num_global_blocks")
+      c.num_global_blocks = v;
+    else if (key == "attention")
+      c.attention = v.get<std::string>();
+    else if (key == "horizontal_global_attention")
+      c.horizontal_global_attention = v;
+    else if (key == "num_different_global_patterns")
+      c.num_different_global_patterns = v;
+    else if (key == "num_random_blocks")
+      c.num_random_blocks = v;
+    else if (key == "local_window_blocks")
+      c.local_window_blocks = ints(v);
+    else if (key == "global_block_indices")
+      c.global_block_indices = ints(v);
+    else if (key == "global_block_end_indices")
+      c.global_block_end_indices = ints(v);
+    else if (key == "num_sliding_window_blocks")
+      c.num_sliding_window_blocks = v;
+    else
+      FAIL("the fixture has a key the test does not know: " << key);
+  }
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("PythonRandom draws CPython's numbers: getrandbits and sample, both algorithms") {
+  const json fixture = test::read_json(kFixtures + "python_random.json");
+  REQUIRE(fixture["cases"].size() >= 6);
+  for (const json& c : fixture["cases"]) {
+    const uint64_t seed = c["seed"].get<uint64_t>();
+    CAPTURE(seed);
+    nn::PythonRandom random(seed);
+    for (const json& bits : c["getrandbits32"])
+      CHECK(random.getrandbits(32) == bits.get<uint32_t>());
+    for (const json& s : c["samples"]) {
+      const int64_t n = s["n"], k = s["k"];
+      CAPTURE(n);
+      CAPTURE(k);
+      CHECK(random.sample(n, k) == ints(s["values"]));
+    }
+  }
+}
+
+TEST_CASE("sparsity layouts equal DeepSpeed's classes in every mode") {
+  const json fixture = test::read_json(kFixtures + "sparsity_layouts.json");
+  REQUIRE(fixture["cases"].size() >= 19);
+  std::set<std::string> modes;
+  for (const json& c : fixture["cases"]) {
+    const std::string mode = c["mode"];
+    modes.insert(mode);
+    const std::string keys = c["keys"].dump();
+    CAPTURE(mode);
+    CAPTURE(keys);
+    nn::PythonRandom random(c["seed"].get<uint64_t>());
+    const Tensor got =
+        nn::make_sparsity_layout(config_of(mode, c["keys"]), c["num_heads"], c["seq_len"], random);
+    std::vector<int64_t> want;
+    for (const json& head : c["layout"])
+      for (const json& row : head)
+        for (const json& x : row) want.push_back(x);
+    const int64_t n = c["seq_len"].get<int64_t>() / config_of(mode, c["keys"]).block;
+    CHECK(got.shape() == Shape{c["num_heads"].get<int64_t>(), n, n});
+    CHECK(got.dtype() == DType::Int64);
+    std::vector<int64_t> have;
+    for (double x : got.to_vector()) have.push_back(static_cast<int64_t>(x));
+    CHECK(have == want);
+  }
+  CHECK(modes == std::set<std::string>(nn::sparsity_modes().begin(), nn::sparsity_modes().end()));
+}
+
+TEST_CASE("sparsity configs: bad keys are errors naming the key") {
+  nn::PythonRandom random(0);
+  auto layout_error = [&](const nn::SparsityConfig& c, int64_t seq_len, const char* message) {
+    CAPTURE(message);
+    CHECK_THROWS_WITH_AS(nn::make_sparsity_layout(c, 2, seq_len, random),
+                         doctest::Contains(message), Error);
+  };
+  nn::SparsityConfig c;
+  layout_error(c, 100, "sparse_attention.block 16 does not divide the sequence length 100");
+  c.mode = "sliding";
+  layout_error(c, 64,
+               "sparse_attention.mode is \"sliding\", expected one of dense, fixed, "
+               "variable, bigbird, bslongformer, local");
+  c = {};
+  c.num_global_blocks = 3;
+  layout_error(c, 64, "num_local_blocks 4 must be a positive multiple of num_global_blocks 3");
+  c = {};
+  c.num_different_global_patterns = 2;
+  layout_error(c, 64, "num_different_global_patterns 2 needs different_layout_per_head true");
+  c = {};
+  c.attention = "causal";
+  layout_error(c, 64, "sparse_attention.attention is \"causal\"");
+  c.attention = "unidirectional";
+  c.horizontal_global_attention = true;
+  layout_error(c, 64, "horizontal_global_attention needs attention \"bidirectional\"");
+  c = {};
+  c.mode = "variable";
+  c.global_block_indices = {0, -2};
+  layout_error(c, 64, "sparse_attention.global_block_indices[1] is -2");
+  c.global_block_indices = {0, 2};
+  c.global_block_end_indices = std::vector<int64_t>{1};
+  layout_error(c, 64, "global_block_end_indices has 1 entries but global_block_indices 2");
+  c.global_block_end_indices = std::vector<int64_t>{1, 2};
+  layout_error(c, 64, "global_block_end_indices[1] is 2, not after its start");
+  c = {};
+  c.mode = "variable";
+  c.local_window_blocks = {};
+  layout_error(c, 64, "sparse_attention.local_window_blocks is empty");
+  c.local_window_blocks = {2, 0};
+  layout_error(c, 64, "sparse_attention.local_window_blocks[1] is 0");
+  c = {};
+  c.mode = "bigbird";
+  c.num_random_blocks = 5;
+  layout_error(c, 64, "num_random_blocks 5 is more than the 4 blocks of a row");
+  c.num_random_blocks = 2;
+  c.attention = "unidirectional";
+  layout_error(c, 64, "num_random_blocks 2 is more than the 1 blocks row 0 may attend to");
+  c = {};
+  c.mode = "bslongformer";
+  c.num_sliding_window_blocks = 9;
+  layout_error(c, 64, "num_sliding_window_blocks 9 is more than the 4 blocks of a row");
+  c = {};
+  c.block = 0;
+  layout_error(c, 64, "sparse_attention.block is 0, expected >= 1");
+}
