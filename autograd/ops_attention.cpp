@@ -1,4 +1,4 @@
-// Scaled-dot-product attention through the fused attention kernels.
+// Scaled-dot-product attention and block-sparse attention through their fused kernels.
 #include <cmath>
 
 #include "op_util.h"
@@ -52,6 +52,85 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
            return std::vector<Tensor>{dq, dk, dv};
          },
          {qc, kc, vc});  // the copies, not q, k, v: a view must not keep its whole base alive
+  return outs[0];
+}
+
+namespace {
+
+// Runs a block-sparse kernel where its tensors live; on a device without one (CUDA, until its
+// kernel is written) on host copies, the results copied back: the same numbers, slower.
+std::vector<Tensor> run_sparse_kernel(Kernel kernel, Device device, DType dtype,
+                                      const std::vector<Tensor>& ins,
+                                      const std::vector<Tensor>& outs, const KernelAttrs& a) {
+  const bool here = has_kernel(kernel, device.type, dtype);
+  std::vector<TensorBase> in_bases, out_bases;
+  for (const Tensor& t : ins) in_bases.push_back(!t.defined() || here ? t : t.to(Device::cpu()));
+  std::vector<Tensor> host;
+  for (const Tensor& t : outs) {
+    host.push_back(here ? t : Tensor::empty(t.shape(), t.dtype(), Device::cpu()));
+    out_bases.push_back(host.back());
+  }
+  run_kernel(kernel, here ? device : Device::cpu(), dtype, in_bases, out_bases, a);
+  if (!here)
+    for (size_t i = 0; i < outs.size(); ++i) host[i] = host[i].to(device);
+  return host;
+}
+
+}  // namespace
+
+Tensor block_sparse_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                              const Tensor& layout, const Tensor& key_padding_mask, bool causal,
+                              std::optional<double> scale) {
+  const char* op = "block_sparse_attention";
+  TS_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, op,
+           ": expected 4-D q, k, v [B, H, T, D], got ", q.describe(), ", ", k.describe(), ", ",
+           v.describe());
+  const int64_t B = q.shape()[0], H = q.shape()[1], T = q.shape()[2], D = q.shape()[3];
+  const int64_t Dv = v.shape()[3];
+  TS_CHECK(k.shape() == q.shape() && v.shape() == Shape({B, H, T, Dv}) && q.dtype() == k.dtype() &&
+               q.dtype() == v.dtype(),
+           op, ": q, k, v must be [B, H, T, D] of one dtype (self-attention), got ", q.describe(),
+           ", ", k.describe(), ", ", v.describe());
+  detail::check_floating(op, q);
+  detail::check_same_device(op, {q, k, v, key_padding_mask});
+  TS_CHECK(layout.defined() && layout.dtype() == DType::Int64 && layout.dim() == 3 &&
+               layout.shape()[0] == H && layout.shape()[1] == layout.shape()[2] &&
+               layout.shape()[1] >= 1 && T % layout.shape()[1] == 0,
+           op, ": layout must be int64 [H, T / block, T / block] = [", H,
+           ", n, n] with n dividing T ", T, ", got ",
+           layout.defined() ? layout.describe() : std::string("none"));
+  Tensor mask;
+  if (key_padding_mask.defined()) {
+    TS_CHECK(key_padding_mask.dtype() == DType::Bool && key_padding_mask.shape() == Shape({B, T}),
+             op, ": key_padding_mask must be bool [B, T] = [", B, ", ", T,
+             "] (true = attend), got ", key_padding_mask.describe());
+    mask = untracked(key_padding_mask).contiguous();
+  }
+  KernelAttrs a;
+  a.flag = causal;
+  a.scalar = scale.value_or(1.0 / std::sqrt(static_cast<double>(D)));
+  const Tensor qc = untracked(q).contiguous(), kc = untracked(k).contiguous(),
+               vc = untracked(v).contiguous();
+  const Tensor lay = untracked(layout).to(Device::cpu()).contiguous();  // read on the host
+  const Device dev = q.device();
+  const std::vector<Tensor> fwd =
+      run_sparse_kernel(Kernel::block_sparse_attention, dev, q.dtype(), {qc, kc, vc, lay, mask},
+                        {Tensor::empty({B, H, T, Dv}, q.dtype(), dev),
+                         Tensor::empty({B, H, T}, detail::compute_dtype(q.dtype()), dev)},
+                        a);
+  std::vector<Tensor> outs{fwd[0]};
+  record("BlockSparseAttentionBackward", {q, k, v}, outs,
+         [qc, kc, vc, o = untracked(fwd[0]), lse = fwd[1], lay, mask,
+          a](const std::vector<Tensor>& g) {
+           const Device d = qc.device();
+           return run_sparse_kernel(
+               Kernel::block_sparse_attention_backward, d, qc.dtype(),
+               {g[0].contiguous(), qc, kc, vc, o, lse, lay, mask},
+               {Tensor::empty(qc.shape(), qc.dtype(), d), Tensor::empty(kc.shape(), kc.dtype(), d),
+                Tensor::empty(vc.shape(), vc.dtype(), d)},
+               a);
+         },
+         {qc, kc, vc});
   return outs[0];
 }
 

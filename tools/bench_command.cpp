@@ -100,7 +100,7 @@ int bench_gemm(const Args& a) {
 int bench_main(int argc, char** argv) {
   const Args a(argc, argv, 2, {"json", "help"},
                {"shape", "iters", "preset", "device", "dtype", "batch", "peak-tflops", "vocab",
-                "merges", "corpus", "python", "threads"});
+                "merges", "corpus", "python", "threads", "heads"});
   if (a.has("help") || a.positional().empty()) {
     std::cout
         << "usage: tessera bench gemm [--shape M,N,K] [--iters N] [--json]\n"
@@ -123,14 +123,19 @@ int bench_main(int argc, char** argv) {
            "default\n"
            "build/test-python's or python3, has it), N threads each (default: the cores), with "
            "the\n"
-           "ratio and whether the ids agree.\n";
+           "ratio and whether the ids agree.\n"
+           "       tessera bench sparse-attention [--batch B] [--heads H] [--iters N] [--json]\n"
+           "sparse-attention: block-sparse attention (DeepSpeed's fixed layout, block 16) against "
+           "the\n"
+           "dense fused attention, forward + backward, at T = 512 to 4096 in one run.\n";
     return a.has("help") ? 0 : 2;
   }
   const std::string what = a.positional()[0];
   if (what == "gemm") return bench_gemm(a);
   if (what == "train") return bench_train(a);
   if (what == "tokenizer") return bench_tokenizer(a);
-  fail("unknown benchmark '", what, "': expected gemm, train or tokenizer");
+  if (what == "sparse-attention") return bench_sparse_attention(a);
+  fail("unknown benchmark '", what, "': expected gemm, train, tokenizer or sparse-attention");
 }
 
 }  // namespace tessera::cli

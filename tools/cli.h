@@ -58,7 +58,8 @@ int eval_main(int argc, char** argv);
 int generate_main(int argc, char** argv);
 int train_main(int argc, char** argv);
 int bench_train(const Args& a);
-int bench_tokenizer(const Args& a);  // bench_tokenizer.cpp
+int bench_tokenizer(const Args& a);         // bench_tokenizer.cpp
+int bench_sparse_attention(const Args& a);  // bench_sparse_attention.cpp
 int zero_to_fp32_main(int argc, char** argv);
 int estimate_memory_main(int argc, char** argv);
 int export_main(int argc, char** argv);

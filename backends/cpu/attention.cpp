@@ -12,6 +12,7 @@
 // the whole row, so every value keeps the bits it had when the masked keys went through exp.
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "cpu_types.h"
 #include "flushed_exp.h"
@@ -202,9 +203,154 @@ struct AttentionBackward {
   }
 };
 
+// Block-sparse attention (DeepSpeed's sparse self-attention): the scores of a query block are
+// formed only against the key blocks its head's layout row names, gathered into a scratch of
+// [block, active keys]; no [T, T] matrix exists, dense layouts aside.
+// forward  inputs: q, k [B,H,T,D], v [B,H,T,Dv] (contiguous), layout int64 [H, T/bs, T/bs]
+//          (nonzero: computed), key padding mask (optional bool [B, T], true = attend);
+//          attrs.flag = causal, scalar = scale; outputs: o [B,H,T,Dv], lse [B,H,T]
+// backward inputs: dO, q, k, v, o, lse, layout, mask; outputs: dq, dk, dv
+struct SparseRows {
+  int64_t B, H, T, D, Dv, bs;
+  // q at inputs[first], v at first + 2, the layout at `layout`.
+  SparseRows(const KernelCall& c, size_t first, size_t layout)
+      : B(c.inputs[first].shape()[0]),
+        H(c.inputs[first].shape()[1]),
+        T(c.inputs[first].shape()[2]),
+        D(c.inputs[first].shape()[3]),
+        Dv(c.inputs[first + 2].shape()[3]),
+        bs(T / c.inputs[layout].shape()[1]) {}
+  // The key positions query block i of head h attends to: its layout row's blocks (causal:
+  // none past the diagonal block), in order.
+  std::vector<int64_t> keys(const TensorBase& layout, int64_t h, int64_t i, bool causal) const {
+    const int64_t n = T / bs;
+    const int64_t* row = layout.data<int64_t>() + (h * n + i) * n;
+    std::vector<int64_t> out;
+    for (int64_t j = 0; j < (causal ? i + 1 : n); ++j)
+      if (row[j] != 0)
+        for (int64_t t = j * bs; t < (j + 1) * bs; ++t) out.push_back(t);
+    return out;
+  }
+};
+
+template <class A, class M>
+RowMat<A> gather_rows(const M& m, const std::vector<int64_t>& rows) {
+  RowMat<A> out(static_cast<int64_t>(rows.size()), m.cols());
+  for (size_t r = 0; r < rows.size(); ++r) out.row(static_cast<int64_t>(r)) = m.row(rows[r]);
+  return out;
+}
+
+// Scores of query block i (rows i*bs ..) against `keys`, hidden entries at -inf.
+template <class A, class QM>
+void sparse_scores(const SparseRows& s, const TensorBase& mask, bool causal, int64_t b, const QM& Q,
+                   const RowMat<A>& Kc, const std::vector<int64_t>& keys, int64_t i, A scale,
+                   RowMat<A>& S) {
+  S.noalias() = scale * Q.middleRows(i * s.bs, s.bs) * Kc.transpose();
+  const A ninf = -std::numeric_limits<A>::infinity();
+  const bool* kp = mask.defined() ? mask.data<bool>() + b * s.T : nullptr;
+  if (!kp && !causal) return;
+  for (int64_t r = 0; r < s.bs; ++r)
+    for (size_t c = 0; c < keys.size(); ++c)
+      if ((kp && !kp[keys[c]]) || (causal && keys[c] > i * s.bs + r))
+        S(r, static_cast<int64_t>(c)) = ninf;
+}
+
+template <class T>
+struct BlockSparseAttention {
+  static void run(const KernelCall& c) {
+    using A = compute_t<T>;
+    const SparseRows s(c, 0, 3);
+    const A scale = static_cast<A>(c.attrs.scalar);
+    A* lse = c.outputs[1].data<A>();
+    parallel_for(s.B * s.H, 1, [&](int64_t h0, int64_t h1) {
+      RowMat<A> S, O(s.T, s.Dv);
+      for (int64_t bh = h0; bh < h1; ++bh) {
+        const int64_t b = bh / s.H, h = bh % s.H;
+        const Head<T, A> hq(c.inputs[0], bh, s.T, s.D), hk(c.inputs[1], bh, s.T, s.D),
+            hv(c.inputs[2], bh, s.T, s.Dv);
+        for (int64_t i = 0; i < s.T / s.bs; ++i) {
+          const std::vector<int64_t> keys = s.keys(c.inputs[3], h, i, c.attrs.flag);
+          S.resize(s.bs, static_cast<int64_t>(keys.size()));
+          sparse_scores(s, c.inputs[4], c.attrs.flag, b, hq.m, gather_rows<A>(hk.m, keys), keys, i,
+                        scale, S);
+          for (int64_t r = 0; r < s.bs; ++r) {
+            const A m = keys.empty() ? -std::numeric_limits<A>::infinity() : S.row(r).maxCoeff();
+            A& l = lse[bh * s.T + i * s.bs + r];
+            if (std::isinf(m)) {  // every key hidden: output 0 rather than NaN
+              S.row(r).setZero();
+              l = -std::numeric_limits<A>::infinity();
+              continue;
+            }
+            S.row(r) = exp_flush_subnormal(S.row(r).array() - m);
+            const A sum = S.row(r).sum();
+            S.row(r) /= sum;
+            l = m + std::log(sum);
+          }
+          O.middleRows(i * s.bs, s.bs).noalias() = S * gather_rows<A>(hv.m, keys);
+        }
+        store_head<T, A>(O, c.outputs[0], bh);
+      }
+    });
+  }
+};
+
+template <class T>
+struct BlockSparseAttentionBackward {
+  static void run(const KernelCall& c) {
+    using A = compute_t<T>;
+    const SparseRows s(c, 1, 6);
+    const A scale = static_cast<A>(c.attrs.scalar);
+    const A* lse = c.inputs[5].data<A>();
+    parallel_for(s.B * s.H, 1, [&](int64_t h0, int64_t h1) {
+      RowMat<A> S, dP;
+      for (int64_t bh = h0; bh < h1; ++bh) {
+        const int64_t b = bh / s.H, h = bh % s.H;
+        const Head<T, A> hdo(c.inputs[0], bh, s.T, s.Dv), hq(c.inputs[1], bh, s.T, s.D),
+            hk(c.inputs[2], bh, s.T, s.D), hv(c.inputs[3], bh, s.T, s.Dv),
+            ho(c.inputs[4], bh, s.T, s.Dv);
+        const auto& dO = hdo.m;
+        RowMat<A> dQ = RowMat<A>::Zero(s.T, s.D), dK = RowMat<A>::Zero(s.T, s.D);
+        RowMat<A> dV = RowMat<A>::Zero(s.T, s.Dv);
+        const Eigen::Matrix<A, Eigen::Dynamic, 1> Dvec =
+            (dO.array() * ho.m.array()).rowwise().sum();
+        for (int64_t i = 0; i < s.T / s.bs; ++i) {
+          const std::vector<int64_t> keys = s.keys(c.inputs[6], h, i, c.attrs.flag);
+          if (keys.empty()) continue;
+          const RowMat<A> Kc = gather_rows<A>(hk.m, keys), Vc = gather_rows<A>(hv.m, keys);
+          S.resize(s.bs, static_cast<int64_t>(keys.size()));
+          sparse_scores(s, c.inputs[7], c.attrs.flag, b, hq.m, Kc, keys, i, scale, S);
+          for (int64_t r = 0; r < s.bs; ++r) {
+            const A l = lse[bh * s.T + i * s.bs + r];
+            if (std::isinf(l))
+              S.row(r).setZero();
+            else
+              S.row(r) = exp_flush_subnormal(S.row(r).array() - l);
+          }
+          const auto dOi = dO.middleRows(i * s.bs, s.bs);
+          const RowMat<A> dVc = S.transpose() * dOi;
+          dP.noalias() = dOi * Vc.transpose();
+          for (int64_t r = 0; r < s.bs; ++r)  // dS = P * (dP - D_i), the score scale folded in
+            dP.row(r) = (S.row(r).array() * (dP.row(r).array() - Dvec(i * s.bs + r))) * scale;
+          dQ.middleRows(i * s.bs, s.bs).noalias() = dP * Kc;
+          const RowMat<A> dKc = dP.transpose() * hq.m.middleRows(i * s.bs, s.bs);
+          for (size_t k = 0; k < keys.size(); ++k) {
+            dK.row(keys[k]) += dKc.row(static_cast<int64_t>(k));
+            dV.row(keys[k]) += dVc.row(static_cast<int64_t>(k));
+          }
+        }
+        store_head<T, A>(dQ, c.outputs[0], bh);
+        store_head<T, A>(dK, c.outputs[1], bh);
+        store_head<T, A>(dV, c.outputs[2], bh);
+      }
+    });
+  }
+};
+
 const bool registered = [] {
   register_floating<Attention>(Kernel::attention);
   register_floating<AttentionBackward>(Kernel::attention_backward);
+  register_floating<BlockSparseAttention>(Kernel::block_sparse_attention);
+  register_floating<BlockSparseAttentionBackward>(Kernel::block_sparse_attention_backward);
   return true;
 }();
 

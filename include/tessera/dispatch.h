@@ -22,6 +22,7 @@ namespace tessera {
   X(matmul) X(softmax) X(log_softmax) X(softmax_backward) X(log_softmax_backward)               \
   X(layer_norm) X(layer_norm_backward) X(embedding) X(embedding_backward)                       \
   X(cross_entropy) X(cross_entropy_backward) X(dropout) X(attention) X(attention_backward)      \
+  X(block_sparse_attention) X(block_sparse_attention_backward)                                  \
   X(adamw_step) X(sgd_step) X(lamb_step) X(sum_squares)
 // clang-format on
 

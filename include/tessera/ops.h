@@ -118,6 +118,14 @@ Tensor dropout(const Tensor& x, double p, bool training = true, Generator* gen =
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const Tensor& attn_mask = {}, bool causal = false,
                                     std::optional<double> scale = std::nullopt);
+// Block-sparse self-attention (DeepSpeed's SparseSelfAttention): q, k [B, H, T, D], v
+// [B, H, T, Dv]; layout int64 [H, T / block, T / block] (nn::make_sparsity_layout): scores are
+// formed only for the blocks it marks nonzero, the others are never computed (no [T, T]
+// matrix). key_padding_mask: bool [B, T], true = attend. causal hides key j > query i. A row
+// with nothing to attend to gives 0.
+Tensor block_sparse_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                              const Tensor& layout, const Tensor& key_padding_mask = {},
+                              bool causal = false, std::optional<double> scale = std::nullopt);
 
 // ---- joining and splitting ----
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);

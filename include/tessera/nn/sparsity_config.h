@@ -3,7 +3,7 @@
 // One struct holds the mode and every key of DeepSpeed's `sparse_attention` config section
 // (the field names are the keys); make_sparsity_layout draws the layout DeepSpeed's class of
 // that mode draws: equal to it, random blocks included, when Python's `random` was seeded as
-// `random` is here (tests/nn/test_sparsity_config.cpp against DeepSpeed's own classes).
+// `random` is here (tests/nn/test_sparse_attention.cpp against DeepSpeed's own classes).
 //
 //   nn::SparsityConfig c;          // "fixed": 4-block local windows, their last block global
 //   c.mode = "bigbird";

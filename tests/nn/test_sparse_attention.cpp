@@ -2,7 +2,8 @@
 // sparsity config classes, and nn::PythonRandom against CPython's random module: fixtures from
 // tests/fixtures/generate_sparsity_fixtures.py (every mode, uni- and bidirectional, per-head
 // layouts, random blocks drawn from Python's generator after random.seed). Bad keys are
-// errors naming the key.
+// errors naming the key. block_sparse_attention over a dense layout is scaled dot-product
+// attention (its checks against PyTorch are the op catalog's).
 #include <doctest/doctest.h>
 
 #include <set>
@@ -10,6 +11,8 @@
 #include "fixture_util.h"
 #include "tessera/nn/python_random.h"
 #include "tessera/nn/sparsity_config.h"
+#include "tessera/ops.h"
+#include "tessera/rng.h"
 
 using namespace tessera;
 using nlohmann::json;
@@ -162,4 +165,37 @@ TEST_CASE("sparsity configs: bad keys are errors naming the key") {
   c = {};
   c.block = 0;
   layout_error(c, 64, "sparse_attention.block is 0, expected >= 1");
+}
+
+TEST_CASE("block-sparse attention over a dense layout is scaled dot-product attention") {
+  // (Against PyTorch, every mask and random layouts: the op catalog's block_sparse_attention.)
+  manual_seed(3);
+  const Tensor q = randn({2, 3, 32, 8}, DType::Float64).requires_grad_();
+  const Tensor k = randn({2, 3, 32, 8}, DType::Float64).requires_grad_();
+  const Tensor v = randn({2, 3, 32, 5}, DType::Float64).requires_grad_();
+  nn::SparsityConfig dense;
+  dense.mode = "dense";
+  dense.block = 8;
+  nn::PythonRandom random(0);
+  const Tensor layout = nn::make_sparsity_layout(dense, 3, 32, random);
+  std::vector<double> keep(64, 1.0);
+  keep[31] = keep[40] = 0.0;  // two padded keys
+  const Tensor padding = ne(from_vector(keep, {2, 32}), zeros({2, 32}));
+  auto grads = [&](const Tensor& out) {
+    for (const Tensor& t : {q, k, v}) t.set_grad(Tensor());
+    sum(out * out).backward();
+    return std::vector<Tensor>{q.grad(), k.grad(), v.grad()};
+  };
+  for (bool causal : {false, true}) {
+    CAPTURE(causal);
+    const Tensor sparse = block_sparse_attention(q, k, v, layout, padding, causal);
+    const Tensor want =
+        scaled_dot_product_attention(q, k, v, padding.reshape({2, 1, 1, 32}), causal);
+    CHECK(amax(abs(sparse - want)).item() < 1e-12);
+    const std::vector<Tensor> g1 = grads(sparse), g2 = grads(want);
+    for (size_t i = 0; i < 3; ++i) CHECK(amax(abs(g1[i] - g2[i])).item() < 1e-12);
+  }
+  CHECK_THROWS_WITH_AS(
+      block_sparse_attention(q, k, v, layout.narrow(0, 0, 2)),
+      doctest::Contains("layout must be int64 [H, T / block, T / block] = [3, n, n]"), Error);
 }
