@@ -10,7 +10,9 @@
 #     the same validations); pause (the trial stops with a checkpoint, PAUSED) and activate
 #     (the same validations again); kill (CANCELED).
 #  3. A trial that always fails ends ERROR after max_restarts restarts, its log kept; a trial
-#     of 2 slots runs under mpirun.
+#     of 2 slots runs under mpirun; the same config as a tensor-parallel pair, a 2-stage
+#     pipeline and 3D (2 stages x 2 tensor-parallel ranks, 4 slots) validates as the
+#     data-parallel pair does.
 set -euo pipefail
 # Under the sanitizers' subset the experiment end to end (minutes of trials) is left to the
 # release pass; the runner and store still run under ASan in cli-experiment-serve, -browser and
@@ -74,10 +76,13 @@ broken = json.load(open("small.json")); broken["data"]["path"] = "missing-corpus
 json.dump(broken, open("broken.json", "w"))
 open("broken.yaml", "w").write(single % ("broken.json", 400) + common.format(period=40, restarts=2, slots=1))
 open("two.yaml", "w").write(single % ("small.json", 40) + common.format(period=20, restarts=0, slots=2))
-for name, section in (("tp2", {"tensor_parallel": {"autotp_size": 2}}), ("pp2", {"pipeline": {"stages": 2}})):
+for name, section, slots in (("tp2", {"tensor_parallel": {"autotp_size": 2}}, 2),
+                            ("pp2", {"pipeline": {"stages": 2}}, 2),
+                            ("3d", {"tensor_parallel": {"autotp_size": 2}, "pipeline": {"stages": 2}}, 4)):
     json.dump(dict(json.load(open("small.json")), **section), open(f"small_{name}.json", "w"))
     open(f"{name}.yaml", "w").write((single % (f"small_{name}.json", 40)).replace("name: single", f"name: {name}", 1)
-                                    + common.format(period=20, restarts=0, slots=2))
+                                    + common.format(period=20, restarts=0, slots=slots).replace(
+                                        "max_slots: 2", f"max_slots: {max(slots, 2)}"))
 PY
 
 describe() { "$tessera" experiment describe "$1" --json 2>/dev/null | tail -1; }
@@ -194,20 +199,20 @@ broken=$(describe 10 | python3 -c 'import json,sys; print(json.load(sys.stdin)["
 "$tessera" experiment create two.yaml --follow --json > two.out 2> two.err
 grep -q '"state":"COMPLETED"' two.out
 grep -q "on 2 slot(s)" "$TESSERA_STORE/experiment_11/trial_1/trial.log"
-for layout in tp2 pp2; do
+for layout in tp2 pp2 3d; do
   "$tessera" experiment create $layout.yaml --follow --json > $layout.out 2> $layout.err ||
     { echo "$layout.yaml failed"; cat $layout.err; exit 1; }
 done
-python3 - "$(describe 11)" "$(describe 12)" "$(describe 13)" <<'PY'
+python3 - "$(describe 11)" "$(describe 12)" "$(describe 13)" "$(describe 14)" <<'PY'
 import json, sys
-dp, tp, pp = (json.loads(a)["trials"][0] for a in sys.argv[1:4])
+dp, tp, pp, td = (json.loads(a)["trials"][0] for a in sys.argv[1:5])
 want = dp["latest_validation"]["validation_loss"]
-for name, t in (("tensor-parallel", tp), ("pipeline", pp)):
+for name, t in (("tensor-parallel", tp), ("pipeline", pp), ("3D (2 stages x 2 tensor-parallel, 4 slots)", td)):
     got = t["latest_validation"]["validation_loss"]
     assert t["state"] == "COMPLETED" and t["batches"] == dp["batches"] == 40, (name, t["state"], t["batches"])
     assert t["hparams"]["config"] != dp["hparams"]["config"], t["hparams"]
     assert abs(got - want) <= 1e-5 * abs(want), (name, got, want)
-    print(f"experiment on 2 slots as a {name} pair: validation {got} vs the data-parallel pair's {want}")
+    print(f"experiment as a {name} job: validation {got} vs the data-parallel pair's {want}")
 PY
 "$tessera" experiment list
 echo ok
