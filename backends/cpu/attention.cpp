@@ -10,6 +10,7 @@
 // keys past the causal bound are zeroed rather than put through exp (exp of -inf cost 40% of
 // the forward at GPT-2 tiny shapes); exp still runs in whole SIMD packets and the row sum over
 // the whole row, so every value keeps the bits it had when the masked keys went through exp.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -220,15 +221,32 @@ struct SparseRows {
         D(c.inputs[first].shape()[3]),
         Dv(c.inputs[first + 2].shape()[3]),
         bs(T / c.inputs[layout].shape()[1]) {}
-  // The key positions query block i of head h attends to: its layout row's blocks (causal:
-  // none past the diagonal block), in order.
-  std::vector<int64_t> keys(const TensorBase& layout, int64_t h, int64_t i, bool causal) const {
+  // Query rows [row0, row0 + rows) and the key positions they attend to: their layout row's
+  // blocks (causal: none past the diagonal block), in order.
+  struct Group {
+    int64_t row0, rows;
+    std::vector<int64_t> keys;
+  };
+  // Head h's query blocks, consecutive blocks with the same layout row taken together (up to
+  // kQueryBlock rows: larger products for the same work; not under causal masking, whose
+  // blocks past the diagonal differ from row to row).
+  std::vector<Group> groups(const TensorBase& layout, int64_t h, bool causal) const {
     const int64_t n = T / bs;
-    const int64_t* row = layout.data<int64_t>() + (h * n + i) * n;
-    std::vector<int64_t> out;
-    for (int64_t j = 0; j < (causal ? i + 1 : n); ++j)
-      if (row[j] != 0)
-        for (int64_t t = j * bs; t < (j + 1) * bs; ++t) out.push_back(t);
+    const int64_t* rows = layout.data<int64_t>() + h * n * n;
+    std::vector<Group> out;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t* row = rows + i * n;
+      if (!causal && i > 0 && out.back().rows + bs <= std::max(kQueryBlock, bs) &&
+          std::equal(row, row + n, row - n)) {
+        out.back().rows += bs;
+        continue;
+      }
+      Group g{i * bs, bs, {}};
+      for (int64_t j = 0; j < (causal ? i + 1 : n); ++j)
+        if (row[j] != 0)
+          for (int64_t t = j * bs; t < (j + 1) * bs; ++t) g.keys.push_back(t);
+      out.push_back(std::move(g));
+    }
     return out;
   }
 };
@@ -240,18 +258,19 @@ RowMat<A> gather_rows(const M& m, const std::vector<int64_t>& rows) {
   return out;
 }
 
-// Scores of query block i (rows i*bs ..) against `keys`, hidden entries at -inf.
+// Scores of a group's query rows against its keys, hidden entries at -inf.
 template <class A, class QM>
 void sparse_scores(const SparseRows& s, const TensorBase& mask, bool causal, int64_t b, const QM& Q,
-                   const RowMat<A>& Kc, const std::vector<int64_t>& keys, int64_t i, A scale,
-                   RowMat<A>& S) {
-  S.noalias() = scale * Q.middleRows(i * s.bs, s.bs) * Kc.transpose();
+                   const RowMat<A>& Kc, const SparseRows::Group& g, A scale, RowMat<A>& S) {
+  const std::vector<int64_t>& keys = g.keys;
+  S.resize(g.rows, static_cast<int64_t>(keys.size()));
+  S.noalias() = scale * Q.middleRows(g.row0, g.rows) * Kc.transpose();
   const A ninf = -std::numeric_limits<A>::infinity();
   const bool* kp = mask.defined() ? mask.data<bool>() + b * s.T : nullptr;
   if (!kp && !causal) return;
-  for (int64_t r = 0; r < s.bs; ++r)
+  for (int64_t r = 0; r < g.rows; ++r)
     for (size_t c = 0; c < keys.size(); ++c)
-      if ((kp && !kp[keys[c]]) || (causal && keys[c] > i * s.bs + r))
+      if ((kp && !kp[keys[c]]) || (causal && keys[c] > g.row0 + r))
         S(r, static_cast<int64_t>(c)) = ninf;
 }
 
@@ -268,14 +287,13 @@ struct BlockSparseAttention {
         const int64_t b = bh / s.H, h = bh % s.H;
         const Head<T, A> hq(c.inputs[0], bh, s.T, s.D), hk(c.inputs[1], bh, s.T, s.D),
             hv(c.inputs[2], bh, s.T, s.Dv);
-        for (int64_t i = 0; i < s.T / s.bs; ++i) {
-          const std::vector<int64_t> keys = s.keys(c.inputs[3], h, i, c.attrs.flag);
-          S.resize(s.bs, static_cast<int64_t>(keys.size()));
-          sparse_scores(s, c.inputs[4], c.attrs.flag, b, hq.m, gather_rows<A>(hk.m, keys), keys, i,
-                        scale, S);
-          for (int64_t r = 0; r < s.bs; ++r) {
+        for (const SparseRows::Group& g : s.groups(c.inputs[3], h, c.attrs.flag)) {
+          const std::vector<int64_t>& keys = g.keys;
+          sparse_scores(s, c.inputs[4], c.attrs.flag, b, hq.m, gather_rows<A>(hk.m, keys), g, scale,
+                        S);
+          for (int64_t r = 0; r < g.rows; ++r) {
             const A m = keys.empty() ? -std::numeric_limits<A>::infinity() : S.row(r).maxCoeff();
-            A& l = lse[bh * s.T + i * s.bs + r];
+            A& l = lse[bh * s.T + g.row0 + r];
             if (std::isinf(m)) {  // every key hidden: output 0 rather than NaN
               S.row(r).setZero();
               l = -std::numeric_limits<A>::infinity();
@@ -286,7 +304,7 @@ struct BlockSparseAttention {
             S.row(r) /= sum;
             l = m + std::log(sum);
           }
-          O.middleRows(i * s.bs, s.bs).noalias() = S * gather_rows<A>(hv.m, keys);
+          O.middleRows(g.row0, g.rows).noalias() = S * gather_rows<A>(hv.m, keys);
         }
         store_head<T, A>(O, c.outputs[0], bh);
       }
@@ -313,26 +331,25 @@ struct BlockSparseAttentionBackward {
         RowMat<A> dV = RowMat<A>::Zero(s.T, s.Dv);
         const Eigen::Matrix<A, Eigen::Dynamic, 1> Dvec =
             (dO.array() * ho.m.array()).rowwise().sum();
-        for (int64_t i = 0; i < s.T / s.bs; ++i) {
-          const std::vector<int64_t> keys = s.keys(c.inputs[6], h, i, c.attrs.flag);
+        for (const SparseRows::Group& g : s.groups(c.inputs[6], h, c.attrs.flag)) {
+          const std::vector<int64_t>& keys = g.keys;
           if (keys.empty()) continue;
           const RowMat<A> Kc = gather_rows<A>(hk.m, keys), Vc = gather_rows<A>(hv.m, keys);
-          S.resize(s.bs, static_cast<int64_t>(keys.size()));
-          sparse_scores(s, c.inputs[7], c.attrs.flag, b, hq.m, Kc, keys, i, scale, S);
-          for (int64_t r = 0; r < s.bs; ++r) {
-            const A l = lse[bh * s.T + i * s.bs + r];
+          sparse_scores(s, c.inputs[7], c.attrs.flag, b, hq.m, Kc, g, scale, S);
+          for (int64_t r = 0; r < g.rows; ++r) {
+            const A l = lse[bh * s.T + g.row0 + r];
             if (std::isinf(l))
               S.row(r).setZero();
             else
               S.row(r) = exp_flush_subnormal(S.row(r).array() - l);
           }
-          const auto dOi = dO.middleRows(i * s.bs, s.bs);
+          const auto dOi = dO.middleRows(g.row0, g.rows);
           const RowMat<A> dVc = S.transpose() * dOi;
           dP.noalias() = dOi * Vc.transpose();
-          for (int64_t r = 0; r < s.bs; ++r)  // dS = P * (dP - D_i), the score scale folded in
-            dP.row(r) = (S.row(r).array() * (dP.row(r).array() - Dvec(i * s.bs + r))) * scale;
-          dQ.middleRows(i * s.bs, s.bs).noalias() = dP * Kc;
-          const RowMat<A> dKc = dP.transpose() * hq.m.middleRows(i * s.bs, s.bs);
+          for (int64_t r = 0; r < g.rows; ++r)  // dS = P * (dP - D_i), the score scale folded in
+            dP.row(r) = (S.row(r).array() * (dP.row(r).array() - Dvec(g.row0 + r))) * scale;
+          dQ.middleRows(g.row0, g.rows).noalias() = dP * Kc;
+          const RowMat<A> dKc = dP.transpose() * hq.m.middleRows(g.row0, g.rows);
           for (size_t k = 0; k < keys.size(); ++k) {
             dK.row(keys[k]) += dKc.row(static_cast<int64_t>(k));
             dV.row(keys[k]) += dVc.row(static_cast<int64_t>(k));

@@ -3,7 +3,8 @@
 // tests/fixtures/generate_sparsity_fixtures.py (every mode, uni- and bidirectional, per-head
 // layouts, random blocks drawn from Python's generator after random.seed). Bad keys are
 // errors naming the key. block_sparse_attention over a dense layout is scaled dot-product
-// attention (its checks against PyTorch are the op catalog's).
+// attention, and over a fixed layout the same under the layout's mask (its checks against
+// PyTorch are the op catalog's).
 #include <doctest/doctest.h>
 
 #include <set>
@@ -167,7 +168,7 @@ TEST_CASE("sparsity configs: bad keys are errors naming the key") {
   layout_error(c, 64, "sparse_attention.block is 0, expected >= 1");
 }
 
-TEST_CASE("block-sparse attention over a dense layout is scaled dot-product attention") {
+TEST_CASE("block-sparse attention is scaled dot-product attention under the layout's mask") {
   // (Against PyTorch, every mask and random layouts: the op catalog's block_sparse_attention.)
   manual_seed(3);
   const Tensor q = randn({2, 3, 32, 8}, DType::Float64).requires_grad_();
@@ -195,6 +196,23 @@ TEST_CASE("block-sparse attention over a dense layout is scaled dot-product atte
     const std::vector<Tensor> g1 = grads(sparse), g2 = grads(want);
     for (size_t i = 0; i < 3; ++i) CHECK(amax(abs(g1[i] - g2[i])).item() < 1e-12);
   }
+  // DeepSpeed's fixed layout (windows of 2 blocks, consecutive query blocks sharing their key
+  // blocks): the dense attention under the layout's mask, element by element.
+  nn::SparsityConfig fixed;
+  fixed.block = 4;
+  fixed.num_local_blocks = 2;
+  const Tensor sparse_layout = nn::make_sparsity_layout(fixed, 3, 32, random);
+  std::vector<double> allowed;
+  for (int64_t h = 0; h < 3; ++h)
+    for (int64_t i = 0; i < 32; ++i)
+      for (int64_t j = 0; j < 32; ++j)
+        allowed.push_back(sparse_layout.select(0, h).select(0, i / 4).select(0, j / 4).item());
+  const Tensor mask = ne(from_vector(allowed, {1, 3, 32, 32}), zeros({1, 3, 32, 32}));
+  const Tensor sparse = block_sparse_attention(q, k, v, sparse_layout);
+  const Tensor want = scaled_dot_product_attention(q, k, v, mask);
+  CHECK(amax(abs(sparse - want)).item() < 1e-12);
+  const std::vector<Tensor> g1 = grads(sparse), g2 = grads(want);
+  for (size_t i = 0; i < 3; ++i) CHECK(amax(abs(g1[i] - g2[i])).item() < 1e-12);
   CHECK_THROWS_WITH_AS(
       block_sparse_attention(q, k, v, layout.narrow(0, 0, 2)),
       doctest::Contains("layout must be int64 [H, T / block, T / block] = [3, n, n]"), Error);
