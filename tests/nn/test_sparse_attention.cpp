@@ -4,13 +4,14 @@
 // layouts, random blocks drawn from Python's generator after random.seed). Bad keys are
 // errors naming the key. block_sparse_attention over a dense layout is scaled dot-product
 // attention, and over a fixed layout the same under the layout's mask (its checks against
-// PyTorch are the op catalog's).
+// PyTorch are the op catalog's). SparseSelfAttention slices DeepSpeed's master layout.
 #include <doctest/doctest.h>
 
 #include <set>
 
 #include "fixture_util.h"
 #include "tessera/nn/python_random.h"
+#include "tessera/nn/sparse_self_attention.h"
 #include "tessera/nn/sparsity_config.h"
 #include "tessera/ops.h"
 #include "tessera/rng.h"
@@ -216,4 +217,36 @@ TEST_CASE("block-sparse attention is scaled dot-product attention under the layo
   CHECK_THROWS_WITH_AS(
       block_sparse_attention(q, k, v, layout.narrow(0, 0, 2)),
       doctest::Contains("layout must be int64 [H, T / block, T / block] = [3, n, n]"), Error);
+}
+
+TEST_CASE("SparseSelfAttention: DeepSpeed's master layout, sliced for shorter sequences") {
+  // The fixture's bigbird case drawn for 128 tokens after random.seed(3): a module of
+  // max_seq_length 128 holds it, and 64 tokens take its top-left 4 x 4 blocks (DeepSpeed's
+  // get_layout).
+  const json fixture = test::read_json(kFixtures + "sparsity_layouts.json");
+  const json* bigbird = nullptr;
+  for (const json& c : fixture["cases"])
+    if (c["mode"] == "bigbird" && c["keys"].empty()) bigbird = &c;
+  REQUIRE(bigbird);
+  REQUIRE((*bigbird)["seq_len"] == 128);
+  nn::Module root;
+  nn::SparseSelfAttention attn(&root, "attn", config_of("bigbird", json::object()), 2, 128, 3);
+  const Tensor corner = attn.layout(64);
+  CHECK(corner.shape() == Shape{2, 4, 4});
+  for (int64_t h = 0; h < 2; ++h)
+    for (int64_t i = 0; i < 4; ++i)
+      for (int64_t j = 0; j < 4; ++j)
+        CHECK(corner.select(0, h).select(0, i).select(0, j).item() ==
+              (*bigbird)["layout"][h][i][j].get<int64_t>());
+  manual_seed(1);
+  const Tensor q = randn({1, 2, 64, 8}), k = randn({1, 2, 64, 8}), v = randn({1, 2, 64, 8});
+  CHECK(amax(abs(attn.forward(q, k, v) - block_sparse_attention(q, k, v, corner))).item() == 0.0);
+  CHECK_THROWS_WITH_AS(
+      attn.forward(randn({1, 2, 40, 8}), randn({1, 2, 40, 8}), randn({1, 2, 40, 8})),
+      doctest::Contains("a sequence of 40 tokens; expected a multiple of "
+                        "sparse_attention.block 16 up to max_seq_length 128"),
+      Error);
+  CHECK_THROWS_WITH_AS(attn.layout(144), doctest::Contains("up to max_seq_length 128"), Error);
+  CHECK_THROWS_WITH_AS(attn.forward(randn({1, 3, 64, 8}), k, v),
+                       doctest::Contains("SparseSelfAttention: q must be [B, 2, T, D]"), Error);
 }
