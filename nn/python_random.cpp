@@ -1,5 +1,6 @@
 #include "tessera/nn/python_random.h"
 
+#include <bit>
 #include <cmath>
 #include <unordered_set>
 
@@ -63,8 +64,7 @@ uint32_t PythonRandom::getrandbits(int k) {
 int64_t PythonRandom::randbelow(int64_t n) {
   TS_CHECK(n >= 1 && n <= (int64_t{1} << 32), "PythonRandom::randbelow: n = ", n,
            " is not in [1, 2^32]");
-  int bits = 0;  // n.bit_length()
-  for (uint64_t v = static_cast<uint64_t>(n); v; v >>= 1) ++bits;
+  const int bits = std::bit_width(static_cast<uint64_t>(n));  // n.bit_length()
   int64_t r = getrandbits(bits);
   while (r >= n) r = getrandbits(bits);
   return r;

@@ -102,6 +102,15 @@ void block_scores(const KernelCall& c, int64_t b, int64_t h, const QM& Q, const 
   }
 }
 
+// The scores' gradient from the probabilities' (softmax backward): dS = P * (dP - D_i), the
+// score scale folded in, in place of dP; rows are query rows row0 ...
+template <class A>
+void scores_gradient(const RowMat<A>& P, RowMat<A>& dP,
+                     const Eigen::Matrix<A, Eigen::Dynamic, 1>& D, int64_t row0, A scale) {
+  for (int64_t r = 0; r < P.rows(); ++r)
+    dP.row(r) = (P.row(r).array() * (dP.row(r).array() - D(row0 + r))) * scale;
+}
+
 template <class T>
 struct Attention {
   static void run(const KernelCall& c) {
@@ -190,9 +199,7 @@ struct AttentionBackward {
           }
           dV.topRows(kmax).noalias() += S.transpose() * dO.middleRows(i0, rows);
           dP.noalias() = dO.middleRows(i0, rows) * V.topRows(kmax).transpose();
-          // dS = P * (dP - D_i), then fold in the score scale
-          for (int64_t r = 0; r < rows; ++r)
-            dP.row(r) = (S.row(r).array() * (dP.row(r).array() - Dvec(i0 + r))) * scale;
+          scores_gradient(S, dP, Dvec, i0, scale);
           dQ.middleRows(i0, rows).noalias() = dP * K.topRows(kmax);
           dK.topRows(kmax).noalias() += dP.transpose() * Q.middleRows(i0, rows);
         }
@@ -346,8 +353,7 @@ struct BlockSparseAttentionBackward {
           const auto dOi = dO.middleRows(g.row0, g.rows);
           const RowMat<A> dVc = S.transpose() * dOi;
           dP.noalias() = dOi * Vc.transpose();
-          for (int64_t r = 0; r < g.rows; ++r)  // dS = P * (dP - D_i), the score scale folded in
-            dP.row(r) = (S.row(r).array() * (dP.row(r).array() - Dvec(g.row0 + r))) * scale;
+          scores_gradient(S, dP, Dvec, g.row0, scale);
           dQ.middleRows(g.row0, g.rows).noalias() = dP * Kc;
           const RowMat<A> dKc = dP.transpose() * hq.m.middleRows(g.row0, g.rows);
           for (size_t k = 0; k < keys.size(); ++k) {

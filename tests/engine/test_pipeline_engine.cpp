@@ -8,12 +8,11 @@
 
 #include "pipe_test_layers.h"
 
-#include <unistd.h>
-
 #include <cmath>
 #include <filesystem>
 
 #include "relative_error.h"
+#include "shared_temp_dir.h"
 #include "tessera/engine/pipeline_engine.h"
 #include "tessera/ops.h"
 #include "tessera/parallel/pipe_schedule_registry.h"
@@ -248,16 +247,6 @@ TEST_CASE("pipeline engine: forward/backward/step point to train_batch; schedule
       doctest::Contains("virtual_stages 2 (model chunks per stage) runs the interleaved schedule"));
 }
 
-namespace {
-// One directory for every rank of the job (named after rank 0's process).
-fs::path shared_temp_dir(const std::string& name) {
-  Tensor pid = full({1}, static_cast<double>(::getpid()), DType::Int64);
-  parallel::world()->broadcast(pid, 0);
-  return fs::temp_directory_path() /
-         ("tessera-" + name + "-" + std::to_string(static_cast<int64_t>(pid.item())));
-}
-}  // namespace
-
 TEST_CASE(
     "pipeline engine: a client optimizer's checkpoint, one file pair per layer, resumes "
     "at this stage count and in one process") {
@@ -276,7 +265,7 @@ TEST_CASE(
   int64_t next = 0;
   auto feed = [&] { return data[static_cast<size_t>(next++)]; };
   pipe.train_batch(feed);
-  const fs::path dir = shared_temp_dir("pipe-ckpt");
+  const fs::path dir = test::shared_temp_dir("pipe-ckpt");
   pipe.stage_engine().save_checkpoint(dir.string(), "step1");
   if (p > 1) {  // (one stage keeps the module's own files)
     CHECK(fs::exists(dir / "step1" / "layer_00-model.safetensors"));

@@ -2,10 +2,10 @@
 // exactly what the checkpoint's shards hold (the float32 masters, in the compute dtype),
 // written by rank 0 alone while every rank takes part in the gathers.
 #include <doctest/doctest.h>
-#include <unistd.h>
 
 #include <filesystem>
 
+#include "shared_temp_dir.h"
 #include "tessera/engine/engine.h"
 #include "tessera/io/safetensors.h"
 #include "tessera/models/gpt2.h"
@@ -22,10 +22,7 @@ namespace {
 
 void check_16bit_model(const char* dtype_section, DType want) {
   auto w = parallel::world();
-  Tensor pid = full({1}, static_cast<double>(::getpid()), DType::Int64);
-  w->broadcast(pid, 0);  // one directory for every rank
-  const fs::path dir = fs::temp_directory_path() /
-                       ("tessera-16bit-" + std::to_string(static_cast<int64_t>(pid.item())));
+  const fs::path dir = test::shared_temp_dir("16bit");
   manual_seed(11);
   auto c = models::GPT2Config::named("tiny");
   c.dropout = 0.0;
