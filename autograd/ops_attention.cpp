@@ -57,23 +57,14 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 
 namespace {
 
-// Runs a block-sparse kernel where its tensors live; on a device without one (CUDA, until its
-// kernel is written) on host copies, the results copied back: the same numbers, slower.
+// Runs a block-sparse kernel on its outputs (created here) and returns them.
 std::vector<Tensor> run_sparse_kernel(Kernel kernel, Device device, DType dtype,
-                                      const std::vector<Tensor>& ins,
-                                      const std::vector<Tensor>& outs, const KernelAttrs& a) {
-  const bool here = has_kernel(kernel, device.type, dtype);
-  std::vector<TensorBase> in_bases, out_bases;
-  for (const Tensor& t : ins) in_bases.push_back(!t.defined() || here ? t : t.to(Device::cpu()));
-  std::vector<Tensor> host;
-  for (const Tensor& t : outs) {
-    host.push_back(here ? t : Tensor::empty(t.shape(), t.dtype(), Device::cpu()));
-    out_bases.push_back(host.back());
-  }
-  run_kernel(kernel, here ? device : Device::cpu(), dtype, in_bases, out_bases, a);
-  if (!here)
-    for (size_t i = 0; i < outs.size(); ++i) host[i] = host[i].to(device);
-  return host;
+                                      const std::vector<Tensor>& ins, std::vector<Tensor> outs,
+                                      const KernelAttrs& a) {
+  const std::vector<TensorBase> in_bases(ins.begin(), ins.end());
+  std::vector<TensorBase> out_bases(outs.begin(), outs.end());
+  run_kernel(kernel, device, dtype, in_bases, out_bases, a);
+  return outs;
 }
 
 }  // namespace
@@ -111,7 +102,8 @@ Tensor block_sparse_attention(const Tensor& q, const Tensor& k, const Tensor& v,
   a.scalar = scale.value_or(1.0 / std::sqrt(static_cast<double>(D)));
   const Tensor qc = untracked(q).contiguous(), kc = untracked(k).contiguous(),
                vc = untracked(v).contiguous();
-  const Tensor lay = untracked(layout).to(Device::cpu()).contiguous();  // read on the host
+  // The layout is read on the host (the GPU kernel turns it into lists of blocks).
+  const Tensor lay = untracked(layout).to(Device::cpu()).contiguous();
   const Device dev = q.device();
   const std::vector<Tensor> fwd =
       run_sparse_kernel(Kernel::block_sparse_attention, dev, q.dtype(), {qc, kc, vc, lay, mask},

@@ -93,7 +93,19 @@ const char* kernel_name(Kernel k) {
   return i >= 0 && i < kNumKernels ? names[i] : "invalid";
 }
 
-void register_kernel(Kernel k, DeviceType device, DType dtype, KernelFn fn) {
+namespace {
+// Device types whose backend was compiled against another kernel list (see dispatch.h).
+std::array<bool, kNumDeviceTypes>& stale_backends() {
+  static std::array<bool, kNumDeviceTypes> stale{};
+  return stale;
+}
+}  // namespace
+
+void register_kernel(Kernel k, DeviceType device, DType dtype, KernelFn fn, uint64_t kernel_list) {
+  if (kernel_list != kKernelListFingerprint) {
+    stale_backends()[static_cast<int>(device)] = true;
+    return;
+  }
   table()[static_cast<int>(k)][static_cast<int>(device)][static_cast<int>(dtype)] = fn;
 }
 
@@ -113,7 +125,12 @@ void run_kernel(Kernel k, Device device, DType dtype, std::span<const TensorBase
     std::string shapes;
     for (const TensorBase& t : inputs) shapes += (shapes.empty() ? "" : ", ") + t.describe();
     fail(kernel_name(k), ": no kernel for dtype ", dtype_name(dtype), " on ", device.str(),
-         shapes.empty() ? "" : " (inputs: " + shapes + ")");
+         shapes.empty() ? "" : " (inputs: " + shapes + ")",
+         stale_backends()[static_cast<int>(device.type)]
+             ? ". This build's kernels for " + device.str() +
+                   " were compiled against another kernel list (include/tessera/"
+                   "dispatch.h changed since): rebuild them (touch backends/cuda/*.cu; ninja)"
+             : "");
   }
   // Released (ZeRO-3) storages are gathered before the kernel and may be released after it.
   Storage* fetched[8];

@@ -2,7 +2,8 @@
 # GPU benchmarks (not tests), with every ceiling measured in the same run:
 #  1. memory-bound kernels' GB/s (bytes read + written) over our own device-to-device copy;
 #  2. matmul TFLOP/s (cuBLASLt through Tessera) over PyTorch's (cuBLAS) on the same shapes;
-#  3. GPT-2 124M training step (bf16, context 1024) tokens/s and MFU beside PyTorch eager.
+#  3. block-sparse attention (DeepSpeed's fixed layout) beside the dense flash attention, bf16;
+#  4. GPT-2 124M training step (bf16, context 1024) tokens/s and MFU beside PyTorch eager.
 # Usage: scripts/gpu_bench.sh TESSERA_BINARY OUT_DIR (scripts/gpu_run.sh bench calls it).
 set -uo pipefail
 ts="$1"; out="$2"
@@ -40,6 +41,9 @@ print(f"  {r['dtype']:<9} {str(r['shape']):<22} tessera {r['gflops'] / 1e3:7.1f}
 PY
   done
 done
+echo "--- block-sparse attention, bf16, forward + backward (fixed layout over dense flash)"
+"$ts" bench sparse-attention --device cuda --dtype bfloat16 --batch 4 --heads 12 --iters 10 \
+  | sed 's/^/  sparse /'
 echo "--- GPT-2 124M training step, bf16, context 1024"
 for b in 8 16; do
   t=$("$ts" bench train --preset gpt2-1024 --device cuda --dtype bfloat16 --batch "$b" --json | tail -1 | tee -a "$log")

@@ -64,6 +64,7 @@ grep -h "test cases:" "$out"/test-*.log 2>/dev/null | awk -F'|' '
   END {if (NR) printf "tests      %d passed, %d failed, %d skipped\n", n["passed"], n["failed"], n["skipped"]}'
 grep -h "checks passed over" "$out/kernels_check.log" 2>/dev/null | sed 's/^/kernels    /'
 grep -hE "^  batch|ratio" "$out/bench.log" 2>/dev/null | grep -E "batch|\[8192, 8192, 8192\]" | sed 's/^ */bench      /'
+grep -h "^  sparse  *4096" "$out/bench.log" 2>/dev/null | sed 's/^  sparse */sparse     T=/'
 grep -h "^generate" "$out/generate.log" 2>/dev/null | sed 's/^generate */generate   /'
 grep -h "val loss" "$out/train.log" 2>/dev/null | sed 's/^/train      /'
 if [ "$status" = 0 ]; then echo "result     passed"; else echo "result     FAILED: ${failed[*]}"; fi

@@ -124,7 +124,9 @@ int bench_main(int argc, char** argv) {
            "build/test-python's or python3, has it), N threads each (default: the cores), with "
            "the\n"
            "ratio and whether the ids agree.\n"
-           "       tessera bench sparse-attention [--batch B] [--heads H] [--iters N] [--json]\n"
+           "       tessera bench sparse-attention [--batch B] [--heads H] [--iters N] [--device "
+           "D]\n"
+           "                                      [--dtype T] [--json]\n"
            "sparse-attention: block-sparse attention (DeepSpeed's fixed layout, block 16) against "
            "the\n"
            "dense fused attention, forward + backward, at T = 512 to 4096 in one run.\n";

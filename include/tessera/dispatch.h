@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "tessera/optimizer_step_params.h"
@@ -56,7 +57,23 @@ struct KernelCall {
 };
 using KernelFn = void (*)(const KernelCall& call);
 
-void register_kernel(Kernel k, DeviceType device, DType dtype, KernelFn fn);
+// The kernel list as each file that registers kernels was compiled with it (the default
+// argument is evaluated there). An object compiled before the list changed would register
+// under shifted numbers and run the wrong kernel: Debian 12's meson records no header
+// dependencies for nvcc, so an incremental build keeps stale CUDA objects. register_kernel
+// refuses such a registration, and run_kernel's error says to rebuild.
+constexpr uint64_t kernel_list_fingerprint(std::string_view names) {
+  uint64_t h = 14695981039346656037ull;  // FNV-1a
+  for (const char c : names) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  return h;
+}
+#define TS_KERNEL_NAME(name) #name " "
+inline constexpr uint64_t kKernelListFingerprint =
+    kernel_list_fingerprint(TESSERA_KERNELS(TS_KERNEL_NAME));
+#undef TS_KERNEL_NAME
+
+void register_kernel(Kernel k, DeviceType device, DType dtype, KernelFn fn,
+                     uint64_t kernel_list = kKernelListFingerprint);
 
 // What the dispatcher asks of a device's runtime around a kernel: make the tensor's device
 // current, and wait for its queued work (when profiling). A backend registers it beside its

@@ -273,6 +273,35 @@ TEST_CASE("cuda ops at scale: fused flash attention (16-bit, head size 64 and 12
   }
 }
 
+TEST_CASE("cuda ops at scale: block-sparse attention (random layouts, causal, key padding)" *
+          test::gpu_required()) {
+  // Layouts with about 2/3 of the blocks, a query block with none and one with all; blocks
+  // of 16 (half a warp's chunk) and 64 (two chunks), head sizes 64 and 40 / 24.
+  auto layout = [](int64_t heads, int64_t n, uint64_t seed) {
+    Tensor l = indices({heads, n, n}, 3, seed);
+    l.narrow(1, 1, 1).fill_(0.0);
+    l.narrow(1, n - 1, 1).fill_(1.0);
+    return l;
+  };
+  const Tensor l16 = layout(3, 16, 20), l64 = layout(2, 4, 21);
+  const Tensor mask = ne(indices({2, 256}, 4, 22), zeros({}, DType::Int64));
+  for (DType dt : {DType::Float32, DType::BFloat16, DType::Float16, DType::Float64}) {
+    const double tol = is_reduced_float(dt) ? 3e-2 : -1;
+    compare(
+        "block sparse [2,3,256,64] block 16 causal",
+        [l16](const auto& x) { return block_sparse_attention(x[0], x[1], x[2], l16, {}, true); },
+        {normal({2, 3, 256, 64}, 23), normal({2, 3, 256, 64}, 24), normal({2, 3, 256, 64}, 25)}, dt,
+        tol);
+    compare(
+        "block sparse [2,2,256,40] v[2,2,256,24] block 64 key padding",
+        [l64, mask](const auto& x) {
+          return block_sparse_attention(x[0], x[1], x[2], l64, mask.to(x[0].device()), false);
+        },
+        {normal({2, 2, 256, 40}, 26), normal({2, 2, 256, 40}, 27), normal({2, 2, 256, 24}, 28)}, dt,
+        tol);
+  }
+}
+
 TEST_CASE("cuda ops at scale: GEMMs batched, broadcast and transposed" * test::gpu_required()) {
   for (DType dt : kDTypes) {
     compare(
