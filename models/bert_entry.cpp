@@ -5,6 +5,7 @@
 #include "tessera/models/bert.h"
 #include "tessera/models/bert_pipeline.h"
 #include "tessera/models/model_registry.h"
+#include "tessera/models/sparse_attention.h"
 
 namespace tessera::models {
 
@@ -13,6 +14,9 @@ namespace {
 // The BERT of the config's model section (or model.init_from's config.json).
 BertConfig bert_config(const io::TrainConfig& cfg, int64_t vocab_size) {
   const auto& m = cfg.model;
+  // A section read and not acted on would train dense attention silently.
+  TS_CHECK(!cfg.section<SparseAttentionConfig>().enabled, cfg.source,
+           ": 'sparse_attention' is not taken by model.type \"bert\" yet (gpt2 takes it)");
   if (!m.init_from.empty()) {
     BertConfig c = BertConfig::from_json(init_from_config_json(cfg));
     check_init_from_vocab(cfg, c.vocab_size, vocab_size);

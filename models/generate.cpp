@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "tessera/grad_mode.h"
+#include "tessera/ops.h"
 
 namespace tessera::models {
 

@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "tessera/grad_mode.h"
+#include "tessera/models/sparse_attention.h"
 #include "tessera/parallel/tensor_parallel_layout.h"
 
 namespace tessera::models {
@@ -24,14 +25,21 @@ const GPT2Config& checked(const GPT2Config& c, const parallel::ParallelContext& 
 }  // namespace
 
 GPT2Attention::GPT2Attention(Module* parent, const std::string& name, const GPT2Config& c,
-                             const parallel::ParallelContext& ctx)
+                             const parallel::ParallelContext& ctx, int64_t layer)
     : Module(parent, name),
       c_attn(this, "c_attn", c.n_embd, 3 * c.n_embd, ctx.tensor_group(), /*gather_output=*/false,
              c.bias, ctx.sequence_parallel, /*stride=*/3),
       c_proj(this, "c_proj", c.n_embd, c.n_embd, ctx.tensor_group(), /*input_is_parallel=*/true,
              c.bias, ctx.sequence_parallel),
       resid_dropout(this, "resid_dropout", c.dropout),
-      n_head(c.n_head / ctx.tensor_parallel_size()) {}
+      n_head(c.n_head / ctx.tensor_parallel_size()) {
+  if (!c.sparse_attention) return;
+  sparse_block = c.sparse_attention->block;
+  sparse_layout = sparse_attention_layout(*c.sparse_attention, c.n_head, c.n_positions, layer,
+                                          c.sparse_attention_seed)
+                      .narrow(0, ctx.tensor_parallel_rank() * n_head, n_head)
+                      .contiguous();
+}
 
 Tensor GPT2Attention::forward(const Tensor& x, KVCache* cache, size_t layer) {
   nn::ModuleScope scope(*this);
@@ -50,10 +58,29 @@ Tensor GPT2Attention::forward(const Tensor& x, KVCache* cache, size_t layer) {
     cache->keys[layer] = k;
     cache->values[layer] = v;
   }
-  const Tensor attend = cache ? cache->attend : Tensor();  // (padded rows of a batch)
-  const Tensor o =
-      scaled_dot_product_attention(nn::split_heads(parts[0], n_head), k, v, attend, true);
+  const Tensor o = attend(nn::split_heads(parts[0], n_head), k, v, cache);
   return resid_dropout(c_proj(nn::merge_heads(o)));
+}
+
+Tensor GPT2Attention::attend(const Tensor& q, const Tensor& k, const Tensor& v,
+                             KVCache* cache) const {
+  if (!sparse_layout.defined()) {
+    const Tensor mask = cache ? cache->attend : Tensor();  // (padded rows of a batch)
+    return scaled_dot_product_attention(q, k, v, mask, true);
+  }
+  if (!cache) return layout_attention(q, k, v, sparse_layout, sparse_block, {}, true);
+  // A cache's step: the layout's rows for the new positions as a dense mask (one row or a
+  // prompt: no blocks to skip), the padding of each row hidden.
+  const int64_t B = q.size(0), Tq = q.size(2), Tk = k.size(2);
+  std::vector<std::vector<int64_t>> qpos(static_cast<size_t>(B)), kpos(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t pad =
+        cache->left_padding.empty() ? 0 : cache->left_padding[static_cast<size_t>(b)];
+    for (int64_t t = 0; t < Tq; ++t) qpos[b].push_back(Tk - Tq + t - pad);
+    for (int64_t j = 0; j < Tk; ++j) kpos[b].push_back(j < pad ? -1 : j - pad);
+  }
+  const Tensor mask = layout_mask(sparse_layout, sparse_block, qpos, kpos, q.device());
+  return scaled_dot_product_attention(q, k, v, mask, false);
 }
 
 GPT2MLP::GPT2MLP(Module* parent, const std::string& name, const GPT2Config& c,
@@ -72,10 +99,10 @@ Tensor GPT2MLP::forward(const Tensor& x) {
 }
 
 GPT2Block::GPT2Block(Module* parent, const std::string& name, const GPT2Config& c,
-                     const parallel::ParallelContext& ctx)
+                     const parallel::ParallelContext& ctx, int64_t layer)
     : Module(parent, name),
       ln_1(this, "ln_1", c.n_embd, c.layer_norm_epsilon, true, c.bias, ctx.sequence_group()),
-      attn(this, "attn", c, ctx),
+      attn(this, "attn", c, ctx, layer),
       ln_2(this, "ln_2", c.n_embd, c.layer_norm_epsilon, true, c.bias, ctx.sequence_group()),
       mlp(this, "mlp", c, ctx) {}
 
@@ -136,7 +163,7 @@ GPT2Model::GPT2Model(Module* parent, const std::string& name, const GPT2Config& 
       config(c),
       context(ctx) {
   c.validate();
-  for (int64_t i = 0; i < c.n_layer; ++i) h.emplace_back<GPT2Block>(c, ctx);
+  for (int64_t i = 0; i < c.n_layer; ++i) h.emplace_back<GPT2Block>(c, ctx, i);
 }
 
 Tensor GPT2Model::blocks(const Tensor& x) {

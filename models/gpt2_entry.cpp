@@ -2,10 +2,21 @@
 #include "tessera/models/gpt2.h"
 #include "tessera/models/gpt2_pipeline.h"
 #include "tessera/models/model_registry.h"
+#include "tessera/models/sparse_attention.h"
 
 namespace tessera::models {
 
 namespace {
+
+// The config's sparse_attention section, when stated, with train.seed for its random blocks.
+GPT2Config with_sparse_attention(GPT2Config c, const io::TrainConfig& cfg) {
+  const SparseAttentionConfig& s = cfg.section<SparseAttentionConfig>();
+  if (!s.enabled) return c;
+  c.sparse_attention = s.sparsity;
+  c.sparse_attention_seed = cfg.train.seed;
+  c.validate();
+  return c;
+}
 
 // The GPT-2 of the config's model section (or model.init_from's config.json).
 GPT2Config gpt2_config(const io::TrainConfig& cfg, int64_t vocab_size) {
@@ -14,7 +25,7 @@ GPT2Config gpt2_config(const io::TrainConfig& cfg, int64_t vocab_size) {
     GPT2Config c = GPT2Config::from_json(init_from_config_json(cfg));
     check_init_from_vocab(cfg, c.vocab_size, vocab_size);
     c.dropout = m.dropout;
-    return c;
+    return with_sparse_attention(c, cfg);
   }
   GPT2Config c = m.size.empty() ? GPT2Config() : GPT2Config::named(m.size);
   if (m.size.empty()) c.n_embd = m.n_embd, c.n_layer = m.n_layer, c.n_head = m.n_head;
@@ -22,7 +33,7 @@ GPT2Config gpt2_config(const io::TrainConfig& cfg, int64_t vocab_size) {
   c.n_positions = m.block_size;
   c.dropout = m.dropout;
   c.bias = m.bias;
-  return c;
+  return with_sparse_attention(c, cfg);
 }
 
 PipelineDefinition gpt2_pipeline(const io::TrainConfig& cfg, int64_t vocab,

@@ -39,8 +39,10 @@ class GPT2EmbeddingPipe : public PipeLayer {
 class GPT2BlockPipe : public PipeLayer {
  public:
   GPT2BlockPipe(nn::Module* parent, const std::string& name, const GPT2Config& c,
-                const parallel::ParallelContext& ctx)
-      : PipeLayer(parent, name), h(this, "h", c, ctx), sequence_group(ctx.sequence_group()) {}
+                const parallel::ParallelContext& ctx, int64_t layer)
+      : PipeLayer(parent, name),
+        h(this, "h", c, ctx, layer),
+        sequence_group(ctx.sequence_group()) {}
   PipeValue forward(const PipeValue& x) override {
     const parallel::SequenceShardScope chunk(sequence_group.get());
     return {h.forward(x.at(0))};
@@ -74,7 +76,7 @@ std::vector<LayerSpec> gpt2_pipeline_layers(const GPT2Config& c,
   std::vector<LayerSpec> specs{
       LayerSpec::tied<GPT2EmbeddingPipe>("embed", {"wte.weight"}, {}, "GPT2Embedding", c, ctx)};
   for (int64_t i = 0; i < c.n_layer; ++i)
-    specs.push_back(LayerSpec::of<GPT2BlockPipe>("GPT2Block", c, ctx));
+    specs.push_back(LayerSpec::of<GPT2BlockPipe>("GPT2Block", c, ctx, i));
   specs.push_back(LayerSpec::of<GPT2FinalNormPipe>("LayerNorm", c, ctx));
   // The LM head: the tied embedding's weight (tensor parallel: this rank's vocabulary columns,
   // padding -inf; sequence parallel: of the gathered sequence), as GPT2LMHeadModel's.

@@ -137,8 +137,9 @@ TEST_CASE("config reference: what a value must be comes from the registries and 
 
 // DeepSpeed's defaults, transcribed from deepspeedai/DeepSpeed at edaa722 (2026-08-22):
 // deepspeed/runtime/constants.py, zero/config.py, activation_checkpointing/config.py,
-// profiling/constants.py, monitor/config.py, comm/config.py, and get_pipeline_config in
-// runtime/config.py. (The fixtures' oracle is DeepSpeed 0.19.8: tests/fixtures/deepspeed_venv.sh.)
+// profiling/constants.py, monitor/config.py, comm/config.py, and get_pipeline_config and
+// get_sparse_attention in runtime/config.py. (The fixtures' oracle is DeepSpeed 0.19.8:
+// tests/fixtures/deepspeed_venv.sh.)
 TEST_CASE("config reference: the defaults are DeepSpeed's") {
   const std::map<std::string, ConfigKey> ref = reference();
   const std::vector<std::pair<std::string, json>> deepspeed = {
@@ -187,6 +188,19 @@ TEST_CASE("config reference: the defaults are DeepSpeed's") {
       {"checkpoint.tag_validation", "Warn"},
       {"pipeline.seed_layers", false},
       {"pipeline.activation_checkpoint_interval", 0},
+      {"sparse_attention.mode", "fixed"},  // SPARSE_*_DEFAULT
+      {"sparse_attention.block", 16},
+      {"sparse_attention.different_layout_per_head", false},
+      {"sparse_attention.num_local_blocks", 4},
+      {"sparse_attention.num_global_blocks", 1},
+      {"sparse_attention.attention", "bidirectional"},
+      {"sparse_attention.horizontal_global_attention", false},
+      {"sparse_attention.num_different_global_patterns", 1},
+      {"sparse_attention.num_random_blocks", 0},
+      {"sparse_attention.local_window_blocks", {4}},
+      {"sparse_attention.global_block_indices", {0}},
+      {"sparse_attention.global_block_end_indices", nullptr},
+      {"sparse_attention.num_sliding_window_blocks", 3},
   };
   for (const auto& row : deepspeed) {
     const std::string& key = row.first;  // (clang 14's lambdas cannot capture bindings)

@@ -6,16 +6,13 @@
 // takes (docs/extending.md).
 #include <doctest/doctest.h>
 
-#include <unistd.h>
-#include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "tessera/launch/job.h"
 #include "tessera/models/model_registry.h"
 #include "tessera/ops.h"
 #include "tessera/parallel/tensor_parallel.h"
 #include "tessera/parallel/tensor_parallel_layout.h"
+#include "train_losses.h"
 
 using namespace tessera;
 
@@ -174,73 +171,23 @@ models::ModelEntry mlp_lm_entry() {
 
 const models::RegisterModel kMlpLm{mlp_lm_entry()};  // the one registry line
 
-// A corpus all ranks of the job share (rank 0's process id names it), removed at the end.
-struct SharedCorpus {
-  std::shared_ptr<parallel::ProcessGroup> world = parallel::world();
-  std::filesystem::path dir;
-  SharedCorpus() {
-    const double pid = world->all_reduce_scalar(world->rank() == 0 ? ::getpid() : 0);
-    dir = std::filesystem::temp_directory_path() /
-          ("tessera_toy_model_" + std::to_string(static_cast<int64_t>(pid)));
-    if (world->rank() == 0) {
-      std::filesystem::create_directories(dir);
-      std::ofstream f(dir / "corpus.txt");
-      for (int i = 0; i < 60; ++i) f << "an mlp reads one token at a time, " << i * 7 << "\n";
-    }
-    world->barrier();
-  }
-  SharedCorpus(const SharedCorpus&) = delete;
-  ~SharedCorpus() {
-    world->barrier();
-    if (world->rank() == 0) std::filesystem::remove_all(dir);
-  }
-
-  nlohmann::json config(int tp, int pp) const {
-    nlohmann::json j = {{"train_batch_size", 8},
-                        {"gradient_accumulation_steps", 2},
-                        {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 0.01}}}}},
-                        {"gradient_clipping", 1.0},
-                        {"model",
-                         {{"type", "mlp_lm"},
-                          {"n_layer", 2},
-                          {"n_embd", 16},
-                          {"intermediate_size", 32},
-                          {"block_size", 8},
-                          {"dropout", 0.1}}},
-                        {"data",
-                         {{"path", (dir / "corpus.txt").string()},
-                          {"tokenizer", "char"},
-                          {"cache_dir", (dir / "cache").string()}}},
-                        {"train", {{"seed", 5}, {"steps", 3}}}};
-    if (tp > 1) j["tensor_parallel"] = {{"autotp_size", tp}};
-    if (pp > 1) j["pipeline"] = {{"stages", pp}};
-    return j;
-  }
-};
-
-// Each step's loss (the mean over the global batch) of the config's job over `group`.
-std::vector<double> train(const nlohmann::json& config,
-                          std::shared_ptr<parallel::ProcessGroup> group, int steps) {
-  auto job = launch::build(launch::parse_config(config.dump(), group->size(), "toy"), group);
-  const auto batches = job->train_batches();
-  std::vector<double> losses;
-  for (int s = 0; s < steps; ++s) {
-    if (job->is_pipeline()) {
-      losses.push_back(job->pipeline_engine->train_batch(
-          [&] { return job->pipe_micro_batch(batches->next()); }));
-      continue;
-    }
-    double sum = 0;
-    const int64_t micro = job->config.gradient_accumulation_steps;
-    for (int64_t m = 0; m < micro; ++m) {
-      const Tensor loss = job->engine->forward(batches->next());
-      sum += loss.item();
-      job->engine->backward(loss);
-      job->engine->step();
-    }
-    losses.push_back(job->groups.data->all_reduce_scalar(sum / micro) / job->data_size());
-  }
-  return losses;
+nlohmann::json toy_config(const test::SharedCorpus& corpus, int tp, int pp) {
+  nlohmann::json j = {{"train_batch_size", 8},
+                      {"gradient_accumulation_steps", 2},
+                      {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 0.01}}}}},
+                      {"gradient_clipping", 1.0},
+                      {"model",
+                       {{"type", "mlp_lm"},
+                        {"n_layer", 2},
+                        {"n_embd", 16},
+                        {"intermediate_size", 32},
+                        {"block_size", 8},
+                        {"dropout", 0.1}}},
+                      {"data", corpus.data()},
+                      {"train", {{"seed", 5}, {"steps", 3}}}};
+  if (tp > 1) j["tensor_parallel"] = {{"autotp_size", tp}};
+  if (pp > 1) j["pipeline"] = {{"stages", pp}};
+  return j;
 }
 
 }  // namespace
@@ -307,14 +254,16 @@ TEST_CASE("a registered model saves and loads its config.json through load_pretr
 TEST_SUITE_BEGIN("ranks");
 
 TEST_CASE("a registered toy model trains whole, TP 2 and PP 2 by config as one process does") {
-  const SharedCorpus corpus;
+  const test::SharedCorpus corpus("toy-model");
   const auto& world = corpus.world;
   std::vector<std::pair<int, int>> layouts{{1, 1}};  // data parallel over the world
   if (world->size() % 2 == 0) layouts.insert(layouts.end(), {{2, 1}, {1, 2}});
   std::vector<std::vector<double>> runs;
-  for (const auto& [tp, pp] : layouts) runs.push_back(train(corpus.config(tp, pp), world, 3));
+  for (const auto& [tp, pp] : layouts)
+    runs.push_back(test::train_losses(toy_config(corpus, tp, pp), world, 3));
   // One process (each rank alone, reading the token cache the world's first job wrote).
-  const std::vector<double> one = train(corpus.config(1, 1), parallel::make_local_group(), 3);
+  const std::vector<double> one =
+      test::train_losses(toy_config(corpus, 1, 1), parallel::make_local_group(), 3);
   REQUIRE(one.size() == 3);
   CHECK(one[2] < one[0]);  // (it learns)
   for (size_t i = 0; i < layouts.size(); ++i) {
@@ -326,8 +275,8 @@ TEST_CASE("a registered toy model trains whole, TP 2 and PP 2 by config as one p
   }
   // The tensor-parallel layout comes from the model's own layers.
   if (world->size() % 2 == 0) {
-    auto job = launch::build(launch::parse_config(corpus.config(2, 1).dump(), world->size(), "toy"),
-                             world);
+    auto job = launch::build(
+        launch::parse_config(toy_config(corpus, 2, 1).dump(), world->size(), "toy"), world);
     const auto layout = parallel::tensor_parallel_layout(job->model());
     CHECK(layout.size() == 6);  // per block: fc's weight and bias, proj's weight
     CHECK(layout.count("blocks.0.fc.weight") == 1);

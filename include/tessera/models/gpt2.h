@@ -16,11 +16,13 @@
 // come from the layers (parallel::tensor_parallel_layout). The blocks cut into pipeline stages
 // as they are (gpt2_pipeline.h).
 #pragma once
+#include <optional>
 #include <string>
 
 #include "tessera/models/kv_cache.h"
 #include "tessera/models/pretrained.h"
 #include "tessera/nn/layers.h"
+#include "tessera/nn/sparsity_config.h"
 #include "tessera/parallel/activation_checkpointing.h"
 #include "tessera/parallel/parallel_context.h"
 #include "tessera/parallel/sequence_parallel.h"
@@ -41,6 +43,11 @@ struct GPT2Config {
   double dropout = 0.1;  // resid, embd and attn (attention dropout is not applied: fused kernel)
   bool bias = true;      // Linear and LayerNorm biases (nanoGPT trains without)
   GeluApprox activation = GeluApprox::Tanh;  // HF "gelu_new"
+  // DeepSpeed's sparse_attention (models/sparse_attention.h): set, each layer's attention is
+  // block-sparse over its layout, drawn from sparse_attention_seed. config.json keeps both
+  // (keys Hugging Face ignores).
+  std::optional<nn::SparsityConfig> sparse_attention;
+  uint64_t sparse_attention_seed = 0;
 
   // "gpt2" (124M), "gpt2-medium", "gpt2-large", "gpt2-xl", "tiny" (tests)
   static GPT2Config named(const std::string& name);
@@ -51,8 +58,9 @@ struct GPT2Config {
 
 class GPT2Attention : public nn::Module {
  public:
+  // `layer`: the block's index in the model (its sparse attention layout).
   GPT2Attention(Module* parent, const std::string& name, const GPT2Config& c,
-                const parallel::ParallelContext& ctx = {});
+                const parallel::ParallelContext& ctx = {}, int64_t layer = 0);
   // With a cache (one process or tensor parallel, not sequence parallel), x holds the
   // positions after cache->length and this rank's heads' keys and values are appended.
   Tensor forward(const Tensor& x, KVCache* cache, size_t layer);
@@ -60,6 +68,12 @@ class GPT2Attention : public nn::Module {
   parallel::RowParallelLinear c_proj;
   nn::Dropout resid_dropout;
   int64_t n_head;  // this rank's
+  // With sparse_attention: this rank's heads' layout, int64 [n_head, n, n], and its block.
+  Tensor sparse_layout;
+  int64_t sparse_block = 0;
+
+ private:
+  Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, KVCache* cache) const;
 };
 
 class GPT2MLP : public nn::Module {
@@ -76,7 +90,7 @@ class GPT2MLP : public nn::Module {
 class GPT2Block : public nn::Module {
  public:
   GPT2Block(Module* parent, const std::string& name, const GPT2Config& c,
-            const parallel::ParallelContext& ctx = {});
+            const parallel::ParallelContext& ctx = {}, int64_t layer = 0);
   Tensor forward(const Tensor& x, KVCache* cache = nullptr, size_t layer = 0);
   parallel::SequenceParallelLayerNorm ln_1;
   GPT2Attention attn;
