@@ -89,20 +89,26 @@ BertLayer::Intermediate::Intermediate(Module* parent, const std::string& name, c
             /*gather_output=*/false, true, ctx.sequence_parallel) {}
 
 BertLayer::BertLayer(Module* parent, const std::string& name, const BertConfig& c,
-                     const parallel::ParallelContext& ctx)
+                     const parallel::ParallelContext& ctx, int64_t layer)
     : Module(parent, name),
       attention(this, "attention", c, ctx),
       intermediate(this, "intermediate", c, ctx),
       output(this, "output", c.intermediate_size, c, ctx),
       heads(c.num_attention_heads / ctx.tensor_parallel_size()),
-      activation(c.activation) {}
+      activation(c.activation),
+      sparse(c.sparse_attention, c.num_attention_heads, c.max_position_embeddings, layer, ctx) {}
 
 Tensor BertLayer::forward(const Tensor& x, const Tensor& mask) {
   nn::ModuleScope scope(*this);
   auto& s = attention.self;
-  const Tensor ctx = scaled_dot_product_attention(nn::split_heads(s.query(x), heads),
-                                                  nn::split_heads(s.key(x), heads),
-                                                  nn::split_heads(s.value(x), heads), mask);
+  const Tensor q = nn::split_heads(s.query(x), heads), k = nn::split_heads(s.key(x), heads),
+               v = nn::split_heads(s.value(x), heads);
+  // (sparse: the [B, 1, 1, T] mask as the key padding mask [B, T])
+  const Tensor ctx =
+      sparse.enabled()
+          ? sparse.attend(q, k, v, mask.defined() ? mask.select(1, 0).select(1, 0) : Tensor(),
+                          false)
+          : scaled_dot_product_attention(q, k, v, mask);
   const Tensor a = attention.output.forward(nn::merge_heads(ctx), x);
   return output.forward(gelu(intermediate.dense(a), activation), a);
 }
@@ -110,7 +116,7 @@ Tensor BertLayer::forward(const Tensor& x, const Tensor& mask) {
 BertModel::Encoder::Encoder(Module* parent, const std::string& name, const BertConfig& c,
                             const parallel::ParallelContext& ctx)
     : Module(parent, name), layer(this, "layer") {
-  for (int64_t i = 0; i < c.num_hidden_layers; ++i) layer.emplace_back<BertLayer>(c, ctx);
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) layer.emplace_back<BertLayer>(c, ctx, i);
 }
 
 BertModel::BertModel(Module* parent, const std::string& name, const BertConfig& c, bool with_pooler,

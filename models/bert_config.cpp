@@ -43,26 +43,28 @@ BertConfig BertConfig::from_json(const std::string& text) {
     c.activation = GeluApprox::Tanh;
   else
     fail("BERT config: hidden_act '", act, "' is not supported (gelu or gelu_new)");
+  c.sparse_attention = SparseAttention::read(j, "BERT config");
   c.validate();
   return c;
 }
 
 std::string BertConfig::to_json(const std::string& architecture) const {
-  return json{{"model_type", "bert"},
-              {"architectures", {architecture}},
-              {"vocab_size", vocab_size},
-              {"hidden_size", hidden_size},
-              {"num_hidden_layers", num_hidden_layers},
-              {"num_attention_heads", num_attention_heads},
-              {"intermediate_size", intermediate_size},
-              {"max_position_embeddings", max_position_embeddings},
-              {"type_vocab_size", type_vocab_size},
-              {"hidden_dropout_prob", hidden_dropout_prob},
-              {"attention_probs_dropout_prob", hidden_dropout_prob},
-              {"layer_norm_eps", layer_norm_eps},
-              {"hidden_act", activation == GeluApprox::None ? "gelu" : "gelu_new"},
-              {"tie_word_embeddings", true}}
-      .dump(2);
+  json j{{"model_type", "bert"},
+         {"architectures", {architecture}},
+         {"vocab_size", vocab_size},
+         {"hidden_size", hidden_size},
+         {"num_hidden_layers", num_hidden_layers},
+         {"num_attention_heads", num_attention_heads},
+         {"intermediate_size", intermediate_size},
+         {"max_position_embeddings", max_position_embeddings},
+         {"type_vocab_size", type_vocab_size},
+         {"hidden_dropout_prob", hidden_dropout_prob},
+         {"attention_probs_dropout_prob", hidden_dropout_prob},
+         {"layer_norm_eps", layer_norm_eps},
+         {"hidden_act", activation == GeluApprox::None ? "gelu" : "gelu_new"},
+         {"tie_word_embeddings", true}};
+  if (sparse_attention) sparse_attention->write(j);
+  return j.dump(2);
 }
 
 void BertConfig::validate() const {
@@ -71,6 +73,9 @@ void BertConfig::validate() const {
            "BERT config: sizes must be positive");
   TS_CHECK(hidden_size % num_attention_heads == 0, "BERT config: hidden_size ", hidden_size,
            " is not divisible by num_attention_heads ", num_attention_heads);
+  if (sparse_attention)
+    sparse_attention->validate(num_attention_heads, max_position_embeddings,
+                               "max_position_embeddings");
 }
 
 }  // namespace tessera::models

@@ -14,14 +14,11 @@ namespace {
 // The BERT of the config's model section (or model.init_from's config.json).
 BertConfig bert_config(const io::TrainConfig& cfg, int64_t vocab_size) {
   const auto& m = cfg.model;
-  // A section read and not acted on would train dense attention silently.
-  TS_CHECK(!cfg.section<SparseAttentionConfig>().enabled, cfg.source,
-           ": 'sparse_attention' is not taken by model.type \"bert\" yet (gpt2 takes it)");
   if (!m.init_from.empty()) {
     BertConfig c = BertConfig::from_json(init_from_config_json(cfg));
     check_init_from_vocab(cfg, c.vocab_size, vocab_size);
     c.hidden_dropout_prob = m.dropout;
-    return c;
+    return with_sparse_attention(c, cfg);
   }
   BertConfig c = m.size.empty() ? BertConfig() : BertConfig::named(m.size);
   if (m.size.empty()) {
@@ -31,7 +28,7 @@ BertConfig bert_config(const io::TrainConfig& cfg, int64_t vocab_size) {
   c.vocab_size = vocab_size;
   c.max_position_embeddings = m.block_size;
   c.hidden_dropout_prob = m.dropout;
-  return c;
+  return with_sparse_attention(c, cfg);
 }
 
 PipelineDefinition bert_pipeline(const io::TrainConfig& cfg, int64_t vocab,

@@ -39,9 +39,9 @@ class BertEmbeddingsPipe : public PipeLayer {
 class BertLayerPipe : public PipeLayer {
  public:
   BertLayerPipe(nn::Module* parent, const std::string& name, const BertConfig& c,
-                const parallel::ParallelContext& ctx)
+                const parallel::ParallelContext& ctx, int64_t index)
       : PipeLayer(parent, name),
-        layer(this, "layer", c, ctx),
+        layer(this, "layer", c, ctx, index),
         sequence_group(ctx.sequence_group()) {}
   PipeValue forward(const PipeValue& x) override {
     const parallel::SequenceShardScope chunk(sequence_group.get());
@@ -118,7 +118,7 @@ std::vector<LayerSpec> bert_pipeline_layers(const BertConfig& c, bool with_nsp,
   std::vector<LayerSpec> specs{
       LayerSpec::tied<BertEmbeddingsPipe>("embed", tied, {}, "BertEmbeddings", c, ctx)};
   for (int64_t i = 0; i < c.num_hidden_layers; ++i)
-    specs.push_back(LayerSpec::of<BertLayerPipe>("BertLayer", c, ctx));
+    specs.push_back(LayerSpec::of<BertLayerPipe>("BertLayer", c, ctx, i));
   specs.push_back(LayerSpec::of<BertHeadsPipe>("BertHeads", c, with_nsp, ctx));
   // The decoder: the word embedding's weight, transposed (tensor parallel: this rank's
   // vocabulary columns); the NSP logits pass through.

@@ -32,14 +32,8 @@ GPT2Attention::GPT2Attention(Module* parent, const std::string& name, const GPT2
       c_proj(this, "c_proj", c.n_embd, c.n_embd, ctx.tensor_group(), /*input_is_parallel=*/true,
              c.bias, ctx.sequence_parallel),
       resid_dropout(this, "resid_dropout", c.dropout),
-      n_head(c.n_head / ctx.tensor_parallel_size()) {
-  if (!c.sparse_attention) return;
-  sparse_block = c.sparse_attention->block;
-  sparse_layout = sparse_attention_layout(*c.sparse_attention, c.n_head, c.n_positions, layer,
-                                          c.sparse_attention_seed)
-                      .narrow(0, ctx.tensor_parallel_rank() * n_head, n_head)
-                      .contiguous();
-}
+      n_head(c.n_head / ctx.tensor_parallel_size()),
+      sparse(c.sparse_attention, c.n_head, c.n_positions, layer, ctx) {}
 
 Tensor GPT2Attention::forward(const Tensor& x, KVCache* cache, size_t layer) {
   nn::ModuleScope scope(*this);
@@ -64,22 +58,15 @@ Tensor GPT2Attention::forward(const Tensor& x, KVCache* cache, size_t layer) {
 
 Tensor GPT2Attention::attend(const Tensor& q, const Tensor& k, const Tensor& v,
                              KVCache* cache) const {
-  if (!sparse_layout.defined()) {
+  if (!sparse.enabled()) {
     const Tensor mask = cache ? cache->attend : Tensor();  // (padded rows of a batch)
     return scaled_dot_product_attention(q, k, v, mask, true);
   }
-  if (!cache) return layout_attention(q, k, v, sparse_layout, sparse_block, {}, true);
+  if (!cache) return sparse.attend(q, k, v, {}, true);
   // A cache's step: the layout's rows for the new positions as a dense mask (one row or a
   // prompt: no blocks to skip), the padding of each row hidden.
-  const int64_t B = q.size(0), Tq = q.size(2), Tk = k.size(2);
-  std::vector<std::vector<int64_t>> qpos(static_cast<size_t>(B)), kpos(static_cast<size_t>(B));
-  for (int64_t b = 0; b < B; ++b) {
-    const int64_t pad =
-        cache->left_padding.empty() ? 0 : cache->left_padding[static_cast<size_t>(b)];
-    for (int64_t t = 0; t < Tq; ++t) qpos[b].push_back(Tk - Tq + t - pad);
-    for (int64_t j = 0; j < Tk; ++j) kpos[b].push_back(j < pad ? -1 : j - pad);
-  }
-  const Tensor mask = layout_mask(sparse_layout, sparse_block, qpos, kpos, q.device());
+  const Tensor mask =
+      sparse.cache_mask(q.size(0), q.size(2), k.size(2), cache->left_padding, q.device());
   return scaled_dot_product_attention(q, k, v, mask, false);
 }
 

@@ -47,10 +47,7 @@ GPT2Config GPT2Config::from_json(const std::string& text) {
     c.activation = GeluApprox::None;
   else
     fail("GPT-2 config: activation_function '", act, "' is not supported (gelu_new or gelu)");
-  if (j.contains("sparse_attention") && !j["sparse_attention"].is_null()) {
-    c.sparse_attention = sparsity_from_json(j["sparse_attention"], "GPT-2 config");
-    get("sparse_attention_seed", c.sparse_attention_seed);
-  }
+  c.sparse_attention = SparseAttention::read(j, "GPT-2 config");
   c.validate();
   return c;
 }
@@ -72,10 +69,7 @@ std::string GPT2Config::to_json() const {
          {"activation_function", activation == GeluApprox::Tanh ? "gelu_new" : "gelu"},
          {"tie_word_embeddings", true}};
   if (!bias) j["bias"] = false;
-  if (sparse_attention) {
-    j["sparse_attention"] = sparsity_to_json(*sparse_attention);
-    j["sparse_attention_seed"] = sparse_attention_seed;
-  }
+  if (sparse_attention) sparse_attention->write(j);
   return j.dump(2);
 }
 
@@ -86,11 +80,7 @@ void GPT2Config::validate() const {
   TS_CHECK(n_embd % n_head == 0, "GPT-2 config: n_embd ", n_embd, " is not divisible by n_head ",
            n_head);
   TS_CHECK(dropout >= 0 && dropout < 1, "GPT-2 config: dropout must be in [0, 1), got ", dropout);
-  if (sparse_attention) {
-    nn::check_sparsity_config(*sparse_attention, n_head);
-    TS_CHECK(sparse_attention->block <= n_positions, "sparse_attention.block ",
-             sparse_attention->block, " is longer than the model's n_positions ", n_positions);
-  }
+  if (sparse_attention) sparse_attention->validate(n_head, n_positions, "n_positions");
 }
 
 }  // namespace tessera::models

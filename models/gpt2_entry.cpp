@@ -8,16 +8,6 @@ namespace tessera::models {
 
 namespace {
 
-// The config's sparse_attention section, when stated, with train.seed for its random blocks.
-GPT2Config with_sparse_attention(GPT2Config c, const io::TrainConfig& cfg) {
-  const SparseAttentionConfig& s = cfg.section<SparseAttentionConfig>();
-  if (!s.enabled) return c;
-  c.sparse_attention = s.sparsity;
-  c.sparse_attention_seed = cfg.train.seed;
-  c.validate();
-  return c;
-}
-
 // The GPT-2 of the config's model section (or model.init_from's config.json).
 GPT2Config gpt2_config(const io::TrainConfig& cfg, int64_t vocab_size) {
   const auto& m = cfg.model;

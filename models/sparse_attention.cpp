@@ -218,6 +218,65 @@ Tensor layout_mask(const Tensor& layout, int64_t block,
   return mask.to(device);
 }
 
+std::optional<SparseAttention> SparseAttention::of(const io::TrainConfig& cfg) {
+  const SparseAttentionConfig& s = cfg.section<SparseAttentionConfig>();
+  if (!s.enabled) return std::nullopt;
+  return SparseAttention{s.sparsity, cfg.train.seed};
+}
+
+std::optional<SparseAttention> SparseAttention::read(const nlohmann::json& j,
+                                                     const std::string& what) {
+  if (!j.contains("sparse_attention") || j["sparse_attention"].is_null()) return std::nullopt;
+  SparseAttention s{sparsity_from_json(j["sparse_attention"], what), 0};
+  if (j.contains("sparse_attention_seed")) {
+    const nlohmann::json& seed = j["sparse_attention_seed"];
+    TS_CHECK(seed.is_number_unsigned() || (seed.is_number_integer() && seed.get<int64_t>() >= 0),
+             what, ": 'sparse_attention_seed' must be a non-negative integer, found ", seed.dump());
+    s.seed = seed.get<uint64_t>();
+  }
+  return s;
+}
+
+void SparseAttention::write(nlohmann::json& j) const {
+  j["sparse_attention"] = sparsity_to_json(sparsity);
+  j["sparse_attention_seed"] = seed;
+}
+
+void SparseAttention::validate(int64_t heads, int64_t positions,
+                               const std::string& positions_key) const {
+  nn::check_sparsity_config(sparsity, heads);
+  TS_CHECK(sparsity.block <= positions, "sparse_attention.block ", sparsity.block,
+           " is longer than the model's ", positions_key, " ", positions);
+}
+
+SparseAttentionLayer::SparseAttentionLayer(const std::optional<SparseAttention>& s, int64_t heads,
+                                           int64_t positions, int64_t layer,
+                                           const parallel::ParallelContext& ctx) {
+  if (!s) return;
+  const int64_t local = heads / ctx.tensor_parallel_size();
+  block = s->sparsity.block;
+  layout = sparse_attention_layout(s->sparsity, heads, positions, layer, s->seed)
+               .narrow(0, ctx.tensor_parallel_rank() * local, local)
+               .contiguous();
+}
+
+Tensor SparseAttentionLayer::attend(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const Tensor& key_padding_mask, bool causal) const {
+  return layout_attention(q, k, v, layout, block, key_padding_mask, causal);
+}
+
+Tensor SparseAttentionLayer::cache_mask(int64_t B, int64_t Tq, int64_t Tk,
+                                        const std::vector<int64_t>& left_padding,
+                                        Device device) const {
+  std::vector<std::vector<int64_t>> qpos(static_cast<size_t>(B)), kpos(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t pad = left_padding.empty() ? 0 : left_padding[static_cast<size_t>(b)];
+    for (int64_t t = 0; t < Tq; ++t) qpos[b].push_back(Tk - Tq + t - pad);
+    for (int64_t j = 0; j < Tk; ++j) kpos[b].push_back(j < pad ? -1 : j - pad);
+  }
+  return layout_mask(layout, block, qpos, kpos, device);
+}
+
 namespace {
 const io::RegisterConfigSection<SparseAttentionConfig> kSparseAttentionSection{"sparse_attention"};
 }  // namespace

@@ -1,13 +1,15 @@
 // DeepSpeed's sparse_attention section on the built-in models: what the section reads and
-// refuses, GPT-2 with it (dense mode equals no section; a sparse layout equals the same layout
-// as a dense mask, through the KV cache; the layouts survive config.json), and GPT-2 with
-// random per-head layouts trained whole, tensor parallel, sequence parallel and as a pipeline
-// by config: N ranks reproduce one process (1e-6, float32, dropout on).
+// refuses; GPT-2 with it (a sparse layout equals the same layout as a dense mask, through the
+// KV cache; the layouts survive config.json); BERT with it (dense mode equals no section under
+// a padding mask); GPT-2 and BERT with random per-head layouts trained whole, tensor parallel,
+// sequence parallel and as a pipeline by config: N ranks reproduce one process (1e-6,
+// float32, dropout on), and dense mode trains as no section does.
 #include <doctest/doctest.h>
 
 #include <nlohmann/json.hpp>
 
 #include "tessera/io/train_config.h"
+#include "tessera/models/bert.h"
 #include "tessera/models/gpt2.h"
 #include "tessera/models/sparse_attention.h"
 #include "tessera/ops.h"
@@ -17,12 +19,13 @@ using namespace tessera;
 
 namespace {
 
-nlohmann::json gpt2_config(const test::SharedCorpus& corpus, const nlohmann::json& sparse) {
-  nlohmann::json j = {{"train_batch_size", 4},
+nlohmann::json model_config(const test::SharedCorpus& corpus, const nlohmann::json& sparse,
+                            const std::string& type = "gpt2") {
+  nlohmann::json j = {{"train_batch_size", 8},
                       {"gradient_accumulation_steps", 2},
                       {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 0.01}}}}},
                       {"model",
-                       {{"type", "gpt2"},
+                       {{"type", type},
                         {"n_layer", 2},
                         {"n_head", 4},
                         {"n_embd", 32},
@@ -96,22 +99,22 @@ TEST_CASE("sparse_attention: DeepSpeed's keys and defaults, other modes' keys, e
         }).find("'sparse_attention.local_window_blocks' must be a list") != std::string::npos);
 }
 
-TEST_CASE("sparse_attention: GPT-2 takes it, BERT refuses it, bad sizes name the key") {
+TEST_CASE("sparse_attention: bad sizes name the key") {
   const test::SharedCorpus corpus("sparse-attention-keys");
   auto build = [&](nlohmann::json c) {
     launch::build(launch::parse_config(c.dump(), 1, "sa.json"), parallel::make_local_group());
   };
-  nlohmann::json bert = gpt2_config(corpus, {{"mode", "fixed"}});
-  bert["model"]["type"] = "bert";
   CHECK(error_of([&] {
-          build(bert);
-        }).find("'sparse_attention' is not taken by model.type \"bert\"") != std::string::npos);
+          build(model_config(corpus, {{"block", 64}}, "bert"));
+        })
+            .find("sparse_attention.block 64 is longer than the model's max_position_embeddings "
+                  "40") != std::string::npos);
   CHECK(error_of([&] {
-          build(gpt2_config(corpus, {{"block", 64}}));
+          build(model_config(corpus, {{"block", 64}}));
         }).find("sparse_attention.block 64 is longer than the model's n_positions 40") !=
         std::string::npos);
   CHECK(error_of([&] {
-          build(gpt2_config(corpus, {{"mode", "bigbird"}, {"num_random_blocks", 9}}));
+          build(model_config(corpus, {{"mode", "bigbird"}, {"num_random_blocks", 9}}));
         }).find("num_random_blocks") != std::string::npos);
 }
 
@@ -119,8 +122,7 @@ TEST_CASE("GPT-2 with sparse attention: the kernel's and the KV cache's masked p
   models::GPT2Config c = models::GPT2Config::named("tiny");
   c.n_positions = 40;
   c.dropout = 0;
-  c.sparse_attention = models::sparsity_from_json(kBigBird, "test");
-  c.sparse_attention_seed = 11;
+  c.sparse_attention = models::SparseAttention{models::sparsity_from_json(kBigBird, "test"), 11};
   manual_seed(3);
   models::GPT2LMHeadModel model(c);
   Generator g(4);
@@ -142,41 +144,78 @@ TEST_CASE("GPT-2 with sparse attention: the kernel's and the KV cache's masked p
   // config.json keeps the layout's keys and seed: a reload draws the same layouts.
   const models::GPT2Config back = models::GPT2Config::from_json(c.to_json());
   REQUIRE(back.sparse_attention.has_value());
-  CHECK(back.sparse_attention_seed == 11);
-  CHECK(models::sparse_attention_layout(*back.sparse_attention, 4, 40, 1, 11).to_int_vector() ==
-        model.transformer.h.at<models::GPT2Block>(1).attn.sparse_layout.to_int_vector());
+  CHECK(back.sparse_attention->seed == 11);
+  CHECK(models::sparse_attention_layout(back.sparse_attention->sparsity, 4, 40, 1, 11)
+            .to_int_vector() ==
+        model.transformer.h.at<models::GPT2Block>(1).attn.sparse.layout.to_int_vector());
+}
+
+TEST_CASE("BERT with sparse attention: dense mode under a padding mask is the dense model") {
+  models::BertConfig c = models::BertConfig::named("tiny");
+  c.max_position_embeddings = 40;
+  c.hidden_dropout_prob = 0;
+  Generator g(5);
+  models::Batch b;
+  b.input_ids =
+      (rand({2, 37}, DType::Float64, Device::cpu(), &g) * double(c.vocab_size)).to(DType::Int64);
+  std::vector<double> mask(2 * 37, 1.0);
+  for (int t = 30; t < 37; ++t) mask[37 + t] = 0;  // row 1 pads its last 7 tokens
+  b.attention_mask = from_vector(mask, {2, 37}).to(DType::Int64);
+  manual_seed(3);
+  models::BertForPreTraining dense(c, false);
+  models::BertConfig s = c;
+  s.sparse_attention =
+      models::SparseAttention{models::sparsity_from_json({{"mode", "dense"}}, "t"), 0};
+  manual_seed(3);
+  models::BertForPreTraining sparse(s, false);
+  const Tensor want = dense.bert.forward(b), got = sparse.bert.forward(b);
+  CHECK(norm(got - want).item() / norm(want).item() < 1e-6);
+  // A bigbird layout is another function, and survives config.json.
+  s.sparse_attention = models::SparseAttention{models::sparsity_from_json(kBigBird, "t"), 7};
+  manual_seed(3);
+  models::BertForPreTraining bigbird(s, false);
+  CHECK(norm(bigbird.bert.forward(b) - want).item() / norm(want).item() > 1e-4);
+  const models::BertConfig back = models::BertConfig::from_json(s.to_json("BertModel"));
+  REQUIRE(back.sparse_attention.has_value());
+  CHECK(back.sparse_attention->seed == 7);
+  CHECK(back.sparse_attention->sparsity.mode == "bigbird");
 }
 
 TEST_SUITE_BEGIN("ranks");
 
-TEST_CASE("GPT-2 with sparse attention (random per-head layouts) in every layout, as one process") {
-  const test::SharedCorpus corpus("sparse-attention-gpt2");
+TEST_CASE("GPT-2 and BERT with sparse attention (random per-head layouts) in every layout") {
+  const test::SharedCorpus corpus("sparse-attention-models");
   const auto& world = corpus.world;
-  // The dense mode is the dense model (the fused dense attention against the block kernel).
-  const std::vector<double> none =
-      test::train_losses(gpt2_config(corpus, nullptr), parallel::make_local_group(), 3);
-  const std::vector<double> dense =
-      test::train_losses(gpt2_config(corpus, {{"mode", "dense"}}), parallel::make_local_group(), 3);
-  for (size_t s = 0; s < none.size(); ++s)
-    CHECK(dense[s] == doctest::Approx(none[s]).epsilon(1e-6));
-  const std::vector<double> one =
-      test::train_losses(gpt2_config(corpus, kBigBird), parallel::make_local_group(), 3);
-  CHECK(one[2] != doctest::Approx(none[2]).epsilon(1e-5));  // the section is acted on
-  std::vector<std::pair<std::string, nlohmann::json>> layouts{
-      {"data parallel", nlohmann::json::object()}};
-  if (world->size() % 2 == 0) {
-    layouts.push_back({"tensor parallel 2", {{"tensor_parallel", {{"autotp_size", 2}}}}});
-    layouts.push_back({"sequence parallel 2",
-                       {{"tensor_parallel", {{"autotp_size", 2}, {"sequence_parallel", true}}}}});
-    layouts.push_back({"pipeline 2", {{"pipeline", {{"stages", 2}}}}});
-  }
-  for (const auto& [name, extra] : layouts) {
-    CAPTURE(name);
-    nlohmann::json c = gpt2_config(corpus, kBigBird);
-    c.update(extra);
-    const std::vector<double> run = test::train_losses(c, world, 3);
-    REQUIRE(run.size() == one.size());
-    for (size_t s = 0; s < one.size(); ++s) CHECK(run[s] == doctest::Approx(one[s]).epsilon(1e-6));
+  for (const std::string type : {"gpt2", "bert"}) {
+    CAPTURE(type);
+    // The dense mode is the dense model (the fused dense attention against the block kernel).
+    const auto local = parallel::make_local_group();
+    const std::vector<double> none =
+        test::train_losses(model_config(corpus, nullptr, type), local, 3);
+    const std::vector<double> dense =
+        test::train_losses(model_config(corpus, {{"mode", "dense"}}, type), local, 3);
+    for (size_t s = 0; s < none.size(); ++s)
+      CHECK(dense[s] == doctest::Approx(none[s]).epsilon(1e-6));
+    const std::vector<double> one =
+        test::train_losses(model_config(corpus, kBigBird, type), local, 3);
+    CHECK(one[2] != doctest::Approx(none[2]).epsilon(1e-5));  // the section is acted on
+    std::vector<std::pair<std::string, nlohmann::json>> layouts{
+        {"data parallel", nlohmann::json::object()}};
+    if (world->size() % 2 == 0) {
+      layouts.push_back({"tensor parallel 2", {{"tensor_parallel", {{"autotp_size", 2}}}}});
+      layouts.push_back({"sequence parallel 2",
+                         {{"tensor_parallel", {{"autotp_size", 2}, {"sequence_parallel", true}}}}});
+      layouts.push_back({"pipeline 2", {{"pipeline", {{"stages", 2}}}}});
+    }
+    for (const auto& [name, extra] : layouts) {
+      CAPTURE(name);
+      nlohmann::json c = model_config(corpus, kBigBird, type);
+      c.update(extra);
+      const std::vector<double> run = test::train_losses(c, world, 3);
+      REQUIRE(run.size() == one.size());
+      for (size_t s = 0; s < one.size(); ++s)
+        CHECK(run[s] == doctest::Approx(one[s]).epsilon(1e-6));
+    }
   }
 }
 

@@ -19,6 +19,7 @@
 #include <string>
 
 #include "tessera/models/pretrained.h"
+#include "tessera/models/sparse_attention.h"
 #include "tessera/nn/layers.h"
 #include "tessera/parallel/activation_checkpointing.h"
 #include "tessera/parallel/parallel_context.h"
@@ -40,6 +41,9 @@ struct BertConfig {
   double hidden_dropout_prob = 0.1;
   double layer_norm_eps = 1e-12;
   GeluApprox activation = GeluApprox::None;
+  // DeepSpeed's sparse_attention (models/sparse_attention.h): set, each layer's attention is
+  // block-sparse over its layout.
+  std::optional<SparseAttention> sparse_attention;
 
   // "bert-base", "bert-large", "tiny" (tests)
   static BertConfig named(const std::string& name);
@@ -65,8 +69,9 @@ class BertEmbeddings : public nn::Module {
 
 class BertLayer : public nn::Module {
  public:
+  // `layer`: the layer's index in the encoder (its sparse attention layout).
   BertLayer(Module* parent, const std::string& name, const BertConfig& c,
-            const parallel::ParallelContext& ctx = {});
+            const parallel::ParallelContext& ctx = {}, int64_t layer = 0);
   Tensor forward(const Tensor& x, const Tensor& mask);  // mask: bool [B,1,1,T] or undefined
 
   struct SelfAttention : nn::Module {
@@ -99,6 +104,7 @@ class BertLayer : public nn::Module {
   Output output;
   int64_t heads;  // this rank's
   GeluApprox activation;
+  SparseAttentionLayer sparse;  // with sparse_attention: this layer's layout, this rank's heads
 };
 
 // The batch's attention mask as the attention takes it: bool [B, 1, 1, T], true for real tokens

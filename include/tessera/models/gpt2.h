@@ -21,8 +21,8 @@
 
 #include "tessera/models/kv_cache.h"
 #include "tessera/models/pretrained.h"
+#include "tessera/models/sparse_attention.h"
 #include "tessera/nn/layers.h"
-#include "tessera/nn/sparsity_config.h"
 #include "tessera/parallel/activation_checkpointing.h"
 #include "tessera/parallel/parallel_context.h"
 #include "tessera/parallel/sequence_parallel.h"
@@ -44,10 +44,8 @@ struct GPT2Config {
   bool bias = true;      // Linear and LayerNorm biases (nanoGPT trains without)
   GeluApprox activation = GeluApprox::Tanh;  // HF "gelu_new"
   // DeepSpeed's sparse_attention (models/sparse_attention.h): set, each layer's attention is
-  // block-sparse over its layout, drawn from sparse_attention_seed. config.json keeps both
-  // (keys Hugging Face ignores).
-  std::optional<nn::SparsityConfig> sparse_attention;
-  uint64_t sparse_attention_seed = 0;
+  // block-sparse over its layout.
+  std::optional<SparseAttention> sparse_attention;
 
   // "gpt2" (124M), "gpt2-medium", "gpt2-large", "gpt2-xl", "tiny" (tests)
   static GPT2Config named(const std::string& name);
@@ -67,10 +65,8 @@ class GPT2Attention : public nn::Module {
   parallel::ColumnParallelLinear c_attn;  // q|k|v rows (this rank's heads')
   parallel::RowParallelLinear c_proj;
   nn::Dropout resid_dropout;
-  int64_t n_head;  // this rank's
-  // With sparse_attention: this rank's heads' layout, int64 [n_head, n, n], and its block.
-  Tensor sparse_layout;
-  int64_t sparse_block = 0;
+  int64_t n_head;               // this rank's
+  SparseAttentionLayer sparse;  // with sparse_attention: this layer's layout, this rank's heads
 
  private:
   Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, KVCache* cache) const;

@@ -1,14 +1,15 @@
 // DeepSpeed's `sparse_attention` config section, and the built-in models' self-attention over
 // its layouts. In DeepSpeed the section only describes a layout and a user swaps the model's
-// attention for SparseSelfAttention by hand; here stating the section makes GPT-2's attention
-// block-sparse in every layout (one process, ZeRO, tensor and sequence parallel, pipelines).
+// attention for SparseSelfAttention by hand; here stating the section makes GPT-2's and BERT's
+// attention block-sparse in every layout (one process, ZeRO, tensor and sequence parallel,
+// pipelines).
 //
 // Each layer's layout is drawn as DeepSpeed's modules draw theirs after random.seed(seed):
 // layer i's is the (i + 1)-th layout drawn from one Python random stream seeded with
-// train.seed, over n_positions rounded up to the block (a layer cut into a pipeline stage or
-// split over tensor-parallel ranks holds the same layout, its heads' rows). A sequence that is
-// not a multiple of the block is padded inside the attention (the padding attends to nothing
-// and is cut off), as DeepSpeed's pad_to_block_size does around the model.
+// train.seed, over n_positions (max_position_embeddings) rounded up to the block (a layer cut into
+// a pipeline stage or split over tensor-parallel ranks holds the same layout, its heads' rows). A
+// sequence that is not a multiple of the block is padded inside the attention (the padding attends
+// to nothing and is cut off), as DeepSpeed's pad_to_block_size does around the model.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -16,7 +17,12 @@
 
 #include "tessera/io/config_section.h"
 #include "tessera/nn/sparsity_config.h"
+#include "tessera/parallel/parallel_context.h"
 #include "tessera/tensor.h"
+
+namespace tessera::io {
+struct TrainConfig;
+}
 
 namespace tessera::models {
 
@@ -33,6 +39,48 @@ const std::vector<std::string>& sparsity_mode_keys(const std::string& mode);
 // name `what`.
 nlohmann::json sparsity_to_json(const nn::SparsityConfig& c);
 nn::SparsityConfig sparsity_from_json(const nlohmann::json& j, const std::string& what);
+
+// What a model's config keeps of the section: the layout's keys and the seed its random blocks
+// are drawn from (config.json: "sparse_attention" and "sparse_attention_seed", keys Hugging
+// Face ignores).
+struct SparseAttention {
+  nn::SparsityConfig sparsity;
+  uint64_t seed = 0;
+  // The training config's section when stated, seeded with train.seed.
+  static std::optional<SparseAttention> of(const io::TrainConfig& cfg);
+  static std::optional<SparseAttention> read(const nlohmann::json& config_json,
+                                             const std::string& what);
+  void write(nlohmann::json& config_json) const;
+  // A model of `heads` heads over `positions` (named `positions_key` in errors) can take it.
+  void validate(int64_t heads, int64_t positions, const std::string& positions_key) const;
+};
+
+// A model config with the training config's section when stated (else what it had: a
+// model.init_from directory's), validated.
+template <class ModelConfig>
+ModelConfig with_sparse_attention(ModelConfig c, const io::TrainConfig& cfg) {
+  if (auto s = SparseAttention::of(cfg)) c.sparse_attention = std::move(s);
+  c.validate();
+  return c;
+}
+
+// One layer's layout over this rank's heads (a tensor-parallel rank's rows), and attention
+// through it. Default: none (dense attention).
+struct SparseAttentionLayer {
+  SparseAttentionLayer() = default;
+  SparseAttentionLayer(const std::optional<SparseAttention>& s, int64_t heads, int64_t positions,
+                       int64_t layer, const parallel::ParallelContext& ctx);
+  bool enabled() const { return layout.defined(); }
+  // layout_attention over this layer's layout.
+  Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding_mask,
+                bool causal) const;
+  // A KV cache's step (causal): bool [B, H, Tq, Tk] for queries at the last Tq of Tk positions,
+  // row b's first left_padding[b] keys padding (none when empty).
+  Tensor cache_mask(int64_t B, int64_t Tq, int64_t Tk, const std::vector<int64_t>& left_padding,
+                    Device device) const;
+  Tensor layout;  // int64 [heads, n, n]
+  int64_t block = 0;
+};
 
 // Layer `layer`'s layout of `heads` heads over max_seq_length (rounded up to the block):
 // int64 [heads, n, n], the (layer + 1)-th drawn after seeding Python's random with `seed`.
