@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs on a GPU machine from the repository root: unpacks .gpu/bundle.tar.xz (made here by
 # scripts/gpu_bundle.sh), finds the CUDA libraries wherever that machine keeps them, then runs
-# the stages named (default: all but profile): probe, tests, check, generate, bench, train,
-# profile. Logs go to $OUT if set.
+# the stages named (default: all but profile and sparse): probe, tests, check, generate, bench,
+# train, profile, sparse (block-sparse attention alone: its CUDA cases and its benchmark).
+# Logs go to $OUT if set.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root="$(pwd)"
@@ -50,6 +51,11 @@ for stage in $stages; do
     profile)  # device time per kernel in a GPT-2 124M bf16 step (each kernel waited for)
       TESSERA_PROFILE=1 "$ts" bench train --preset gpt2-1024 --device cuda --dtype bfloat16 \
         --iters 3 2>&1 | tee "$out/profile.log" | tail -40 ;;
+    sparse)  # block-sparse attention: the CUDA cases (tensor-core and warp kernels), then speed
+      "$work/build/tests/test-backends-cuda" -tc='*block-sparse*' 2>&1 | tee "$out/sparse.log" | tail -20
+      [ "${PIPESTATUS[0]}" = 0 ] || { status=1; failed+=("sparse"); }
+      "$ts" bench sparse-attention --device cuda --dtype bfloat16 --batch 4 --heads 12 --iters 10 \
+        2>&1 | tee -a "$out/sparse.log" | sed 's/^/  sparse /' ;;
     generate)  # GPU inference: the tiny GPT-2 fixture's greedy ids on cuda equal the CPU's
       bash scripts/gpu_generate.sh "$ts" "$root/tests/fixtures/models/gpt2-tiny" 2>&1 | tee "$out/generate.log"
       [ "${PIPESTATUS[0]}" = 0 ] || { status=1; failed+=("generate"); } ;;

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "block_sparse_flash.h"
 #include "kernel_util.cuh"
 
 namespace tessera::cuda {
@@ -313,8 +314,13 @@ struct BlockSparseAttention {
     const TensorBase &q = c.inputs[0], &k = c.inputs[1], &v = c.inputs[2];
     const SparseShape s = shape_of(q, v, c.inputs[3]);
     if (s.B * s.H * s.T == 0) return;
-    cudaStream_t stream = stream_of(q);
     const bool causal = c.attrs.flag;
+    if (sparse_flash_supported(q, v)) {
+      sparse_flash_forward(q, k, v, c.inputs[3], c.inputs[4], causal,
+                           static_cast<float>(c.attrs.scalar), c.outputs[0], c.outputs[1]);
+      return;
+    }
+    cudaStream_t stream = stream_of(q);
     const BlockLists rows = block_lists(c.inputs[3], s, causal, true, q.device(), stream);
     launch_rows("block_sparse_attention", sparse_forward_kernel<T, A>, s,
                 params_of<A>(s, s.D + s.Dv + 32, causal, c.inputs[4], rows), stream,
@@ -335,6 +341,12 @@ struct BlockSparseAttentionBackward {
     const Device dev = q.device();
     cudaStream_t stream = stream_of(q);
     const bool causal = c.attrs.flag;
+    if (sparse_flash_supported(q, v)) {
+      sparse_flash_backward(dO, q, k, v, o, lse, layout, c.inputs[7], causal,
+                            static_cast<float>(c.attrs.scalar), c.outputs[0], c.outputs[1],
+                            c.outputs[2]);
+      return;
+    }
     const A scale = static_cast<A>(c.attrs.scalar);
     const auto in = [](const TensorBase& t) { return static_cast<const T*>(t.data_ptr()); };
     const auto out = [](const TensorBase& t) { return static_cast<T*>(t.data_ptr()); };

@@ -143,6 +143,43 @@ __device__ void mm_acc_regs(float (&out)[D / 8][4], const float (&p)[kTile / 8][
   }
 }
 
+// ---- pieces of both backward passes (dense and block-sparse) ----
+
+// dvec[row] = sum_d dO[row, d] * O[row, d], one warp per row.
+template <class T>
+__global__ void dvec_kernel(const T* dO, const T* O, float* dvec, int64_t rows, int64_t D) {
+  const int64_t row = blockIdx.x * int64_t{kBlockThreads / 32} + threadIdx.x / 32;
+  if (row >= rows) return;
+  const int lane = threadIdx.x % 32;
+  float s = 0.0f;
+  for (int64_t c = lane; c < D; c += 32)
+    s += float(load(dO[row * D + c])) * float(load(O[row * D + c]));
+  s = warp_reduce(s, SumOp{});
+  if (lane == 0) dvec[row] = s;
+}
+
+// P and dS of one score: P = exp(scale S - lse) where visible, dS = P (dP - dvec) scale.
+__device__ inline void grad_entry(float sc, float dp, float lse, float dv, bool vis, float scale,
+                                  float& p, float& ds) {
+  p = (vis && isfinite(lse)) ? __expf(sc * scale - lse) : 0.0f;
+  ds = p * (dp - dv) * scale;
+}
+
+// Writes accumulator rows r0 + g and r0 + g + 8 (below `rows`) of a [rows, D] matrix.
+template <class T, int D>
+__device__ void store_acc(T* dst, int64_t r0, int64_t rows, const float (&acc)[D / 8][4]) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int64_t r = r0 + g + 8 * hr;
+    if (r >= rows) continue;
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt)
+      *reinterpret_cast<uint32_t*>(dst + r * D + dt * 8 + 2 * t) =
+          pack2<T>(acc[dt][2 * hr], acc[dt][2 * hr + 1]);
+  }
+}
+
 template <class Kernel>
 void allow_smem(Kernel k, size_t bytes) {
   TS_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
