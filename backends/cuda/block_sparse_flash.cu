@@ -35,6 +35,48 @@ __device__ inline bool sees(const SparseArgs& a, int64_t b, int64_t h, int64_t i
          a.layout[(h * a.n + i / a.bs) * a.n + j / a.bs] != 0;
 }
 
+// Per (tile row, gathered chunk) of an iteration: 0 when the row sees none of the chunk's
+// 16 positions, 1 when it sees all (the chunk inside one layout block, within causal order,
+// no key padding to read), 2 when each score needs sees(). Rows are the tile's contiguous
+// positions r0 + r; the chunks' positions are in `pos`. rows_are_queries: forward and dQ
+// (rows queries, chunks keys); else dK/dV (rows keys, chunks queries).
+__device__ void chunk_flags(const SparseArgs& a, int64_t b, int64_t h, int64_t r0, const int* pos,
+                            bool rows_are_queries, uint8_t* flags) {
+  const int64_t T = a.base.Tq;
+  for (int idx = threadIdx.x; idx < kTile * kChunks; idx += kBlockThreads) {
+    const int r = idx / kChunks, c = idx % kChunks;
+    const int64_t row = r0 + r;
+    const int first = pos[c * kChunk], last = pos[c * kChunk + kChunk - 1];
+    uint8_t f = 2;
+    if (row >= T || first < 0) {
+      f = 0;
+    } else if (last >= 0 && a.bs % kChunk == 0) {  // one block, every position in range
+      const int bs = static_cast<int>(a.bs), n = static_cast<int>(a.n);
+      const int ri = static_cast<int>(row);
+      const int qb = (rows_are_queries ? ri : first) / bs,
+                kb = (rows_are_queries ? first : ri) / bs;
+      if (!a.layout[(static_cast<int>(h) * n + qb) * n + kb]) {
+        f = 0;
+      } else if (rows_are_queries) {  // keys first..last against query row
+        f = a.base.causal && first > ri ? 0 : (!a.base.causal || last <= ri) && !a.key_mask ? 1 : 2;
+      } else if (a.key_mask && !a.key_mask[b * T + row]) {  // a padded key: seen by none
+        f = 0;
+      } else {  // key row against queries first..last
+        f = a.base.causal && ri > last ? 0 : (!a.base.causal || ri <= first) ? 1 : 2;
+      }
+    }
+    flags[idx] = f;
+  }
+}
+
+// Whether row `r` (local) sees column `col` of the gathered tile, from its chunk's flag.
+__device__ inline bool visible_entry(const SparseArgs& a, const uint8_t* flags, int r, int col,
+                                     int64_t b, int64_t h, int64_t i, int64_t j) {
+  const uint8_t f = flags[r * kChunks + col / kChunk];
+  return f == 1 ||
+         (f == 2 && i >= 0 && j >= 0 && i < a.base.Tq && j < a.base.Tq && sees(a, b, h, i, j));
+}
+
 // Gathers rows of four chunks (chunk c: rows 16c .. 16c + 15) of a contiguous [T, D] matrix
 // into a padded shared tile; `pos` gets each tile row's position (-1: none, zeros loaded).
 template <class T, int D>
@@ -54,7 +96,7 @@ __device__ void gather_tile(T* dst, const T* src, const int32_t* chunk, int64_t 
 template <class T, int D>
 struct SparseFwdSmem {
   static constexpr size_t tile = size_t{kTile} * ld_tile<D> * sizeof(T);
-  static constexpr size_t bytes = 3 * tile + kTile * sizeof(int);
+  static constexpr size_t bytes = 3 * tile + kTile * sizeof(int) + kTile * kChunks;
 };
 
 template <class T, int D>
@@ -66,6 +108,7 @@ __global__ void __launch_bounds__(kBlockThreads) sparse_flash_fwd_kernel(SparseA
   T* Ks = Qs + kTile * ld;
   T* Vs = Ks + kTile * ld;
   int* kpos = reinterpret_cast<int*>(smem + 3 * SparseFwdSmem<T, D>::tile);
+  uint8_t* flags = reinterpret_cast<uint8_t*>(kpos + kTile);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t bh = blockIdx.y, b = bh / sa.H, h = bh % sa.H, T_ = a.Tq;
   const int64_t q0 = int64_t{blockIdx.x} * kTile;
@@ -84,6 +127,8 @@ __global__ void __launch_bounds__(kBlockThreads) sparse_flash_fwd_kernel(SparseA
     gather_tile<T, D>(Ks, K, sa.chunks + e0, T_, kpos);
     gather_tile<T, D>(Vs, V, sa.chunks + e0, T_, nullptr);
     __syncthreads();
+    chunk_flags(sa, b, h, q0, kpos, true, flags);
+    __syncthreads();
     float sc[kTile / 8][4];
     mm_rows_bt<T, D>(sc, Qs + warp * 16 * ld, Ks);
     float mx[2] = {-INFINITY, -INFINITY};
@@ -91,9 +136,9 @@ __global__ void __launch_bounds__(kBlockThreads) sparse_flash_fwd_kernel(SparseA
     for (int nt = 0; nt < kTile / 8; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int hr = e >> 1;
-        const int j = kpos[nt * 8 + 2 * t + (e & 1)];
-        const bool vis = i_row[hr] < T_ && j >= 0 && sees(sa, b, h, i_row[hr], j);
+        const int hr = e >> 1, col = nt * 8 + 2 * t + (e & 1);
+        const bool vis =
+            visible_entry(sa, flags, warp * 16 + g + 8 * hr, col, b, h, i_row[hr], kpos[col]);
         const float v = vis ? sc[nt][e] * a.scale : -INFINITY;
         sc[nt][e] = v;
         mx[hr] = fmaxf(mx[hr], v);
@@ -150,7 +195,8 @@ template <class T, int D>
 struct SparseBwdSmem {
   static constexpr size_t tile = size_t{kTile} * ld_tile<D> * sizeof(T);
   static constexpr size_t stats = 4 * tile;
-  static constexpr size_t bytes = stats + 2 * kTile * sizeof(float) + kTile * sizeof(int);
+  static constexpr size_t bytes =
+      stats + 2 * kTile * sizeof(float) + kTile * sizeof(int) + kTile * kChunks;
 };
 
 // dK, dV of one 64-key tile over the query chunks whose layout rows reach it.
@@ -166,6 +212,7 @@ __global__ void __launch_bounds__(kBlockThreads) sparse_flash_dkdv_kernel(Sparse
   float* lse_s = reinterpret_cast<float*>(smem + SparseBwdSmem<T, D>::stats);
   float* dvec_s = lse_s + kTile;
   int* qpos = reinterpret_cast<int*>(dvec_s + kTile);
+  uint8_t* flags = reinterpret_cast<uint8_t*>(qpos + kTile);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t bh = blockIdx.y, b = bh / sa.H, h = bh % sa.H, T_ = a.Tq;
   const int64_t k0 = int64_t{blockIdx.x} * kTile;
@@ -192,6 +239,7 @@ __global__ void __launch_bounds__(kBlockThreads) sparse_flash_dkdv_kernel(Sparse
       lse_s[r] = i >= 0 ? a.lse_in[bh * T_ + i] : INFINITY;
       dvec_s[r] = i >= 0 ? a.dvec[bh * T_ + i] : 0.0f;
     }
+    chunk_flags(sa, b, h, k0, qpos, false, flags);
     __syncthreads();
     float st[kTile / 8][4], dpt[kTile / 8][4];  // S^T and dP^T: rows keys, columns queries
     mm_rows_bt<T, D>(st, Ks + warp * 16 * ld, Qs);
@@ -200,10 +248,8 @@ __global__ void __launch_bounds__(kBlockThreads) sparse_flash_dkdv_kernel(Sparse
     for (int nt = 0; nt < kTile / 8; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int64_t j = key0 + g + 8 * (e >> 1);
-        const int qc = nt * 8 + 2 * t + (e & 1);
-        const int i = qpos[qc];
-        const bool vis = i >= 0 && j < T_ && sees(sa, b, h, i, j);
+        const int kr = warp * 16 + g + 8 * (e >> 1), qc = nt * 8 + 2 * t + (e & 1);
+        const bool vis = visible_entry(sa, flags, kr, qc, b, h, qpos[qc], k0 + kr);
         grad_entry(st[nt][e], dpt[nt][e], lse_s[qc], dvec_s[qc], vis, a.scale, st[nt][e],
                    dpt[nt][e]);
       }
@@ -225,6 +271,7 @@ __global__ void __launch_bounds__(kBlockThreads) sparse_flash_dq_kernel(SparseAr
   T* Ks = dOs + kTile * ld;
   T* Vs = Ks + kTile * ld;
   int* kpos = reinterpret_cast<int*>(smem + SparseBwdSmem<T, D>::stats);
+  uint8_t* flags = reinterpret_cast<uint8_t*>(kpos + kTile);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t bh = blockIdx.y, b = bh / sa.H, h = bh % sa.H, T_ = a.Tq;
   const int64_t q0 = int64_t{blockIdx.x} * kTile;
@@ -251,6 +298,8 @@ __global__ void __launch_bounds__(kBlockThreads) sparse_flash_dq_kernel(SparseAr
     gather_tile<T, D>(Ks, K, sa.chunks + e0, T_, kpos);
     gather_tile<T, D>(Vs, V, sa.chunks + e0, T_, nullptr);
     __syncthreads();
+    chunk_flags(sa, b, h, q0, kpos, true, flags);
+    __syncthreads();
     float sc[kTile / 8][4], dp[kTile / 8][4];
     mm_rows_bt<T, D>(sc, Qs + warp * 16 * ld, Ks);
     mm_rows_bt<T, D>(dp, dOs + warp * 16 * ld, Vs);
@@ -258,10 +307,9 @@ __global__ void __launch_bounds__(kBlockThreads) sparse_flash_dq_kernel(SparseAr
     for (int nt = 0; nt < kTile / 8; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int hr = e >> 1;
-        const int64_t i = row0 + g + 8 * hr;
-        const int j = kpos[nt * 8 + 2 * t + (e & 1)];
-        const bool vis = i < T_ && j >= 0 && sees(sa, b, h, i, j);
+        const int hr = e >> 1, col = nt * 8 + 2 * t + (e & 1);
+        const bool vis = visible_entry(sa, flags, warp * 16 + g + 8 * hr, col, b, h,
+                                       row0 + g + 8 * hr, kpos[col]);
         float p;
         grad_entry(sc[nt][e], dp[nt][e], lse[hr], dvv[hr], vis, a.scale, p, sc[nt][e]);
       }
