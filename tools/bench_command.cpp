@@ -100,7 +100,7 @@ int bench_gemm(const Args& a) {
 int bench_main(int argc, char** argv) {
   const Args a(argc, argv, 2, {"json", "help"},
                {"shape", "iters", "preset", "device", "dtype", "batch", "peak-tflops", "vocab",
-                "merges", "corpus", "python", "threads", "heads"});
+                "merges", "corpus", "python", "threads", "heads", "max-t"});
   if (a.has("help") || a.positional().empty()) {
     std::cout
         << "usage: tessera bench gemm [--shape M,N,K] [--iters N] [--json]\n"
@@ -129,7 +129,9 @@ int bench_main(int argc, char** argv) {
            "                                      [--dtype T] [--json]\n"
            "sparse-attention: block-sparse attention (DeepSpeed's fixed layout, block 16) against "
            "the\n"
-           "dense fused attention, forward + backward, at T = 512 to 4096 in one run.\n";
+           "dense fused attention, forward + backward, at T = 512 to --max-t (4096) in one run, "
+           "with\n"
+           "each one's peak memory.\n";
     return a.has("help") ? 0 : 2;
   }
   const std::string what = a.positional()[0];

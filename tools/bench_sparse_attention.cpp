@@ -1,7 +1,9 @@
 // `tessera bench sparse-attention`: block-sparse attention (DeepSpeed's "fixed" layout: local
 // windows of 4 blocks of 16 and their last block global, bidirectional) against Tessera's dense
 // fused attention on the same q, k, v, forward and backward, in one run, at growing lengths,
-// on --device (cpu, or cuda: Tessera's GPU kernels on both sides) in --dtype.
+// on --device (cpu, or cuda: Tessera's GPU kernels on both sides) in --dtype, with each one's
+// peak memory above what it started with (the device allocator's), beside the size of the
+// T x T probabilities an attention that keeps them for backward holds.
 #include <iomanip>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -11,6 +13,7 @@
 #include "tessera/dispatch.h"
 #include "tessera/nn/sparsity_config.h"
 #include "tessera/ops.h"
+#include "tessera/storage.h"
 
 namespace tessera::cli {
 
@@ -19,6 +22,8 @@ int bench_sparse_attention(const Args& a) {
   const int iters = static_cast<int>(a.get_int("iters", 5));
   TS_CHECK(B >= 1 && B <= 64 && H >= 1 && H <= 64, "--batch and --heads must be in [1, 64]");
   TS_CHECK(iters >= 1 && iters <= 1000, "--iters must be in [1, 1000]");
+  const int64_t max_t = a.get_int("max-t", 4096);
+  TS_CHECK(max_t >= 512 && max_t <= 4096, "--max-t must be in [512, 4096], got ", max_t);
   const Device device = Device::parse(a.get("device", "cpu"));
   require_usable_device(device, "--device");
   const DType dtype = dtype_from_name(a.get("dtype", "float32"));
@@ -26,10 +31,11 @@ int bench_sparse_attention(const Args& a) {
   nn::SparsityConfig fixed;  // DeepSpeed's defaults: block 16, 4 local blocks, 1 global
   nlohmann::json rows = nlohmann::json::array();
   if (!a.has("json"))
-    std::cout << "     T  blocks computed   dense ms   sparse ms   speedup (forward + backward, "
+    std::cout << "     T  blocks computed   dense ms   sparse ms   speedup   dense MB  sparse MB"
+                 "   T x T MB (forward + backward, "
               << B << " x " << H << " heads, D " << D << ", " << dtype_name(dtype) << " on "
               << device.str() << ")\n";
-  for (int64_t T : {512, 1024, 2048, 4096}) {
+  for (int64_t T = 512; T <= max_t; T *= 2) {
     Generator gen(0);
     auto input = [&] {
       return randn({B, H, T, D}, DType::Float32, Device::cpu(), &gen)
@@ -50,15 +56,30 @@ int bench_sparse_attention(const Args& a) {
     };
     const double dense_ms = median_ms([&] { step(false); }, iters, 1);
     const double sparse_ms = median_ms([&] { step(true); }, iters, 1);
+    Allocator& memory = allocator_for(device.type);
+    auto peak_mb = [&](bool sparse) {  // one more step, the peak above its start
+      memory.reset_peak();
+      const int64_t start = memory.stats().allocated;
+      step(sparse);
+      return static_cast<double>(memory.stats().peak_allocated - start) / 1e6;
+    };
+    const double dense_mb = peak_mb(false), sparse_mb = peak_mb(true);
+    const double scores_mb =
+        static_cast<double>(B * H * T * T * static_cast<int64_t>(itemsize(dtype))) / 1e6;
     rows.push_back({{"t", T},
                     {"blocks_computed", share},
                     {"dense_ms", dense_ms},
                     {"sparse_ms", sparse_ms},
-                    {"speedup", dense_ms / sparse_ms}});
+                    {"speedup", dense_ms / sparse_ms},
+                    {"dense_peak_mb", dense_mb},
+                    {"sparse_peak_mb", sparse_mb},
+                    {"scores_mb", scores_mb}});
     if (!a.has("json"))
       std::cout << std::setw(6) << T << std::fixed << std::setprecision(1) << std::setw(15)
                 << 100.0 * share << "%" << std::setw(11) << dense_ms << std::setw(12) << sparse_ms
-                << std::setprecision(2) << std::setw(9) << dense_ms / sparse_ms << "x\n";
+                << std::setprecision(2) << std::setw(9) << dense_ms / sparse_ms << "x"
+                << std::setprecision(1) << std::setw(11) << dense_mb << std::setw(11) << sparse_mb
+                << std::setw(11) << scores_mb << "\n";
   }
   if (a.has("json")) std::cout << nlohmann::json{{"results", rows}}.dump() << "\n";
   return 0;
