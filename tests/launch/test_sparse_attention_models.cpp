@@ -207,10 +207,10 @@ TEST_CASE("GPT-2 and BERT with sparse attention (random per-head layouts) in eve
                          {{"tensor_parallel", {{"autotp_size", 2}, {"sequence_parallel", true}}}}});
       layouts.push_back({"pipeline 2", {{"pipeline", {{"stages", 2}}}}});
     }
-    for (const auto& [name, extra] : layouts) {
-      CAPTURE(name);
+    for (const auto& layout : layouts) {  // (clang 14's lambdas cannot capture bindings)
+      CAPTURE(layout.first);
       nlohmann::json c = model_config(corpus, kBigBird, type);
-      c.update(extra);
+      c.update(layout.second);
       const std::vector<double> run = test::train_losses(c, world, 3);
       REQUIRE(run.size() == one.size());
       for (size_t s = 0; s < one.size(); ++s)
