@@ -143,52 +143,10 @@ __global__ void __launch_bounds__(kBlockThreads) sparse_flash_fwd_kernel(SparseA
         sc[nt][e] = v;
         mx[hr] = fmaxf(mx[hr], v);
       }
-    float alpha[2], m_new[2];
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
-      mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
-      m_new[hr] = fmaxf(m[hr], mx[hr]);
-      alpha[hr] = m_new[hr] == -INFINITY ? 1.0f : __expf(m[hr] - m_new[hr]);
-    }
-    float sum[2] = {0.0f, 0.0f};
-#pragma unroll
-    for (int nt = 0; nt < kTile / 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int hr = e >> 1;
-        const float p = m_new[hr] == -INFINITY ? 0.0f : __expf(sc[nt][e] - m_new[hr]);
-        sc[nt][e] = p;
-        sum[hr] += p;
-      }
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      sum[hr] += __shfl_xor_sync(0xffffffffu, sum[hr], 1);
-      sum[hr] += __shfl_xor_sync(0xffffffffu, sum[hr], 2);
-      l[hr] = l[hr] * alpha[hr] + sum[hr];
-      m[hr] = m_new[hr];
-    }
-#pragma unroll
-    for (int dt = 0; dt < D / 8; ++dt) {
-      o[dt][0] *= alpha[0];
-      o[dt][1] *= alpha[0];
-      o[dt][2] *= alpha[1];
-      o[dt][3] *= alpha[1];
-    }
+    online_softmax_step<D>(sc, mx, m, l, o);
     mm_acc_regs<T, D>(o, sc, Vs);
   }
-  T* O = static_cast<T*>(a.out) + bh * T_ * D;
-#pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    const int64_t i = i_row[hr];
-    if (i >= T_) continue;
-    const float inv = l[hr] > 0.0f ? 1.0f / l[hr] : 0.0f;
-#pragma unroll
-    for (int dt = 0; dt < D / 8; ++dt)
-      *reinterpret_cast<uint32_t*>(O + i * D + dt * 8 + 2 * t) =
-          pack2<T>(o[dt][2 * hr] * inv, o[dt][2 * hr + 1] * inv);
-    if (t == 0) a.lse[bh * T_ + i] = l[hr] > 0.0f ? m[hr] + logf(l[hr]) : -INFINITY;
-  }
+  store_rows<T, D>(static_cast<T*>(a.out) + bh * T_ * D, a.lse + bh * T_, i_row, T_, o, m, l);
 }
 
 template <class T, int D>

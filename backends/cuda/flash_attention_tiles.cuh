@@ -143,6 +143,69 @@ __device__ void mm_acc_regs(float (&out)[D / 8][4], const float (&p)[kTile / 8][
   }
 }
 
+// ---- pieces of both forward passes (dense and block-sparse) ----
+
+// One key tile's step of the online softmax for a warp's 16 query rows (rows g and g + 8 of
+// each thread's quad): `sc` holds the scaled scores (-inf where hidden) and becomes P; `mx` is
+// this thread's max of them; the running max `m` and sum `l` advance and `o` is rescaled.
+template <int D>
+__device__ __forceinline__ void online_softmax_step(float (&sc)[kTile / 8][4], float (&mx)[2],
+                                                    float (&m)[2], float (&l)[2],
+                                                    float (&o)[D / 8][4]) {
+  float alpha[2], m_new[2];
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
+    mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
+    m_new[hr] = fmaxf(m[hr], mx[hr]);
+    alpha[hr] = m_new[hr] == -INFINITY ? 1.0f : __expf(m[hr] - m_new[hr]);
+  }
+  float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int nt = 0; nt < kTile / 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int hr = e >> 1;
+      const float p = m_new[hr] == -INFINITY ? 0.0f : __expf(sc[nt][e] - m_new[hr]);
+      sc[nt][e] = p;
+      sum[hr] += p;
+    }
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    sum[hr] += __shfl_xor_sync(0xffffffffu, sum[hr], 1);
+    sum[hr] += __shfl_xor_sync(0xffffffffu, sum[hr], 2);
+    l[hr] = l[hr] * alpha[hr] + sum[hr];
+    m[hr] = m_new[hr];
+  }
+#pragma unroll
+  for (int dt = 0; dt < D / 8; ++dt) {
+    o[dt][0] *= alpha[0];
+    o[dt][1] *= alpha[0];
+    o[dt][2] *= alpha[1];
+    o[dt][3] *= alpha[1];
+  }
+}
+
+// The forward's last step: rows i_row (below `rows`) of O = o / l in T, and their
+// log-sum-exp (-inf for a row that saw nothing). O and lse point at this head's first row.
+template <class T, int D>
+__device__ __forceinline__ void store_rows(T* O, float* lse, const int64_t (&i_row)[2],
+                                           int64_t rows, const float (&o)[D / 8][4],
+                                           const float (&m)[2], const float (&l)[2]) {
+  const int t = threadIdx.x % 4;
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int64_t i = i_row[hr];
+    if (i >= rows) continue;
+    const float inv = l[hr] > 0.0f ? 1.0f / l[hr] : 0.0f;
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt)
+      *reinterpret_cast<uint32_t*>(O + i * D + dt * 8 + 2 * t) =
+          pack2<T>(o[dt][2 * hr] * inv, o[dt][2 * hr + 1] * inv);
+    if (t == 0) lse[i] = l[hr] > 0.0f ? m[hr] + logf(l[hr]) : -INFINITY;
+  }
+}
+
 // ---- pieces of both backward passes (dense and block-sparse) ----
 
 // dvec[row] = sum_d dO[row, d] * O[row, d], one warp per row.
