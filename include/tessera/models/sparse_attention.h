@@ -15,14 +15,19 @@
 #include <optional>
 #include <string>
 
-#include "tessera/io/config_section.h"
+#include <nlohmann/json_fwd.hpp>  // (not json.hpp: gpt2.h and bert.h include this header)
+#include <vector>
+
 #include "tessera/nn/sparsity_config.h"
 #include "tessera/parallel/parallel_context.h"
 #include "tessera/tensor.h"
 
 namespace tessera::io {
 struct TrainConfig;
+namespace config {
+class Section;
 }
+}  // namespace tessera::io
 
 namespace tessera::models {
 
