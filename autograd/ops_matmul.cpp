@@ -76,60 +76,114 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   return out.reshape(out_shape);
 }
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  TS_CHECK(weight.dim() == 2 && x.dim() >= 1 && x.shape().back() == weight.shape()[1],
-           "linear: input ", x.describe(), " does not match weight ", weight.describe(),
+namespace {
+
+void check_linear(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  TS_CHECK(weight.dim() == 2 && x.dim() >= 1 && x.shape().back() == weight.shape()[1], op,
+           ": input ", x.describe(), " does not match weight ", weight.describe(),
            " (expected [..., ", weight.shape()[1], "])");
-  TS_CHECK(!bias.defined() || bias.shape() == Shape{weight.shape()[0]}, "linear: bias ",
+  TS_CHECK(!bias.defined() || bias.shape() == Shape{weight.shape()[0]}, op, ": bias ",
            bias.describe(), " does not match weight ", weight.describe());
-  TS_CHECK(x.dtype() == weight.dtype() && is_floating(x.dtype()), "linear: input ", x.describe(),
+  TS_CHECK(x.dtype() == weight.dtype() && is_floating(x.dtype()), op, ": input ", x.describe(),
            " and weight ", weight.describe(), " need one floating dtype");
-  detail::check_same_device("linear", {x, weight, bias});
-  const int64_t K = weight.shape()[1], N = weight.shape()[0];
+  detail::check_same_device(op, {x, weight, bias});
+}
+
+// x2 [1, M, K] @ w^T (+ bias): [1, M, N]. The bias rides in the product (a cuBLASLt epilogue
+// on GPUs), added before rounding.
+Tensor linear_product(const Tensor& x2, const Tensor& w, const Tensor& bias) {
+  const int64_t M = x2.shape()[1], N = w.shape()[0];
+  const DType dt = x2.dtype();
+  return bias.defined() ? detail::run1(Kernel::matmul, {x2, w.t().unsqueeze(0), untracked(bias)},
+                                       {1, M, N}, dt, dt)
+                        : detail::run1(Kernel::matmul, {x2, w.t().unsqueeze(0)}, {1, M, N}, dt, dt);
+}
+
+// The gradients of y = x2 w^T + b for dy [1, M, N], those wanted (A split backward asks for
+// dx first and for the weight products later).
+std::vector<Tensor> linear_grads(const Tensor& x2, const Tensor& w, const Tensor& g, bool gx,
+                                 bool gw, bool gb) {
+  const int64_t M = x2.shape()[1], N = w.shape()[0], K = w.shape()[1];
+  const Tensor dy = g.reshape({1, M, N});
+  Tensor dx, dw, db;
+  if (gx)
+    dx = detail::run1(Kernel::matmul, {dy, w.unsqueeze(0)}, {1, M, K}, dy.dtype(), dy.dtype());
+  if (gw && gb) {
+    // dW = dY^T X, and db = the row sums of dY^T from the same product.
+    const TensorBase ins[2] = {dy.transpose(1, 2), x2};
+    TensorBase outs[2] = {Tensor::empty({1, N, K}, dy.dtype(), dy.device()),
+                          Tensor::empty({N}, dy.dtype(), dy.device())};
+    run_kernel(Kernel::matmul, dy.device(), dy.dtype(), ins, outs);
+    dw = Tensor(outs[0].view({N, K}));
+    db = Tensor(outs[1]);
+  } else if (gw) {
+    dw = detail::run1(Kernel::matmul, {dy.transpose(1, 2), x2}, {1, N, K}, dy.dtype(), dy.dtype())
+             .view({N, K});
+  } else if (gb) {
+    db = sum(dy.view({M, N}), {0});
+  }
+  return {dx, dw, db};
+}
+
+Shape linear_output_shape(const Tensor& x, const Tensor& weight) {
+  Shape out_shape = x.shape();
+  out_shape.back() = weight.shape()[0];
+  return out_shape;
+}
+
+}  // namespace
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  check_linear("linear", x, weight, bias);
+  const int64_t K = weight.shape()[1];
   const int64_t M = numel_of(Shape(x.shape().begin(), x.shape().end() - 1));  // rows, even if K = 0
-  const DType dt = x.dtype();
   const Tensor x2 = untracked(x).reshape({1, M, K});
   const Tensor w = untracked(weight);
-  // The bias rides in the product (a cuBLASLt epilogue on GPUs), added before rounding.
-  const Tensor y = bias.defined()
-                       ? detail::run1(Kernel::matmul, {x2, w.t().unsqueeze(0), untracked(bias)},
-                                      {1, M, N}, dt, dt)
-                       : detail::run1(Kernel::matmul, {x2, w.t().unsqueeze(0)}, {1, M, N}, dt, dt);
-  Shape out_shape = x.shape();
-  out_shape.back() = N;
-  std::vector<Tensor> outs{y.view(out_shape)};
+  std::vector<Tensor> outs{linear_product(x2, w, bias).view(linear_output_shape(x, weight))};
   const bool gx = x.requires_grad(), gw = weight.requires_grad(),
              gb = bias.defined() && bias.requires_grad();
   record("LinearBackward", {x, weight, bias}, outs,
-         [x2, w, gx_needed = gx, gw_needed = gw, gb_needed = gb,
+         [x2, w, gx, gw, gb, xshape = x.shape()](const std::vector<Tensor>& g) {
+           std::vector<Tensor> d = linear_grads(x2, w, g[0], gx && autograd::input_grad_wanted(0),
+                                                gw && autograd::input_grad_wanted(1),
+                                                gb && autograd::input_grad_wanted(2));
+           if (d[0].defined()) d[0] = d[0].view(xshape);
+           return d;
+         },
+         {x, weight});
+  return outs[0];
+}
+
+Tensor gelu_linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                   GeluApprox approximate) {
+  check_linear("gelu_linear", x, weight, bias);
+  const Kernel act = approximate == GeluApprox::Tanh ? Kernel::gelu_tanh : Kernel::gelu;
+  const Kernel act_backward =
+      approximate == GeluApprox::Tanh ? Kernel::gelu_tanh_backward : Kernel::gelu_backward;
+  const int64_t K = weight.shape()[1];
+  const int64_t M = numel_of(Shape(x.shape().begin(), x.shape().end() - 1));
+  const Tensor x2 = untracked(x).contiguous().reshape({1, M, K});
+  const Tensor w = untracked(weight);
+  // The GELU output lives only for the product (and again during backward).
+  const auto activation = [x2, act] {
+    return detail::run1(act, {x2}, x2.shape(), x2.dtype(), x2.dtype());
+  };
+  std::vector<Tensor> outs{
+      linear_product(activation(), w, bias).view(linear_output_shape(x, weight))};
+  const bool gx = x.requires_grad(), gw = weight.requires_grad(),
+             gb = bias.defined() && bias.requires_grad();
+  record("GeluLinearBackward", {x, weight, bias}, outs,
+         [x2, w, gx, gw, gb, activation, act_backward,
           xshape = x.shape()](const std::vector<Tensor>& g) {
-           // (A split backward asks for dx first and for the weight products later.)
-           const bool gx = gx_needed && autograd::input_grad_wanted(0),
-                      gw = gw_needed && autograd::input_grad_wanted(1),
-                      gb = gb_needed && autograd::input_grad_wanted(2);
-           const int64_t M = x2.shape()[1], N = w.shape()[0], K = w.shape()[1];
-           const Tensor dy = g[0].reshape({1, M, N});
-           Tensor dx, dw, db;
-           if (gx)
-             dx = detail::run1(Kernel::matmul, {dy, w.unsqueeze(0)}, {1, M, K}, dy.dtype(),
-                               dy.dtype())
-                      .view(xshape);
-           if (gw && gb) {
-             // dW = dY^T X, and db = the row sums of dY^T from the same product.
-             const TensorBase ins[2] = {dy.transpose(1, 2), x2};
-             TensorBase outs[2] = {Tensor::empty({1, N, K}, dy.dtype(), dy.device()),
-                                   Tensor::empty({N}, dy.dtype(), dy.device())};
-             run_kernel(Kernel::matmul, dy.device(), dy.dtype(), ins, outs);
-             dw = Tensor(outs[0].view({N, K}));
-             db = Tensor(outs[1]);
-           } else if (gw) {
-             dw = detail::run1(Kernel::matmul, {dy.transpose(1, 2), x2}, {1, N, K}, dy.dtype(),
-                               dy.dtype())
-                      .view({N, K});
-           } else if (gb) {
-             db = sum(dy.view({M, N}), {0});
-           }
-           return std::vector<Tensor>{dx, dw, db};
+           const bool want_x = gx && autograd::input_grad_wanted(0);
+           std::vector<Tensor> d =
+               linear_grads(activation(), w, g[0], want_x, gw && autograd::input_grad_wanted(1),
+                            gb && autograd::input_grad_wanted(2));
+           if (want_x)
+             d[0] = detail::run1(act_backward, {d[0].contiguous(), x2}, x2.shape(), x2.dtype(),
+                                 x2.dtype())
+                        .view(xshape);
+           return d;
          },
          {x, weight});
   return outs[0];

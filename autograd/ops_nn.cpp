@@ -39,8 +39,20 @@ Tensor log_softmax(const Tensor& x, int64_t dim) {
   return softmax_impl(x, dim, true);
 }
 
-Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
-                  const Tensor& bias, double eps) {
+namespace {
+
+// x from layer_norm's output y = (x - mean) * rstd * w + b, in the statistics' dtype.
+Tensor rebuild_layer_norm_input(const Tensor& y, const Tensor& w, const Tensor& b,
+                                const Tensor& mean, const Tensor& rstd) {
+  const DType acc = mean.dtype();
+  Tensor xhat = cast(y, acc);
+  if (b.defined()) xhat = xhat - cast(b, acc);
+  xhat = xhat / cast(w, acc);
+  return cast(xhat / rstd.unsqueeze(1) + mean.unsqueeze(1), y.dtype());
+}
+
+Tensor layer_norm_impl(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
+                       const Tensor& bias, double eps, bool invertible) {
   detail::check_floating("layer_norm", x);
   const int64_t nd = static_cast<int64_t>(normalized_shape.size());
   TS_CHECK(
@@ -69,22 +81,39 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
   std::vector<Tensor> outs{y.view(x.shape())};
   const bool gw = weight.defined() && weight.requires_grad(),
              gb = bias.defined() && bias.requires_grad();
-  record("LayerNormBackward", {x, weight, bias}, outs,
-         [x2, w, mean, rstd, gw, gb, xshape = x.shape(),
-          nshape = normalized_shape](const std::vector<Tensor>& g) {
-           const int64_t C = x2.shape()[1];
-           const Tensor dy = g[0].contiguous().view(x2.shape());
-           Tensor dx = Tensor::empty(x2.shape(), x2.dtype(), x2.device());
-           Tensor dw = gw ? Tensor::empty({C}, x2.dtype(), x2.device()) : Tensor();
-           Tensor db = gb ? Tensor::empty({C}, x2.dtype(), x2.device()) : Tensor();
-           const TensorBase ins[5] = {dy, x2, mean, rstd, w};
-           TensorBase outs[3] = {dx, dw, db};
-           run_kernel(Kernel::layer_norm_backward, x2.device(), x2.dtype(), ins, outs);
-           return std::vector<Tensor>{dx.view(xshape), gw ? dw.view(nshape) : Tensor(),
-                                      gb ? db.view(nshape) : Tensor()};
-         },
-         {x, weight});
+  // Keeping the output instead needs the weight to divide by (a zero entry loses its column).
+  const bool from_output =
+      invertible && w.defined() && C > 0 && N > 0 && amin(abs(w)).item() != 0.0;
+  record(
+      "LayerNormBackward", {x, weight, bias}, outs,
+      [kept = from_output ? y : x2, from_output, w, b, mean, rstd, gw, gb, xshape = x.shape(),
+       nshape = normalized_shape](const std::vector<Tensor>& g) {
+        const Tensor input = from_output ? rebuild_layer_norm_input(kept, w, b, mean, rstd) : kept;
+        const int64_t C = input.shape()[1];
+        const Tensor dy = g[0].contiguous().view(input.shape());
+        Tensor dx = Tensor::empty(input.shape(), input.dtype(), input.device());
+        Tensor dw = gw ? Tensor::empty({C}, input.dtype(), input.device()) : Tensor();
+        Tensor db = gb ? Tensor::empty({C}, input.dtype(), input.device()) : Tensor();
+        const TensorBase ins[5] = {dy, input, mean, rstd, w};
+        TensorBase outs[3] = {dx, dw, db};
+        run_kernel(Kernel::layer_norm_backward, input.device(), input.dtype(), ins, outs);
+        return std::vector<Tensor>{dx.view(xshape), gw ? dw.view(nshape) : Tensor(),
+                                   gb ? db.view(nshape) : Tensor()};
+      },
+      from_output ? std::vector<Tensor>{outs[0], weight, bias} : std::vector<Tensor>{x, weight});
   return outs[0];
+}
+
+}  // namespace
+
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
+                  const Tensor& bias, double eps) {
+  return layer_norm_impl(x, normalized_shape, weight, bias, eps, false);
+}
+
+Tensor layer_norm_invertible(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
+                             const Tensor& bias, double eps) {
+  return layer_norm_impl(x, normalized_shape, weight, bias, eps, true);
 }
 
 Tensor embedding(const Tensor& weight, const Tensor& indices) {

@@ -99,6 +99,11 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 // y = x W^T + b over the last dim of x (W [out, in], b [out] optional). One GEMM forward and
 // two backward (dx = dy W, dW = dy^T x), each written straight into its final layout.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
+// linear(gelu(x), weight, bias) keeping x, not gelu(x), for backward, which recomputes the GELU
+// (DeepSpeed's gelu_checkpoint): the same values and gradients, bit for bit, and x.numel() /
+// x.size(-1) * weight.size(1) fewer values kept.
+Tensor gelu_linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {},
+                   GeluApprox approximate = GeluApprox::None);
 
 // ---- neural-network ops ----
 Tensor softmax(const Tensor& x, int64_t dim = -1);
@@ -106,6 +111,11 @@ Tensor log_softmax(const Tensor& x, int64_t dim = -1);
 // Normalises over the last `normalized_shape.size()` dims; weight/bias optional.
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = {},
                   const Tensor& bias = {}, double eps = 1e-5);
+// layer_norm keeping its output instead of its input (DeepSpeed's normalize_invertible):
+// backward rebuilds the input from the output, so gradients equal layer_norm's to rounding.
+// A weight with a zero entry cannot be inverted: then the input is kept, as layer_norm does.
+Tensor layer_norm_invertible(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
+                             const Tensor& bias, double eps = 1e-5);
 Tensor embedding(const Tensor& weight, const Tensor& indices);
 // logits [..., C], targets [...] int64. Mean over the targets that are not ignored (NaN when
 // all are, with zero gradients, as torch), or with Reduction::Sum their sum (0 when all are).

@@ -163,3 +163,17 @@ TEST_CASE("requires_grad only on floating leaves") {
   Tensor x = ones({1}).requires_grad_();
   CHECK_THROWS_AS((x * 2.0).requires_grad_(), Error);
 }
+
+TEST_CASE("a graph never run backward is freed with its tensors, ops saving their output too") {
+  // softmax, exp, tanh and sigmoid keep their own output for backward: the node must not hold
+  // itself through that output's history (a forward in grad mode whose loss is dropped, as an
+  // evaluation that forgot NoGradGuard, would leak every step).
+  Allocator& memory = allocator_for(DeviceType::CPU);
+  const Tensor w = randn({64, 64}).requires_grad_();
+  const int64_t before = memory.stats().allocated;
+  for (int step = 0; step < 3; ++step) {
+    const Tensor y = sum(sigmoid(tanh(exp(softmax(matmul(w, w), -1)))));
+    CHECK(y.requires_grad());
+  }
+  CHECK(memory.stats().allocated == before);
+}

@@ -53,7 +53,7 @@ if [ "$cores" -ge 2 ]; then
   # ... and takes them back when the other is gone (killed: its lock died with it).
   lines=$(wc -l < a.out)
   took_back() { tail -n +$((lines + 1)) a.out | grep "^step" | tail -1 | grep -qv "cores shared"; }
-  wait_for 10 took_back
+  wait_for 30 took_back
   check "and takes them back when the other is killed" $? "$(tail -2 a.out)"
 fi
 kill -9 $a; wait $a 2>/dev/null

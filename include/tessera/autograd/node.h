@@ -19,11 +19,15 @@ struct Edge {
 };
 
 // A tensor saved for backward, with the version it had; unpacking a tensor that was
-// modified in place since then is an error naming the op.
+// modified in place since then is an error naming the op. Kept detached (the same storage
+// and version counter, no autograd history): an op that saves its own output would otherwise
+// hold itself through the output's grad_fn, and a graph never run backward would never be
+// freed.
 class SavedTensor {
  public:
   SavedTensor() = default;
-  explicit SavedTensor(const Tensor& t) : tensor_(t), version_(t.defined() ? t.version() : 0) {}
+  explicit SavedTensor(const Tensor& t)
+      : tensor_(t.defined() ? t.detach() : t), version_(t.defined() ? t.version() : 0) {}
   Tensor unpack(const std::string& op) const;
   void release() {
     tensor_ = Tensor();
