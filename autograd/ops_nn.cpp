@@ -81,9 +81,11 @@ Tensor layer_norm_impl(const Tensor& x, const Shape& normalized_shape, const Ten
   std::vector<Tensor> outs{y.view(x.shape())};
   const bool gw = weight.defined() && weight.requires_grad(),
              gb = bias.defined() && bias.requires_grad();
-  // Keeping the output instead needs the weight to divide by (a zero entry loses its column).
-  const bool from_output =
-      invertible && w.defined() && C > 0 && N > 0 && amin(abs(w)).item() != 0.0;
+  // Keeping the output instead needs the weight to divide by (a zero entry loses its column);
+  // checked only when backward will run (it reads the weight: a device sync on GPUs).
+  const bool from_output = invertible && w.defined() && C > 0 && N > 0 && grad_enabled() &&
+                           autograd::any_requires_grad({x, weight, bias}) &&
+                           amin(abs(w)).item() != 0.0;
   record(
       "LayerNormBackward", {x, weight, bias}, outs,
       [kept = from_output ? y : x2, from_output, w, b, mean, rstd, gw, gb, xshape = x.shape(),

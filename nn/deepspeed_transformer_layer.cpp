@@ -110,7 +110,10 @@ DeepSpeedTransformerLayer::DeepSpeedTransformerLayer(Module* parent, const std::
 
 void DeepSpeedTransformerLayer::register_all() {
   config_.layer_id = layer_counter().fetch_add(1);
-  if (config_.seed >= 0) generator_.emplace(static_cast<uint64_t>(config_.seed + config_.layer_id));
+  // (unsigned: a seed near the int64 limit wraps instead of overflowing)
+  if (config_.seed >= 0)
+    generator_.emplace(static_cast<uint64_t>(config_.seed) +
+                       static_cast<uint64_t>(config_.layer_id));
   train(config_.training);
   const int64_t C = config_.hidden_size, I = config_.intermediate_size;
   const DType dt = config_.dtype();
@@ -156,8 +159,12 @@ void DeepSpeedTransformerLayer::reset_parameters() {
   norm_b.zero_();
 }
 
+Generator& DeepSpeedTransformerLayer::dropout_generator() {
+  return generator_ ? *generator_ : default_generator();
+}
+
 Tensor DeepSpeedTransformerLayer::drop(const Tensor& x, double p) {
-  return dropout(x, p, is_training(), generator_ ? &*generator_ : nullptr);
+  return dropout(x, p, is_training(), &dropout_generator());
 }
 
 Tensor DeepSpeedTransformerLayer::attention(const Tensor& x, const Tensor& mask) {
@@ -173,10 +180,9 @@ Tensor DeepSpeedTransformerLayer::attention(const Tensor& x, const Tensor& mask)
     if (mask.defined()) scores = scores + additive_mask(mask, scores.dtype());
     const Tensor probs = softmax(scores, -1);
     const double p = config_.attn_dropout_ratio;
-    context =
-        config_.attn_dropout_checkpoint && is_training() && p > 0
-            ? dropout_matmul_recomputed(probs, v, p, generator_ ? *generator_ : default_generator())
-            : matmul(drop(probs, p), v);
+    context = config_.attn_dropout_checkpoint && is_training() && p > 0
+                  ? dropout_matmul_recomputed(probs, v, p, dropout_generator())
+                  : matmul(drop(probs, p), v);
   } else {
     context = scaled_dot_product_attention(q, k, v, mask, false, scale);
   }

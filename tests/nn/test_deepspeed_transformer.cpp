@@ -8,6 +8,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -212,6 +213,11 @@ TEST_CASE("DeepSpeedTransformerLayer: dropout from its own seeded stream, none i
   const auto [other, eval_other] = first_output(1);  // seed + layer_id: another stream
   CHECK(rel_diff(a, b) == 0);
   CHECK(rel_diff(a, other) > 1e-3);
+  // The largest seed: seed + layer_id wraps (UBSan would stop a signed overflow).
+  c.seed = std::numeric_limits<int64_t>::max();
+  nn::Module root;
+  DeepSpeedTransformerLayer last(&root, "last", c);
+  CHECK(last.forward(x).shape() == x.shape());
   CHECK(sum(abs(eval_a)).item() == 0);
 }
 

@@ -57,6 +57,7 @@ class DeepSpeedTransformerLayer : public Module {
   void register_all();
   Tensor attention(const Tensor& x, const Tensor& mask);
   Tensor drop(const Tensor& x, double p);
+  Generator& dropout_generator();  // its own with config.seed >= 0, else the default one
 
   DeepSpeedTransformerConfig config_;
   std::optional<Generator> generator_;  // with config.seed >= 0
