@@ -1,5 +1,6 @@
 // Scaled-dot-product attention and block-sparse attention through their fused kernels.
 #include <cmath>
+#include <vector>
 
 #include "op_util.h"
 
@@ -8,10 +9,58 @@ namespace tessera {
 using autograd::record;
 using detail::untracked;
 
+namespace {
+
+// Attention with dropout as ops (devices whose kernel does not take dropout yet): the mask
+// dropout() draws over the [B, H, Tq, Tk] probabilities, as the fused kernel draws it.
+Tensor attention_with_dropout_ops(const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const Tensor& mask, bool causal, double scale, double p,
+                                  Generator* gen) {
+  const int64_t Tq = q.shape()[2], Tk = k.shape()[2];
+  // Hidden scores at fp16's lowest finite value (any dtype holds it), and the probabilities
+  // multiplied by the visibility after softmax: a row with no visible key gives 0, as the
+  // kernel does, instead of NaN.
+  const auto hide = [&](const Tensor& visible, const Tensor& scores) {
+    return where(visible, scores, full({}, -65504.0, scores.dtype(), scores.device()));
+  };
+  Tensor scores = matmul(q, k.transpose(-2, -1)) * scale;
+  std::vector<Tensor> visible;
+  if (mask.defined()) visible.push_back(mask);
+  if (causal) {
+    std::vector<double> below(static_cast<size_t>(Tq * Tk));
+    for (int64_t i = 0; i < Tq; ++i)
+      for (int64_t j = 0; j < Tk; ++j) below[static_cast<size_t>(i * Tk + j)] = j <= i + Tk - Tq;
+    visible.push_back(from_vector(below, {Tq, Tk}).to(DType::Bool).to(q.device()));
+  }
+  for (const Tensor& m : visible) scores = hide(m, scores);
+  Tensor probs = softmax(scores, -1);
+  for (const Tensor& m : visible) probs = probs * cast(m, probs.dtype());
+  return matmul(dropout(probs, p, true, gen), v);
+}
+
+// The dropout attributes of the fused kernel: p, the counters reserved as dropout() reserves
+// them for a [B, H, Tq, Tk] tensor, and the sequence (or head) shard that rows are chunks of.
+void reserve_attention_dropout(KernelAttrs& a, double p, int64_t elements, Generator* gen) {
+  const DataParallelShard shard = data_parallel_shard();
+  const SequenceShard seq = sequence_shard();
+  const uint64_t n = static_cast<uint64_t>(elements);
+  GeneratorState s =
+      (gen ? *gen : default_generator())
+          .reserve(n * static_cast<uint64_t>(shard.world) * static_cast<uint64_t>(seq.world));
+  a.scalar2 = p;
+  a.seed = s.seed;
+  a.offset = s.offset + static_cast<uint64_t>(shard.rank) * n * static_cast<uint64_t>(seq.world);
+  a.dims = {seq.rank, seq.world};
+}
+
+}  // namespace
+
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const Tensor& attn_mask, bool causal,
-                                    std::optional<double> scale) {
+                                    std::optional<double> scale, double dropout_p, Generator* gen) {
   const char* op = "scaled_dot_product_attention";
+  TS_CHECK(dropout_p >= 0.0 && dropout_p <= 1.0, op, ": dropout_p must be in [0, 1], got ",
+           dropout_p);
   TS_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, op,
            ": expected 4-D q, k, v [B, H, T, D], got ", q.describe(), ", ", k.describe(), ", ",
            v.describe());
@@ -31,6 +80,9 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   KernelAttrs a;
   a.flag = causal;
   a.scalar = scale.value_or(1.0 / std::sqrt(static_cast<double>(D)));
+  if (dropout_p > 0 && !q.device().is_cpu())
+    return attention_with_dropout_ops(q, k, v, attn_mask, causal, a.scalar, dropout_p, gen);
+  if (dropout_p > 0) reserve_attention_dropout(a, dropout_p, B * H * Tq * Tk, gen);
   const Tensor qc = untracked(q).contiguous(), kc = untracked(k).contiguous(),
                vc = untracked(v).contiguous();
   Tensor o = Tensor::empty({B, H, Tq, Dv}, q.dtype(), q.device());

@@ -21,6 +21,9 @@ void parse_model(Section m, TrainConfig& c) {
            {"intermediate_size", "the MLP's inner width (0: 4 x n_embd)"},
            {"dropout", "the dropout probability everywhere dropout applies"},
            {"bias", "linear and norm layers have biases"},
+           {"transformer_kernel",
+            "the layers run as DeepSpeed's transformer kernel (QKV as one GEMM, the "
+            "\"transformer_kernel\" section's options; docs/models.md)"},
            {"init_from",
             "a Hugging Face model directory: its weights, and its config.json for the keys left "
             "out"}});
@@ -32,6 +35,7 @@ void parse_model(Section m, TrainConfig& c) {
   m.get("dropout", md.dropout);
   m.expect("dropout", md.dropout >= 0 && md.dropout < 1, md.dropout, "in [0, 1)");
   m.get("bias", md.bias);
+  m.get("transformer_kernel", md.transformer_kernel);
   m.get("init_from", md.init_from);
   if (!md.init_from.empty()) adopt_init_from_model(m, c);
   if (!md.size.empty())

@@ -1,6 +1,6 @@
 // What each op of the reference models keeps for backward, tensor by tensor. The comments name
-// the op that keeps each one; tests/tools/activation_memory.sh checks the sums against what
-// the engine measures.
+// the op that keeps each one; tests/tools/activation_checkpointing.sh and
+// tests/tools/transformer_kernel.sh check the sums against what the engine measures.
 #include "tessera/models/activation_memory.h"
 
 #include "tessera/error.h"
@@ -40,8 +40,22 @@ Sizes sizes_of(const ActivationPlan& p, const char* model) {
           static_cast<int64_t>(itemsize(p.dtype))};
 }
 
-// One transformer layer (GPT-2's block or BERT's layer): C hidden, I inner, H heads.
-int64_t layer_bytes(const Sizes& s, int64_t C, int64_t I, int64_t H) {
+// What the transformer kernel's options change in one layer (models/transformer_kernel.h):
+// BERT's joined q|k|v weight, kept by its GEMM; LayerNorms keeping their outputs (kept by the
+// next op anyway) instead of their inputs; GELU's output recomputed. Attention dropout changes
+// nothing: the fused attention applies it and keeps no probabilities.
+int64_t kernel_bytes(const Sizes& s, const std::optional<nn::TransformerKernelOptions>& k,
+                     int64_t C, int64_t I, bool joined_qkv) {
+  if (!k) return 0;
+  int64_t bytes = joined_qkv ? tensor_bytes(3 * C * C / s.n, s.b) : 0;
+  if (k->normalize_invertible) bytes -= 2 * tensor_bytes(s.R * C, s.b);
+  if (k->gelu_checkpoint) bytes -= tensor_bytes(s.N * I / s.n, s.b);
+  return bytes;
+}
+
+// One transformer layer (GPT-2's block or BERT's layer): C hidden, I inner, H heads; `kernel`
+// what the transformer kernel's options change (kernel_bytes).
+int64_t layer_bytes(const Sizes& s, int64_t C, int64_t I, int64_t H, int64_t kernel) {
   const int64_t N = s.N, R = s.R, n = s.n;
   // Merging the heads copies the attention output unless it is already [B, T, C] in memory
   // (one head per rank, or one token).
@@ -50,13 +64,14 @@ int64_t layer_bytes(const Sizes& s, int64_t C, int64_t I, int64_t H) {
          + (4 + merged) * tensor_bytes(N * C / n, s.b)  // attention: q, k, v, output; merged
          + 2 * tensor_bytes(N * I / n, s.b)             // MLP: GeLU's input and output
          + 4 * tensor_bytes(R, kFloat32)                // two LayerNorms' mean and 1/std
-         + tensor_bytes(N * H / n, kFloat32);           // attention's logsumexp
+         + tensor_bytes(N * H / n, kFloat32)            // attention's logsumexp
+         + kernel;
 }
 
 // The stack of `L` layers, or the inputs its checkpoints keep.
 int64_t stack_bytes(const Sizes& s, const ActivationPlan& p, int64_t L, int64_t C, int64_t I,
-                    int64_t H) {
-  if (p.layers_per_checkpoint <= 0) return L * layer_bytes(s, C, I, H);
+                    int64_t H, int64_t kernel) {
+  if (p.layers_per_checkpoint <= 0) return L * layer_bytes(s, C, I, H, kernel);
   if (p.checkpoints_on_host) return 0;
   const int64_t checkpoints = ceil_div(L, p.layers_per_checkpoint);
   const bool split = p.partition_activations && s.n > 1 && !p.sequence_parallel;
@@ -87,7 +102,8 @@ ActivationBytes gpt2_activation_bytes(const GPT2Config& c, const ActivationPlan&
   // The position ids (this rank's chunk with sequence parallelism) kept by wpe's lookup.
   a.embeddings =
       vocab_parallel_lookup_bytes(s) + tensor_bytes(p.sequence_parallel ? s.T / s.n : s.T, kInt64);
-  a.layers = stack_bytes(s, p, c.n_layer, C, I, c.n_head);
+  a.layers = stack_bytes(s, p, c.n_layer, C, I, c.n_head,
+                         kernel_bytes(s, c.transformer_kernel, C, I, false));
   // ln_f: its input and output (the tied head's input), mean and 1/std; then the loss.
   a.head = 2 * tensor_bytes(s.R * C, s.b) + 2 * tensor_bytes(s.R, kFloat32) +
            loss_bytes(s, c.vocab_size);
@@ -104,7 +120,9 @@ ActivationBytes bert_activation_bytes(const BertConfig& c, bool nsp, const Activ
                  tensor_bytes(p.sequence_parallel ? s.T / s.n : s.T, kInt64) +
                  (p.sequence_parallel ? tensor_bytes(s.R, kInt64) : 0) + tensor_bytes(s.N, kBool) +
                  tensor_bytes(s.R * C, s.b) + 2 * tensor_bytes(s.R, kFloat32);
-  a.layers = stack_bytes(s, p, c.num_hidden_layers, C, c.intermediate_size, c.num_attention_heads);
+  const int64_t I = c.intermediate_size, H = c.num_attention_heads;
+  a.layers = stack_bytes(s, p, c.num_hidden_layers, C, I, H,
+                         kernel_bytes(s, c.transformer_kernel, C, I, true));
   // The MLM transform: the dense layer's input and output, GeLU's output, the LayerNorm's
   // output (the head's input), mean and 1/std; then the loss.
   a.head = 4 * tensor_bytes(s.R * C, s.b) + 2 * tensor_bytes(s.R, kFloat32) +
@@ -140,7 +158,9 @@ int64_t gpt2_pipeline_stage_bytes(const GPT2Config& c, const ActivationPlan& p, 
   }
   // A block keeps layer_bytes less its input (counted where it was made: the previous layer's
   // output, or the received value), plus its output: layer_bytes in all.
-  if (p.layers_per_checkpoint <= 0) return bytes + blocks * layer_bytes(s, C, I, c.n_head);
+  if (p.layers_per_checkpoint <= 0)
+    return bytes + blocks * layer_bytes(s, C, I, c.n_head,
+                                        kernel_bytes(s, c.transformer_kernel, C, I, false));
   return bytes + ceil_div(blocks, p.layers_per_checkpoint) * hidden;
 }
 
@@ -180,8 +200,10 @@ int64_t bert_pipeline_stage_bytes(const BertConfig& c, bool nsp, const Activatio
       if (nsp) bytes += tensor_bytes(s.B, kFloat32) + 3 * scalar;
     }
   }
+  const int64_t I = c.intermediate_size, H = c.num_attention_heads;
   if (p.layers_per_checkpoint <= 0)
-    return bytes + layers * layer_bytes(s, C, c.intermediate_size, c.num_attention_heads);
+    return bytes +
+           layers * layer_bytes(s, C, I, H, kernel_bytes(s, c.transformer_kernel, C, I, true));
   return bytes + ceil_div(layers, p.layers_per_checkpoint) * hidden;
 }
 

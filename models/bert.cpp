@@ -76,6 +76,12 @@ Tensor BertLayer::Output::forward(const Tensor& x, const Tensor& residual) {
   return LayerNorm(dropout(dense(x)) + residual);
 }
 
+Tensor BertLayer::Output::forward_of_gelu(const Tensor& x, GeluApprox approximate,
+                                          bool recompute_gelu, const Tensor& residual) {
+  nn::ModuleScope scope(*this);
+  return LayerNorm(dropout(dense.forward_of_gelu(x, approximate, recompute_gelu)) + residual);
+}
+
 BertLayer::Attention::Attention(Module* parent, const std::string& name, const BertConfig& c,
                                 const parallel::ParallelContext& ctx)
     : Module(parent, name),
@@ -96,21 +102,49 @@ BertLayer::BertLayer(Module* parent, const std::string& name, const BertConfig& 
       output(this, "output", c.intermediate_size, c, ctx),
       heads(c.num_attention_heads / ctx.tensor_parallel_size()),
       activation(c.activation),
-      sparse(c.sparse_attention, c.num_attention_heads, c.max_position_embeddings, layer, ctx) {}
+      sparse(c.sparse_attention, c.num_attention_heads, c.max_position_embeddings, layer, ctx),
+      kernel(c.transformer_kernel),
+      tensor_rank(ctx.tensor_parallel_rank()),
+      tensor_ranks(ctx.tensor_parallel_size()) {
+  TS_CHECK(!kernel || kernel->attn_dropout_ratio == 0 || !sparse.enabled(),
+           "BERT: transformer_kernel.attn_dropout_ratio needs dense attention (block-sparse "
+           "attention applies no probability dropout)");
+  const bool invertible = kernel && kernel->normalize_invertible;
+  attention.output.LayerNorm.invertible = invertible;
+  output.LayerNorm.invertible = invertible;
+}
+
+Tensor BertLayer::attend(const Tensor& q, const Tensor& k, const Tensor& v,
+                         const Tensor& mask) const {
+  // (sparse: the [B, 1, 1, T] mask as the key padding mask [B, T])
+  if (sparse.enabled())
+    return sparse.attend(q, k, v, mask.defined() ? mask.select(1, 0).select(1, 0) : Tensor(),
+                         false);
+  const double p = kernel && is_training() ? kernel->attn_dropout_ratio : 0.0;
+  if (p == 0) return scaled_dot_product_attention(q, k, v, mask);
+  // This rank's heads are its chunk of dim 1 of one process's [B, H, T, T] probabilities:
+  // it draws that chunk of one process's dropout masks.
+  SequenceShardGuard heads_chunk(tensor_rank, tensor_ranks);
+  return scaled_dot_product_attention(q, k, v, mask, false, std::nullopt, p);
+}
 
 Tensor BertLayer::forward(const Tensor& x, const Tensor& mask) {
   nn::ModuleScope scope(*this);
   auto& s = attention.self;
-  const Tensor q = nn::split_heads(s.query(x), heads), k = nn::split_heads(s.key(x), heads),
-               v = nn::split_heads(s.value(x), heads);
-  // (sparse: the [B, 1, 1, T] mask as the key padding mask [B, T])
-  const Tensor ctx =
-      sparse.enabled()
-          ? sparse.attend(q, k, v, mask.defined() ? mask.select(1, 0).select(1, 0) : Tensor(),
-                          false)
-          : scaled_dot_product_attention(q, k, v, mask);
-  const Tensor a = attention.output.forward(nn::merge_heads(ctx), x);
-  return output.forward(gelu(intermediate.dense(a), activation), a);
+  Tensor q, k, v;
+  if (kernel) {  // q, k and v from one GEMM
+    const Tensor qkv =
+        parallel::ColumnParallelLinear::joined_forward({&s.query, &s.key, &s.value}, x);
+    const std::vector<Tensor> parts = split(qkv, qkv.size(2) / 3, 2);
+    q = nn::split_heads(parts[0], heads), k = nn::split_heads(parts[1], heads),
+    v = nn::split_heads(parts[2], heads);
+  } else {
+    q = nn::split_heads(s.query(x), heads), k = nn::split_heads(s.key(x), heads),
+    v = nn::split_heads(s.value(x), heads);
+  }
+  const Tensor a = attention.output.forward(nn::merge_heads(attend(q, k, v, mask)), x);
+  return output.forward_of_gelu(intermediate.dense(a), activation,
+                                kernel && kernel->gelu_checkpoint, a);
 }
 
 BertModel::Encoder::Encoder(Module* parent, const std::string& name, const BertConfig& c,

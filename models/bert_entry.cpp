@@ -6,6 +6,7 @@
 #include "tessera/models/bert_pipeline.h"
 #include "tessera/models/model_registry.h"
 #include "tessera/models/sparse_attention.h"
+#include "tessera/models/transformer_kernel.h"
 
 namespace tessera::models {
 
@@ -18,7 +19,7 @@ BertConfig bert_config(const io::TrainConfig& cfg, int64_t vocab_size) {
     BertConfig c = BertConfig::from_json(init_from_config_json(cfg));
     check_init_from_vocab(cfg, c.vocab_size, vocab_size);
     c.hidden_dropout_prob = m.dropout;
-    return with_sparse_attention(c, cfg);
+    return with_transformer_kernel(with_sparse_attention(c, cfg), cfg);
   }
   BertConfig c = m.size.empty() ? BertConfig() : BertConfig::named(m.size);
   if (m.size.empty()) {
@@ -28,7 +29,7 @@ BertConfig bert_config(const io::TrainConfig& cfg, int64_t vocab_size) {
   c.vocab_size = vocab_size;
   c.max_position_embeddings = m.block_size;
   c.hidden_dropout_prob = m.dropout;
-  return with_sparse_attention(c, cfg);
+  return with_transformer_kernel(with_sparse_attention(c, cfg), cfg);
 }
 
 PipelineDefinition bert_pipeline(const io::TrainConfig& cfg, int64_t vocab,
@@ -67,7 +68,8 @@ ModelEntry bert_model_entry() {
   e.type = "bert";
   e.doc = "BERT pretraining: masked LM, next-sentence head with data.nsp (BertForPreTraining)";
   e.objective = Objective::masked_lm;
-  e.section_keys = {"size", "n_layer", "n_head", "n_embd", "intermediate_size"};
+  e.section_keys = {"size",   "n_layer",           "n_head",
+                    "n_embd", "intermediate_size", "transformer_kernel"};
   e.build = [](const io::TrainConfig& cfg, int64_t vocab, const parallel::ParallelContext& ctx) {
     return std::make_unique<BertForPreTraining>(bert_config(cfg, vocab), cfg.data.nsp, ctx);
   };

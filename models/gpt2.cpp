@@ -33,7 +33,14 @@ GPT2Attention::GPT2Attention(Module* parent, const std::string& name, const GPT2
              c.bias, ctx.sequence_parallel),
       resid_dropout(this, "resid_dropout", c.dropout),
       n_head(c.n_head / ctx.tensor_parallel_size()),
-      sparse(c.sparse_attention, c.n_head, c.n_positions, layer, ctx) {}
+      sparse(c.sparse_attention, c.n_head, c.n_positions, layer, ctx),
+      kernel(c.transformer_kernel),
+      tensor_rank(ctx.tensor_parallel_rank()),
+      tensor_ranks(ctx.tensor_parallel_size()) {
+  TS_CHECK(!kernel || kernel->attn_dropout_ratio == 0 || !sparse.enabled(),
+           "GPT-2: transformer_kernel.attn_dropout_ratio needs dense attention (block-sparse "
+           "attention applies no probability dropout)");
+}
 
 Tensor GPT2Attention::forward(const Tensor& x, KVCache* cache, size_t layer) {
   nn::ModuleScope scope(*this);
@@ -58,6 +65,12 @@ Tensor GPT2Attention::forward(const Tensor& x, KVCache* cache, size_t layer) {
 
 Tensor GPT2Attention::attend(const Tensor& q, const Tensor& k, const Tensor& v,
                              KVCache* cache) const {
+  const double p = kernel && is_training() ? kernel->attn_dropout_ratio : 0.0;
+  if (p > 0 && !cache) {
+    // This rank's heads are its chunk of dim 1 of one process's [B, H, T, T] probabilities.
+    SequenceShardGuard heads_chunk(tensor_rank, tensor_ranks);
+    return scaled_dot_product_attention(q, k, v, {}, true, std::nullopt, p);
+  }
   if (!sparse.enabled()) {
     const Tensor mask = cache ? cache->attend : Tensor();  // (padded rows of a batch)
     return scaled_dot_product_attention(q, k, v, mask, true);
@@ -78,11 +91,12 @@ GPT2MLP::GPT2MLP(Module* parent, const std::string& name, const GPT2Config& c,
       c_proj(this, "c_proj", inner_size(c), c.n_embd, ctx.tensor_group(),
              /*input_is_parallel=*/true, c.bias, ctx.sequence_parallel),
       dropout(this, "dropout", c.dropout),
-      activation(c.activation) {}
+      activation(c.activation),
+      gelu_checkpoint(c.transformer_kernel && c.transformer_kernel->gelu_checkpoint) {}
 
 Tensor GPT2MLP::forward(const Tensor& x) {
   nn::ModuleScope scope(*this);
-  return dropout(c_proj(gelu(c_fc(x), activation)));
+  return dropout(c_proj.forward_of_gelu(c_fc(x), activation, gelu_checkpoint));
 }
 
 GPT2Block::GPT2Block(Module* parent, const std::string& name, const GPT2Config& c,
@@ -91,7 +105,11 @@ GPT2Block::GPT2Block(Module* parent, const std::string& name, const GPT2Config& 
       ln_1(this, "ln_1", c.n_embd, c.layer_norm_epsilon, true, c.bias, ctx.sequence_group()),
       attn(this, "attn", c, ctx, layer),
       ln_2(this, "ln_2", c.n_embd, c.layer_norm_epsilon, true, c.bias, ctx.sequence_group()),
-      mlp(this, "mlp", c, ctx) {}
+      mlp(this, "mlp", c, ctx) {
+  const bool invertible = c.transformer_kernel && c.transformer_kernel->normalize_invertible;
+  ln_1.invertible = invertible;
+  ln_2.invertible = invertible;
+}
 
 Tensor GPT2Block::forward(const Tensor& x, KVCache* cache, size_t layer) {
   nn::ModuleScope scope(*this);

@@ -3,6 +3,7 @@
 #include "tessera/models/gpt2_pipeline.h"
 #include "tessera/models/model_registry.h"
 #include "tessera/models/sparse_attention.h"
+#include "tessera/models/transformer_kernel.h"
 
 namespace tessera::models {
 
@@ -15,7 +16,7 @@ GPT2Config gpt2_config(const io::TrainConfig& cfg, int64_t vocab_size) {
     GPT2Config c = GPT2Config::from_json(init_from_config_json(cfg));
     check_init_from_vocab(cfg, c.vocab_size, vocab_size);
     c.dropout = m.dropout;
-    return with_sparse_attention(c, cfg);
+    return with_transformer_kernel(with_sparse_attention(c, cfg), cfg);
   }
   GPT2Config c = m.size.empty() ? GPT2Config() : GPT2Config::named(m.size);
   if (m.size.empty()) c.n_embd = m.n_embd, c.n_layer = m.n_layer, c.n_head = m.n_head;
@@ -23,7 +24,7 @@ GPT2Config gpt2_config(const io::TrainConfig& cfg, int64_t vocab_size) {
   c.n_positions = m.block_size;
   c.dropout = m.dropout;
   c.bias = m.bias;
-  return with_sparse_attention(c, cfg);
+  return with_transformer_kernel(with_sparse_attention(c, cfg), cfg);
 }
 
 PipelineDefinition gpt2_pipeline(const io::TrainConfig& cfg, int64_t vocab,
@@ -46,7 +47,7 @@ ModelEntry gpt2_model_entry() {
   e.type = "gpt2";
   e.doc = "GPT-2 causal language model (Hugging Face's GPT2LMHeadModel)";
   e.objective = Objective::causal_lm;
-  e.section_keys = {"size", "n_layer", "n_head", "n_embd", "bias"};
+  e.section_keys = {"size", "n_layer", "n_head", "n_embd", "bias", "transformer_kernel"};
   e.build = [](const io::TrainConfig& cfg, int64_t vocab, const parallel::ParallelContext& ctx) {
     return std::make_unique<GPT2LMHeadModel>(gpt2_config(cfg, vocab), ctx);
   };

@@ -58,7 +58,8 @@ void check_model_config(io::TrainConfig& cfg) {
   auto reads = [&](const std::string& k) {
     return std::find(e.section_keys.begin(), e.section_keys.end(), k) != e.section_keys.end();
   };
-  for (const char* k : {"size", "n_layer", "n_head", "n_embd", "intermediate_size", "bias"}) {
+  for (const char* k :
+       {"size", "n_layer", "n_head", "n_embd", "intermediate_size", "bias", "transformer_kernel"}) {
     const auto& stated = cfg.model.stated_keys;
     if (!reads(k) && std::find(stated.begin(), stated.end(), k) != stated.end())
       warn(cfg.source + ": 'model." + k + "' has no effect on " + type +

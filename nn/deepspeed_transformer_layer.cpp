@@ -3,11 +3,11 @@
 #include <atomic>
 #include <cmath>
 
-#include "tessera/autograd/function.h"
 #include "tessera/error.h"
 #include "tessera/grad_mode.h"
 #include "tessera/nn/layers.h"
 #include "tessera/nn/module_scope.h"
+#include "tessera/nn/transformer_kernel.h"
 #include "tessera/ops.h"
 
 namespace tessera::nn {
@@ -17,45 +17,6 @@ namespace {
 std::atomic<int64_t>& layer_counter() {
   static std::atomic<int64_t> counter{0};
   return counter;
-}
-
-// dropout(probs) @ v keeping probs (which softmax keeps anyway) instead of the dropped-out
-// probabilities: backward draws the same mask again (DeepSpeed's attn_dropout_checkpoint).
-// The same kernels in the same order as the plain ops, so the same bits.
-Tensor dropout_matmul_recomputed(const Tensor& probs, const Tensor& v, double p, Generator& gen) {
-  const GeneratorState before = gen.state();
-  GeneratorState after = before;
-  const auto dropped = [p, before](const Tensor& x, GeneratorState* end) {
-    Generator replay;
-    replay.set_state(before);
-    Tensor out = dropout(x, p, true, &replay);
-    if (end) *end = replay.state();
-    return out;
-  };
-  const Tensor out = autograd::CustomFunction::apply(
-      {probs, v},
-      [&](autograd::FunctionContext& ctx, const std::vector<Tensor>& in) {
-        // (v contiguous, as matmul keeps it: a view would keep all of q|k|v alive)
-        const Tensor vc = in[1].contiguous();
-        ctx.save_for_backward({in[0], vc});
-        return std::vector<Tensor>{matmul(dropped(in[0], &after), vc)};
-      },
-      [dropped](autograd::FunctionContext& ctx, const std::vector<Tensor>& grads) {
-        const std::vector<Tensor> kept = ctx.saved();
-        const Tensor d_dropped = matmul(grads[0], kept[1].transpose(-2, -1));
-        const Tensor dv = matmul(dropped(kept[0], nullptr).transpose(-2, -1), grads[0]);
-        return std::vector<Tensor>{dropped(d_dropped, nullptr), dv};
-      },
-      "AttentionDropoutCheckpoint")[0];
-  gen.set_state(after);  // as far as the plain dropout would have drawn
-  return out;
-}
-
-// DeepSpeed's padding value: an additive mask of 0 (attend) or -10000 (padding).
-Tensor additive_mask(const Tensor& mask, DType dtype) {
-  if (!mask.defined()) return {};
-  if (mask.dtype() != DType::Bool) return cast(mask, dtype);
-  return (cast(mask, dtype) - 1.0) * 10000.0;
 }
 
 }  // namespace
@@ -172,20 +133,14 @@ Tensor DeepSpeedTransformerLayer::attention(const Tensor& x, const Tensor& mask)
   const std::vector<Tensor> qkv = split(linear(x, attn_qkvw, attn_qkvb), C, -1);
   const Tensor q = split_heads(qkv[0], H), k = split_heads(qkv[1], H), v = split_heads(qkv[2], H);
   const double scale = 1.0 / std::sqrt(static_cast<double>(C / H));
-  Tensor context;
-  if ((mask.defined() && mask.dtype() != DType::Bool) ||
-      (is_training() && config_.attn_dropout_ratio > 0)) {
-    // The probabilities themselves are needed (an additive mask, their dropout).
-    Tensor scores = matmul(q, k.transpose(-2, -1)) * scale;
-    if (mask.defined()) scores = scores + additive_mask(mask, scores.dtype());
-    const Tensor probs = softmax(scores, -1);
-    const double p = config_.attn_dropout_ratio;
-    context = config_.attn_dropout_checkpoint && is_training() && p > 0
-                  ? dropout_matmul_recomputed(probs, v, p, dropout_generator())
-                  : matmul(drop(probs, p), v);
-  } else {
-    context = scaled_dot_product_attention(q, k, v, mask, false, scale);
-  }
+  // An additive mask needs the probabilities themselves (attn_dropout_checkpoint then keeps
+  // them alone); otherwise the fused attention applies the mask and the dropout, keeping none.
+  const double p = is_training() ? config_.attn_dropout_ratio : 0.0;
+  const Tensor context =
+      mask.defined() && mask.dtype() != DType::Bool
+          ? probability_attention(q, k, v, mask, scale, false, p, is_training(),
+                                  config_.attn_dropout_checkpoint, &dropout_generator())
+          : scaled_dot_product_attention(q, k, v, mask, false, scale, p, &dropout_generator());
   return linear(merge_heads(context), attn_ow, attn_ob);
 }
 

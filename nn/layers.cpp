@@ -69,7 +69,8 @@ void LayerNorm::reset_parameters() {
 
 Tensor LayerNorm::forward(const Tensor& x) {
   ModuleScope scope(*this);
-  return layer_norm(x, {dim}, weight, bias, eps);
+  return invertible ? layer_norm_invertible(x, {dim}, weight, bias, eps)
+                    : layer_norm(x, {dim}, weight, bias, eps);
 }
 
 Dropout::Dropout(Module* parent, const std::string& name, double p)

@@ -95,7 +95,8 @@ Tensor SequenceParallelLayerNorm::forward(const Tensor& x) {
   auto shared = [&](const Tensor& p) {
     return p.defined() ? sequence_parallel_weight(p, *group_) : p;
   };
-  return layer_norm(x, {dim}, shared(weight), shared(bias), eps);
+  return invertible ? layer_norm_invertible(x, {dim}, shared(weight), shared(bias), eps)
+                    : layer_norm(x, {dim}, shared(weight), shared(bias), eps);
 }
 
 void allreduce_sequence_parallel_grads(const std::vector<Tensor>& params, ProcessGroup& group) {

@@ -167,13 +167,51 @@ Tensor RowParallelLinear::forward(const Tensor& x) {
     return linear(x, weight, bias);
   }
   const Tensor xin = input_is_parallel ? x : scatter_to_tensor_parallel_region(x, *group_);
-  const Tensor partial = linear(xin, weight);
+  return reduced(linear(xin, weight));
+}
+
+Tensor RowParallelLinear::forward_of_gelu(const Tensor& x, GeluApprox approximate,
+                                          bool recompute_gelu) {
+  if (!recompute_gelu) return forward(gelu(x, approximate));
+  nn::ModuleScope scope(*this);
+  if (!group_) {
+    check_input(x, in_features, name());
+    return gelu_linear(x, weight, bias, approximate);
+  }
+  const Tensor xin = input_is_parallel ? x : scatter_to_tensor_parallel_region(x, *group_);
+  return reduced(gelu_linear(xin, weight, {}, approximate));
+}
+
+Tensor RowParallelLinear::reduced(const Tensor& partial) {
   if (!sequence_parallel) {
     const Tensor y = reduce_from_tensor_parallel_region(partial, *group_);
     return bias.defined() ? y + bias : y;
   }
   const Tensor y = reduce_scatter_to_sequence_parallel_region(partial, *group_);
   return bias.defined() ? y + sequence_parallel_weight(bias, *group_) : y;
+}
+
+Tensor ColumnParallelLinear::joined_forward(const std::vector<ColumnParallelLinear*>& layers,
+                                            const Tensor& x) {
+  TS_CHECK(!layers.empty(), "ColumnParallelLinear::joined_forward: no layers");
+  const ColumnParallelLinear& first = *layers.front();
+  std::vector<Tensor> weights, biases;
+  for (const ColumnParallelLinear* l : layers) {
+    TS_CHECK(l->group_ == first.group_ && l->in_features == first.in_features &&
+                 l->sequence_parallel == first.sequence_parallel && !l->gather_output &&
+                 l->bias.defined() == first.bias.defined(),
+             "ColumnParallelLinear::joined_forward: ", l->name(), " differs from ", first.name(),
+             " (group, in_features, sequence_parallel, bias) or gathers its output");
+    weights.push_back(l->weight);
+    if (l->bias.defined()) biases.push_back(l->bias);
+  }
+  const Tensor w = cat(weights, 0), b = biases.empty() ? Tensor() : cat(biases, 0);
+  if (!first.group_) {
+    check_input(x, first.in_features, first.name());
+    return linear(x, w, b);
+  }
+  return first.sequence_parallel ? sequence_parallel_linear(x, w, b, *first.group_)
+                                 : linear(copy_to_tensor_parallel_region(x, *first.group_), w, b);
 }
 
 std::vector<Tensor*> tensor_parallel_shards(nn::Module& model) {

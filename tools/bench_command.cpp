@@ -100,7 +100,7 @@ int bench_gemm(const Args& a) {
 int bench_main(int argc, char** argv) {
   const Args a(argc, argv, 2, {"json", "help"},
                {"shape", "iters", "preset", "device", "dtype", "batch", "peak-tflops", "vocab",
-                "merges", "corpus", "python", "threads", "heads", "max-t"});
+                "merges", "corpus", "python", "threads", "heads", "max-t", "seq"});
   if (a.has("help") || a.positional().empty()) {
     std::cout
         << "usage: tessera bench gemm [--shape M,N,K] [--iters N] [--json]\n"
@@ -131,7 +131,13 @@ int bench_main(int argc, char** argv) {
            "the\n"
            "dense fused attention, forward + backward, at T = 512 to --max-t (4096) in one run, "
            "with\n"
-           "each one's peak memory.\n";
+           "each one's peak memory.\n"
+           "       tessera bench transformer-kernel [--batch B] [--seq T] [--iters N] [--device "
+           "D]\n"
+           "                                        [--dtype T] [--json]\n"
+           "transformer-kernel: DeepSpeed's transformer kernel layer (BERT-base's, default B 8, T "
+           "128)\n"
+           "against the same layer from separate ops, forward + backward, time and peak memory.\n";
     return a.has("help") ? 0 : 2;
   }
   const std::string what = a.positional()[0];
@@ -139,7 +145,9 @@ int bench_main(int argc, char** argv) {
   if (what == "train") return bench_train(a);
   if (what == "tokenizer") return bench_tokenizer(a);
   if (what == "sparse-attention") return bench_sparse_attention(a);
-  fail("unknown benchmark '", what, "': expected gemm, train, tokenizer or sparse-attention");
+  if (what == "transformer-kernel") return bench_transformer_kernel(a);
+  fail("unknown benchmark '", what,
+       "': expected gemm, train, tokenizer, sparse-attention or transformer-kernel");
 }
 
 }  // namespace tessera::cli

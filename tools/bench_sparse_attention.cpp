@@ -13,7 +13,6 @@
 #include "tessera/dispatch.h"
 #include "tessera/nn/sparsity_config.h"
 #include "tessera/ops.h"
-#include "tessera/storage.h"
 
 namespace tessera::cli {
 
@@ -56,14 +55,8 @@ int bench_sparse_attention(const Args& a) {
     };
     const double dense_ms = median_ms([&] { step(false); }, iters, 1);
     const double sparse_ms = median_ms([&] { step(true); }, iters, 1);
-    Allocator& memory = allocator_for(device.type);
-    auto peak_mb = [&](bool sparse) {  // one more step, the peak above its start
-      memory.reset_peak();
-      const int64_t start = memory.stats().allocated;
-      step(sparse);
-      return static_cast<double>(memory.stats().peak_allocated - start) / 1e6;
-    };
-    const double dense_mb = peak_mb(false), sparse_mb = peak_mb(true);
+    const double dense_mb = peak_mb(device, [&] { step(false); }),
+                 sparse_mb = peak_mb(device, [&] { step(true); });
     const double scores_mb =
         static_cast<double>(B * H * T * T * static_cast<int64_t>(itemsize(dtype))) / 1e6;
     rows.push_back({{"t", T},

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "tessera/error.h"
+#include "tessera/storage.h"
 
 namespace tessera::cli {
 
@@ -96,6 +97,14 @@ double median_ms(const std::function<void()>& f, int iters, int warmup) {
   }
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
+}
+
+double peak_mb(Device device, const std::function<void()>& f) {
+  Allocator& memory = allocator_for(device.type);
+  memory.reset_peak();
+  const int64_t start = memory.stats().allocated;
+  f();
+  return static_cast<double>(memory.stats().peak_allocated - start) / 1e6;
 }
 
 }  // namespace tessera::cli

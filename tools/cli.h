@@ -39,6 +39,9 @@ Shape parse_shape(const std::string& text);  // "512,512,512" or "512x512"
 
 // Median milliseconds of `iters` calls of f after `warmup` uncounted calls.
 double median_ms(const std::function<void()>& f, int iters, int warmup = 2);
+// The peak megabytes the device's allocator held during one call of f above what it held
+// before.
+double peak_mb(Device device, const std::function<void()>& f);
 
 // A checkpoint's tag directory: DIR itself when it holds engine.json, else DIR/TAG or the tag
 // DIR/latest names.
@@ -58,8 +61,9 @@ int eval_main(int argc, char** argv);
 int generate_main(int argc, char** argv);
 int train_main(int argc, char** argv);
 int bench_train(const Args& a);
-int bench_tokenizer(const Args& a);         // bench_tokenizer.cpp
-int bench_sparse_attention(const Args& a);  // bench_sparse_attention.cpp
+int bench_tokenizer(const Args& a);           // bench_tokenizer.cpp
+int bench_sparse_attention(const Args& a);    // bench_sparse_attention.cpp
+int bench_transformer_kernel(const Args& a);  // bench_transformer_kernel.cpp
 int zero_to_fp32_main(int argc, char** argv);
 int estimate_memory_main(int argc, char** argv);
 int export_main(int argc, char** argv);

@@ -5,6 +5,8 @@
 //          broadcast view of [B,H,Tq,Tk], true = attend); attrs.flag = causal, scalar = scale
 //          outputs: o [B,H,Tq,Dv], lse [B,H,Tq] (compute type; -inf for fully masked rows)
 // backward inputs: dO, q, k, v, o, lse, mask; outputs: dq, dk, dv
+// Dropout on the probabilities (attrs.scalar2 = p > 0; seed, offset, dims = {rank, world}):
+// ProbabilityDropout below; nothing is stored, backward draws the same mask.
 // Causal masking aligns the last query with the last key (key j visible to query i when
 // j <= i + Tk - Tq), which equals torch's is_causal when Tq == Tk and suits KV caches. A row's
 // keys past the causal bound are zeroed rather than put through exp (exp of -inf cost 40% of
@@ -18,6 +20,7 @@
 #include "cpu_types.h"
 #include "flushed_exp.h"
 #include "parallel.h"
+#include "tessera/philox.h"
 
 namespace tessera::cpu {
 namespace {
@@ -102,6 +105,41 @@ void block_scores(const KernelCall& c, int64_t b, int64_t h, const QM& Q, const 
   }
 }
 
+// Dropout of the probabilities: entry (b, h, i, j) is kept when the Philox uniform at counter
+// offset + (b world + rank) H Tq Tk + (h Tq + i) Tk + j is >= p, the counter the dropout kernel
+// uses for that entry of a [B, H, Tq, Tk] tensor whose rows are chunk `rank` of `world` (a
+// sequence or head shard; 0 of 1 without), and scaled by 1 / (1 - p) as it scales.
+template <class A>
+struct ProbabilityDropout {
+  float p = 0;
+  A scale = 0;
+  uint64_t seed = 0, offset = 0;
+  int64_t H, Tq, Tk, rank = 0, world = 1;
+  ProbabilityDropout(const KernelAttrs& a, const AttentionShape& s)
+      : p(static_cast<float>(a.scalar2)),
+        scale(a.scalar2 < 1.0 ? A(1.0 / (1.0 - a.scalar2)) : A(0)),
+        seed(a.seed),
+        offset(a.offset),
+        H(s.H),
+        Tq(s.Tq),
+        Tk(s.Tk) {
+    if (a.dims.size() == 2) rank = a.dims[0], world = a.dims[1];
+  }
+  bool on() const { return p > 0; }
+  // Entries [0, n) of query row i of (b, h), in place.
+  template <class Row>
+  void apply(Row&& row, int64_t b, int64_t h, int64_t i, int64_t n) const {
+    const uint64_t first = offset + static_cast<uint64_t>((b * world + rank) * H * Tq * Tk) +
+                           static_cast<uint64_t>((h * Tq + i) * Tk);
+    philox::Words r{};
+    for (int64_t j = 0; j < n; ++j) {
+      const uint64_t q = first + static_cast<uint64_t>(j);
+      if (j == 0 || (q & 3) == 0) r = philox::draw_packed(seed, q);
+      row(j) = philox::packed_uniform(r, q) >= p ? row(j) * scale : A(0);
+    }
+  }
+};
+
 // The scores' gradient from the probabilities' (softmax backward): dS = P * (dP - D_i), the
 // score scale folded in, in place of dP; rows are query rows row0 ...
 template <class A>
@@ -117,6 +155,7 @@ struct Attention {
     using A = compute_t<T>;
     const AttentionShape s(c);
     const A scale = static_cast<A>(c.attrs.scalar);
+    const ProbabilityDropout<A> drop(c.attrs, s);
     A* lse = c.outputs[1].data<A>();
     parallel_for(s.B * s.H, 1, [&](int64_t h0, int64_t h1) {
       RowMat<A> S, O(s.Tq, s.Dv);
@@ -151,6 +190,7 @@ struct Attention {
             const A sum = S.row(r).sum();  // (the whole row: the sum's order as before)
             S.row(r).head(n) /= sum;
             lse[bh * s.Tq + i0 + r] = m + std::log(sum);
+            if (drop.on()) drop.apply(S.row(r), b, h, i0 + r, n);
           }
           O.middleRows(i0, rows).noalias() = S * V.topRows(kmax);
         }
@@ -167,9 +207,10 @@ struct AttentionBackward {
     // inputs: dO, q, k, v, o, lse, mask; shapes come from q/k/v at positions 1..3
     const AttentionShape s(KernelCall{c.inputs.subspan(1), c.outputs, c.attrs});
     const A scale = static_cast<A>(c.attrs.scalar);
+    const ProbabilityDropout<A> drop(c.attrs, s);
     const A* lse = c.inputs[5].data<A>();
     parallel_for(s.B * s.H, 1, [&](int64_t h0, int64_t h1) {
-      RowMat<A> S, dP;
+      RowMat<A> S, dP, Pd;
       for (int64_t bh = h0; bh < h1; ++bh) {
         const int64_t b = bh / s.H, h = bh % s.H;
         const Head<T, A> hdo(c.inputs[0], bh, s.Tq, s.Dv), hq(c.inputs[1], bh, s.Tq, s.D),
@@ -197,8 +238,17 @@ struct AttentionBackward {
             else
               exp_of_visible(S.row(r), visible_keys(c, s, i0 + r, kmax), l);
           }
-          dV.topRows(kmax).noalias() += S.transpose() * dO.middleRows(i0, rows);
           dP.noalias() = dO.middleRows(i0, rows) * V.topRows(kmax).transpose();
+          if (drop.on()) {  // through the dropped-out probabilities, to the kept ones
+            Pd = S;
+            for (int64_t r = 0; r < rows; ++r) {
+              drop.apply(Pd.row(r), b, h, i0 + r, kmax);
+              drop.apply(dP.row(r), b, h, i0 + r, kmax);
+            }
+            dV.topRows(kmax).noalias() += Pd.transpose() * dO.middleRows(i0, rows);
+          } else {
+            dV.topRows(kmax).noalias() += S.transpose() * dO.middleRows(i0, rows);
+          }
           scores_gradient(S, dP, Dvec, i0, scale);
           dQ.middleRows(i0, rows).noalias() = dP * K.topRows(kmax);
           dK.topRows(kmax).noalias() += dP.transpose() * Q.middleRows(i0, rows);

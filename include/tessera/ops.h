@@ -125,9 +125,15 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
 Tensor dropout(const Tensor& x, double p, bool training = true, Generator* gen = nullptr);
 // q [B, H, Tq, D], k/v [B, H, Tk, D]. attn_mask: bool, broadcastable to [B, H, Tq, Tk],
 // true = attend. causal masks key j > query i (aligned to the end when Tq < Tk).
+// dropout_p > 0: dropout on the attention probabilities (torch's dropout_p: applied whenever
+// given), the mask dropout(probs, dropout_p, true, gen) would draw over [B, H, Tq, Tk] (data,
+// sequence and head shards as dropout's), inside the fused kernel: no probabilities are kept,
+// backward draws the mask again. (On CUDA, until its kernel takes dropout: softmax, dropout
+// and matmul as ops, the same mask, the probabilities kept.)
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const Tensor& attn_mask = {}, bool causal = false,
-                                    std::optional<double> scale = std::nullopt);
+                                    std::optional<double> scale = std::nullopt,
+                                    double dropout_p = 0.0, Generator* gen = nullptr);
 // Block-sparse self-attention (DeepSpeed's SparseSelfAttention): q, k [B, H, T, D], v
 // [B, H, T, Dv]; layout int64 [H, T / block, T / block] (nn::make_sparsity_layout): scores are
 // formed only for the blocks it marks nonzero, the others are never computed (no [T, T]

@@ -62,3 +62,33 @@ TEST_CASE("activation memory: a sequence that does not divide is an error") {
   CHECK_THROWS_WITH(gpt2_activation_bytes(GPT2Config::named("tiny"), p),
                     doctest::Contains("a sequence of 10 tokens does not divide among 4 ranks"));
 }
+
+TEST_CASE("BERT-base with the transformer kernel: each option's bytes per layer, by hand") {
+  // BERT-base (L 12, C 768, I 3072, H 12) at B 8, T 128, float32; N = B T = 1024 tokens.
+  constexpr int64_t BL = 12, BC = 768, BI = 3072, BB = 8, BT = 128, BN = BB * BT;
+  ActivationPlan p;
+  p.batch = BB;
+  p.sequence = BT;
+  BertConfig c = BertConfig::named("bert-base");
+  c.max_position_embeddings = BT;
+  const auto layers = [&](const std::optional<nn::TransformerKernelOptions>& k) {
+    c.transformer_kernel = k;
+    return bert_activation_bytes(c, false, p).layers;
+  };
+  const int64_t plain = layers(std::nullopt);
+  nn::TransformerKernelOptions k;
+  const int64_t joined = layers(k);
+  CHECK(joined - plain == BL * 3 * BC * BC * 4);  // q|k|v joined: the weight kept by its GEMM
+  k.normalize_invertible = true;
+  CHECK(joined - layers(k) == BL * 2 * BN * BC * 4);  // 6.3 MB a layer
+  k = {};
+  k.gelu_checkpoint = true;
+  CHECK(joined - layers(k) == BL * BN * BI * 4);  // 12.6 MB a layer
+  // Attention dropout: the fused attention keeps no probabilities, with or without
+  // attn_dropout_checkpoint.
+  k = {};
+  k.attn_dropout_ratio = 0.1;
+  CHECK(layers(k) == joined);
+  k.attn_dropout_checkpoint = true;
+  CHECK(layers(k) == joined);
+}

@@ -138,6 +138,9 @@ struct TrainConfig {
     int64_t intermediate_size = 0;  // BERT; 0 = 4 * n_embd
     double dropout = 0.0;
     bool bias = true;
+    // The layers run as DeepSpeed's transformer kernel, with the "transformer_kernel"
+    // section's options (models/transformer_kernel.h)
+    bool transformer_kernel = false;
     std::string init_from;  // HF model directory: its config.json is the architecture
     std::vector<std::string> stated_keys;  // the keys the section states (the registry checks)
   } model;

@@ -15,6 +15,12 @@
 // input per checkpoint instead of the layers' tensors (with partition_activations, this
 // rank's 1/N of it; with cpu_checkpointing on a GPU, none on the device). Each tensor is
 // counted in the allocator's 64-byte blocks.
+//
+// With the transformer kernel (a config's transformer_kernel options), per layer:
+//   normalize_invertible     - 2 R C           gelu_checkpoint   - B*T*I/N
+//   BERT's joined q|k|v weight kept by its GEMM: + 3 C^2/N
+//   attn_dropout_ratio: nothing (the fused attention draws its mask again in backward; on
+//   CUDA, until its kernel takes dropout, the probabilities are kept: 2 B*H*T*T/N more)
 #pragma once
 #include <cstdint>
 

@@ -10,7 +10,9 @@
 // LayerNorm, the position and token-type embeddings, the MLM transform, the pooler and the
 // next-sentence head are replicated. Every dropout acts on an activation each rank holds whole
 // (after the row-parallel all-reduce), so each rank draws one process's mask: the model
-// reproduces one process's loss and gradients, dropout included. sequence_parallel
+// reproduces one process's loss and gradients, dropout included (the transformer kernel's
+// attention dropout acts on this rank's heads and draws their part of one process's masks).
+// sequence_parallel
 // (Megatron-SP): LayerNorms, dropout, residual adds and the MLM transform run on this rank's
 // 1/N of the sequence (which must divide), with each rank's chunk of one process's masks.
 // Parameter names are the same in every layout, each holding this rank's shard.
@@ -21,6 +23,7 @@
 #include "tessera/models/pretrained.h"
 #include "tessera/models/sparse_attention.h"
 #include "tessera/nn/layers.h"
+#include "tessera/nn/transformer_kernel.h"
 #include "tessera/parallel/activation_checkpointing.h"
 #include "tessera/parallel/parallel_context.h"
 #include "tessera/parallel/sequence_parallel.h"
@@ -44,6 +47,10 @@ struct BertConfig {
   // DeepSpeed's sparse_attention (models/sparse_attention.h): set, each layer's attention is
   // block-sparse over its layout.
   std::optional<SparseAttention> sparse_attention;
+  // `"model": {"transformer_kernel": true}` (models/transformer_kernel.h): set, each layer runs
+  // as DeepSpeed's transformer kernel with these options. A run's choice: config.json does not
+  // keep it.
+  std::optional<nn::TransformerKernelOptions> transformer_kernel;
 
   // "bert-base", "bert-large", "tiny" (tests)
   static BertConfig named(const std::string& name);
@@ -83,6 +90,9 @@ class BertLayer : public nn::Module {
     Output(Module* parent, const std::string& name, int64_t in, const BertConfig& c,
            const parallel::ParallelContext& ctx);
     Tensor forward(const Tensor& x, const Tensor& residual);
+    // forward(gelu(x)), the GELU recomputed in backward with recompute_gelu.
+    Tensor forward_of_gelu(const Tensor& x, GeluApprox approximate, bool recompute_gelu,
+                           const Tensor& residual);
     parallel::RowParallelLinear dense;
     parallel::SequenceParallelLayerNorm LayerNorm;
     nn::Dropout dropout;  // on the all-reduced (whole) output
@@ -105,6 +115,11 @@ class BertLayer : public nn::Module {
   int64_t heads;  // this rank's
   GeluApprox activation;
   SparseAttentionLayer sparse;  // with sparse_attention: this layer's layout, this rank's heads
+  std::optional<nn::TransformerKernelOptions> kernel;  // with transformer_kernel
+
+ private:
+  Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask) const;
+  int tensor_rank, tensor_ranks;  // (attention dropout draws this rank's heads' masks)
 };
 
 // The batch's attention mask as the attention takes it: bool [B, 1, 1, T], true for real tokens

@@ -23,6 +23,7 @@
 #include "tessera/models/pretrained.h"
 #include "tessera/models/sparse_attention.h"
 #include "tessera/nn/layers.h"
+#include "tessera/nn/transformer_kernel.h"
 #include "tessera/parallel/activation_checkpointing.h"
 #include "tessera/parallel/parallel_context.h"
 #include "tessera/parallel/sequence_parallel.h"
@@ -40,12 +41,16 @@ struct GPT2Config {
   int64_t n_head = 12;
   int64_t n_inner = 0;  // 0 = 4 * n_embd
   double layer_norm_epsilon = 1e-5;
-  double dropout = 0.1;  // resid, embd and attn (attention dropout is not applied: fused kernel)
+  double dropout = 0.1;  // resid, embd and attn (attention dropout is not applied: fused
+                         // kernel; transformer_kernel.attn_dropout_ratio applies it)
   bool bias = true;      // Linear and LayerNorm biases (nanoGPT trains without)
   GeluApprox activation = GeluApprox::Tanh;  // HF "gelu_new"
   // DeepSpeed's sparse_attention (models/sparse_attention.h): set, each layer's attention is
   // block-sparse over its layout.
   std::optional<SparseAttention> sparse_attention;
+  // `"model": {"transformer_kernel": true}` (models/transformer_kernel.h): set, each block
+  // runs with the transformer kernel's options. A run's choice: config.json does not keep it.
+  std::optional<nn::TransformerKernelOptions> transformer_kernel;
 
   // "gpt2" (124M), "gpt2-medium", "gpt2-large", "gpt2-xl", "tiny" (tests)
   static GPT2Config named(const std::string& name);
@@ -67,9 +72,11 @@ class GPT2Attention : public nn::Module {
   nn::Dropout resid_dropout;
   int64_t n_head;               // this rank's
   SparseAttentionLayer sparse;  // with sparse_attention: this layer's layout, this rank's heads
+  std::optional<nn::TransformerKernelOptions> kernel;  // with transformer_kernel
 
  private:
   Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, KVCache* cache) const;
+  int tensor_rank, tensor_ranks;  // (attention dropout draws this rank's heads' masks)
 };
 
 class GPT2MLP : public nn::Module {
@@ -81,6 +88,7 @@ class GPT2MLP : public nn::Module {
   parallel::RowParallelLinear c_proj;
   nn::Dropout dropout;
   GeluApprox activation;
+  bool gelu_checkpoint;  // transformer_kernel's: the GELU recomputed in backward
 };
 
 class GPT2Block : public nn::Module {

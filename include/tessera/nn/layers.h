@@ -67,6 +67,9 @@ class LayerNorm : public UnaryModule {
   Tensor weight, bias;
   int64_t dim;
   double eps;
+  // Keep the output for backward, not the input (layer_norm_invertible: DeepSpeed's
+  // normalize_invertible); gradients equal to rounding.
+  bool invertible = false;
 };
 
 class Dropout : public UnaryModule {

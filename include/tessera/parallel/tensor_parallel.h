@@ -5,6 +5,7 @@
 // whole layer pair's numbers on one process.
 #pragma once
 #include <memory>
+#include <vector>
 
 #include "tessera/nn/layers.h"
 #include "tessera/parallel/process_group.h"
@@ -39,6 +40,10 @@ class ColumnParallelLinear : public nn::UnaryModule, public TensorParallelModule
   TensorParallelLayout tensor_parallel_splits() const override;  // weight and bias: rows
   // Takes this rank's rows of a whole layer's weight [out, in] and bias [out].
   void load_from_full(const Tensor& weight, const Tensor& bias = {});
+  // The layers' outputs side by side ([..., sum of their out_per_rank]) from one GEMM over
+  // their weights joined (DeepSpeed's QKV projection as one GEMM); the layers take the same
+  // input over the same group, and none gathers its output.
+  static Tensor joined_forward(const std::vector<ColumnParallelLinear*>& layers, const Tensor& x);
   Tensor weight, bias;
   int64_t in_features, out_features, out_per_rank, stride;
   bool gather_output, sequence_parallel;
@@ -60,6 +65,9 @@ class RowParallelLinear : public nn::UnaryModule, public TensorParallelModule {
                     std::shared_ptr<ProcessGroup> group, bool input_is_parallel = false,
                     bool bias = true, bool sequence_parallel = false);
   Tensor forward(const Tensor& x) override;
+  // forward(gelu(x)); recompute_gelu keeps x for backward instead of gelu(x) (gelu_linear:
+  // DeepSpeed's gelu_checkpoint), the same values and gradients.
+  Tensor forward_of_gelu(const Tensor& x, GeluApprox approximate, bool recompute_gelu);
   std::string type_name() const override { return group_ ? "RowParallelLinear" : "Linear"; }
   TensorParallelLayout tensor_parallel_splits() const override;  // weight: columns
   void load_from_full(const Tensor& weight, const Tensor& bias = {});
@@ -68,6 +76,7 @@ class RowParallelLinear : public nn::UnaryModule, public TensorParallelModule {
   bool input_is_parallel, sequence_parallel;
 
  private:
+  Tensor reduced(const Tensor& partial);  // the partial products summed, the bias added
   std::shared_ptr<ProcessGroup> group_;
 };
 

@@ -234,6 +234,16 @@ TEST_CASE("cuda ops at scale: attention over many blocks, causal and masked" *
         },
         {normal({2, 2, 70, 32}, 5), normal({2, 2, 150, 32}, 6), normal({2, 2, 150, 32}, 7)}, dt,
         tol);
+    // Dropout on the probabilities: the CPU kernel's mask, drawn on the GPU by the dropout
+    // kernel (the CUDA attention kernel does not take dropout yet: softmax, dropout, matmul).
+    compare(
+        "attention [2,3,40,32] causal, dropout 0.2",
+        [](const auto& x) {
+          Generator gen(5);
+          return scaled_dot_product_attention(x[0], x[1], x[2], {}, true, std::nullopt, 0.2, &gen);
+        },
+        {normal({2, 3, 40, 32}, 11), normal({2, 3, 40, 32}, 12), normal({2, 3, 40, 32}, 13)}, dt,
+        tol);
   }
 }
 
