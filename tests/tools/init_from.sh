@@ -53,9 +53,10 @@ wp.save_pretrained("bert-wp")
 assert os.path.exists("gpt2-sharded/model.safetensors.index.json") and not os.path.exists("gpt2-sharded/model.safetensors")
 base = {"train_batch_size": 4, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
         "train": {"steps": 3, "seed": 1, "eval_interval": 0, "eval_iters": 1, "sample_tokens": 0}}
-def config(name, model, data=None):
+def config(name, model, data=None, **sections):
     c = json.loads(json.dumps(base)); c["model"] = model
     if data: c["data"] = data
+    c.update(sections)
     json.dump(c, open(f"{name}.json", "w"))
 for d in ("gpt2-sharded", "gpt2-json", "bert", "bert-wp"):
     config(d, {"init_from": d})
@@ -65,6 +66,10 @@ config("long", {"init_from": "gpt2-sharded", "block_size": 128})
 config("sized", {"init_from": "gpt2-sharded", "size": "gpt2"})
 config("charvocab", {"init_from": "gpt2-sharded"}, {"tokenizer": "char"})
 config("missing", {"init_from": "no-such-dir"})
+# The transformer kernel over the same directories: HF's weights in and out unchanged.
+memory = {"normalize_invertible": True, "gelu_checkpoint": True}
+for d in ("gpt2-sharded", "bert"):
+    config(f"{d}-kernel", {"init_from": d, "transformer_kernel": True}, transformer_kernel=memory)
 PY
 
 fail() { echo "FAIL: $*"; exit 1; }
@@ -74,6 +79,7 @@ train() {  # NAME STEPS: trains NAME.json, saves ck-NAME-STEPS, exports hf-NAME-
   "$tessera" export "ck-$1-$2" "hf-$1-$2" > /dev/null 2>&1 || fail "export of $1"
 }
 for d in gpt2-sharded gpt2-json bert bert-wp; do train "$d" 0; train "$d" 3; done
+for d in gpt2-sharded-kernel bert-kernel; do train "$d" 0; train "$d" 3; done
 train same 3
 "$tessera" estimate-memory gpt2-sharded.json --ranks 1 --json 2>/dev/null | tail -1 > estimate.json
 grep -q "vocab 401" gpt2-sharded-3.log || fail "gpt2-sharded: the directory's tokenizer (401 ids) was not used"
@@ -105,6 +111,14 @@ for d, cls in (("gpt2-sharded", GPT2LMHeadModel), ("gpt2-json", GPT2LMHeadModel)
         check(json.load(open("estimate.json"))["num_parameters"] == n, f"{d}: estimate-memory counts {n} parameters")
     trained = cls.from_pretrained(f"hf-{d}-3").state_dict()
     check(any(not torch.equal(orig[k], v) for k, v in trained.items()), f"{d}: 3 steps changed the weights")
+    if d in ("gpt2-sharded", "bert"):  # through the transformer kernel: the same weights
+        kernel0 = cls.from_pretrained(f"hf-{d}-kernel-0").state_dict()
+        check(all(torch.equal(orig[k], v) for k, v in kernel0.items()),
+              f"{d} with transformer_kernel: 0 steps, exported weights equal the directory's")
+        kernel3 = cls.from_pretrained(f"hf-{d}-kernel-3").state_dict()
+        worst = max(float((v - trained[k]).abs().max()) for k, v in kernel3.items())
+        check(worst < 1e-5, f"{d} with transformer_kernel: 3 steps, the weights trained without it "
+                            f"(largest difference {worst:.2e})")
 text = "Tessera trains GPT-2 and BERT.\n  naïve  "
 for d in ("gpt2-sharded", "gpt2-json"):
     ours = AutoTokenizer.from_pretrained(f"hf-{d}-3")(text)["input_ids"]
