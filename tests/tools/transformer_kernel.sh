@@ -2,8 +2,8 @@
 # `"model": {"transformer_kernel": true}` and its "transformer_kernel" section on the built-in
 # models. BERT and GPT-2 with the kernel and every memory option, on one process, at tp 2, tp 2
 # with sequence parallelism and pp 2, train to the losses one process trains to without it
-# (1e-5 relative over 20 steps); with attention dropout on, tp 2, sp, pp 2 and dp 2 with
-# ZeRO-3 reproduce one process (1e-6). Each option saves the bytes derived by hand below (the
+# (1e-5 relative over 20 steps); with attention dropout on, tp 2, sp, pp 2, dp 2 with ZeRO-3
+# and tp 2 x pp 2 reproduce one process (1e-6). Each option saves the bytes derived by hand below (the
 # engine's "memory": {"activations"} on one process, to the byte), and `estimate-memory`
 # predicts every run within 1%. Bad sections are errors naming the key.
 set -euo pipefail
@@ -24,12 +24,13 @@ variants = {"plain": None, "join": {}, "inv": {"normalize_invertible": True},
             "all": every, "drop": drop}
 layouts = {"one": {}, "tp2": {"tensor_parallel": {"autotp_size": 2}},
            "sp": {"tensor_parallel": {"autotp_size": 2, "sequence_parallel": True}},
-           "pp2": {"pipeline": {"stages": 2}}, "z3": {"zero_optimization": {"stage": 3}}}
+           "pp2": {"pipeline": {"stages": 2}}, "z3": {"zero_optimization": {"stage": 3}},
+           "3d": {"tensor_parallel": {"autotp_size": 2}, "pipeline": {"stages": 2}}}
 for model, (layout, extra), (variant, section) in itertools.product(
         ("gpt2", "bert"), layouts.items(), variants.items()):
     if layout != "one" and variant not in ("all", "drop"):
         continue
-    if layout == "z3" and variant != "drop":
+    if layout in ("z3", "3d") and variant != "drop":
         continue
     d = json.loads(json.dumps(c))
     if model == "bert":
@@ -49,7 +50,7 @@ PY
 sanitizer_cases="gpt2-one-drop gpt2-pp2-drop bert-one-all bert-tp2-drop"
 for job in gpt2-*.json bert-*.json; do
   job=${job%.json}
-  n=2; [[ $job == *-one-* ]] && n=1
+  n=2; [[ $job == *-one-* ]] && n=1; [[ $job == *-3d-* ]] && n=4
   skip_under_sanitizer "$job" && continue
   mpirun -np "$n" "$tessera" train "$job.json" --json > "$job.out" 2> "$job.err" ||
     { echo "$job failed:"; tail -5 "$job.err"; exit 1; }
@@ -91,7 +92,7 @@ for model in ("gpt2", "bert"):
     if ran(one) and ran(f"{model}-one-all"):  # (the dropout is applied)
         check(not close(losses(one), losses(f"{model}-one-all"), 1e-3),
               f"{one}: attention dropout changes the losses")
-    for layout in ("tp2", "sp", "pp2", "z3"):
+    for layout in ("tp2", "sp", "pp2", "z3", "3d"):
         job = f"{model}-{layout}-drop"
         if ran(job) and ran(one):
             check(close(losses(job), losses(one), 1e-6),
