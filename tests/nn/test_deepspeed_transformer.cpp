@@ -293,3 +293,50 @@ TEST_CASE("DeepSpeedTransformerLayer: the memory options keep what DeepSpeed say
     }
   }
 }
+
+TEST_CASE("DeepSpeedTransformerLayer: data-parallel ranks reproduce one process, dropout on") {
+  // Each of 2 ranks (its data-parallel shard set in turn, in this process) takes half the batch:
+  // its outputs are one process's rows and its weight gradients sum to one process's, with
+  // attention and hidden dropout on, through the fused attention (bool mask) and through
+  // explicit probabilities (additive mask, attn_dropout_checkpoint).
+  DeepSpeedTransformerConfig c = fixture_config(false);
+  c.attn_dropout_ratio = 0.2;
+  c.hidden_dropout_ratio = 0.1;
+  c.batch_size = 4;
+  c.seed = 3;
+  c.attn_dropout_checkpoint = true;
+  manual_seed(2);
+  const Tensor x = randn({4, 8, 32}), r = randn({4, 8, 32});
+  std::vector<double> keep(4 * 8, 1.0);
+  keep[8 + 7] = keep[3 * 8 + 6] = 0;
+  const Tensor bool_mask = from_vector(keep, {4, 1, 1, 8}).to(DType::Bool);
+  const Tensor additive = (from_vector(keep, {4, 1, 1, 8}) - 1.0) * 10000.0;
+  for (const Tensor& mask : {bool_mask, additive}) {
+    CAPTURE(mask.dtype());
+    const auto run = [&](int rank, int world) {
+      set_data_parallel_shard(rank, world);
+      DeepSpeedTransformerLayer::reset_layer_id(0);
+      manual_seed(1);  // the same weights
+      nn::Module root;
+      DeepSpeedTransformerLayer layer(&root, "layer", c);
+      const int64_t rows = 4 / world;
+      const Tensor out =
+          layer.forward(x.narrow(0, rank * rows, rows), mask.narrow(0, rank * rows, rows));
+      sum(out * r.narrow(0, rank * rows, rows)).backward();
+      std::map<std::string, Tensor> grads;
+      for (auto& [name, p] : root.named_parameters()) grads[name] = p->grad();
+      set_data_parallel_shard(0, 1);
+      return std::pair{out, grads};
+    };
+    const auto [whole, whole_grads] = run(0, 1);
+    const auto [first, first_grads] = run(0, 2);
+    const auto [second, second_grads] = run(1, 2);
+    CHECK(rel_diff(first, whole.narrow(0, 0, 2)) < 1e-6);
+    CHECK(rel_diff(second, whole.narrow(0, 2, 2)) < 1e-6);
+    for (const auto& entry : whole_grads) {
+      const std::string& name = entry.first;
+      CAPTURE(name);
+      CHECK(rel_diff(first_grads.at(name) + second_grads.at(name), entry.second) < 1e-6);
+    }
+  }
+}
