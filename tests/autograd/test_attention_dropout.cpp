@@ -147,3 +147,17 @@ TEST_CASE("attention dropout: gradients match finite differences (float64, one m
     }
   }
 }
+
+TEST_CASE("attention dropout: float32, bfloat16 and float16 draw float64's mask") {
+  const Qkv x = draw(8);
+  Generator gen64(41);
+  const Tensor want =
+      scaled_dot_product_attention(x.q, x.k, x.v, {}, true, std::nullopt, 0.3, &gen64);
+  for (const DType dt : {DType::Float32, DType::BFloat16, DType::Float16}) {
+    CAPTURE(dtype_name(dt));
+    Generator gen(41);
+    const Tensor got = scaled_dot_product_attention(x.q.to(dt), x.k.to(dt), x.v.to(dt), {}, true,
+                                                    std::nullopt, 0.3, &gen);
+    CHECK(rel_diff(got.to(DType::Float64), want) < (dt == DType::Float32 ? 1e-6 : 2e-2));
+  }
+}
