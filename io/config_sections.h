@@ -15,8 +15,9 @@ void parse_batch(Section& root, TrainConfig& c);
 void parse_optimizer(Section o, TrainConfig& c);
 void parse_scheduler(Section s, TrainConfig& c);
 void parse_precision(Section& root, TrainConfig& c);
-// DeepSpeed's torch_autocast (train_config_autocast.cpp), after fp16 and bf16.
+// DeepSpeed's torch_autocast and amp (train_config_autocast.cpp), after fp16 and bf16.
 void parse_torch_autocast(Section& root, TrainConfig& c);
+void parse_amp(Section& root, TrainConfig& c);
 void parse_communication(Section& root, TrainConfig& c);
 void parse_monitoring(Section& root, TrainConfig& c);
 

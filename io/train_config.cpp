@@ -104,6 +104,7 @@ void parse_precision(Section& root, TrainConfig& c) {
   TS_CHECK(!(c.fp16.enabled && c.bf16), source,
            ": 'fp16.enabled' and 'bf16.enabled' cannot both be true");
   parse_torch_autocast(root, c);
+  parse_amp(root, c);
 }
 
 void parse_communication(Section& root, TrainConfig& c) {

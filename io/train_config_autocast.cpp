@@ -1,4 +1,7 @@
-// DeepSpeed's "torch_autocast" section, mapped to Tessera's mixed precision. DeepSpeed runs the
+// DeepSpeed's "torch_autocast" and "amp" (Apex) sections, mapped to Tessera's mixed precision.
+// amp: Apex's O1 (patched functions) and O2 (a float16 model with float32 masters) both train
+// as Tessera's fp16 does, with Apex's dynamic loss scale; DeepSpeed refuses amp with ZeRO, and
+// so does Tessera (parallel/zero_config.cpp). torch_autocast: DeepSpeed runs the
 // forward under torch.autocast: float32 parameters, the listed modules (Linear and Conv by
 // default) computing in the lower precision. Tessera has no per-op autocast: it trains the
 // whole model in that dtype with float32 masters, as its bf16 and fp16 sections do (the ops it
@@ -86,7 +89,67 @@ void parse_torch_autocast(Section& root, TrainConfig& c) {
   c.fp16.initial_scale_power = 16;
   c.fp16.loss_scale_window = 2000;
   c.fp16.hysteresis = 1;
-  c.fp16.hysteresis_stated = true;
+}
+
+void parse_amp(Section& root, TrainConfig& c) {
+  if (!root.has("amp")) return;
+  Section a = root.sub("amp");
+  a.notes({{"",
+            "DeepSpeed's Apex AMP: Tessera trains in float16 with float32 masters and a loss "
+            "scale, as its fp16 section (docs/training.md)"},
+           {"enabled", "train with AMP"},
+           {"opt_level", "O0 (float32), O1 or O2 (float16, float32 masters); O3 is refused"},
+           {"loss_scale", "\"dynamic\" or a fixed scale"},
+           {"min_loss_scale", "the dynamic scale halves no lower"},
+           {"max_loss_scale", "Apex's default 2^24 only (Tessera's scale has no cap)"},
+           {"master_weights", "true only: Tessera keeps float32 masters"},
+           {"keep_batchnorm_fp32", "no effect: the built-in models have no batch norm"},
+           {"verbosity", "Apex's log level (Tessera prints its own)"},
+           {"num_losses", "1 only: one loss scale"}});
+  bool enabled = false;
+  std::string level = "O1";  // apex.amp.initialize's default
+  a.get("enabled", enabled);
+  a.get("opt_level", level);
+  a.expect("opt_level", level == "O0" || level == "O1" || level == "O2", level,
+           "O0, O1 or O2 (O3, pure float16 without float32 masters, is not supported)");
+  const json& scale = a.raw("loss_scale", "\"dynamic\" or a number", "\"dynamic\"");
+  TS_CHECK(scale.is_null() || (scale.is_string() && scale == "dynamic") ||
+               (scale.is_number() && scale.get<double>() > 0),
+           a.source(), ": 'amp.loss_scale' is ", scale.dump(),
+           ", expected \"dynamic\" or a positive number");
+  double min_scale = c.fp16.min_loss_scale, max_scale = 16777216.0;
+  bool master_weights = true, keep_batchnorm = true;
+  int64_t verbosity = 1, losses = 1;
+  a.get("min_loss_scale", min_scale);
+  a.expect("min_loss_scale", min_scale > 0, min_scale, "> 0");
+  a.get("max_loss_scale", max_scale);
+  a.expect("max_loss_scale", max_scale == 16777216.0, max_scale,
+           "Apex's default 2^24 (16777216): Tessera's dynamic scale has no cap");
+  a.get("master_weights", master_weights);
+  a.expect("master_weights", master_weights, "false", "true (Tessera keeps float32 masters)");
+  a.get("keep_batchnorm_fp32", keep_batchnorm);
+  a.get("verbosity", verbosity);
+  a.get("num_losses", losses);
+  a.expect("num_losses", losses == 1, losses, "1 (one loss scale)");
+  // Apex's per-level overrides: Tessera's mapping decides what they would.
+  for (const char* k : {"cast_model_type", "patch_torch_functions", "cast_model_outputs"})
+    a.refused(k,
+              "Tessera trains amp's O1 and O2 alike, as its fp16 section (a float16 model, "
+              "float32 masters)");
+  a.warn_unknown();
+  if (!enabled || level == "O0") return;
+  // (DeepSpeed raises NotImplementedError for this pair)
+  TS_CHECK(!c.bf16 && !c.fp16.enabled, root.source(), ": 'amp.enabled' and '",
+           c.bf16 ? "bf16" : "fp16", ".enabled' cannot both be true: choose one");
+  c.amp = true;
+  c.fp16.enabled = true;
+  // Apex's dynamic scaler: from 2^16, doubling after 2000 clean steps, halving on every
+  // overflow.
+  c.fp16.initial_scale_power = 16;
+  c.fp16.loss_scale_window = 2000;
+  c.fp16.hysteresis = 1;
+  c.fp16.min_loss_scale = min_scale;
+  if (scale.is_number()) c.fp16.loss_scale = scale.get<double>();
 }
 
 }  // namespace tessera::io::config

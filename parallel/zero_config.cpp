@@ -63,6 +63,10 @@ namespace {
 // DeepSpeed's stage-0 FP16_Optimizer halves the scale on every overflow: its hysteresis keys
 // act at stages 1-3 only.
 void check_zero_and_fp16(io::TrainConfig& c) {
+  TS_CHECK(!c.amp || zero_config(c).stage == 0, c.source,
+           ": 'amp.enabled' with 'zero_optimization.stage' ", zero_config(c).stage,
+           ": Amp and ZeRO are not compatible (as in DeepSpeed); use the fp16 section, which "
+           "trains as amp's O2 does");
   if (c.fp16.enabled && zero_config(c).stage == 0 && c.fp16.hysteresis_stated)
     c.warnings.push_back(c.source +
                          ": 'fp16.hysteresis' has no effect at zero_optimization.stage 0 "

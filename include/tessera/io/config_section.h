@@ -131,6 +131,17 @@ class Section {
     warnings_.push_back(source_ + ": '" + key(k) + "' has no effect in Tessera (ignored): " + why);
   }
 
+  // A DeepSpeed key Tessera cannot honour: stating it is an error naming it, with the reason.
+  void refused(const std::string& k, const char* why) {
+    seen_.insert(k);
+    if (recorder_) {  // (the reference lists it, with why)
+      recorder_->read(key(k), "JSON value", "");
+      recorder_->note(key(k), std::string("refused by Tessera: ") + why);
+      return;
+    }
+    TS_CHECK(!has(k), source_, ": '", key(k), "' is not supported: ", why);
+  }
+
   // The config reference's line for `k` ("": this section itself) beside its kind and
   // default: what it does (and what 0 or "" means).
   void note(const std::string& k, const std::string& text) {

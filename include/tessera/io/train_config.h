@@ -56,6 +56,7 @@ struct TrainConfig {
     bool hysteresis_stated = false;  // hysteresis or consecutive_hysteresis given
   } fp16;
   bool bf16 = false;
+  bool amp = false;  // DeepSpeed's (Apex) amp section, trained as fp16 (refused with ZeRO)
 
   // zero_optimization: parallel::ZeroConfig (parallel/zero_config.h), a section its owner
   // registers (config_section_registry.h): read it with section<parallel::ZeroConfig>().

@@ -83,3 +83,42 @@ TEST_CASE("torch_autocast: what Tessera cannot do is an error naming the key") {
   CHECK(error_of(R"("torch_autocast": {"enabled": "yes"})").find("torch_autocast.enabled") !=
         std::string::npos);
 }
+
+TEST_CASE("amp (Apex): O1 and O2 train as fp16 with Apex's dynamic scale, O0 as float32") {
+  for (const char* level : {"O1", "O2"}) {
+    CAPTURE(level);
+    const auto c = parse(R"("amp": {"enabled": true, "opt_level": ")" + std::string(level) +
+                         R"(", "min_loss_scale": 0.5, "keep_batchnorm_fp32": true})");
+    CHECK(c.amp);
+    CHECK(c.fp16.enabled);
+    CHECK(c.fp16.loss_scale == 0);
+    CHECK(c.fp16.initial_scale_power == 16);
+    CHECK(c.fp16.loss_scale_window == 2000);
+    CHECK(c.fp16.hysteresis == 1);
+    CHECK(c.fp16.min_loss_scale == 0.5);
+    CHECK(c.warnings.empty());
+  }
+  CHECK(parse(R"("amp": {"enabled": true})").fp16.enabled);  // Apex's default O1
+  CHECK(parse(R"("amp": {"enabled": true, "loss_scale": 128})").fp16.loss_scale == 128);
+  CHECK(parse(R"("amp": {"enabled": true, "max_loss_scale": 16777216})").fp16.enabled);
+  CHECK(parse(R"("amp": {"enabled": true, "opt_level": "O0"})").model_dtype() == DType::Float32);
+  CHECK(!parse(R"("amp": {"enabled": false, "opt_level": "O2"})").amp);
+}
+
+TEST_CASE("amp (Apex): what Tessera cannot do, and amp with ZeRO, are errors naming the key") {
+  const auto has = [](const std::string& sections, const std::string& text) {
+    const std::string e = error_of(sections);
+    CAPTURE(e);
+    return e.find(text) != std::string::npos;
+  };
+  CHECK(has(R"("amp": {"enabled": true, "opt_level": "O3"})", "'amp.opt_level' is \"O3\""));
+  CHECK(has(R"("amp": {"enabled": true, "loss_scale": "auto"})", "'amp.loss_scale' is \"auto\""));
+  CHECK(has(R"("amp": {"enabled": true, "max_loss_scale": 1024})", "'amp.max_loss_scale' is"));
+  CHECK(has(R"("amp": {"enabled": true, "master_weights": false})", "'amp.master_weights'"));
+  CHECK(has(R"("amp": {"enabled": true, "num_losses": 2})", "'amp.num_losses' is 2"));
+  CHECK(has(R"("amp": {"enabled": true, "cast_model_type": "float16"})", "cast_model_type"));
+  CHECK(has(R"("fp16": {"enabled": true}, "amp": {"enabled": true})",
+            "'amp.enabled' and 'fp16.enabled' cannot both be true"));
+  CHECK(has(R"("amp": {"enabled": true}, "zero_optimization": {"stage": 2})",
+            "Amp and ZeRO are not compatible"));
+}
