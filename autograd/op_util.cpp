@@ -33,4 +33,14 @@ void check_floating(const char* op, const Tensor& t) {
   TS_CHECK(is_floating(t.dtype()), op, ": expected a floating-point tensor, got ", t.describe());
 }
 
+GeneratorState reserve_dropout_counters(uint64_t elements, Generator* gen, SequenceShard& seq) {
+  const DataParallelShard shard = data_parallel_shard();
+  seq = sequence_shard();
+  const uint64_t per_rank = elements * static_cast<uint64_t>(seq.world);
+  GeneratorState s =
+      (gen ? *gen : default_generator()).reserve(per_rank * static_cast<uint64_t>(shard.world));
+  s.offset += static_cast<uint64_t>(shard.rank) * per_rank;
+  return s;
+}
+
 }  // namespace tessera::detail

@@ -7,6 +7,7 @@
 #include "tessera/dispatch.h"
 #include "tessera/grad_mode.h"
 #include "tessera/ops.h"
+#include "tessera/rng.h"
 
 namespace tessera::detail {
 
@@ -31,5 +32,11 @@ inline DType compute_dtype(DType t) {
 inline Tensor untracked(const Tensor& t) {
   return t.defined() ? t.detach() : t;
 }
+
+// Reserves the dropout counters of a tensor of `elements` as one process would draw them:
+// under data parallelism those of the whole global batch, under sequence (or head)
+// parallelism those of the whole row; returns this rank's first counter. `seq` receives the
+// shard whose chunk of each row this rank draws.
+GeneratorState reserve_dropout_counters(uint64_t elements, Generator* gen, SequenceShard& seq);
 
 }  // namespace tessera::detail

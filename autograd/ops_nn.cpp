@@ -213,13 +213,9 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   detail::check_floating("dropout", x);
   // Under data parallelism: the counters of the whole global batch, this rank's slice of them;
   // under sequence parallelism also of the whole sequence, this rank's chunk of each row.
-  const DataParallelShard shard = data_parallel_shard();
-  const SequenceShard seq = sequence_shard();
   const uint64_t n = static_cast<uint64_t>(x.numel());
-  GeneratorState s =
-      (gen ? *gen : default_generator())
-          .reserve(n * static_cast<uint64_t>(shard.world) * static_cast<uint64_t>(seq.world));
-  s.offset += static_cast<uint64_t>(shard.rank) * n * static_cast<uint64_t>(seq.world);
+  SequenceShard seq;
+  const GeneratorState s = detail::reserve_dropout_counters(n, gen, seq);
   if (seq.world == 1) return dropout_block(x, p, s);
   TS_CHECK(x.dim() >= 2, "dropout under sequence parallelism: ", x.describe(),
            " is not [batch, sequence, ...]");
