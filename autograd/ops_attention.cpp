@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "op_util.h"
+#include "tessera/autograd/causal_mask.h"
 
 namespace tessera {
 
@@ -26,12 +27,7 @@ Tensor attention_with_dropout_ops(const Tensor& q, const Tensor& k, const Tensor
   Tensor scores = matmul(q, k.transpose(-2, -1)) * scale;
   std::vector<Tensor> visible;
   if (mask.defined()) visible.push_back(mask);
-  if (causal) {
-    std::vector<double> below(static_cast<size_t>(Tq * Tk));
-    for (int64_t i = 0; i < Tq; ++i)
-      for (int64_t j = 0; j < Tk; ++j) below[static_cast<size_t>(i * Tk + j)] = j <= i + Tk - Tq;
-    visible.push_back(from_vector(below, {Tq, Tk}).to(DType::Bool).to(q.device()));
-  }
+  if (causal) visible.push_back(autograd::causal_visibility(Tq, Tk, q.device()));
   for (const Tensor& m : visible) scores = hide(m, scores);
   Tensor probs = softmax(scores, -1);
   for (const Tensor& m : visible) probs = probs * cast(m, probs.dtype());
@@ -41,15 +37,12 @@ Tensor attention_with_dropout_ops(const Tensor& q, const Tensor& k, const Tensor
 // The dropout attributes of the fused kernel: p, the counters reserved as dropout() reserves
 // them for a [B, H, Tq, Tk] tensor, and the sequence (or head) shard that rows are chunks of.
 void reserve_attention_dropout(KernelAttrs& a, double p, int64_t elements, Generator* gen) {
-  const DataParallelShard shard = data_parallel_shard();
-  const SequenceShard seq = sequence_shard();
-  const uint64_t n = static_cast<uint64_t>(elements);
-  GeneratorState s =
-      (gen ? *gen : default_generator())
-          .reserve(n * static_cast<uint64_t>(shard.world) * static_cast<uint64_t>(seq.world));
+  SequenceShard seq;
+  const GeneratorState s =
+      detail::reserve_dropout_counters(static_cast<uint64_t>(elements), gen, seq);
   a.scalar2 = p;
   a.seed = s.seed;
-  a.offset = s.offset + static_cast<uint64_t>(shard.rank) * n * static_cast<uint64_t>(seq.world);
+  a.offset = s.offset;
   a.dims = {seq.rank, seq.world};
 }
 

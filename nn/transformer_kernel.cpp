@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "tessera/autograd/causal_mask.h"
 #include "tessera/autograd/function.h"
 #include "tessera/error.h"
 #include "tessera/ops.h"
@@ -52,14 +53,6 @@ Tensor additive_mask(const Tensor& mask, DType dtype) {
   return (cast(mask, dtype) - 1.0) * -kHidden;
 }
 
-// [Tq, Tk]: 0 where key j may be seen by query i (j <= i + Tk - Tq), kHidden after it.
-Tensor causal_additive_mask(int64_t Tq, int64_t Tk, DType dtype, Device device) {
-  std::vector<double> m(static_cast<size_t>(Tq * Tk), 0.0);
-  for (int64_t i = 0; i < Tq; ++i)
-    for (int64_t j = i + Tk - Tq + 1; j < Tk; ++j) m[static_cast<size_t>(i * Tk + j)] = kHidden;
-  return from_vector(m, {Tq, Tk}).to(dtype).to(device);
-}
-
 }  // namespace
 
 Tensor probability_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
@@ -74,7 +67,8 @@ Tensor probability_attention(const Tensor& q, const Tensor& k, const Tensor& v, 
   Tensor scores = matmul(qc, kc.transpose(-2, -1)) * scale;
   if (mask.defined()) scores = scores + additive_mask(mask, scores.dtype());
   if (causal)
-    scores = scores + causal_additive_mask(q.size(2), k.size(2), scores.dtype(), scores.device());
+    scores = scores + additive_mask(autograd::causal_visibility(q.size(2), k.size(2), q.device()),
+                                    scores.dtype());
   const Tensor probs = softmax(scores, -1);
   Generator& g = gen ? *gen : default_generator();
   if (recompute_dropout && training && p > 0) return dropout_matmul_recomputed(probs, vc, p, g);
