@@ -17,17 +17,32 @@ namespace tessera::io::config {
 namespace {
 
 // DeepSpeed's DtypeEnum spellings of the two lower precisions and float32.
-std::string autocast_dtype(Section& t, const std::string& name) {
+DType autocast_dtype(Section& t, const std::string& name) {
   for (const char* s : {"torch.bfloat16", "bf16", "bfloat16"})
-    if (name == s) return "bf16";
+    if (name == s) return DType::BFloat16;
   for (const char* s : {"torch.float16", "fp16", "float16", "half"})
-    if (name == s) return "fp16";
+    if (name == s) return DType::Float16;
   for (const char* s : {"torch.float32", "fp32", "float32", "float"})
-    if (name == s) return "fp32";
+    if (name == s) return DType::Float32;
   t.expect("dtype", false, name,
            "bfloat16 or float16 (or DeepSpeed's other names for them: bf16, torch.bfloat16, "
            "fp16, half, torch.float16; float32 trains in float32)");
-  return "";
+  return DType::Float32;
+}
+
+// `section` turns on a lower precision: Tessera's own bf16 / fp16 sections must not as well.
+void check_one_precision(const Section& root, const TrainConfig& c, const char* section) {
+  TS_CHECK(!c.bf16 && !c.fp16.enabled, root.source(), ": '", section, ".enabled' and '",
+           c.bf16 ? "bf16" : "fp16", ".enabled' cannot both be true: choose one");
+}
+
+// float16 with dynamic loss scaling as torch.amp.GradScaler and Apex's scaler do it: from
+// 2^16, doubling after 2000 clean steps, halving on every overflow.
+void enable_fp16_with_torch_scale_schedule(TrainConfig& c) {
+  c.fp16.enabled = true;
+  c.fp16.initial_scale_power = 16;
+  c.fp16.loss_scale_window = 2000;
+  c.fp16.hysteresis = 1;
 }
 
 // DeepSpeed's LOWER_PRECISION_SAFE_MODULES, as its config names them.
@@ -78,17 +93,11 @@ void parse_torch_autocast(Section& root, TrainConfig& c) {
   TS_CHECK(!dtype.empty(), root.source(),
            ": 'torch_autocast.dtype' is needed with 'torch_autocast.enabled' (bfloat16 or "
            "float16: torch's default depends on the device)");
-  const std::string precision = autocast_dtype(t, dtype);
-  TS_CHECK(!c.bf16 && !c.fp16.enabled, root.source(), ": 'torch_autocast.enabled' and '",
-           c.bf16 ? "bf16" : "fp16", ".enabled' cannot both be true: choose one");
-  if (precision == "bf16") c.bf16 = true;
-  if (precision != "fp16") return;
-  // float16: dynamic loss scaling as torch.amp.GradScaler (DeepSpeed's, at stage 0) does it:
-  // from 2^16, doubling after 2000 clean steps, halving on every overflow.
-  c.fp16.enabled = true;
-  c.fp16.initial_scale_power = 16;
-  c.fp16.loss_scale_window = 2000;
-  c.fp16.hysteresis = 1;
+  const DType precision = autocast_dtype(t, dtype);
+  check_one_precision(root, c, "torch_autocast");
+  // (DeepSpeed's GradScaler, at stage 0, scales fp16 losses; bf16 needs no scale)
+  if (precision == DType::BFloat16) c.bf16 = true;
+  if (precision == DType::Float16) enable_fp16_with_torch_scale_schedule(c);
 }
 
 void parse_amp(Section& root, TrainConfig& c) {
@@ -138,16 +147,9 @@ void parse_amp(Section& root, TrainConfig& c) {
               "float32 masters)");
   a.warn_unknown();
   if (!enabled || level == "O0") return;
-  // (DeepSpeed raises NotImplementedError for this pair)
-  TS_CHECK(!c.bf16 && !c.fp16.enabled, root.source(), ": 'amp.enabled' and '",
-           c.bf16 ? "bf16" : "fp16", ".enabled' cannot both be true: choose one");
+  check_one_precision(root, c, "amp");  // (DeepSpeed raises NotImplementedError for this pair)
   c.amp = true;
-  c.fp16.enabled = true;
-  // Apex's dynamic scaler: from 2^16, doubling after 2000 clean steps, halving on every
-  // overflow.
-  c.fp16.initial_scale_power = 16;
-  c.fp16.loss_scale_window = 2000;
-  c.fp16.hysteresis = 1;
+  enable_fp16_with_torch_scale_schedule(c);
   c.fp16.min_loss_scale = min_scale;
   if (scale.is_number()) c.fp16.loss_scale = scale.get<double>();
 }
