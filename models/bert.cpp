@@ -106,9 +106,7 @@ BertLayer::BertLayer(Module* parent, const std::string& name, const BertConfig& 
       kernel(c.transformer_kernel),
       tensor_rank(ctx.tensor_parallel_rank()),
       tensor_ranks(ctx.tensor_parallel_size()) {
-  TS_CHECK(!kernel || kernel->attn_dropout_ratio == 0 || !sparse.enabled(),
-           "BERT: transformer_kernel.attn_dropout_ratio needs dense attention (block-sparse "
-           "attention applies no probability dropout)");
+  if (kernel) sparse.check_probability_dropout(kernel->attn_dropout_ratio, "BERT");
   const bool invertible = kernel && kernel->normalize_invertible;
   attention.output.LayerNorm.invertible = invertible;
   output.LayerNorm.invertible = invertible;

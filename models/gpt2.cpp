@@ -37,9 +37,7 @@ GPT2Attention::GPT2Attention(Module* parent, const std::string& name, const GPT2
       kernel(c.transformer_kernel),
       tensor_rank(ctx.tensor_parallel_rank()),
       tensor_ranks(ctx.tensor_parallel_size()) {
-  TS_CHECK(!kernel || kernel->attn_dropout_ratio == 0 || !sparse.enabled(),
-           "GPT-2: transformer_kernel.attn_dropout_ratio needs dense attention (block-sparse "
-           "attention applies no probability dropout)");
+  if (kernel) sparse.check_probability_dropout(kernel->attn_dropout_ratio, "GPT-2");
 }
 
 Tensor GPT2Attention::forward(const Tensor& x, KVCache* cache, size_t layer) {

@@ -260,6 +260,13 @@ SparseAttentionLayer::SparseAttentionLayer(const std::optional<SparseAttention>&
                .contiguous();
 }
 
+void SparseAttentionLayer::check_probability_dropout(double attn_dropout_ratio,
+                                                     const char* model) const {
+  TS_CHECK(attn_dropout_ratio == 0 || !enabled(), model,
+           ": transformer_kernel.attn_dropout_ratio needs dense attention (block-sparse "
+           "attention applies no probability dropout)");
+}
+
 Tensor SparseAttentionLayer::attend(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const Tensor& key_padding_mask, bool causal) const {
   return layout_attention(q, k, v, layout, block, key_padding_mask, causal);

@@ -118,6 +118,31 @@ TEST_CASE("sparse_attention: bad sizes name the key") {
         }).find("num_random_blocks") != std::string::npos);
 }
 
+TEST_CASE("sparse attention with the transformer kernel's attention dropout: an error by model") {
+  nn::TransformerKernelOptions kernel;
+  kernel.attn_dropout_ratio = 0.1;
+  const auto sparse = models::SparseAttention{models::sparsity_from_json(kBigBird, "t"), 1};
+  models::GPT2Config g = models::GPT2Config::named("tiny");
+  g.n_positions = 40;
+  g.sparse_attention = sparse;
+  g.transformer_kernel = kernel;
+  CHECK(error_of([&] {
+          models::GPT2LMHeadModel m(g);
+        }).find("GPT-2: transformer_kernel.attn_dropout_ratio needs dense attention") !=
+        std::string::npos);
+  models::BertConfig b = models::BertConfig::named("tiny");
+  b.max_position_embeddings = 40;
+  b.sparse_attention = sparse;
+  b.transformer_kernel = kernel;
+  CHECK(error_of([&] {
+          models::BertForPreTraining m(b, false);
+        }).find("BERT: transformer_kernel.attn_dropout_ratio needs dense attention") !=
+        std::string::npos);
+  // Without the ratio the kernel and the layout go together.
+  g.transformer_kernel->attn_dropout_ratio = 0;
+  CHECK(error_of([&] { models::GPT2LMHeadModel m(g); }).empty());
+}
+
 TEST_CASE("GPT-2 with sparse attention: the kernel's and the KV cache's masked path agree") {
   models::GPT2Config c = models::GPT2Config::named("tiny");
   c.n_positions = 40;

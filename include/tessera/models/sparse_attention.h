@@ -76,6 +76,9 @@ struct SparseAttentionLayer {
   SparseAttentionLayer(const std::optional<SparseAttention>& s, int64_t heads, int64_t positions,
                        int64_t layer, const parallel::ParallelContext& ctx);
   bool enabled() const { return layout.defined(); }
+  // Block-sparse attention applies no probability dropout: with a layout, a nonzero
+  // `attn_dropout_ratio` (the transformer kernel's) is an error naming `model`.
+  void check_probability_dropout(double attn_dropout_ratio, const char* model) const;
   // layout_attention over this layer's layout.
   Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding_mask,
                 bool causal) const;
