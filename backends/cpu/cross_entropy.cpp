@@ -4,10 +4,13 @@
 // backward inputs: logits, targets, lse, scale [N] (dloss per row, compute type)
 //          outputs: dlogits [N, C]
 #include <cmath>
-#include <limits>
+#include <type_traits>
+#include <vector>
 
 #include "cpu_types.h"
+#include "lane_sum.h"
 #include "parallel.h"
+#include "row_exp.h"
 
 namespace tessera::cpu {
 namespace {
@@ -15,6 +18,18 @@ namespace {
 void check_target(int64_t t, int64_t row, int64_t C, int64_t ignore) {
   TS_CHECK(t == ignore || (t >= 0 && t < C), "cross_entropy: target ", t, " at position ", row,
            " is out of range for ", C, " classes (ignore_index is ", ignore, ")");
+}
+
+// Row r of the logits in the compute type: the tensor's own memory when it is that type,
+// else converted into buf.
+template <class T, class A = compute_t<T>>
+const A* row_in_compute_type(const T* x, int64_t r, int64_t C, std::vector<A>& buf) {
+  if constexpr (std::is_same_v<T, A>) {
+    return x + r * C;
+  } else {
+    for (int64_t j = 0; j < C; ++j) buf[static_cast<size_t>(j)] = A(load(x[r * C + j]));
+    return buf.data();
+  }
 }
 
 template <class T>
@@ -31,23 +46,23 @@ struct CrossEntropy {
     for (int64_t r = 0; r < N; ++r) check_target(tgt[r], r, C, ignore);
     parallel_for(N, std::max<int64_t>(1, 8192 / std::max<int64_t>(C, 1)),
                  [&](int64_t b, int64_t e) {
+                   std::vector<A> in(static_cast<size_t>(C)), ex(static_cast<size_t>(C));
                    for (int64_t r = b; r < e; ++r) {
-                     const T* xr = x + r * C;
-                     A m = -std::numeric_limits<A>::infinity(), sum_x = 0;
-                     for (int64_t j = 0; j < C; ++j) {
-                       m = std::max(m, A(load(xr[j])));
-                       sum_x += A(load(xr[j]));
-                     }
-                     A s = 0;
-                     for (int64_t j = 0; j < C; ++j) s += std::exp(A(load(xr[j])) - m);
-                     const A lse = m + std::log(s);
+                     const A* xr = row_in_compute_type(x, r, C, in);
+                     const A m = row_max(xr, C);
+                     const A lse = m + std::log(exp_shifted_row(xr, m, C, ex.data()));
                      lse_out[r] = lse;
                      if (tgt[r] == ignore) {
                        loss[r] = 0;
                        continue;
                      }
-                     const A nll = lse - A(load(xr[tgt[r]]));
-                     loss[r] = eps == A(0) ? nll : (A(1) - eps) * nll + eps * (lse - sum_x / A(C));
+                     const A nll = lse - xr[tgt[r]];
+                     if (eps == A(0)) {
+                       loss[r] = nll;
+                       continue;
+                     }
+                     const A sum_x = lane_sum<A>(C, [xr](int64_t j) { return xr[j]; });
+                     loss[r] = (A(1) - eps) * nll + eps * (lse - sum_x / A(C));
                    }
                  });
   }
@@ -67,19 +82,19 @@ struct CrossEntropyBackward {
     const A eps = static_cast<A>(c.attrs.scalar);
     parallel_for(N, std::max<int64_t>(1, 8192 / std::max<int64_t>(C, 1)),
                  [&](int64_t b, int64_t e) {
+                   std::vector<A> in(static_cast<size_t>(C)), p(static_cast<size_t>(C));
                    for (int64_t r = b; r < e; ++r) {
                      T* dr = dx + r * C;
                      if (tgt[r] == ignore) {
                        for (int64_t j = 0; j < C; ++j) dr[j] = T(0);
                        continue;
                      }
-                     const T* xr = x + r * C;
+                     // d loss / d x_j = scale (p_j - target_j), target = (1 - eps) one-hot +
+                     // eps / C.
+                     exp_shifted_row(row_in_compute_type(x, r, C, in), lse[r], C, p.data());
                      const A sc = scale[r], uniform = eps / A(C);
-                     for (int64_t j = 0; j < C; ++j) {
-                       const A p = std::exp(A(load(xr[j])) - lse[r]);
-                       const A target = (j == tgt[r] ? A(1) - eps : A(0)) + uniform;
-                       dr[j] = T(sc * (p - target));
-                     }
+                     for (int64_t j = 0; j < C; ++j) dr[j] = T(sc * (p[j] - uniform));
+                     dr[tgt[r]] = T(sc * (p[tgt[r]] - ((A(1) - eps) + uniform)));
                    }
                  });
   }

@@ -2,9 +2,11 @@
 // backward passes from the saved output.
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "cpu_types.h"
 #include "parallel.h"
+#include "row_exp.h"
 
 namespace tessera::cpu {
 namespace {
@@ -16,7 +18,7 @@ void per_row(const KernelCall& c, RowFn fn) {
   const int64_t rows = C == 0 ? 0 : x.numel() / C;
   parallel_for(rows, std::max<int64_t>(1, 8192 / std::max<int64_t>(C, 1)),
                [&](int64_t b, int64_t e) {
-                 std::vector<compute_t<T>> buf(static_cast<size_t>(C));
+                 std::vector<compute_t<T>> buf(2 * static_cast<size_t>(C));  // row, exps
                  for (int64_t r = b; r < e; ++r) fn(r, C, buf.data());
                });
 }
@@ -28,17 +30,14 @@ struct Softmax {
     const T* x = c.inputs[0].data<T>();
     T* y = c.outputs[0].data<T>();
     per_row<T>(c, [&](int64_t r, int64_t C, A* buf) {
-      const T* xr = x + r * C;
-      A m = -std::numeric_limits<A>::infinity();
-      for (int64_t j = 0; j < C; ++j) m = std::max(m, A(load(xr[j])));
+      for (int64_t j = 0; j < C; ++j) buf[j] = A(load(x[r * C + j]));
+      A m = row_max(buf, C);
       if (std::isinf(m) && m < 0) m = 0;  // an all -inf row: avoid inf - inf
-      A s = 0;
-      for (int64_t j = 0; j < C; ++j) s += (buf[j] = std::exp(A(load(xr[j])) - m));
       if constexpr (kLog) {
-        const A lse = m + std::log(s);
-        for (int64_t j = 0; j < C; ++j) y[r * C + j] = T(A(load(xr[j])) - lse);
+        const A lse = m + std::log(exp_shifted_row(buf, m, C, buf + C));
+        for (int64_t j = 0; j < C; ++j) y[r * C + j] = T(buf[j] - lse);
       } else {
-        const A inv = A(1) / s;
+        const A inv = A(1) / exp_shifted_row(buf, m, C, buf);
         for (int64_t j = 0; j < C; ++j) y[r * C + j] = T(buf[j] * inv);
       }
     });
