@@ -67,7 +67,7 @@ void adam_block(T* p, T* m, T* v, G* copy, const G* g, int64_t b, int64_t e, T l
     v[i] = b2 * v[i] + (T(1) - b2) * grad * grad;
     const T denom = std::sqrt(v[i]) / bc2_sqrt + eps;
     p[i] -= step * m[i] / denom;
-    if constexpr (kCopy) copy[i] = G(p[i]);
+    if constexpr (kCopy) copy[i] = store<G>(p[i]);
   }
 }
 
@@ -123,7 +123,7 @@ struct Sgd {
             d = nesterov ? d + mom * buf[i] : buf[i];
           }
           p[i] -= lr * d;
-          if (copy) copy[i] = G(p[i]);
+          if (copy) copy[i] = store<G>(p[i]);
         }
       });
     });
@@ -162,7 +162,7 @@ struct Lamb {
           ratio = std::min(max_c, std::max(min_c, ratio));
           for (int64_t i = 0; i < len; ++i) p[i] -= lr * ratio * update[i];
           if (copy)
-            for (int64_t i = 0; i < len; ++i) copy[i] = G(p[i]);
+            for (int64_t i = 0; i < len; ++i) copy[i] = store<G>(p[i]);
         }
       });
     });

@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include <array>
+#include <bit>
 #include <cmath>
 
 #include "tessera/engine/loss_scaler.h"
@@ -159,4 +160,46 @@ TEST_CASE("dynamic loss scaler: ZeRO's hysteresis and window, stage 0's plain ha
   CHECK(f.scale() == 512);
   for (int i = 0; i < 12; ++i) f.update(true);
   CHECK(f.scale() == 1);  // stays at the minimum, no error
+}
+
+TEST_CASE("Adam's bf16 model copies are their masters rounded as a cast rounds them") {
+  // The fused step writes the copies with its own vectorised rounding: ties to even, the
+  // largest floats to infinity, subnormals, signed zeros and NaNs as the cast gives them.
+  const auto f = [](uint32_t bits) { return static_cast<double>(std::bit_cast<float>(bits)); };
+  std::vector<double> values = {f(0x3f808000u),
+                                f(0x3f818000u),
+                                f(0x3f80ffffu),
+                                f(0xbf808001u),
+                                f(0x7f7fffffu),
+                                f(0xff7fffffu),
+                                f(0x00000001u),
+                                f(0x80400000u),
+                                0.0,
+                                -0.0,
+                                INFINITY,
+                                -INFINITY,
+                                NAN,
+                                -NAN,
+                                1e-40,
+                                3.14159265};
+  Generator gen(5);
+  const std::vector<double> random = randn({4096}, DType::Float64, Device::cpu(), &gen).to_vector();
+  for (double r : random) values.push_back(r * 1e3);
+  const auto n = static_cast<int64_t>(values.size());
+  Tensor master = from_vector(values, {n}, DType::Float32);
+  Tensor copy = zeros({n}, DType::BFloat16);
+  copy.set_grad(zeros({n}, DType::BFloat16));
+  optim::Adam opt({{{"p"}, {master}, 0.0, 0.0}});  // lr 0: the master stays (0 * inf aside)
+  opt.set_model_copies({{&copy}});
+  opt.step();
+  const std::vector<double> got = copy.to(DType::Float32).to_vector(),
+                            w = master.to(DType::BFloat16).to(DType::Float32).to_vector();
+  for (size_t i = 0; i < values.size(); ++i) {
+    CAPTURE(values[i]);
+    CHECK(std::signbit(got[i]) == std::signbit(w[i]));
+    if (std::isnan(w[i]))
+      CHECK(std::isnan(got[i]));
+    else
+      CHECK(got[i] == w[i]);
+  }
 }
