@@ -100,7 +100,7 @@ int bench_gemm(const Args& a) {
 int bench_main(int argc, char** argv) {
   const Args a(argc, argv, 2, {"json", "help"},
                {"shape", "iters", "preset", "device", "dtype", "batch", "peak-tflops", "vocab",
-                "merges", "corpus", "python", "threads", "heads", "max-t", "seq"});
+                "merges", "corpus", "python", "threads", "heads", "max-t", "seq", "params"});
   if (a.has("help") || a.positional().empty()) {
     std::cout
         << "usage: tessera bench gemm [--shape M,N,K] [--iters N] [--json]\n"
@@ -137,7 +137,12 @@ int bench_main(int argc, char** argv) {
            "                                        [--dtype T] [--json]\n"
            "transformer-kernel: DeepSpeed's transformer kernel layer (BERT-base's, default B 8, T "
            "128)\n"
-           "against the same layer from separate ops, forward + backward, time and peak memory.\n";
+           "against the same layer from separate ops, forward + backward, time and peak memory.\n"
+           "       tessera bench optimizer [--params N,N,...] [--iters N] [--python PY] [--json]\n"
+           "optimizer: Tessera's fused Adam step (float32 masters, bf16 copies and gradients) at\n"
+           "each size (default 10M,100M; K, M, B suffixes) against torch.optim.Adam (for-loop,\n"
+           "its CPU default, and foreach; PY default /usr/bin/python3), with the bandwidth bound\n"
+           "from a STREAM-like pass (b += a) measured in the same run.\n";
     return a.has("help") ? 0 : 2;
   }
   const std::string what = a.positional()[0];
@@ -146,8 +151,9 @@ int bench_main(int argc, char** argv) {
   if (what == "tokenizer") return bench_tokenizer(a);
   if (what == "sparse-attention") return bench_sparse_attention(a);
   if (what == "transformer-kernel") return bench_transformer_kernel(a);
+  if (what == "optimizer") return bench_optimizer(a);
   fail("unknown benchmark '", what,
-       "': expected gemm, train, tokenizer, sparse-attention or transformer-kernel");
+       "': expected gemm, train, tokenizer, sparse-attention, transformer-kernel or optimizer");
 }
 
 }  // namespace tessera::cli

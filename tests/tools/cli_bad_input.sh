@@ -35,6 +35,11 @@ expect "csv_monitor.output_path unwritable" "csv_monitor.output_path '/proc/tess
 # Options out of range.
 expect "--steps beyond int64" "option --steps: expected an integer" "$work/train" "$cfg" --steps 99999999999999999999
 expect "--shape beyond int64" "is too large" "$tessera" kernels bench matmul --shape 99999999999999999999,2,2
+expect "bench optimizer --params not a count" "--params 'ten' is not a parameter count" "$tessera" bench optimizer --params ten
+expect "bench optimizer --params 0" "--params '0' is not a parameter count" "$tessera" bench optimizer --params 0
+expect "bench optimizer --params past 1e11" "is not a parameter count in .1, 1e11." "$tessera" bench optimizer --params 2e11
+expect "bench optimizer --params beyond memory" "GB are available" "$tessera" bench optimizer --params 90B --python /bin/false
+expect "bench optimizer --iters 0" "--iters must be in .1, 1000., got 0" "$tessera" bench optimizer --params 1M --iters 0
 expect "generate --temperature nan" "option --temperature: expected a finite number" \
   "$tessera" generate "$fixtures/models/gpt2-tiny" --prompt-ids 1,2 --temperature nan
 expect "generate --device cuda:99" "generate: --device cuda:99" \
