@@ -1,0 +1,64 @@
+// DeepSpeed's 1-bit Adam (OnebitAdam, runtime/fp16/onebit/adam.py; Tang et al. 2021): Adam
+// during a warm-up of freeze_step steps on the ranks' averaged gradients, then the variance
+// frozen and only the momentum communicated, through the error-compensated 1-bit
+// compressed_all_reduce (about 1/32 of the bytes of a float32 all-reduce).
+//
+// As DeepSpeed's, step by step:
+//   - the first step() sets the state up and changes no parameter (DeepSpeed's initialisation
+//     step; its gradients are not used), though it counts as step 1;
+//   - no bias correction (DeepSpeed's OnebitAdam takes bias_correction and ignores it), eps
+//     outside the root, weight decay added to the update (update = m / (sqrt(v) + eps) +
+//     weight_decay * p; p -= lr * update);
+//   - after a step that brings the count to freeze_step the optimizer freezes: from then on
+//     the gradients it reads must be this rank's own (not averaged: reduces_gradients() tells
+//     the engine so), m = beta1 m + (1 - beta1) g locally, then m <- compressed_all_reduce(m)
+//     per parameter tensor, v unchanged.
+// The compression errors are per rank and per tensor; like DeepSpeed, state_dict() leaves
+// them out and load_state_dict() starts them at zero.
+#pragma once
+#include <memory>
+
+#include "tessera/optim/compressed_allreduce.h"
+#include "tessera/optim/optimizer.h"
+
+namespace tessera::optim {
+
+struct OneBitAdamOptions {
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  int64_t freeze_step = 100000;  // DeepSpeed's default
+};
+
+class OneBitAdam : public Optimizer {
+ public:
+  // transport: the data-parallel ranks (null: one process, where nothing is communicated).
+  OneBitAdam(std::vector<ParamGroup> groups, OneBitAdamOptions options = {},
+             std::shared_ptr<OneBitTransport> transport = nullptr);
+  void step() override;
+  std::string name() const override { return "OneBitAdam"; }
+  std::unique_ptr<Optimizer> rebuild(std::vector<ParamGroup> groups) const override {
+    return std::make_unique<OneBitAdam>(std::move(groups), options_, transport_);
+  }
+  bool set_betas(double beta1, double beta2) override;
+  std::optional<std::pair<double, double>> betas() const override {
+    return std::make_pair(options_.beta1, options_.beta2);
+  }
+  // After the freeze the gradients must be this rank's own: the engine then skips its
+  // data-parallel all-reduce.
+  bool frozen() const { return frozen_; }
+  void set_transport(std::shared_ptr<OneBitTransport> transport) {
+    transport_ = std::move(transport);
+  }
+  void load_state_dict(const std::map<std::string, Tensor>& state) override;
+
+ private:
+  struct Errors {
+    std::vector<float> worker, server;
+  };
+  void update(size_t g, size_t i, const Tensor& grad);
+  OneBitAdamOptions options_;
+  std::shared_ptr<OneBitTransport> transport_;
+  bool initialized_ = false, frozen_ = false;
+  std::map<std::pair<size_t, size_t>, Errors> errors_;
+};
+
+}  // namespace tessera::optim
