@@ -116,6 +116,12 @@ void Engine::write_checkpoint_files(const fs::path& tmp, const nlohmann::json& c
     shard["step"] = full({}, static_cast<double>(zero_->optimizer().step_count()), DType::Int64);
     io::save_safetensors((tmp / parallel::zero_shard_file(rank, tp_file_rank())).string(), shard);
   }
+  if (!zero_ && !checkpoint_files_) {
+    // State each rank holds its own of (1-bit Adam's compression errors).
+    const std::map<std::string, Tensor> mine = optimizer_->rank_state();
+    if (!mine.empty())
+      io::save_safetensors((tmp / optimizer_rank_file(rank, tp_file_rank())).string(), mine);
+  }
   if (writer && !checkpoint_files_) {
     if (!zero_) {
       std::map<std::string, Tensor> weights;
@@ -359,9 +365,19 @@ void Engine::load_weights_and_optimizer(const fs::path& d, const nlohmann::json&
   if (!zero_ && master_.empty()) {  // the buffers too (ZeRO's checkpoints hold none)
     model_.load_state_dict(weights, strict && !state.contains("zero"));
     if (load_optimizer) optimizer_->load_state_dict(opt_state);
-    return;
+  } else {
+    load_training_state(weights, load_optimizer ? &opt_state : nullptr, d.string());
   }
-  load_training_state(weights, load_optimizer ? &opt_state : nullptr, d.string());
+  if (load_optimizer && !zero_) load_optimizer_rank_state(d);
+}
+
+// This rank's own optimizer state, and rank 0's (which tells the rank count that saved it).
+void Engine::load_optimizer_rank_state(const fs::path& d) {
+  const auto read = [&](int r) {
+    const fs::path f = d / optimizer_rank_file(r, tp_file_rank());
+    return fs::exists(f) ? io::load_safetensors(f.string()) : std::map<std::string, Tensor>{};
+  };
+  optimizer_->load_rank_state(read(group_->rank()), read(0));
 }
 
 RankCheckpointState Engine::training_state() {

@@ -17,6 +17,10 @@ std::string checkpoint_weights_file(const std::string& kind, int tp_rank) {
                       : kind + ".safetensors";
 }
 
+std::string optimizer_rank_file(int rank, int tp_rank) {
+  return checkpoint_weights_file("optimizer_rank" + std::to_string(rank), tp_rank);
+}
+
 namespace {
 
 std::map<std::string, Tensor> load_file(const fs::path& dir, const std::string& name) {

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <limits>
 
 #include "tessera/autograd/backward.h"
 #include "tessera/autograd/function.h"
@@ -185,7 +186,9 @@ void Engine::count_backward(const char* what) {
 }
 
 void Engine::begin_reduction(bool allreduce) {
-  const bool boundary = is_gradient_accumulation_boundary() && allreduce;
+  // (An optimizer past 1-bit Adam's freeze reads each rank's own gradients.)
+  const bool boundary = is_gradient_accumulation_boundary() && allreduce &&
+                        !(optimizer_ && optimizer_->reads_local_gradients());
   if (zero_) zero_->begin_backward(boundary || zero_->stage() >= 2);
   if (dp_buckets_) dp_buckets_->begin_backward(boundary);
 }
@@ -374,7 +377,13 @@ StepStats Engine::step(const LrKwargs& lr_kwargs) {
       } else {
         for (auto& [slot, master] : master_) holders.push_back(*slot);
       }
-      coef = clip_factor(st, global_grad_norm(holders) * unscale);
+      double norm = global_grad_norm(holders) * unscale;
+      // Local gradients (1-bit Adam after its freeze): one rank's overflow skips the step on
+      // every rank, or the next compressed exchange would wait for a rank that skipped it.
+      if (optimizer().reads_local_gradients() &&
+          group_->all_reduce_scalar(std::isfinite(norm) ? 0.0 : 1.0, parallel::ReduceOp::Max) > 0)
+        norm = std::numeric_limits<double>::infinity();
+      coef = clip_factor(st, norm);
     }
     optimizer().set_grad_scale(unscale * coef);
   }

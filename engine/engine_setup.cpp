@@ -11,6 +11,7 @@
 #include "tessera/optim/lr_schedule_registry.h"
 #include "tessera/optim/optimizer_registry.h"
 #include "tessera/parallel/grad_norm.h"
+#include "tessera/parallel/onebit_transport.h"
 #include "tessera/parallel/tensor_parallel.h"
 #include "tessera/parallel/tensor_parallel_layout.h"
 #include "tessera/parallel/zero_config.h"
@@ -107,6 +108,10 @@ void Engine::build_optimizer(InitializeOptions& options, std::vector<optim::Para
     optimizer_ = make_optimizer(config_, std::move(groups));
   }
   TS_CHECK(optimizer_, "initialize: the client optimizer factory returned no optimizer");
+  // (ZeRO's optimizer is built over partitions, where such an optimizer is refused.)
+  if (optimizer_->takes_data_parallel_transport() && group_->size() > 1)
+    optimizer_->set_data_parallel_transport(
+        std::make_shared<parallel::ProcessGroupOneBitTransport>(group_));
   if (!master_.empty()) {
     // The fused update reads the model's 16-bit gradients and writes its 16-bit weights.
     std::vector<std::vector<Tensor*>> copies;
@@ -172,8 +177,8 @@ void Engine::setup_parallel(std::vector<optim::ParamGroup> groups,
   const std::string name = zero_->optimizer().name();
   TS_CHECK(!optim::has_optimizer(name) || optim::find_optimizer(name).updates_partitions,
            "engine: zero_optimization.stage ", z.stage, " with optimizer ", name,
-           " is not supported (its update needs whole tensors, as LAMB's trust ratio); use stage "
-           "0 or another optimizer (`tessera optimizers` lists them)");
+           " is not supported (", optim::find_optimizer(name).no_zero_reason,
+           "); use stage 0 or another optimizer (`tessera optimizers` lists them)");
 }
 
 std::unique_ptr<Engine> initialize(nn::Module& model, const io::TrainConfig& config,

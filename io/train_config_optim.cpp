@@ -31,6 +31,13 @@ std::vector<double> read_hyper_param(Section& p, const optim::HyperParam& param)
       p.get_min<int64_t>(k, n, 0, "an integer >= 0");
     return {static_cast<double>(n)};
   }
+  if (param.kind == K::Choice) {
+    std::string name;
+    p.get(k, name);
+    const auto it = std::find(param.choices.begin(), param.choices.end(), name);
+    p.expect(k, it != param.choices.end(), name, optim::hyper_param_kind_text(param));
+    return {static_cast<double>(it - param.choices.begin())};
+  }
   if (param.kind == K::Betas) {
     const config::json& b = p.raw(k);
     TS_CHECK(b.is_array() && b.size() == 2 && b[0].is_number() && b[1].is_number(), source, ": '",

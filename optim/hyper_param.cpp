@@ -6,9 +6,9 @@
 
 namespace tessera::optim {
 
-const char* hyper_param_kind_text(HyperParamKind kind) {
+std::string hyper_param_kind_text(const HyperParam& param) {
   using K = HyperParamKind;
-  switch (kind) {
+  switch (param.kind) {
     case K::Lr:
       return "lr >= 0";
     case K::Ratio:
@@ -29,6 +29,12 @@ const char* hyper_param_kind_text(HyperParamKind kind) {
       return ">= 0";
     case K::Betas:
       return "two in [0, 1)";
+    case K::Choice: {
+      std::string out;
+      for (size_t i = 0; i < param.choices.size(); ++i)
+        out += (i == 0 ? "" : i + 1 == param.choices.size() ? " or " : ", ") + param.choices[i];
+      return out;
+    }
   }
   return "";
 }
@@ -38,6 +44,7 @@ std::string hyper_param_default_text(const HyperParam& param) {
   const std::vector<double>& d = param.default_value;
   if (d.empty()) return "see doc";
   if (param.kind == HyperParamKind::Bool) return d[0] != 0 ? "true" : "false";
+  if (param.kind == HyperParamKind::Choice) return param.choices.at(static_cast<size_t>(d[0]));
   std::ostringstream s;
   if (d.size() > 1) s << "[";
   for (size_t i = 0; i < d.size(); ++i) s << (i ? ", " : "") << d[i];
@@ -76,6 +83,16 @@ std::pair<double, double> HyperParamValues::pair(const std::string& name) const 
   const std::vector<double>& v = values(name);
   TS_CHECK(v.size() == 2, "'", section_, ".params.", name, "' of ", type_, " must be two numbers");
   return {v[0], v[1]};
+}
+
+const std::string& HyperParamValues::choice(const std::string& name) const {
+  const HyperParam* p = find_hyper_param(params_, name);
+  TS_CHECK(p && p->kind == HyperParamKind::Choice, section_, " type ", type_,
+           " has no named parameter '", name, "'");
+  const auto i = static_cast<size_t>(number(name));
+  TS_CHECK(i < p->choices.size(), "'", section_, ".params.", name, "' of ", type_, ": choice ", i,
+           " of ", p->choices.size());
+  return p->choices[i];
 }
 
 }  // namespace tessera::optim

@@ -1,6 +1,7 @@
 #include "tessera/optim/optimizer_registry.h"
 
 #include "tessera/named_registry.h"
+#include "tessera/optim/onebit_adam.h"
 
 namespace tessera::optim {
 
@@ -39,6 +40,8 @@ OptimizerEntry with_group_params(OptimizerEntry e) {
     if (!e.find(p.name)) params.push_back(std::move(p));
   for (HyperParam& p : e.params) params.push_back(std::move(p));
   e.params = std::move(params);
+  if (!e.updates_partitions && e.no_zero_reason.empty())
+    e.no_zero_reason = "its update needs whole tensors";
   return e;
 }
 
@@ -122,6 +125,7 @@ OptimizerEntry lamb_entry() {
   e.params.push_back({"min_coeff", K::NonNegative, {o.min_coeff}, "the trust ratio's lower clamp"});
   e.has_betas = true;
   e.updates_partitions = false;
+  e.no_zero_reason = "its update needs whole tensors (LAMB's trust ratio)";
   e.state_slots = [](const HyperParamValues&) { return int64_t{2}; };
   e.build = [](std::vector<ParamGroup> groups, const HyperParamValues& v) {
     const auto [b1, b2] = v.pair("betas");
@@ -136,9 +140,71 @@ OptimizerEntry lamb_entry() {
   return e;
 }
 
+OptimizerEntry onebit_adam_entry() {
+  const OneBitAdamOptions o;
+  OptimizerEntry e;
+  e.type = "OneBitAdam";
+  e.doc =
+      "DeepSpeed's 1-bit Adam: Adam for freeze_step steps, then the variance frozen and the "
+      "momentum averaged over the data-parallel ranks with error-compensated 1-bit "
+      "compression (about 1/32 of the bytes); no bias correction, as DeepSpeed's";
+  e.params = {
+      {"betas", K::Betas, {o.beta1, o.beta2}, "the moments' decay rates"},
+      {"eps", K::Positive, {o.eps}, "added to the second moment's root"},
+      {"freeze_step",
+       K::Count,
+       {static_cast<double>(o.freeze_step)},
+       "steps of uncompressed Adam (the first one only sets the state up, as DeepSpeed's)"},
+      {"comm_backend_name",
+       K::Choice,
+       {0.0},
+       "DeepSpeed's transport; Tessera exchanges over the job's data-parallel group either "
+       "way (MPI between CPU ranks, NCCL between GPUs)",
+       false,
+       "",
+       {"nccl", "mpi"}},
+      {"cuda_aware",
+       K::Bool,
+       {0.0},
+       "DeepSpeed's CUDA-aware MPI switch",
+       false,
+       "Tessera's process group moves the bytes (MPI between CPU ranks)"},
+      {"bias_correction",
+       K::Bool,
+       {1.0},
+       "DeepSpeed's OnebitAdam takes it",
+       false,
+       "DeepSpeed's 1-bit Adam applies no bias correction whatever it says; nor does Tessera's"},
+      {"eps_inside_sqrt",
+       K::Bool,
+       {0.0},
+       "DeepSpeed's OnebitAdam takes it",
+       false,
+       "DeepSpeed's 1-bit Adam stores it without using it"},
+      {"amsgrad", K::Bool, {0.0}, "must be false: 1-bit Adam has no AMSGrad (as DeepSpeed)"}};
+  e.has_betas = true;
+  e.updates_partitions = false;
+  e.no_zero_reason = "as DeepSpeed's 1-bit Adam, it averages whole momentum tensors";
+  // The moments, and the compression's worker and server errors (1 + 1/N of a tensor).
+  e.state_slots = [](const HyperParamValues&) { return int64_t{4}; };
+  e.check = [](const HyperParamValues& v) {
+    TS_CHECK(!v.flag("amsgrad"),
+             "'optimizer.params.amsgrad': 1-bit Adam does not support the "
+             "AMSGrad variant (DeepSpeed raises too)");
+    return std::vector<std::string>{};
+  };
+  e.build = [](std::vector<ParamGroup> groups, const HyperParamValues& v) {
+    const auto [b1, b2] = v.pair("betas");
+    OneBitAdamOptions o{b1, b2, v.number("eps"), v.count("freeze_step")};
+    return std::unique_ptr<Optimizer>(std::make_unique<OneBitAdam>(std::move(groups), o));
+  };
+  return e;
+}
+
 std::vector<OptimizerEntry> builtin_optimizers() {
   std::vector<OptimizerEntry> out;
-  for (OptimizerEntry e : {adam_entry("Adam"), adam_entry("AdamW"), sgd_entry(), lamb_entry()}) {
+  for (OptimizerEntry e :
+       {adam_entry("Adam"), adam_entry("AdamW"), sgd_entry(), lamb_entry(), onebit_adam_entry()}) {
     check_by_building(e);
     out.push_back(with_group_params(std::move(e)));
   }

@@ -106,10 +106,11 @@ nlohmann::json print_params(Format f, const std::string& type,
                             const std::vector<optim::HyperParam>& params) {
   nlohmann::json out = nlohmann::json::array();
   for (const optim::HyperParam& p : params) {
-    const char* kind = optim::hyper_param_kind_text(p.kind);
+    const std::string kind = optim::hyper_param_kind_text(p);
     const std::string def = optim::hyper_param_default_text(p);
     nlohmann::json d = nullptr;
     if (p.default_value.size() == 1) d = p.default_value[0];
+    if (p.kind == optim::HyperParamKind::Choice && !p.default_value.empty()) d = def;
     if (p.default_value.size() > 1) d = p.default_value;
     out.push_back({{"name", p.name},
                    {"kind", kind},
@@ -161,7 +162,8 @@ int optimizers_main(int argc, char** argv) {
     const optim::OptimizerEntry& e = optim::find_optimizer(type);
     if (*f == Format::Text)
       std::cout << type << ": " << e.doc
-                << (e.updates_partitions ? "" : " (not with ZeRO: it needs whole tensors)") << "\n";
+                << (e.updates_partitions ? "" : " (not with ZeRO: " + e.no_zero_reason + ")")
+                << "\n";
     nlohmann::json params = print_params(*f, type, e.params);
     all.push_back({{"type", type},
                    {"doc", e.doc},

@@ -35,6 +35,9 @@ RankCheckpointState read_rank_checkpoint(const std::string& tag_dir, bool zero, 
 // The file a checkpoint without ZeRO keeps `kind` ("model", "optimizer") in: kind.safetensors,
 // or with tensor parallelism one per tensor-parallel rank, kind_tp<T>.safetensors.
 std::string checkpoint_weights_file(const std::string& kind, int tp_rank = -1);
+// A data-parallel rank's own optimizer state (Optimizer::rank_state: 1-bit Adam's
+// compression errors): "optimizer_rank<r>.safetensors", or "..._tp<t>" as above.
+std::string optimizer_rank_file(int rank, int tp_rank = -1);
 
 // The error a strict load gives when a checkpoint's weights do not match the model's names:
 // both lists (the first 20 of each), naming the checkpoint and load_module_strict.

@@ -393,6 +393,7 @@ class Engine {
   // its optimizer state; `strict`: no parameter missing, no saved weight that is not one.
   void load_weights_and_optimizer(const std::filesystem::path& dir, const nlohmann::json& state,
                                   bool strict, bool load_optimizer);
+  void load_optimizer_rank_state(const std::filesystem::path& dir);
 
   nn::Module& model_;
   io::TrainConfig config_;

@@ -14,8 +14,8 @@
 namespace tessera::optim {
 
 // What a value must be: an lr, rate or ratio >= 0, a step count >= 1, a count >= 0, a boolean,
-// a momentum in [0, 1), a number > 0 (eps), a number >= 0 (weight decay, coefficients), or
-// betas (two numbers in [0, 1)).
+// a momentum in [0, 1), a number > 0 (eps), a number >= 0 (weight decay, coefficients),
+// betas (two numbers in [0, 1)), or one of a list of names.
 enum class HyperParamKind {
   Lr,
   Ratio,
@@ -26,7 +26,8 @@ enum class HyperParamKind {
   Momentum,
   Positive,
   NonNegative,
-  Betas
+  Betas,
+  Choice  // one of `choices` (a name); the value is its index
 };
 
 struct HyperParam {
@@ -40,10 +41,12 @@ struct HyperParam {
   // Non-empty: DeepSpeed's key, read and checked but without effect in Tessera, for this
   // reason (the reader warns).
   std::string no_effect;
+  std::vector<std::string> choices;  // Choice: the names a config may give
 };
 
-// "lr >= 0", "steps >= 1", "true/false", ...: what the reader checks, for tables and help.
-const char* hyper_param_kind_text(HyperParamKind kind);
+// "lr >= 0", "steps >= 1", "true/false", "nccl or mpi", ...: what the reader checks, for
+// tables and help.
+std::string hyper_param_kind_text(const HyperParam& param);
 // "0.001", "[0.9, 0.999]", "true", "required", "see doc".
 std::string hyper_param_default_text(const HyperParam& param);
 const HyperParam* find_hyper_param(const std::vector<HyperParam>& params, const std::string& name);
@@ -62,6 +65,7 @@ class HyperParamValues {
   int64_t count(const std::string& name) const { return static_cast<int64_t>(number(name)); }
   bool flag(const std::string& name) const { return number(name) != 0; }
   std::pair<double, double> pair(const std::string& name) const;  // Betas
+  const std::string& choice(const std::string& name) const;       // Choice
   bool given(const std::string& name) const { return given_.count(name) > 0; }
 
  private:

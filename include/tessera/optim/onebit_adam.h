@@ -13,8 +13,10 @@
 //     the gradients it reads must be this rank's own (not averaged: reduces_gradients() tells
 //     the engine so), m = beta1 m + (1 - beta1) g locally, then m <- compressed_all_reduce(m)
 //     per parameter tensor, v unchanged.
-// The compression errors are per rank and per tensor; like DeepSpeed, state_dict() leaves
-// them out and load_state_dict() starts them at zero.
+// The compression errors are per rank and per tensor: rank_state() holds them (the engine saves
+// each rank's in its own checkpoint file, so a resume continues bit for bit, where DeepSpeed
+// starts them again at zero), and a checkpoint taken after the freeze resumes only at its
+// rank count (the worker errors are per rank, the server errors per chunk of that count).
 #pragma once
 #include <memory>
 
@@ -42,13 +44,18 @@ class OneBitAdam : public Optimizer {
   std::optional<std::pair<double, double>> betas() const override {
     return std::make_pair(options_.beta1, options_.beta2);
   }
-  // After the freeze the gradients must be this rank's own: the engine then skips its
-  // data-parallel all-reduce.
   bool frozen() const { return frozen_; }
-  void set_transport(std::shared_ptr<OneBitTransport> transport) {
+  bool takes_data_parallel_transport() const override { return true; }
+  void set_data_parallel_transport(std::shared_ptr<OneBitTransport> transport) override {
     transport_ = std::move(transport);
   }
+  // After the freeze the gradients must be this rank's own: the engine then skips its
+  // data-parallel all-reduce.
+  bool reads_local_gradients() const override { return frozen_; }
   void load_state_dict(const std::map<std::string, Tensor>& state) override;
+  std::map<std::string, Tensor> rank_state() const override;
+  void load_rank_state(const std::map<std::string, Tensor>& mine,
+                       const std::map<std::string, Tensor>& rank0) override;
 
  private:
   struct Errors {

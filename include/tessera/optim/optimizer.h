@@ -39,6 +39,7 @@ std::vector<ParamGroup> default_param_groups(
     bool decay_1d = false);
 
 class Optimizer;
+class OneBitTransport;
 // Builds an optimizer over the groups it is handed (DeepSpeed's callable client optimizer):
 // the engine hands it the tensors it updates (float32 masters, ZeRO partitions).
 using OptimizerFactory = std::function<std::unique_ptr<Optimizer>(std::vector<ParamGroup>)>;
@@ -71,6 +72,19 @@ class Optimizer {
   // Every gradient is multiplied by this in the update (loss-scale unscaling times the
   // clipping coefficient); 1 by default.
   void set_grad_scale(double scale) { grad_scale_ = scale; }
+  // Optimizers that communicate over the data-parallel ranks themselves (1-bit Adam): the
+  // engine hands them a transport over its data-parallel group, and skips its gradient
+  // all-reduce while reads_local_gradients() (each rank's own gradients are read).
+  virtual bool takes_data_parallel_transport() const { return false; }
+  virtual void set_data_parallel_transport(std::shared_ptr<OneBitTransport>) {}
+  virtual bool reads_local_gradients() const { return false; }
+  // State that differs between data-parallel ranks (1-bit Adam's compression errors), saved
+  // by each rank in its own checkpoint file; empty: none. load_rank_state receives what this
+  // rank saved (empty when it saved none) and rank 0's file (to tell a checkpoint of another
+  // rank count).
+  virtual std::map<std::string, Tensor> rank_state() const { return {}; }
+  virtual void load_rank_state(const std::map<std::string, Tensor>& /*mine*/,
+                               const std::map<std::string, Tensor>& /*rank0*/) {}
   // "<param name>.<slot>" -> tensor, plus "step" (a 0-dim int64).
   virtual std::map<std::string, Tensor> state_dict() const;
   // Restores state saved by state_dict; errors name any missing or mis-shaped entry.
