@@ -56,19 +56,7 @@ void OneBitAdam::update(size_t g, size_t i, const Tensor& grad_tensor) {
     }
   } else {
     for (int64_t k = 0; k < n; ++k) m[k] = b1 * m[k] + c1 * (gr[k] * scale);
-    const int world = transport_ ? transport_->world() : 1;
-    if (world > 1) {
-      Errors& e = errors_[{g, i}];
-      const int64_t padded = onebit_padded_size(n, world);
-      if (e.worker.empty()) {
-        e.worker.assign(static_cast<size_t>(padded), 0.0f);
-        e.server.assign(static_cast<size_t>(padded / world), 0.0f);
-      }
-      std::vector<float> buffer(static_cast<size_t>(padded), 0.0f);
-      std::copy(m, m + n, buffer.begin());
-      compressed_all_reduce(buffer, e.worker, e.server, *transport_);
-      std::copy(buffer.begin(), buffer.begin() + n, m);
-    }
+    if (transport_) errors_.all_reduce(group.names[i], m, n, *transport_);
   }
   const float lr = static_cast<float>(group.lr), wd = static_cast<float>(group.weight_decay);
   const float eps = static_cast<float>(options_.eps);
@@ -111,65 +99,23 @@ void OneBitAdam::load_state_dict(const std::map<std::string, Tensor>& state) {
   errors_.clear();
 }
 
-namespace {
-
-Tensor float_tensor(const std::vector<float>& v) {
-  Tensor t = Tensor::empty({static_cast<int64_t>(v.size())}, DType::Float32);
-  std::copy(v.begin(), v.end(), t.data<float>());
-  return t;
-}
-
-}  // namespace
-
 std::map<std::string, Tensor> OneBitAdam::rank_state() const {
   if (errors_.empty()) return {};
-  const int world = transport_ ? transport_->world() : 1;
-  std::map<std::string, Tensor> out{{"world", full({}, world, DType::Int64)}};
-  for (const auto& [at, e] : errors_) {
-    const std::string& name = groups_[at.first].names[at.second];
-    out[name + ".worker_error"] = float_tensor(e.worker);
-    out[name + ".server_error"] = float_tensor(e.server);
-  }
+  std::map<std::string, Tensor> out{
+      {"world", full({}, transport_ ? transport_->world() : 1, DType::Int64)}};
+  errors_.save(out);
   return out;
 }
 
 void OneBitAdam::load_rank_state(const std::map<std::string, Tensor>& mine,
                                  const std::map<std::string, Tensor>& rank0) {
   const int world = transport_ ? transport_->world() : 1;
-  if (auto it = rank0.find("world"); it != rank0.end()) {
-    const auto saved = static_cast<int64_t>(it->second.item());
-    TS_CHECK(saved == world, "OneBitAdam: the checkpoint was taken after the freeze by ", saved,
-             " data-parallel ranks and this run has ", world,
-             ": the compression errors are each rank's (and the server errors a chunk of ", saved,
-             "), so they cannot be carried over; resume with ", saved,
-             " ranks, or load without the optimizer state (load_optimizer_states = false)");
-  }
-  for (const auto& [key, t] : mine) {
-    if (key == "world") continue;
-    const size_t dot = key.rfind('.');
-    const std::string name = key.substr(0, dot), kind = key.substr(dot + 1);
-    bool found = false;
-    for (size_t g = 0; g < groups_.size() && !found; ++g)
-      for (size_t i = 0; i < groups_[g].params.size() && !found; ++i) {
-        if (groups_[g].names[i] != name) continue;
-        found = true;
-        const int64_t padded = onebit_padded_size(groups_[g].params[i].numel(), world);
-        const int64_t want = kind == "worker_error" ? padded : padded / world;
-        TS_CHECK((kind == "worker_error" || kind == "server_error") && t.numel() == want &&
-                     t.dtype() == DType::Float32,
-                 "OneBitAdam: rank state '", key, "' is ", t.describe(), ", expected ", want,
-                 " float32 values");
-        const Tensor c = t.contiguous();
-        std::vector<float>& v =
-            kind == "worker_error" ? errors_[{g, i}].worker : errors_[{g, i}].server;
-        v.assign(c.data<float>(), c.data<float>() + want);
-      }
-    TS_CHECK(found, "OneBitAdam: rank state '", key, "' belongs to no parameter");
-  }
-  for (const auto& [at, e] : errors_)
-    TS_CHECK(!e.worker.empty() && !e.server.empty(), "OneBitAdam: the rank state of '",
-             groups_[at.first].names[at.second], "' lacks its ",
-             e.worker.empty() ? "worker" : "server", " error");
+  check_saved_rank_count("OneBitAdam", rank0, world);
+  errors_.load(
+      mine, [this](const std::string& name) { return numel_of(name); }, world);
+  for (const auto& [key, t] : mine)
+    TS_CHECK(key == "world" || key.ends_with(".worker_error") || key.ends_with(".server_error"),
+             "OneBitAdam: rank state '", key, "' is not one it saves");
 }
 
 }  // namespace tessera::optim

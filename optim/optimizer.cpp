@@ -55,6 +55,13 @@ void Optimizer::set_lr(double lr) {
   for (auto& g : groups_) g.lr = lr;
 }
 
+int64_t Optimizer::numel_of(const std::string& name) const {
+  for (const ParamGroup& g : groups_)
+    for (size_t i = 0; i < g.params.size(); ++i)
+      if (g.names[i] == name) return g.params[i].numel();
+  return -1;
+}
+
 Tensor& Optimizer::slot(size_t g, size_t i, const std::string& name) {
   const std::string key = groups_[g].names[i] + "." + name;
   auto it = state_.find(key);

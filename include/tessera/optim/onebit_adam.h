@@ -20,7 +20,7 @@
 #pragma once
 #include <memory>
 
-#include "tessera/optim/compressed_allreduce.h"
+#include "tessera/optim/compression_errors.h"
 #include "tessera/optim/optimizer.h"
 
 namespace tessera::optim {
@@ -58,14 +58,11 @@ class OneBitAdam : public Optimizer {
                        const std::map<std::string, Tensor>& rank0) override;
 
  private:
-  struct Errors {
-    std::vector<float> worker, server;
-  };
   void update(size_t g, size_t i, const Tensor& grad);
   OneBitAdamOptions options_;
   std::shared_ptr<OneBitTransport> transport_;
   bool initialized_ = false, frozen_ = false;
-  std::map<std::pair<size_t, size_t>, Errors> errors_;
+  CompressionErrors errors_;
 };
 
 }  // namespace tessera::optim

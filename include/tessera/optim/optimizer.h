@@ -91,6 +91,8 @@ class Optimizer {
   virtual void load_state_dict(const std::map<std::string, Tensor>& state);
 
  protected:
+  // The element count of the parameter named `name`, -1 when none is.
+  int64_t numel_of(const std::string& name) const;
   // The named slot (e.g. "exp_avg") of group g's i-th parameter, created as zeros on first use.
   Tensor& slot(size_t g, size_t i, const std::string& name);
   // One fused kernel call per (device, dtype) of each group: outputs are the parameters, then
