@@ -377,7 +377,10 @@ void Engine::load_optimizer_rank_state(const fs::path& d) {
     const fs::path f = d / optimizer_rank_file(r, tp_file_rank());
     return fs::exists(f) ? io::load_safetensors(f.string()) : std::map<std::string, Tensor>{};
   };
+  NoGradGuard no_grad;
   optimizer_->load_rank_state(read(group_->rank()), read(0));
+  // (It may hold this rank's own parameters: 0/1 Adam's between reconciliations.)
+  if (!master_.empty()) sync_master_to_model();
 }
 
 RankCheckpointState Engine::training_state() {

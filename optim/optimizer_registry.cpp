@@ -2,6 +2,7 @@
 
 #include "tessera/named_registry.h"
 #include "tessera/optim/onebit_adam.h"
+#include "tessera/optim/zero_one_adam.h"
 
 namespace tessera::optim {
 
@@ -201,10 +202,82 @@ OptimizerEntry onebit_adam_entry() {
   return e;
 }
 
+OptimizerEntry zero_one_adam_entry() {
+  const ZeroOneAdamOptions o;
+  OptimizerEntry e;
+  e.type = "ZeroOneAdam";
+  e.doc =
+      "DeepSpeed's 0/1 Adam: the variance updated on ever fewer steps (the others average the "
+      "gradients with the 1-bit all-reduce), frozen after var_freeze_step, then local steps "
+      "reconciled by 1-bit all-reduces at growing intervals; no bias correction, as DeepSpeed's";
+  const auto count = [](int64_t v) { return std::vector<double>{static_cast<double>(v)}; };
+  e.params = {
+      {"betas", K::Betas, {o.beta1, o.beta2}, "the moments' decay rates"},
+      {"eps", K::Positive, {o.eps}, "added to the second moment's root"},
+      {"var_freeze_step", K::Count, count(o.var_freeze_step),
+       "the last step that may update the variance"},
+      {"var_update_scaler", K::Steps, count(o.var_update_scaler),
+       "variance updates between doublings of their interval (the paper's kappa)"},
+      {"local_step_scaler", K::Steps, count(o.local_step_scaler),
+       "steps between doublings of the local-step interval"},
+      {"local_step_clipper", K::Steps, count(o.local_step_clipper),
+       "the longest local-step interval (the paper's H)"},
+      {"comm_backend_name",
+       K::Choice,
+       {0.0},
+       "DeepSpeed's transport; Tessera exchanges over the job's data-parallel group either "
+       "way (MPI between CPU ranks, NCCL between GPUs)",
+       false,
+       "",
+       {"nccl", "mpi"}},
+      {"cuda_aware",
+       K::Bool,
+       {0.0},
+       "DeepSpeed's CUDA-aware MPI switch",
+       false,
+       "Tessera's process group moves the bytes (MPI between CPU ranks)"},
+      {"bias_correction",
+       K::Bool,
+       {1.0},
+       "DeepSpeed's ZeroOneAdam takes it",
+       false,
+       "DeepSpeed's 0/1 Adam applies no bias correction whatever it says; nor does Tessera's"},
+      {"eps_inside_sqrt",
+       K::Bool,
+       {0.0},
+       "DeepSpeed's ZeroOneAdam takes it",
+       false,
+       "DeepSpeed's 0/1 Adam stores it without using it"},
+      {"amsgrad", K::Bool, {0.0}, "must be false: 0/1 Adam has no AMSGrad (as DeepSpeed)"}};
+  e.has_betas = true;
+  e.updates_partitions = false;
+  e.no_zero_reason = "as DeepSpeed's 0/1 Adam, it averages whole tensors";
+  // The moments, the accumulator of local steps and the compression errors.
+  e.state_slots = [](const HyperParamValues&) { return int64_t{5}; };
+  e.check = [](const HyperParamValues& v) {
+    TS_CHECK(!v.flag("amsgrad"),
+             "'optimizer.params.amsgrad': 0/1 Adam does not support the "
+             "AMSGrad variant (DeepSpeed raises too)");
+    return std::vector<std::string>{};
+  };
+  e.build = [](std::vector<ParamGroup> groups, const HyperParamValues& v) {
+    const auto [b1, b2] = v.pair("betas");
+    ZeroOneAdamOptions o{b1,
+                         b2,
+                         v.number("eps"),
+                         v.count("var_freeze_step"),
+                         v.count("var_update_scaler"),
+                         v.count("local_step_scaler"),
+                         v.count("local_step_clipper")};
+    return std::unique_ptr<Optimizer>(std::make_unique<ZeroOneAdam>(std::move(groups), o));
+  };
+  return e;
+}
+
 std::vector<OptimizerEntry> builtin_optimizers() {
   std::vector<OptimizerEntry> out;
-  for (OptimizerEntry e :
-       {adam_entry("Adam"), adam_entry("AdamW"), sgd_entry(), lamb_entry(), onebit_adam_entry()}) {
+  for (OptimizerEntry e : {adam_entry("Adam"), adam_entry("AdamW"), sgd_entry(), lamb_entry(),
+                           onebit_adam_entry(), zero_one_adam_entry()}) {
     check_by_building(e);
     out.push_back(with_group_params(std::move(e)));
   }

@@ -113,7 +113,7 @@ TEST_CASE("a registered optimizer is read, checked, built from a config and trai
   CHECK(unknown.unknown_keys[0].find("did you mean 'optimizer.params.scale'") != std::string::npos);
   CHECK_THROWS_WITH_AS(optimizer_config(R"({"type": "Adagrad"})"),
                        doctest::Contains("'optimizer.type' is \"Adagrad\", expected one of Adam, "
-                                         "AdamW, SGD, Lamb, OneBitAdam, ScaledSGD"),
+                                         "AdamW, SGD, Lamb, OneBitAdam, ZeroOneAdam, ScaledSGD"),
                        Error);
 }
 

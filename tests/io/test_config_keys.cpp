@@ -116,7 +116,8 @@ TEST_CASE("config reference: what a value must be comes from the registries and 
   const std::map<std::string, ConfigKey> ref = reference();
   CHECK(ref.at("pipeline.schedule").expected == "one of 1f1b, zb-h1, interleaved");
   CHECK(ref.at("model.type").expected == "one of bert, gpt2");
-  CHECK(ref.at("optimizer.type").expected == "one of Adam, AdamW, SGD, Lamb, OneBitAdam");
+  CHECK(ref.at("optimizer.type").expected ==
+        "one of Adam, AdamW, SGD, Lamb, OneBitAdam, ZeroOneAdam");
   CHECK(ref.at("fp16.loss_scale").expected == ">= 0 (0 = dynamic)");
   CHECK(ref.at("zero_optimization.stage").expected == "0, 1, 2 or 3");
   CHECK(ref.at("zero_optimization.offload_optimizer.device").expected == "\"cpu\" or \"none\"");

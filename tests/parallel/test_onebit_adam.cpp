@@ -1,7 +1,8 @@
-// DeepSpeed's 1-bit Adam (optim::OneBitAdam over parallel::ProcessGroupOneBitTransport) at
-// 1, 2 and 4 ranks against tests/fixtures/deepspeed/onebit_adam.json, a float32 transcription
-// of DeepSpeed's OnebitAdam.step and compressed_allreduce over simulated ranks: 30 steps
-// across the freeze (step 10), three tensors padded differently, two parameter groups.
+// DeepSpeed's 1-bit Adam and 0/1 Adam (optim::OneBitAdam, optim::ZeroOneAdam over
+// parallel::ProcessGroupOneBitTransport) at 1, 2 and 4 ranks against
+// tests/fixtures/deepspeed/onebit_adam.json, a float32 transcription of DeepSpeed's
+// OnebitAdam.step, ZeroOneAdam.step and compressed_allreduce over simulated ranks: 30 steps
+// across the freeze, three tensors padded differently, two parameter groups.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include "fixture_util.h"
 #include "skip.h"
 #include "tessera/optim/onebit_adam.h"
+#include "tessera/optim/zero_one_adam.h"
 #include "tessera/parallel/onebit_transport.h"
 
 TEST_SUITE_BEGIN("ranks");
@@ -87,6 +89,56 @@ TEST_CASE("OneBitAdam: N ranks reproduce DeepSpeed's 1-bit Adam across the freez
   const auto state = adam.state_dict();
   CHECK(relative_gap(state.at("p1.exp_avg"), want["final_exp_avg"][1]) < 1e-6);
   CHECK(state.at("step").item() == static_cast<double>(steps));
+}
+
+TEST_CASE("ZeroOneAdam: N ranks reproduce DeepSpeed's 0/1 Adam: variance and local steps" *
+          test::skip_if(test::launched_world_size() == 3 || test::launched_world_size() > 4,
+                        "the fixture holds 1, 2 and 4 ranks")) {
+  const auto fixture = test::read_json(TESSERA_FIXTURES_DIR "/deepspeed/onebit_adam.json");
+  const auto& zo = fixture["zero_one"];
+  auto group = parallel::world();
+  const int world = group->size(), rank = group->rank();
+  const auto& want = zo["worlds"][std::to_string(world)];
+  const std::vector<int64_t> shapes = fixture["shapes"].get<std::vector<int64_t>>();
+  std::vector<Tensor> params;
+  for (size_t t = 0; t < shapes.size(); ++t)
+    params.push_back(hashed_tensor(shapes[t], 0, 0, static_cast<int64_t>(t), 1));
+  const double lr = fixture["lr"];
+  std::vector<optim::ParamGroup> groups = {{{"p0", "p2"}, {params[0], params[2]}, lr, 0.01},
+                                           {{"p1"}, {params[1]}, lr, 0.0}};
+  optim::ZeroOneAdamOptions options;
+  options.var_freeze_step = zo["var_freeze_step"];
+  options.var_update_scaler = zo["var_update_scaler"];
+  options.local_step_scaler = zo["local_step_scaler"];
+  options.local_step_clipper = zo["local_step_clipper"];
+  optim::ZeroOneAdam adam(groups, options,
+                          std::make_shared<parallel::ProcessGroupOneBitTransport>(group));
+  const int64_t steps = fixture["steps"];
+  int64_t averaged_steps = 0;
+  for (int64_t step = 1; step <= steps; ++step) {
+    CAPTURE(step);
+    const bool averaged = !adam.reads_local_gradients();
+    averaged_steps += averaged;
+    for (size_t t = 0; t < shapes.size(); ++t) {
+      const auto tt = static_cast<int64_t>(t);
+      Tensor g = hashed_tensor(shapes[t], rank, step, tt, 2);
+      if (averaged) {  // the engine's all-reduce, in the generator's order
+        g = hashed_tensor(shapes[t], 0, step, tt, 2);
+        for (int r = 1; r < world; ++r) g = g + hashed_tensor(shapes[t], r, step, tt, 2);
+        g = g * static_cast<double>(1.0f / static_cast<float>(world));
+      }
+      params[t].set_grad(g);
+    }
+    adam.step();
+    for (size_t t = 0; t < shapes.size(); ++t) {
+      CAPTURE(t);
+      CHECK(relative_gap(params[t], want["params_after_step"][step - 1][rank][t]) < 1e-6);
+    }
+  }
+  CHECK(adam.frozen());
+  CHECK(averaged_steps < steps / 2);  // the variance steps thin out, then stop
+  const auto state = adam.state_dict();
+  CHECK(relative_gap(state.at("p1.exp_avg"), want["final_exp_avg"][rank][1]) < 1e-6);
 }
 
 TEST_CASE("onebit_padded_size is DeepSpeed's corrected_tensor_size") {

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# DeepSpeed's 1-bit Adam ("optimizer": {"type": "OneBitAdam"}) from a config, at 2 and 4
-# ranks: before the freeze it is Adam on the averaged gradients (no bias correction, a first
+# DeepSpeed's 1-bit Adam and 0/1 Adam ("optimizer": {"type": "OneBitAdam" / "ZeroOneAdam"})
+# from a config, at 2 and 4 ranks. 1-bit Adam: before the freeze it is Adam on the averaged gradients (no bias correction, a first
 # step that changes nothing), after it only 1-bit momentum goes over the wire (sends of packed
 # signs, no gradient all-reduce); it ends within 2% of Adam's validation loss; 2 pipeline
 # stages x 2 replicas give the 2-replica losses (each stage's tensors compressed over its
 # replicas, as one process's tensors are); a checkpoint taken after the freeze resumes bit for
 # bit (each rank's compression errors in its own file) and refuses another rank count; ZeRO,
-# an unknown transport and AMSGrad are errors naming the key. (Its arithmetic against
-# DeepSpeed's source: tests/parallel/test_onebit_adam.cpp.)
+# an unknown transport and AMSGrad are errors naming the key. 0/1 Adam trains with 1-bit
+# exchanges and fewer all-reduces, equals itself at 2 stages x 2 replicas, and resumes bit for
+# bit from a checkpoint taken between reconciliations (float32 and bf16). (Their arithmetic
+# against DeepSpeed's source: tests/parallel/test_onebit_adam.cpp.)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 source "$here/cli_setup.sh"
@@ -29,6 +31,10 @@ onebit='{"type": "OneBitAdam", "params": {"lr": 3e-3, "weight_decay": 0.1, "free
 config onebit "$onebit"
 config adam '{"type": "Adam", "params": {"lr": 3e-3, "weight_decay": 0.1}}'
 config pipe "$onebit" 'c["pipeline"] = {"stages": 2}'
+zero_one='{"type": "ZeroOneAdam", "params": {"lr": 3e-3, "weight_decay": 0.1, "var_freeze_step": 10, "var_update_scaler": 2, "local_step_scaler": 4, "local_step_clipper": 4}}'
+config zo "$zero_one"
+config zobf "$zero_one" 'c["bf16"] = {"enabled": True}'
+config zopipe "$zero_one" 'c["pipeline"] = {"stages": 2}'
 run() {  # out ranks config [args...]: the --json line, the log in out.log
   local out="$1" n="$2" cfg="$3"; shift 3
   mpirun -np "$n" "$tessera" train "$cfg.json" --data corpus.txt --json "$@" >"$out.json" 2>"$out.log" ||
@@ -39,6 +45,13 @@ run adam2 2 adam
 run pipe4 4 pipe
 run save 2 onebit --steps 12 --save ck
 run resumed 2 onebit --resume ck
+run zo2 2 zo
+run zopipe4 4 zopipe
+run zosave 2 zo --steps 17 --save zock
+run zoresumed 2 zo --resume zock
+run zobf2 2 zobf
+run zobfsave 2 zobf --steps 17 --save zobfck
+run zobfresumed 2 zobf --resume zobfck
 python3 - <<'PY' || fails=$((fails + 1))
 import json, re
 last = lambda f: json.loads(open(f + ".json").read().strip().splitlines()[-1])
@@ -59,6 +72,18 @@ same = all(abs(pipe[k] / one[k] - 1) < 1e-6 for k in ("train_loss", "val_loss"))
 report(same, f"2 stages x 2 replicas: losses {pipe['train_loss']:.6f} / {pipe['val_loss']:.6f} equal 2 replicas' (1e-6)")
 report(resumed["train_loss"] == one["train_loss"] and resumed["val_loss"] == one["val_loss"],
        "saved at step 12 (after the freeze at 6), resumed to 40 in new processes: the same losses bit for bit")
+zo, zopipe = last("zo2"), last("zopipe4")
+zo_ops = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)", open("zo2.log").read(), re.M)}
+report(zo["val_loss"] < 0.9 * 4.6 and zo_ops.get("send", 0) > 0 and zo_ops["all_reduce"] < adam_ops["all_reduce"],
+       f"0/1 Adam trains (validation loss {zo['val_loss']:.4f}; Adam's {adam['val_loss']:.4f} after 40 steps) "
+       f"with 1-bit exchanges ({zo_ops.get('send', 0)} sends) and fewer all-reduces ({zo_ops['all_reduce']})")
+report(all(abs(zopipe[k] / zo[k] - 1) < 1e-6 for k in ("train_loss", "val_loss")),
+       "0/1 Adam at 2 stages x 2 replicas equals 2 replicas (1e-6)")
+for run, base, what in (("zoresumed", "zo2", "float32"), ("zobfresumed", "zobf2", "bf16")):
+    a, b = last(run), last(base)
+    report(a["train_loss"] == b["train_loss"] and a["val_loss"] == b["val_loss"],
+           f"0/1 Adam ({what}) saved at step 17, between reconciliations (each rank's own parameters "
+           "in its file), resumed to 40: the same losses bit for bit")
 raise SystemExit(0 if ok else 1)
 PY
 set +e  # (expect reads failing commands' output)
@@ -70,6 +95,9 @@ expect "OneBitAdam with ZeRO" "zero_optimization.stage 1 with optimizer OneBitAd
 config hccl '{"type": "OneBitAdam", "params": {"comm_backend_name": "hccl"}}'
 expect "an unknown comm_backend_name" "'optimizer.params.comm_backend_name' is \"hccl\", expected nccl or mpi" \
   "$tessera" train hccl.json --data corpus.txt --steps 1
+config zoz2 "$zero_one" 'c["zero_optimization"]["stage"] = 2'
+expect "ZeroOneAdam with ZeRO" "zero_optimization.stage 2 with optimizer ZeroOneAdam is not supported" \
+  "$tessera" train zoz2.json --data corpus.txt --steps 1
 config ams '{"type": "OneBitAdam", "params": {"amsgrad": true}}'
 expect "amsgrad" "1-bit Adam does not support the AMSGrad variant" "$tessera" train ams.json --data corpus.txt --steps 1
 echo "$fails failed"

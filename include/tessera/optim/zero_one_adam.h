@@ -1,0 +1,72 @@
+// DeepSpeed's 0/1 Adam (ZeroOneAdam, runtime/fp16/onebit/zoadam.py; Lu et al. 2022): Adam
+// whose variance is updated on fewer and fewer steps (every var_interval steps, the interval
+// doubling after var_update_scaler updates; only those steps all-reduce the gradients, the
+// others average them with the 1-bit compressed all-reduce into the momentum), frozen after
+// var_freeze_step; then local steps: each rank updates its own parameters with its own
+// gradients, and every local_step_interval steps (doubling every local_step_scaler steps up to
+// local_step_clipper) the ranks reconcile what they moved through one 1-bit all-reduce.
+//
+// As DeepSpeed's, step by step: the first step only sets the state up; no bias correction;
+// weight decay added to the update; the variance updated from the engine's averaged gradient;
+// the compression errors zeroed once at the freeze. Between reconciliations the ranks'
+// parameters and momenta differ (that is the algorithm): rank_state() holds each rank's own,
+// with its errors and its accumulator, so a checkpoint resumes bit for bit at its rank count.
+#pragma once
+#include <memory>
+
+#include "tessera/optim/compression_errors.h"
+#include "tessera/optim/optimizer.h"
+
+namespace tessera::optim {
+
+struct ZeroOneAdamOptions {
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  int64_t var_freeze_step = 100000;  // DeepSpeed's defaults
+  int64_t var_update_scaler = 16;
+  int64_t local_step_scaler = 32678;
+  int64_t local_step_clipper = 16;
+};
+
+class ZeroOneAdam : public Optimizer {
+ public:
+  ZeroOneAdam(std::vector<ParamGroup> groups, ZeroOneAdamOptions options = {},
+              std::shared_ptr<OneBitTransport> transport = nullptr);
+  void step() override;
+  std::string name() const override { return "ZeroOneAdam"; }
+  std::unique_ptr<Optimizer> rebuild(std::vector<ParamGroup> groups) const override {
+    return std::make_unique<ZeroOneAdam>(std::move(groups), options_, transport_);
+  }
+  bool set_betas(double beta1, double beta2) override;
+  std::optional<std::pair<double, double>> betas() const override {
+    return std::make_pair(options_.beta1, options_.beta2);
+  }
+  bool frozen() const { return frozen_; }
+  bool takes_data_parallel_transport() const override { return true; }
+  void set_data_parallel_transport(std::shared_ptr<OneBitTransport> transport) override {
+    transport_ = std::move(transport);
+  }
+  // Only the variance steps read the engine's averaged gradients.
+  bool reads_local_gradients() const override { return !allreduce_; }
+  std::map<std::string, Tensor> state_dict() const override;
+  void load_state_dict(const std::map<std::string, Tensor>& state) override;
+  std::map<std::string, Tensor> rank_state() const override;
+  void load_rank_state(const std::map<std::string, Tensor>& mine,
+                       const std::map<std::string, Tensor>& rank0) override;
+
+ private:
+  // The schedule's counters (DeepSpeed keeps them per parameter; every parameter steps alike).
+  struct Counters {
+    int64_t var_interval = 1, var_counter = 0, local_step_interval = 1, local_step_counter = 0;
+  };
+  void update(size_t g, size_t i, const Tensor& grad);
+  void advance_counters();
+  int world() const { return transport_ ? transport_->world() : 1; }
+  ZeroOneAdamOptions options_;
+  std::shared_ptr<OneBitTransport> transport_;
+  bool initialized_ = false, frozen_ = false, errors_zeroed_ = false, allreduce_ = true;
+  Counters counters_;
+  std::vector<double> lrs_;  // each group's learning rates since the last reconciliation
+  CompressionErrors errors_;
+};
+
+}  // namespace tessera::optim

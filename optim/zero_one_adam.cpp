@@ -1,0 +1,239 @@
+#include "tessera/optim/zero_one_adam.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "tessera/grad_mode.h"
+#include "tessera/ops.h"
+
+namespace tessera::optim {
+
+namespace {
+
+// The schedule's state in state_dict(), beside the parameters' slots.
+const char* const kCounters[] = {"var_interval", "var_counter", "local_step_interval",
+                                 "local_step_counter", "allreduce"};
+const std::string kPrefix = "zero_one_adam.";
+
+}  // namespace
+
+ZeroOneAdam::ZeroOneAdam(std::vector<ParamGroup> groups, ZeroOneAdamOptions options,
+                         std::shared_ptr<OneBitTransport> transport)
+    : Optimizer(std::move(groups)), options_(options), transport_(std::move(transport)) {
+  set_betas(options.beta1, options.beta2);
+  TS_CHECK(options.eps > 0, "ZeroOneAdam: eps must be > 0, got ", options.eps);
+  TS_CHECK(options.var_freeze_step >= 0 && options.var_update_scaler >= 1 &&
+               options.local_step_scaler >= 1 && options.local_step_clipper >= 1,
+           "ZeroOneAdam: var_freeze_step must be >= 0 and var_update_scaler, local_step_scaler "
+           "and local_step_clipper >= 1, got ",
+           options.var_freeze_step, ", ", options.var_update_scaler, ", ",
+           options.local_step_scaler, ", ", options.local_step_clipper);
+  for (const ParamGroup& g : groups_)
+    for (size_t i = 0; i < g.params.size(); ++i)
+      TS_CHECK(g.params[i].dtype() == DType::Float32 && g.params[i].device().is_cpu() &&
+                   g.params[i].is_contiguous(),
+               "ZeroOneAdam: '", g.names[i], "' is ", g.params[i].describe(),
+               "; it updates contiguous float32 CPU tensors (float32 masters under mixed "
+               "precision; its CUDA kernels are not written yet)");
+  lrs_.assign(groups_.size(), 0.0);
+}
+
+bool ZeroOneAdam::set_betas(double beta1, double beta2) {
+  TS_CHECK(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1,
+           "ZeroOneAdam: betas must be in [0, 1), got (", beta1, ", ", beta2, ")");
+  options_.beta1 = beta1;
+  options_.beta2 = beta2;
+  return true;
+}
+
+void ZeroOneAdam::update(size_t g, size_t i, const Tensor& grad_tensor) {
+  const ParamGroup& group = groups_[g];
+  const std::string& name = group.names[i];
+  const int64_t n = group.params[i].numel();
+  TS_CHECK(grad_tensor.shape() == group.params[i].shape(), "ZeroOneAdam: gradient of '", name,
+           "' is ", grad_tensor.describe(), ", parameter is ", group.params[i].describe());
+  const Tensor grad = grad_tensor.to(DType::Float32).contiguous();
+  float* p = group.params[i].data<float>();
+  float* m = slot(g, i, "exp_avg").data<float>();
+  float* v = slot(g, i, "exp_avg_sq").data<float>();
+  float* acc = slot(g, i, "momentum_accumulator").data<float>();
+  // (float32 arithmetic, as DeepSpeed's on float32 tensors; 1 - beta as torch's add_ takes it)
+  const float b1 = static_cast<float>(options_.beta1), b2 = static_cast<float>(options_.beta2);
+  const float c1 = static_cast<float>(1 - options_.beta1),
+              c2 = static_cast<float>(1 - options_.beta2);
+  const float scale = static_cast<float>(grad_scale_);
+  std::vector<float> g_local(static_cast<size_t>(n));
+  for (int64_t k = 0; k < n; ++k) g_local[k] = grad.data<float>()[k] * scale;
+  if (frozen_) {
+    for (int64_t k = 0; k < n; ++k) m[k] = b1 * m[k] + c1 * g_local[k];
+  } else if (step_ % counters_.var_interval == 0) {  // the engine averaged this step's gradients
+    for (int64_t k = 0; k < n; ++k) {
+      v[k] = b2 * v[k] + c2 * g_local[k] * g_local[k];
+      m[k] = b1 * m[k] + c1 * g_local[k];
+    }
+  } else if (world() > 1) {  // this rank's own, averaged by the 1-bit all-reduce
+    errors_.all_reduce(name, g_local.data(), n, *transport_);
+    for (int64_t k = 0; k < n; ++k) m[k] = b1 * m[k] + c1 * g_local[k];
+  }
+  const float lr = static_cast<float>(group.lr), wd = static_cast<float>(group.weight_decay);
+  const float eps = static_cast<float>(options_.eps);
+  std::vector<float> denom(static_cast<size_t>(n));
+  for (int64_t k = 0; k < n; ++k) {
+    denom[k] = std::sqrt(v[k]) + eps;
+    float u = m[k] / denom[k];
+    if (wd > 0) u += wd * p[k];
+    p[k] += -lr * u;
+    if (frozen_) acc[k] += -lr * u;
+  }
+  if (frozen_ && step_ % counters_.local_step_interval == 0) {
+    // Reconcile: undo the local moves, average them (scaled by the frozen denominator) over
+    // the ranks, and take the average instead; the momentum is what it amounts to.
+    const float lrs = static_cast<float>(lrs_[g] + group.lr);
+    for (int64_t k = 0; k < n; ++k) {
+      p[k] -= acc[k];
+      acc[k] *= denom[k];
+    }
+    if (world() > 1) errors_.all_reduce(name, acc, n, *transport_);
+    for (int64_t k = 0; k < n; ++k) {
+      m[k] = -(acc[k] / lrs);
+      p[k] += acc[k] / denom[k];
+      acc[k] = 0;
+    }
+  }
+  group.params[i].bump_version();
+}
+
+void ZeroOneAdam::advance_counters() {
+  Counters& c = counters_;
+  if (frozen_) {
+    const bool reconciled = step_ % c.local_step_interval == 0;
+    for (size_t g = 0; g < groups_.size(); ++g) lrs_[g] = reconciled ? 0 : lrs_[g] + groups_[g].lr;
+    if (++c.local_step_counter == options_.local_step_scaler) {
+      c.local_step_counter = 0;
+      c.local_step_interval = std::min(options_.local_step_clipper, c.local_step_interval * 2);
+    }
+    return;
+  }
+  if (step_ % c.var_interval == 0 && ++c.var_counter == options_.var_update_scaler) {
+    c.var_counter = 0;
+    c.var_interval *= 2;
+  }
+  allreduce_ = (step_ + 1) % c.var_interval == 0;
+}
+
+void ZeroOneAdam::step() {
+  NoGradGuard no_grad;
+  ++step_;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    Tensor* const* copies = model_copies_.empty() ? nullptr : model_copies_[g].data();
+    for (size_t i = 0; i < groups_[g].params.size(); ++i) {
+      const Tensor grad = copies ? copies[i]->grad() : groups_[g].params[i].grad();
+      if (!grad.defined()) continue;
+      for (const char* s : {"exp_avg", "exp_avg_sq", "momentum_accumulator"}) slot(g, i, s);
+      if (!initialized_) continue;  // DeepSpeed's initialisation step
+      update(g, i, grad);
+      if (copies) {
+        copies[i]->detach().copy_(groups_[g].params[i].to(copies[i]->dtype()));
+        copies[i]->bump_version();
+      }
+    }
+  }
+  if (!initialized_) {
+    initialized_ = true;
+    return;
+  }
+  advance_counters();
+  if (step_ > options_.var_freeze_step) {
+    frozen_ = true;
+    allreduce_ = false;
+  }
+  if (frozen_ && !errors_zeroed_) {
+    errors_.zero();
+    errors_zeroed_ = true;
+  }
+}
+
+std::map<std::string, Tensor> ZeroOneAdam::state_dict() const {
+  std::map<std::string, Tensor> out = Optimizer::state_dict();
+  const Counters& c = counters_;
+  const int64_t values[] = {c.var_interval, c.var_counter, c.local_step_interval,
+                            c.local_step_counter, allreduce_ ? 1 : 0};
+  for (size_t k = 0; k < std::size(kCounters); ++k)
+    out[kPrefix + kCounters[k]] = full({}, static_cast<double>(values[k]), DType::Int64);
+  out[kPrefix + "lrs"] = from_vector(lrs_, {static_cast<int64_t>(lrs_.size())}, DType::Float64);
+  return out;
+}
+
+void ZeroOneAdam::load_state_dict(const std::map<std::string, Tensor>& state) {
+  std::map<std::string, Tensor> slots = state;
+  int64_t values[std::size(kCounters)] = {};
+  for (size_t k = 0; k < std::size(kCounters); ++k) {
+    const auto it = slots.find(kPrefix + kCounters[k]);
+    TS_CHECK(it != slots.end() && it->second.numel() == 1, "ZeroOneAdam.load_state_dict: no '",
+             kPrefix, kCounters[k], "' entry (not a ZeroOneAdam checkpoint?)");
+    values[k] = static_cast<int64_t>(it->second.item());
+    slots.erase(it);
+  }
+  const auto lrs = slots.find(kPrefix + "lrs");
+  TS_CHECK(lrs != slots.end() && lrs->second.numel() == static_cast<int64_t>(groups_.size()),
+           "ZeroOneAdam.load_state_dict: '", kPrefix, "lrs' must hold one value per group (",
+           groups_.size(), ")");
+  const std::vector<double> lrs_values = lrs->second.to_vector();
+  slots.erase(lrs);
+  Optimizer::load_state_dict(slots);
+  TS_CHECK(values[0] >= 1 && values[2] >= 1, "ZeroOneAdam.load_state_dict: intervals ", values[0],
+           " and ", values[2], " must be >= 1");
+  counters_ = {values[0], values[1], values[2], values[3]};
+  allreduce_ = values[4] != 0;
+  lrs_ = lrs_values;
+  initialized_ = step_ > 0;
+  frozen_ = step_ > 1 && step_ > options_.var_freeze_step;
+  errors_zeroed_ = frozen_;
+  errors_.clear();
+}
+
+std::map<std::string, Tensor> ZeroOneAdam::rank_state() const {
+  if (world() == 1 || !initialized_) return {};
+  std::map<std::string, Tensor> out{{"world", full({}, world(), DType::Int64)}};
+  errors_.save(out);
+  // Between reconciliations each rank's parameters, momentum and accumulator are its own.
+  for (size_t g = 0; g < groups_.size(); ++g)
+    for (size_t i = 0; i < groups_[g].params.size(); ++i) {
+      const std::string& name = groups_[g].names[i];
+      out[name + ".param"] = groups_[g].params[i].clone();
+      for (const char* s : {"exp_avg", "momentum_accumulator"})
+        if (auto it = state_.find(name + "." + s); it != state_.end())
+          out[it->first] = it->second.clone();
+    }
+  return out;
+}
+
+void ZeroOneAdam::load_rank_state(const std::map<std::string, Tensor>& mine,
+                                  const std::map<std::string, Tensor>& rank0) {
+  check_saved_rank_count("ZeroOneAdam", rank0, world());
+  TS_CHECK(rank0.empty() || !mine.empty(),
+           "ZeroOneAdam: the checkpoint holds rank 0's own state but not this rank's");
+  errors_.load(
+      mine, [this](const std::string& name) { return numel_of(name); }, world());
+  NoGradGuard no_grad;
+  for (const auto& [key, t] : mine) {
+    if (key == "world" || key.ends_with("_error")) continue;
+    const size_t dot = key.rfind('.');
+    const std::string name = key.substr(0, dot), kind = key.substr(dot + 1);
+    bool found = false;
+    for (size_t g = 0; g < groups_.size(); ++g)
+      for (size_t i = 0; i < groups_[g].params.size(); ++i) {
+        if (groups_[g].names[i] != name) continue;
+        Tensor& target = kind == "param" ? groups_[g].params[i] : slot(g, i, kind);
+        TS_CHECK((kind == "param" || kind == "exp_avg" || kind == "momentum_accumulator") &&
+                     t.shape() == target.shape(),
+                 "ZeroOneAdam: rank state '", key, "' is ", t.describe(), ", expected ",
+                 target.describe());
+        target.copy_(t.to(target.dtype()));
+        found = true;
+      }
+    TS_CHECK(found, "ZeroOneAdam: rank state '", key, "' belongs to no parameter");
+  }
+}
+
+}  // namespace tessera::optim
