@@ -2,6 +2,7 @@
 
 #include "tessera/named_registry.h"
 #include "tessera/optim/onebit_adam.h"
+#include "tessera/optim/onebit_lamb.h"
 #include "tessera/optim/zero_one_adam.h"
 
 namespace tessera::optim {
@@ -274,10 +275,89 @@ OptimizerEntry zero_one_adam_entry() {
   return e;
 }
 
+OptimizerEntry onebit_lamb_entry() {
+  const OneBitLambOptions o;
+  OptimizerEntry e;
+  e.type = "OneBitLamb";
+  e.doc =
+      "DeepSpeed's 1-bit LAMB: LAMB for freeze_step steps, then the variance frozen and all "
+      "momenta averaged in one 1-bit all-reduce, each tensor's trust ratio frozen and scaled "
+      "by a factor from a fresh variance; no bias correction, as DeepSpeed's";
+  e.params = {
+      {"betas", K::Betas, {o.beta1, o.beta2}, "the moments' decay rates"},
+      {"eps", K::Positive, {o.eps}, "added to the second moment's root"},
+      {"freeze_step",
+       K::Count,
+       {static_cast<double>(o.freeze_step)},
+       "steps of uncompressed LAMB (the first one only sets the state up, as DeepSpeed's)"},
+      {"max_coeff", K::NonNegative, {o.max_coeff}, "the trust ratio's upper clamp"},
+      {"min_coeff", K::NonNegative, {o.min_coeff}, "the trust ratio's lower clamp"},
+      {"coeff_beta", K::Momentum, {o.coeff_beta}, "decay of the trust ratio's running average"},
+      {"factor_max", K::NonNegative, {o.factor_max}, "the factor's upper clamp"},
+      {"factor_min", K::NonNegative, {o.factor_min}, "the factor's lower clamp"},
+      {"factor_threshold",
+       K::NonNegative,
+       {o.factor_threshold},
+       "the most the factor may change from one step to the next (a fraction)"},
+      {"comm_backend_name",
+       K::Choice,
+       {0.0},
+       "DeepSpeed's transport; Tessera exchanges over the job's data-parallel group either "
+       "way (MPI between CPU ranks, NCCL between GPUs)",
+       false,
+       "",
+       {"nccl", "mpi"}},
+      {"cuda_aware",
+       K::Bool,
+       {0.0},
+       "DeepSpeed's CUDA-aware MPI switch",
+       false,
+       "Tessera's process group moves the bytes (MPI between CPU ranks)"},
+      {"bias_correction",
+       K::Bool,
+       {1.0},
+       "DeepSpeed's OnebitLamb takes it",
+       false,
+       "DeepSpeed's 1-bit LAMB applies no bias correction whatever it says; nor does Tessera's"},
+      {"eps_inside_sqrt",
+       K::Bool,
+       {0.0},
+       "DeepSpeed's OnebitLamb takes it",
+       false,
+       "DeepSpeed's 1-bit LAMB stores it without using it"},
+      {"amsgrad", K::Bool, {0.0}, "must be false: 1-bit LAMB has no AMSGrad (as DeepSpeed)"}};
+  e.has_betas = true;
+  e.updates_partitions = false;
+  e.no_zero_reason = "as DeepSpeed's 1-bit LAMB, it needs whole tensors and all momenta";
+  // The moments, the fresh variance and the compression errors.
+  e.state_slots = [](const HyperParamValues&) { return int64_t{5}; };
+  e.check = [](const HyperParamValues& v) {
+    TS_CHECK(!v.flag("amsgrad"),
+             "'optimizer.params.amsgrad': 1-bit LAMB does not support the "
+             "AMSGrad variant (DeepSpeed raises too)");
+    return std::vector<std::string>{};
+  };
+  e.build = [](std::vector<ParamGroup> groups, const HyperParamValues& v) {
+    const auto [b1, b2] = v.pair("betas");
+    OneBitLambOptions o{b1,
+                        b2,
+                        v.number("eps"),
+                        v.count("freeze_step"),
+                        v.number("max_coeff"),
+                        v.number("min_coeff"),
+                        v.number("coeff_beta"),
+                        v.number("factor_max"),
+                        v.number("factor_min"),
+                        v.number("factor_threshold")};
+    return std::unique_ptr<Optimizer>(std::make_unique<OneBitLamb>(std::move(groups), o));
+  };
+  return e;
+}
+
 std::vector<OptimizerEntry> builtin_optimizers() {
   std::vector<OptimizerEntry> out;
   for (OptimizerEntry e : {adam_entry("Adam"), adam_entry("AdamW"), sgd_entry(), lamb_entry(),
-                           onebit_adam_entry(), zero_one_adam_entry()}) {
+                           onebit_adam_entry(), zero_one_adam_entry(), onebit_lamb_entry()}) {
     check_by_building(e);
     out.push_back(with_group_params(std::move(e)));
   }

@@ -13,7 +13,7 @@ namespace {
 // The schedule's state in state_dict(), beside the parameters' slots.
 const char* const kCounters[] = {"var_interval", "var_counter", "local_step_interval",
                                  "local_step_counter", "allreduce"};
-const std::string kPrefix = "zero_one_adam.";
+const std::string kZeroOnePrefix = "zero_one_adam.";
 
 }  // namespace
 
@@ -159,8 +159,9 @@ std::map<std::string, Tensor> ZeroOneAdam::state_dict() const {
   const int64_t values[] = {c.var_interval, c.var_counter, c.local_step_interval,
                             c.local_step_counter, allreduce_ ? 1 : 0};
   for (size_t k = 0; k < std::size(kCounters); ++k)
-    out[kPrefix + kCounters[k]] = full({}, static_cast<double>(values[k]), DType::Int64);
-  out[kPrefix + "lrs"] = from_vector(lrs_, {static_cast<int64_t>(lrs_.size())}, DType::Float64);
+    out[kZeroOnePrefix + kCounters[k]] = full({}, static_cast<double>(values[k]), DType::Int64);
+  out[kZeroOnePrefix + "lrs"] =
+      from_vector(lrs_, {static_cast<int64_t>(lrs_.size())}, DType::Float64);
   return out;
 }
 
@@ -168,15 +169,15 @@ void ZeroOneAdam::load_state_dict(const std::map<std::string, Tensor>& state) {
   std::map<std::string, Tensor> slots = state;
   int64_t values[std::size(kCounters)] = {};
   for (size_t k = 0; k < std::size(kCounters); ++k) {
-    const auto it = slots.find(kPrefix + kCounters[k]);
+    const auto it = slots.find(kZeroOnePrefix + kCounters[k]);
     TS_CHECK(it != slots.end() && it->second.numel() == 1, "ZeroOneAdam.load_state_dict: no '",
-             kPrefix, kCounters[k], "' entry (not a ZeroOneAdam checkpoint?)");
+             kZeroOnePrefix, kCounters[k], "' entry (not a ZeroOneAdam checkpoint?)");
     values[k] = static_cast<int64_t>(it->second.item());
     slots.erase(it);
   }
-  const auto lrs = slots.find(kPrefix + "lrs");
+  const auto lrs = slots.find(kZeroOnePrefix + "lrs");
   TS_CHECK(lrs != slots.end() && lrs->second.numel() == static_cast<int64_t>(groups_.size()),
-           "ZeroOneAdam.load_state_dict: '", kPrefix, "lrs' must hold one value per group (",
+           "ZeroOneAdam.load_state_dict: '", kZeroOnePrefix, "lrs' must hold one value per group (",
            groups_.size(), ")");
   const std::vector<double> lrs_values = lrs->second.to_vector();
   slots.erase(lrs);

@@ -117,7 +117,7 @@ TEST_CASE("config reference: what a value must be comes from the registries and 
   CHECK(ref.at("pipeline.schedule").expected == "one of 1f1b, zb-h1, interleaved");
   CHECK(ref.at("model.type").expected == "one of bert, gpt2");
   CHECK(ref.at("optimizer.type").expected ==
-        "one of Adam, AdamW, SGD, Lamb, OneBitAdam, ZeroOneAdam");
+        "one of Adam, AdamW, SGD, Lamb, OneBitAdam, ZeroOneAdam, OneBitLamb");
   CHECK(ref.at("fp16.loss_scale").expected == ">= 0 (0 = dynamic)");
   CHECK(ref.at("zero_optimization.stage").expected == "0, 1, 2 or 3");
   CHECK(ref.at("zero_optimization.offload_optimizer.device").expected == "\"cpu\" or \"none\"");

@@ -11,6 +11,7 @@
 #include "fixture_util.h"
 #include "skip.h"
 #include "tessera/optim/onebit_adam.h"
+#include "tessera/optim/onebit_lamb.h"
 #include "tessera/optim/zero_one_adam.h"
 #include "tessera/parallel/onebit_transport.h"
 
@@ -139,6 +140,55 @@ TEST_CASE("ZeroOneAdam: N ranks reproduce DeepSpeed's 0/1 Adam: variance and loc
   CHECK(averaged_steps < steps / 2);  // the variance steps thin out, then stop
   const auto state = adam.state_dict();
   CHECK(relative_gap(state.at("p1.exp_avg"), want["final_exp_avg"][rank][1]) < 1e-6);
+}
+
+TEST_CASE("OneBitLamb: N ranks reproduce DeepSpeed's 1-bit LAMB across the freeze" *
+          test::skip_if(test::launched_world_size() == 3 || test::launched_world_size() > 4,
+                        "the fixture holds 1, 2 and 4 ranks")) {
+  const auto fixture = test::read_json(TESSERA_FIXTURES_DIR "/deepspeed/onebit_adam.json");
+  const auto& lamb = fixture["onebit_lamb"];
+  auto group = parallel::world();
+  const int world = group->size(), rank = group->rank();
+  const auto& want = lamb["worlds"][std::to_string(world)];
+  const std::vector<int64_t> shapes = fixture["shapes"].get<std::vector<int64_t>>();
+  std::vector<Tensor> params;
+  for (size_t t = 0; t < shapes.size(); ++t)
+    params.push_back(hashed_tensor(shapes[t], 0, 0, static_cast<int64_t>(t), 1));
+  const double lr = fixture["lr"];
+  // One group per tensor, in the generator's order (1-bit LAMB flattens them in group order).
+  std::vector<optim::ParamGroup> groups = {{{"p0"}, {params[0]}, lr, 0.01},
+                                           {{"p1"}, {params[1]}, lr, 0.0},
+                                           {{"p2"}, {params[2]}, lr, 0.01}};
+  optim::OneBitLambOptions options;
+  options.freeze_step = lamb["freeze_step"];
+  optim::OneBitLamb opt(groups, options,
+                        std::make_shared<parallel::ProcessGroupOneBitTransport>(group));
+  const int64_t steps = fixture["steps"];
+  for (int64_t step = 1; step <= steps; ++step) {
+    CAPTURE(step);
+    CHECK(opt.frozen() == (step > options.freeze_step));
+    for (size_t t = 0; t < shapes.size(); ++t) {
+      const auto tt = static_cast<int64_t>(t);
+      Tensor g = hashed_tensor(shapes[t], rank, step, tt, 2);
+      if (!opt.frozen()) {
+        g = hashed_tensor(shapes[t], 0, step, tt, 2);
+        for (int r = 1; r < world; ++r) g = g + hashed_tensor(shapes[t], r, step, tt, 2);
+        g = g * static_cast<double>(1.0f / static_cast<float>(world));
+      }
+      params[t].set_grad(g);
+    }
+    opt.step();
+    if (step > 1) {
+      const auto& coeffs = want["lamb_coeffs"][step - 2];
+      REQUIRE(opt.lamb_coeffs().size() == coeffs.size());
+      for (size_t t = 0; t < coeffs.size(); ++t)
+        CHECK(opt.lamb_coeffs()[t] == doctest::Approx(coeffs[t].get<double>()).epsilon(1e-6));
+    }
+    for (size_t t = 0; t < shapes.size(); ++t) {
+      CAPTURE(t);
+      CHECK(relative_gap(params[t], want["params_after_step"][step - 1][t]) < 1e-6);
+    }
+  }
 }
 
 TEST_CASE("onebit_padded_size is DeepSpeed's corrected_tensor_size") {

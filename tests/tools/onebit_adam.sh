@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# DeepSpeed's 1-bit Adam and 0/1 Adam ("optimizer": {"type": "OneBitAdam" / "ZeroOneAdam"})
-# from a config, at 2 and 4 ranks. 1-bit Adam: before the freeze it is Adam on the averaged gradients (no bias correction, a first
+# DeepSpeed's 1-bit Adam, 0/1 Adam and 1-bit LAMB ("optimizer": {"type": "OneBitAdam" /
+# "ZeroOneAdam" / "OneBitLamb"}) from a config, at 2 and 4 ranks. 1-bit Adam: before the freeze it is Adam on the averaged gradients (no bias correction, a first
 # step that changes nothing), after it only 1-bit momentum goes over the wire (sends of packed
 # signs, no gradient all-reduce); it ends within 2% of Adam's validation loss; 2 pipeline
 # stages x 2 replicas give the 2-replica losses (each stage's tensors compressed over its
@@ -8,7 +8,8 @@
 # bit (each rank's compression errors in its own file) and refuses another rank count; ZeRO,
 # an unknown transport and AMSGrad are errors naming the key. 0/1 Adam trains with 1-bit
 # exchanges and fewer all-reduces, equals itself at 2 stages x 2 replicas, and resumes bit for
-# bit from a checkpoint taken between reconciliations (float32 and bf16). (Their arithmetic
+# bit from a checkpoint taken between reconciliations (float32 and bf16). 1-bit LAMB ends
+# within 2% of LAMB's validation loss and resumes bit for bit after its freeze. (Their arithmetic
 # against DeepSpeed's source: tests/parallel/test_onebit_adam.cpp.)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -35,6 +36,9 @@ zero_one='{"type": "ZeroOneAdam", "params": {"lr": 3e-3, "weight_decay": 0.1, "v
 config zo "$zero_one"
 config zobf "$zero_one" 'c["bf16"] = {"enabled": True}'
 config zopipe "$zero_one" 'c["pipeline"] = {"stages": 2}'
+config lamb '{"type": "Lamb", "params": {"lr": 3e-3, "weight_decay": 0.1}}'
+onebit_lamb='{"type": "OneBitLamb", "params": {"lr": 3e-3, "weight_decay": 0.1, "freeze_step": 6}}'
+config oblamb "$onebit_lamb"
 run() {  # out ranks config [args...]: the --json line, the log in out.log
   local out="$1" n="$2" cfg="$3"; shift 3
   mpirun -np "$n" "$tessera" train "$cfg.json" --data corpus.txt --json "$@" >"$out.json" 2>"$out.log" ||
@@ -52,6 +56,10 @@ run zoresumed 2 zo --resume zock
 run zobf2 2 zobf
 run zobfsave 2 zobf --steps 17 --save zobfck
 run zobfresumed 2 zobf --resume zobfck
+run lamb2 2 lamb
+run oblamb2 2 oblamb
+run oblambsave 2 oblamb --steps 12 --save oblamb_ck
+run oblambresumed 2 oblamb --resume oblamb_ck
 python3 - <<'PY' || fails=$((fails + 1))
 import json, re
 last = lambda f: json.loads(open(f + ".json").read().strip().splitlines()[-1])
@@ -84,6 +92,14 @@ for run, base, what in (("zoresumed", "zo2", "float32"), ("zobfresumed", "zobf2"
     report(a["train_loss"] == b["train_loss"] and a["val_loss"] == b["val_loss"],
            f"0/1 Adam ({what}) saved at step 17, between reconciliations (each rank's own parameters "
            "in its file), resumed to 40: the same losses bit for bit")
+lamb, oblamb, oblambresumed = last("lamb2"), last("oblamb2"), last("oblambresumed")
+gap = oblamb["val_loss"] / lamb["val_loss"] - 1
+ob_ops = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)", open("oblamb2.log").read(), re.M)}
+report(abs(gap) < 0.02 and ob_ops.get("send", 0) > 0,
+       f"1-bit LAMB: validation loss {oblamb['val_loss']:.4f} vs LAMB's {lamb['val_loss']:.4f} ({gap:+.2%}), "
+       f"{ob_ops.get('send', 0)} sends of packed signs")
+report(oblambresumed["train_loss"] == oblamb["train_loss"] and oblambresumed["val_loss"] == oblamb["val_loss"],
+       "1-bit LAMB saved at step 12 (after the freeze at 6), resumed to 40: the same losses bit for bit")
 raise SystemExit(0 if ok else 1)
 PY
 set +e  # (expect reads failing commands' output)
