@@ -9,7 +9,8 @@
 # an unknown transport and AMSGrad are errors naming the key. 0/1 Adam trains with 1-bit
 # exchanges and fewer all-reduces, equals itself at 2 stages x 2 replicas, and resumes bit for
 # bit from a checkpoint taken between reconciliations (float32 and bf16). 1-bit LAMB ends
-# within 2% of LAMB's validation loss and resumes bit for bit after its freeze. (Their arithmetic
+# within 2% of LAMB's validation loss and resumes bit for bit after its freeze. 1-bit Adam with
+# fp16 and gradient accumulation trains and resumes bit for bit. (Their arithmetic
 # against DeepSpeed's source: tests/parallel/test_onebit_adam.cpp.)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -39,10 +40,11 @@ config zopipe "$zero_one" 'c["pipeline"] = {"stages": 2}'
 config lamb '{"type": "Lamb", "params": {"lr": 3e-3, "weight_decay": 0.1}}'
 onebit_lamb='{"type": "OneBitLamb", "params": {"lr": 3e-3, "weight_decay": 0.1, "freeze_step": 6}}'
 config oblamb "$onebit_lamb"
+config fp16gas "$onebit" 'c.update({"fp16": {"enabled": True, "initial_scale_power": 12}, "gradient_accumulation_steps": 2})'
 run() {  # out ranks config [args...]: the --json line, the log in out.log
   local out="$1" n="$2" cfg="$3"; shift 3
   mpirun -np "$n" "$tessera" train "$cfg.json" --data corpus.txt --json "$@" >"$out.json" 2>"$out.log" ||
-    { echo "FAIL $out: exit $?"; tail -3 "$out.log"; exit 1; }
+    { echo "FAIL $out: exit $?"; grep "error" "$out.log" | head -3; exit 1; }
 }
 run onebit2 2 onebit
 run adam2 2 adam
@@ -60,6 +62,9 @@ run lamb2 2 lamb
 run oblamb2 2 oblamb
 run oblambsave 2 oblamb --steps 12 --save oblamb_ck
 run oblambresumed 2 oblamb --resume oblamb_ck
+run fp16 2 fp16gas
+run fp16save 2 fp16gas --steps 12 --save fp16gas_ck
+run fp16resumed 2 fp16gas --resume fp16gas_ck
 python3 - <<'PY' || fails=$((fails + 1))
 import json, re
 last = lambda f: json.loads(open(f + ".json").read().strip().splitlines()[-1])
@@ -100,6 +105,10 @@ report(abs(gap) < 0.02 and ob_ops.get("send", 0) > 0,
        f"{ob_ops.get('send', 0)} sends of packed signs")
 report(oblambresumed["train_loss"] == oblamb["train_loss"] and oblambresumed["val_loss"] == oblamb["val_loss"],
        "1-bit LAMB saved at step 12 (after the freeze at 6), resumed to 40: the same losses bit for bit")
+a, b = last("fp16"), last("fp16resumed")
+report(a["val_loss"] < 0.9 * 4.6 and a["train_loss"] == b["train_loss"] and a["val_loss"] == b["val_loss"],
+       f"1-bit Adam with fp16 and 2 accumulation steps trains (validation loss {a['val_loss']:.4f}) and "
+       "resumes across its freeze bit for bit")
 raise SystemExit(0 if ok else 1)
 PY
 set +e  # (expect reads failing commands' output)
