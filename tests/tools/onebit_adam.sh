@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # DeepSpeed's 1-bit Adam, 0/1 Adam and 1-bit LAMB ("optimizer": {"type": "OneBitAdam" /
-# "ZeroOneAdam" / "OneBitLamb"}) from a config, at 2 and 4 ranks. 1-bit Adam: before the freeze it is Adam on the averaged gradients (no bias correction, a first
-# step that changes nothing), after it only 1-bit momentum goes over the wire (sends of packed
+# "ZeroOneAdam" / "OneBitLamb"}) from a config, at 2 and 4 ranks. 1-bit Adam: before the
+# freeze it is Adam on the averaged gradients (no bias correction, a first step that changes
+# nothing), after it only 1-bit momentum goes over the wire (sends of packed
 # signs, no gradient all-reduce); it ends within 2% of Adam's validation loss; 2 pipeline
 # stages x 2 replicas give the 2-replica losses (each stage's tensors compressed over its
 # replicas, as one process's tensors are); a checkpoint taken after the freeze resumes bit for
