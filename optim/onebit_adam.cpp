@@ -9,26 +9,11 @@ namespace tessera::optim {
 
 OneBitAdam::OneBitAdam(std::vector<ParamGroup> groups, OneBitAdamOptions options,
                        std::shared_ptr<OneBitTransport> transport)
-    : Optimizer(std::move(groups)), options_(options), transport_(std::move(transport)) {
-  set_betas(options.beta1, options.beta2);
-  TS_CHECK(options.eps > 0, "OneBitAdam: eps must be > 0, got ", options.eps);
+    : OneBitOptimizer(std::move(groups), "OneBitAdam", options.beta1, options.beta2, options.eps,
+                      std::move(transport)),
+      options_(options) {
   TS_CHECK(options.freeze_step >= 0, "OneBitAdam: freeze_step must be >= 0, got ",
            options.freeze_step);
-  for (const ParamGroup& g : groups_)
-    for (size_t i = 0; i < g.params.size(); ++i)
-      TS_CHECK(g.params[i].dtype() == DType::Float32 && g.params[i].device().is_cpu() &&
-                   g.params[i].is_contiguous(),
-               "OneBitAdam: '", g.names[i], "' is ", g.params[i].describe(),
-               "; it updates contiguous float32 CPU tensors (float32 masters under mixed "
-               "precision; its CUDA kernels are not written yet)");
-}
-
-bool OneBitAdam::set_betas(double beta1, double beta2) {
-  TS_CHECK(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1,
-           "OneBitAdam: betas must be in [0, 1), got (", beta1, ", ", beta2, ")");
-  options_.beta1 = beta1;
-  options_.beta2 = beta2;
-  return true;
 }
 
 void OneBitAdam::update(size_t g, size_t i, const Tensor& grad_tensor) {
@@ -43,10 +28,9 @@ void OneBitAdam::update(size_t g, size_t i, const Tensor& grad_tensor) {
   float* v = slot(g, i, "exp_avg_sq").data<float>();
   const float* gr = grad.data<float>();
   // (float32 arithmetic, as DeepSpeed's on float32 tensors)
-  const float b1 = static_cast<float>(options_.beta1), b2 = static_cast<float>(options_.beta2);
+  const float b1 = static_cast<float>(beta1_), b2 = static_cast<float>(beta2_);
   // 1 - beta in double, then float32: what torch's add_(1 - beta1, grad) multiplies by.
-  const float c1 = static_cast<float>(1 - options_.beta1),
-              c2 = static_cast<float>(1 - options_.beta2);
+  const float c1 = static_cast<float>(1 - beta1_), c2 = static_cast<float>(1 - beta2_);
   const float scale = static_cast<float>(grad_scale_);
   if (!frozen_) {
     for (int64_t k = 0; k < n; ++k) {
@@ -72,18 +56,14 @@ void OneBitAdam::step() {
   NoGradGuard no_grad;
   ++step_;
   for (size_t g = 0; g < groups_.size(); ++g) {
-    Tensor* const* copies = model_copies_.empty() ? nullptr : model_copies_[g].data();
     for (size_t i = 0; i < groups_[g].params.size(); ++i) {
-      const Tensor grad = copies ? copies[i]->grad() : groups_[g].params[i].grad();
+      const Tensor grad = gradient_of(g, i);
       if (!grad.defined()) continue;
       slot(g, i, "exp_avg");
       slot(g, i, "exp_avg_sq");
       if (!initialized_) continue;  // DeepSpeed's initialisation step
       update(g, i, grad);
-      if (copies) {
-        copies[i]->detach().copy_(groups_[g].params[i].to(copies[i]->dtype()));
-        copies[i]->bump_version();
-      }
+      write_model_copy(g, i);
     }
   }
   initialized_ = true;
@@ -100,19 +80,14 @@ void OneBitAdam::load_state_dict(const std::map<std::string, Tensor>& state) {
 }
 
 std::map<std::string, Tensor> OneBitAdam::rank_state() const {
-  if (errors_.empty()) return {};
-  std::map<std::string, Tensor> out{
-      {"world", full({}, transport_ ? transport_->world() : 1, DType::Int64)}};
-  errors_.save(out);
-  return out;
+  return error_state();
 }
 
 void OneBitAdam::load_rank_state(const std::map<std::string, Tensor>& mine,
                                  const std::map<std::string, Tensor>& rank0) {
-  const int world = transport_ ? transport_->world() : 1;
-  check_saved_rank_count("OneBitAdam", rank0, world);
+  check_saved_rank_count("OneBitAdam", rank0, world());
   errors_.load(
-      mine, [this](const std::string& name) { return numel_of(name); }, world);
+      mine, [this](const std::string& name) { return numel_of(name); }, world());
   for (const auto& [key, t] : mine)
     TS_CHECK(key == "world" || key.ends_with(".worker_error") || key.ends_with(".server_error"),
              "OneBitAdam: rank state '", key, "' is not one it saves");

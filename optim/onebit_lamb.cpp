@@ -29,31 +29,16 @@ Tensor doubles(const std::vector<double>& v) {
 
 OneBitLamb::OneBitLamb(std::vector<ParamGroup> groups, OneBitLambOptions options,
                        std::shared_ptr<OneBitTransport> transport)
-    : Optimizer(std::move(groups)), options_(options), transport_(std::move(transport)) {
-  set_betas(options.beta1, options.beta2);
-  TS_CHECK(options.eps > 0, "OneBitLamb: eps must be > 0, got ", options.eps);
+    : OneBitOptimizer(std::move(groups), "OneBitLamb", options.beta1, options.beta2, options.eps,
+                      std::move(transport)),
+      options_(options) {
   TS_CHECK(options.freeze_step >= 0, "OneBitLamb: freeze_step must be >= 0");
   TS_CHECK(options.min_coeff <= options.max_coeff && options.factor_min <= options.factor_max &&
                options.factor_threshold >= 0 && options.coeff_beta >= 0 && options.coeff_beta < 1,
            "OneBitLamb: needs min_coeff <= max_coeff, factor_min <= factor_max, "
            "factor_threshold >= 0 and coeff_beta in [0, 1)");
   for (size_t g = 0; g < groups_.size(); ++g)
-    for (size_t i = 0; i < groups_[g].params.size(); ++i) {
-      const Tensor& p = groups_[g].params[i];
-      TS_CHECK(p.dtype() == DType::Float32 && p.device().is_cpu() && p.is_contiguous(),
-               "OneBitLamb: '", groups_[g].names[i], "' is ", p.describe(),
-               "; it updates contiguous float32 CPU tensors (float32 masters under mixed "
-               "precision; its CUDA kernels are not written yet)");
-      params_.push_back({g, i});
-    }
-}
-
-bool OneBitLamb::set_betas(double beta1, double beta2) {
-  TS_CHECK(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1,
-           "OneBitLamb: betas must be in [0, 1), got (", beta1, ", ", beta2, ")");
-  options_.beta1 = beta1;
-  options_.beta2 = beta2;
-  return true;
+    for (size_t i = 0; i < groups_[g].params.size(); ++i) params_.push_back({g, i});
 }
 
 void OneBitLamb::warmup_update(Param& q, const Tensor& grad_tensor) {
@@ -65,9 +50,8 @@ void OneBitLamb::warmup_update(Param& q, const Tensor& grad_tensor) {
   float* m = slot(q.group, q.index, "exp_avg").data<float>();
   float* v = slot(q.group, q.index, "exp_avg_sq").data<float>();
   float* vf = slot(q.group, q.index, "exp_avg_sq_fresh").data<float>();
-  const float b1 = static_cast<float>(options_.beta1), b2 = static_cast<float>(options_.beta2);
-  const float c1 = static_cast<float>(1 - options_.beta1),
-              c2 = static_cast<float>(1 - options_.beta2);
+  const float b1 = static_cast<float>(beta1_), b2 = static_cast<float>(beta2_);
+  const float c1 = static_cast<float>(1 - beta1_), c2 = static_cast<float>(1 - beta2_);
   const float scale = static_cast<float>(grad_scale_), eps = static_cast<float>(options_.eps);
   const float wd = static_cast<float>(group.weight_decay);
   std::vector<float> update(static_cast<size_t>(n));
@@ -96,9 +80,8 @@ void OneBitLamb::warmup_update(Param& q, const Tensor& grad_tensor) {
 }
 
 void OneBitLamb::frozen_step(const std::vector<Tensor>& grads) {
-  const float b1 = static_cast<float>(options_.beta1), b2 = static_cast<float>(options_.beta2);
-  const float c1 = static_cast<float>(1 - options_.beta1),
-              c2 = static_cast<float>(1 - options_.beta2);
+  const float b1 = static_cast<float>(beta1_), b2 = static_cast<float>(beta2_);
+  const float c1 = static_cast<float>(1 - beta1_), c2 = static_cast<float>(1 - beta2_);
   const float scale = static_cast<float>(grad_scale_), eps = static_cast<float>(options_.eps);
   const auto momentum = [&](const Param& q) { return slot(q.group, q.index, "exp_avg"); };
   std::vector<std::vector<float>> last;
@@ -180,8 +163,7 @@ void OneBitLamb::step() {
   lamb_coeffs_.clear();
   std::vector<Tensor> grads;
   for (const Param& q : params_) {
-    Tensor* copy = model_copies_.empty() ? nullptr : model_copies_[q.group][q.index];
-    const Tensor grad = copy ? copy->grad() : groups_[q.group].params[q.index].grad();
+    const Tensor grad = gradient_of(q.group, q.index);
     TS_CHECK(grad.defined() && grad.shape() == groups_[q.group].params[q.index].shape(),
              "OneBitLamb: '", groups_[q.group].names[q.index], "' has ",
              grad.defined() ? "a gradient " + grad.describe() : std::string("no gradient"),
@@ -203,12 +185,7 @@ void OneBitLamb::step() {
     for (size_t j = 0; j < params_.size(); ++j) warmup_update(params_[j], grads[j]);
     if (step_ >= options_.freeze_step) frozen_ = true;
   }
-  for (const Param& q : params_)
-    if (!model_copies_.empty()) {
-      Tensor* copy = model_copies_[q.group][q.index];
-      copy->detach().copy_(groups_[q.group].params[q.index].to(copy->dtype()));
-      copy->bump_version();
-    }
+  for (const Param& q : params_) write_model_copy(q.group, q.index);
 }
 
 std::map<std::string, Tensor> OneBitLamb::state_dict() const {
@@ -258,10 +235,7 @@ void OneBitLamb::load_state_dict(const std::map<std::string, Tensor>& state) {
 }
 
 std::map<std::string, Tensor> OneBitLamb::rank_state() const {
-  if (errors_.empty()) return {};
-  std::map<std::string, Tensor> out{{"world", full({}, world(), DType::Int64)}};
-  errors_.save(out);
-  return out;
+  return error_state();
 }
 
 void OneBitLamb::load_rank_state(const std::map<std::string, Tensor>& mine,

@@ -19,31 +19,16 @@ const std::string kZeroOnePrefix = "zero_one_adam.";
 
 ZeroOneAdam::ZeroOneAdam(std::vector<ParamGroup> groups, ZeroOneAdamOptions options,
                          std::shared_ptr<OneBitTransport> transport)
-    : Optimizer(std::move(groups)), options_(options), transport_(std::move(transport)) {
-  set_betas(options.beta1, options.beta2);
-  TS_CHECK(options.eps > 0, "ZeroOneAdam: eps must be > 0, got ", options.eps);
+    : OneBitOptimizer(std::move(groups), "ZeroOneAdam", options.beta1, options.beta2, options.eps,
+                      std::move(transport)),
+      options_(options) {
   TS_CHECK(options.var_freeze_step >= 0 && options.var_update_scaler >= 1 &&
                options.local_step_scaler >= 1 && options.local_step_clipper >= 1,
            "ZeroOneAdam: var_freeze_step must be >= 0 and var_update_scaler, local_step_scaler "
            "and local_step_clipper >= 1, got ",
            options.var_freeze_step, ", ", options.var_update_scaler, ", ",
            options.local_step_scaler, ", ", options.local_step_clipper);
-  for (const ParamGroup& g : groups_)
-    for (size_t i = 0; i < g.params.size(); ++i)
-      TS_CHECK(g.params[i].dtype() == DType::Float32 && g.params[i].device().is_cpu() &&
-                   g.params[i].is_contiguous(),
-               "ZeroOneAdam: '", g.names[i], "' is ", g.params[i].describe(),
-               "; it updates contiguous float32 CPU tensors (float32 masters under mixed "
-               "precision; its CUDA kernels are not written yet)");
   lrs_.assign(groups_.size(), 0.0);
-}
-
-bool ZeroOneAdam::set_betas(double beta1, double beta2) {
-  TS_CHECK(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1,
-           "ZeroOneAdam: betas must be in [0, 1), got (", beta1, ", ", beta2, ")");
-  options_.beta1 = beta1;
-  options_.beta2 = beta2;
-  return true;
 }
 
 void ZeroOneAdam::update(size_t g, size_t i, const Tensor& grad_tensor) {
@@ -58,9 +43,8 @@ void ZeroOneAdam::update(size_t g, size_t i, const Tensor& grad_tensor) {
   float* v = slot(g, i, "exp_avg_sq").data<float>();
   float* acc = slot(g, i, "momentum_accumulator").data<float>();
   // (float32 arithmetic, as DeepSpeed's on float32 tensors; 1 - beta as torch's add_ takes it)
-  const float b1 = static_cast<float>(options_.beta1), b2 = static_cast<float>(options_.beta2);
-  const float c1 = static_cast<float>(1 - options_.beta1),
-              c2 = static_cast<float>(1 - options_.beta2);
+  const float b1 = static_cast<float>(beta1_), b2 = static_cast<float>(beta2_);
+  const float c1 = static_cast<float>(1 - beta1_), c2 = static_cast<float>(1 - beta2_);
   const float scale = static_cast<float>(grad_scale_);
   std::vector<float> g_local(static_cast<size_t>(n));
   for (int64_t k = 0; k < n; ++k) g_local[k] = grad.data<float>()[k] * scale;
@@ -125,17 +109,13 @@ void ZeroOneAdam::step() {
   NoGradGuard no_grad;
   ++step_;
   for (size_t g = 0; g < groups_.size(); ++g) {
-    Tensor* const* copies = model_copies_.empty() ? nullptr : model_copies_[g].data();
     for (size_t i = 0; i < groups_[g].params.size(); ++i) {
-      const Tensor grad = copies ? copies[i]->grad() : groups_[g].params[i].grad();
+      const Tensor grad = gradient_of(g, i);
       if (!grad.defined()) continue;
       for (const char* s : {"exp_avg", "exp_avg_sq", "momentum_accumulator"}) slot(g, i, s);
       if (!initialized_) continue;  // DeepSpeed's initialisation step
       update(g, i, grad);
-      if (copies) {
-        copies[i]->detach().copy_(groups_[g].params[i].to(copies[i]->dtype()));
-        copies[i]->bump_version();
-      }
+      write_model_copy(g, i);
     }
   }
   if (!initialized_) {
@@ -195,8 +175,8 @@ void ZeroOneAdam::load_state_dict(const std::map<std::string, Tensor>& state) {
 
 std::map<std::string, Tensor> ZeroOneAdam::rank_state() const {
   if (world() == 1 || !initialized_) return {};
-  std::map<std::string, Tensor> out{{"world", full({}, world(), DType::Int64)}};
-  errors_.save(out);
+  std::map<std::string, Tensor> out = error_state();
+  out["world"] = full({}, world(), DType::Int64);
   // Between reconciliations each rank's parameters, momentum and accumulator are its own.
   for (size_t g = 0; g < groups_.size(); ++g)
     for (size_t i = 0; i < groups_[g].params.size(); ++i) {

@@ -37,6 +37,15 @@ Tensor hashed_tensor(int64_t n, int64_t rank, int64_t step, int64_t tensor, int6
   return t;
 }
 
+// Tensor t's gradient at `step` on `rank`: its own, or (averaged: where the engine all-reduces)
+// the ranks' mean in the generator's order.
+Tensor gradient(int64_t n, int rank, int world, int64_t step, int64_t t, bool averaged) {
+  if (!averaged) return hashed_tensor(n, rank, step, t, 2);
+  Tensor g = hashed_tensor(n, 0, step, t, 2);
+  for (int r = 1; r < world; ++r) g = g + hashed_tensor(n, r, step, t, 2);
+  return g * static_cast<double>(1.0f / static_cast<float>(world));
+}
+
 double relative_gap(const Tensor& got, const std::vector<double>& want) {
   double gap = 0, scale = 0;
   const std::vector<double> g = got.to_vector();
@@ -71,16 +80,9 @@ TEST_CASE("OneBitAdam: N ranks reproduce DeepSpeed's 1-bit Adam across the freez
   for (int64_t step = 1; step <= steps; ++step) {
     CAPTURE(step);
     CHECK(adam.frozen() == (step > options.freeze_step));
-    for (size_t t = 0; t < shapes.size(); ++t) {
-      const auto tt = static_cast<int64_t>(t);
-      Tensor g = hashed_tensor(shapes[t], rank, step, tt, 2);
-      if (!adam.frozen()) {  // the engine's averaged gradient, in the generator's order
-        g = hashed_tensor(shapes[t], 0, step, tt, 2);
-        for (int r = 1; r < world; ++r) g = g + hashed_tensor(shapes[t], r, step, tt, 2);
-        g = g * static_cast<double>(1.0f / static_cast<float>(world));
-      }
-      params[t].set_grad(g);
-    }
+    for (size_t t = 0; t < shapes.size(); ++t)
+      params[t].set_grad(
+          gradient(shapes[t], rank, world, step, static_cast<int64_t>(t), !adam.frozen()));
     adam.step();
     for (size_t t = 0; t < shapes.size(); ++t) {
       CAPTURE(t);
@@ -120,16 +122,8 @@ TEST_CASE("ZeroOneAdam: N ranks reproduce DeepSpeed's 0/1 Adam: variance and loc
     CAPTURE(step);
     const bool averaged = !adam.reads_local_gradients();
     averaged_steps += averaged;
-    for (size_t t = 0; t < shapes.size(); ++t) {
-      const auto tt = static_cast<int64_t>(t);
-      Tensor g = hashed_tensor(shapes[t], rank, step, tt, 2);
-      if (averaged) {  // the engine's all-reduce, in the generator's order
-        g = hashed_tensor(shapes[t], 0, step, tt, 2);
-        for (int r = 1; r < world; ++r) g = g + hashed_tensor(shapes[t], r, step, tt, 2);
-        g = g * static_cast<double>(1.0f / static_cast<float>(world));
-      }
-      params[t].set_grad(g);
-    }
+    for (size_t t = 0; t < shapes.size(); ++t)
+      params[t].set_grad(gradient(shapes[t], rank, world, step, static_cast<int64_t>(t), averaged));
     adam.step();
     for (size_t t = 0; t < shapes.size(); ++t) {
       CAPTURE(t);
@@ -167,16 +161,9 @@ TEST_CASE("OneBitLamb: N ranks reproduce DeepSpeed's 1-bit LAMB across the freez
   for (int64_t step = 1; step <= steps; ++step) {
     CAPTURE(step);
     CHECK(opt.frozen() == (step > options.freeze_step));
-    for (size_t t = 0; t < shapes.size(); ++t) {
-      const auto tt = static_cast<int64_t>(t);
-      Tensor g = hashed_tensor(shapes[t], rank, step, tt, 2);
-      if (!opt.frozen()) {
-        g = hashed_tensor(shapes[t], 0, step, tt, 2);
-        for (int r = 1; r < world; ++r) g = g + hashed_tensor(shapes[t], r, step, tt, 2);
-        g = g * static_cast<double>(1.0f / static_cast<float>(world));
-      }
-      params[t].set_grad(g);
-    }
+    for (size_t t = 0; t < shapes.size(); ++t)
+      params[t].set_grad(
+          gradient(shapes[t], rank, world, step, static_cast<int64_t>(t), !opt.frozen()));
     opt.step();
     if (step > 1) {
       const auto& coeffs = want["lamb_coeffs"][step - 2];

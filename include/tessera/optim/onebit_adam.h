@@ -20,8 +20,7 @@
 #pragma once
 #include <memory>
 
-#include "tessera/optim/compression_errors.h"
-#include "tessera/optim/optimizer.h"
+#include "tessera/optim/onebit_optimizer.h"
 
 namespace tessera::optim {
 
@@ -30,7 +29,7 @@ struct OneBitAdamOptions {
   int64_t freeze_step = 100000;  // DeepSpeed's default
 };
 
-class OneBitAdam : public Optimizer {
+class OneBitAdam : public OneBitOptimizer {
  public:
   // transport: the data-parallel ranks (null: one process, where nothing is communicated).
   OneBitAdam(std::vector<ParamGroup> groups, OneBitAdamOptions options = {},
@@ -38,17 +37,12 @@ class OneBitAdam : public Optimizer {
   void step() override;
   std::string name() const override { return "OneBitAdam"; }
   std::unique_ptr<Optimizer> rebuild(std::vector<ParamGroup> groups) const override {
-    return std::make_unique<OneBitAdam>(std::move(groups), options_, transport_);
-  }
-  bool set_betas(double beta1, double beta2) override;
-  std::optional<std::pair<double, double>> betas() const override {
-    return std::make_pair(options_.beta1, options_.beta2);
+    OneBitAdamOptions o = options_;
+    o.beta1 = beta1_;
+    o.beta2 = beta2_;
+    return std::make_unique<OneBitAdam>(std::move(groups), o, transport_);
   }
   bool frozen() const { return frozen_; }
-  bool takes_data_parallel_transport() const override { return true; }
-  void set_data_parallel_transport(std::shared_ptr<OneBitTransport> transport) override {
-    transport_ = std::move(transport);
-  }
   // After the freeze the gradients must be this rank's own: the engine then skips its
   // data-parallel all-reduce.
   bool reads_local_gradients() const override { return frozen_; }
@@ -60,9 +54,7 @@ class OneBitAdam : public Optimizer {
  private:
   void update(size_t g, size_t i, const Tensor& grad);
   OneBitAdamOptions options_;
-  std::shared_ptr<OneBitTransport> transport_;
   bool initialized_ = false, frozen_ = false;
-  CompressionErrors errors_;
 };
 
 }  // namespace tessera::optim

@@ -12,8 +12,7 @@
 #pragma once
 #include <memory>
 
-#include "tessera/optim/compression_errors.h"
-#include "tessera/optim/optimizer.h"
+#include "tessera/optim/onebit_optimizer.h"
 
 namespace tessera::optim {
 
@@ -24,26 +23,21 @@ struct OneBitLambOptions {
   double coeff_beta = 0.9, factor_max = 4.0, factor_min = 0.5, factor_threshold = 0.1;
 };
 
-class OneBitLamb : public Optimizer {
+class OneBitLamb : public OneBitOptimizer {
  public:
   OneBitLamb(std::vector<ParamGroup> groups, OneBitLambOptions options = {},
              std::shared_ptr<OneBitTransport> transport = nullptr);
   void step() override;
   std::string name() const override { return "OneBitLamb"; }
   std::unique_ptr<Optimizer> rebuild(std::vector<ParamGroup> groups) const override {
-    return std::make_unique<OneBitLamb>(std::move(groups), options_, transport_);
-  }
-  bool set_betas(double beta1, double beta2) override;
-  std::optional<std::pair<double, double>> betas() const override {
-    return std::make_pair(options_.beta1, options_.beta2);
+    OneBitLambOptions o = options_;
+    o.beta1 = beta1_;
+    o.beta2 = beta2_;
+    return std::make_unique<OneBitLamb>(std::move(groups), o, transport_);
   }
   bool frozen() const { return frozen_; }
   // Each parameter's trust ratio in the last step, in group order.
   const std::vector<double>& lamb_coeffs() const { return lamb_coeffs_; }
-  bool takes_data_parallel_transport() const override { return true; }
-  void set_data_parallel_transport(std::shared_ptr<OneBitTransport> transport) override {
-    transport_ = std::move(transport);
-  }
   bool reads_local_gradients() const override { return frozen_; }
   std::map<std::string, Tensor> state_dict() const override;
   void load_state_dict(const std::map<std::string, Tensor>& state) override;
@@ -58,14 +52,11 @@ class OneBitLamb : public Optimizer {
   };
   void warmup_update(Param& q, const Tensor& grad);
   void frozen_step(const std::vector<Tensor>& grads);
-  int world() const { return transport_ ? transport_->world() : 1; }
   OneBitLambOptions options_;
-  std::shared_ptr<OneBitTransport> transport_;
   bool initialized_ = false, frozen_ = false, scaled_ = false;
   std::vector<Param> params_;   // every parameter, in group order
   std::vector<float> padding_;  // the flat buffer's tail past the momenta (kept, as DeepSpeed's)
   std::vector<double> lamb_coeffs_;
-  CompressionErrors errors_;
 };
 
 }  // namespace tessera::optim

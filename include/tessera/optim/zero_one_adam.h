@@ -14,8 +14,7 @@
 #pragma once
 #include <memory>
 
-#include "tessera/optim/compression_errors.h"
-#include "tessera/optim/optimizer.h"
+#include "tessera/optim/onebit_optimizer.h"
 
 namespace tessera::optim {
 
@@ -27,24 +26,19 @@ struct ZeroOneAdamOptions {
   int64_t local_step_clipper = 16;
 };
 
-class ZeroOneAdam : public Optimizer {
+class ZeroOneAdam : public OneBitOptimizer {
  public:
   ZeroOneAdam(std::vector<ParamGroup> groups, ZeroOneAdamOptions options = {},
               std::shared_ptr<OneBitTransport> transport = nullptr);
   void step() override;
   std::string name() const override { return "ZeroOneAdam"; }
   std::unique_ptr<Optimizer> rebuild(std::vector<ParamGroup> groups) const override {
-    return std::make_unique<ZeroOneAdam>(std::move(groups), options_, transport_);
-  }
-  bool set_betas(double beta1, double beta2) override;
-  std::optional<std::pair<double, double>> betas() const override {
-    return std::make_pair(options_.beta1, options_.beta2);
+    ZeroOneAdamOptions o = options_;
+    o.beta1 = beta1_;
+    o.beta2 = beta2_;
+    return std::make_unique<ZeroOneAdam>(std::move(groups), o, transport_);
   }
   bool frozen() const { return frozen_; }
-  bool takes_data_parallel_transport() const override { return true; }
-  void set_data_parallel_transport(std::shared_ptr<OneBitTransport> transport) override {
-    transport_ = std::move(transport);
-  }
   // Only the variance steps read the engine's averaged gradients.
   bool reads_local_gradients() const override { return !allreduce_; }
   std::map<std::string, Tensor> state_dict() const override;
@@ -60,13 +54,10 @@ class ZeroOneAdam : public Optimizer {
   };
   void update(size_t g, size_t i, const Tensor& grad);
   void advance_counters();
-  int world() const { return transport_ ? transport_->world() : 1; }
   ZeroOneAdamOptions options_;
-  std::shared_ptr<OneBitTransport> transport_;
   bool initialized_ = false, frozen_ = false, errors_zeroed_ = false, allreduce_ = true;
   Counters counters_;
   std::vector<double> lrs_;  // each group's learning rates since the last reconciliation
-  CompressionErrors errors_;
 };
 
 }  // namespace tessera::optim
