@@ -56,6 +56,12 @@ void PipelineLayerFiles::describe(nlohmann::json& engine_state) const {
 
 void PipelineLayerFiles::write(Engine& engine, const fs::path& tmp) {
   TS_CHECK(engine.zero_stage() < 3, "save_checkpoint: pipelines with ZeRO-3 are not built");
+  // (Every rank, before any file: the save fails whole and earlier checkpoints stay.)
+  TS_CHECK(!engine.optimizer().takes_data_parallel_transport(),
+           "save_checkpoint: ", engine.optimizer().name(),
+           "'s checkpoints of pipeline runs are not built yet (its per-rank compression state "
+           "and its optimizer-wide entries do not fit the per-layer files); checkpoint it "
+           "without a pipeline, or train the pipeline with another optimizer");
   // By this stage's parameter names (collective over the replicas with ZeRO).
   const RankCheckpointState state = engine.training_state();
   const std::map<std::string, Tensor>& weights = state.weights;
