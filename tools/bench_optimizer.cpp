@@ -151,12 +151,7 @@ nlohmann::json torch_adam(const std::string& python, int64_t n, int iters, int t
       io::quoted(python) + " " + io::quoted(script.string()) + " " + std::to_string(n) + " " +
       std::to_string(iters) + " " + std::to_string(threads) + " " + std::to_string(kChunk) + " " +
       std::to_string(static_cast<int64_t>(available_bytes())) + " 2>/dev/null";
-  std::string reply;
-  if (FILE* p = ::popen(command.c_str(), "r")) {
-    char buf[512];
-    while (std::fgets(buf, sizeof buf, p)) reply += buf;
-    ::pclose(p);
-  }
+  const std::string reply = command_output(command);
   fs::remove(script);
   const auto j = nlohmann::json::parse(reply, nullptr, false);
   return j.is_object() ? j : nlohmann::json{{"error", "no reply from " + python}};

@@ -88,12 +88,7 @@ int bench_tokenizer(const Args& a) {
                               io::quoted(vocab) + " " + io::quoted(merges) + " " +
                               io::quoted(corpus) + " " + std::to_string(threads) + " " +
                               io::quoted(cuts.string()) + " 2>/dev/null";
-  std::string reply;
-  if (FILE* p = ::popen(command.c_str(), "r")) {
-    char buf[512];
-    while (std::fgets(buf, sizeof buf, p)) reply += buf;
-    ::pclose(p);
-  }
+  const std::string reply = command_output(command);
   fs::remove(script);
   fs::remove(cuts);
   const auto hf = nlohmann::json::parse(reply, nullptr, false);

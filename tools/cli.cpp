@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 
 #include "tessera/error.h"
 #include "tessera/storage.h"
@@ -105,6 +106,16 @@ double peak_mb(Device device, const std::function<void()>& f) {
   const int64_t start = memory.stats().allocated;
   f();
   return static_cast<double>(memory.stats().peak_allocated - start) / 1e6;
+}
+
+std::string command_output(const std::string& command) {
+  std::string reply;
+  if (FILE* p = ::popen(command.c_str(), "r")) {
+    char buf[512];
+    while (std::fgets(buf, sizeof buf, p)) reply += buf;
+    ::pclose(p);
+  }
+  return reply;
 }
 
 }  // namespace tessera::cli

@@ -43,6 +43,10 @@ double median_ms(const std::function<void()>& f, int iters, int warmup = 2);
 // before.
 double peak_mb(Device device, const std::function<void()>& f);
 
+// What a shell command prints on its standard output (empty when it cannot be started): the
+// benchmarks' reference runs in Python.
+std::string command_output(const std::string& command);
+
 // A checkpoint's tag directory: DIR itself when it holds engine.json, else DIR/TAG or the tag
 // DIR/latest names.
 std::filesystem::path checkpoint_tag_dir(const std::string& dir, const std::string& tag,
