@@ -16,7 +16,7 @@ OneBitAdam::OneBitAdam(std::vector<ParamGroup> groups, OneBitAdamOptions options
            options.freeze_step);
 }
 
-void OneBitAdam::update(size_t g, size_t i, const Tensor& grad_tensor) {
+void OneBitAdam::update(size_t g, size_t i, const Tensor& grad_tensor, bool frozen) {
   const ParamGroup& group = groups_[g];
   const int64_t n = group.params[i].numel();
   TS_CHECK(grad_tensor.shape() == group.params[i].shape(), "OneBitAdam: gradient of '",
@@ -32,7 +32,7 @@ void OneBitAdam::update(size_t g, size_t i, const Tensor& grad_tensor) {
   // 1 - beta in double, then float32: what torch's add_(1 - beta1, grad) multiplies by.
   const float c1 = static_cast<float>(1 - beta1_), c2 = static_cast<float>(1 - beta2_);
   const float scale = static_cast<float>(grad_scale_);
-  if (!frozen_) {
+  if (!frozen) {
     for (int64_t k = 0; k < n; ++k) {
       const float gk = gr[k] * scale;
       m[k] = b1 * m[k] + c1 * gk;
@@ -54,6 +54,7 @@ void OneBitAdam::update(size_t g, size_t i, const Tensor& grad_tensor) {
 
 void OneBitAdam::step() {
   NoGradGuard no_grad;
+  const bool setting_up = step_ == 0, frozen = frozen_after(step_);
   ++step_;
   for (size_t g = 0; g < groups_.size(); ++g) {
     for (size_t i = 0; i < groups_[g].params.size(); ++i) {
@@ -61,21 +62,17 @@ void OneBitAdam::step() {
       if (!grad.defined()) continue;
       slot(g, i, "exp_avg");
       slot(g, i, "exp_avg_sq");
-      if (!initialized_) continue;  // DeepSpeed's initialisation step
-      update(g, i, grad);
+      if (setting_up) continue;  // DeepSpeed's initialisation step
+      update(g, i, grad, frozen);
       write_model_copy(g, i);
     }
   }
-  initialized_ = true;
-  if (!frozen_ && step_ >= options_.freeze_step && step_ > 1) frozen_ = true;
 }
 
 void OneBitAdam::load_state_dict(const std::map<std::string, Tensor>& state) {
   Optimizer::load_state_dict(state);
-  // Past its first step, frozen once the count has reached freeze_step (as DeepSpeed's
-  // load_state_dict decides); the errors come with load_rank_state, else start at zero.
-  initialized_ = step_ > 0;
-  frozen_ = step_ > 1 && step_ >= options_.freeze_step;
+  // (Frozen or not follows from the step count, as DeepSpeed's load_state_dict decides.)
+  // The errors come with load_rank_state, else start at zero.
   errors_.clear();
 }
 

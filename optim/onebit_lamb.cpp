@@ -159,6 +159,7 @@ void OneBitLamb::frozen_step(const std::vector<Tensor>& grads) {
 
 void OneBitLamb::step() {
   NoGradGuard no_grad;
+  const bool setting_up = step_ == 0, frozen = frozen_after(step_);
   ++step_;
   lamb_coeffs_.clear();
   std::vector<Tensor> grads;
@@ -171,21 +172,23 @@ void OneBitLamb::step() {
     grads.push_back(grad);
     for (const char* s : {"exp_avg", "exp_avg_sq", "exp_avg_sq_fresh"}) slot(q.group, q.index, s);
   }
-  if (!initialized_) {  // DeepSpeed's initialisation step
-    initialized_ = true;
-    const int64_t total = std::accumulate(
-        params_.begin(), params_.end(), int64_t{0},
-        [&](int64_t s, const Param& q) { return s + groups_[q.group].params[q.index].numel(); });
+  if (setting_up) {  // DeepSpeed's initialisation step
+    const int64_t total = momenta_numel();
     padding_.assign(static_cast<size_t>(onebit_padded_size(total, world()) - total), 0.0f);
     return;
   }
-  if (frozen_) {
+  if (frozen) {
     frozen_step(grads);
   } else {
     for (size_t j = 0; j < params_.size(); ++j) warmup_update(params_[j], grads[j]);
-    if (step_ >= options_.freeze_step) frozen_ = true;
   }
   for (const Param& q : params_) write_model_copy(q.group, q.index);
+}
+
+int64_t OneBitLamb::momenta_numel() const {
+  return std::accumulate(
+      params_.begin(), params_.end(), int64_t{0},
+      [&](int64_t s, const Param& q) { return s + groups_[q.group].params[q.index].numel(); });
 }
 
 std::map<std::string, Tensor> OneBitLamb::state_dict() const {
@@ -229,8 +232,6 @@ void OneBitLamb::load_state_dict(const std::map<std::string, Tensor>& state) {
   }
   scaled_ = scaled[0] != 0;
   padding_.assign(pad.begin(), pad.end());
-  initialized_ = step_ > 0;
-  frozen_ = step_ > 1 && step_ >= options_.freeze_step;
   errors_.clear();
 }
 
@@ -241,11 +242,7 @@ std::map<std::string, Tensor> OneBitLamb::rank_state() const {
 void OneBitLamb::load_rank_state(const std::map<std::string, Tensor>& mine,
                                  const std::map<std::string, Tensor>& rank0) {
   check_saved_rank_count("OneBitLamb", rank0, world());
-  const int64_t flat = std::accumulate(params_.begin(), params_.end(), int64_t{0},
-                                       [&](int64_t s, const Param& q) {
-                                         return s + groups_[q.group].params[q.index].numel();
-                                       }) +
-                       static_cast<int64_t>(padding_.size());
+  const int64_t flat = momenta_numel() + static_cast<int64_t>(padding_.size());
   errors_.load(
       mine, [&](const std::string& name) { return name == kMomenta ? flat : int64_t{-1}; },
       world());

@@ -31,7 +31,7 @@ ZeroOneAdam::ZeroOneAdam(std::vector<ParamGroup> groups, ZeroOneAdamOptions opti
   lrs_.assign(groups_.size(), 0.0);
 }
 
-void ZeroOneAdam::update(size_t g, size_t i, const Tensor& grad_tensor) {
+void ZeroOneAdam::update(size_t g, size_t i, const Tensor& grad_tensor, bool frozen) {
   const ParamGroup& group = groups_[g];
   const std::string& name = group.names[i];
   const int64_t n = group.params[i].numel();
@@ -48,7 +48,7 @@ void ZeroOneAdam::update(size_t g, size_t i, const Tensor& grad_tensor) {
   const float scale = static_cast<float>(grad_scale_);
   std::vector<float> g_local(static_cast<size_t>(n));
   for (int64_t k = 0; k < n; ++k) g_local[k] = grad.data<float>()[k] * scale;
-  if (frozen_) {
+  if (frozen) {
     for (int64_t k = 0; k < n; ++k) m[k] = b1 * m[k] + c1 * g_local[k];
   } else if (step_ % counters_.var_interval == 0) {  // the engine averaged this step's gradients
     for (int64_t k = 0; k < n; ++k) {
@@ -67,9 +67,9 @@ void ZeroOneAdam::update(size_t g, size_t i, const Tensor& grad_tensor) {
     float u = m[k] / denom[k];
     if (wd > 0) u += wd * p[k];
     p[k] += -lr * u;
-    if (frozen_) acc[k] += -lr * u;
+    if (frozen) acc[k] += -lr * u;
   }
-  if (frozen_ && step_ % counters_.local_step_interval == 0) {
+  if (frozen && step_ % counters_.local_step_interval == 0) {
     // Reconcile: undo the local moves, average them (scaled by the frozen denominator) over
     // the ranks, and take the average instead; the momentum is what it amounts to.
     const float lrs = static_cast<float>(lrs_[g] + group.lr);
@@ -87,9 +87,9 @@ void ZeroOneAdam::update(size_t g, size_t i, const Tensor& grad_tensor) {
   group.params[i].bump_version();
 }
 
-void ZeroOneAdam::advance_counters() {
+void ZeroOneAdam::advance_counters(bool frozen) {
   Counters& c = counters_;
-  if (frozen_) {
+  if (frozen) {
     const bool reconciled = step_ % c.local_step_interval == 0;
     for (size_t g = 0; g < groups_.size(); ++g) lrs_[g] = reconciled ? 0 : lrs_[g] + groups_[g].lr;
     if (++c.local_step_counter == options_.local_step_scaler) {
@@ -107,29 +107,23 @@ void ZeroOneAdam::advance_counters() {
 
 void ZeroOneAdam::step() {
   NoGradGuard no_grad;
+  const bool setting_up = step_ == 0, frozen = frozen_after(step_);
   ++step_;
   for (size_t g = 0; g < groups_.size(); ++g) {
     for (size_t i = 0; i < groups_[g].params.size(); ++i) {
       const Tensor grad = gradient_of(g, i);
       if (!grad.defined()) continue;
       for (const char* s : {"exp_avg", "exp_avg_sq", "momentum_accumulator"}) slot(g, i, s);
-      if (!initialized_) continue;  // DeepSpeed's initialisation step
-      update(g, i, grad);
+      if (setting_up) continue;  // DeepSpeed's initialisation step
+      update(g, i, grad, frozen);
       write_model_copy(g, i);
     }
   }
-  if (!initialized_) {
-    initialized_ = true;
-    return;
-  }
-  advance_counters();
-  if (step_ > options_.var_freeze_step) {
-    frozen_ = true;
+  if (setting_up) return;
+  advance_counters(frozen);
+  if (frozen_after(step_)) {
     allreduce_ = false;
-  }
-  if (frozen_ && !errors_zeroed_) {
-    errors_.zero();
-    errors_zeroed_ = true;
+    if (!frozen) errors_.zero();  // once, at the freeze
   }
 }
 
@@ -167,14 +161,11 @@ void ZeroOneAdam::load_state_dict(const std::map<std::string, Tensor>& state) {
   counters_ = {values[0], values[1], values[2], values[3]};
   allreduce_ = values[4] != 0;
   lrs_ = lrs_values;
-  initialized_ = step_ > 0;
-  frozen_ = step_ > 1 && step_ > options_.var_freeze_step;
-  errors_zeroed_ = frozen_;
-  errors_.clear();
+  errors_.clear();  // (load_rank_state brings this rank's)
 }
 
 std::map<std::string, Tensor> ZeroOneAdam::rank_state() const {
-  if (world() == 1 || !initialized_) return {};
+  if (world() == 1 || step_ == 0) return {};
   std::map<std::string, Tensor> out = error_state();
   out["world"] = full({}, world(), DType::Int64);
   // Between reconciliations each rank's parameters, momentum and accumulator are its own.

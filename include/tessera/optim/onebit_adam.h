@@ -42,19 +42,20 @@ class OneBitAdam : public OneBitOptimizer {
     o.beta2 = beta2_;
     return std::make_unique<OneBitAdam>(std::move(groups), o, transport_);
   }
-  bool frozen() const { return frozen_; }
+  bool frozen() const { return frozen_after(step_); }
   // After the freeze the gradients must be this rank's own: the engine then skips its
   // data-parallel all-reduce.
-  bool reads_local_gradients() const override { return frozen_; }
+  bool reads_local_gradients() const override { return frozen(); }
   void load_state_dict(const std::map<std::string, Tensor>& state) override;
   std::map<std::string, Tensor> rank_state() const override;
   void load_rank_state(const std::map<std::string, Tensor>& mine,
                        const std::map<std::string, Tensor>& rank0) override;
 
  private:
-  void update(size_t g, size_t i, const Tensor& grad);
+  // Frozen for the step after `steps` steps (the first, DeepSpeed's set-up, never freezes).
+  bool frozen_after(int64_t steps) const { return steps > 1 && steps >= options_.freeze_step; }
+  void update(size_t g, size_t i, const Tensor& grad, bool frozen);
   OneBitAdamOptions options_;
-  bool initialized_ = false, frozen_ = false;
 };
 
 }  // namespace tessera::optim

@@ -35,10 +35,10 @@ class OneBitLamb : public OneBitOptimizer {
     o.beta2 = beta2_;
     return std::make_unique<OneBitLamb>(std::move(groups), o, transport_);
   }
-  bool frozen() const { return frozen_; }
+  bool frozen() const { return frozen_after(step_); }
   // Each parameter's trust ratio in the last step, in group order.
   const std::vector<double>& lamb_coeffs() const { return lamb_coeffs_; }
-  bool reads_local_gradients() const override { return frozen_; }
+  bool reads_local_gradients() const override { return frozen(); }
   std::map<std::string, Tensor> state_dict() const override;
   void load_state_dict(const std::map<std::string, Tensor>& state) override;
   std::map<std::string, Tensor> rank_state() const override;
@@ -50,10 +50,13 @@ class OneBitLamb : public OneBitOptimizer {
     size_t group, index;
     double coeff_freeze = 0, last_factor = 1, scaling = 0;
   };
+  // Frozen for the step after `steps` steps (the first, DeepSpeed's set-up, never freezes).
+  bool frozen_after(int64_t steps) const { return steps > 1 && steps >= options_.freeze_step; }
+  int64_t momenta_numel() const;  // every parameter's elements
   void warmup_update(Param& q, const Tensor& grad);
   void frozen_step(const std::vector<Tensor>& grads);
   OneBitLambOptions options_;
-  bool initialized_ = false, frozen_ = false, scaled_ = false;
+  bool scaled_ = false;
   std::vector<Param> params_;   // every parameter, in group order
   std::vector<float> padding_;  // the flat buffer's tail past the momenta (kept, as DeepSpeed's)
   std::vector<double> lamb_coeffs_;

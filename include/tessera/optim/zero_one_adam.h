@@ -38,7 +38,7 @@ class ZeroOneAdam : public OneBitOptimizer {
     o.beta2 = beta2_;
     return std::make_unique<ZeroOneAdam>(std::move(groups), o, transport_);
   }
-  bool frozen() const { return frozen_; }
+  bool frozen() const { return frozen_after(step_); }
   // Only the variance steps read the engine's averaged gradients.
   bool reads_local_gradients() const override { return !allreduce_; }
   std::map<std::string, Tensor> state_dict() const override;
@@ -52,10 +52,12 @@ class ZeroOneAdam : public OneBitOptimizer {
   struct Counters {
     int64_t var_interval = 1, var_counter = 0, local_step_interval = 1, local_step_counter = 0;
   };
-  void update(size_t g, size_t i, const Tensor& grad);
-  void advance_counters();
+  // Frozen for the step after `steps` steps (the first, DeepSpeed's set-up, never freezes).
+  bool frozen_after(int64_t steps) const { return steps > 1 && steps > options_.var_freeze_step; }
+  void update(size_t g, size_t i, const Tensor& grad, bool frozen);
+  void advance_counters(bool frozen);
   ZeroOneAdamOptions options_;
-  bool initialized_ = false, frozen_ = false, errors_zeroed_ = false, allreduce_ = true;
+  bool allreduce_ = true;
   Counters counters_;
   std::vector<double> lrs_;  // each group's learning rates since the last reconciliation
 };
