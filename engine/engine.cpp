@@ -1,4 +1,6 @@
 #include "tessera/engine/engine.h"
+#include "tessera/engine/data_efficiency_config.h"
+#include "tessera/engine/progressive_layer_drop_config.h"
 #include "tessera/parallel/zero_config.h"
 
 #include <cxxabi.h>
@@ -73,6 +75,13 @@ Engine::Engine(nn::Module& model, io::TrainConfig config, InitializeOptions opti
                          device.is_cuda() ? std::function<void()>(cuda_synchronize) : nullptr);
   if (config_.flops_profiler.enabled && is_lead())
     flops_profiler_ = std::make_unique<nn::FlopsProfiler>(model_);
+  if (curriculum_learning_config(config_).enabled)
+    curriculum_ = std::make_unique<CurriculumScheduler>(curriculum_learning_config(config_));
+  if (const ProgressiveLayerDropConfig& pld = progressive_layer_drop_config(config_); pld.enabled)
+    layer_drop_ = std::make_shared<nn::ProgressiveLayerDrop>(pld.options, config_.train.seed);
+  if (const DataEfficiencyConfig& de = data_efficiency_config(config_); de.random_ltd)
+    token_drop_ = std::make_shared<nn::RandomLayerTokenDrop>(de.random_ltd_options,
+                                                             static_cast<uint64_t>(de.seed));
   // CUDA tensors communicate over NCCL (bootstrapped over the MPI world); CPU ones over MPI.
   // (TESSERA_DIST_BACKEND=nccl uses NCCL on one rank too: a single GPU can test it.)
   const char* backend = std::getenv("TESSERA_DIST_BACKEND");
@@ -135,6 +144,9 @@ Engine::Engine(nn::Module& model, io::TrainConfig config, InitializeOptions opti
 
 void Engine::begin_forward() {
   if (zero_) zero_->set_evaluating(!model_.is_training());
+  const int64_t micro = micro_steps_ % config_.gradient_accumulation_steps;
+  if (layer_drop_ && model_.is_training()) layer_drop_->begin_forward(global_steps_, micro);
+  if (token_drop_ && model_.is_training()) token_drop_->begin_forward(global_steps_, micro);
   if (trace_ && !trace_->recording() && trace_->wants(global_steps_) && model_.is_training()) {
     trace_->begin_step(global_steps_);
     update_forced_timers();
@@ -191,11 +203,20 @@ void Engine::begin_reduction(bool allreduce) {
                         !(optimizer_ && optimizer_->reads_local_gradients());
   if (zero_) zero_->begin_backward(boundary || zero_->stage() >= 2);
   if (dp_buckets_) dp_buckets_->begin_backward(boundary);
+  zero_unused_grads_ = boundary && !zero_ && !dp_buckets_ && !pipe_group_;
 }
 
 void Engine::end_reduction() {
   if (zero_) zero_->end_backward();
   if (dp_buckets_) dp_buckets_->end_backward();
+  if (!zero_unused_grads_) return;
+  // As DeepSpeed's reduction (and Tessera's buckets and ZeRO partitions on N ranks): a
+  // parameter no micro-batch used (a layer progressive layer drop skipped) steps with a zero
+  // gradient, so one process steps exactly as N ranks do.
+  zero_unused_grads_ = false;
+  NoGradGuard no_grad;
+  for (auto& [name, p] : model_.named_parameters())
+    if (p->requires_grad() && !p->grad().defined()) p->set_grad(zeros_like(*p));
 }
 
 Tensor Engine::backward(const Tensor& loss, const BackwardOptions& options) {
@@ -418,6 +439,7 @@ StepStats Engine::step(const LrKwargs& lr_kwargs) {
     events.push_back({"Train/Samples/lr", get_lr()[0], global_samples()});
     if (config_.fp16.enabled)
       events.push_back({"Train/Samples/loss_scale", scaler_.scale(), global_samples()});
+    add_schedule_events(events);
     monitor_->write_events(events);
   }
   return st;

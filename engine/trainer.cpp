@@ -110,15 +110,25 @@ double TrainLoop::evaluate() {
   return total;
 }
 
+double TrainLoop::tokens_per_sample(int64_t step) {
+  const auto seqlen = engine_.curriculum_seqlen(step);  // (the curriculum cuts the samples)
+  return static_cast<double>(seqlen ? std::min(*seqlen, options_.tokens_per_sample)
+                                    : options_.tokens_per_sample);
+}
+
 TrainResult TrainLoop::fit() {
   StopSignals signals(options_.handle_signals);
   TrainResult r;
+  tokens_run_ = 0;
   const int64_t start = engine_.global_steps();
   last_saved_.clear();
   while (engine_.global_steps() < options_.steps) {
     const auto t0 = Clock::now();
     StepStats st;
+    const double step_tokens = tokens_per_sample(engine_.global_steps()) *
+                               static_cast<double>(engine_.config().train_batch_size);
     r.train_loss = train_step(st);
+    tokens_run_ += step_tokens;
     r.seconds += std::chrono::duration<double>(Clock::now() - t0).count();
     r.step = engine_.global_steps();
     r.steps_run = r.step - start;
@@ -142,7 +152,7 @@ TrainResult TrainLoop::fit() {
   r.steps_run = r.step - start;
   const double samples = static_cast<double>(r.steps_run * engine_.config().train_batch_size);
   r.samples_per_s = r.seconds > 0 ? samples / r.seconds : 0.0;
-  r.tokens_per_s = r.samples_per_s * static_cast<double>(options_.tokens_per_sample);
+  r.tokens_per_s = r.seconds > 0 ? tokens_run_ / r.seconds : 0.0;
   finish(r);
   return r;
 }
@@ -153,9 +163,8 @@ void TrainLoop::report_step(const TrainResult& r, const StepStats& st) {
   if (!engine_.is_lead()) return;
   const double samples_s = static_cast<double>(r.steps_run * engine_.config().train_batch_size) /
                            std::max(r.seconds, 1e-9);
-  const double rate = options_.tokens_per_sample > 0
-                          ? samples_s * static_cast<double>(options_.tokens_per_sample)
-                          : samples_s;
+  const double rate =
+      options_.tokens_per_sample > 0 ? tokens_run_ / std::max(r.seconds, 1e-9) : samples_s;
   const double eta =
       static_cast<double>(options_.steps - r.step) * r.seconds / static_cast<double>(r.steps_run);
   if (tty_ || r.step % options_.steps_per_print == 0 || r.step == options_.steps)

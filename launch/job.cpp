@@ -58,6 +58,10 @@ void build_model_and_engine(Job& job) {
   init.group = job.groups.data;
   init.tensor_parallel_group = job.groups.tensor;
   job.engine = engine::initialize(job.model(), cfg, std::move(init));
+  if (auto layer_drop = job.engine->progressive_layer_drop())
+    job.pretrained_model->set_progressive_layer_drop(std::move(layer_drop));
+  if (auto token_drop = job.engine->random_layer_token_drop())
+    job.pretrained_model->set_random_layer_token_drop(std::move(token_drop));
 }
 
 }  // namespace
@@ -101,7 +105,10 @@ engine::Engine& Job::stage_engine() {
 }
 
 std::unique_ptr<io::BatchSource<models::Batch>> Job::train_batches() const {
-  return launch::train_batches(config, corpus, data_rank(), data_size());
+  auto batches = launch::train_batches(config, corpus, data_rank(), data_size());
+  if (engine && engine->curriculum_seqlen())
+    return curriculum_batches(std::move(batches), *engine, config);
+  return batches;
 }
 
 std::unique_ptr<io::BatchSource<models::Batch>> Job::val_batches() const {

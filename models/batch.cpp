@@ -70,6 +70,20 @@ Batch Batch::to(Device device) const {
           move(next_sentence_label), target_weight};
 }
 
+Batch Batch::first_positions(int64_t positions) const {
+  TS_CHECK(positions >= 1, "batch: cannot cut sequences to ", positions, " positions");
+  if (!input_ids.defined() || input_ids.dim() != 2 || input_ids.size(1) <= positions) return *this;
+  const int64_t T = input_ids.size(1);
+  auto cut = [&](const Tensor& t) {
+    if (!t.defined()) return t;
+    TS_CHECK(t.dim() == 2 && t.size(1) == T, "batch: cutting sequences of ", T,
+             " positions: a [B, T] tensor is ", t.describe());
+    return t.narrow(1, 0, positions).contiguous();
+  };
+  return {cut(input_ids),      cut(targets),        cut(attention_mask),
+          cut(token_type_ids), next_sentence_label, target_weight};
+}
+
 Tensor Batch::weighted(const Tensor& mean) const {
   if (target_weight == 0.0) return mean;
   const double count = static_cast<double>(loss_terms());

@@ -71,15 +71,24 @@ BertLayer::Output::Output(Module* parent, const std::string& name, int64_t in, c
                 ctx.sequence_group()),
       dropout(this, "dropout", c.hidden_dropout_prob) {}
 
-Tensor BertLayer::Output::forward(const Tensor& x, const Tensor& residual) {
+namespace {
+Tensor scaled_branch(const Tensor& branch, double scale) {
+  return scale == 1.0 ? branch : branch * scale;
+}
+}  // namespace
+
+Tensor BertLayer::Output::forward(const Tensor& x, const Tensor& residual, double branch_scale) {
   nn::ModuleScope scope(*this);
-  return LayerNorm(dropout(dense(x)) + residual);
+  return LayerNorm(scaled_branch(dropout(dense(x)), branch_scale) + residual);
 }
 
 Tensor BertLayer::Output::forward_of_gelu(const Tensor& x, GeluApprox approximate,
-                                          bool recompute_gelu, const Tensor& residual) {
+                                          bool recompute_gelu, const Tensor& residual,
+                                          double branch_scale) {
   nn::ModuleScope scope(*this);
-  return LayerNorm(dropout(dense.forward_of_gelu(x, approximate, recompute_gelu)) + residual);
+  return LayerNorm(
+      scaled_branch(dropout(dense.forward_of_gelu(x, approximate, recompute_gelu)), branch_scale) +
+      residual);
 }
 
 BertLayer::Attention::Attention(Module* parent, const std::string& name, const BertConfig& c,
@@ -126,7 +135,7 @@ Tensor BertLayer::attend(const Tensor& q, const Tensor& k, const Tensor& v,
   return scaled_dot_product_attention(q, k, v, mask, false, std::nullopt, p);
 }
 
-Tensor BertLayer::forward(const Tensor& x, const Tensor& mask) {
+Tensor BertLayer::forward(const Tensor& x, const Tensor& mask, double branch_scale) {
   nn::ModuleScope scope(*this);
   auto& s = attention.self;
   Tensor q, k, v;
@@ -140,9 +149,10 @@ Tensor BertLayer::forward(const Tensor& x, const Tensor& mask) {
     q = nn::split_heads(s.query(x), heads), k = nn::split_heads(s.key(x), heads),
     v = nn::split_heads(s.value(x), heads);
   }
-  const Tensor a = attention.output.forward(nn::merge_heads(attend(q, k, v, mask)), x);
+  const Tensor a =
+      attention.output.forward(nn::merge_heads(attend(q, k, v, mask)), x, branch_scale);
   return output.forward_of_gelu(intermediate.dense(a), activation,
-                                kernel && kernel->gelu_checkpoint, a);
+                                kernel && kernel->gelu_checkpoint, a, branch_scale);
 }
 
 BertModel::Encoder::Encoder(Module* parent, const std::string& name, const BertConfig& c,
@@ -175,6 +185,17 @@ Tensor bert_attention_mask(const Batch& b) {
       .unsqueeze(1);
 }
 
+namespace {
+
+// The key padding mask [B, 1, 1, T] at a token subset's kept positions: [B, 1, 1, kept].
+Tensor kept_mask(const Tensor& mask, const nn::TokenSubset& s) {
+  if (!mask.defined()) return mask;
+  const Tensor rows = cast(mask.reshape({s.batch * s.tokens, 1}), DType::Float32);
+  return embedding(rows, s.gather_index).reshape({s.batch, 1, 1, s.kept}).to(DType::Bool);
+}
+
+}  // namespace
+
 Tensor BertModel::forward(const Batch& b) {
   nn::ModuleScope scope(*this);
   TS_CHECK(b.input_ids.dim() == 2, "BERT: input_ids must be [batch, time], got ",
@@ -183,10 +204,18 @@ Tensor BertModel::forward(const Batch& b) {
   const auto seq = context.sequence_group();
   // With sequence parallelism the layers' dropout masks are this rank's chunk too.
   const parallel::SequenceShardScope chunk(seq.get());
+  const std::vector<nn::KeptLayer> kept =
+      nn::kept_layers(layer_drop.get(), is_training(), static_cast<int64_t>(encoder.layer.size()));
   return parallel::run_layers(
-      activation_checkpointing.get(), static_cast<int64_t>(encoder.layer.size()),
-      [this, mask](int64_t i, const Tensor& in) {
-        return encoder.layer.at<BertLayer>(static_cast<size_t>(i)).forward(in, mask);
+      activation_checkpointing.get(), static_cast<int64_t>(kept.size()),
+      [this, mask, kept](int64_t i, const Tensor& in) {
+        const nn::KeptLayer& k = kept[static_cast<size_t>(i)];
+        BertLayer& layer = encoder.layer.at<BertLayer>(static_cast<size_t>(k.index));
+        // random-LTD: the layer sees its kept tokens (and their padding), the rest bypass it.
+        if (token_drop && is_training())
+          if (auto s = token_drop->subset(k.index, in.size(0), in.size(1), in.device()))
+            return s->scatter(in, layer.forward(s->gather(in), kept_mask(mask, *s), k.scale));
+        return layer.forward(in, mask, k.scale);
       },
       embeddings.forward(b.input_ids, b.token_type_ids), /*partition=*/!seq);
 }
@@ -331,6 +360,18 @@ void BertForPreTraining::load_from_whole(PretrainedModel& whole, const std::stri
   auto* bert_model = dynamic_cast<BertForPreTraining*>(&whole);
   TS_CHECK(bert_model, source, " is not a BERT model (", whole.type_name(), ")");
   load_from_whole(*bert_model);
+}
+
+void BertForPreTraining::set_random_layer_token_drop(
+    std::shared_ptr<nn::RandomLayerTokenDrop> drop) {
+  TS_CHECK(!drop || !config.sparse_attention,
+           "data_efficiency.data_routing.random_ltd: BERT "
+           "with block-sparse attention (the 'sparse_attention' section) attends over layouts "
+           "of the whole sequence, not over token subsets");
+  TS_CHECK(!drop || !bert.context.sequence_parallel,
+           "data_efficiency.data_routing.random_ltd "
+           "needs whole sequences on each rank (not sequence_parallel)");
+  bert.token_drop = std::move(drop);
 }
 
 void BertForPreTraining::check_divisible(const BertConfig& c, int64_t n) {

@@ -109,10 +109,13 @@ GPT2Block::GPT2Block(Module* parent, const std::string& name, const GPT2Config& 
   ln_2.invertible = invertible;
 }
 
-Tensor GPT2Block::forward(const Tensor& x, KVCache* cache, size_t layer) {
+Tensor GPT2Block::forward(const Tensor& x, KVCache* cache, size_t layer, double branch_scale) {
   nn::ModuleScope scope(*this);
-  const Tensor h = x + attn.forward(ln_1(x), cache, layer);
-  return h + mlp.forward(ln_2(h));
+  auto scaled = [branch_scale](const Tensor& branch) {
+    return branch_scale == 1.0 ? branch : branch * branch_scale;
+  };
+  const Tensor h = x + scaled(attn.forward(ln_1(x), cache, layer));
+  return h + scaled(mlp.forward(ln_2(h)));
 }
 
 namespace {
@@ -170,10 +173,19 @@ GPT2Model::GPT2Model(Module* parent, const std::string& name, const GPT2Config& 
 }
 
 Tensor GPT2Model::blocks(const Tensor& x) {
+  const std::vector<nn::KeptLayer> kept =
+      nn::kept_layers(layer_drop.get(), is_training(), static_cast<int64_t>(h.size()));
   return parallel::run_layers(
-      activation_checkpointing.get(), static_cast<int64_t>(h.size()),
-      [this](int64_t i, const Tensor& in) {
-        return h.at<GPT2Block>(static_cast<size_t>(i)).forward(in, nullptr, static_cast<size_t>(i));
+      activation_checkpointing.get(), static_cast<int64_t>(kept.size()),
+      [this, kept](int64_t i, const Tensor& in) {
+        const nn::KeptLayer& k = kept[static_cast<size_t>(i)];
+        GPT2Block& block = h.at<GPT2Block>(static_cast<size_t>(k.index));
+        const auto layer = static_cast<size_t>(k.index);
+        // random-LTD: the block sees its kept tokens (causal among them), the rest bypass it.
+        if (token_drop && is_training())
+          if (auto s = token_drop->subset(k.index, in.size(0), in.size(1), in.device()))
+            return s->scatter(in, block.forward(s->gather(in), nullptr, layer, k.scale));
+        return block.forward(in, nullptr, layer, k.scale);
       },
       x, /*partition=*/!context.sequence_group());
 }
@@ -199,7 +211,7 @@ Tensor GPT2Model::forward(const Tensor& input_ids, KVCache* cache) {
                             : arange(static_cast<double>(start), static_cast<double>(start + T), 1,
                                      DType::Int64, input_ids.device());
   Tensor x = drop(wte(input_ids) + wpe(pos));
-  if (activation_checkpointing && !cache) return ln_f(blocks(x));
+  if (!cache) return ln_f(blocks(x));  // (activation checkpoints, layer drop)
   for (size_t i = 0; i < h.size(); ++i) x = h.at<GPT2Block>(i).forward(x, cache, i);
   if (cache) cache->length += T;
   return ln_f(x);
@@ -207,6 +219,18 @@ Tensor GPT2Model::forward(const Tensor& input_ids, KVCache* cache) {
 
 GPT2LMHeadModel::GPT2LMHeadModel(const GPT2Config& c, const parallel::ParallelContext& ctx)
     : GPT2LMHeadModel(c, ctx, default_generator().state()) {}
+
+void GPT2LMHeadModel::set_random_layer_token_drop(std::shared_ptr<nn::RandomLayerTokenDrop> drop) {
+  // (A block-sparse layout is made for the whole sequence; sequence parallel ranks hold chunks.)
+  TS_CHECK(!drop || !config.sparse_attention,
+           "data_efficiency.data_routing.random_ltd: GPT-2 "
+           "with block-sparse attention (the 'sparse_attention' section) attends over layouts "
+           "of the whole sequence, not over token subsets");
+  TS_CHECK(!drop || !transformer.context.sequence_parallel,
+           "data_efficiency.data_routing."
+           "random_ltd needs whole sequences on each rank (not sequence_parallel)");
+  transformer.token_drop = std::move(drop);
+}
 
 GPT2LMHeadModel::GPT2LMHeadModel(const GPT2Config& c, const parallel::ParallelContext& ctx,
                                  GeneratorState start)

@@ -151,6 +151,16 @@ Tensor PretrainedModel::forward_cached(const Tensor&, KVCache&) {
   fail("a ", type_name(), " has no key/value cache: it does not generate text");
 }
 
+void PretrainedModel::set_random_layer_token_drop(std::shared_ptr<nn::RandomLayerTokenDrop>) {
+  fail("data_efficiency.data_routing.random_ltd: the model ", type_name(),
+       " has no layers to drop tokens in (the built-in GPT-2 and BERT do)");
+}
+
+void PretrainedModel::set_progressive_layer_drop(std::shared_ptr<nn::ProgressiveLayerDrop>) {
+  fail("progressive_layer_drop: the model ", type_name(),
+       " has no layers to drop (the built-in GPT-2 and BERT do)");
+}
+
 std::map<std::string, Tensor> to_hf_layout(PretrainedModel& model,
                                            const std::map<std::string, Tensor>& ours,
                                            const std::string& source) {

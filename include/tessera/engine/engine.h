@@ -20,6 +20,7 @@
 #include "tessera/autograd/split_backward.h"
 #include "tessera/engine/checkpoint_files.h"
 #include "tessera/engine/checkpoint_state.h"
+#include "tessera/engine/curriculum_learning.h"
 #include "tessera/engine/engine_timers.h"
 #include "tessera/engine/loss_scaler.h"
 #include "tessera/engine/monitor.h"
@@ -29,6 +30,8 @@
 #include "tessera/nn/flops_profiler.h"
 #include "tessera/nn/loss_model.h"
 #include "tessera/nn/module.h"
+#include "tessera/nn/progressive_layer_drop.h"
+#include "tessera/nn/random_ltd.h"
 #include "tessera/optim/lr_schedule.h"
 #include "tessera/optim/optimizer.h"
 #include "tessera/parallel/grad_buckets.h"
@@ -251,6 +254,20 @@ class Engine {
   const std::optional<nn::ModelProfile>& flops_profile() const { return flops_profile_; }
 
   int64_t global_steps() const { return global_steps_; }
+  // DeepSpeed's legacy curriculum_learning: the difficulty (the sequence length) the training
+  // forwards of global step `step` see (DeepSpeed's curriculum_seqlen argument); nullopt
+  // without the section. A program's own loop cuts its batches to it.
+  std::optional<int64_t> curriculum_seqlen(int64_t step);
+  std::optional<int64_t> curriculum_seqlen() { return curriculum_seqlen(global_steps_); }
+  // schedule_type "custom": the difficulty for the step DeepSpeed passes to
+  // update_difficulty (global step + 1), as set_custom_curriculum_learning_schedule.
+  void set_custom_curriculum_schedule(std::function<int64_t(int64_t)> schedule);
+  // progressive_layer_drop: the state the model's layers read (null without the section); the
+  // engine moves it to each training forward. theta() is DeepSpeed's get_pld_theta().
+  std::shared_ptr<nn::ProgressiveLayerDrop> progressive_layer_drop() const { return layer_drop_; }
+  // data_efficiency.data_routing.random_ltd: the token-drop state the model's layers read (null
+  // without it); the engine moves it to each training forward.
+  std::shared_ptr<nn::RandomLayerTokenDrop> random_layer_token_drop() const { return token_drop_; }
   // DeepSpeed's global_samples: samples trained (global steps * train_batch_size), the x axis
   // of the Train/Samples/* monitor events.
   int64_t global_samples() const { return global_steps_ * config_.train_batch_size; }
@@ -423,6 +440,7 @@ class Engine {
   bool wrote_train_loss_ = false;
   bool monitored() const { return config_.any_monitor_enabled(); }
   std::optional<bool> boundary_override_;  // set_gradient_accumulation_boundary
+  bool zero_unused_grads_ = false;         // one process's boundary backward (end_reduction)
   int64_t backwards_since_step_ = 0;
   bool warned_backward_twice_ = false;
   std::optional<double> global_grad_norm_;
@@ -431,8 +449,13 @@ class Engine {
   std::unique_ptr<nn::FlopsProfiler> flops_profiler_;  // rank 0, when enabled
   int64_t profiled_forwards_ = 0;
   std::optional<nn::ModelProfile> flops_profile_;
-  std::unique_ptr<TraceRecorder> trace_;  // the trace section, every rank
-  EngineTimers::Window timer_sums_{};     // since the last printed line
+  std::unique_ptr<TraceRecorder> trace_;                  // the trace section, every rank
+  std::unique_ptr<CurriculumScheduler> curriculum_;       // curriculum_learning
+  std::shared_ptr<nn::ProgressiveLayerDrop> layer_drop_;  // progressive_layer_drop
+  std::shared_ptr<nn::RandomLayerTokenDrop> token_drop_;  // data_efficiency's random_ltd
+  // After a step: the schedules' values for the step that ran (when monitored).
+  void add_schedule_events(std::vector<MonitorEvent>& events);
+  EngineTimers::Window timer_sums_{};  // since the last printed line
   bool in_engine_backward_ = false;
   bool direct_backward_pending_ = false;
   bool scale_expected_ = false;  // scale() came before a direct backward

@@ -112,12 +112,15 @@ class TrainLoop {
   void finish(TrainResult& r);
   // save(dir) unless this step was just saved there.
   void save_once(const std::string& dir);
+  // Tokens a sample of `step` trains (tokens_per_sample, or the curriculum's shorter length).
+  double tokens_per_sample(int64_t step);
 
   Engine& engine_;
   TrainerOptions options_;
   bool tty_ = false;
   int start_threads_ = 1;
   std::string last_saved_;  // directory and step of the newest checkpoint fit() wrote
+  double tokens_run_ = 0;   // tokens fit() has trained
 };
 
 template <class Batch>

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "tessera/engine/engine.h"
 #include "tessera/io/batch_source.h"
 #include "tessera/io/token_data.h"
 #include "tessera/io/train_config.h"
@@ -32,6 +33,13 @@ std::unique_ptr<io::BatchSource<models::Batch>> train_batches(const io::TrainCon
 std::unique_ptr<io::BatchSource<models::Batch>> val_batches(const io::TrainConfig& cfg,
                                                             const io::TokenizedCorpus& corpus,
                                                             int rank, int world);
+// curriculum_learning: `batches` cut to the sequence length the engine's curriculum gives the
+// step each batch is drawn for (the Trainer draws a step's micro-batches just before their
+// forwards). Errors name the step and the keys when the length does not split over the
+// sequence-parallel ranks.
+std::unique_ptr<io::BatchSource<models::Batch>> curriculum_batches(
+    std::unique_ptr<io::BatchSource<models::Batch>> batches, engine::Engine& engine,
+    const io::TrainConfig& cfg);
 // The tokenizer, saved with every checkpoint so `tessera export` can write it for HF.
 std::map<std::string, std::string> tokenizer_files(const io::TrainConfig& cfg,
                                                    const io::TokenizedCorpus& corpus);

@@ -79,7 +79,9 @@ class BertLayer : public nn::Module {
   // `layer`: the layer's index in the encoder (its sparse attention layout).
   BertLayer(Module* parent, const std::string& name, const BertConfig& c,
             const parallel::ParallelContext& ctx = {}, int64_t layer = 0);
-  Tensor forward(const Tensor& x, const Tensor& mask);  // mask: bool [B,1,1,T] or undefined
+  // mask: bool [B,1,1,T] or undefined. `branch_scale`: progressive layer drop's 1 / keep
+  // probability on both residual branches (before their LayerNorms: BERT is post-LN).
+  Tensor forward(const Tensor& x, const Tensor& mask, double branch_scale = 1.0);
 
   struct SelfAttention : nn::Module {
     SelfAttention(Module* parent, const std::string& name, const BertConfig& c,
@@ -89,10 +91,10 @@ class BertLayer : public nn::Module {
   struct Output : nn::Module {  // dense -> dropout -> LayerNorm(x + residual)
     Output(Module* parent, const std::string& name, int64_t in, const BertConfig& c,
            const parallel::ParallelContext& ctx);
-    Tensor forward(const Tensor& x, const Tensor& residual);
+    Tensor forward(const Tensor& x, const Tensor& residual, double branch_scale = 1.0);
     // forward(gelu(x)), the GELU recomputed in backward with recompute_gelu.
     Tensor forward_of_gelu(const Tensor& x, GeluApprox approximate, bool recompute_gelu,
-                           const Tensor& residual);
+                           const Tensor& residual, double branch_scale = 1.0);
     parallel::RowParallelLinear dense;
     parallel::SequenceParallelLayerNorm LayerNorm;
     nn::Dropout dropout;  // on the all-reduced (whole) output
@@ -148,6 +150,10 @@ class BertModel : public nn::Module {
   // Set: training forwards run the layers through activation checkpoints (partitioned over
   // the tensor-parallel group with partition_activations, unless sequence parallel).
   std::shared_ptr<parallel::ActivationCheckpointing> activation_checkpointing;
+  // Set: training forwards skip and scale layers as it chooses (progressive layer drop).
+  std::shared_ptr<nn::ProgressiveLayerDrop> layer_drop;
+  // Set: training forwards run its layers on their token subsets (random-LTD).
+  std::shared_ptr<nn::RandomLayerTokenDrop> token_drop;
 };
 
 // The masked-LM head: transform (dense, GELU, LayerNorm; replicated, on sequence chunks with
@@ -212,6 +218,10 @@ class BertForPreTraining : public PretrainedModel {
       std::shared_ptr<parallel::ActivationCheckpointing> checkpointing) override {
     bert.activation_checkpointing = std::move(checkpointing);
   }
+  void set_progressive_layer_drop(std::shared_ptr<nn::ProgressiveLayerDrop> drop) override {
+    bert.layer_drop = std::move(drop);
+  }
+  void set_random_layer_token_drop(std::shared_ptr<nn::RandomLayerTokenDrop> drop) override;
   // Throws, naming the size, when `c` does not split among `ranks` (heads, intermediate).
   static void check_divisible(const BertConfig& c, int64_t ranks);
 

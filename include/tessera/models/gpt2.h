@@ -95,7 +95,9 @@ class GPT2Block : public nn::Module {
  public:
   GPT2Block(Module* parent, const std::string& name, const GPT2Config& c,
             const parallel::ParallelContext& ctx = {}, int64_t layer = 0);
-  Tensor forward(const Tensor& x, KVCache* cache = nullptr, size_t layer = 0);
+  // `branch_scale`: progressive layer drop's 1 / keep probability on both residual branches.
+  Tensor forward(const Tensor& x, KVCache* cache = nullptr, size_t layer = 0,
+                 double branch_scale = 1.0);
   parallel::SequenceParallelLayerNorm ln_1;
   GPT2Attention attn;
   parallel::SequenceParallelLayerNorm ln_2;
@@ -127,6 +129,10 @@ class GPT2Model : public nn::Module {
   // partitioned over the tensor-parallel group with partition_activations, unless sequence
   // parallel).
   std::shared_ptr<parallel::ActivationCheckpointing> activation_checkpointing;
+  // Set: training forwards skip and scale blocks as it chooses (progressive layer drop).
+  std::shared_ptr<nn::ProgressiveLayerDrop> layer_drop;
+  // Set: training forwards run its layers on their token subsets (random-LTD).
+  std::shared_ptr<nn::RandomLayerTokenDrop> token_drop;
 
  private:
   Tensor blocks(const Tensor& x);  // through h, with activation checkpoints
@@ -169,6 +175,10 @@ class GPT2LMHeadModel : public PretrainedModel {
       std::shared_ptr<parallel::ActivationCheckpointing> checkpointing) override {
     transformer.activation_checkpointing = std::move(checkpointing);
   }
+  void set_progressive_layer_drop(std::shared_ptr<nn::ProgressiveLayerDrop> drop) override {
+    transformer.layer_drop = std::move(drop);
+  }
+  void set_random_layer_token_drop(std::shared_ptr<nn::RandomLayerTokenDrop> drop) override;
   // Throws, naming the size, when `c` does not split among `ranks` (heads, MLP features).
   static void check_divisible(const GPT2Config& c, int64_t ranks);
 

@@ -9,6 +9,8 @@
 
 #include "tessera/models/kv_cache.h"
 #include "tessera/nn/loss_model.h"
+#include "tessera/nn/progressive_layer_drop.h"
+#include "tessera/nn/random_ltd.h"
 #include "tessera/parallel/activation_checkpointing.h"
 #include "tessera/parallel/parallel_context.h"
 
@@ -31,6 +33,9 @@ struct Batch {
 
   // The same batch with every tensor on `device` (samplers produce host tensors).
   Batch to(Device device) const;
+  // The batch cut to its first `positions` positions (curriculum_learning's sequence length;
+  // the batch itself when it is no longer). Every [B, T] tensor is cut alike.
+  Batch first_positions(int64_t positions) const;
   // The targets that are not -100 (the engine's data-parallel weighting, nn/loss_model.h).
   int64_t loss_terms() const;
   // A mean token loss of this batch weighted as target_weight asks: the mean itself when it is
@@ -80,6 +85,12 @@ class PretrainedModel : public nn::LossModel<Batch> {
   // Training forwards run the blocks through `checkpointing` (null: straight through).
   virtual void set_activation_checkpointing(
       std::shared_ptr<parallel::ActivationCheckpointing> checkpointing) = 0;
+  // Training forwards skip and scale layers as `layer_drop` chooses (null: every layer runs).
+  // A model without layers to drop refuses it, naming itself.
+  virtual void set_progressive_layer_drop(std::shared_ptr<nn::ProgressiveLayerDrop> layer_drop);
+  // Training forwards run the layers `token_drop` names on its token subsets (null: every
+  // token). A model without such layers refuses it, naming itself.
+  virtual void set_random_layer_token_drop(std::shared_ptr<nn::RandomLayerTokenDrop> token_drop);
 };
 
 // Loads an HF model directory: config.json picks the architecture ("model_type" gpt2 or
