@@ -75,6 +75,7 @@ int export_main(int argc, char** argv);
 int plot_main(int argc, char** argv);
 int profile_main(int argc, char** argv);
 int trial_main(int argc, char** argv);
+int launch_main(int argc, char** argv);  // launch_command.cpp
 int experiment_main(int argc, char** argv);
 int models_main(int argc, char** argv);
 int schedules_main(int argc, char** argv);

@@ -28,6 +28,7 @@ commands:
   monitors                   the monitor sections a config can enable (csv_monitor, ...)
   config-keys                every key a training config can state, its kind and default
   profile CONFIG.json        DeepSpeed's flops profiler report of the config's model at a step
+  launch --hostfile H -- CMD  DeepSpeed's launcher: CMD on every slot of a hostfile (mpirun/srun)
   trial EXP.yaml             a built-in model as one Determined trial (periods, preemption)
   experiment create EXP.yaml a hyperparameter search (Determined's searchers), its trials as
                              processes, restarts, pause/resume; list/describe/logs/best
@@ -41,7 +42,8 @@ commands:
   plot RUN_DIR               a run's loss and lr curves to a PNG (from its monitor files)
   report                     what this build has compiled in and which devices are visible
 
-Distributed: mpirun -np N tessera train CONFIG.json (see docs/parallelism.md).
+Distributed: mpirun -np N tessera train CONFIG.json, or tessera launch with a hostfile
+(see docs/parallelism.md).
 
 Every command takes --help; with --json the last line on stdout is one JSON object.
 tessera --version prints the version.
@@ -91,6 +93,7 @@ int main(int argc, char** argv) {
     if (cmd == "plot") return tessera::cli::plot_main(argc, argv);
     if (cmd == "profile") return tessera::cli::profile_main(argc, argv);
     if (cmd == "trial") return tessera::cli::trial_main(argc, argv);
+    if (cmd == "launch") return tessera::cli::launch_main(argc, argv);
     if (cmd == "experiment") return tessera::cli::experiment_main(argc, argv);
     if (cmd == "models") return tessera::cli::models_main(argc, argv);
     if (cmd == "schedules") return tessera::cli::schedules_main(argc, argv);
