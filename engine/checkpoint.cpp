@@ -116,12 +116,7 @@ void Engine::write_checkpoint_files(const fs::path& tmp, const nlohmann::json& c
     shard["step"] = full({}, static_cast<double>(zero_->optimizer().step_count()), DType::Int64);
     io::save_safetensors((tmp / parallel::zero_shard_file(rank, tp_file_rank())).string(), shard);
   }
-  if (!zero_ && !checkpoint_files_) {
-    // State each rank holds its own of (1-bit Adam's compression errors).
-    const std::map<std::string, Tensor> mine = optimizer_->rank_state();
-    if (!mine.empty())
-      io::save_safetensors((tmp / optimizer_rank_file(rank, tp_file_rank())).string(), mine);
-  }
+  if (!zero_ && !checkpoint_files_) write_optimizer_rank_state(tmp);
   if (writer && !checkpoint_files_) {
     if (!zero_) {
       std::map<std::string, Tensor> weights;
@@ -368,11 +363,26 @@ void Engine::load_weights_and_optimizer(const fs::path& d, const nlohmann::json&
   } else {
     load_training_state(weights, load_optimizer ? &opt_state : nullptr, d.string());
   }
-  if (load_optimizer && !zero_) load_optimizer_rank_state(d);
+  if (load_optimizer && !zero_) {
+    // (A pipeline's checkpoint keeps this state per stage: it loads into the same stages.)
+    check_stage_state_count(d.string(), 1, optimizer_->takes_data_parallel_transport(),
+                            optimizer_->name());
+    load_optimizer_rank_state(d);
+  }
+}
+
+void Engine::write_optimizer_rank_state(const fs::path& dir) {
+  if (zero_) return;  // (ZeRO's shards are per rank already; the 1-bit optimizers refuse it)
+  // State each rank holds its own of (1-bit Adam's compression errors).
+  const std::map<std::string, Tensor> mine = optimizer_->rank_state();
+  if (mine.empty()) return;
+  fs::create_directories(dir);
+  io::save_safetensors((dir / optimizer_rank_file(group_->rank(), tp_file_rank())).string(), mine);
 }
 
 // This rank's own optimizer state, and rank 0's (which tells the rank count that saved it).
 void Engine::load_optimizer_rank_state(const fs::path& d) {
+  if (zero_) return;
   const auto read = [&](int r) {
     const fs::path f = d / optimizer_rank_file(r, tp_file_rank());
     return fs::exists(f) ? io::load_safetensors(f.string()) : std::map<std::string, Tensor>{};

@@ -21,6 +21,24 @@ std::string optimizer_rank_file(int rank, int tp_rank) {
   return checkpoint_weights_file("optimizer_rank" + std::to_string(rank), tp_rank);
 }
 
+int pipeline_stage_state_dirs(const std::string& tag_dir) {
+  int count = 0;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(tag_dir, ec))
+    if (entry.is_directory() && entry.path().filename().string().rfind("stage_", 0) == 0) ++count;
+  return count;
+}
+
+void check_stage_state_count(const std::string& tag_dir, int stages, bool needs_it,
+                             const std::string& optimizer) {
+  if (!needs_it) return;
+  const int saved = pipeline_stage_state_dirs(tag_dir);
+  TS_CHECK(saved == 0 || saved == stages, "load_checkpoint: '", tag_dir, "' holds ", optimizer,
+           "'s own state of each of ", saved,
+           " pipeline stages (compression errors, schedule counters), and this run has ", stages,
+           ": resume it with pipeline.stages ", saved);
+}
+
 namespace {
 
 std::map<std::string, Tensor> load_file(const fs::path& dir, const std::string& name) {

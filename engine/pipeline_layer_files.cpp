@@ -37,7 +37,33 @@ std::vector<std::string> unclaimed_weights(const std::map<std::string, Tensor>& 
   return out;
 }
 
+// The optimizer's entries of no parameter (0/1 Adam's schedule counters, 1-bit LAMB's flat
+// momentum buffer): kept per stage, since each stage's optimizer has its own.
+bool optimizer_wide(const std::string& key, const std::set<std::string>& params) {
+  if (key == "step") return false;  // (in every layer file)
+  const size_t dot = key.rfind('.');
+  return dot == std::string::npos || !params.count(key.substr(0, dot));
+}
+
+std::set<std::string> parameter_names(parallel::PipelineModule& module) {
+  std::set<std::string> out;
+  for (const auto& [name, p] : module.named_parameters()) out.insert(name);
+  return out;
+}
+
 }  // namespace
+
+std::string PipelineLayerFiles::stage_dir() const {
+  char dir[32];
+  std::snprintf(dir, sizeof dir, "stage_%02d", pipe_->rank());
+  return dir;
+}
+
+std::string PipelineLayerFiles::wide_file() const {
+  return "optimizer_wide" +
+         (tensor_parallel_ ? "_tp" + std::to_string(tensor_parallel_->rank()) : std::string()) +
+         ".safetensors";
+}
 
 PipelineLayerFiles::PipelineLayerFiles(parallel::PipelineModule& module,
                                        std::shared_ptr<parallel::ProcessGroup> pipe,
@@ -56,17 +82,23 @@ void PipelineLayerFiles::describe(nlohmann::json& engine_state) const {
 
 void PipelineLayerFiles::write(Engine& engine, const fs::path& tmp) {
   TS_CHECK(engine.zero_stage() < 3, "save_checkpoint: pipelines with ZeRO-3 are not built");
-  // (Every rank, before any file: the save fails whole and earlier checkpoints stay.)
-  TS_CHECK(!engine.optimizer().takes_data_parallel_transport(),
-           "save_checkpoint: ", engine.optimizer().name(),
-           "'s checkpoints of pipeline runs are not built yet (its per-rank compression state "
-           "and its optimizer-wide entries do not fit the per-layer files); checkpoint it "
-           "without a pipeline, or train the pipeline with another optimizer");
   // By this stage's parameter names (collective over the replicas with ZeRO).
   const RankCheckpointState state = engine.training_state();
   const std::map<std::string, Tensor>& weights = state.weights;
   const std::map<std::string, Tensor>& opt = state.optimizer;
+  // The stage's own optimizer state: each rank's (1-bit Adam's errors, ...) and the entries of
+  // no parameter, in stage_SS/ (a resume needs the same stages and ranks).
+  const fs::path stage = tmp / stage_dir();
+  engine.write_optimizer_rank_state(stage);
   if (engine.rank() != 0) return;  // each stage's (and tensor-parallel rank's) first replica
+  std::map<std::string, Tensor> wide;
+  const std::set<std::string> params = parameter_names(module_);
+  for (const auto& [key, value] : opt)
+    if (optimizer_wide(key, params)) wide[key] = value;
+  if (!wide.empty()) {
+    fs::create_directories(stage);
+    io::save_safetensors((stage / wide_file()).string(), wide);
+  }
   // 3D: each tensor-parallel rank writes its shards, in files that say how they merge.
   const parallel::TensorParallelLayout layout = tensor_parallel_
                                                     ? parallel::tensor_parallel_layout(module_)
@@ -152,7 +184,22 @@ void PipelineLayerFiles::load(Engine& engine, const fs::path& dir, bool strict,
              name, "' ", param->describe());
   }
   if (whole.optimizer.count("step")) opt_state["step"] = whole.optimizer.at("step");
+  const fs::path stage = dir / stage_dir();
+  if (load_optimizer) {
+    check_stage_state(engine, dir);
+    if (fs::exists(stage / wide_file()))
+      for (auto& [key, value] : io::load_safetensors((stage / wide_file()).string()))
+        opt_state[key] = value;
+  }
   engine.load_training_state(weights, load_optimizer ? &opt_state : nullptr, dir.string());
+  if (load_optimizer && fs::exists(stage)) engine.load_optimizer_rank_state(stage);
+}
+
+void PipelineLayerFiles::check_stage_state(Engine& engine, const fs::path& dir) const {
+  // Stage state belongs to the stage's layers: another stage count splits them otherwise.
+  const optim::Optimizer& opt = engine.optimizer();
+  check_stage_state_count(dir.string(), pipe_->size(), opt.takes_data_parallel_transport(),
+                          opt.name());
 }
 
 }  // namespace tessera::engine

@@ -3,8 +3,10 @@
 // idea), under the names the whole model gives its parameters, so any number of stages, or one
 // process, finds what it needs. 3D: a pair per layer and tensor-parallel rank
 // (layer_XX-model_tpR.safetensors), whose metadata says how the ranks' shards merge. Written by
-// each stage's (and tensor-parallel rank's) first data-parallel replica. PipelineEngine
-// installs it in its stage's Engine.
+// each stage's (and tensor-parallel rank's) first data-parallel replica. An optimizer's own
+// state per stage (the 1-bit optimizers': each rank's compression errors and the entries of no
+// parameter) goes to stage_SS/ beside them, which a resume at the same stage count reads.
+// PipelineEngine installs it in its stage's Engine.
 #pragma once
 #include <memory>
 #include <string>
@@ -30,6 +32,13 @@ class PipelineLayerFiles : public CheckpointFiles {
   // A parameter's layer file ("layer_03"; empty for a copy another stage saves) and the name
   // its state is saved under (the whole model's).
   std::pair<std::string, std::string> where(const std::string& param) const;
+  // This stage's directory of its optimizer's own state ("stage_01"), and its file of the
+  // optimizer's entries of no parameter.
+  std::string stage_dir() const;
+  std::string wide_file() const;
+  // A checkpoint whose stage state was saved at another stage count is refused for an
+  // optimizer that keeps such state.
+  void check_stage_state(Engine& engine, const std::filesystem::path& dir) const;
 
   parallel::PipelineModule& module_;
   std::shared_ptr<parallel::ProcessGroup> pipe_, tensor_parallel_;

@@ -56,7 +56,6 @@ void add_onebit_keys(OptimizerEntry& e, double beta1, double beta2, double eps,
                       "must be false: " + algorithm + " has no AMSGrad (as DeepSpeed)"});
   e.has_betas = true;
   e.updates_partitions = false;
-  e.per_rank_state = true;
   e.no_zero_reason = "as DeepSpeed's " + algorithm + ", it exchanges whole tensors";
   e.check = [algorithm](const HyperParamValues& v) {
     TS_CHECK(!v.flag("amsgrad"), "'optimizer.params.amsgrad': ", algorithm,

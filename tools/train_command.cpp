@@ -15,8 +15,6 @@
 #include "tessera/io/json_fields.h"
 #include "tessera/launch/job.h"
 #include "tessera/launch/train_data.h"
-#include "tessera/optim/optimizer_registry.h"
-#include "tessera/parallel/pipeline_config.h"
 #include "tessera/parallel/process_group.h"
 
 namespace tessera::cli {
@@ -66,17 +64,8 @@ io::TrainConfig read_config(const Args& a, parallel::ProcessGroup& world) {
   if (a.has("steps")) cfg.train.steps = a.get_int("steps", cfg.train.steps);
   TS_CHECK(cfg.train.steps >= 0, "--steps must be >= 0");
   if (a.has("save")) io::check_writable_directory(a.get("save", ""), "--save");
-  const bool saves =
-      a.has("save") || (!cfg.train.checkpoint_dir.empty() && cfg.train.checkpoint_interval > 0);
   if (!cfg.train.checkpoint_dir.empty() && cfg.train.checkpoint_interval > 0)
     io::check_writable_directory(cfg.train.checkpoint_dir, "train.checkpoint_dir");
-  // Said before training rather than at the first save.
-  TS_CHECK(!saves || parallel::pipeline_config(cfg).stages <= 1 ||
-               !optim::find_optimizer(cfg.optimizer.type).per_rank_state,
-           "optimizer ", cfg.optimizer.type,
-           " with pipeline.stages > 1 cannot save checkpoints yet (its per-rank compression "
-           "state does not fit the per-layer files): train without --save and "
-           "train.checkpoint_dir, or without the pipeline");
   for (const auto& [key, monitor] : cfg.monitors)
     if (monitor.enabled && world.rank() == 0)
       io::check_writable_directory(monitor.output_path, key + ".output_path");

@@ -6,8 +6,9 @@
 # signs, no gradient all-reduce); it ends within 2% of Adam's validation loss; 2 pipeline
 # stages x 2 replicas give the 2-replica losses (each stage's tensors compressed over its
 # replicas, as one process's tensors are); a checkpoint taken after the freeze resumes bit for
-# bit (each rank's compression errors in its own file) and refuses another rank count (a
-# pipeline run's checkpoint is refused before training: not built yet); ZeRO,
+# bit (each rank's compression errors in its own file) and refuses another rank count; so do
+# the pipeline's (2 stages x 2 replicas, each stage's errors and entries of no parameter in its
+# stage_SS/ directory; 1-bit Adam, 0/1 Adam and 1-bit LAMB), which refuse another stage count; ZeRO,
 # an unknown transport and AMSGrad are errors naming the key. 0/1 Adam trains with 1-bit
 # exchanges and fewer all-reduces, equals itself at 2 stages x 2 replicas, and resumes bit for
 # bit from a checkpoint taken between reconciliations (float32 and bf16). 1-bit LAMB ends
@@ -42,6 +43,8 @@ config zopipe "$zero_one" 'c["pipeline"] = {"stages": 2}'
 config lamb '{"type": "Lamb", "params": {"lr": 3e-3, "weight_decay": 0.1}}'
 onebit_lamb='{"type": "OneBitLamb", "params": {"lr": 3e-3, "weight_decay": 0.1, "freeze_step": 6}}'
 config oblamb "$onebit_lamb"
+config oblambpipe "$onebit_lamb" 'c["pipeline"] = {"stages": 2}'
+config pipe1 "$onebit" 'c["pipeline"] = {"stages": 1}'
 config fp16gas "$onebit" 'c.update({"fp16": {"enabled": True, "initial_scale_power": 12}, "gradient_accumulation_steps": 2})'
 run() {  # out ranks config [args...]: the --json line, the log in out.log
   local out="$1" n="$2" cfg="$3"; shift 3
@@ -64,6 +67,13 @@ run lamb2 2 lamb
 run oblamb2 2 oblamb
 run oblambsave 2 oblamb --steps 12 --save oblamb_ck
 run oblambresumed 2 oblamb --resume oblamb_ck
+run pipesave 4 pipe --steps 12 --save pipe_ck
+run piperesumed 4 pipe --resume pipe_ck
+run zopipesave 4 zopipe --steps 17 --save zopipe_ck
+run zopiperesumed 4 zopipe --resume zopipe_ck
+run oblambpipe4 4 oblambpipe
+run oblambpipesave 4 oblambpipe --steps 12 --save oblambpipe_ck
+run oblambpiperesumed 4 oblambpipe --resume oblambpipe_ck
 run fp16 2 fp16gas
 run fp16save 2 fp16gas --steps 12 --save fp16gas_ck
 run fp16resumed 2 fp16gas --resume fp16gas_ck
@@ -107,6 +117,13 @@ report(abs(gap) < 0.02 and ob_ops.get("send", 0) > 0,
        f"{ob_ops.get('send', 0)} sends of packed signs")
 report(oblambresumed["train_loss"] == oblamb["train_loss"] and oblambresumed["val_loss"] == oblamb["val_loss"],
        "1-bit LAMB saved at step 12 (after the freeze at 6), resumed to 40: the same losses bit for bit")
+for run, base, what in (("piperesumed", "pipe4", "1-bit Adam saved at step 12"),
+                        ("zopiperesumed", "zopipe4", "0/1 Adam saved at step 17"),
+                        ("oblambpiperesumed", "oblambpipe4", "1-bit LAMB saved at step 12")):
+    a, b = last(run), last(base)
+    report(a["train_loss"] == b["train_loss"] and a["val_loss"] == b["val_loss"],
+           f"2 stages x 2 replicas: {what} (after the freeze), resumed to 40: the same losses bit "
+           "for bit")
 a, b = last("fp16"), last("fp16resumed")
 report(a["val_loss"] < 0.9 * 4.6 and a["train_loss"] == b["train_loss"] and a["val_loss"] == b["val_loss"],
        f"1-bit Adam with fp16 and 2 accumulation steps trains (validation loss {a['val_loss']:.4f}) and "
@@ -122,8 +139,8 @@ expect "OneBitAdam with ZeRO" "zero_optimization.stage 1 with optimizer OneBitAd
 config hccl '{"type": "OneBitAdam", "params": {"comm_backend_name": "hccl"}}'
 expect "an unknown comm_backend_name" "'optimizer.params.comm_backend_name' is \"hccl\", expected nccl or mpi" \
   "$tessera" train hccl.json --data corpus.txt --steps 1
-expect "a pipeline checkpoint of 1-bit Adam, before training" "optimizer OneBitAdam with pipeline.stages > 1 cannot save checkpoints yet" \
-  mpirun -np 2 "$tessera" train pipe.json --data corpus.txt --steps 2 --save pipe_ck
+expect "a pipeline checkpoint of 1-bit Adam at another stage count" "holds OneBitAdam's own state of each of 2 pipeline stages .* and this run has 1: resume it with pipeline.stages 2" \
+  mpirun -np 2 "$tessera" train pipe1.json --data corpus.txt --resume pipe_ck
 config zoz2 "$zero_one" 'c["zero_optimization"]["stage"] = 2'
 expect "ZeroOneAdam with ZeRO" "zero_optimization.stage 2 with optimizer ZeroOneAdam is not supported" \
   "$tessera" train zoz2.json --data corpus.txt --steps 1

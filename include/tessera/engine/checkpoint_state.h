@@ -38,6 +38,13 @@ std::string checkpoint_weights_file(const std::string& kind, int tp_rank = -1);
 // A data-parallel rank's own optimizer state (Optimizer::rank_state: 1-bit Adam's
 // compression errors): "optimizer_rank<r>.safetensors", or "..._tp<t>" as above.
 std::string optimizer_rank_file(int rank, int tp_rank = -1);
+// A pipeline checkpoint's directories of each stage's own optimizer state (stage_SS/:
+// PipelineLayerFiles): how many the tag directory holds (0 for other checkpoints).
+int pipeline_stage_state_dirs(const std::string& tag_dir);
+// Refuses to load optimizer state kept per stage and rank (`needs_it`: the optimizer keeps
+// such state, the 1-bit optimizers) from a checkpoint saved at another stage count.
+void check_stage_state_count(const std::string& tag_dir, int stages, bool needs_it,
+                             const std::string& optimizer);
 
 // The error a strict load gives when a checkpoint's weights do not match the model's names:
 // both lists (the first 20 of each), naming the checkpoint and load_module_strict.

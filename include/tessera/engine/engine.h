@@ -347,6 +347,12 @@ class Engine {
   void load_training_state(const std::map<std::string, Tensor>& weights,
                            const std::map<std::string, Tensor>* optimizer_state,
                            const std::string& checkpoint);
+  // The optimizer's state each rank keeps its own of (1-bit Adam's compression errors, 0/1
+  // Adam's parameters between reconciliations): this rank writes its file in `dir` (none when
+  // it has no such state), and reads it back (and rank 0's, which says the rank count that
+  // saved it). For CheckpointFiles of one's own; the engine's files do it themselves.
+  void write_optimizer_rank_state(const std::filesystem::path& dir);
+  void load_optimizer_rank_state(const std::filesystem::path& dir);
 
  private:
   void sync_master_to_model();
@@ -410,7 +416,6 @@ class Engine {
   // its optimizer state; `strict`: no parameter missing, no saved weight that is not one.
   void load_weights_and_optimizer(const std::filesystem::path& dir, const nlohmann::json& state,
                                   bool strict, bool load_optimizer);
-  void load_optimizer_rank_state(const std::filesystem::path& dir);
 
   nn::Module& model_;
   io::TrainConfig config_;

@@ -28,9 +28,6 @@ struct OptimizerEntry {
   bool has_betas = false;          // an LR schedule may cycle its beta1 (OneCycle)
   bool updates_partitions = true;  // false: it needs whole tensors (LAMB's trust ratio): no ZeRO
   std::string no_zero_reason;      // why not under ZeRO, when updates_partitions is false
-  // Its state differs between data-parallel ranks (the 1-bit optimizers' compression errors):
-  // checkpoints keep a file per rank, which pipeline checkpoints cannot yet.
-  bool per_rank_state = false;
   // Float32 state tensors per parameter (Adam's two moments): the memory estimate's figure.
   std::function<int64_t(const HyperParamValues&)> state_slots;
   // Checks a section's values together (throws on a bad combination; the config reader
