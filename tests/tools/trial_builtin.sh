@@ -4,7 +4,8 @@
 #    (the mean of its micro-batches) and the validations at the same steps agree to 1e-9
 #    (dropout and gradient accumulation on), on 1 slot, on 2 (mpirun), and on 2 slots as
 #    one tensor-parallel pair, as a 2-stage pipeline, and on 4 as 3D (2 stages x 2
-#    tensor-parallel): the trial is assembled by launch::build as the train command is;
+#    tensor-parallel), and on 1 with curriculum learning, progressive layer drop and random-LTD:
+#    the trial is assembled by launch::build as the train command is;
 #  - a dotted hyperparameter overrides the config (optimizer.params.lr) and changes the run;
 #  - SIGTERM then the same command: the final validation equals the uninterrupted run's;
 #  - builtin:bert trains and validates;
@@ -24,8 +25,18 @@ c["csv_monitor"] = {"enabled": True, "output_path": work + "/csv", "job_name": "
 json.dump(c, open(work + "/gpt.json", "w"))
 c.pop("csv_monitor")
 json.dump(c, open(work + "/gpt_trial.json", "w"))
+ltd = {"enabled": True, "total_layer_num": 2, "random_ltd_layer_num": 1, "random_ltd_layer_id": [1],
+       "model_type": "decoder", "random_ltd_schedule": {"min_value": 8, "max_value": 16,
+       "schedule_type": "fixed_linear", "schedule_config": {"require_steps": 6, "seq_per_step": 8}}}
 layouts = {"tp2": {"tensor_parallel": {"autotp_size": 2}}, "pp2": {"pipeline": {"stages": 2}},
-           "3d": {"tensor_parallel": {"autotp_size": 2}, "pipeline": {"stages": 2}}}
+           "3d": {"tensor_parallel": {"autotp_size": 2}, "pipeline": {"stages": 2}},
+           "eff": {"curriculum_learning": {"enabled": True, "curriculum_type": "seqlen",
+                                           "min_difficulty": 8, "max_difficulty": 16,
+                                           "schedule_type": "fixed_linear",
+                                           "schedule_config": {"total_curriculum_step": 6,
+                                                               "difficulty_step": 8}},
+                   "progressive_layer_drop": {"enabled": True, "theta": 0.5, "gamma": 0.3},
+                   "data_efficiency": {"data_routing": {"random_ltd": ltd}}}}
 for name, sections in layouts.items():
     l = dict(c, **sections)
     json.dump(l, open(f"{work}/gpt_trial_{name}.json", "w"))
@@ -54,10 +65,11 @@ YAML
 # Under the sanitizers: 1 and 2 slots, 3D (which takes the tensor-parallel and pipeline
 # paths both) and the one-slot stop.
 sanitizer_cases="1 2 3d stop"
-for slots in 1 2 tp2 pp2 3d; do
+for slots in 1 2 tp2 pp2 3d eff; do
   skip_under_sanitizer "$slots" && continue
   case $slots in
-    1) n=1 suffix= ;; 2) n=2 suffix= ;; 3d) n=4 suffix=_3d ;; *) n=2 suffix=_$slots ;;
+    1) n=1 suffix= ;; 2) n=2 suffix= ;; 3d) n=4 suffix=_3d ;; eff) n=1 suffix=_eff ;;
+    *) n=2 suffix=_$slots ;;
   esac
   run=(); [ "$n" != 1 ] && run=(mpirun -np "$n")
   rm -rf "$work/csv"
@@ -84,7 +96,8 @@ trial_loss = {s + 1: sum(micro[s * per_batch:(s + 1) * per_batch]) / per_batch f
 close = lambda a, b: abs(a - b) <= 1e-9 * abs(b)
 ok = sorted(train_loss) == list(range(1, 13)) and all(close(trial_loss[s], train_loss[s]) for s in train_loss) \
     and sorted(vals) == sorted(val_loss) == [6, 12] and all(close(vals[s], val_loss[s]) for s in vals)
-label = {"tp2": "2 tensor-parallel", "pp2": "2 pipeline-stage", "3d": "4 3D (2 stages x 2 tensor-parallel)"}
+label = {"tp2": "2 tensor-parallel", "pp2": "2 pipeline-stage", "3d": "4 3D (2 stages x 2 tensor-parallel)",
+         "eff": "1 (curriculum, progressive layer drop and random-LTD on)"}
 print(f"{label.get(slots, slots)} slot(s): tessera trial's 12 batch losses and validations at {sorted(vals)} "
       f"{'equal' if ok else 'DIFFER FROM'} tessera train's (last {trial_loss[12]:.6f} / {train_loss[12]:.6f})")
 if not ok:
