@@ -121,7 +121,8 @@ const CurriculumLearningConfig& curriculum_learning_config(const io::TrainConfig
 }
 
 CurriculumScheduler::CurriculumScheduler(CurriculumLearningConfig config)
-    : config_(std::move(config)), current_(config_.min_difficulty), updated_to_(0) {}
+    : config_(std::move(config)),
+      replay_(config_.min_difficulty, config_.max_difficulty, /*first=*/1) {}
 
 void CurriculumScheduler::set_custom_schedule(std::function<int64_t(int64_t)> schedule) {
   custom_ = std::move(schedule);
@@ -141,33 +142,15 @@ int64_t CurriculumScheduler::scheduled(int64_t global_steps) const {
     return custom_(global_steps);
   }
   // fixed_linear is fixed_root of degree 1.
-  const double degree = c.schedule_type == "fixed_root" ? c.root_degree : 1.0;
-  const double fraction =
-      std::pow(static_cast<double>(global_steps) / static_cast<double>(c.total_curriculum_step),
-               1.0 / degree);
-  int64_t next = static_cast<int64_t>(
-      std::floor(fraction * static_cast<double>(c.max_difficulty - c.min_difficulty) +
-                 static_cast<double>(c.min_difficulty)));
-  next -= next % c.difficulty_step;
-  return std::min(next, c.max_difficulty);
+  return nn::fixed_root_schedule(global_steps, c.total_curriculum_step,
+                                 c.schedule_type == "fixed_root" ? c.root_degree : 1.0,
+                                 c.min_difficulty, c.max_difficulty, c.difficulty_step);
 }
 
 int64_t CurriculumScheduler::difficulty_for_step(int64_t global_step) {
   TS_CHECK(global_step >= 0, "curriculum_learning: global step ", global_step, " is negative");
-  const int64_t target = global_step + 1;  // engine.forward's update_difficulty(global_steps + 1)
-  if (target < updated_to_) {              // an earlier step (a resume): replay from the start
-    current_ = config_.min_difficulty;
-    updated_to_ = 0;
-  }
-  for (int64_t t = updated_to_ + 1; t <= target; ++t) {
-    if (current_ >= config_.max_difficulty) {  // DeepSpeed stops updating at the maximum
-      updated_to_ = target;
-      break;
-    }
-    current_ = scheduled(t);
-    updated_to_ = t;
-  }
-  return current_;
+  // engine.forward's update_difficulty(global_steps + 1)
+  return replay_.value_after(global_step + 1, [this](int64_t t) { return scheduled(t); });
 }
 
 namespace {

@@ -364,13 +364,9 @@ void BertForPreTraining::load_from_whole(PretrainedModel& whole, const std::stri
 
 void BertForPreTraining::set_random_layer_token_drop(
     std::shared_ptr<nn::RandomLayerTokenDrop> drop) {
-  TS_CHECK(!drop || !config.sparse_attention,
-           "data_efficiency.data_routing.random_ltd: BERT "
-           "with block-sparse attention (the 'sparse_attention' section) attends over layouts "
-           "of the whole sequence, not over token subsets");
-  TS_CHECK(!drop || !bert.context.sequence_parallel,
-           "data_efficiency.data_routing.random_ltd "
-           "needs whole sequences on each rank (not sequence_parallel)");
+  if (drop)
+    check_token_drop_layout("BERT", config.sparse_attention.has_value(),
+                            bert.context.sequence_parallel);
   bert.token_drop = std::move(drop);
 }
 

@@ -221,14 +221,9 @@ GPT2LMHeadModel::GPT2LMHeadModel(const GPT2Config& c, const parallel::ParallelCo
     : GPT2LMHeadModel(c, ctx, default_generator().state()) {}
 
 void GPT2LMHeadModel::set_random_layer_token_drop(std::shared_ptr<nn::RandomLayerTokenDrop> drop) {
-  // (A block-sparse layout is made for the whole sequence; sequence parallel ranks hold chunks.)
-  TS_CHECK(!drop || !config.sparse_attention,
-           "data_efficiency.data_routing.random_ltd: GPT-2 "
-           "with block-sparse attention (the 'sparse_attention' section) attends over layouts "
-           "of the whole sequence, not over token subsets");
-  TS_CHECK(!drop || !transformer.context.sequence_parallel,
-           "data_efficiency.data_routing."
-           "random_ltd needs whole sequences on each rank (not sequence_parallel)");
+  if (drop)
+    check_token_drop_layout("GPT-2", config.sparse_attention.has_value(),
+                            transformer.context.sequence_parallel);
   transformer.token_drop = std::move(drop);
 }
 

@@ -151,6 +151,15 @@ Tensor PretrainedModel::forward_cached(const Tensor&, KVCache&) {
   fail("a ", type_name(), " has no key/value cache: it does not generate text");
 }
 
+void check_token_drop_layout(const std::string& model, bool sparse_attention,
+                             bool sequence_parallel) {
+  TS_CHECK(!sparse_attention, "data_efficiency.data_routing.random_ltd: ", model,
+           " with block-sparse attention (the 'sparse_attention' section) attends over layouts "
+           "of the whole sequence, not over token subsets");
+  TS_CHECK(!sequence_parallel, "data_efficiency.data_routing.random_ltd: ", model,
+           " needs whole sequences on each rank (not tensor_parallel.sequence_parallel)");
+}
+
 void PretrainedModel::set_random_layer_token_drop(std::shared_ptr<nn::RandomLayerTokenDrop>) {
   fail("data_efficiency.data_routing.random_ltd: the model ", type_name(),
        " has no layers to drop tokens in (the built-in GPT-2 and BERT do)");

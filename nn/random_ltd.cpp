@@ -47,7 +47,9 @@ Tensor TokenSubset::scatter(const Tensor& x, const Tensor& y) const {
 }
 
 RandomLayerTokenDrop::RandomLayerTokenDrop(RandomLtdOptions options, uint64_t seed)
-    : options_(std::move(options)), seed_(seed), current_(options_.min_value), updated_to_(-1) {
+    : options_(std::move(options)),
+      seed_(seed),
+      replay_(options_.min_value, options_.max_value, /*first=*/0) {
   TS_CHECK(options_.require_steps >= 1 && options_.seq_per_step >= 1 && options_.min_value >= 1 &&
                options_.max_value >= options_.min_value,
            "random_ltd: the schedule needs 1 <= min_value <= max_value, require_steps >= 1 and "
@@ -56,30 +58,15 @@ RandomLayerTokenDrop::RandomLayerTokenDrop(RandomLtdOptions options, uint64_t se
 }
 
 int64_t RandomLayerTokenDrop::scheduled(int64_t global_steps) const {
-  const RandomLtdOptions& o = options_;
-  const double fraction = static_cast<double>(global_steps) / static_cast<double>(o.require_steps);
-  int64_t next =
-      static_cast<int64_t>(std::floor(fraction * static_cast<double>(o.max_value - o.min_value) +
-                                      static_cast<double>(o.min_value)));
-  next -= next % o.seq_per_step;
-  return std::min(next, o.max_value);
+  const RandomLtdOptions& o = options_;  // (fixed_linear)
+  return fixed_root_schedule(global_steps, o.require_steps, 1.0, o.min_value, o.max_value,
+                             o.seq_per_step);
 }
 
 int64_t RandomLayerTokenDrop::reserved_length_for_step(int64_t global_step) {
   TS_CHECK(global_step >= 0, "random_ltd: global step ", global_step, " is negative");
-  if (global_step < updated_to_) {  // an earlier step (a resume): replay from the start
-    current_ = options_.min_value;
-    updated_to_ = -1;
-  }
-  for (int64_t t = updated_to_ + 1; t <= global_step; ++t) {
-    if (current_ >= options_.max_value) {  // DeepSpeed stops updating at the maximum
-      updated_to_ = global_step;
-      break;
-    }
-    current_ = scheduled(t);
-    updated_to_ = t;
-  }
-  return current_;
+  // engine.forward's update_seq(global_steps)
+  return replay_.value_after(global_step, [this](int64_t t) { return scheduled(t); });
 }
 
 void RandomLayerTokenDrop::begin_forward(int64_t global_step, int64_t micro_batch) {

@@ -81,7 +81,9 @@ bad = {"pld-pipe": {"pipeline": {"stages": 2}, "progressive_layer_drop": pld},
        "pld-theta": {"progressive_layer_drop": dict(pld, theta=2)},
        "ltd-sp": {"tensor_parallel": {"autotp_size": 2, "sequence_parallel": True},
                   "data_efficiency": data_efficiency("decoder", 2, [1])},
-       "ltd-layers": {"data_efficiency": data_efficiency("decoder", 4, [1])}}
+       "ltd-layers": {"data_efficiency": data_efficiency("decoder", 4, [1])},
+       "ltd-sparse": {"data_efficiency": data_efficiency("decoder", 2, [1]),
+                      "sparse_attention": {"mode": "fixed", "block": 16, "num_local_blocks": 1}}}
 for name, over in bad.items():
     json.dump(dict(c, **over), open(f"bad-{name}.json", "w"))
 PY
@@ -149,16 +151,17 @@ if ran("gpt2-pld-one"):
     want = [1.0] + [theta(s - 1) for s in range(1, 16)]
     check(all(abs(g - w) <= 1e-12 for g, w in zip(got, want)) and len(got) == 16,
           "gpt2-pld-one: pld_theta per step is DeepSpeed's")
-for model, one, layouts in (("gpt2", "gpt2-pld-one", ("dp2", "z3", "tp2", "sp")),
-                            ("gpt2", "gpt2-pld3-one", ("ckpt",)),
-                            ("bert", "bert-pld-one", ("dp2", "tp2"))):
+def reproduce(model, one, layouts, dropped):  # one process's run changes; layouts equal it
     if ran(one):
         check(not close(losses(one), losses(f"{model}-plain"), 1e-3),
-              f"{one}: dropped layers change the losses")
+              f"{one}: dropped {dropped} change the losses")
     for layout in layouts:
         job = one.replace("-one", f"-{layout}")
         if ran(job) and ran(one):
             check(close(losses(job), losses(one), 1e-6), f"{job}: one process's losses (1e-6)")
+reproduce("gpt2", "gpt2-pld-one", ("dp2", "z3", "tp2", "sp"), "layers")
+reproduce("gpt2", "gpt2-pld3-one", ("ckpt",), "layers")
+reproduce("bert", "bert-pld-one", ("dp2", "tp2"), "layers")
 # random-LTD: DeepSpeed's fixed_linear kept count (update_seq(s) at step s), transcribed.
 def kept(s, lo=8, hi=32, steps=12, per=8):
     d = math.floor(s / steps * (hi - lo) + lo)
@@ -170,16 +173,9 @@ if ran("gpt2-ltd-one"):
 if ran("gpt2-ltdall"):
     check(losses("gpt2-ltdall") == losses("gpt2-plain"),
           "gpt2-ltdall: every token kept = no random-LTD, bit for bit (every step)")
-for model, one, layouts in (("gpt2", "gpt2-ltd-one", ("dp2", "z2", "tp2")),
-                            ("gpt2", "gpt2-ltd3-one", ("ckpt",)),
-                            ("bert", "bert-ltd-one", ("dp2", "tp2"))):
-    if ran(one):
-        check(not close(losses(one), losses(f"{model}-plain"), 1e-3),
-              f"{one}: dropped tokens change the losses")
-    for layout in layouts:
-        job = one.replace("-one", f"-{layout}")
-        if ran(job) and ran(one):
-            check(close(losses(job), losses(one), 1e-6), f"{job}: one process's losses (1e-6)")
+reproduce("gpt2", "gpt2-ltd-one", ("dp2", "z2", "tp2"), "tokens")
+reproduce("gpt2", "gpt2-ltd3-one", ("ckpt",), "tokens")
+reproduce("bert", "bert-ltd-one", ("dp2", "tp2"), "tokens")
 raise SystemExit(fails)
 PY
 expect_bad() {  # config, ranks, then the message it must print
@@ -194,5 +190,6 @@ expect_bad bad-cur-custom.json 1 "Engine::set_custom_curriculum_schedule"
 expect_bad bad-pld-theta.json 1 "'progressive_layer_drop.theta' is 2, expected in [0, 1]"
 expect_bad bad-ltd-sp.json 2 "needs whole sequences on each rank"
 expect_bad bad-ltd-layers.json 1 "total_layer_num' is 4, but the model has 2 layers"
+expect_bad bad-ltd-sparse.json 1 "GPT-2 with block-sparse attention (the 'sparse_attention' section) attends over layouts"
 report_sanitizer_skips
 echo ok

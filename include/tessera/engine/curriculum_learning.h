@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "tessera/io/config_section.h"
+#include "tessera/nn/capped_schedule.h"
 
 namespace tessera::io {
 struct TrainConfig;
@@ -56,8 +57,7 @@ class CurriculumScheduler {
  private:
   CurriculumLearningConfig config_;
   std::function<int64_t(int64_t)> custom_;
-  int64_t current_;     // DeepSpeed's current_difficulty after update_difficulty(updated_to_)
-  int64_t updated_to_;  // 0: no update yet
+  nn::CappedScheduleReplay replay_;  // DeepSpeed's update_difficulty(1), (2), ...
 };
 
 }  // namespace tessera::engine

@@ -93,6 +93,12 @@ class PretrainedModel : public nn::LossModel<Batch> {
   virtual void set_random_layer_token_drop(std::shared_ptr<nn::RandomLayerTokenDrop> token_drop);
 };
 
+// random-LTD's token subsets need layers that see the whole sequence: not block-sparse
+// attention (its layouts cover the whole sequence), not sequence parallel chunks. Throws,
+// naming `model` and the reason.
+void check_token_drop_layout(const std::string& model, bool sparse_attention,
+                             bool sequence_parallel);
+
 // Loads an HF model directory: config.json picks the architecture ("model_type" gpt2 or
 // bert; BERT's "architectures" picks MaskedLM or PreTraining), model.safetensors the weights.
 // Keys are accepted with or without the base-model prefix. Errors name the directory, file

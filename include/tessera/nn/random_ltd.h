@@ -20,6 +20,7 @@
 #include <optional>
 #include <vector>
 
+#include "tessera/nn/capped_schedule.h"
 #include "tessera/tensor.h"
 
 namespace tessera::nn {
@@ -66,8 +67,7 @@ class RandomLayerTokenDrop {
   RandomLtdOptions options_;
   uint64_t seed_;
   int64_t step_ = 0, micro_batch_ = 0, reserved_ = 0;
-  int64_t current_;     // DeepSpeed's current_value after update_seq(updated_to_)
-  int64_t updated_to_;  // -1: no update yet
+  CappedScheduleReplay replay_;  // DeepSpeed's update_seq(0), (1), ...
 };
 
 }  // namespace tessera::nn
