@@ -1,5 +1,7 @@
 #include "tessera/engine/data_efficiency_config.h"
 
+#include <algorithm>
+
 #include "tessera/io/config_section_registry.h"
 #include "tessera/io/train_config.h"
 #include "tessera/parallel/pipeline_config.h"
@@ -122,9 +124,14 @@ void parse_random_ltd(io::config::Section& s, DataEfficiencyConfig& out) {
            "\"batch_seq_dim\" (the built-in models' hidden states are [batch, sequence, C])");
   s.expect("random_ltd_layer_num", count == static_cast<int64_t>(o.layer_ids.size()), count,
            "the length of random_ltd_layer_id (" + std::to_string(o.layer_ids.size()) + ")");
-  for (int64_t id : o.layer_ids)
+  std::vector<int64_t> seen;
+  for (int64_t id : o.layer_ids) {
     TS_CHECK(id < out.total_layer_num, s.source(), ": '", s.key("random_ltd_layer_id"),
              "' names layer ", id, ", but total_layer_num is ", out.total_layer_num);
+    TS_CHECK(std::find(seen.begin(), seen.end(), id) == seen.end(), s.source(), ": '",
+             s.key("random_ltd_layer_id"), "' names layer ", id, " twice");
+    seen.push_back(id);
+  }
 }
 
 }  // namespace

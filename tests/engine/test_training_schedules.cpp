@@ -370,6 +370,7 @@ TEST_CASE("data_efficiency errors name the key") {
   check_parse_error(random_ltd(schedule, {{"random_ltd_layer_num", 3}}),
                     "'data_efficiency.data_routing.random_ltd.random_ltd_layer_num' is 3");
   check_parse_error(random_ltd(schedule, {{"random_ltd_layer_id", {1, 9}}}), "names layer 9");
+  check_parse_error(random_ltd(schedule, {{"random_ltd_layer_id", {1, 1}}}), "names layer 1 twice");
   check_parse_error(random_ltd(schedule, {{"model_type", "seq2seq"}}),
                     "random_ltd.model_type' is \"seq2seq\"");
   check_parse_error(random_ltd(schedule, {{"hidden_state_order", "seq_batch_dim"}}),
