@@ -75,7 +75,10 @@ int export_main(int argc, char** argv);
 int plot_main(int argc, char** argv);
 int profile_main(int argc, char** argv);
 int trial_main(int argc, char** argv);
-int launch_main(int argc, char** argv);  // launch_command.cpp
+int launch_main(int argc, char** argv);    // launch_command.cpp
+int autotune_main(int argc, char** argv);  // autotune_command.cpp
+// --store DIR, else $TESSERA_STORE, else ~/.local/share/tessera/experiments (absolute).
+std::string experiment_store_dir(const Args& a);
 int experiment_main(int argc, char** argv);
 int models_main(int argc, char** argv);
 int schedules_main(int argc, char** argv);

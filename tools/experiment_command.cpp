@@ -250,6 +250,10 @@ int logs(const Args& a, const std::string& dir) {
 
 }  // namespace
 
+std::string experiment_store_dir(const Args& a) {
+  return store_dir_of(a);
+}
+
 int experiment_main(int argc, char** argv) {
   const std::string sub = argc > 2 ? argv[2] : "";
   const Args a(argc, argv, 3, {"json", "help", "follow", "detached"},

@@ -29,6 +29,7 @@ commands:
   config-keys                every key a training config can state, its kind and default
   profile CONFIG.json        DeepSpeed's flops profiler report of the config's model at a step
   launch --hostfile H -- CMD  DeepSpeed's launcher: CMD on every slot of a hostfile (mpirun/srun)
+  autotune CONFIG.json       DeepSpeed's autotuning: the fastest ZeRO stage and micro-batch that fit
   trial EXP.yaml             a built-in model as one Determined trial (periods, preemption)
   experiment create EXP.yaml a hyperparameter search (Determined's searchers), its trials as
                              processes, restarts, pause/resume; list/describe/logs/best
@@ -94,6 +95,7 @@ int main(int argc, char** argv) {
     if (cmd == "profile") return tessera::cli::profile_main(argc, argv);
     if (cmd == "trial") return tessera::cli::trial_main(argc, argv);
     if (cmd == "launch") return tessera::cli::launch_main(argc, argv);
+    if (cmd == "autotune") return tessera::cli::autotune_main(argc, argv);
     if (cmd == "experiment") return tessera::cli::experiment_main(argc, argv);
     if (cmd == "models") return tessera::cli::models_main(argc, argv);
     if (cmd == "schedules") return tessera::cli::schedules_main(argc, argv);

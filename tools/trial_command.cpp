@@ -3,10 +3,13 @@
 // config; every other hyperparameter whose name is a dotted config key (optimizer.params.lr,
 // model.dropout) overrides it through overwrite_deepspeed_config. The trial reports `loss`
 // per training micro-batch and `validation_loss` per validation (train.eval_iters batches).
+#include <chrono>
 #include <filesystem>
 #include <iostream>
 
 #include "cli.h"
+#include "tessera/cuda.h"
+#include "tessera/experiment/autotuning_config.h"
 #include "tessera/io/files.h"
 #include "tessera/launch/job.h"
 #include "tessera/launch/train_data.h"
@@ -74,6 +77,40 @@ class SourceLoader : public trial::SlotLoader<Batch> {
   int64_t epoch_len_, in_epoch_ = 0;
 };
 
+// autotuning (experiment/autotuner.h): the wall time of batches [start_profile_step,
+// end_profile_step), reported with each validation as "throughput" (samples/s) and "latency"
+// (s per step) once measured. Off unless the config's autotuning section is enabled.
+class ProfileWindow {
+ public:
+  void configure(const io::TrainConfig& cfg) {
+    const experiment::AutotuningConfig& a = experiment::autotuning_config(cfg);
+    on_ = a.enabled, first_ = a.start_profile_step, last_ = a.end_profile_step - 1;
+    cuda_ = Device::parse(cfg.train.device).is_cuda();
+  }
+  void begin(int64_t batch) {
+    if (on_ && batch == first_) start_ = now();
+  }
+  void end(int64_t batch) {
+    if (on_ && batch == last_) seconds_ = std::chrono::duration<double>(now() - start_).count();
+  }
+  void report(trial::Metrics& m, int64_t batch_size) const {
+    if (!on_ || seconds_ <= 0) return;
+    const double steps = static_cast<double>(last_ - first_ + 1);
+    m["throughput"] = steps * static_cast<double>(batch_size) / seconds_;
+    m["latency"] = seconds_ / steps;
+  }
+
+ private:
+  std::chrono::steady_clock::time_point now() const {
+    if (cuda_) cuda_synchronize();  // (the work queued so far is in the time)
+    return std::chrono::steady_clock::now();
+  }
+  bool on_ = false, cuda_ = false;
+  int64_t first_ = 0, last_ = 0;
+  std::chrono::steady_clock::time_point start_;
+  double seconds_ = 0;
+};
+
 class BuiltinTrial : public trial::DeepSpeedTrial<Batch> {
  public:
   explicit BuiltinTrial(trial::DeepSpeedTrialContext& c) : DeepSpeedTrial(c) {
@@ -103,6 +140,7 @@ class BuiltinTrial : public trial::DeepSpeedTrial<Batch> {
                "hyperparameters.global_batch_size (", c.get_hparam("global_batch_size").dump(),
                ") differs from the config's train_batch_size (", cfg.train_batch_size, ")");
     job_ = launch::build(std::move(cfg), c.group_ptr());
+    profile_.configure(job_->config);
     // Every rank of a model replica reads its batches (a pipeline's first and last stages
     // use them); one rank of each replica reports (a pipeline's loss is on every stage).
     const bool first_of_replica =
@@ -146,20 +184,32 @@ class BuiltinTrial : public trial::DeepSpeedTrial<Batch> {
       return slot;
     });
   }
-  trial::BatchMetrics train_batch(trial::DataLoaderIterator<Batch>& it, int64_t, int64_t) override {
-    if (job_->is_pipeline())
-      return {{"loss", job_->pipeline_engine->train_batch(
-                           [&] { return job_->pipe_micro_batch(it.next()); })}};
+  trial::BatchMetrics train_batch(trial::DataLoaderIterator<Batch>& it, int64_t,
+                                  int64_t batch) override {
+    profile_.begin(batch);
+    if (job_->is_pipeline()) {
+      const double loss =
+          job_->pipeline_engine->train_batch([&] { return job_->pipe_micro_batch(it.next()); });
+      profile_.end(batch);
+      return {{"loss", loss}};
+    }
     const Tensor loss = engine_->forward(it.next());
     engine_->backward(loss);
     engine_->step();
+    profile_.end(batch);
     return {{"loss", loss}};
   }
   trial::BatchMetrics evaluate_batch(trial::DataLoaderIterator<Batch>& it, int64_t) override {
+    trial::Metrics m;
     if (job_->is_pipeline())  // (one micro-batch through the stages)
-      return {{"validation_loss", job_->pipeline_engine->eval_batch(
-                                      [&] { return job_->pipe_micro_batch(it.next()); }, 1)}};
-    return {{"validation_loss", engine_->forward(it.next())}};
+      m["validation_loss"] =
+          trial::MetricValue(job_->pipeline_engine->eval_batch(
+                                 [&] { return job_->pipe_micro_batch(it.next()); }, 1))
+              .value();
+    else
+      m["validation_loss"] = trial::MetricValue(engine_->forward(it.next())).value();
+    profile_.report(m, cfg().train_batch_size);
+    return m;
   }
   // The tokenizer beside the engine's checkpoint, so `tessera export CKPT --tag model0` works.
   void save(trial::DeepSpeedTrialContext&, const std::string& path) override {
@@ -177,6 +227,7 @@ class BuiltinTrial : public trial::DeepSpeedTrial<Batch> {
 
   std::unique_ptr<launch::Job> job_;
   std::shared_ptr<engine::Engine> engine_;
+  ProfileWindow profile_;
 };
 
 }  // namespace
