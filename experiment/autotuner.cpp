@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
-#include <random>
 #include <sstream>
 
 #include "tessera/experiment/autotuning_config.h"
@@ -154,19 +153,21 @@ json trial_config(const json& original, const AutotunePoint& p) {
   return c;
 }
 
-// The experiment: the chosen points' configs as one categorical hyperparameter, run one at a
-// time (each timed alone) for end_profile_step batches, validated once at the end.
+// The experiment: the fitting points' configs as one categorical hyperparameter, searched by
+// the autotune searcher (autotune_search.cpp) one trial at a time (each timed alone) for
+// end_profile_step batches, validated once at the end.
 std::string experiment_yaml(const std::string& name, const std::string& model_type,
                             const std::vector<std::string>& files, const AutotuningConfig& a,
                             int ranks) {
   std::ostringstream y;
   y << "name: autotune " << json(name).dump() << "\nentrypoint: builtin:" << model_type
-    << "\nhyperparameters:\n"
-    << "  config:\n    type: categorical\n    vals:\n";
+    << "\nhyperparameters:\n  config:\n    type: categorical\n    vals:\n";
   for (const std::string& f : files) y << "      - " << json(f).dump() << "\n";
-  y << "searcher:\n  name: grid\n  metric: " << a.metric
+  y << "searcher:\n  name: autotune\n  metric: " << a.metric
     << "\n  smaller_is_better: " << (a.metric == "latency" ? "true" : "false")
-    << "\n  max_length: {batches: " << a.end_profile_step << "}\n  max_concurrent_trials: 1\n"
+    << "\n  max_length: {batches: " << a.end_profile_step << "}\n  tuner_type: " << a.tuner_type
+    << "\n  tuner_num_trials: " << a.tuner_num_trials
+    << "\n  tuner_early_stopping: " << a.tuner_early_stopping << "\n"
     << "min_validation_period: {batches: " << a.end_profile_step << "}\n"
     << "scheduling_unit: " << a.end_profile_step << "\n"
     << "resources: {slots_per_trial: " << ranks << ", max_slots: " << ranks << "}\n"
@@ -174,16 +175,11 @@ std::string experiment_yaml(const std::string& name, const std::string& model_ty
   return y.str();
 }
 
-// The points the tuner runs, in order: gridsearch's, or a seeded shuffle (random); at most
-// tuner_num_trials.
-std::vector<size_t> chosen_points(const std::vector<AutotunePoint>& points,
-                                  const AutotuningConfig& a, uint64_t seed) {
+// The points that fit, in gridsearch's order (the searcher picks among them).
+std::vector<size_t> fitting_points(const std::vector<AutotunePoint>& points) {
   std::vector<size_t> out;
   for (size_t i = 0; i < points.size(); ++i)
     if (points[i].fits) out.push_back(i);
-  if (a.tuner_type == "random") std::shuffle(out.begin(), out.end(), std::mt19937_64(seed));
-  if (out.size() > static_cast<size_t>(a.tuner_num_trials))
-    out.resize(static_cast<size_t>(a.tuner_num_trials));
   return out;
 }
 
@@ -194,11 +190,6 @@ bool better(double a, double b, const std::string& metric) {
 // The finished trials' metrics in the order they ran.
 struct SearchProgress {
   std::vector<std::pair<std::string, double>> finished;  // (point name, metric)
-  bool stale(int64_t patience, const std::string& metric) const {
-    std::vector<double> values;
-    for (const auto& f : finished) values.push_back(f.second);
-    return autotune_stale(values, patience, metric);
-  }
 };
 
 SearchProgress progress_of(const ExperimentStore& store, int64_t experiment,
@@ -274,12 +265,6 @@ void run_search(const AutotuneOptions& o, const AutotuningConfig& a, ExperimentS
          << " " << a.metric << " " << p.finished.back().second << ", ETA "
          << static_cast<int64_t>(eta) << " s";
     log(line.str());
-    if (!r.stopped_early && reported < trials && p.stale(a.tuner_early_stopping, a.metric)) {
-      r.stopped_early = true;
-      log("autotune: " + std::to_string(a.tuner_early_stopping) + " trials without a better " +
-          a.metric + " (tuner_early_stopping): stopping");
-      store.set_experiment_state(e, "STOPPING_KILLED");
-    }
   };
   RunnerLock lock(o.store_dir, r.experiment, 60.0);
   ExperimentRunner(store, o.store_dir, r.experiment, ro).run();
@@ -332,7 +317,7 @@ AutotuneResult autotune(const AutotuneOptions& o) {
                            !fs::exists(fs::path(a.results_dir) / "ds_config_optimal.json")),
            "autotune: ", a.exps_dir, " or ", a.results_dir,
            " holds an earlier search and autotuning.overwrite is false");
-  const std::vector<size_t> chosen = chosen_points(r.points, a, cfg.train.seed);
+  const std::vector<size_t> chosen = fitting_points(r.points);
   TS_CHECK(!chosen.empty(), "autotune: no point fits in ", limit,
            " bytes per rank (the smallest predicted: ",
            std::min_element(r.points.begin(), r.points.end(),
@@ -347,11 +332,21 @@ AutotuneResult autotune(const AutotuneOptions& o) {
   ExperimentStore store((fs::path(o.store_dir) / "experiments.db").string());
   r.experiment = create_experiment(store, o.store_dir, yaml.string(), o.tessera);
   if (o.log)
-    o.log("autotune: experiment " + std::to_string(r.experiment) + ", " +
-          std::to_string(chosen.size()) + " of " + std::to_string(r.points.size()) +
-          " points to run (the rest do not fit or exceed tuner_num_trials)");
-  run_search(o, a, store, chosen.size(), r);
+    o.log(
+        "autotune: experiment " + std::to_string(r.experiment) + ", " +
+        std::to_string(chosen.size()) + " of " + std::to_string(r.points.size()) + " points fit; " +
+        a.tuner_type + " runs at most " +
+        std::to_string(std::min<int64_t>(a.tuner_num_trials, static_cast<int64_t>(chosen.size()))));
+  const size_t budget = std::min(chosen.size(), static_cast<size_t>(a.tuner_num_trials));
+  run_search(o, a, store, budget, r);
   collect_results(store, a.metric, r);
+  size_t ran = 0;
+  for (const AutotunePoint& p : r.points) ran += p.state.empty() ? 0 : 1;
+  r.stopped_early = ran < budget;  // (tuner_early_stopping ended the search)
+  if (r.stopped_early && o.log)
+    o.log("autotune: stopped after " + std::to_string(ran) +
+          " trials: " + std::to_string(a.tuner_early_stopping) + " without a better " + a.metric +
+          " (tuner_early_stopping)");
   write_results(a.results_dir, original, limit, r);
   return r;
 }

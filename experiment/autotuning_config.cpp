@@ -22,7 +22,8 @@ void describe(io::config::Section& s) {
        {"min_train_micro_batch_size_per_gpu", "the smallest micro-batch tried"},
        {"max_train_micro_batch_size_per_gpu", "the largest micro-batch tried"},
        {"num_tuning_micro_batch_sizes", "micro-batch sizes per ZeRO stage (the largest fitting)"},
-       {"tuner_type", "gridsearch (every point) or random (tuner_num_trials of them)"},
+       {"tuner_type",
+        "gridsearch (in order), random (shuffled) or model_based (a cost model picks)"},
        {"tuner_early_stopping", "stop after this many trials without a better metric"},
        {"tuner_num_trials", "the most trials the search runs"},
        {"mp_size", "model-parallel ranks: must be tensor_parallel.autotp_size"},
@@ -69,8 +70,10 @@ void AutotuningConfig::parse(io::config::Section& s, AutotuningConfig& out) {
   s.get_min<int64_t>("num_tuning_micro_batch_sizes", out.num_tuning_micro_batch_sizes, 1,
                      "a positive integer");
   s.get("tuner_type", out.tuner_type);
-  s.expect("tuner_type", out.tuner_type == "gridsearch" || out.tuner_type == "random",
-           out.tuner_type, "\"gridsearch\" or \"random\" (\"model_based\" is not built)");
+  s.expect("tuner_type",
+           out.tuner_type == "gridsearch" || out.tuner_type == "random" ||
+               out.tuner_type == "model_based",
+           out.tuner_type, "\"gridsearch\", \"random\" or \"model_based\"");
   s.get_min<int64_t>("tuner_early_stopping", out.tuner_early_stopping, 1, "a positive integer");
   s.get_min<int64_t>("tuner_num_trials", out.tuner_num_trials, 1, "a positive integer");
   s.get_min<int64_t>("mp_size", out.mp_size, 1, "a positive integer");

@@ -17,14 +17,15 @@ const char* kAutotuneHelp =
                         [--device D] [--dry_run] [--json]
 
 DeepSpeed's autotuning (its "autotuning" section: metric, start/end_profile_step, fast,
-micro-batch bounds, num_tuning_micro_batch_sizes, tuner_type gridsearch|random,
+micro-batch bounds, num_tuning_micro_batch_sizes, tuner_type gridsearch|random|model_based,
 tuner_num_trials, tuner_early_stopping, results_dir, exps_dir, overwrite). Every ZeRO stage
 (0-3) with the largest num_tuning_micro_batch_sizes micro-batches that divide the config's
 train_batch_size over the data-parallel ranks (fast: false adds reduce_bucket_size and
 overlap_comm variants) is sized by estimate-memory; points above --memory-limit bytes per
 rank (K, M, G suffixes; default this machine's memory over the ranks) are pruned without
 running. The rest run one at a time as trials of an experiment in the store (`tessera
-experiment describe ID`, the web view), each for end_profile_step steps, timing steps
+experiment describe ID`, the web view; model_based: a ridge-regression cost model fitted to
+the finished trials picks each next point), each for end_profile_step steps, timing steps
 [start_profile_step, end_profile_step). Writes results_dir/ds_config_optimal.json (the
 config with the best point's keys) and results_dir/summary.txt (the ranked table).
 

@@ -124,7 +124,7 @@ TEST_CASE("a searcher of one's own: read, checked and built from the experiment 
   // An unknown name lists every registered searcher, this one included.
   CHECK(error_of("  name: thresh\n")
             .find("'searcher.name' is 'thresh'; expected single, random, "
-                  "grid, adaptive_asha, async_halving, tpe or "
+                  "grid, adaptive_asha, async_halving, tpe, autotune or "
                   "threshold") != std::string::npos);
   CHECK_THROWS_WITH_AS(experiment::register_searcher(threshold_entry()),
                        doctest::Contains("'threshold' is registered twice"), Error);

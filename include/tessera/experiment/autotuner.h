@@ -9,9 +9,11 @@
 // results_dir/ds_config_optimal.json, and the ranked table to results_dir/summary.txt.
 //
 // The train batch stays the config's: the micro-batch m must divide it over the data-parallel
-// ranks, gradient accumulation making up the rest. gridsearch runs the points in order (up to
-// tuner_num_trials), random a seeded shuffle of them; either stops after tuner_early_stopping
-// trials without a better metric.
+// ranks, gradient accumulation making up the rest. The experiment's searcher, "autotune"
+// (autotune_search.cpp), runs gridsearch (the points in order), random (a seeded shuffle) or
+// model_based (ridge regression of the metric on stage and micro-batch, fitted to the finished
+// trials, picks each next point), up to tuner_num_trials, stopping after tuner_early_stopping
+// finished trials without a better metric.
 #pragma once
 #include <cstdint>
 #include <functional>

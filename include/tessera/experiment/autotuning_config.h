@@ -23,7 +23,7 @@ struct AutotuningConfig {
   bool fast = true;  // false: also tune ZeRO's reduce_bucket_size and overlap_comm
   int64_t min_train_micro_batch_size_per_gpu = 1, max_train_micro_batch_size_per_gpu = 1024;
   int64_t num_tuning_micro_batch_sizes = 3;
-  std::string tuner_type = "gridsearch";  // gridsearch or random
+  std::string tuner_type = "gridsearch";  // gridsearch, random or model_based
   int64_t tuner_early_stopping = 5;       // stop after this many trials without a better one
   int64_t tuner_num_trials = 50;
   int64_t mp_size = 1;
