@@ -54,8 +54,12 @@ print((b[len(b) // 2 - 1] + b[len(b) // 2]) // 2)')
 mpirun -np 1 true  # (mpirun answers: the 2-rank trials below need it)
 "$tessera" autotune ranks2.json --ranks 2 --memory-limit 1G --store store --json > ranks2.out 2> ranks2.err ||
   { echo "2-rank autotune failed:"; tail -5 ranks2.err; exit 1; }
-"$tessera" autotune grid.json --memory-limit 1G --store store --json > grid.out 2> grid.err
-"$tessera" autotune model.json --memory-limit 1G --store store --json > model.out 2> model.err
+# (Timings under the sanitizers say nothing: the tuners' comparison is the release pass's.)
+sanitizer_cases=""
+if ! skip_under_sanitizer model-vs-grid; then
+  "$tessera" autotune grid.json --memory-limit 1G --store store --json > grid.out 2> grid.err
+  "$tessera" autotune model.json --memory-limit 1G --store store --json > model.out 2> model.err
+fi
 "$tessera" train results/ds_config_optimal.json --steps 2 --json > optimal.out 2> optimal.err ||
   { echo "ds_config_optimal.json does not train:"; tail -3 optimal.err; exit 1; }
 "$tessera" experiment describe 1 --store store --json > describe.out
@@ -91,13 +95,15 @@ report(len(d["trials"]) == len(ran) and "throughput" in json.dumps(d["trials"]),
 report(sum(1 for p in rand["points"] if p["state"]) == 2, "random with tuner_num_trials 2 runs 2 points")
 report(all(p["state"] == "COMPLETED" for p in two["points"] if p["state"]) and bool(two["best"]),
        f"2 ranks per trial (mpirun): best {two['best']}")
-grid, model = last("grid.out"), last("model.out")
-measured = {p["name"]: p["metric"] for p in grid["points"] if p["metric"]}
-ran = sum(1 for p in model["points"] if p["state"])
-top = max(measured.values())
-report(len(measured) == 16 and ran <= 8 and measured[model["best"]] >= 0.95 * top,
-       f"model_based: {ran} of {len(measured)} trials; its choice {model['best']} runs at "
-       f"{measured[model['best']] / top:.1%} of the grid's best ({grid['best']}, {top:.0f} samples/s)")
+import os
+if os.path.exists("grid.out"):
+    grid, model = last("grid.out"), last("model.out")
+    measured = {p["name"]: p["metric"] for p in grid["points"] if p["metric"]}
+    ran = sum(1 for p in model["points"] if p["state"])
+    top = max(measured.values())
+    report(len(measured) == 16 and ran <= 8 and measured[model["best"]] >= 0.95 * top,
+           f"model_based: {ran} of {len(measured)} trials; its choice {model['best']} runs at "
+           f"{measured[model['best']] / top:.1%} of the grid's best ({grid['best']}, {top:.0f} samples/s)")
 sys.exit(0 if ok else 1)
 PY
 grep -q "^| 1 | $(python3 -c 'import json; print(json.loads(open("tune.out").read().splitlines()[-1])["best"])') |" results/summary.txt ||
@@ -108,4 +114,5 @@ expect "pipeline" "pipeline.stages is 2" "$tessera" autotune bad_pipe.json --ran
 expect "limit" "no point fits in 1000 bytes per rank" "$tessera" autotune job.json --memory-limit 1000 --store store
 expect "size" "--memory-limit 'lots'" "$tessera" autotune job.json --memory-limit lots --store store
 echo "$fails failed"
+report_sanitizer_skips
 [ "$fails" = 0 ]
