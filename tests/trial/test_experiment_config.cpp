@@ -145,7 +145,7 @@ TEST_CASE("experiment config: wrong values are errors naming file, line and key"
       {"searcher:\n  metric: loss\n  max_length: {epochs: 3}\n", "needs 'records_per_epoch'"},
       {"searcher:\n  name: bayesian\n  metric: loss\n  max_length: {batches: 3}\n",
        "'searcher.name' is 'bayesian'; expected single, random, grid, adaptive_asha, "
-       "async_halving or tpe"},
+       "async_halving, tpe or autotune"},
       {"searcher:\n  name: tpe\n  metric: l\n  max_length: {batches: 3}\n  max_trials: 4\n"
        "  gamma: 0\n",
        "'searcher.gamma' is 0, expected in (0, 1]"},

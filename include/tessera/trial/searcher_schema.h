@@ -44,7 +44,7 @@ struct SearcherSchema {
 void register_searcher_schema(SearcherSchema schema);
 // The schema of searcher.name `type`, or nullptr when none is registered.
 const SearcherSchema* find_searcher_schema(const std::string& type);
-// "single, random, grid, adaptive_asha, async_halving or tpe": the registered names.
+// "single, random, grid, adaptive_asha, async_halving, tpe or autotune": the registered names.
 std::string registered_searcher_schemas_text();
 
 }  // namespace tessera::trial
