@@ -10,21 +10,6 @@ namespace tessera::engine {
 
 namespace {
 
-// A list of positive integers at `key` of `s` (fixed_discrete's difficulty and max_step).
-std::vector<int64_t> integer_list(io::config::Section& s, const std::string& key, size_t least) {
-  const io::config::json& v = s.raw(key, "list of integers");
-  std::vector<int64_t> out;
-  if (v.is_null()) return out;
-  const bool list = v.is_array() && v.size() >= least;
-  for (const auto& e : v)
-    TS_CHECK(list && e.is_number_integer() && e.get<int64_t>() >= 0, s.source(), ": '", s.key(key),
-             "' is ", v.dump(), ", expected a list of at least ", least, " non-negative integers");
-  TS_CHECK(list, s.source(), ": '", s.key(key), "' is ", v.dump(), ", expected a list of at least ",
-           least, " non-negative integers");
-  for (const auto& e : v) out.push_back(e.get<int64_t>());
-  return out;
-}
-
 // Every key is read, whatever the schedule (the config reference lists them all).
 void parse_schedule_config(io::config::Section& sc, CurriculumLearningConfig& out) {
   sc.notes({{"total_curriculum_step",
@@ -38,8 +23,9 @@ void parse_schedule_config(io::config::Section& sc, CurriculumLearningConfig& ou
   sc.get("root_degree", out.root_degree);
   sc.expect("root_degree", out.root_degree > 0 || !sc.has("root_degree"), out.root_degree,
             "a positive number");
-  out.difficulty = integer_list(sc, "difficulty", 1);
-  out.max_step = integer_list(sc, "max_step", 1);
+  const char* expected = "a list of at least 1 non-negative integers";
+  out.difficulty = sc.non_negative_integers("difficulty", 1, expected);
+  out.max_step = sc.non_negative_integers("max_step", 1, expected);
 }
 
 // The keys schedule_type needs, once it is known to be one.
@@ -159,11 +145,9 @@ namespace {
 // argument in forward pass"); a pipeline's stages exchange fixed shapes, so it is refused.
 void check_curriculum_learning(io::TrainConfig& cfg) {
   if (!curriculum_learning_config(cfg).enabled) return;
-  TS_CHECK(parallel::pipeline_config(cfg).stages == 1, cfg.source,
-           ": 'curriculum_learning' needs a model without pipeline stages (pipeline.stages is ",
-           parallel::pipeline_config(cfg).stages,
-           "): the stages exchange fixed shapes, and DeepSpeed's pipeline engine does not apply "
-           "the curriculum either");
+  parallel::refuse_pipeline_stages(cfg, "curriculum_learning",
+                                   "the stages exchange fixed shapes, and DeepSpeed's pipeline "
+                                   "engine does not apply the curriculum either");
 }
 
 const io::RegisterConfigSection<CurriculumLearningConfig> kCurriculumLearningSection{

@@ -42,18 +42,6 @@ void parse_data_sampling(io::config::Section& s) {
   }
 }
 
-std::vector<int64_t> layer_ids(io::config::Section& s) {
-  const io::config::json& v = s.raw("random_ltd_layer_id", "list of integers");
-  std::vector<int64_t> out;
-  if (v.is_null()) return out;
-  bool ok = v.is_array() && !v.empty();
-  for (const auto& e : v) ok = ok && e.is_number_integer() && e.get<int64_t>() >= 0;
-  TS_CHECK(ok, s.source(), ": '", s.key("random_ltd_layer_id"), "' is ", v.dump(),
-           ", expected a non-empty list of layer indices");
-  for (const auto& e : v) out.push_back(e.get<int64_t>());
-  return out;
-}
-
 void parse_schedule(io::config::Section& s, nn::RandomLtdOptions& o, bool on) {
   s.notes({{"", "the kept tokens per sample over training (DeepSpeed's fixed_linear)"},
            {"min_value", "tokens kept at step 0"},
@@ -101,7 +89,8 @@ void parse_random_ltd(io::config::Section& s, DataEfficiencyConfig& out) {
   s.get_min<int64_t>("total_layer_num", out.total_layer_num, 1, "a positive integer");
   s.get_min<int64_t>("random_ltd_layer_num", count, 1, "a positive integer");
   nn::RandomLtdOptions& o = out.random_ltd_options;
-  o.layer_ids = layer_ids(s);
+  o.layer_ids =
+      s.non_negative_integers("random_ltd_layer_id", 1, "a non-empty list of layer indices");
   s.get("model_mask_name", mask_name);
   s.get("model_type", out.model_type);
   s.get("hidden_state_order", order);
@@ -166,17 +155,17 @@ namespace {
 void check_data_efficiency(io::TrainConfig& cfg) {
   const DataEfficiencyConfig& d = data_efficiency_config(cfg);
   if (!d.random_ltd) return;
-  const std::string key = "'data_efficiency.data_routing.random_ltd'";
-  TS_CHECK(parallel::pipeline_config(cfg).stages == 1, cfg.source, ": ", key,
-           " needs a model without pipeline stages (their stages exchange fixed shapes)");
-  TS_CHECK(!parallel::tensor_parallel_config(cfg).sequence_parallel, cfg.source, ": ", key,
-           " needs whole sequences on each rank (tensor_parallel.sequence_parallel splits them)");
+  const std::string key = "data_efficiency.data_routing.random_ltd";
+  parallel::refuse_pipeline_stages(cfg, key, "a pipeline's stages exchange fixed shapes");
+  TS_CHECK(!parallel::tensor_parallel_config(cfg).sequence_parallel, cfg.source, ": '", key,
+           "' needs whole sequences on each rank (tensor_parallel.sequence_parallel splits them)");
   TS_CHECK(d.total_layer_num == cfg.model.n_layer, cfg.source,
            ": 'data_efficiency.data_routing.random_ltd.total_layer_num' is ", d.total_layer_num,
            ", but the model has ", cfg.model.n_layer, " layers (model.n_layer)");
   const std::string want = cfg.model.type == "bert" ? "encoder" : "decoder";
-  TS_CHECK(cfg.model.type != "gpt2" && cfg.model.type != "bert" ? true : d.model_type == want,
-           cfg.source, ": 'data_efficiency.data_routing.random_ltd.model_type' is \"", d.model_type,
+  const bool built_in = cfg.model.type == "gpt2" || cfg.model.type == "bert";
+  TS_CHECK(!built_in || d.model_type == want, cfg.source,
+           ": 'data_efficiency.data_routing.random_ltd.model_type' is \"", d.model_type,
            "\", but model.type ", cfg.model.type, " is ",
            want == "encoder" ? "an encoder" : "a decoder");
 }

@@ -60,9 +60,8 @@ std::string PipelineLayerFiles::stage_dir() const {
 }
 
 std::string PipelineLayerFiles::wide_file() const {
-  return "optimizer_wide" +
-         (tensor_parallel_ ? "_tp" + std::to_string(tensor_parallel_->rank()) : std::string()) +
-         ".safetensors";
+  return checkpoint_weights_file("optimizer_wide",
+                                 tensor_parallel_ ? tensor_parallel_->rank() : -1);
 }
 
 PipelineLayerFiles::PipelineLayerFiles(parallel::PipelineModule& module,
@@ -186,20 +185,16 @@ void PipelineLayerFiles::load(Engine& engine, const fs::path& dir, bool strict,
   if (whole.optimizer.count("step")) opt_state["step"] = whole.optimizer.at("step");
   const fs::path stage = dir / stage_dir();
   if (load_optimizer) {
-    check_stage_state(engine, dir);
+    // Stage state belongs to the stage's layers: another stage count splits them otherwise.
+    const optim::Optimizer& opt = engine.optimizer();
+    check_stage_state_count(dir.string(), pipe_->size(), opt.takes_data_parallel_transport(),
+                            opt.name());
     if (fs::exists(stage / wide_file()))
       for (auto& [key, value] : io::load_safetensors((stage / wide_file()).string()))
         opt_state[key] = value;
   }
   engine.load_training_state(weights, load_optimizer ? &opt_state : nullptr, dir.string());
   if (load_optimizer && fs::exists(stage)) engine.load_optimizer_rank_state(stage);
-}
-
-void PipelineLayerFiles::check_stage_state(Engine& engine, const fs::path& dir) const {
-  // Stage state belongs to the stage's layers: another stage count splits them otherwise.
-  const optim::Optimizer& opt = engine.optimizer();
-  check_stage_state_count(dir.string(), pipe_->size(), opt.takes_data_parallel_transport(),
-                          opt.name());
 }
 
 }  // namespace tessera::engine

@@ -36,9 +36,6 @@ class PipelineLayerFiles : public CheckpointFiles {
   // optimizer's entries of no parameter.
   std::string stage_dir() const;
   std::string wide_file() const;
-  // A checkpoint whose stage state was saved at another stage count is refused for an
-  // optimizer that keeps such state.
-  void check_stage_state(Engine& engine, const std::filesystem::path& dir) const;
 
   parallel::PipelineModule& module_;
   std::shared_ptr<parallel::ProcessGroup> pipe_, tensor_parallel_;

@@ -33,11 +33,9 @@ namespace {
 // skipped layers would move them (and DeepSpeed's pipeline modules take no PLD arguments).
 void check_progressive_layer_drop(io::TrainConfig& cfg) {
   if (!progressive_layer_drop_config(cfg).enabled) return;
-  TS_CHECK(parallel::pipeline_config(cfg).stages == 1, cfg.source,
-           ": 'progressive_layer_drop' needs a model without pipeline stages (pipeline.stages is ",
-           parallel::pipeline_config(cfg).stages,
-           "): a pipeline's stages draw their dropout masks at offsets fixed on the first batch, "
-           "which skipped layers would move");
+  parallel::refuse_pipeline_stages(cfg, "progressive_layer_drop",
+                                   "a pipeline's stages draw their dropout masks at offsets "
+                                   "fixed on the first batch, which skipped layers would move");
 }
 
 const io::RegisterConfigSection<ProgressiveLayerDropConfig> kProgressiveLayerDropSection{

@@ -89,9 +89,9 @@ std::vector<AutotunePoint> autotune_points(const std::string& config_text,
                                            const std::string& source, int ranks,
                                            int64_t memory_limit) {
   const io::TrainConfig cfg = launch::parse_config(config_text, ranks, source);
-  TS_CHECK(parallel::pipeline_config(cfg).stages == 1, cfg.source,
-           ": autotuning sizes whole or tensor-parallel models; pipeline.stages is ",
-           parallel::pipeline_config(cfg).stages);
+  parallel::refuse_pipeline_stages(cfg, "autotuning",
+                                   "it sizes whole or tensor-parallel models (a pipeline's "
+                                   "search space is not built)");
   const AutotuningConfig& a = autotuning_config(cfg);
   const int64_t data_ranks = cfg.world_size;
   const auto vocab = launch::config_vocab_size(cfg);
@@ -187,23 +187,20 @@ bool better(double a, double b, const std::string& metric) {
   return metric == "latency" ? a < b : a > b;
 }
 
-// The finished trials' metrics in the order they ran.
-struct SearchProgress {
-  std::vector<std::pair<std::string, double>> finished;  // (point name, metric)
-};
-
-SearchProgress progress_of(const ExperimentStore& store, int64_t experiment,
-                           const std::string& metric) {
-  SearchProgress p;
+// The finished trials' (point name, metric) in the order they ran.
+std::vector<std::pair<std::string, double>> finished_trials(const ExperimentStore& store,
+                                                            int64_t experiment,
+                                                            const std::string& metric) {
+  std::vector<std::pair<std::string, double>> out;
   std::vector<TrialRecord> trials = store.trials(experiment);
   std::sort(trials.begin(), trials.end(),
             [](const TrialRecord& a, const TrialRecord& b) { return a.request_id < b.request_id; });
   for (const TrialRecord& t : trials) {
     if (t.state != "COMPLETED") continue;
     const auto m = store.best_validation(t.id, metric, metric == "latency");
-    if (m) p.finished.emplace_back(fs::path(t.hparams.value("config", "")).stem().string(), *m);
+    if (m) out.emplace_back(fs::path(t.hparams.value("config", "")).stem().string(), *m);
   }
-  return p;
+  return out;
 }
 
 }  // namespace
@@ -253,16 +250,16 @@ void run_search(const AutotuneOptions& o, const AutotuningConfig& a, ExperimentS
   const auto start = std::chrono::steady_clock::now();
   size_t reported = 0;
   ro.on_change = [&](int64_t e) {
-    const SearchProgress p = progress_of(store, e, a.metric);
-    if (p.finished.size() == reported) return;
-    reported = p.finished.size();
+    const auto finished = finished_trials(store, e, a.metric);
+    if (finished.size() == reported) return;
+    reported = finished.size();
     const double spent =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const double eta = spent / static_cast<double>(reported) *
                        static_cast<double>(trials - std::min(reported, trials));
     std::ostringstream line;
-    line << "autotune: " << reported << "/" << trials << " trials, last " << p.finished.back().first
-         << " " << a.metric << " " << p.finished.back().second << ", ETA "
+    line << "autotune: " << reported << "/" << trials << " trials, last " << finished.back().first
+         << " " << a.metric << " " << finished.back().second << ", ETA "
          << static_cast<int64_t>(eta) << " s";
     log(line.str());
   };

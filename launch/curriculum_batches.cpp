@@ -40,6 +40,7 @@ class CurriculumBatches : public io::BatchSource<models::Batch> {
 std::unique_ptr<io::BatchSource<models::Batch>> curriculum_batches(
     std::unique_ptr<io::BatchSource<models::Batch>> batches, engine::Engine& engine,
     const io::TrainConfig& cfg) {
+  if (!engine.curriculum_seqlen()) return batches;  // (no curriculum_learning: as they are)
   const parallel::TensorParallelConfig& tp = parallel::tensor_parallel_config(cfg);
   return std::make_unique<CurriculumBatches>(std::move(batches), engine,
                                              tp.sequence_parallel ? tp.autotp_size : 1);

@@ -106,9 +106,7 @@ engine::Engine& Job::stage_engine() {
 
 std::unique_ptr<io::BatchSource<models::Batch>> Job::train_batches() const {
   auto batches = launch::train_batches(config, corpus, data_rank(), data_size());
-  if (engine && engine->curriculum_seqlen())
-    return curriculum_batches(std::move(batches), *engine, config);
-  return batches;
+  return engine ? curriculum_batches(std::move(batches), *engine, config) : std::move(batches);
 }
 
 std::unique_ptr<io::BatchSource<models::Batch>> Job::val_batches() const {

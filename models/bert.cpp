@@ -71,24 +71,18 @@ BertLayer::Output::Output(Module* parent, const std::string& name, int64_t in, c
                 ctx.sequence_group()),
       dropout(this, "dropout", c.hidden_dropout_prob) {}
 
-namespace {
-Tensor scaled_branch(const Tensor& branch, double scale) {
-  return scale == 1.0 ? branch : branch * scale;
-}
-}  // namespace
-
 Tensor BertLayer::Output::forward(const Tensor& x, const Tensor& residual, double branch_scale) {
   nn::ModuleScope scope(*this);
-  return LayerNorm(scaled_branch(dropout(dense(x)), branch_scale) + residual);
+  return LayerNorm(nn::scale_branch(dropout(dense(x)), branch_scale) + residual);
 }
 
 Tensor BertLayer::Output::forward_of_gelu(const Tensor& x, GeluApprox approximate,
                                           bool recompute_gelu, const Tensor& residual,
                                           double branch_scale) {
   nn::ModuleScope scope(*this);
-  return LayerNorm(
-      scaled_branch(dropout(dense.forward_of_gelu(x, approximate, recompute_gelu)), branch_scale) +
-      residual);
+  return LayerNorm(nn::scale_branch(dropout(dense.forward_of_gelu(x, approximate, recompute_gelu)),
+                                    branch_scale) +
+                   residual);
 }
 
 BertLayer::Attention::Attention(Module* parent, const std::string& name, const BertConfig& c,
@@ -212,10 +206,11 @@ Tensor BertModel::forward(const Batch& b) {
         const nn::KeptLayer& k = kept[static_cast<size_t>(i)];
         BertLayer& layer = encoder.layer.at<BertLayer>(static_cast<size_t>(k.index));
         // random-LTD: the layer sees its kept tokens (and their padding), the rest bypass it.
-        if (token_drop && is_training())
-          if (auto s = token_drop->subset(k.index, in.size(0), in.size(1), in.device()))
-            return s->scatter(in, layer.forward(s->gather(in), kept_mask(mask, *s), k.scale));
-        return layer.forward(in, mask, k.scale);
+        return nn::run_on_kept_tokens(token_drop.get(), is_training(), k.index, in,
+                                      [&](const Tensor& x, const nn::TokenSubset* s) {
+                                        return layer.forward(x, s ? kept_mask(mask, *s) : mask,
+                                                             k.scale);
+                                      });
       },
       embeddings.forward(b.input_ids, b.token_type_ids), /*partition=*/!seq);
 }

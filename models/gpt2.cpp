@@ -111,11 +111,8 @@ GPT2Block::GPT2Block(Module* parent, const std::string& name, const GPT2Config& 
 
 Tensor GPT2Block::forward(const Tensor& x, KVCache* cache, size_t layer, double branch_scale) {
   nn::ModuleScope scope(*this);
-  auto scaled = [branch_scale](const Tensor& branch) {
-    return branch_scale == 1.0 ? branch : branch * branch_scale;
-  };
-  const Tensor h = x + scaled(attn.forward(ln_1(x), cache, layer));
-  return h + scaled(mlp.forward(ln_2(h)));
+  const Tensor h = x + nn::scale_branch(attn.forward(ln_1(x), cache, layer), branch_scale);
+  return h + nn::scale_branch(mlp.forward(ln_2(h)), branch_scale);
 }
 
 namespace {
@@ -180,12 +177,12 @@ Tensor GPT2Model::blocks(const Tensor& x) {
       [this, kept](int64_t i, const Tensor& in) {
         const nn::KeptLayer& k = kept[static_cast<size_t>(i)];
         GPT2Block& block = h.at<GPT2Block>(static_cast<size_t>(k.index));
-        const auto layer = static_cast<size_t>(k.index);
         // random-LTD: the block sees its kept tokens (causal among them), the rest bypass it.
-        if (token_drop && is_training())
-          if (auto s = token_drop->subset(k.index, in.size(0), in.size(1), in.device()))
-            return s->scatter(in, block.forward(s->gather(in), nullptr, layer, k.scale));
-        return block.forward(in, nullptr, layer, k.scale);
+        return nn::run_on_kept_tokens(token_drop.get(), is_training(), k.index, in,
+                                      [&](const Tensor& x, const nn::TokenSubset*) {
+                                        return block.forward(x, nullptr,
+                                                             static_cast<size_t>(k.index), k.scale);
+                                      });
       },
       x, /*partition=*/!context.sequence_group());
 }

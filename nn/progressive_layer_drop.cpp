@@ -67,6 +67,10 @@ std::vector<ProgressiveLayerDrop::LayerChoice> ProgressiveLayerDrop::choices(int
   return out;
 }
 
+Tensor scale_branch(const Tensor& branch, double scale) {
+  return scale == 1.0 ? branch : branch * scale;
+}
+
 std::vector<KeptLayer> kept_layers(const ProgressiveLayerDrop* layer_drop, bool training,
                                    int64_t layers) {
   std::vector<KeptLayer> out;

@@ -117,4 +117,13 @@ std::optional<TokenSubset> RandomLayerTokenDrop::subset(int64_t layer, int64_t b
   return s;
 }
 
+Tensor run_on_kept_tokens(const RandomLayerTokenDrop* drop, bool training, int64_t index,
+                          const Tensor& x,
+                          const std::function<Tensor(const Tensor&, const TokenSubset*)>& layer) {
+  if (drop && training)
+    if (auto s = drop->subset(index, x.size(0), x.size(1), x.device()))
+      return s->scatter(x, layer(s->gather(x), &*s));
+  return layer(x, nullptr);
+}
+
 }  // namespace tessera::nn

@@ -56,6 +56,13 @@ PipelineConfig& pipeline_config(io::TrainConfig& cfg) {
   return cfg.section<PipelineConfig>();
 }
 
+void refuse_pipeline_stages(const io::TrainConfig& cfg, const std::string& key,
+                            const std::string& why) {
+  const int64_t stages = pipeline_config(cfg).stages;
+  TS_CHECK(stages == 1, cfg.source, ": '", key,
+           "' needs a model without pipeline stages (pipeline.stages is ", stages, "): ", why);
+}
+
 namespace {
 const io::RegisterConfigSection<PipelineConfig> kPipelineSection{"pipeline",
                                                                  check_pipeline_schedule};

@@ -165,7 +165,7 @@ class BuiltinTrial : public trial::DeepSpeedTrial<Batch> {
     return trial::DataLoader<Batch>([this](int rank, int world) {
       auto source = launch::train_batches(cfg(), corpus(), rank, world);
       // (curriculum_learning: cut to the engine's step's length, as `tessera train` does)
-      if (job_->engine && job_->engine->curriculum_seqlen())
+      if (job_->engine)
         source = launch::curriculum_batches(std::move(source), *job_->engine, cfg());
       // An epoch: the training split's windows once (GPT); BERT's stream has no end, so its
       // epoch is as many batches as the split has blocks.

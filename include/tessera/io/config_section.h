@@ -89,6 +89,20 @@ class Section {
       TS_CHECK(out >= min, source_, ": '", key(k), "' is ", j_[k].dump(), ", expected ", expect);
   }
 
+  // A list of integers >= 0 at `k`, at least `least` of them (absent: empty); anything else is
+  // an error "'key' is FOUND, expected EXPECTED".
+  std::vector<int64_t> non_negative_integers(const std::string& k, size_t least,
+                                             const std::string& expected) {
+    const json& v = raw(k, "list of integers");
+    std::vector<int64_t> out;
+    if (v.is_null()) return out;
+    bool ok = v.is_array() && v.size() >= least;
+    for (const auto& e : v) ok = ok && e.is_number_integer() && e.get<int64_t>() >= 0;
+    TS_CHECK(ok, source_, ": '", key(k), "' is ", v.dump(), ", expected ", expected);
+    for (const auto& e : v) out.push_back(e.get<int64_t>());
+    return out;
+  }
+
   Section sub(const std::string& k) {
     seen_.insert(k);
     if (recorder_) recorder_->section(key(k));

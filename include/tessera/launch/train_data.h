@@ -35,8 +35,8 @@ std::unique_ptr<io::BatchSource<models::Batch>> val_batches(const io::TrainConfi
                                                             int rank, int world);
 // curriculum_learning: `batches` cut to the sequence length the engine's curriculum gives the
 // step each batch is drawn for (the Trainer draws a step's micro-batches just before their
-// forwards). Errors name the step and the keys when the length does not split over the
-// sequence-parallel ranks.
+// forwards); `batches` themselves when the engine has no curriculum. Errors name the step and
+// the keys when the length does not split over the sequence-parallel ranks.
 std::unique_ptr<io::BatchSource<models::Batch>> curriculum_batches(
     std::unique_ptr<io::BatchSource<models::Batch>> batches, engine::Engine& engine,
     const io::TrainConfig& cfg);

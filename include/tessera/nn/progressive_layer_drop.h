@@ -19,6 +19,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "tessera/tensor.h"
+
 namespace tessera::nn {
 
 struct ProgressiveLayerDropOptions {
@@ -67,5 +69,8 @@ struct KeptLayer {
 };
 std::vector<KeptLayer> kept_layers(const ProgressiveLayerDrop* layer_drop, bool training,
                                    int64_t layers);
+// A kept layer's residual branch times its scale (the branch itself at scale 1: bit for bit the
+// run without the feature).
+Tensor scale_branch(const Tensor& branch, double scale);
 
 }  // namespace tessera::nn

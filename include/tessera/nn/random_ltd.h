@@ -17,6 +17,7 @@
 // without the feature.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -69,5 +70,12 @@ class RandomLayerTokenDrop {
   int64_t step_ = 0, micro_batch_ = 0, reserved_ = 0;
   CappedScheduleReplay replay_;  // DeepSpeed's update_seq(0), (1), ...
 };
+
+// Runs a layer of hidden states [B, T, C] on `x`: in training, when `drop` drops tokens of layer
+// `index`, on its subset (the other tokens pass it unchanged), else on all of `x`. `layer` gets
+// the subset (null: every token), for what it must cut alike (a padding mask).
+Tensor run_on_kept_tokens(const RandomLayerTokenDrop* drop, bool training, int64_t index,
+                          const Tensor& x,
+                          const std::function<Tensor(const Tensor&, const TokenSubset*)>& layer);
 
 }  // namespace tessera::nn

@@ -37,5 +37,9 @@ struct PipelineConfig {
 // The config's pipeline section (its defaults when the file has none).
 const PipelineConfig& pipeline_config(const io::TrainConfig& cfg);
 PipelineConfig& pipeline_config(io::TrainConfig& cfg);
+// For a section that cannot run over pipeline stages: with more than one, an error naming the
+// section's `key`, the stage count and `why`.
+void refuse_pipeline_stages(const io::TrainConfig& cfg, const std::string& key,
+                            const std::string& why);
 
 }  // namespace tessera::parallel
