@@ -74,17 +74,23 @@ void CurriculumLearningConfig::parse(io::config::Section& s, CurriculumLearningC
   describe(s);
   s.get("enabled", out.enabled);
   s.get("curriculum_type", out.curriculum_type);
+  parse_schedule(s, out, out.enabled, "curriculum_learning");
+  if (!out.enabled) return;
+  // DeepSpeed's engine cuts sequences for "seqlen" alone; another type would train unchanged.
+  s.expect("curriculum_type", out.curriculum_type == "seqlen", out.curriculum_type,
+           "\"seqlen\" (the only curriculum DeepSpeed's engine applies)");
+}
+
+void CurriculumLearningConfig::parse_schedule(io::config::Section& s, CurriculumLearningConfig& out,
+                                              bool on, const std::string& what) {
   s.get("schedule_type", out.schedule_type);
   s.get_min<int64_t>("min_difficulty", out.min_difficulty, 1, "a positive integer");
   s.get_min<int64_t>("max_difficulty", out.max_difficulty, 1, "a positive integer");
   io::config::Section sc = s.sub("schedule_config");
   parse_schedule_config(sc, out);
-  if (!out.enabled) return;
-  // DeepSpeed's engine cuts sequences for "seqlen" alone; another type would train unchanged.
-  s.expect("curriculum_type", out.curriculum_type == "seqlen", out.curriculum_type,
-           "\"seqlen\" (the only curriculum DeepSpeed's engine applies)");
+  if (!on) return;
   for (const char* k : {"min_difficulty", "max_difficulty", "schedule_type"})
-    TS_CHECK(s.has(k), s.source(), ": '", s.key(k), "' is required with curriculum_learning");
+    TS_CHECK(s.has(k), s.source(), ": '", s.key(k), "' is required with ", what);
   s.expect("max_difficulty", out.max_difficulty >= out.min_difficulty, out.max_difficulty,
            "at least min_difficulty (" + std::to_string(out.min_difficulty) + ")");
   const std::string& t = out.schedule_type;
@@ -92,13 +98,13 @@ void CurriculumLearningConfig::parse(io::config::Section& s, CurriculumLearningC
            t == "fixed_linear" || t == "fixed_root" || t == "fixed_discrete" || t == "custom", t,
            "one of \"fixed_linear\", \"fixed_root\", \"fixed_discrete\", \"custom\"");
   check_schedule_config(sc, out);
-  // The first step's length, rounded down to a multiple of difficulty_step, must not be 0
+  // The first step's difficulty, rounded down to a multiple of difficulty_step, must not be 0
   // (the schedule only grows after it).
   if (t == "fixed_linear" || t == "fixed_root") {
     const int64_t first = CurriculumScheduler(out).scheduled(1);
-    TS_CHECK(first >= 1, s.source(), ": 'curriculum_learning.schedule_config.difficulty_step' is ",
-             out.difficulty_step, ": the first step's difficulty (from min_difficulty ",
-             out.min_difficulty, ") rounds down to a multiple of it, 0 tokens");
+    TS_CHECK(first >= 1, s.source(), ": '", sc.key("difficulty_step"), "' is ", out.difficulty_step,
+             ": the first step's difficulty (from min_difficulty ", out.min_difficulty,
+             ") rounds down to a multiple of it, 0");
   }
 }
 

@@ -11,37 +11,6 @@ namespace tessera::engine {
 
 namespace {
 
-// data_sampling: DeepSpeed's data-efficiency sampler, not built; on, it is refused.
-void parse_data_sampling(io::config::Section& s) {
-  s.notes({{"",
-            "DeepSpeed's data-efficiency sampler (metric-based curriculum, dynamic "
-            "batching): not built in Tessera; enabling it is an error"},
-           {"enabled", "the sampler (not built: true is an error)"},
-           {"num_epochs", "the sampler's epochs (with the sampler only)"},
-           {"num_workers", "the sampler's loader workers (with the sampler only)"},
-           {"pin_memory", "the sampler's pinned batches (with the sampler only)"},
-           {"curriculum_learning", "the sampler's curriculum by a metric (not built)"},
-           {"dynamic_batching", "the sampler's token-budget batches (not built)"}});
-  bool on = false, pin = false;
-  int64_t epochs = 1000, workers = 0;
-  s.get("enabled", on);
-  s.get("num_epochs", epochs);
-  s.get("num_workers", workers);
-  s.get("pin_memory", pin);
-  TS_CHECK(!on, s.source(), ": '", s.key("enabled"),
-           "' is true: DeepSpeed's data-efficiency sampler (curriculum by a metric, dynamic "
-           "batching) is not built in Tessera yet; for sequence-length curriculum use the "
-           "'curriculum_learning' section");
-  for (const char* part : {"curriculum_learning", "dynamic_batching"}) {
-    io::config::Section p = s.sub(part);
-    bool part_on = false;
-    p.get("enabled", part_on);
-    p.note("enabled", "not built: true is an error");
-    TS_CHECK(!part_on, s.source(), ": '", p.key("enabled"), "' is true: ", part,
-             " of DeepSpeed's data-efficiency sampler is not built in Tessera yet");
-  }
-}
-
 void parse_schedule(io::config::Section& s, nn::RandomLtdOptions& o, bool on) {
   s.notes({{"", "the kept tokens per sample over training (DeepSpeed's fixed_linear)"},
            {"min_value", "tokens kept at step 0"},
@@ -126,17 +95,18 @@ void parse_random_ltd(io::config::Section& s, DataEfficiencyConfig& out) {
 }  // namespace
 
 void DataEfficiencyConfig::parse(io::config::Section& s, DataEfficiencyConfig& out) {
-  s.notes({{"",
-            "DeepSpeed's data efficiency library: random-LTD (data_routing); its data "
-            "sampler is not built"},
-           {"enabled", "DeepSpeed's switch of the library (random-LTD reads its own)"},
-           {"seed", "the random-LTD draws' seed"},
-           {"data_sampling", "DeepSpeed's data-efficiency sampler (not built)"},
-           {"data_routing", "DeepSpeed's data routing: random-LTD"}});
+  s.notes(
+      {{"",
+        "DeepSpeed's data efficiency library: the curriculum sampler (data_sampling) and "
+        "random-LTD (data_routing)"},
+       {"enabled", "DeepSpeed's switch of the library (the sampler and random-LTD read their own)"},
+       {"seed", "the sampler's and random-LTD's draws' seed"},
+       {"data_sampling", "DeepSpeed's data-efficiency sampler: curriculum by a metric"},
+       {"data_routing", "DeepSpeed's data routing: random-LTD"}});
   s.get("enabled", out.enabled);
   s.get_min<int64_t>("seed", out.seed, 0, "an integer >= 0");
   io::config::Section sampling = s.sub("data_sampling");
-  parse_data_sampling(sampling);
+  DataSamplingConfig::parse(sampling, out.data_sampling);
   io::config::Section routing = s.sub("data_routing");
   bool routing_on = false;
   routing.get("enabled", routing_on);
@@ -152,7 +122,32 @@ const DataEfficiencyConfig& data_efficiency_config(const io::TrainConfig& cfg) {
 namespace {
 
 // The layouts a token subset fits: whole sequences on every rank, shapes free to change.
+void check_data_sampling(io::TrainConfig& cfg) {
+  const DataSamplingConfig& d = data_efficiency_config(cfg).data_sampling;
+  if (!d.curriculum) return;
+  const std::string key = "data_efficiency.data_sampling.curriculum_learning";
+  const bool bert = cfg.model.type == "bert";
+  TS_CHECK(!bert || !d.clusters(), cfg.source, ": '", key,
+           "' clusters samples by a metric, but BERT's batches are random sentence spans, "
+           "not indexed samples; BERT takes the seqlen_truncate metric alone");
+  const CurriculumMetricConfig* seq = d.sequence_metric();
+  if (!seq) return;
+  TS_CHECK(!curriculum_learning_config(cfg).enabled, cfg.source, ": '", key, ".curriculum_metrics.",
+           seq->name,
+           "' and the legacy 'curriculum_learning' section both set the sequence length; keep "
+           "one");
+  TS_CHECK(!bert || seq->name == "seqlen_truncate", cfg.source, ": '", key,
+           ".curriculum_metrics.seqlen_reshape' needs a causal LM's windows (BERT's masks and "
+           "sentence labels do not fold into shorter rows); use seqlen_truncate");
+  parallel::refuse_pipeline_stages(cfg, key + ".curriculum_metrics." + seq->name,
+                                   "a pipeline's stages exchange fixed shapes");
+  TS_CHECK(seq->schedule.max_difficulty <= cfg.model.block_size, cfg.source, ": '", key,
+           ".curriculum_metrics.", seq->name, ".max_difficulty' is ", seq->schedule.max_difficulty,
+           ", longer than model.block_size (", cfg.model.block_size, ")");
+}
+
 void check_data_efficiency(io::TrainConfig& cfg) {
+  check_data_sampling(cfg);
   const DataEfficiencyConfig& d = data_efficiency_config(cfg);
   if (!d.random_ltd) return;
   const std::string key = "data_efficiency.data_routing.random_ltd";

@@ -75,13 +75,7 @@ Engine::Engine(nn::Module& model, io::TrainConfig config, InitializeOptions opti
                          device.is_cuda() ? std::function<void()>(cuda_synchronize) : nullptr);
   if (config_.flops_profiler.enabled && is_lead())
     flops_profiler_ = std::make_unique<nn::FlopsProfiler>(model_);
-  if (curriculum_learning_config(config_).enabled)
-    curriculum_ = std::make_unique<CurriculumScheduler>(curriculum_learning_config(config_));
-  if (const ProgressiveLayerDropConfig& pld = progressive_layer_drop_config(config_); pld.enabled)
-    layer_drop_ = std::make_shared<nn::ProgressiveLayerDrop>(pld.options, config_.train.seed);
-  if (const DataEfficiencyConfig& de = data_efficiency_config(config_); de.random_ltd)
-    token_drop_ = std::make_shared<nn::RandomLayerTokenDrop>(de.random_ltd_options,
-                                                             static_cast<uint64_t>(de.seed));
+  build_training_schedules();
   // CUDA tensors communicate over NCCL (bootstrapped over the MPI world); CPU ones over MPI.
   // (TESSERA_DIST_BACKEND=nccl uses NCCL on one rank too: a single GPU can test it.)
   const char* backend = std::getenv("TESSERA_DIST_BACKEND");

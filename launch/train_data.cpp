@@ -1,5 +1,6 @@
 #include "tessera/launch/train_data.h"
 
+#include "tessera/engine/data_efficiency_config.h"
 #include "tessera/engine/stop_signals.h"
 #include "tessera/io/data_loader.h"
 #include "tessera/io/files.h"
@@ -73,9 +74,14 @@ bool masked_lm(const io::TrainConfig& cfg) {
 std::unique_ptr<io::BatchSource<models::Batch>> train_batches(const io::TrainConfig& cfg,
                                                               const io::TokenizedCorpus& corpus,
                                                               int rank, int world) {
-  if (masked_lm(cfg))
-    return std::make_unique<BertBatches>(*corpus.train, cfg, corpus, cfg.train.seed + 1, rank,
-                                         world);
+  const bool sampled = engine::data_efficiency_config(cfg).data_sampling.curriculum;
+  if (masked_lm(cfg)) {
+    auto stream =
+        std::make_unique<BertBatches>(*corpus.train, cfg, corpus, cfg.train.seed + 1, rank, world);
+    if (!sampled) return stream;
+    return data_sampling_batches(cfg, corpus, rank, world, std::move(stream));
+  }
+  if (sampled) return data_sampling_batches(cfg, corpus, rank, world, nullptr);
   return gpt_batches(*corpus.train, cfg, cfg.train.seed + 1, rank, world, true,
                      "data.path's training split");
 }

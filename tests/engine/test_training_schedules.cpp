@@ -173,7 +173,7 @@ TEST_CASE("curriculum_learning and progressive_layer_drop errors name the key") 
                     "'curriculum_learning.schedule_config.difficulty_step' is required");
   check_parse_error(
       with("schedule_config", {{"total_curriculum_step", 10}, {"difficulty_step", 16}}),
-      "rounds down to a multiple of it, 0 tokens");
+      "rounds down to a multiple of it, 0");
   check_parse_error(with("schedule_type", "fixed_root"),
                     "'curriculum_learning.schedule_config.root_degree' is required");
   json discrete = linear;
@@ -382,11 +382,12 @@ TEST_CASE("data_efficiency errors name the key") {
   json bad = schedule;
   bad["seq_per_step"] = 16;
   check_parse_error(random_ltd(bad), "rounded down to a multiple of it, is 0 tokens");
-  check_parse_error({{"data_efficiency", {{"data_sampling", {{"enabled", true}}}}}},
-                    "data-efficiency sampler");
+  check_parse_error(
+      {{"data_efficiency", {{"data_sampling", {{"dynamic_batching", {{"enabled", true}}}}}}}},
+      "'data_efficiency.data_sampling.dynamic_batching.enabled' is true: DeepSpeed's dynamic");
   check_parse_error(
       {{"data_efficiency", {{"data_sampling", {{"curriculum_learning", {{"enabled", true}}}}}}}},
-      "'data_efficiency.data_sampling.curriculum_learning.enabled' is true");
+      "'data_efficiency.data_sampling.curriculum_learning.curriculum_metrics' is required");
   json bert = random_ltd(schedule);
   bert["model"]["type"] = "bert";
   check_parse_error(bert, "model.type bert is an encoder");

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "tessera/error.h"
 #include "tessera/io/train_config.h"
 
 using namespace tessera;

@@ -24,3 +24,19 @@ skipped() { grep -qx "$1" skipped.txt 2>/dev/null; }  # left out by skip_under_s
 report_sanitizer_skips() {
   [ ! -e skipped.txt ] || echo "under the sanitizers, left to the release pass: $(tr '\n' ' ' < skipped.txt)"
 }
+# `expect_bad CONFIG RANKS MESSAGE`: training CONFIG on RANKS processes fails and prints MESSAGE.
+expect_bad() {
+  if mpirun -np "$2" "$tessera" train "$1" > "$1.out" 2>&1; then echo "$1 accepted"; exit 1; fi
+  grep -qF "$3" "$1.out" || { echo "$1: expected '$3', got:"; cat "$1.out"; exit 1; }
+}
+# `resume_at JOB STEP RESUMED`: JOB.json trained to STEP with a checkpoint, then resumed from it
+# to the end as job RESUMED (its csv_monitor holds the resumed steps alone; RESUMED.out its
+# --json line), unless the sanitizer pass leaves RESUMED out.
+resume_at() {
+  skip_under_sanitizer "$3" && return 0
+  sed "s/\"job_name\": \"$1\"/\"job_name\": \"$3\"/" "$1.json" > "$3.json"
+  "$tessera" train "$3.json" --steps "$2" --save "$3.ckpt" --json > /dev/null 2>&1
+  rm -r "monitors/$3"
+  "$tessera" train "$3.json" --resume "$3.ckpt" --json > "$3.out" 2> "$3.err"
+  grep -q "resumed at step $2" "$3.err"
+}

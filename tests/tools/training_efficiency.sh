@@ -12,16 +12,13 @@
 # parallel (ZeRO-2 too), tensor parallel and activation checkpoints (with PLD on too) reproduce
 # one process, GPT-2 and BERT. Pipelines and a bad section are errors naming the key.
 set -euo pipefail
-source "$(dirname "$0")/cli_setup.sh"
-python3 - "$fixtures/train_small.json" <<'PY'
+tools="$(cd "$(dirname "$0")" && pwd)"
+source "$tools/cli_setup.sh"
+python3 - "$tools" "$fixtures/train_small.json" <<'PY'
 import json, sys
-c = json.load(open(sys.argv[1]))
-c["data"]["path"] = "corpus.txt"
-c["train_batch_size"], c["gradient_accumulation_steps"], c["steps_per_print"] = 8, 2, 1
-c["model"].update({"block_size": 32, "n_head": 4, "dropout": 0.1})
-c["train"].update({"steps": 16, "sample_tokens": 0, "eval_interval": 8})
-c["scheduler"]["params"]["total_num_steps"] = 16
-bert = {"type": "bert", "n_layer": 3, "n_head": 4, "n_embd": 32, "block_size": 32, "dropout": 0.1}
+sys.path.insert(0, sys.argv[1])
+from run_checks import schedule_test_configs
+c, bert = schedule_test_configs(sys.argv[2])
 curriculum = {"enabled": True, "curriculum_type": "seqlen", "min_difficulty": 8,
               "max_difficulty": 32, "schedule_type": "fixed_linear",
               "schedule_config": {"total_curriculum_step": 10, "difficulty_step": 8}}
@@ -96,31 +93,11 @@ for job in gpt2-*.json bert-*.json; do
     { echo "$job failed:"; tail -5 "$job.err"; exit 1; }
 done
 # Resumed mid-curriculum (step 6 of its 10): the straight run's losses from there, bit for bit.
-if ! skip_under_sanitizer gpt2-cur-resume; then
-  sed 's/"job_name": "gpt2-cur-one"/"job_name": "gpt2-cur-resume"/' gpt2-cur-one.json > resume.json
-  "$tessera" train resume.json --steps 6 --save ckpt --json > /dev/null 2>&1
-  rm -r monitors/gpt2-cur-resume  # (the resumed run's steps alone)
-  "$tessera" train resume.json --resume ckpt --json > gpt2-cur-resume.out 2> resume.err
-  grep -q "resumed at step 6" resume.err
-fi
-python3 - <<'PY'
-import csv, json, math, os
-skipped = set(open("skipped.txt").read().split()) if os.path.exists("skipped.txt") else set()
-ran = lambda job: os.path.exists(job + ".out")
-def monitor(job, name):  # the csv_monitor's values by global step (its x axis is samples)
-    rows = csv.reader(open(f"monitors/{job}/Train_Samples_{name}.csv"))
-    next(rows)
-    return [float(v) for _, v in rows]
-def losses(job):  # every step's training loss (the ranks' mean), then the final val loss
-    final = [json.loads(l) for l in open(job + ".out") if l.startswith('{"step"')][0]
-    return monitor(job, "train_loss") + [final["val_loss"]]
-def close(run, ref, tol):
-    return len(run) == len(ref) and all(abs(u - v) <= tol * abs(v) for u, v in zip(run, ref))
-fails = 0
-def check(ok, what):
-    global fails
-    fails += not ok
-    print(f"{what}{'' if ok else ' FAIL'}")
+resume_at gpt2-cur-one 6 gpt2-cur-resume
+python3 - "$tools" <<'PY'
+import math, sys
+sys.path.insert(0, sys.argv[1])
+from run_checks import check, close, finish, losses, monitor, ran
 # DeepSpeed's fixed_linear rule, transcribed: step s trains f(s + 1) tokens, floor((t / T) *
 # (max - min) + min) rounded down to a multiple of difficulty_step, at most max.
 def fixed_linear(t, lo=8, hi=32, total=10, step=8):
@@ -176,12 +153,8 @@ if ran("gpt2-ltdall"):
 reproduce("gpt2", "gpt2-ltd-one", ("dp2", "z2", "tp2"), "tokens")
 reproduce("gpt2", "gpt2-ltd3-one", ("ckpt",), "tokens")
 reproduce("bert", "bert-ltd-one", ("dp2", "tp2"), "tokens")
-raise SystemExit(fails)
+finish()
 PY
-expect_bad() {  # config, ranks, then the message it must print
-  if mpirun -np "$2" "$tessera" train "$1" > "$1.out" 2>&1; then echo "$1 accepted"; exit 1; fi
-  grep -qF "$3" "$1.out" || { echo "$1: expected '$3', got:"; cat "$1.out"; exit 1; }
-}
 expect_bad bad-pld-pipe.json 2 "'progressive_layer_drop' needs a model without pipeline stages"
 expect_bad bad-cur-pipe.json 2 "'curriculum_learning' needs a model without pipeline stages"
 expect_bad bad-cur-type.json 1 "'curriculum_learning.curriculum_type' is \"vocabularyrarity\""

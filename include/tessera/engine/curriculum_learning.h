@@ -34,6 +34,11 @@ struct CurriculumLearningConfig {
   std::vector<int64_t> difficulty, max_step;
 
   static void parse(io::config::Section& s, CurriculumLearningConfig& out);
+  // The schedule's keys (min_difficulty, max_difficulty, schedule_type, schedule_config) of
+  // `s`, checked when `on`; errors say they are required "with `what`". (The data-efficiency
+  // sampler's metrics have the same keys.)
+  static void parse_schedule(io::config::Section& s, CurriculumLearningConfig& out, bool on,
+                             const std::string& what);
 };
 
 // The config's curriculum_learning section (its defaults when the file has none).

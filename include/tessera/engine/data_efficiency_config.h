@@ -1,8 +1,8 @@
 // DeepSpeed's "data_efficiency" section. Its data_routing.random_ltd part is built
 // (nn/random_ltd.h): the engine builds the token-drop state from it
 // (Engine::random_layer_token_drop()) and launch gives it to the built-in models. Its
-// data_sampling part (the metric-based curriculum sampler, dynamic batching) is not built:
-// turning it on is an error, never a silent change of the run.
+// data_sampling part (data_sampling_config.h) is the metric-based curriculum sampler that
+// launch's training batches follow; its dynamic batching is not built (true is an error).
 //
 //   "data_efficiency": {"enabled": true, "seed": 1234, "data_routing": {"enabled": true,
 //     "random_ltd": {"enabled": true, "total_layer_num": 12, "random_ltd_layer_num": 10,
@@ -13,6 +13,7 @@
 #pragma once
 #include <string>
 
+#include "tessera/engine/data_sampling_config.h"
 #include "tessera/io/config_section.h"
 #include "tessera/nn/random_ltd.h"
 
@@ -24,11 +25,12 @@ namespace tessera::engine {
 
 struct DataEfficiencyConfig {
   bool enabled = false;
-  int64_t seed = 1234;      // DeepSpeed's default; the random-LTD draws' seed
+  int64_t seed = 1234;      // DeepSpeed's default; the sampler's and random-LTD's draws' seed
   bool random_ltd = false;  // data_routing.random_ltd.enabled (DeepSpeed reads it alone)
   int64_t total_layer_num = 0;
   std::string model_type;  // "encoder" (BERT) or "decoder" (GPT-2)
   nn::RandomLtdOptions random_ltd_options;
+  DataSamplingConfig data_sampling;
 
   static void parse(io::config::Section& s, DataEfficiencyConfig& out);
 };

@@ -454,12 +454,15 @@ class Engine {
   std::unique_ptr<nn::FlopsProfiler> flops_profiler_;  // rank 0, when enabled
   int64_t profiled_forwards_ = 0;
   std::optional<nn::ModelProfile> flops_profile_;
-  std::unique_ptr<TraceRecorder> trace_;                  // the trace section, every rank
-  std::unique_ptr<CurriculumScheduler> curriculum_;       // curriculum_learning
+  std::unique_ptr<TraceRecorder> trace_;             // the trace section, every rank
+  std::unique_ptr<CurriculumScheduler> curriculum_;  // curriculum_learning
+  // data_efficiency.data_sampling's clustering metrics (their difficulties in the monitors)
+  std::vector<std::pair<std::string, CurriculumScheduler>> sampling_difficulties_;
   std::shared_ptr<nn::ProgressiveLayerDrop> layer_drop_;  // progressive_layer_drop
   std::shared_ptr<nn::RandomLayerTokenDrop> token_drop_;  // data_efficiency's random_ltd
   // After a step: the schedules' values for the step that ran (when monitored).
   void add_schedule_events(std::vector<MonitorEvent>& events);
+  void build_training_schedules();     // curriculum, data sampling's metrics, PLD, random-LTD
   EngineTimers::Window timer_sums_{};  // since the last printed line
   bool in_engine_backward_ = false;
   bool direct_backward_pending_ = false;

@@ -28,6 +28,14 @@ bool masked_lm(const io::TrainConfig& cfg);
 std::unique_ptr<io::BatchSource<models::Batch>> train_batches(const io::TrainConfig& cfg,
                                                               const io::TokenizedCorpus& corpus,
                                                               int rank, int world);
+// data_efficiency.data_sampling's curriculum (engine/data_sampling_config.h), which
+// train_batches follows when it is on: a causal LM's windows as DeepSpeed's sampler draws them
+// (io/curriculum_data_sampler.h; metrics Tessera computes are cached under the token cache's
+// metrics/), each step cut or folded to the seqlen_truncate / seqlen_reshape metric's length;
+// for a masked LM, `masked_lm_stream` cut to seqlen_truncate's length.
+std::unique_ptr<io::BatchSource<models::Batch>> data_sampling_batches(
+    const io::TrainConfig& cfg, const io::TokenizedCorpus& corpus, int rank, int world,
+    std::unique_ptr<io::BatchSource<models::Batch>> masked_lm_stream);
 // The validation split, read the same way from a fixed seed: every evaluation sees the same
 // batches, at any rank count.
 std::unique_ptr<io::BatchSource<models::Batch>> val_batches(const io::TrainConfig& cfg,
