@@ -22,18 +22,30 @@ bool ends_with(const std::string& s, const std::string& tail) {
 
 void CompressionErrors::all_reduce(const std::string& name, float* data, int64_t n,
                                    OneBitTransport& transport) {
+  all_reduce(std::vector<Request>{{name, data, n}}, transport);
+}
+
+void CompressionErrors::all_reduce(const std::vector<Request>& requests,
+                                   OneBitTransport& transport) {
   const int world = transport.world();
-  if (world == 1) return;
-  const int64_t padded = onebit_padded_size(n, world);
-  Errors& e = errors_[name];
-  if (e.worker.empty()) {
-    e.worker.assign(static_cast<size_t>(padded), 0.0f);
-    e.server.assign(static_cast<size_t>(padded / world), 0.0f);
+  if (world == 1 || requests.empty()) return;
+  std::vector<std::vector<float>> buffers(requests.size());
+  std::vector<CompressedBuffer> items;
+  for (size_t r = 0; r < requests.size(); ++r) {
+    const Request& q = requests[r];
+    const int64_t padded = onebit_padded_size(q.n, world);
+    Errors& e = errors_[q.name];
+    if (e.worker.empty()) {
+      e.worker.assign(static_cast<size_t>(padded), 0.0f);
+      e.server.assign(static_cast<size_t>(padded / world), 0.0f);
+    }
+    buffers[r].assign(static_cast<size_t>(padded), 0.0f);
+    std::copy(q.data, q.data + q.n, buffers[r].begin());
+    items.push_back({&buffers[r], &e.worker, &e.server});
   }
-  std::vector<float> buffer(static_cast<size_t>(padded), 0.0f);
-  std::copy(data, data + n, buffer.begin());
-  compressed_all_reduce(buffer, e.worker, e.server, transport);
-  std::copy(buffer.begin(), buffer.begin() + n, data);
+  compressed_all_reduce(items, transport);
+  for (size_t r = 0; r < requests.size(); ++r)
+    std::copy(buffers[r].begin(), buffers[r].begin() + requests[r].n, requests[r].data);
 }
 
 void CompressionErrors::zero() {

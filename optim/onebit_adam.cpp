@@ -16,14 +16,13 @@ OneBitAdam::OneBitAdam(std::vector<ParamGroup> groups, OneBitAdamOptions options
            options.freeze_step);
 }
 
-void OneBitAdam::update(size_t g, size_t i, const Tensor& grad_tensor, bool frozen) {
+float* OneBitAdam::momentum(size_t g, size_t i, const Tensor& grad_tensor, bool frozen) {
   const ParamGroup& group = groups_[g];
   const int64_t n = group.params[i].numel();
   TS_CHECK(grad_tensor.shape() == group.params[i].shape(), "OneBitAdam: gradient of '",
            group.names[i], "' is ", grad_tensor.describe(), ", parameter is ",
            group.params[i].describe());
   const Tensor grad = grad_tensor.to(DType::Float32).contiguous();
-  float* p = group.params[i].data<float>();
   float* m = slot(g, i, "exp_avg").data<float>();
   float* v = slot(g, i, "exp_avg_sq").data<float>();
   const float* gr = grad.data<float>();
@@ -40,8 +39,16 @@ void OneBitAdam::update(size_t g, size_t i, const Tensor& grad_tensor, bool froz
     }
   } else {
     for (int64_t k = 0; k < n; ++k) m[k] = b1 * m[k] + c1 * (gr[k] * scale);
-    if (transport_) errors_.all_reduce(group.names[i], m, n, *transport_);
   }
+  return m;
+}
+
+void OneBitAdam::apply(size_t g, size_t i) {
+  const ParamGroup& group = groups_[g];
+  const int64_t n = group.params[i].numel();
+  float* p = group.params[i].data<float>();
+  const float* m = slot(g, i, "exp_avg").data<float>();
+  const float* v = slot(g, i, "exp_avg_sq").data<float>();
   const float lr = static_cast<float>(group.lr), wd = static_cast<float>(group.weight_decay);
   const float eps = static_cast<float>(options_.eps);
   for (int64_t k = 0; k < n; ++k) {
@@ -56,6 +63,8 @@ void OneBitAdam::step() {
   NoGradGuard no_grad;
   const bool setting_up = step_ == 0, frozen = frozen_after(step_);
   ++step_;
+  std::vector<std::pair<size_t, size_t>> updated;
+  std::vector<CompressionErrors::Request> momenta;  // (after the freeze: one exchange of all)
   for (size_t g = 0; g < groups_.size(); ++g) {
     for (size_t i = 0; i < groups_[g].params.size(); ++i) {
       const Tensor grad = gradient_of(g, i);
@@ -63,9 +72,15 @@ void OneBitAdam::step() {
       slot(g, i, "exp_avg");
       slot(g, i, "exp_avg_sq");
       if (setting_up) continue;  // DeepSpeed's initialisation step
-      update(g, i, grad, frozen);
-      write_model_copy(g, i);
+      float* m = momentum(g, i, grad, frozen);
+      updated.emplace_back(g, i);
+      if (frozen) momenta.push_back({groups_[g].names[i], m, groups_[g].params[i].numel()});
     }
+  }
+  if (transport_) errors_.all_reduce(momenta, *transport_);
+  for (const auto& [g, i] : updated) {
+    apply(g, i);
+    write_model_copy(g, i);
   }
 }
 

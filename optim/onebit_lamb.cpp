@@ -55,8 +55,9 @@ void OneBitLamb::warmup_update(Param& q, const Tensor& grad_tensor) {
   const float scale = static_cast<float>(grad_scale_), eps = static_cast<float>(options_.eps);
   const float wd = static_cast<float>(group.weight_decay);
   std::vector<float> update(static_cast<size_t>(n));
+  const float* gr = grad.data<float>();
   for (int64_t k = 0; k < n; ++k) {
-    const float g = grad.data<float>()[k] * scale;
+    const float g = gr[k] * scale;
     m[k] = b1 * m[k] + c1 * g;
     v[k] = b2 * v[k] + c2 * g * g;
   }
@@ -102,11 +103,15 @@ void OneBitLamb::frozen_step(const std::vector<Tensor>& grads) {
   }
   // The momenta with this rank's gradients, scaled, in one buffer with the kept padding.
   std::vector<float> flat;
+  size_t elements = padding_.size();
+  for (const auto& m : last) elements += m.size();
+  flat.reserve(elements);
   for (size_t j = 0; j < params_.size(); ++j) {
     const Tensor grad = grads[j].to(DType::Float32).contiguous();
+    const float* gr = grad.data<float>();
     const float s = static_cast<float>(params_[j].scaling);
     for (size_t k = 0; k < last[j].size(); ++k) {
-      const float m = b1 * last[j][k] + c1 * (grad.data<float>()[k] * scale);
+      const float m = b1 * last[j][k] + c1 * (gr[k] * scale);
       flat.push_back(m * s);
     }
   }

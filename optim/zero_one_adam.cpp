@@ -31,60 +31,110 @@ ZeroOneAdam::ZeroOneAdam(std::vector<ParamGroup> groups, ZeroOneAdamOptions opti
   lrs_.assign(groups_.size(), 0.0);
 }
 
-void ZeroOneAdam::update(size_t g, size_t i, const Tensor& grad_tensor, bool frozen) {
+ZeroOneAdam::Pending ZeroOneAdam::pending_update(size_t g, size_t i, const Tensor& grad_tensor) {
   const ParamGroup& group = groups_[g];
-  const std::string& name = group.names[i];
-  const int64_t n = group.params[i].numel();
-  TS_CHECK(grad_tensor.shape() == group.params[i].shape(), "ZeroOneAdam: gradient of '", name,
-           "' is ", grad_tensor.describe(), ", parameter is ", group.params[i].describe());
-  const Tensor grad = grad_tensor.to(DType::Float32).contiguous();
-  float* p = group.params[i].data<float>();
-  float* m = slot(g, i, "exp_avg").data<float>();
-  float* v = slot(g, i, "exp_avg_sq").data<float>();
-  float* acc = slot(g, i, "momentum_accumulator").data<float>();
+  TS_CHECK(grad_tensor.shape() == group.params[i].shape(), "ZeroOneAdam: gradient of '",
+           group.names[i], "' is ", grad_tensor.describe(), ", parameter is ",
+           group.params[i].describe());
+  return {g, i, grad_tensor.to(DType::Float32).contiguous(), {}, false};
+}
+
+void ZeroOneAdam::moments(Pending& t, bool frozen) {
+  const int64_t n = t.grad.numel();
+  float* m = slot(t.g, t.i, "exp_avg").data<float>();
+  float* v = slot(t.g, t.i, "exp_avg_sq").data<float>();
   // (float32 arithmetic, as DeepSpeed's on float32 tensors; 1 - beta as torch's add_ takes it)
   const float b1 = static_cast<float>(beta1_), b2 = static_cast<float>(beta2_);
   const float c1 = static_cast<float>(1 - beta1_), c2 = static_cast<float>(1 - beta2_);
   const float scale = static_cast<float>(grad_scale_);
-  std::vector<float> g_local(static_cast<size_t>(n));
-  for (int64_t k = 0; k < n; ++k) g_local[k] = grad.data<float>()[k] * scale;
-  if (frozen) {
-    for (int64_t k = 0; k < n; ++k) m[k] = b1 * m[k] + c1 * g_local[k];
+  const float* gr = t.grad.data<float>();
+  if (!t.averaged.empty()) {  // this rank's own gradients, averaged by the 1-bit all-reduce
+    for (int64_t k = 0; k < n; ++k) m[k] = b1 * m[k] + c1 * t.averaged[k];
+  } else if (frozen) {
+    for (int64_t k = 0; k < n; ++k) m[k] = b1 * m[k] + c1 * (gr[k] * scale);
   } else if (step_ % counters_.var_interval == 0) {  // the engine averaged this step's gradients
     for (int64_t k = 0; k < n; ++k) {
-      v[k] = b2 * v[k] + c2 * g_local[k] * g_local[k];
-      m[k] = b1 * m[k] + c1 * g_local[k];
+      const float gk = gr[k] * scale;
+      v[k] = b2 * v[k] + c2 * gk * gk;
+      m[k] = b1 * m[k] + c1 * gk;
     }
-  } else if (world() > 1) {  // this rank's own, averaged by the 1-bit all-reduce
-    errors_.all_reduce(name, g_local.data(), n, *transport_);
-    for (int64_t k = 0; k < n; ++k) m[k] = b1 * m[k] + c1 * g_local[k];
   }
+}
+
+void ZeroOneAdam::local_update(Pending& t, bool frozen) {
+  const ParamGroup& group = groups_[t.g];
+  const int64_t n = group.params[t.i].numel();
+  float* p = group.params[t.i].data<float>();
+  const float* m = slot(t.g, t.i, "exp_avg").data<float>();
+  const float* v = slot(t.g, t.i, "exp_avg_sq").data<float>();
+  float* acc = slot(t.g, t.i, "momentum_accumulator").data<float>();
   const float lr = static_cast<float>(group.lr), wd = static_cast<float>(group.weight_decay);
   const float eps = static_cast<float>(options_.eps);
-  std::vector<float> denom(static_cast<size_t>(n));
   for (int64_t k = 0; k < n; ++k) {
-    denom[k] = std::sqrt(v[k]) + eps;
-    float u = m[k] / denom[k];
+    float u = m[k] / (std::sqrt(v[k]) + eps);
     if (wd > 0) u += wd * p[k];
     p[k] += -lr * u;
     if (frozen) acc[k] += -lr * u;
   }
-  if (frozen && step_ % counters_.local_step_interval == 0) {
-    // Reconcile: undo the local moves, average them (scaled by the frozen denominator) over
-    // the ranks, and take the average instead; the momentum is what it amounts to.
-    const float lrs = static_cast<float>(lrs_[g] + group.lr);
-    for (int64_t k = 0; k < n; ++k) {
-      p[k] -= acc[k];
-      acc[k] *= denom[k];
-    }
-    if (world() > 1) errors_.all_reduce(name, acc, n, *transport_);
-    for (int64_t k = 0; k < n; ++k) {
-      m[k] = -(acc[k] / lrs);
-      p[k] += acc[k] / denom[k];
-      acc[k] = 0;
-    }
+  if (!frozen || step_ % counters_.local_step_interval != 0) return;
+  // Reconcile: undo the local moves and scale them by the frozen denominator; reconcile()
+  // takes their average over the ranks instead.
+  for (int64_t k = 0; k < n; ++k) {
+    p[k] -= acc[k];
+    acc[k] *= std::sqrt(v[k]) + eps;
   }
-  group.params[i].bump_version();
+  t.reconciling = true;
+}
+
+void ZeroOneAdam::reconcile(const Pending& t) {
+  const ParamGroup& group = groups_[t.g];
+  const int64_t n = group.params[t.i].numel();
+  float* p = group.params[t.i].data<float>();
+  float* m = slot(t.g, t.i, "exp_avg").data<float>();
+  const float* v = slot(t.g, t.i, "exp_avg_sq").data<float>();
+  float* acc = slot(t.g, t.i, "momentum_accumulator").data<float>();
+  // The momentum is what the averaged moves amount to (v is frozen: the same denominator).
+  const float lrs = static_cast<float>(lrs_[t.g] + group.lr);
+  const float eps = static_cast<float>(options_.eps);
+  for (int64_t k = 0; k < n; ++k) {
+    m[k] = -(acc[k] / lrs);
+    p[k] += acc[k] / (std::sqrt(v[k]) + eps);
+    acc[k] = 0;
+  }
+}
+
+void ZeroOneAdam::update_all(std::vector<Pending>& pending, bool frozen) {
+  // Off the variance steps before the freeze each rank's own gradients are averaged by the
+  // 1-bit all-reduce (all tensors in one exchange), then the moments; then the local updates,
+  // and at a reconciliation the accumulated moves averaged (one exchange) and taken.
+  const bool own_gradients = !frozen && step_ % counters_.var_interval != 0 && world() > 1;
+  std::vector<CompressionErrors::Request> exchange;
+  if (own_gradients) {
+    const float scale = static_cast<float>(grad_scale_);
+    for (Pending& t : pending) {
+      const float* gr = t.grad.data<float>();
+      t.averaged.resize(static_cast<size_t>(t.grad.numel()));
+      for (size_t k = 0; k < t.averaged.size(); ++k) t.averaged[k] = gr[k] * scale;
+      exchange.push_back({groups_[t.g].names[t.i], t.averaged.data(), t.grad.numel()});
+    }
+    errors_.all_reduce(exchange, *transport_);
+    exchange.clear();
+  }
+  for (Pending& t : pending) {
+    moments(t, frozen);
+    t.averaged = {};
+    local_update(t, frozen);
+    if (t.reconciling && world() > 1)
+      exchange.push_back({groups_[t.g].names[t.i],
+                          slot(t.g, t.i, "momentum_accumulator").data<float>(),
+                          groups_[t.g].params[t.i].numel()});
+  }
+  if (!exchange.empty()) errors_.all_reduce(exchange, *transport_);
+  for (Pending& t : pending) {
+    if (t.reconciling) reconcile(t);
+    groups_[t.g].params[t.i].bump_version();
+    write_model_copy(t.g, t.i);
+  }
 }
 
 void ZeroOneAdam::advance_counters(bool frozen) {
@@ -109,17 +159,18 @@ void ZeroOneAdam::step() {
   NoGradGuard no_grad;
   const bool setting_up = step_ == 0, frozen = frozen_after(step_);
   ++step_;
+  std::vector<Pending> pending;
   for (size_t g = 0; g < groups_.size(); ++g) {
     for (size_t i = 0; i < groups_[g].params.size(); ++i) {
       const Tensor grad = gradient_of(g, i);
       if (!grad.defined()) continue;
       for (const char* s : {"exp_avg", "exp_avg_sq", "momentum_accumulator"}) slot(g, i, s);
       if (setting_up) continue;  // DeepSpeed's initialisation step
-      update(g, i, grad, frozen);
-      write_model_copy(g, i);
+      pending.push_back(pending_update(g, i, grad));
     }
   }
   if (setting_up) return;
+  update_all(pending, frozen);
   advance_counters(frozen);
   if (frozen_after(step_)) {
     allreduce_ = false;

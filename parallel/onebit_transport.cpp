@@ -54,10 +54,4 @@ std::vector<std::vector<int32_t>> ProcessGroupOneBitTransport::all_gather(
   return out;
 }
 
-std::vector<float> ProcessGroupOneBitTransport::all_gather(float mine) {
-  Tensor all = Tensor::empty({world()}, DType::Float32);
-  group_->all_gather(all, full({1}, mine, DType::Float32));
-  return std::vector<float>(all.data<float>(), all.data<float>() + world());
-}
-
 }  // namespace tessera::parallel

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "fixture_util.h"
 #include "skip.h"
@@ -218,4 +219,47 @@ TEST_CASE(
   CAPTURE(bus);
   CHECK(bus > 0);
   CHECK(bus <= dense / 20);
+}
+
+TEST_CASE(
+    "the batched compressed all-reduce equals one call per tensor, bit for bit, in two "
+    "messages" *
+    test::skip_if(test::launched_world_size() < 2, "needs 2 or more ranks (mpirun)")) {
+  auto group = parallel::world();
+  const int world = group->size(), rank = group->rank();
+  parallel::ProcessGroupOneBitTransport transport(group);
+  struct Three {
+    std::vector<std::vector<float>> buffer, worker, server;
+  };
+  auto make = [&] {  // three tensors padded differently, errors from an earlier call
+    Three t;
+    for (int64_t i = 0; i < 3; ++i) {
+      const int64_t padded = optim::onebit_padded_size(37 + 300 * i, world);
+      const Tensor b = hashed_tensor(padded, rank, 1, i, 3),
+                   w = hashed_tensor(padded, rank, 2, i, 4),
+                   s = hashed_tensor(padded / world, rank, 3, i, 5);
+      t.buffer.emplace_back(b.data<float>(), b.data<float>() + padded);
+      t.worker.emplace_back(w.data<float>(), w.data<float>() + padded);
+      t.server.emplace_back(s.data<float>(), s.data<float>() + padded / world);
+    }
+    return t;
+  };
+  Three alone = make(), batched = make();
+  for (size_t i = 0; i < 3; ++i)
+    optim::compressed_all_reduce(alone.buffer[i], alone.worker[i], alone.server[i], transport);
+  std::vector<optim::CompressedBuffer> items;
+  for (size_t i = 0; i < 3; ++i)
+    items.push_back({&batched.buffer[i], &batched.worker[i], &batched.server[i]});
+  group->logger().reset();
+  group->logger().enable(true);
+  optim::compressed_all_reduce(items, transport);
+  std::map<std::string, int64_t> calls;
+  for (const auto& [op, stats] : group->logger().totals()) calls[op] = stats.calls;
+  group->logger().enable(false);
+  group->logger().reset();
+  CHECK(alone.buffer == batched.buffer);  // (float ==: bit for bit, no NaNs here)
+  CHECK(alone.worker == batched.worker);
+  CHECK(alone.server == batched.server);
+  CHECK(calls["all_gather"] == 1);                          // every server chunk and scale at once
+  CHECK(calls["send"] == static_cast<int64_t>(world - 1));  // one message to each peer
 }

@@ -17,6 +17,14 @@ class CompressionErrors {
   // data[0, n) <- its 1-bit average over the transport's ranks, with the errors of `name`
   // (created as zeros at their first use). Nothing to do with one rank.
   void all_reduce(const std::string& name, float* data, int64_t n, OneBitTransport& transport);
+  // Several tensors' in one exchange (compressed_all_reduce's batched form), each exactly as
+  // all_reduce would average it alone.
+  struct Request {
+    std::string name;
+    float* data;
+    int64_t n;
+  };
+  void all_reduce(const std::vector<Request>& requests, OneBitTransport& transport);
   void zero();   // every error back to 0, sizes kept (0/1 Adam at its freeze)
   void clear();  // none kept
   bool empty() const { return errors_.empty(); }

@@ -54,7 +54,9 @@ class OneBitAdam : public OneBitOptimizer {
  private:
   // Frozen for the step after `steps` steps (the first, DeepSpeed's set-up, never freezes).
   bool frozen_after(int64_t steps) const { return steps > 1 && steps >= options_.freeze_step; }
-  void update(size_t g, size_t i, const Tensor& grad, bool frozen);
+  // The moments of group g's i-th parameter (after the freeze only the momentum); returns it.
+  float* momentum(size_t g, size_t i, const Tensor& grad, bool frozen);
+  void apply(size_t g, size_t i);  // p -= lr * (m / (sqrt(v) + eps) + weight_decay * p)
   OneBitAdamOptions options_;
 };
 

@@ -54,7 +54,18 @@ class ZeroOneAdam : public OneBitOptimizer {
   };
   // Frozen for the step after `steps` steps (the first, DeepSpeed's set-up, never freezes).
   bool frozen_after(int64_t steps) const { return steps > 1 && steps > options_.var_freeze_step; }
-  void update(size_t g, size_t i, const Tensor& grad, bool frozen);
+  // One tensor's step in phases, so that each exchange carries every tensor at once.
+  struct Pending {
+    size_t g, i;
+    Tensor grad;                  // float32, contiguous
+    std::vector<float> averaged;  // its scaled copy, averaged over the ranks (when exchanged)
+    bool reconciling;             // its accumulated moves are averaged this step
+  };
+  Pending pending_update(size_t g, size_t i, const Tensor& grad);
+  void moments(Pending& t, bool frozen);
+  void local_update(Pending& t, bool frozen);
+  void reconcile(const Pending& t);
+  void update_all(std::vector<Pending>& pending, bool frozen);
   void advance_counters(bool frozen);
   ZeroOneAdamOptions options_;
   bool allreduce_ = true;

@@ -18,7 +18,6 @@ class ProcessGroupOneBitTransport : public optim::OneBitTransport {
   std::vector<std::vector<int32_t>> all_to_all(
       const std::vector<std::vector<int32_t>>& send) override;
   std::vector<std::vector<int32_t>> all_gather(const std::vector<int32_t>& mine) override;
-  std::vector<float> all_gather(float mine) override;
 
  private:
   std::shared_ptr<ProcessGroup> group_;
