@@ -159,9 +159,17 @@ std::vector<int64_t> CurriculumDataSampler::next_global_batch(
   ++step_;
   if (!difficulties_ || *difficulties_ != difficulties) form_cluster(difficulties_, difficulties);
   difficulties_ = difficulties;
-  TS_CHECK(!clusters_.empty(), "data_sampling: at curriculum step ", step_,
-           " no training sample is admitted by the metrics' difficulties ", list_text(difficulties),
-           "; raise min_difficulty");
+  if (clusters_.empty()) {
+    std::string why;
+    for (const CurriculumMetric& m : metrics_)
+      if (m.percentile && samples_ < m.max_difficulty)
+        why += " (" + m.name + " is a percentile metric: its " + std::to_string(samples_) +
+               " samples are fewer than max_difficulty " + std::to_string(m.max_difficulty) +
+               ", so each percentile below the last holds none)";
+    fail("data_sampling: at curriculum step ", step_,
+         " no training sample is admitted by the metrics' difficulties ", list_text(difficulties),
+         why, "; raise min_difficulty");
+  }
   // sample_from_clusters: each sample's cluster drawn in proportion to the clusters' sizes.
   std::vector<int64_t> bounds;
   int64_t total = 0;

@@ -79,6 +79,7 @@ void OneBitAdam::step() {
   }
   if (transport_) errors_.all_reduce(momenta, *transport_);
   for (const auto& [g, i] : updated) {
+    if (frozen) apply_exp_avg_mask(g, i, slot(g, i, "exp_avg").data<float>());
     apply(g, i);
     write_model_copy(g, i);
   }

@@ -133,8 +133,9 @@ void OneBitLamb::frozen_step(const std::vector<Tensor>& grads) {
     const float s = static_cast<float>(q.scaling), wd = static_cast<float>(group.weight_decay);
     std::vector<float> prelim(static_cast<size_t>(n)), update(static_cast<size_t>(n));
     float factor32 = -INFINITY;
+    for (int64_t k = 0; k < n; ++k) m[k] = flat[at + static_cast<size_t>(k)] / s;
+    apply_exp_avg_mask(q.group, q.index, m);
     for (int64_t k = 0; k < n; ++k) {
-      m[k] = flat[at + static_cast<size_t>(k)] / s;
       const float g = (m[k] - last[j][static_cast<size_t>(k)] * b1) / c1;  // the gradient rebuilt
       vf[k] = b2 * vf[k] + c2 * g * g;
       const float denom = std::sqrt(v[k]) + eps;

@@ -17,6 +17,30 @@ OneBitOptimizer::OneBitOptimizer(std::vector<ParamGroup> groups, const char* who
                who_, ": '", g.names[i], "' is ", g.params[i].describe(),
                "; it updates contiguous float32 CPU tensors (float32 masters under mixed "
                "precision; its CUDA kernels are not written yet)");
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const Tensor& mask = groups_[g].exp_avg_mask;
+    if (!mask.defined()) continue;
+    for (size_t i = 0; i < groups_[g].params.size(); ++i) {
+      const Tensor& p = groups_[g].params[i];
+      Tensor expanded;
+      try {
+        expanded = mask.to(Device::cpu()).to(DType::Float32).expand(p.shape()).contiguous();
+      } catch (const Error& e) {
+        fail(who_, ": the exp_avg_mask of the group of '", groups_[g].names[i], "' is ",
+             mask.describe(), ", which does not broadcast to the parameter's ", p.describe(), " (",
+             e.what(), ")");
+      }
+      const float* m = expanded.data<float>();
+      masks_[{g, i}] = std::vector<float>(m, m + expanded.numel());
+    }
+  }
+}
+
+void OneBitOptimizer::apply_exp_avg_mask(size_t g, size_t i, float* data) const {
+  const auto it = masks_.find({g, i});
+  if (it == masks_.end()) return;
+  const std::vector<float>& mask = it->second;
+  for (size_t k = 0; k < mask.size(); ++k) data[k] *= mask[k];  // (exp_avg.mul_(mask))
 }
 
 bool OneBitOptimizer::set_betas(double beta1, double beta2) {

@@ -119,6 +119,7 @@ void ZeroOneAdam::update_all(std::vector<Pending>& pending, bool frozen) {
     }
     errors_.all_reduce(exchange, *transport_);
     exchange.clear();
+    for (Pending& t : pending) apply_exp_avg_mask(t.g, t.i, t.averaged.data());
   }
   for (Pending& t : pending) {
     moments(t, frozen);
@@ -131,6 +132,8 @@ void ZeroOneAdam::update_all(std::vector<Pending>& pending, bool frozen) {
   }
   if (!exchange.empty()) errors_.all_reduce(exchange, *transport_);
   for (Pending& t : pending) {
+    if (t.reconciling && world() > 1)
+      apply_exp_avg_mask(t.g, t.i, slot(t.g, t.i, "momentum_accumulator").data<float>());
     if (t.reconciling) reconcile(t);
     groups_[t.g].params[t.i].bump_version();
     write_model_copy(t.g, t.i);

@@ -59,13 +59,17 @@ double relative_gap(const Tensor& got, const std::vector<double>& want) {
 
 }  // namespace
 
-TEST_CASE("OneBitAdam: N ranks reproduce DeepSpeed's 1-bit Adam across the freeze" *
-          test::skip_if(test::launched_world_size() == 3 || test::launched_world_size() > 4,
-                        "the fixture holds 1, 2 and 4 ranks")) {
-  const auto fixture = test::read_json(TESSERA_FIXTURES_DIR "/deepspeed/onebit_adam.json");
+// The fixture's exp_avg_mask (of tensor 1, alone in its group), or none.
+static Tensor fixture_mask(const nlohmann::json& fixture, bool masked) {
+  if (!masked) return {};
+  const auto mask = fixture["masked"]["mask"].get<std::vector<double>>();
+  return from_vector(mask, {static_cast<int64_t>(mask.size())}, DType::Float32);
+}
+
+static void check_onebit_adam(const nlohmann::json& fixture, const nlohmann::json& want,
+                              bool masked) {
   auto group = parallel::world();
   const int world = group->size(), rank = group->rank();
-  const auto& want = fixture["worlds"][std::to_string(world)];
   const std::vector<int64_t> shapes = fixture["shapes"].get<std::vector<int64_t>>();
   std::vector<Tensor> params;
   for (size_t t = 0; t < shapes.size(); ++t)
@@ -73,6 +77,7 @@ TEST_CASE("OneBitAdam: N ranks reproduce DeepSpeed's 1-bit Adam across the freez
   const double lr = fixture["lr"];
   std::vector<optim::ParamGroup> groups = {{{"p0", "p2"}, {params[0], params[2]}, lr, 0.01},
                                            {{"p1"}, {params[1]}, lr, 0.0}};
+  groups[1].exp_avg_mask = fixture_mask(fixture, masked);
   optim::OneBitAdamOptions options;
   options.freeze_step = fixture["freeze_step"];
   optim::OneBitAdam adam(groups, options,
@@ -95,14 +100,18 @@ TEST_CASE("OneBitAdam: N ranks reproduce DeepSpeed's 1-bit Adam across the freez
   CHECK(state.at("step").item() == static_cast<double>(steps));
 }
 
-TEST_CASE("ZeroOneAdam: N ranks reproduce DeepSpeed's 0/1 Adam: variance and local steps" *
+TEST_CASE("OneBitAdam: N ranks reproduce DeepSpeed's 1-bit Adam across the freeze" *
           test::skip_if(test::launched_world_size() == 3 || test::launched_world_size() > 4,
                         "the fixture holds 1, 2 and 4 ranks")) {
   const auto fixture = test::read_json(TESSERA_FIXTURES_DIR "/deepspeed/onebit_adam.json");
+  check_onebit_adam(fixture, fixture["worlds"][std::to_string(parallel::world()->size())], false);
+}
+
+static void check_zero_one_adam(const nlohmann::json& fixture, const nlohmann::json& want,
+                                bool masked) {
   const auto& zo = fixture["zero_one"];
   auto group = parallel::world();
   const int world = group->size(), rank = group->rank();
-  const auto& want = zo["worlds"][std::to_string(world)];
   const std::vector<int64_t> shapes = fixture["shapes"].get<std::vector<int64_t>>();
   std::vector<Tensor> params;
   for (size_t t = 0; t < shapes.size(); ++t)
@@ -110,6 +119,7 @@ TEST_CASE("ZeroOneAdam: N ranks reproduce DeepSpeed's 0/1 Adam: variance and loc
   const double lr = fixture["lr"];
   std::vector<optim::ParamGroup> groups = {{{"p0", "p2"}, {params[0], params[2]}, lr, 0.01},
                                            {{"p1"}, {params[1]}, lr, 0.0}};
+  groups[1].exp_avg_mask = fixture_mask(fixture, masked);
   optim::ZeroOneAdamOptions options;
   options.var_freeze_step = zo["var_freeze_step"];
   options.var_update_scaler = zo["var_update_scaler"];
@@ -137,14 +147,19 @@ TEST_CASE("ZeroOneAdam: N ranks reproduce DeepSpeed's 0/1 Adam: variance and loc
   CHECK(relative_gap(state.at("p1.exp_avg"), want["final_exp_avg"][rank][1]) < 1e-6);
 }
 
-TEST_CASE("OneBitLamb: N ranks reproduce DeepSpeed's 1-bit LAMB across the freeze" *
+TEST_CASE("ZeroOneAdam: N ranks reproduce DeepSpeed's 0/1 Adam: variance and local steps" *
           test::skip_if(test::launched_world_size() == 3 || test::launched_world_size() > 4,
                         "the fixture holds 1, 2 and 4 ranks")) {
   const auto fixture = test::read_json(TESSERA_FIXTURES_DIR "/deepspeed/onebit_adam.json");
+  check_zero_one_adam(
+      fixture, fixture["zero_one"]["worlds"][std::to_string(parallel::world()->size())], false);
+}
+
+static void check_onebit_lamb(const nlohmann::json& fixture, const nlohmann::json& want,
+                              bool masked) {
   const auto& lamb = fixture["onebit_lamb"];
   auto group = parallel::world();
   const int world = group->size(), rank = group->rank();
-  const auto& want = lamb["worlds"][std::to_string(world)];
   const std::vector<int64_t> shapes = fixture["shapes"].get<std::vector<int64_t>>();
   std::vector<Tensor> params;
   for (size_t t = 0; t < shapes.size(); ++t)
@@ -154,6 +169,7 @@ TEST_CASE("OneBitLamb: N ranks reproduce DeepSpeed's 1-bit LAMB across the freez
   std::vector<optim::ParamGroup> groups = {{{"p0"}, {params[0]}, lr, 0.01},
                                            {{"p1"}, {params[1]}, lr, 0.0},
                                            {{"p2"}, {params[2]}, lr, 0.01}};
+  groups[1].exp_avg_mask = fixture_mask(fixture, masked);
   optim::OneBitLambOptions options;
   options.freeze_step = lamb["freeze_step"];
   optim::OneBitLamb opt(groups, options,
@@ -177,6 +193,36 @@ TEST_CASE("OneBitLamb: N ranks reproduce DeepSpeed's 1-bit LAMB across the freez
       CHECK(relative_gap(params[t], want["params_after_step"][step - 1][t]) < 1e-6);
     }
   }
+}
+
+TEST_CASE("OneBitLamb: N ranks reproduce DeepSpeed's 1-bit LAMB across the freeze" *
+          test::skip_if(test::launched_world_size() == 3 || test::launched_world_size() > 4,
+                        "the fixture holds 1, 2 and 4 ranks")) {
+  const auto fixture = test::read_json(TESSERA_FIXTURES_DIR "/deepspeed/onebit_adam.json");
+  check_onebit_lamb(
+      fixture, fixture["onebit_lamb"]["worlds"][std::to_string(parallel::world()->size())], false);
+}
+
+TEST_CASE("exp_avg_mask: the three optimizers mask the 1-bit-averaged momentum as DeepSpeed's" *
+          test::skip_if(test::launched_world_size() != 2 && test::launched_world_size() != 4,
+                        "the fixture holds 2 and 4 ranks")) {
+  const auto fixture = test::read_json(TESSERA_FIXTURES_DIR "/deepspeed/onebit_adam.json");
+  const auto& masked = fixture["masked"];
+  const std::string world = std::to_string(parallel::world()->size());
+  SUBCASE("OneBitAdam") {
+    check_onebit_adam(fixture, masked["onebit_adam"][world], true);
+  }
+  SUBCASE("ZeroOneAdam") {
+    check_zero_one_adam(fixture, masked["zero_one"][world], true);
+  }
+  SUBCASE("OneBitLamb") {
+    check_onebit_lamb(fixture, masked["onebit_lamb"][world], true);
+  }
+  // A mask that does not broadcast to its group's parameters is refused naming them.
+  Tensor p = zeros({65}), bad = ones({3});
+  std::vector<optim::ParamGroup> groups = {{{"p1"}, {p}, 1e-3, 0.0, bad}};
+  CHECK_THROWS_WITH(optim::OneBitAdam(groups, {}, nullptr),
+                    doctest::Contains("the exp_avg_mask of the group of 'p1' is"));
 }
 
 TEST_CASE("onebit_padded_size is DeepSpeed's corrected_tensor_size") {

@@ -3,8 +3,11 @@
 // their betas, and the tensors they update (contiguous float32 CPU tensors: the masters under
 // mixed precision; their CUDA kernels are not written yet).
 #pragma once
+#include <map>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "tessera/optim/compression_errors.h"
 #include "tessera/optim/optimizer.h"
@@ -34,10 +37,16 @@ class OneBitOptimizer : public Optimizer {
   void write_model_copy(size_t g, size_t i);
   // "world" and the errors (what rank_state() saves of them); empty when there are none.
   std::map<std::string, Tensor> error_state() const;
+  // DeepSpeed's exp_avg_mask: data[k] *= group g's mask broadcast to parameter i's shape (no
+  // mask: nothing).
+  void apply_exp_avg_mask(size_t g, size_t i, float* data) const;
   const char* who_;
   double beta1_, beta2_;
   std::shared_ptr<OneBitTransport> transport_;
   CompressionErrors errors_;
+
+ private:
+  std::map<std::pair<size_t, size_t>, std::vector<float>> masks_;  // expanded, by (group, index)
 };
 
 }  // namespace tessera::optim

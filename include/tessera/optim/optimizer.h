@@ -19,6 +19,12 @@ struct ParamGroup {
   std::vector<Tensor> params;
   double lr = 1e-3;
   double weight_decay = 0.0;
+  // DeepSpeed's param-group key of its compressed optimizers (OneBitAdam, ZeroOneAdam,
+  // OneBitLamb read it; the others do not): a mask, broadcast to each parameter's shape,
+  // multiplied into the 1-bit-averaged momentum, so entries whose momentum should stay exactly
+  // zero (the position-embedding rows a shorter sequence never reaches) do not collect
+  // compression noise. Not checkpointed: the program sets it, as DeepSpeed's script does.
+  Tensor exp_avg_mask;
 };
 
 // A parameter group as a user names it (DeepSpeed's model_parameters list of dicts): the
