@@ -109,7 +109,7 @@ class SampledWindows : public io::BatchSource<models::Batch> {
         rank_(rank),
         world_(world),
         accumulation_(cfg.gradient_accumulation_steps),
-        data_sampling_(&data_sampling_of(cfg)),
+        data_sampling_(data_sampling_of(cfg)),
         sequence_(data_sampling().sequence_metric(), cfg),
         sampler_(windows_.size(), metrics(cfg, corpus), micro_ * world * accumulation_,
                  static_cast<uint64_t>(engine::data_efficiency_config(cfg).seed)) {
@@ -166,7 +166,7 @@ class SampledWindows : public io::BatchSource<models::Batch> {
   static const engine::DataSamplingConfig& data_sampling_of(const io::TrainConfig& cfg) {
     return engine::data_efficiency_config(cfg).data_sampling;
   }
-  const engine::DataSamplingConfig& data_sampling() const { return *data_sampling_; }
+  const engine::DataSamplingConfig& data_sampling() const { return data_sampling_; }
   static std::vector<io::CurriculumMetric> metrics(const io::TrainConfig& cfg,
                                                    const io::TokenizedCorpus& corpus) {
     std::vector<io::CurriculumMetric> out;
@@ -195,7 +195,7 @@ class SampledWindows : public io::BatchSource<models::Batch> {
   int64_t micro_;
   int rank_, world_;
   int64_t accumulation_;
-  const engine::DataSamplingConfig* data_sampling_ = nullptr;
+  engine::DataSamplingConfig data_sampling_;  // (a copy: the source may outlive the config)
   SequenceLength sequence_;
   io::CurriculumDataSampler sampler_;
   std::vector<engine::CurriculumScheduler> schedulers_;
