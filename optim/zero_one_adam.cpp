@@ -36,7 +36,7 @@ ZeroOneAdam::Pending ZeroOneAdam::pending_update(size_t g, size_t i, const Tenso
   TS_CHECK(grad_tensor.shape() == group.params[i].shape(), "ZeroOneAdam: gradient of '",
            group.names[i], "' is ", grad_tensor.describe(), ", parameter is ",
            group.params[i].describe());
-  return {g, i, grad_tensor.to(DType::Float32).contiguous(), {}, false};
+  return {g, i, grad_tensor, {}, false};
 }
 
 void ZeroOneAdam::moments(Pending& t, bool frozen) {
@@ -47,7 +47,8 @@ void ZeroOneAdam::moments(Pending& t, bool frozen) {
   const float b1 = static_cast<float>(beta1_), b2 = static_cast<float>(beta2_);
   const float c1 = static_cast<float>(1 - beta1_), c2 = static_cast<float>(1 - beta2_);
   const float scale = static_cast<float>(grad_scale_);
-  const float* gr = t.grad.data<float>();
+  const Tensor grad = t.grad.to(DType::Float32).contiguous();  // (one tensor's copy at a time)
+  const float* gr = grad.data<float>();
   if (!t.averaged.empty()) {  // this rank's own gradients, averaged by the 1-bit all-reduce
     for (int64_t k = 0; k < n; ++k) m[k] = b1 * m[k] + c1 * t.averaged[k];
   } else if (frozen) {
@@ -112,7 +113,8 @@ void ZeroOneAdam::update_all(std::vector<Pending>& pending, bool frozen) {
   if (own_gradients) {
     const float scale = static_cast<float>(grad_scale_);
     for (Pending& t : pending) {
-      const float* gr = t.grad.data<float>();
+      const Tensor grad = t.grad.to(DType::Float32).contiguous();
+      const float* gr = grad.data<float>();
       t.averaged.resize(static_cast<size_t>(t.grad.numel()));
       for (size_t k = 0; k < t.averaged.size(); ++k) t.averaged[k] = gr[k] * scale;
       exchange.push_back({groups_[t.g].names[t.i], t.averaged.data(), t.grad.numel()});

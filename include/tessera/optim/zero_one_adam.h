@@ -57,7 +57,7 @@ class ZeroOneAdam : public OneBitOptimizer {
   // One tensor's step in phases, so that each exchange carries every tensor at once.
   struct Pending {
     size_t g, i;
-    Tensor grad;                  // float32, contiguous
+    Tensor grad;                  // as read (a bf16 model copy's: converted when used)
     std::vector<float> averaged;  // its scaled copy, averaged over the ranks (when exchanged)
     bool reconciling;             // its accumulated moves are averaged this step
   };
