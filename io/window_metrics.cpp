@@ -43,6 +43,17 @@ std::vector<int64_t> vocabulary_rarity(const TokenFile& tokens, int64_t block) {
   return out;
 }
 
+std::vector<int64_t> read_metric_values(const std::string& prefix, const std::string& what) {
+  const IndexedRows rows = read_indexed_dataset(prefix, what);
+  std::vector<int64_t> values;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    TS_CHECK(rows[r].size() == 1, what, "'s ", quoted(prefix + ".idx"), ": row ", r, " holds ",
+             rows[r].size(), " values, expected 1 (index_to_metric has one value a row)");
+    values.push_back(rows[r][0]);
+  }
+  return values;
+}
+
 MetricIndex index_by_value(const std::vector<int64_t>& values) {
   std::map<int64_t, std::vector<int64_t>> rows;
   for (size_t s = 0; s < values.size(); ++s) rows[values[s]].push_back(static_cast<int64_t>(s));
@@ -66,11 +77,7 @@ MetricIndex cached_window_metric(const std::string& dir, const std::string& name
   if (complete(samples) && complete(metric)) {
     MetricIndex cached;
     cached.index_to_sample = read_indexed_dataset(samples, "the " + name + " cache");
-    for (const auto& row : read_indexed_dataset(metric, "the " + name + " cache")) {
-      TS_CHECK(row.size() == 1, "the ", name, " cache ", quoted(metric),
-               ": a row of index_to_metric holds ", row.size(), " values, expected 1");
-      cached.index_to_metric.push_back(row[0]);
-    }
+    cached.index_to_metric = read_metric_values(metric, "the " + name + " cache");
     return cached;
   }
   MetricIndex made = index_by_value(vocabulary_rarity(tokens, block));

@@ -1,6 +1,5 @@
 // data_efficiency.data_sampling's batches (train_data.h): DeepSpeed's curriculum sampler over
-// a causal LM's windows, and the sequence length its seqlen_truncate / seqlen_reshape metric
-// sets for each step (GPT-2's windows, BERT's masking stream).
+// a causal LM's windows, folded to its seqlen_reshape metric's length each step.
 #include <filesystem>
 
 #include "tessera/engine/data_efficiency_config.h"
@@ -17,31 +16,27 @@ namespace {
 
 const std::string kKey = "data_efficiency.data_sampling.curriculum_learning.curriculum_metrics";
 
-// The step's sequence length applied to a batch: cut (seqlen_truncate) or folded into more,
-// shorter rows (seqlen_reshape, a causal LM's inputs and targets only).
-class SequenceLength {
+// seqlen_reshape: each step's micro-batch folded into rows of the metric's length, every token
+// kept (a causal LM's inputs and targets only). (seqlen_truncate is the engine's curriculum.)
+class SequenceReshape {
  public:
-  SequenceLength(const engine::CurriculumMetricConfig* metric, const io::TrainConfig& cfg)
+  SequenceReshape(const engine::CurriculumMetricConfig* metric, const io::TrainConfig& cfg)
       : block_(cfg.model.block_size) {
-    if (!metric) return;
+    if (!metric || metric->name != "seqlen_reshape") return;
     scheduler_.emplace(metric->schedule);
-    reshape_ = metric->name == "seqlen_reshape";
     const parallel::TensorParallelConfig& tp = parallel::tensor_parallel_config(cfg);
     sequence_ranks_ = tp.sequence_parallel ? tp.autotp_size : 1;
-    if (reshape_) check_reshape_lengths(metric->schedule);
+    check_lengths(metric->schedule);
   }
-  bool on() const { return scheduler_.has_value(); }
-  // (curriculum step c sees the schedule's update_difficulty(c), c = step + 1)
-  int64_t length(int64_t step) { return scheduler_->difficulty_for_step(step); }
 
+  // (curriculum step c sees the schedule's update_difficulty(c), c = step + 1)
   models::Batch apply(models::Batch b, int64_t step) {
-    if (!on()) return b;
-    const int64_t L = length(step);
+    if (!scheduler_) return b;
+    const int64_t L = scheduler_->difficulty_for_step(step);
     if (b.input_ids.dim() != 2 || b.input_ids.size(1) <= L) return b;
     TS_CHECK(L % sequence_ranks_ == 0, kKey, ": curriculum step ", step + 1,
              " trains sequences of ", L, " tokens, which do not split over the ", sequence_ranks_,
              " sequence-parallel ranks (tensor_parallel.autotp_size)");
-    if (!reshape_) return b.first_positions(L);
     const int64_t rows = b.input_ids.size(0) * b.input_ids.size(1) / L;
     return {b.input_ids.contiguous().reshape({rows, L}), b.targets.contiguous().reshape({rows, L})};
   }
@@ -49,7 +44,7 @@ class SequenceLength {
  private:
   // Every length the schedule reaches must divide block_size (rows of L tokens); checked
   // before training rather than at the step that would fail.
-  void check_reshape_lengths(const engine::CurriculumLearningConfig& s) const {
+  void check_lengths(const engine::CurriculumLearningConfig& s) const {
     std::vector<int64_t> lengths = s.difficulty;
     if (s.schedule_type != "fixed_discrete") {
       engine::CurriculumScheduler probe(s);
@@ -66,7 +61,6 @@ class SequenceLength {
 
   int64_t block_;
   std::optional<engine::CurriculumScheduler> scheduler_;
-  bool reshape_ = false;
   int64_t sequence_ranks_ = 1;
 };
 
@@ -88,13 +82,9 @@ io::CurriculumMetric load_metric(const engine::CurriculumMetricConfig& m,
   }
   out.index_to_sample =
       io::read_indexed_dataset(m.index_to_sample_path, "'" + out.name + ".index_to_sample_path'");
-  if (m.difficulty_type == "value") {
-    const std::string what = "'" + out.name + ".index_to_metric_path'";
-    for (const auto& row : io::read_indexed_dataset(m.index_to_metric_path, what)) {
-      TS_CHECK(row.size() == 1, what, ": a row holds ", row.size(), " values, expected 1");
-      out.index_to_metric.push_back(row[0]);
-    }
-  }
+  if (m.difficulty_type == "value")
+    out.index_to_metric =
+        io::read_metric_values(m.index_to_metric_path, "'" + out.name + ".index_to_metric_path'");
   return out;
 }
 
@@ -110,7 +100,7 @@ class SampledWindows : public io::BatchSource<models::Batch> {
         world_(world),
         accumulation_(cfg.gradient_accumulation_steps),
         data_sampling_(data_sampling_of(cfg)),
-        sequence_(data_sampling().sequence_metric(), cfg),
+        reshape_(data_sampling().sequence_metric(), cfg),
         sampler_(windows_.size(), metrics(cfg, corpus), micro_ * world * accumulation_,
                  static_cast<uint64_t>(engine::data_efficiency_config(cfg).seed)) {
     const engine::DataSamplingConfig& d = data_sampling();
@@ -134,7 +124,7 @@ class SampledWindows : public io::BatchSource<models::Batch> {
       items.push_back(windows_.get(pending_[i]));
     pending_.erase(pending_.begin(), pending_.begin() + micro_ * world_);
     auto [x, y] = io::TokenWindows::collate(items);
-    return sequence_.apply(models::Batch{x, y}, step);
+    return reshape_.apply(models::Batch{x, y}, step);
   }
   nlohmann::json state() const override {
     return {{"sampler", sampler_.state()}, {"pending", pending_}};
@@ -196,51 +186,17 @@ class SampledWindows : public io::BatchSource<models::Batch> {
   int rank_, world_;
   int64_t accumulation_;
   engine::DataSamplingConfig data_sampling_;  // (a copy: the source may outlive the config)
-  SequenceLength sequence_;
+  SequenceReshape reshape_;
   io::CurriculumDataSampler sampler_;
   std::vector<engine::CurriculumScheduler> schedulers_;
   std::vector<int64_t> pending_;
   int64_t limit_ = 0;
 };
 
-// A masked LM's stream cut to the seqlen_truncate metric's length: every `accumulation`
-// micro-batches are one curriculum step.
-class SequenceCurriculumBatches : public io::BatchSource<models::Batch> {
- public:
-  SequenceCurriculumBatches(std::unique_ptr<io::BatchSource<models::Batch>> stream,
-                            const io::TrainConfig& cfg)
-      : stream_(std::move(stream)),
-        sequence_(engine::data_efficiency_config(cfg).data_sampling.sequence_metric(), cfg),
-        accumulation_(cfg.gradient_accumulation_steps) {}
-  models::Batch next() override {
-    const int64_t step = draws_++ / accumulation_;
-    return sequence_.apply(stream_->next(), step);
-  }
-  nlohmann::json state() const override {
-    return {{"stream", stream_->state()}, {"draws", draws_}};
-  }
-  void set_state(const nlohmann::json& state) override {
-    const io::JsonFields f(state, "the checkpoint's data_sampling position");
-    TS_CHECK(state.contains("stream"), "the checkpoint's data position is not data_sampling's");
-    stream_->set_state(state["stream"]);
-    draws_ = static_cast<int64_t>(f.unsigned_integer("draws"));
-    TS_CHECK(draws_ >= 0, "the checkpoint's data_sampling position: draws past int64");
-  }
-  std::optional<int64_t> epoch_batches() const override { return stream_->epoch_batches(); }
-
- private:
-  std::unique_ptr<io::BatchSource<models::Batch>> stream_;
-  SequenceLength sequence_;
-  int64_t accumulation_, draws_ = 0;
-};
-
 }  // namespace
 
 std::unique_ptr<io::BatchSource<models::Batch>> data_sampling_batches(
-    const io::TrainConfig& cfg, const io::TokenizedCorpus& corpus, int rank, int world,
-    std::unique_ptr<io::BatchSource<models::Batch>> masked_lm_stream) {
-  if (masked_lm_stream)
-    return std::make_unique<SequenceCurriculumBatches>(std::move(masked_lm_stream), cfg);
+    const io::TrainConfig& cfg, const io::TokenizedCorpus& corpus, int rank, int world) {
   return std::make_unique<SampledWindows>(cfg, corpus, rank, world);
 }
 

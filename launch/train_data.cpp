@@ -74,14 +74,11 @@ bool masked_lm(const io::TrainConfig& cfg) {
 std::unique_ptr<io::BatchSource<models::Batch>> train_batches(const io::TrainConfig& cfg,
                                                               const io::TokenizedCorpus& corpus,
                                                               int rank, int world) {
-  const bool sampled = engine::data_efficiency_config(cfg).data_sampling.curriculum;
-  if (masked_lm(cfg)) {
-    auto stream =
-        std::make_unique<BertBatches>(*corpus.train, cfg, corpus, cfg.train.seed + 1, rank, world);
-    if (!sampled) return stream;
-    return data_sampling_batches(cfg, corpus, rank, world, std::move(stream));
-  }
-  if (sampled) return data_sampling_batches(cfg, corpus, rank, world, nullptr);
+  if (masked_lm(cfg))  // (data_sampling's clustering metrics are refused for BERT)
+    return std::make_unique<BertBatches>(*corpus.train, cfg, corpus, cfg.train.seed + 1, rank,
+                                         world);
+  if (engine::data_efficiency_config(cfg).data_sampling.curriculum)
+    return data_sampling_batches(cfg, corpus, rank, world);
   return gpt_batches(*corpus.train, cfg, cfg.train.seed + 1, rank, world, true,
                      "data.path's training split");
 }

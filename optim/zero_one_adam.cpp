@@ -36,7 +36,7 @@ ZeroOneAdam::Pending ZeroOneAdam::pending_update(size_t g, size_t i, const Tenso
   TS_CHECK(grad_tensor.shape() == group.params[i].shape(), "ZeroOneAdam: gradient of '",
            group.names[i], "' is ", grad_tensor.describe(), ", parameter is ",
            group.params[i].describe());
-  return {g, i, grad_tensor, {}, false};
+  return {g, i, grad_tensor, {}};
 }
 
 void ZeroOneAdam::moments(Pending& t, bool frozen) {
@@ -62,7 +62,7 @@ void ZeroOneAdam::moments(Pending& t, bool frozen) {
   }
 }
 
-void ZeroOneAdam::local_update(Pending& t, bool frozen) {
+void ZeroOneAdam::local_update(const Pending& t, bool frozen, bool reconciling) {
   const ParamGroup& group = groups_[t.g];
   const int64_t n = group.params[t.i].numel();
   float* p = group.params[t.i].data<float>();
@@ -77,14 +77,13 @@ void ZeroOneAdam::local_update(Pending& t, bool frozen) {
     p[k] += -lr * u;
     if (frozen) acc[k] += -lr * u;
   }
-  if (!frozen || step_ % counters_.local_step_interval != 0) return;
+  if (!reconciling) return;
   // Reconcile: undo the local moves and scale them by the frozen denominator; reconcile()
   // takes their average over the ranks instead.
   for (int64_t k = 0; k < n; ++k) {
     p[k] -= acc[k];
     acc[k] *= std::sqrt(v[k]) + eps;
   }
-  t.reconciling = true;
 }
 
 void ZeroOneAdam::reconcile(const Pending& t) {
@@ -109,6 +108,7 @@ void ZeroOneAdam::update_all(std::vector<Pending>& pending, bool frozen) {
   // 1-bit all-reduce (all tensors in one exchange), then the moments; then the local updates,
   // and at a reconciliation the accumulated moves averaged (one exchange) and taken.
   const bool own_gradients = !frozen && step_ % counters_.var_interval != 0 && world() > 1;
+  const bool reconciling = frozen && step_ % counters_.local_step_interval == 0;
   std::vector<CompressionErrors::Request> exchange;
   if (own_gradients) {
     const float scale = static_cast<float>(grad_scale_);
@@ -126,17 +126,17 @@ void ZeroOneAdam::update_all(std::vector<Pending>& pending, bool frozen) {
   for (Pending& t : pending) {
     moments(t, frozen);
     t.averaged = {};
-    local_update(t, frozen);
-    if (t.reconciling && world() > 1)
+    local_update(t, frozen, reconciling);
+    if (reconciling && world() > 1)
       exchange.push_back({groups_[t.g].names[t.i],
                           slot(t.g, t.i, "momentum_accumulator").data<float>(),
                           groups_[t.g].params[t.i].numel()});
   }
   if (!exchange.empty()) errors_.all_reduce(exchange, *transport_);
   for (Pending& t : pending) {
-    if (t.reconciling && world() > 1)
+    if (reconciling && world() > 1)
       apply_exp_avg_mask(t.g, t.i, slot(t.g, t.i, "momentum_accumulator").data<float>());
-    if (t.reconciling) reconcile(t);
+    if (reconciling) reconcile(t);
     groups_[t.g].params[t.i].bump_version();
     write_model_copy(t.g, t.i);
   }

@@ -37,9 +37,8 @@ std::vector<io::CurriculumMetric> fixture_metrics(const nlohmann::json& c) {
       c.index_to_sample =
           io::read_indexed_dataset(kDir + "/" + m["index_to_sample_path"].get<std::string>(), name);
       if (!c.percentile)
-        for (const auto& row : io::read_indexed_dataset(
-                 kDir + "/" + m["index_to_metric_path"].get<std::string>(), name))
-          c.index_to_metric.push_back(row.at(0));
+        c.index_to_metric =
+            io::read_metric_values(kDir + "/" + m["index_to_metric_path"].get<std::string>(), name);
     }
     out.push_back(std::move(c));
   }
@@ -184,6 +183,8 @@ TEST_CASE("a damaged index file is an error naming the file and the offset") {
   damaged(good.substr(0, 20), bin, "34-byte header");
   CHECK_THROWS_WITH(io::read_indexed_dataset(dir + "/missing", "'key'"),
                     doctest::Contains("missing.idx"));
+  CHECK_THROWS_WITH(io::read_metric_values(kDir + "/wide", "'key'"),
+                    doctest::Contains("row 0 holds 2 values, expected 1"));
   std::filesystem::remove_all(dir);
 }
 

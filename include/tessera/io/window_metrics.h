@@ -27,6 +27,10 @@ const std::vector<std::string>& built_in_window_metrics();
 // words make a harder window. Summed in token order in float64 (the same on every machine).
 std::vector<int64_t> vocabulary_rarity(const TokenFile& tokens, int64_t block);
 
+// A data-analyzer index_to_metric file at PREFIX: its rows' values, one a row (another count
+// is an error naming `what` and the row).
+std::vector<int64_t> read_metric_values(const std::string& prefix, const std::string& what);
+
 // Groups per-sample values into the two indexes.
 MetricIndex index_by_value(const std::vector<int64_t>& values);
 

@@ -28,23 +28,24 @@ bool masked_lm(const io::TrainConfig& cfg);
 std::unique_ptr<io::BatchSource<models::Batch>> train_batches(const io::TrainConfig& cfg,
                                                               const io::TokenizedCorpus& corpus,
                                                               int rank, int world);
-// data_efficiency.data_sampling's curriculum (engine/data_sampling_config.h), which
-// train_batches follows when it is on: a causal LM's windows as DeepSpeed's sampler draws them
+// data_efficiency.data_sampling's curriculum (engine/data_sampling_config.h), which a causal
+// LM's train_batches follows when it is on: the windows as DeepSpeed's sampler draws them
 // (io/curriculum_data_sampler.h; metrics Tessera computes are cached under the token cache's
-// metrics/), each step cut or folded to the seqlen_truncate / seqlen_reshape metric's length;
-// for a masked LM, `masked_lm_stream` cut to seqlen_truncate's length.
+// metrics/), each step folded into rows of the seqlen_reshape metric's length. (The
+// seqlen_truncate metric is the engine's curriculum: curriculum_batches cuts to it, for BERT
+// too.)
 std::unique_ptr<io::BatchSource<models::Batch>> data_sampling_batches(
-    const io::TrainConfig& cfg, const io::TokenizedCorpus& corpus, int rank, int world,
-    std::unique_ptr<io::BatchSource<models::Batch>> masked_lm_stream);
+    const io::TrainConfig& cfg, const io::TokenizedCorpus& corpus, int rank, int world);
 // The validation split, read the same way from a fixed seed: every evaluation sees the same
 // batches, at any rank count.
 std::unique_ptr<io::BatchSource<models::Batch>> val_batches(const io::TrainConfig& cfg,
                                                             const io::TokenizedCorpus& corpus,
                                                             int rank, int world);
-// curriculum_learning: `batches` cut to the sequence length the engine's curriculum gives the
-// step each batch is drawn for (the Trainer draws a step's micro-batches just before their
-// forwards); `batches` themselves when the engine has no curriculum. Errors name the step and
-// the keys when the length does not split over the sequence-parallel ranks.
+// curriculum_learning (or data_sampling's seqlen_truncate metric): `batches` cut to the
+// sequence length the engine's curriculum gives the step each batch is drawn for (the Trainer draws
+// a step's micro-batches just before their forwards); `batches` themselves when the engine has no
+// curriculum. Errors name the step and the keys when the length does not split over the
+// sequence-parallel ranks.
 std::unique_ptr<io::BatchSource<models::Batch>> curriculum_batches(
     std::unique_ptr<io::BatchSource<models::Batch>> batches, engine::Engine& engine,
     const io::TrainConfig& cfg);

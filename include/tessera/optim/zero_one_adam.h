@@ -59,11 +59,11 @@ class ZeroOneAdam : public OneBitOptimizer {
     size_t g, i;
     Tensor grad;                  // as read (a bf16 model copy's: converted when used)
     std::vector<float> averaged;  // its scaled copy, averaged over the ranks (when exchanged)
-    bool reconciling;             // its accumulated moves are averaged this step
   };
   Pending pending_update(size_t g, size_t i, const Tensor& grad);
   void moments(Pending& t, bool frozen);
-  void local_update(Pending& t, bool frozen);
+  // (reconciling: the accumulated moves are averaged this step)
+  void local_update(const Pending& t, bool frozen, bool reconciling);
   void reconcile(const Pending& t);
   void update_all(std::vector<Pending>& pending, bool frozen);
   void advance_counters(bool frozen);
