@@ -90,17 +90,8 @@ Engine::Engine(nn::Module& model, io::TrainConfig config, InitializeOptions opti
   if (config_.trace.enabled) start_trace();
   // Dropout masks as one process would draw them for the global batch (see rng.h).
   set_data_parallel_shard(group_->rank(), static_cast<int>(world));
-  if (world > 1) {
-    // Every rank starts from rank 0's float32 parameters (as DDP does), before any master
-    // copy or 16-bit cast is made from them; this start-up traffic is not counted.
-    NoGradGuard no_grad;
-    for (auto& [n, t] : model_.named_parameters()) {
-      Tensor c = t->contiguous();
-      group_->broadcast(c, 0);
-      if (!c.same(*t)) t->copy_(c);
-    }
-    group_->logger().reset();
-  }
+  setup_experts();
+  if (world > 1) broadcast_initial_parameters();
   std::vector<optim::ParamGroup> groups = resolve_groups(options);
   const double optimizer_lr = groups.empty() ? config_.optimizer.lr() : groups.front().lr;
   if (parallel::zero_config(config_).stage > 0) {
@@ -197,12 +188,14 @@ void Engine::begin_reduction(bool allreduce) {
                         !(optimizer_ && optimizer_->reads_local_gradients());
   if (zero_) zero_->begin_backward(boundary || zero_->stage() >= 2);
   if (dp_buckets_) dp_buckets_->begin_backward(boundary);
+  if (expert_buckets_) expert_buckets_->begin_backward(boundary);
   zero_unused_grads_ = boundary && !zero_ && !dp_buckets_ && !pipe_group_;
 }
 
 void Engine::end_reduction() {
   if (zero_) zero_->end_backward();
   if (dp_buckets_) dp_buckets_->end_backward();
+  if (expert_buckets_) expert_buckets_->end_backward();
   if (!zero_unused_grads_) return;
   // As DeepSpeed's reduction (and Tessera's buckets and ZeRO partitions on N ranks): a
   // parameter no micro-batch used (a layer progressive layer drop skipped) steps with a zero
@@ -512,7 +505,8 @@ parallel::MemoryStats Engine::memory() const {
     param_elems += t->numel();
   }
   // Gradients in the model's dtype, one per parameter (DP: the flat bucket buffers).
-  m.grads = dp_buckets_ ? dp_buckets_->buffer_bytes()
+  m.grads = dp_buckets_ ? dp_buckets_->buffer_bytes() +
+                              (expert_buckets_ ? expert_buckets_->buffer_bytes() : 0)
                         : param_elems * static_cast<int64_t>(itemsize(compute_dtype_));
   for (auto& [slot, master] : master_) m.optimizer += bytes(master);
   for (auto& [k, v] : optimizer_->state_dict())

@@ -149,10 +149,20 @@ void Engine::setup_parallel(std::vector<optim::ParamGroup> groups,
     bo.pre_scale = pre;
     bo.post_scale = post;
     bo.comm_dtype = comm;
+    TS_CHECK(expert_slots_.empty() || !optimizer_->takes_data_parallel_transport(),
+             "engine: optimizer ", config_.optimizer.type,
+             " exchanges compressed gradients over all ranks, which MoE expert parallelism "
+             "(moe.ep_size > 1) does not do yet");
     std::vector<Tensor*> slots;
-    for (auto& [n, t] : model_.named_parameters()) slots.push_back(t);
+    for (auto& [n, t] : model_.named_parameters())
+      if (!is_expert(t)) slots.push_back(t);
     dp_buckets_ = std::make_unique<parallel::GradBuckets>(
         group_, slots, parallel::GradBuckets::Mode::AllReduce, bo);
+    // Experts' gradients already hold their expert-parallel ranks' tokens (the all-to-all's
+    // backward): summed over the ranks holding the same experts, averaged over all ranks.
+    if (!expert_slots_.empty())
+      expert_buckets_ = std::make_unique<parallel::GradBuckets>(
+          expert_data_group_, expert_slots_, parallel::GradBuckets::Mode::AllReduce, bo);
     return;
   }
   post_scale_ = post;  // ZeRO's partitions hold sums; the step averages them
@@ -203,18 +213,25 @@ double Engine::global_grad_norm(const std::vector<Tensor>& holders) {
   auto listed = [](const std::vector<Tensor>& list, const Tensor& h) {
     return std::any_of(list.begin(), list.end(), [&](const Tensor& s) { return s.same(h); });
   };
-  std::vector<Tensor> shards, replicated;  // (gradients)
+  std::vector<Tensor> experts;
+  for (Tensor* slot : expert_slots_) experts.push_back(*slot);
+  std::vector<Tensor> shards, replicated, expert_grads;  // (gradients)
   bool all_double = true;
   for (const Tensor& h : holders) {
     Tensor g = h.grad();
     if (!g.defined()) continue;
     all_double = all_double && g.dtype() == DType::Float64;
-    (tp_group_ && listed(tp_shards_, h) ? shards : replicated).push_back(std::move(g));
+    if (listed(experts, h))
+      expert_grads.push_back(std::move(g));
+    else
+      (tp_group_ && listed(tp_shards_, h) ? shards : replicated).push_back(std::move(g));
   }
-  return parallel::global_grad_norm({.tensor_parallel = optim::sum_of_squares(shards),
-                                     .replicated = optim::sum_of_squares(replicated)},
-                                    {.tensor = tp_group_.get(), .pipe = pipe_group_.get()},
-                                    all_double);
+  return parallel::global_grad_norm(
+      {.tensor_parallel = optim::sum_of_squares(shards),
+       .replicated = optim::sum_of_squares(replicated),
+       .expert = optim::sum_of_squares(expert_grads)},
+      {.tensor = tp_group_.get(), .pipe = pipe_group_.get(), .expert = expert_group_.get()},
+      all_double);
 }
 
 }  // namespace tessera::engine

@@ -18,6 +18,7 @@ double global_grad_norm(GradSquares s, const GradNormGroups& g, bool float64_gra
     total = s.tensor_parallel + s.replicated;
     if (g.partition) total = g.partition->all_reduce_scalar(total);
   }
+  total += g.expert ? g.expert->all_reduce_scalar(s.expert) : s.expert;
   if (g.pipe) total = g.pipe->all_reduce_scalar(total);
   return optim::norm_from_squares(total, float64_gradients);
 }

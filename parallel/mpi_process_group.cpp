@@ -226,6 +226,19 @@ class MpiProcessGroup : public ProcessGroup {
     });
   }
 
+  Work all_to_all_async(Tensor out, Tensor in) override {
+    checked_count(in, "all_to_all");
+    checked_count(out, "all_to_all");
+    check_chunks(out, in, "all_to_all");
+    TS_CHECK(out.data_ptr() != in.data_ptr(), "all_to_all: input and output must not overlap");
+    const int n = static_cast<int>(in.numel() / size_);
+    const double bus = static_cast<double>(size_ - 1) / size_ * static_cast<double>(in.nbytes());
+    return submit("all_to_all", in, in.nbytes(), bus, [=, this] {
+      const MPI_Datatype ty = mpi_type(in.dtype());
+      mpi_check(MPI_Alltoall(in.data_ptr(), n, ty, out.data_ptr(), n, ty, comm_), "MPI_Alltoall");
+    });
+  }
+
   Work broadcast_async(Tensor t, int root) override {
     const int n = checked_count(t, "broadcast");
     check_rank(root, "broadcast");
@@ -279,6 +292,11 @@ class MpiProcessGroup : public ProcessGroup {
  private:
   void check_rank(int r, const char* op) const {
     TS_CHECK(r >= 0 && r < size_, op, ": rank ", r, " is outside this group of ", size_);
+  }
+  void check_chunks(const Tensor& out, const Tensor& in, const char* op) const {
+    TS_CHECK(in.numel() == out.numel() && in.dtype() == out.dtype() && in.numel() % size_ == 0, op,
+             ": input ", in.describe(), " and output ", out.describe(), " must be ", size_,
+             " equal chunks of one dtype");
   }
 
   Work submit(const char* op, const Tensor& t, int64_t msg_bytes, double bus_bytes,

@@ -156,6 +156,32 @@ class NcclProcessGroup : public ProcessGroup {
     });
   }
 
+  Work all_to_all_async(Tensor out, Tensor in) override {
+    if (out.device().is_cpu() && in.device().is_cpu()) return bootstrap_->all_to_all_async(out, in);
+    checked(in, "all_to_all");
+    checked(out, "all_to_all");
+    TS_CHECK(in.numel() == out.numel() && in.dtype() == out.dtype() && in.numel() % size_ == 0,
+             "all_to_all: input ", in.describe(), " and output ", out.describe(), " must be ",
+             size_, " equal chunks of one dtype");
+    const size_t n = static_cast<size_t>(in.numel() / size_);
+    const int64_t chunk_bytes = in.nbytes() / size_;
+    const double bus = static_cast<double>(size_ - 1) / size_ * static_cast<double>(in.nbytes());
+    return submit("all_to_all", {out, in}, in.nbytes(), bus, [=, this] {
+      // NCCL has no all-to-all: one group of a send and a receive per peer.
+      const ncclDataType_t type = nccl_type(in.dtype());
+      nccl_check(ncclGroupStart(), "ncclGroupStart");
+      for (int peer = 0; peer < size_; ++peer) {
+        nccl_check(ncclSend(static_cast<const char*>(in.data_ptr()) + peer * chunk_bytes, n, type,
+                            peer, comm_, stream_),
+                   "ncclSend");
+        nccl_check(ncclRecv(static_cast<char*>(out.data_ptr()) + peer * chunk_bytes, n, type, peer,
+                            comm_, stream_),
+                   "ncclRecv");
+      }
+      nccl_check(ncclGroupEnd(), "ncclGroupEnd");
+    });
+  }
+
   Work broadcast_async(Tensor t, int root) override {
     if (t.device().is_cpu()) return bootstrap_->broadcast_async(t, root);
     const size_t n = checked(t, "broadcast");

@@ -62,6 +62,14 @@ int MPI_Allgather(const void* s, int sc, MPI_Datatype st, void* r, int rc, MPI_D
   return PMPI_Allgather(s, sc, st, r, rc, rt, comm);
 }
 
+int MPI_Alltoall(const void* s, int sc, MPI_Datatype st, void* r, int rc, MPI_Datatype rt,
+                 MPI_Comm comm) {
+  int n = 1;
+  PMPI_Comm_size(comm, &n);
+  add("all_to_all", static_cast<long long>(sc) * n, st);  // the whole input each rank gives
+  return PMPI_Alltoall(s, sc, st, r, rc, rt, comm);
+}
+
 int MPI_Bcast(void* b, int count, MPI_Datatype t, int root, MPI_Comm comm) {
   add("broadcast", count, t);
   return PMPI_Bcast(b, count, t, root, comm);

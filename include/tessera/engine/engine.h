@@ -358,6 +358,12 @@ class Engine {
   void sync_master_to_model();
   std::vector<Tensor> master_params();
   void setup_parallel(std::vector<optim::ParamGroup> groups, const optim::OptimizerFactory& make);
+  // MoE expert parallelism: finds the expert parameters and their groups, refuses what it
+  // does not combine with (errors name the config key).
+  void setup_experts();
+  bool is_expert(const Tensor* slot) const;
+  // Rank 0's parameters everywhere (experts: from their expert-data-parallel rank 0).
+  void broadcast_initial_parameters();
   void setup_tensor_parallel(std::shared_ptr<parallel::ProcessGroup> tp, bool pipeline);
   // The global L2 norm of the holders' gradients: with tensor parallelism the shards'
   // squares summed over the group, replicated parameters counted once.
@@ -430,6 +436,11 @@ class Engine {
   std::shared_ptr<CheckpointFiles> checkpoint_files_;   // null: the engine's own
   std::unique_ptr<parallel::ZeroOptimizer> zero_;
   std::unique_ptr<parallel::GradBuckets> dp_buckets_;  // stage 0 on more than one rank
+  // MoE with ep_size > 1 (engine_experts.cpp): this rank's expert parameters, reduced over the
+  // ranks holding the same experts; their gradient squares meet over the expert group.
+  std::vector<Tensor*> expert_slots_;
+  std::shared_ptr<parallel::ProcessGroup> expert_group_, expert_data_group_;
+  std::unique_ptr<parallel::GradBuckets> expert_buckets_;
   std::unique_ptr<optim::LRSchedule> schedule_;
   LossScaler scaler_;
   int64_t global_steps_ = 0, micro_steps_ = 0, skipped_steps_ = 0;

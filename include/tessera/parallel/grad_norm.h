@@ -13,6 +13,7 @@ namespace tessera::parallel {
 // gradients every tensor-parallel rank holds alike (counted once).
 struct GradSquares {
   double tensor_parallel = 0.0, replicated = 0.0;
+  double expert = 0.0;  // MoE experts split over the expert-parallel group
 };
 
 // The groups over which the squares are summed (each may be null).
@@ -20,6 +21,7 @@ struct GradNormGroups {
   ProcessGroup* partition = nullptr;  // ZeRO's data-parallel ranks, each with its partition
   ProcessGroup* tensor = nullptr;     // tensor-parallel ranks, each with its shards
   ProcessGroup* pipe = nullptr;       // pipeline stages, each with its layers
+  ProcessGroup* expert = nullptr;     // expert-parallel ranks, each with its experts
 };
 
 // sqrt of the squares summed over the groups, rounded to float32 unless the gradients are

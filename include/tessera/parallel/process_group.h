@@ -59,6 +59,9 @@ class ProcessGroup {
   virtual Work reduce_scatter_async(Tensor out, Tensor in, ReduceOp op = ReduceOp::Sum) = 0;
   // `out` receives size() chunks, chunk r being rank r's `in`.
   virtual Work all_gather_async(Tensor out, Tensor in) = 0;
+  // `in` and `out` hold size() equal chunks: chunk r of `in` goes to rank r, and chunk r of
+  // `out` comes from rank r (torch's all_to_all_single with equal splits; MoE's dispatch).
+  virtual Work all_to_all_async(Tensor out, Tensor in) = 0;
   virtual Work broadcast_async(Tensor t, int root) = 0;
   virtual Work send_async(Tensor t, int dst, int tag = 0) = 0;
   virtual Work recv_async(Tensor t, int src, int tag = 0) = 0;
@@ -74,6 +77,7 @@ class ProcessGroup {
     reduce_scatter_async(out, in, op).wait();
   }
   void all_gather(Tensor out, Tensor in) { all_gather_async(out, in).wait(); }
+  void all_to_all(Tensor out, Tensor in) { all_to_all_async(out, in).wait(); }
   void broadcast(Tensor t, int root) { broadcast_async(t, root).wait(); }
   void send(Tensor t, int dst, int tag = 0) { send_async(t, dst, tag).wait(); }
   void recv(Tensor t, int src, int tag = 0) { recv_async(t, src, tag).wait(); }

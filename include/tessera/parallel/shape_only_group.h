@@ -20,6 +20,7 @@ class ShapeOnlyGroup : public ProcessGroup {
   Work all_reduce_async(Tensor, ReduceOp) override { refuse(); }
   Work reduce_scatter_async(Tensor, Tensor, ReduceOp) override { refuse(); }
   Work all_gather_async(Tensor, Tensor) override { refuse(); }
+  Work all_to_all_async(Tensor, Tensor) override { refuse(); }
   Work broadcast_async(Tensor, int) override { refuse(); }
   Work send_async(Tensor, int, int) override { refuse(); }
   Work recv_async(Tensor, int, int) override { refuse(); }
