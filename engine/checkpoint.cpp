@@ -117,20 +117,25 @@ void Engine::write_checkpoint_files(const fs::path& tmp, const nlohmann::json& c
     io::save_safetensors((tmp / parallel::zero_shard_file(rank, tp_file_rank())).string(), shard);
   }
   if (!zero_ && !checkpoint_files_) write_optimizer_rank_state(tmp);
-  if (writer && !checkpoint_files_) {
-    if (!zero_) {
-      std::map<std::string, Tensor> weights;
-      if (master_.empty()) {
-        weights = model_.state_dict();
-      } else {
-        const auto named = model_.named_parameters();
-        for (size_t i = 0; i < named.size(); ++i) weights[named[i].first] = master_[i].second;
-      }
+  if (!zero_ && !checkpoint_files_ && (writer || !expert_slots_.empty())) {
+    std::map<std::string, Tensor> weights, opt = optimizer_->state_dict();
+    if (master_.empty()) {
+      weights = model_.state_dict();
+    } else {
+      const auto named = model_.named_parameters();
+      for (size_t i = 0; i < named.size(); ++i) weights[named[i].first] = master_[i].second;
+    }
+    // (MoE expert parallelism: each expert-parallel rank's experts in files of their own.)
+    if (!expert_slots_.empty()) write_expert_files(tmp, weights, opt);
+    if (writer) {
       io::save_safetensors((tmp / checkpoint_weights_file("model", tp_file_rank())).string(),
                            weights);
       io::save_safetensors((tmp / checkpoint_weights_file("optimizer", tp_file_rank())).string(),
-                           optimizer_->state_dict());
-    } else if (zero_->stage() < 3) {
+                           opt);
+    }
+  }
+  if (writer && !checkpoint_files_) {
+    if (zero_ && zero_->stage() < 3) {
       // Whole weights (the model's dtype) for tools that read model.safetensors; ZeRO-3 has
       // none on one rank: `tessera zero-to-fp32` rebuilds them from the shards.
       io::save_safetensors((tmp / checkpoint_weights_file("model", tp_file_rank())).string(),
@@ -190,6 +195,10 @@ bool Engine::save_16bit_model(const std::string& dir, const std::string& file) {
                file != "..",
            "save_16bit_model: '", file, "' in '", dir, "' is not a file name in a directory");
   const fs::path path = fs::path(dir) / file;
+  TS_CHECK(expert_slots_.empty(), "save_16bit_model: '", path.string(),
+           "': with MoE expert parallelism (ep_size > 1) each rank holds only its experts; "
+           "save a checkpoint (its experts are in moe_experts_*.safetensors) and run "
+           "`tessera zero-to-fp32` on it for the whole model");
   if (zero_ && zero_->stage() == 3 &&
       !parallel::zero_config(config_).stage3_gather_16bit_weights_on_model_save) {
     if (rank() == 0)
@@ -356,6 +365,7 @@ void Engine::load_weights_and_optimizer(const fs::path& d, const nlohmann::json&
     weights = parallel::shard_state(whole.weights, layout, r, tp);
     opt_state = parallel::shard_state(whole.optimizer, layout, r, tp);
   }
+  if (!moe_stats_.empty()) keep_own_experts(weights, opt_state);
   if (strict) check_weight_names(d.string(), weights);
   if (!zero_ && master_.empty()) {  // the buffers too (ZeRO's checkpoints hold none)
     model_.load_state_dict(weights, strict && !state.contains("zero"));

@@ -21,6 +21,11 @@ std::string optimizer_rank_file(int rank, int tp_rank) {
   return checkpoint_weights_file("optimizer_rank" + std::to_string(rank), tp_rank);
 }
 
+std::string moe_experts_file(int ep_rank, bool optimizer) {
+  return "moe_experts_" + std::to_string(ep_rank) + (optimizer ? "_optimizer" : "") +
+         ".safetensors";
+}
+
 int pipeline_stage_state_dirs(const std::string& tag_dir) {
   int count = 0;
   std::error_code ec;
@@ -111,6 +116,21 @@ void read_layer_files(const fs::path& dir, WholeCheckpointState& out, bool with_
   }
 }
 
+// Every expert-parallel rank's expert files (moe_experts_file), in rank order; a name two
+// files hold is an error naming both.
+void add_expert_files(const fs::path& dir, RankCheckpointState& out, bool with_optimizer) {
+  for (int r = 0; fs::exists(dir / moe_experts_file(r, false)); ++r) {
+    for (const bool optimizer : {false, true}) {
+      if (optimizer && !with_optimizer) continue;
+      auto& into = optimizer ? out.optimizer : out.weights;
+      for (auto& [name, t] : load_file(dir, moe_experts_file(r, optimizer)))
+        TS_CHECK(into.emplace(name, t).second, "checkpoint: '",
+                 (dir / moe_experts_file(r, optimizer)).string(), "' holds '", name,
+                 "', which another file of the checkpoint holds too");
+    }
+  }
+}
+
 }  // namespace
 
 WholeCheckpointState read_whole_checkpoint(const std::string& tag_dir, bool with_optimizer) {
@@ -177,6 +197,7 @@ RankCheckpointState read_rank_checkpoint(const std::string& tag_dir, bool zero, 
   const fs::path dir(tag_dir);
   out.weights = load_file(dir, checkpoint_weights_file("model", tp_rank));
   if (with_optimizer) out.optimizer = load_file(dir, checkpoint_weights_file("optimizer", tp_rank));
+  add_expert_files(dir, out, with_optimizer);
   return out;
 }
 

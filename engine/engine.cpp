@@ -172,6 +172,7 @@ bool Engine::is_gradient_accumulation_boundary() const {
 }
 
 void Engine::count_backward(const char* what) {
+  note_moe_forward();  // (every backward passes here, after its forward)
   // A loop written as "gas backwards, then one step()" would accumulate twice the window.
   if (backwards_since_step_++ == 1 && !boundary_override_ && !warned_backward_twice_ && is_lead()) {
     warned_backward_twice_ = true;
@@ -412,6 +413,7 @@ StepStats Engine::step(const LrKwargs& lr_kwargs) {
   report_breakdowns();
   wrote_train_loss_ = false;
   std::vector<MonitorEvent> events;
+  add_moe_events(events);
   if (step_losses_ > 0) {
     // As DeepSpeed's engine: the step's loss at its boundary (over the ranks, as the Trainer's).
     const double mean = step_loss_sum_ / static_cast<double>(step_losses_);

@@ -148,6 +148,9 @@ TrainResult TrainLoop::fit() {
   if (tty_) std::cerr << "\n";
   r.comms = engine_.group().logger().totals();  // the training steps' alone
   if (auto* tp = engine_.tensor_parallel_group()) r.tp_comms = tp->logger().totals();
+  if (auto* ep = engine_.expert_parallel_group()) r.ep_comms = ep->logger().totals();
+  if (auto* edp = engine_.expert_data_parallel_group()) r.expert_dp_comms = edp->logger().totals();
+  r.moe_aux_loss = engine_.moe_aux_loss();
   r.step = engine_.global_steps();
   r.steps_run = r.step - start;
   const double samples = static_cast<double>(r.steps_run * engine_.config().train_batch_size);

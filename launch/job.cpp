@@ -5,6 +5,7 @@
 #include "tessera/error.h"
 #include "tessera/launch/model_build.h"
 #include "tessera/launch/train_data.h"
+#include "tessera/models/moe_config.h"
 #include "tessera/parallel/pipe_schedule_registry.h"
 #include "tessera/parallel/pipeline_config.h"
 #include "tessera/parallel/tensor_parallel_config.h"
@@ -51,7 +52,8 @@ void build_pipeline(Job& job) {
 
 void build_model_and_engine(Job& job) {
   const io::TrainConfig& cfg = job.config;
-  job.pretrained_model = build_model(cfg, job.corpus.vocab_size, job.groups.tensor);
+  job.pretrained_model =
+      build_model(cfg, job.corpus.vocab_size, job.groups.tensor, job.groups.experts);
   job.checkpointing =
       attach_activation_checkpointing(*job.pretrained_model, cfg, job.groups.tensor);
   engine::InitializeOptions init;
@@ -74,6 +76,8 @@ JobGroups job_groups(const io::TrainConfig& cfg, std::shared_ptr<parallel::Proce
            "launch::build: the config's batch was resolved for ", cfg.world_size * tp * stages,
            " ranks (TrainConfig's world size) but the job has ", world->size());
   JobGroups g{.world = world, .data = world};
+  if (const auto moe = models::moe_of(cfg); moe && moe->ep_size > 1)  // (no pipelines, no TP)
+    g.experts = parallel::make_expert_parallel_groups(*world, static_cast<int>(moe->ep_size));
   if (stages > 1) {
     // 3D: stages x data-parallel replicas x tensor-parallel ranks (the last varies fastest).
     g.topology = engine::pipe_model_data_topology(stages, tp);

@@ -11,10 +11,11 @@
 namespace tessera::launch {
 
 std::unique_ptr<models::PretrainedModel> build_model(const io::TrainConfig& cfg, int64_t vocab,
-                                                     std::shared_ptr<parallel::ProcessGroup> tp) {
+                                                     std::shared_ptr<parallel::ProcessGroup> tp,
+                                                     parallel::ExpertParallelGroups experts) {
   manual_seed(cfg.train.seed);
-  const parallel::ParallelContext ctx{std::move(tp),
-                                      parallel::tensor_parallel_config(cfg).sequence_parallel};
+  const parallel::ParallelContext ctx{
+      std::move(tp), parallel::tensor_parallel_config(cfg).sequence_parallel, std::move(experts)};
   const std::string& init_from = cfg.model.init_from;
   // Tensor parallel: each rank takes its shards of model.init_from's whole model (read first,
   // as it always was, so the generator is where it was when the shards are built).

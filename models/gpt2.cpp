@@ -102,17 +102,44 @@ GPT2Block::GPT2Block(Module* parent, const std::string& name, const GPT2Config& 
     : Module(parent, name),
       ln_1(this, "ln_1", c.n_embd, c.layer_norm_epsilon, true, c.bias, ctx.sequence_group()),
       attn(this, "attn", c, ctx, layer),
-      ln_2(this, "ln_2", c.n_embd, c.layer_norm_epsilon, true, c.bias, ctx.sequence_group()),
-      mlp(this, "mlp", c, ctx) {
+      ln_2(this, "ln_2", c.n_embd, c.layer_norm_epsilon, true, c.bias, ctx.sequence_group()) {
   const bool invertible = c.transformer_kernel && c.transformer_kernel->normalize_invertible;
   ln_1.invertible = invertible;
   ln_2.invertible = invertible;
+  if (!c.moe || !c.moe->is_moe_layer(layer)) {
+    mlp = std::make_unique<GPT2MLP>(this, "mlp", c, ctx);
+    return;
+  }
+  const auto make_expert = [&c](Module* parent, const std::string& n) {
+    return std::unique_ptr<nn::UnaryModule>(std::make_unique<GPT2Expert>(parent, n, c));
+  };
+  moe = std::make_unique<parallel::MoE>(this, "mlp", c.n_embd, make_expert,
+                                        c.moe->layer_options(layer), ctx.experts);
+  moe_dropout = std::make_unique<nn::Dropout>(this, "mlp_dropout", c.dropout);
+}
+
+Tensor GPT2Block::feed_forward(const Tensor& x) {
+  if (mlp) return mlp->forward(x);
+  const parallel::MoE::Output out = moe->forward(x);
+  l_aux = out.l_aux;
+  return (*moe_dropout)(out.output);
 }
 
 Tensor GPT2Block::forward(const Tensor& x, KVCache* cache, size_t layer, double branch_scale) {
   nn::ModuleScope scope(*this);
   const Tensor h = x + nn::scale_branch(attn.forward(ln_1(x), cache, layer), branch_scale);
-  return h + nn::scale_branch(mlp.forward(ln_2(h)), branch_scale);
+  return h + nn::scale_branch(feed_forward(ln_2(h)), branch_scale);
+}
+
+GPT2Expert::GPT2Expert(Module* parent, const std::string& name, const GPT2Config& c)
+    : nn::UnaryModule(parent, name),
+      c_fc(this, "c_fc", c.n_embd, inner_size(c), nullptr, /*gather_output=*/false, c.bias),
+      c_proj(this, "c_proj", inner_size(c), c.n_embd, nullptr, /*input_is_parallel=*/true, c.bias),
+      activation(c.activation),
+      gelu_checkpoint(c.transformer_kernel && c.transformer_kernel->gelu_checkpoint) {}
+
+Tensor GPT2Expert::forward(const Tensor& x) {
+  return c_proj.forward_of_gelu(c_fc(x), activation, gelu_checkpoint);
 }
 
 namespace {
@@ -191,6 +218,7 @@ Tensor GPT2Model::forward(const Tensor& input_ids, KVCache* cache) {
   nn::ModuleScope scope(*this);
   TS_CHECK(input_ids.dim() == 2, "GPT-2: input_ids must be [batch, time], got ",
            input_ids.describe());
+  for (size_t i = 0; i < h.size(); ++i) h.at<GPT2Block>(i).l_aux = Tensor();  // (a skipped one)
   if (const auto seq = context.sequence_group()) {
     TS_CHECK(!cache, "GPT-2: a key/value cache needs whole sequences (no sequence_parallel)");
     // (The blocks' dropout masks: this rank's chunk of the whole sequence's too.)
@@ -228,6 +256,14 @@ GPT2LMHeadModel::GPT2LMHeadModel(const GPT2Config& c, const parallel::ParallelCo
                                  GeneratorState start)
     : transformer(this, "transformer", checked(c, ctx), ctx), config(c) {
   const auto group = ctx.tensor_group();
+  if (!group && ctx.experts.ep_size() > 1) {
+    // One process's initialisation, this rank's experts of it (names are global), the
+    // generator left where that process leaves it.
+    default_generator().set_state(start);
+    GPT2LMHeadModel whole(c);
+    parallel::load_whole_state(*this, whole.state_dict(), 0, 1);
+    return;
+  }
   if (!group) {
     init_weights();
     return;
@@ -259,6 +295,11 @@ Tensor GPT2LMHeadModel::loss(const Batch& b) {
            " must match input_ids ", b.input_ids.describe());
   const Tensor lg = forward(b.input_ids);
   const Tensor targets = b.targets.reshape({-1});
+  if (config.moe) {  // (not with tensor parallelism: refused by the "moe" section)
+    const Tensor aux = moe_aux_loss();
+    const Tensor ce = cross_entropy(lg.view({-1, config.vocab_size}), targets, -100);
+    return b.weighted(aux.defined() ? ce + aux * config.moe->aux_loss_coef : ce);
+  }
   if (const auto group = transformer.context.tensor_group()) {
     return b.weighted(parallel::vocab_parallel_cross_entropy(
         lg.view({-1, transformer.wte.vocab_per_rank}), targets, *group, -100));
@@ -266,6 +307,15 @@ Tensor GPT2LMHeadModel::loss(const Batch& b) {
   if (b.target_weight == 0.0) return cross_entropy(lg.view({-1, config.vocab_size}), targets, -100);
   return cross_entropy(lg.view({-1, config.vocab_size}), targets, -100, 0.0, Reduction::Sum) *
          b.target_weight;
+}
+
+Tensor GPT2LMHeadModel::moe_aux_loss() const {
+  Tensor total;
+  for (size_t i = 0; i < transformer.h.size(); ++i) {
+    const auto& block = const_cast<nn::ModuleList&>(transformer.h).at<GPT2Block>(i);
+    if (block.l_aux.defined()) total = total.defined() ? total + block.l_aux : block.l_aux;
+  }
+  return total;
 }
 
 void GPT2LMHeadModel::load_from_whole(GPT2LMHeadModel& whole) {

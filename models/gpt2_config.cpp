@@ -48,6 +48,13 @@ GPT2Config GPT2Config::from_json(const std::string& text) {
   else
     fail("GPT-2 config: activation_function '", act, "' is not supported (gelu_new or gelu)");
   c.sparse_attention = SparseAttention::read(j, "GPT-2 config");
+  if (j.contains("tessera_moe")) {
+    try {
+      c.moe = MoELayout::from_json(j.at("tessera_moe").dump());
+    } catch (const json::exception& e) {
+      fail("GPT-2 config: 'tessera_moe' is not Tessera's MoE layout: ", e.what());
+    }
+  }
   c.validate();
   return c;
 }
@@ -70,6 +77,7 @@ std::string GPT2Config::to_json() const {
          {"tie_word_embeddings", true}};
   if (!bias) j["bias"] = false;
   if (sparse_attention) sparse_attention->write(j);
+  if (moe) j["tessera_moe"] = json::parse(moe->to_json());
   return j.dump(2);
 }
 
@@ -81,6 +89,7 @@ void GPT2Config::validate() const {
            n_head);
   TS_CHECK(dropout >= 0 && dropout < 1, "GPT-2 config: dropout must be in [0, 1), got ", dropout);
   if (sparse_attention) sparse_attention->validate(n_head, n_positions, "n_positions");
+  if (moe) moe->validate(n_layer);
 }
 
 }  // namespace tessera::models

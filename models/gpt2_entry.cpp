@@ -2,6 +2,7 @@
 #include "tessera/models/gpt2.h"
 #include "tessera/models/gpt2_pipeline.h"
 #include "tessera/models/model_registry.h"
+#include "tessera/models/moe_config.h"
 #include "tessera/models/sparse_attention.h"
 #include "tessera/models/transformer_kernel.h"
 
@@ -24,6 +25,7 @@ GPT2Config gpt2_config(const io::TrainConfig& cfg, int64_t vocab_size) {
   c.n_positions = m.block_size;
   c.dropout = m.dropout;
   c.bias = m.bias;
+  c.moe = moe_of(cfg);
   return with_transformer_kernel(with_sparse_attention(c, cfg), cfg);
 }
 

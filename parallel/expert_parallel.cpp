@@ -1,6 +1,6 @@
 // The groups and the exchange of expert parallelism (moe.h).
+#include "tessera/parallel/expert_parallel.h"
 #include "dim_collectives.h"
-#include "tessera/parallel/moe.h"
 
 namespace tessera::parallel {
 

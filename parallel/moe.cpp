@@ -22,12 +22,12 @@ void MoEOptions::validate(const std::string& section, int ep_size) const {
 
 namespace {
 
-// rows x cols numbers in [lo, hi), this rank's rows of the global batch, drawn from the
-// default generator as dropout draws its masks (rng.h: DataParallelShard).
-Tensor sharded_uniform(int64_t rows, int64_t cols, double lo, double hi) {
+// rows x cols numbers in [lo, hi), this rank's rows of the global batch, drawn from `gen` as
+// dropout draws its masks (rng.h: DataParallelShard).
+Tensor sharded_uniform(Generator& gen, int64_t rows, int64_t cols, double lo, double hi) {
   const DataParallelShard shard = data_parallel_shard();
   const auto n = static_cast<uint64_t>(rows * cols);
-  GeneratorState s = default_generator().reserve(n * static_cast<uint64_t>(shard.world));
+  GeneratorState s = gen.reserve(n * static_cast<uint64_t>(shard.world));
   s.offset += static_cast<uint64_t>(shard.rank) * n;
   Tensor t = Tensor::empty({rows, cols});
   float* p = t.data<float>();
@@ -37,8 +37,8 @@ Tensor sharded_uniform(int64_t rows, int64_t cols, double lo, double hi) {
 }
 
 // Standard Gumbel numbers (torch's Gumbel(0, 1): -log(-log(u)), u kept inside (0, 1)).
-Tensor sharded_gumbel(int64_t rows, int64_t cols) {
-  Tensor t = sharded_uniform(rows, cols, 0.0, 1.0);
+Tensor sharded_gumbel(Generator& gen, int64_t rows, int64_t cols) {
+  Tensor t = sharded_uniform(gen, rows, cols, 0.0, 1.0);
   float* p = t.data<float>();
   for (int64_t i = 0; i < t.numel(); ++i) {
     const float u = std::clamp(p[i], FLT_EPSILON, 1.0f - FLT_EPSILON);
@@ -127,16 +127,21 @@ MoE::Output MoE::forward(const Tensor& hidden_states) {
   const bool training = is_training();
   const Device dev = hidden_states.device();
 
+  // Training draws from the default generator (checkpointed); evaluation, which DeepSpeed
+  // also randomises (random token selection, second-expert sampling), from a generator of its
+  // own made afresh, so evaluating changes neither training nor a resumed run.
+  Generator eval_generator(0x6d6f65);
+  Generator& gen = training ? default_generator() : eval_generator;
   // TopKGate.forward: float32 input (jittered in training), float32 logits.
   Tensor input = flat.to(DType::Float32);
   if (training && go.noisy_gate_policy == nn::NoisyGatePolicy::Jitter)
-    input = input * sharded_uniform(total, M, 1.0 - 1e-2, 1.0 + 1e-2).to(dev);
+    input = input * sharded_uniform(gen, total, M, 1.0 - 1e-2, 1.0 + 1e-2).to(dev);
   const Tensor logits = linear(input, wg.weight.to(DType::Float32));
   nn::GatingNoise noise;
   if (go.k == 1 && training && go.noisy_gate_policy == nn::NoisyGatePolicy::RSample)
-    noise.gumbel = sharded_gumbel(total, E);
-  if (go.k == 1 && go.use_rts) noise.rts_uniform = sharded_uniform(total, E, 0.0, 1.0);
-  if (go.k == 2 && go.top2_2nd_expert_sampling) noise.gumbel = sharded_gumbel(total, E);
+    noise.gumbel = sharded_gumbel(gen, total, E);
+  if (go.k == 1 && go.use_rts) noise.rts_uniform = sharded_uniform(gen, total, E, 0.0, 1.0);
+  if (go.k == 2 && go.top2_2nd_expert_sampling) noise.gumbel = sharded_gumbel(gen, total, E);
 
   std::vector<nn::MoERoutes> routes;
   int64_t capacity = 0;
@@ -202,14 +207,16 @@ MoE::Output MoE::forward(const Tensor& hidden_states) {
     output = output * coef.narrow(last, 0, 1) + (*mlp)(hidden_states)*coef.narrow(last, 1, 1);
   }
   out.output = output;
+  last_ = {out.l_aux.item(), out.exp_counts, out.routes, out.dropped_routes};
   return out;
 }
 
-std::vector<MoE*> moe_layers(nn::Module& model) {
-  std::vector<MoE*> out;
-  if (auto* m = dynamic_cast<MoE*>(&model)) out.push_back(m);
+std::vector<std::pair<std::string, MoE*>> moe_layers(nn::Module& model) {
+  std::vector<std::pair<std::string, MoE*>> out;
+  if (auto* m = dynamic_cast<MoE*>(&model)) out.emplace_back("", m);
   for (auto& [name, child] : model.named_children())
-    for (MoE* m : moe_layers(*child)) out.push_back(m);
+    for (auto& [path, m] : moe_layers(*child))
+      out.emplace_back(path.empty() ? name : name + "." + path, m);
   return out;
 }
 

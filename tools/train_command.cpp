@@ -42,7 +42,8 @@ status 130 or 143 (a second Ctrl-C stops at once).
 --strict      an unknown config key is an error, not a warning (as "strict": true)
 --json        last line: {"step": S, "train_loss": L, "val_loss": V, "steps_run": N,
               "tokens_per_s": R, "rank": 0, "world_size": N, "memory": {"params": B, ...}};
-              a missing loss is null with "train_loss_missing" / "val_loss_missing" saying why
+              a missing loss is null with "train_loss_missing" / "val_loss_missing" saying why;
+              with MoE layers also "moe_aux_loss" (the last step's load-balancing loss)
               (under mpirun every rank prints its own line)
 
 On N processes: mpirun -np N tessera train CONFIG.json (CPU, MPI). The batch triple is
@@ -105,6 +106,7 @@ void print_json_line(const engine::TrainResult& r, engine::Engine& eng, bool com
                                      ? "stopped by a signal before the first step"
                                      : "no step ran: the run was already at step " +
                                            std::to_string(r.step) + " of train.steps";
+  if (std::isfinite(r.moe_aux_loss)) line["moe_aux_loss"] = r.moe_aux_loss;  // (MoE layers)
   if (!std::isfinite(r.val_loss))
     line["val_loss_missing"] =
         r.stop_signal != 0 ? "stopped by a signal before the evaluation" : "no validation data";
@@ -131,6 +133,10 @@ void print_json_line(const engine::TrainResult& r, engine::Engine& eng, bool com
   if (comms) {
     line["comms"] = ops(r.comms);
     if (eng.tensor_parallel_group()) line["tp_comms"] = ops(r.tp_comms);
+    if (eng.expert_parallel_group()) {
+      line["ep_comms"] = ops(r.ep_comms);
+      line["expert_dp_comms"] = ops(r.expert_dp_comms);
+    }
   }
   std::cout << line.dump() << "\n" << std::flush;
 }

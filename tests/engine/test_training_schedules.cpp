@@ -144,7 +144,7 @@ TEST_CASE("a kept GPT-2 block's scaled branches have the gradients of finite dif
   NoGradGuard no_grad;
   const Tensor a = block.attn.forward(block.ln_1(x), nullptr, 0);
   const Tensor h = x + a * 2.0;
-  const Tensor want = h + block.mlp.forward(block.ln_2(h)) * 2.0;
+  const Tensor want = h + block.mlp->forward(block.ln_2(h)) * 2.0;
   TS_CHECK_CLOSE(block.forward(x, nullptr, 0, 2.0), want);
 }
 

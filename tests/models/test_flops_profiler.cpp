@@ -165,7 +165,7 @@ TEST_CASE("flops profiler: per-module figures and DeepSpeed's report") {
   prof.stop_profile();
   // One block's MLP: c_fc, gelu, c_proj. Its parameters: two weights and two biases.
   auto& block = model.transformer.h.at<models::GPT2Block>(0);
-  const auto mlp = prof.figures(block.mlp);
+  const auto mlp = prof.figures(*block.mlp);
   CHECK(mlp.macs == 2 * BT * C * I);
   CHECK(mlp.flops == 4 * BT * C * I + BT * I);
   CHECK(mlp.params == 2 * C * I + I + C);

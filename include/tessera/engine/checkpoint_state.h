@@ -38,6 +38,11 @@ std::string checkpoint_weights_file(const std::string& kind, int tp_rank = -1);
 // A data-parallel rank's own optimizer state (Optimizer::rank_state: 1-bit Adam's
 // compression errors): "optimizer_rank<r>.safetensors", or "..._tp<t>" as above.
 std::string optimizer_rank_file(int rank, int tp_rank = -1);
+// MoE expert parallelism: expert-parallel rank r's experts, weights or (`optimizer`) their
+// optimizer state, under their global names: "moe_experts_<r>[_optimizer].safetensors".
+// read_rank_checkpoint adds every such file of the tag directory to what it reads, so a
+// checkpoint's experts load at any ep_size and tools see the whole model.
+std::string moe_experts_file(int ep_rank, bool optimizer);
 // A pipeline checkpoint's directories of each stage's own optimizer state (stage_SS/:
 // PipelineLayerFiles): how many the tag directory holds (0 for other checkpoints).
 int pipeline_stage_state_dirs(const std::string& tag_dir);

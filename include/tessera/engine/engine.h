@@ -10,6 +10,7 @@
 #pragma once
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -35,6 +36,7 @@
 #include "tessera/optim/lr_schedule.h"
 #include "tessera/optim/optimizer.h"
 #include "tessera/parallel/grad_buckets.h"
+#include "tessera/parallel/moe.h"
 #include "tessera/parallel/process_group.h"
 #include "tessera/parallel/zero_optimizer.h"
 
@@ -271,6 +273,11 @@ class Engine {
   // DeepSpeed's global_samples: samples trained (global steps * train_batch_size), the x axis
   // of the Train/Samples/* monitor events.
   int64_t global_samples() const { return global_steps_ * config_.train_batch_size; }
+  // MoE: the last step's load-balancing loss (its layers' l_aux summed, the mean over its
+  // micro-batches and ranks); NaN without MoE layers. The expert groups (null: none).
+  double moe_aux_loss() const { return last_moe_aux_loss_; }
+  parallel::ProcessGroup* expert_parallel_group() const { return expert_group_.get(); }
+  parallel::ProcessGroup* expert_data_parallel_group() const { return expert_data_group_.get(); }
   // DeepSpeed's monitor.write_events: the config's monitors (tensorboard, csv_monitor) on rank
   // 0; no-op elsewhere or when none is enabled. The engine itself writes Train/Samples/lr and,
   // with fp16, Train/Samples/loss_scale after every optimizer step, and
@@ -362,6 +369,15 @@ class Engine {
   // does not combine with (errors name the config key).
   void setup_experts();
   bool is_expert(const Tensor* slot) const;
+  void note_moe_forward();  // after each backward: the MoE layers' last routing
+  void add_moe_events(std::vector<MonitorEvent>& events);  // at a step: their means
+  // Moves this rank's expert entries out of a checkpoint's state into its expert files
+  // (written by the first rank holding those experts).
+  void write_expert_files(const std::filesystem::path& dir, std::map<std::string, Tensor>& weights,
+                          std::map<std::string, Tensor>& optimizer);
+  // Drops a loaded state's experts this rank does not hold (saved at another ep_size).
+  void keep_own_experts(std::map<std::string, Tensor>& weights,
+                        std::map<std::string, Tensor>& optimizer);
   // Rank 0's parameters everywhere (experts: from their expert-data-parallel rank 0).
   void broadcast_initial_parameters();
   void setup_tensor_parallel(std::shared_ptr<parallel::ProcessGroup> tp, bool pipeline);
@@ -441,6 +457,15 @@ class Engine {
   std::vector<Tensor*> expert_slots_;
   std::shared_ptr<parallel::ProcessGroup> expert_group_, expert_data_group_;
   std::unique_ptr<parallel::GradBuckets> expert_buckets_;
+  // Every MoE layer's routing over the step's forwards, for the monitors.
+  struct MoEStats {
+    std::string path;
+    parallel::MoE* layer;
+    parallel::MoE::Stats sum;
+    int64_t forwards = 0;
+  };
+  std::vector<MoEStats> moe_stats_;
+  double last_moe_aux_loss_ = std::numeric_limits<double>::quiet_NaN();
   std::unique_ptr<optim::LRSchedule> schedule_;
   LossScaler scaler_;
   int64_t global_steps_ = 0, micro_steps_ = 0, skipped_steps_ = 0;

@@ -61,6 +61,10 @@ struct TrainResult {
   std::map<std::string, parallel::CommsLogger::OpStats> comms;  // the training steps' communication
   std::map<std::string, parallel::CommsLogger::OpStats>
       tp_comms;  // ... in the tensor-parallel group
+  // MoE: ... in the expert-parallel group (all-to-alls) and the expert-data-parallel group
+  // (the experts' gradients), and the last step's load-balancing loss (NaN without MoE).
+  std::map<std::string, parallel::CommsLogger::OpStats> ep_comms, expert_dp_comms;
+  double moe_aux_loss = std::numeric_limits<double>::quiet_NaN();
 };
 
 // What the loop does, whatever the batch type; Trainer<Batch> supplies the data.

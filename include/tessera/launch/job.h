@@ -31,6 +31,7 @@ namespace tessera::launch {
 // parallelism; NCCL on CUDA); `pipe` this rank's pipeline (null without one).
 struct JobGroups {
   std::shared_ptr<parallel::ProcessGroup> world, data, tensor, pipe;
+  parallel::ExpertParallelGroups experts;             // the "moe" section's ep_size > 1
   int stage = 0;                                      // this rank's pipeline stage
   std::optional<parallel::ProcessTopology> topology;  // pipelines: the (pipe, data, model) grid
 };

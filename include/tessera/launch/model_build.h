@@ -23,8 +23,8 @@ Device job_device(const io::TrainConfig& cfg);
 // (under a launcher, "cuda" is this rank's local GPU). With `tp`, this rank's tensor-parallel
 // shard of it (initialised as the whole model would be, or sharded from model.init_from).
 std::unique_ptr<models::PretrainedModel> build_model(
-    const io::TrainConfig& cfg, int64_t vocab,
-    std::shared_ptr<parallel::ProcessGroup> tp = nullptr);
+    const io::TrainConfig& cfg, int64_t vocab, std::shared_ptr<parallel::ProcessGroup> tp = nullptr,
+    parallel::ExpertParallelGroups experts = {});
 
 // The config's architecture with fresh weights (seeded by the caller), on the CPU: whole
 // without `tp`, else its tensor-parallel layers over `tp` (heads and features that do not

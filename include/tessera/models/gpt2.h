@@ -20,6 +20,7 @@
 #include <string>
 
 #include "tessera/models/kv_cache.h"
+#include "tessera/models/moe_config.h"
 #include "tessera/models/pretrained.h"
 #include "tessera/models/sparse_attention.h"
 #include "tessera/nn/layers.h"
@@ -51,6 +52,9 @@ struct GPT2Config {
   // `"model": {"transformer_kernel": true}` (models/transformer_kernel.h): set, each block
   // runs with the transformer kernel's options. A run's choice: config.json does not keep it.
   std::optional<nn::TransformerKernelOptions> transformer_kernel;
+  // The "moe" section (models/moe_config.h): set, every expert_interval-th block's MLP is a
+  // DeepSpeed MoE layer of GPT2Expert MLPs; config.json keeps it as "tessera_moe".
+  std::optional<MoELayout> moe;
 
   // "gpt2" (124M), "gpt2-medium", "gpt2-large", "gpt2-xl", "tiny" (tests)
   static GPT2Config named(const std::string& name);
@@ -91,6 +95,19 @@ class GPT2MLP : public nn::Module {
   bool gelu_checkpoint;  // transformer_kernel's: the GELU recomputed in backward
 };
 
+// One expert of a GPT-2 MoE layer: the MLP's c_fc, GELU and c_proj, whole on its rank (the
+// MLP's dropout applies to the MoE layer's combined output).
+class GPT2Expert : public nn::UnaryModule {
+ public:
+  GPT2Expert(Module* parent, const std::string& name, const GPT2Config& c);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "GPT2Expert"; }
+  parallel::ColumnParallelLinear c_fc;
+  parallel::RowParallelLinear c_proj;
+  GeluApprox activation;
+  bool gelu_checkpoint;
+};
+
 class GPT2Block : public nn::Module {
  public:
   GPT2Block(Module* parent, const std::string& name, const GPT2Config& c,
@@ -101,7 +118,15 @@ class GPT2Block : public nn::Module {
   parallel::SequenceParallelLayerNorm ln_1;
   GPT2Attention attn;
   parallel::SequenceParallelLayerNorm ln_2;
-  GPT2MLP mlp;
+  // Exactly one of the two, registered as "mlp": the dense MLP, or (a MoE layer of the "moe"
+  // section) DeepSpeed's MoE with its dropout after the combine.
+  std::unique_ptr<GPT2MLP> mlp;
+  std::unique_ptr<parallel::MoE> moe;
+  std::unique_ptr<nn::Dropout> moe_dropout;
+  Tensor l_aux;  // the MoE layer's load-balancing loss of the last forward (undefined: none)
+
+ private:
+  Tensor feed_forward(const Tensor& x);
 };
 
 // GPT2Model's input embeddings, dropout(wte(ids) + wpe(positions)) of ids [B, T]. With a
@@ -155,6 +180,8 @@ class GPT2LMHeadModel : public PretrainedModel {
     return parallel::whole_vocab_logits(forward(b.input_ids), transformer.wte);
   }
   Tensor loss(const Batch& b) override;
+  // The MoE layers' load-balancing losses of the last forward, summed (undefined: no MoE).
+  Tensor moe_aux_loss() const;
   std::vector<HFWeight> hf_weights() override;
   std::string hf_prefix() const override { return "transformer."; }
   bool hf_ignorable(const std::string& key) const override;

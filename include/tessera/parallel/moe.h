@@ -27,25 +27,9 @@
 
 #include "tessera/nn/layers.h"
 #include "tessera/nn/moe_gating.h"
-#include "tessera/parallel/process_group.h"
+#include "tessera/parallel/expert_parallel.h"
 
 namespace tessera::parallel {
-
-// The groups one MoE layout needs: ranks sharing a layer's experts (expert parallel, ep_size
-// consecutive ranks of the data-parallel group, as DeepSpeed lays them out) and ranks holding
-// the same experts (expert data parallel: ranks r, r + ep_size, ..., which reduce the experts'
-// gradients among themselves).
-struct ExpertParallelGroups {
-  std::shared_ptr<ProcessGroup> expert_parallel, expert_data_parallel;
-  int ep_size() const { return expert_parallel ? expert_parallel->size() : 1; }
-  int ep_rank() const { return expert_parallel ? expert_parallel->rank() : 0; }
-};
-// Collective over `data_parallel`; ep_size must divide its size (the error says so).
-ExpertParallelGroups make_expert_parallel_groups(ProcessGroup& data_parallel, int ep_size);
-
-// all_to_all of x's first dimension (size() equal chunks) as an autograd function: its
-// gradient is the reverse exchange (DeepSpeed's _AllToAll).
-Tensor all_to_all_first_dim(const Tensor& x, ProcessGroup& group);
 
 struct MoEOptions {
   int64_t num_experts = 1;
@@ -73,6 +57,13 @@ class MoE : public nn::Module {
   Output forward(const Tensor& hidden_states);
 
   std::string type_name() const override { return "MoE"; }
+  // The last forward's routing, for the monitors (parallel: this rank's tokens).
+  struct Stats {
+    double l_aux = 0.0;
+    std::vector<int64_t> exp_counts;
+    int64_t routes = 0, dropped_routes = 0;
+  };
+  const Stats& last_stats() const { return last_; }
   // This rank's expert parameters (reduced over expert_data_parallel, not the whole group).
   std::vector<Tensor*> expert_parameters();
   const ExpertParallelGroups& groups() const { return groups_; }
@@ -90,10 +81,11 @@ class MoE : public nn::Module {
   Tensor run_experts(const Tensor& dispatched);  // [G, E, C, M] -> [G, E, C, M]
   MoEOptions options_;
   ExpertParallelGroups groups_;
+  Stats last_;
   int64_t hidden_size_, first_expert_ = 0;
 };
 
-// The MoE layers of a model, in registration order.
-std::vector<MoE*> moe_layers(nn::Module& model);
+// The MoE layers of a model with their dotted paths, in registration order.
+std::vector<std::pair<std::string, MoE*>> moe_layers(nn::Module& model);
 
 }  // namespace tessera::parallel

@@ -9,6 +9,7 @@
 #pragma once
 #include <memory>
 
+#include "tessera/parallel/expert_parallel.h"
 #include "tessera/parallel/process_group.h"
 
 namespace tessera::parallel {
@@ -16,6 +17,7 @@ namespace tessera::parallel {
 struct ParallelContext {
   std::shared_ptr<ProcessGroup> tensor_parallel;  // null or 1 rank: no tensor parallelism
   bool sequence_parallel = false;                 // Megatron-SP; needs 2 or more ranks
+  ExpertParallelGroups experts;                   // MoE layers' experts over ep_size ranks
 
   // The tensor-parallel group when it has 2 or more ranks, else null (plain layers).
   std::shared_ptr<ProcessGroup> tensor_group() const {

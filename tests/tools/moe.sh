@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# GPT-2 with MoE layers from the "moe" section (DeepSpeed's MoE: parallel/moe.h), from configs:
+# N ranks with expert parallelism reproduce one process that gates its batch in N groups
+# (gating_groups), top-2 with second-expert sampling and dropped tokens at ep_size 2 and 4 on 4
+# ranks and at 2 ranks; top-1 with RSample, PR-MoE's residual and a pyramid of expert counts;
+# no token dropping; ZeRO-2 without expert parallelism; the training loss, the aux loss and
+# the validation loss to 1e-6. A checkpoint resumes across ep_size 2 -> 1 -> 4 with the
+# uninterrupted run's losses. The all-to-all volume equals the formula (4 exchanges of
+# E x C x n_embd float32 per MoE layer and step, C = ceil(k x capacity_factor x tokens / E)),
+# the experts' gradients go over the expert-data-parallel group only, the monitors get
+# moe_aux_loss, each layer's dropped fraction and expert loads (which sum to 1). Layouts that do
+# not fit are errors naming the key before any work.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+source "$here/cli_setup.sh"
+config() {  # name moe-json [python-edit]
+  python3 - "$fixtures/train_dist.json" "$1.json" "$1" "$2" "${3:-}" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["train"].update({"steps": 20, "eval_iters": 2})
+c["csv_monitor"] = {"enabled": True, "output_path": "monitors", "job_name": sys.argv[3]}
+c["moe"] = json.loads(sys.argv[4])
+c["data"]["path"] = "corpus.txt"
+exec(sys.argv[5])
+json.dump(c, open(sys.argv[2], "w"))
+PY
+}
+run() {  # out ranks config [args...]: rank 0's --json line in out.res
+  local out="$1" n="$2" cfg="$3"; shift 3
+  mpirun -np "$n" "$tessera" train "$cfg.json" --data corpus.txt --json "$@" 2>"$out.log" |
+    python3 -c "import json,sys; [sys.stdout.write(l) for l in sys.stdin if '\"rank\":0,' in l]" >"$out.res" ||
+    { echo "FAIL $out: exit $?"; grep "error" "$out.log" | head -3; exit 1; }
+}
+top2='{"num_experts": 4, "k": 2, "capacity_factor": 0.75'
+config g4 "$top2, \"gating_groups\": 4}"
+config g2 "$top2, \"gating_groups\": 2}"
+config ep4 "$top2, \"ep_size\": 4}"
+config ep2 "$top2, \"ep_size\": 2}"
+config ep1 "$top2}"
+top1='{"num_experts": [2, 4], "expert_interval": 1, "k": 1, "capacity_factor": 0.8, "noisy_gate_policy": "RSample", "use_residual": true'
+config top1g2 "$top1, \"gating_groups\": 2}"
+config top1ep2 "$top1, \"ep_size\": 2}"
+config nodropg2 "$top2, \"drop_tokens\": false, \"gating_groups\": 2}"
+config nodropep2 "$top2, \"drop_tokens\": false, \"ep_size\": 2}"
+config zero2 "$top2}" 'c["zero_optimization"]["stage"] = 2'
+run g4 1 g4
+run ep4 4 ep4
+run ep2x2 4 ep2
+run g2 1 g2
+run ep2 2 ep2
+run top1g2 1 top1g2
+run top1ep2 2 top1ep2
+run nodropg2 1 nodropg2
+run nodropep2 2 nodropep2
+run ep1x2 2 ep1
+run zero2 2 zero2
+run save 4 ep2 --steps 10 --save ck
+run mid 4 ep1 --steps 15 --save ck --resume ck
+run resumed 4 ep4 --resume ck
+python3 - <<'PY'
+import csv, json, os
+def line(name): return json.loads(open(name + ".res").read().splitlines()[-1])
+def close(a, b, name, tol=1e-6):
+    assert abs(a - b) <= tol * abs(b), f"{name}: {a} vs {b}"
+pairs = [("ep4", "g4"), ("ep2x2", "g4"), ("ep2", "g2"), ("top1ep2", "top1g2"),
+         ("nodropep2", "nodropg2"), ("zero2", "ep1x2")]
+for got, want in pairs:
+    g, w = line(got), line(want)
+    close(g["train_loss"], w["train_loss"], f"{got} train_loss")
+    # After 20 Adam updates the weights differ by float32 rounding (sums taken over other
+    # groupings of the tokens), which the aux loss (a product of two means over the gates) and
+    # the final evaluation (where it may move a token whose two best experts nearly tie) show
+    # at the 1e-6 level; tests/parallel/test_moe.cpp holds every step to 1e-6 over 8 steps.
+    close(g["moe_aux_loss"], w["moe_aux_loss"], f"{got} moe_aux_loss", 1e-5)
+    close(g["val_loss"], w["val_loss"], f"{got} val_loss", 1e-5)
+print("N ranks reproduce one process:", ", ".join(f"{a} = {b}" for a, b in pairs))
+assert line("g4")["train_loss"] != line("g2")["train_loss"]  # the gating groups matter
+# 2 -> 1 -> 4 experts' ranks, resumed from checkpoints: the uninterrupted run's losses.
+assert line("save")["step"] == 10 and line("mid")["step"] == 15 and line("resumed")["step"] == 20
+close(line("resumed")["train_loss"], line("ep2x2")["train_loss"], "resumed across ep_size")
+close(line("resumed")["moe_aux_loss"], line("ep2x2")["moe_aux_loss"], "resumed aux loss")
+# All-to-all volume: micro-batch 2 x 16 tokens a rank, E 4, k 2, capacity factor 0.75:
+# C = ceil(32 / 4 x 1.5) = 12; 4 exchanges (2 forward, 2 backward) a step of E x C x 32 floats.
+a2a = line("ep2x2")["ep_comms"]["all_to_all"]
+assert a2a["calls"] == 20 * 4, a2a
+assert a2a["message_bytes"] == 20 * 4 * 4 * 12 * 32 * 4, a2a
+a2a = line("ep4")["ep_comms"]["all_to_all"]
+assert a2a["message_bytes"] == 20 * 4 * 4 * 12 * 32 * 4, a2a
+# The experts' gradients (2 of 4 experts a rank: 2 x (32x128 + 128 + 128x32 + 32) floats... no
+# biases: bias false) over the 2-rank expert-data-parallel group, once a step; none over the
+# expert-parallel group, whose all-reduces are the capacity agreement (8 bytes each).
+experts = 2 * (32 * 128 + 128 * 32) * 4
+dp = line("ep2x2")["expert_dp_comms"]["all_reduce"]
+assert dp["calls"] == 20 and dp["message_bytes"] == 20 * experts, dp
+assert line("ep2x2")["ep_comms"]["all_reduce"]["message_bytes"] % 8 == 0
+world = line("ep2x2")["comms"]["all_reduce"]
+dense = line("ep1x2")["comms"]["all_reduce"]["message_bytes"]
+assert world["message_bytes"] == dense - 20 * 2 * experts, (world, dense)
+print("all-to-all bytes and the experts' all-reduce over their replicas as derived")
+d = "monitors/g4"  # (a job trained once: the resumed runs share ep2's)
+def values(name): return [float(r[-1]) for r in list(csv.reader(open(f"{d}/{name}.csv")))[1:]]
+assert len(values("Train_Samples_moe_aux_loss")) == 20
+layer = "Train_Samples_moe_transformer.h.1.mlp_"
+loads = [values(layer + f"expert_{e}_load") for e in range(4)]
+for step in range(20):
+    close(sum(l[step] for l in loads), 1.0, "expert loads")
+drops = values(layer + "dropped_fraction")
+assert all(0 <= x < 1 for x in drops) and max(drops) > 0, drops
+print("monitors: moe_aux_loss, dropped fraction, expert loads")
+PY
+config bad_divide '{"num_experts": 3, "ep_size": 2}'
+expect_bad bad_divide.json 2 "moe.num_experts: 3 experts do not divide among ep_size 2"
+config bad_ep '{"num_experts": 4, "ep_size": 4}'
+expect_bad bad_ep.json 2 "'moe.ep_size' 4 does not divide the 2 data-parallel ranks"
+config bad_k '{"num_experts": 4, "k": 3}'
+expect_bad bad_k.json 1 "'moe.k' is 3, expected 1 or 2"
+config bad_policy '{"num_experts": 4, "noisy_gate_policy": "Gumbel"}'
+expect_bad bad_policy.json 1 "'Gumbel' is not a noisy gate policy"
+config bad_pyramid '{"num_experts": [2, 4, 8], "expert_interval": 1}'
+expect_bad bad_pyramid.json 1 "moe.num_experts: 3 counts for 2 MoE layers"
+config bad_zero '{"num_experts": 4, "ep_size": 2}' 'c["zero_optimization"]["stage"] = 1'
+expect_bad bad_zero.json 2 "zero_optimization.stage 1 with MoE expert parallelism"
+config bad_pipe '{"num_experts": 4}' 'c["pipeline"] = {"stages": 2}'
+expect_bad bad_pipe.json 2 "'moe' in a pipeline"
+config bad_tp '{"num_experts": 4}' 'c["tensor_parallel"] = {"autotp_size": 2}'
+expect_bad bad_tp.json 2 "'moe' with tensor parallelism"
+config bad_none '{"k": 2}'
+expect_bad bad_none.json 1 "'moe.num_experts' is missing: 'moe.k' states a MoE layout"
+echo "bad layouts: errors naming the key"
