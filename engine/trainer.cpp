@@ -222,8 +222,10 @@ void TrainLoop::finish(TrainResult& r) {
               << (tokens ? " tokens/s)\n" : " samples/s)\n");
   }
   save_once(options_.save_dir);
-  // (ZeRO-3 gathers parameters and a tensor-parallel model its logits: every rank samples.)
-  if (sample && (lead || engine_.zero_stage() == 3 || engine_.tensor_parallel_group())) {
+  // (ZeRO-3 gathers parameters, a tensor-parallel model its logits and MoE layers with
+  // expert parallelism send tokens to other ranks' experts: every rank samples.)
+  if (sample && (lead || engine_.zero_stage() == 3 || engine_.tensor_parallel_group() ||
+                 engine_.expert_parallel_group())) {
     const std::string text = sample();
     if (lead) std::cout << "---- sample ----\n" << text << "\n----------------\n" << std::flush;
   }

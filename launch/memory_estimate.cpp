@@ -1,4 +1,5 @@
 #include "tessera/launch/memory_estimate.h"
+#include "tessera/models/moe_config.h"
 #include "tessera/parallel/zero_config.h"
 
 #include <algorithm>
@@ -42,7 +43,8 @@ models::ActivationPlan activation_plan(const io::TrainConfig& cfg) {
 // registry entry does not estimate them).
 std::optional<int64_t> activation_bytes(const io::TrainConfig& cfg, int64_t vocab) {
   const models::ModelEntry& e = models::find_model(cfg.model.type);
-  if (!e.activation_bytes) return std::nullopt;
+  // (MoE layers keep dispatch buffers and experts' activations the dense count leaves out.)
+  if (!e.activation_bytes || models::moe_of(cfg)) return std::nullopt;
   return e.activation_bytes(cfg, vocab, activation_plan(cfg));
 }
 
@@ -51,6 +53,15 @@ std::optional<int64_t> activation_bytes(const io::TrainConfig& cfg, int64_t voca
 std::shared_ptr<parallel::ProcessGroup> shape_only_tensor_group(const io::TrainConfig& cfg) {
   const int64_t tp = parallel::tensor_parallel_config(cfg).autotp_size;
   return tp > 1 ? std::make_shared<parallel::ShapeOnlyGroup>(static_cast<int>(tp)) : nullptr;
+}
+
+// MoE with ep_size > 1: a rank's experts (rank 0's; every rank holds as many).
+parallel::ExpertParallelGroups shape_only_expert_groups(const io::TrainConfig& cfg) {
+  const auto moe = models::moe_of(cfg);
+  if (!moe || moe->ep_size == 1) return {};
+  const int ep = static_cast<int>(moe->ep_size);
+  return {std::make_shared<parallel::ShapeOnlyGroup>(ep),
+          std::make_shared<parallel::ShapeOnlyGroup>(static_cast<int>(cfg.world_size) / ep)};
 }
 
 parallel::ShardLayout layout_of(nn::Module& model, int data_ranks) {
@@ -123,7 +134,8 @@ MemoryEstimate estimate_memory(const io::TrainConfig& cfg, int64_t vocab) {
            ") is estimated stage by stage: estimate_pipeline_memory");
   // The run's own model (with autotp_size, a rank's tensor-parallel shard): what it holds is
   // what the engine will see.
-  const std::unique_ptr<nn::Module> model = fresh_model(cfg, vocab, shape_only_tensor_group(cfg));
+  const std::unique_ptr<nn::Module> model =
+      fresh_model(cfg, vocab, shape_only_tensor_group(cfg), shape_only_expert_groups(cfg));
   const int dp = static_cast<int>(cfg.world_size);  // data-parallel ranks: ranks / autotp_size
   const parallel::ShardLayout layout = layout_of(*model, dp);
   MemoryEstimate e;

@@ -71,9 +71,12 @@ std::shared_ptr<parallel::ActivationCheckpointing> attach_activation_checkpointi
 }
 
 std::unique_ptr<nn::Module> fresh_model(const io::TrainConfig& cfg, int64_t vocab,
-                                        std::shared_ptr<parallel::ProcessGroup> tp) {
+                                        std::shared_ptr<parallel::ProcessGroup> tp,
+                                        parallel::ExpertParallelGroups experts) {
   return models::find_model(cfg.model.type)
-      .build(cfg, vocab, {std::move(tp), parallel::tensor_parallel_config(cfg).sequence_parallel});
+      .build(cfg, vocab,
+             {std::move(tp), parallel::tensor_parallel_config(cfg).sequence_parallel,
+              std::move(experts)});
 }
 
 models::PipelineDefinition pipeline_definition(const io::TrainConfig& cfg, int64_t vocab,

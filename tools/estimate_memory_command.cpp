@@ -7,6 +7,7 @@
 #include "tessera/io/json_fields.h"
 #include "tessera/launch/job.h"
 #include "tessera/launch/memory_estimate.h"
+#include "tessera/models/moe_config.h"
 #include "tessera/parallel/pipeline_config.h"
 #include "tessera/parallel/tensor_parallel_config.h"
 #include "tessera/parallel/zero_config.h"
@@ -51,12 +52,14 @@ The ZeRO paper's figures (Adam, Ψ parameters, 16-bit training): stage 0 16Ψ, s
 weights at any stage: 4Ψ params, 4Ψ grads and 8Ψ of moments, partitioned as above.
 )";
 
-nlohmann::ordered_json memory_json(const launch::ModelStateBytes& b, int64_t activations) {
+// `estimated` false: the activations are null (the model has no estimate), never a 0.
+nlohmann::ordered_json memory_json(const launch::ModelStateBytes& b, int64_t activations,
+                                   bool estimated) {
   return {{"params", b.params},
           {"grads", b.grads},
           {"optimizer", b.optimizer},
           {"buffers", b.buffers},
-          {"activations", activations}};
+          {"activations", estimated ? nlohmann::ordered_json(activations) : nullptr}};
 }
 
 std::string human(int64_t b) {
@@ -138,13 +141,16 @@ int print_pipeline(const Args& a, const io::TrainConfig& cfg, int64_t vocab, int
                   "", "", human(e.tied_copies).c_str());
     rows.push_back({{"stage", s},
                     {"layers", bounds.size() == 1 ? bounds[0] : bounds},
-                    {"memory", memory_json(e.state, e.activations)},
+                    {"memory", memory_json(e.state, e.activations, e.activations_estimated)},
                     {"tied_copies", e.tied_copies}});
     if (e.total() > stages[peak].total()) peak = s;
   }
   if (!stages.empty() && !stages.front().activations_estimated)
-    std::printf("activations: not estimated (model.type \"%s\" has no activation estimate)\n",
-                cfg.model.type.c_str());
+    std::printf("activations: not estimated (%s)\n",
+                models::moe_of(cfg) ? "MoE layers have no activation estimate yet"
+                                    : ("model.type \"" + cfg.model.type +
+                                       "\" has no activation estimate")
+                                          .c_str());
   if (a.has("json"))
     std::cout << nlohmann::ordered_json{{"ranks", ranks},
                                         {"pipeline_stages", p},
@@ -195,8 +201,11 @@ int estimate_memory_main(int argc, char** argv) {
                 human(e.activations).c_str(), static_cast<long long>(cfg.micro_batch_size),
                 static_cast<long long>(cfg.model.block_size));
   else
-    std::printf("activations: not estimated (model.type \"%s\" has no activation estimate)\n",
-                cfg.model.type.c_str());
+    std::printf("activations: not estimated (%s)\n",
+                models::moe_of(cfg) ? "MoE layers have no activation estimate yet"
+                                    : ("model.type \"" + cfg.model.type +
+                                       "\" has no activation estimate")
+                                          .c_str());
   const bool offload = parallel::zero_config(cfg).offload_optimizer_device == "cpu";
   if (offload)
     std::printf(
@@ -208,7 +217,7 @@ int estimate_memory_main(int argc, char** argv) {
                                         {"zero_stage", e.zero_stage},
                                         {"optimizer_offloaded", offload},
                                         {"num_parameters", e.parameters},
-                                        {"memory", memory_json(e.configured(), e.activations)}}
+                                        {"memory", memory_json(e.configured(), e.activations, e.activations_estimated)}}
                      .dump()
               << "\n";
   return 0;

@@ -108,6 +108,26 @@ drops = values(layer + "dropped_fraction")
 assert all(0 <= x < 1 for x in drops) and max(drops) > 0, drops
 print("monitors: moe_aux_loss, dropped fraction, expert loads")
 PY
+# estimate-memory builds a rank's share of the experts: its parameters and optimizer state are
+# the run's to the byte; MoE activations are not estimated yet, and it says so (null).
+"$tessera" estimate-memory ep2.json --ranks 4 --json > estimate.res
+python3 - <<'PY'
+import json
+e = json.loads(open("estimate.res").read().splitlines()[-1])["memory"]
+run = json.loads(open("ep2x2.res").read().splitlines()[-1])["memory"]
+for key in ("params", "grads", "optimizer"):
+    assert e[key] == run[key], (key, e, run)
+assert e["activations"] is None, e
+print("estimate-memory: a rank's experts, as the run holds them")
+PY
+# The shipped config runs (3 steps on the test corpus), here and at 2 ranks with ep_size 2
+# (micro-batch 6: the same global batch).
+shipped="$fixtures/../../configs/shakespeare_char_moe.json"
+"$tessera" train "$shipped" --data corpus.txt --steps 3 > shipped.out 2>&1 ||
+  { echo "configs/shakespeare_char_moe.json failed:"; tail -5 shipped.out; exit 1; }
+python3 -c "import json,sys; c=json.load(open(sys.argv[1])); c['moe']['ep_size']=2; c['train_micro_batch_size_per_gpu']=6; json.dump(c,open('shipped2.json','w'))" "$shipped"
+mpirun -np 2 "$tessera" train shipped2.json --data corpus.txt --steps 3 > shipped2.out 2>&1 ||
+  { echo "configs/shakespeare_char_moe.json at ep_size 2 failed:"; tail -5 shipped2.out; exit 1; }
 config bad_divide '{"num_experts": 3, "ep_size": 2}'
 expect_bad bad_divide.json 2 "moe.num_experts: 3 experts do not divide among ep_size 2"
 config bad_ep '{"num_experts": 4, "ep_size": 4}'

@@ -28,9 +28,11 @@ std::unique_ptr<models::PretrainedModel> build_model(
 
 // The config's architecture with fresh weights (seeded by the caller), on the CPU: whole
 // without `tp`, else its tensor-parallel layers over `tp` (heads and features that do not
-// divide are an error naming them). estimate-memory sizes this very model.
+// divide are an error naming them); with `experts`, its MoE layers hold their share of the
+// experts. estimate-memory sizes this very model.
 std::unique_ptr<nn::Module> fresh_model(const io::TrainConfig& cfg, int64_t vocab,
-                                        std::shared_ptr<parallel::ProcessGroup> tp);
+                                        std::shared_ptr<parallel::ProcessGroup> tp = nullptr,
+                                        parallel::ExpertParallelGroups experts = {});
 
 // The config's model cut into pipeline stages (its registry entry's pipeline definition; with
 // `tp`, 3D's tensor-parallel layers). A model without one is an error naming pipeline.stages.
