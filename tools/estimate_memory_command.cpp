@@ -147,10 +147,9 @@ int print_pipeline(const Args& a, const io::TrainConfig& cfg, int64_t vocab, int
   }
   if (!stages.empty() && !stages.front().activations_estimated)
     std::printf("activations: not estimated (%s)\n",
-                models::moe_of(cfg) ? "MoE layers have no activation estimate yet"
-                                    : ("model.type \"" + cfg.model.type +
-                                       "\" has no activation estimate")
-                                          .c_str());
+                models::moe_of(cfg)
+                    ? "MoE layers have no activation estimate yet"
+                    : ("model.type \"" + cfg.model.type + "\" has no activation estimate").c_str());
   if (a.has("json"))
     std::cout << nlohmann::ordered_json{{"ranks", ranks},
                                         {"pipeline_stages", p},
@@ -202,10 +201,9 @@ int estimate_memory_main(int argc, char** argv) {
                 static_cast<long long>(cfg.model.block_size));
   else
     std::printf("activations: not estimated (%s)\n",
-                models::moe_of(cfg) ? "MoE layers have no activation estimate yet"
-                                    : ("model.type \"" + cfg.model.type +
-                                       "\" has no activation estimate")
-                                          .c_str());
+                models::moe_of(cfg)
+                    ? "MoE layers have no activation estimate yet"
+                    : ("model.type \"" + cfg.model.type + "\" has no activation estimate").c_str());
   const bool offload = parallel::zero_config(cfg).offload_optimizer_device == "cpu";
   if (offload)
     std::printf(
@@ -217,7 +215,8 @@ int estimate_memory_main(int argc, char** argv) {
                                         {"zero_stage", e.zero_stage},
                                         {"optimizer_offloaded", offload},
                                         {"num_parameters", e.parameters},
-                                        {"memory", memory_json(e.configured(), e.activations, e.activations_estimated)}}
+                                        {"memory", memory_json(e.configured(), e.activations,
+                                                               e.activations_estimated)}}
                      .dump()
               << "\n";
   return 0;
