@@ -98,9 +98,10 @@ int bench_gemm(const Args& a) {
 }  // namespace
 
 int bench_main(int argc, char** argv) {
-  const Args a(argc, argv, 2, {"json", "help"},
-               {"shape", "iters", "preset", "device", "dtype", "batch", "peak-tflops", "vocab",
-                "merges", "corpus", "python", "threads", "heads", "max-t", "seq", "params"});
+  const Args a(
+      argc, argv, 2, {"json", "help"},
+      {"shape", "iters", "preset", "device", "dtype", "batch", "peak-tflops", "vocab", "merges",
+       "corpus", "python", "threads", "heads", "max-t", "seq", "params", "sizes"});
   if (a.has("help") || a.positional().empty()) {
     std::cout
         << "usage: tessera bench gemm [--shape M,N,K] [--iters N] [--json]\n"
@@ -142,7 +143,12 @@ int bench_main(int argc, char** argv) {
            "optimizer: Tessera's fused Adam step (float32 masters, bf16 copies and gradients) at\n"
            "each size (default 10M,100M; K, M, B suffixes) against torch.optim.Adam (for-loop,\n"
            "its CPU default, and foreach; PY default /usr/bin/python3), with the bandwidth bound\n"
-           "from a STREAM-like pass (b += a) measured in the same run.\n";
+           "from a STREAM-like pass (b += a) measured in the same run.\n"
+           "       mpirun -np N tessera bench all-to-all [--sizes 16K,256K,983040,4M] [--iters N] "
+           "[--json]\n"
+           "all-to-all: MoE's dispatch exchange at each size (bytes per rank; 983040: the\n"
+           "shakespeare_char_moe config's buffer) against (N - 1) / N of its bytes over the\n"
+           "bandwidth of a 64 MB exchange measured in the same run.\n";
     return a.has("help") ? 0 : 2;
   }
   const std::string what = a.positional()[0];
@@ -152,8 +158,10 @@ int bench_main(int argc, char** argv) {
   if (what == "sparse-attention") return bench_sparse_attention(a);
   if (what == "transformer-kernel") return bench_transformer_kernel(a);
   if (what == "optimizer") return bench_optimizer(a);
+  if (what == "all-to-all") return bench_all_to_all(a);
   fail("unknown benchmark '", what,
-       "': expected gemm, train, tokenizer, sparse-attention, transformer-kernel or optimizer");
+       "': expected gemm, train, tokenizer, sparse-attention, transformer-kernel, optimizer or "
+       "all-to-all");
 }
 
 }  // namespace tessera::cli

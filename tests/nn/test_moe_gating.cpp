@@ -54,7 +54,9 @@ TEST_CASE("top-1 and top-2 gating equal DeepSpeed's top1gating / top2gating") {
   const auto f = io::load_safetensors(kDir + "moe_gating.safetensors");
   int checked = 0;
   const nlohmann::json all = cases();
-  for (const auto& [name, c] : all.at("gating").items()) {
+  for (const auto& item : all.at("gating").items()) {
+    const std::string name = item.key();
+    const nlohmann::json& c = item.value();
     CAPTURE(name);
     const nn::MoEGateOptions o = gate_options(c);
     Tensor logits = f.at(name + ".logits").clone().requires_grad_();
@@ -142,7 +144,9 @@ TEST_CASE("the MoE layer equals DeepSpeed's MoE: output, l_aux, counts, every gr
   const auto f = io::load_safetensors(kDir + "moe_layer.safetensors");
   const nlohmann::json all = cases();
   int checked = 0;
-  for (const auto& [name, kw] : all.at("layer").items()) {
+  for (const auto& item : all.at("layer").items()) {
+    const std::string name = item.key();
+    const nlohmann::json& kw = item.value();
     CAPTURE(name);
     parallel::MoEOptions o;
     o.num_experts = kw.at("num_experts");
@@ -166,7 +170,8 @@ TEST_CASE("the MoE layer equals DeepSpeed's MoE: output, l_aux, counts, every gr
     CHECK(out.exp_counts == ints(f.at(name + ".exp_counts")));
     (sum(out.output * f.at(name + ".R")) + out.l_aux * 0.3).backward();
     CHECK(rel_diff(x.grad(), f.at(name + ".grad.x")) < 1e-5);
-    for (auto& [pname, t] : moe.named_parameters()) {
+    for (auto& [param, t] : moe.named_parameters()) {
+      const std::string pname = param;  // (clang 14: no structured bindings in CAPTURE)
       CAPTURE(pname);
       CHECK(rel_diff(t->grad(), f.at(name + ".grad." + pname)) < 1e-5);
     }

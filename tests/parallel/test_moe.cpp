@@ -100,7 +100,9 @@ void check_reproduces(const parallel::MoEOptions& o, int ep) {
   CHECK(one.losses.front() != one.losses.back());
   // Every parameter this rank holds (its experts by their global names) as one process's.
   size_t experts = 0;
-  for (const auto& [name, t] : ranks.params) {
+  for (const auto& entry : ranks.params) {
+    const std::string& name = entry.first;
+    const Tensor& t = entry.second;
     CAPTURE(name);
     REQUIRE(one.params.count(name));
     CHECK(rel_diff(t, one.params.at(name)) < 1e-6);

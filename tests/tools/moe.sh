@@ -8,10 +8,12 @@
 # uninterrupted run's losses. The all-to-all volume equals the formula (4 exchanges of
 # E x C x n_embd float32 per MoE layer and step, C = ceil(k x capacity_factor x tokens / E)),
 # the experts' gradients go over the expert-data-parallel group only, the monitors get
-# moe_aux_loss, each layer's dropped fraction and expert loads (which sum to 1). Layouts that do
-# not fit are errors naming the key before any work.
+# moe_aux_loss, each layer's dropped fraction and expert loads (which sum to 1). The all-to-all
+# bytes are also counted at the MPI calls ($3: tests/tools/mpi_byte_counter.cpp, preloaded).
+# Layouts that do not fit are errors naming the key before any work.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
+counter="$(realpath "$3")"
 source "$here/cli_setup.sh"
 config() {  # name moe-json [python-edit]
   python3 - "$fixtures/train_dist.json" "$1.json" "$1" "$2" "${3:-}" <<'PY'
@@ -54,6 +56,9 @@ run nodropg2 1 nodropg2
 run nodropep2 2 nodropep2
 run ep1x2 2 ep1
 run zero2 2 zero2
+mkdir -p "$work/mpi"
+mpirun -np 4 -x LD_PRELOAD="$counter" -x TESSERA_MPI_COUNT_DIR="$work/mpi" "$tessera" train ep2.json \
+  --data corpus.txt --json > counted.out 2>&1 || { echo "FAIL counted run"; tail -3 counted.out; exit 1; }
 run save 4 ep2 --steps 10 --save ck
 run mid 4 ep1 --steps 15 --save ck --resume ck
 run resumed 4 ep4 --resume ck
@@ -93,6 +98,11 @@ experts = 2 * (32 * 128 + 128 * 32) * 4
 dp = line("ep2x2")["expert_dp_comms"]["all_reduce"]
 assert dp["calls"] == 20 and dp["message_bytes"] == 20 * experts, dp
 assert line("ep2x2")["ep_comms"]["all_reduce"]["message_bytes"] % 8 == 0
+# At the MPI calls: the 80 training exchanges and the final evaluation's 2 forwards x 2 at the
+# evaluation capacity (eval_capacity_factor 1: C = ceil(32 / 4 x 2) = 16).
+for r in range(4):
+    mpi = json.load(open(f"mpi/rank{r}.json"))["all_to_all"]
+    assert mpi == {"calls": 84, "bytes": 80 * 4 * 12 * 32 * 4 + 4 * 4 * 16 * 32 * 4}, (r, mpi)
 world = line("ep2x2")["comms"]["all_reduce"]
 dense = line("ep1x2")["comms"]["all_reduce"]["message_bytes"]
 assert world["message_bytes"] == dense - 20 * 2 * experts, (world, dense)
@@ -128,6 +138,20 @@ shipped="$fixtures/../../configs/shakespeare_char_moe.json"
 python3 -c "import json,sys; c=json.load(open(sys.argv[1])); c['moe']['ep_size']=2; c['train_micro_batch_size_per_gpu']=6; json.dump(c,open('shipped2.json','w'))" "$shipped"
 mpirun -np 2 "$tessera" train shipped2.json --data corpus.txt --steps 3 > shipped2.out 2>&1 ||
   { echo "configs/shakespeare_char_moe.json at ep_size 2 failed:"; tail -5 shipped2.out; exit 1; }
+# The all-to-all benchmark runs and reports its figures (their values are the machine's).
+mpirun -np 2 "$tessera" bench all-to-all --sizes 16K,983040 --iters 2 --json > bench.out 2>&1 ||
+  { echo "bench all-to-all failed:"; tail -3 bench.out; exit 1; }
+python3 - <<'PY'
+import json
+b = json.loads([l for l in open("bench.out") if l.startswith("{")][-1])
+assert b["ranks"] == 2 and b["bandwidth_bytes_per_s"] > 0, b
+assert [r["bytes"] for r in b["sizes"]] == [16384, 983040], b
+assert all(r["measured_s"] > 0 and r["theory_s"] > 0 for r in b["sizes"]), b
+PY
+if mpirun -np 2 "$tessera" bench all-to-all --sizes 3 > badbench.out 2>&1 ||
+   ! grep -q "is not a byte count" badbench.out; then
+  echo "bench all-to-all --sizes 3: expected an error naming it"; cat badbench.out; exit 1
+fi
 config bad_divide '{"num_experts": 3, "ep_size": 2}'
 expect_bad bad_divide.json 2 "moe.num_experts: 3 experts do not divide among ep_size 2"
 config bad_ep '{"num_experts": 4, "ep_size": 4}'
