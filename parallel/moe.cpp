@@ -113,20 +113,13 @@ Tensor MoE::run_experts(const Tensor& dispatched) {
   return y.permute({1, 0, 2, 3, 4}).reshape({G, E, C, M});
 }
 
-MoE::Output MoE::forward(const Tensor& hidden_states) {
-  nn::ModuleScope scope(*this);
+// The gate over the G groups of the tokens: each group's routes, widened to one capacity.
+std::vector<nn::MoERoutes> MoE::gate_groups(const Tensor& flat) {
   const int64_t M = hidden_size_, E = options_.num_experts, G = options_.gating_groups;
-  TS_CHECK(hidden_states.dim() >= 1 && hidden_states.shape().back() == M, "MoE '", name(),
-           "': expected input [..., ", M, "], got ", hidden_states.describe());
-  const Tensor flat = hidden_states.reshape({-1, M});
-  const int64_t total = flat.shape()[0];
-  TS_CHECK(total > 0 && total % G == 0, "MoE '", name(), "': ", total,
-           " tokens do not split into gating_groups ", G);
-  const int64_t S = total / G;
+  const int64_t total = flat.shape()[0], S = total / G;
   const nn::MoEGateOptions& go = options_.gate;
   const bool training = is_training();
-  const Device dev = hidden_states.device();
-
+  const Device dev = flat.device();
   // Training draws from the default generator (checkpointed); evaluation, which DeepSpeed
   // also randomises (random token selection, second-expert sampling), from a generator of its
   // own made afresh, so evaluating changes neither training nor a resumed run.
@@ -158,6 +151,24 @@ MoE::Output MoE::forward(const Tensor& hidden_states) {
     capacity = static_cast<int64_t>(
         groups_.expert_parallel->all_reduce_scalar(static_cast<double>(capacity), ReduceOp::Max));
   for (auto& r : routes) widen(r, capacity);
+
+  return routes;
+}
+
+MoE::Output MoE::forward(const Tensor& hidden_states) {
+  nn::ModuleScope scope(*this);
+  const int64_t M = hidden_size_, E = options_.num_experts, G = options_.gating_groups;
+  TS_CHECK(hidden_states.dim() >= 1 && hidden_states.shape().back() == M, "MoE '", name(),
+           "': expected input [..., ", M, "], got ", hidden_states.describe());
+  const Tensor flat = hidden_states.reshape({-1, M});
+  const int64_t total = flat.shape()[0];
+  TS_CHECK(total > 0 && total % G == 0, "MoE '", name(), "': ", total,
+           " tokens do not split into gating_groups ", G);
+  const int64_t S = total / G;
+  const nn::MoEGateOptions& go = options_.gate;
+  const Device dev = hidden_states.device();
+  const std::vector<nn::MoERoutes> routes = gate_groups(flat);
+  const int64_t capacity = routes.front().capacity;
 
   // Dispatch: slot g*E*C + e*C + c reads token row g*S + s (an empty slot reads a zero row).
   const int64_t slots = G * E * capacity;

@@ -78,7 +78,8 @@ class MoE : public nn::Module {
   std::unique_ptr<nn::Linear> coefficient;  // use_residual
 
  private:
-  Tensor run_experts(const Tensor& dispatched);  // [G, E, C, M] -> [G, E, C, M]
+  std::vector<nn::MoERoutes> gate_groups(const Tensor& flat);  // flat: [tokens, M]
+  Tensor run_experts(const Tensor& dispatched);                // [G, E, C, M] -> [G, E, C, M]
   MoEOptions options_;
   ExpertParallelGroups groups_;
   Stats last_;
