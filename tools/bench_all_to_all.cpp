@@ -21,29 +21,12 @@ namespace {
 
 // "64K", "1M", "983040": a byte count in [N x 4, 1 GB] (K, M, G suffixes).
 int64_t parse_bytes(const std::string& text, int ranks) {
-  double scale = 1;
-  std::string digits = text;
-  if (!digits.empty()) {
-    const char s = static_cast<char>(std::toupper(static_cast<unsigned char>(digits.back())));
-    const double by = s == 'K' ? 1024.0 : s == 'M' ? 1048576.0 : s == 'G' ? 1073741824.0 : 0;
-    if (by > 0) {
-      scale = by;
-      digits.pop_back();
-    }
-  }
-  size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(digits, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  const double bytes = v * scale;
-  TS_CHECK(used == digits.size() && !digits.empty() && std::isfinite(bytes) &&
-               bytes >= 4.0 * ranks && bytes <= 1073741824.0,
+  const std::optional<double> bytes =
+      parse_scaled(text, {{'K', 1024.0}, {'M', 1048576.0}, {'G', 1073741824.0}});
+  TS_CHECK(bytes && std::isfinite(*bytes) && *bytes >= 4.0 * ranks && *bytes <= 1073741824.0,
            "bench all-to-all: --sizes '", text, "' is not a byte count in [", 4 * ranks,
            ", 1G] (e.g. 64K, 1M or 983040)");
-  return static_cast<int64_t>(bytes);
+  return static_cast<int64_t>(*bytes);
 }
 
 // Median seconds of `iters` all-to-alls of `bytes` per rank (float32 chunks, one per rank),

@@ -37,28 +37,11 @@ constexpr int64_t kChunk = int64_t{1} << 24;  // elements per tensor (a model ha
 
 // "10M", "1.5B", "100000": a positive count of parameters (K, M, B or G suffixes).
 int64_t parse_count(const std::string& text) {
-  double scale = 1;
-  std::string digits = text;
-  if (!digits.empty()) {
-    const char s = static_cast<char>(std::toupper(static_cast<unsigned char>(digits.back())));
-    const double by = s == 'K' ? 1e3 : s == 'M' ? 1e6 : (s == 'B' || s == 'G') ? 1e9 : 0;
-    if (by > 0) {
-      scale = by;
-      digits.pop_back();
-    }
-  }
-  size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(digits, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  TS_CHECK(used == digits.size() && !digits.empty() && std::isfinite(v) && v * scale >= 1 &&
-               v * scale <= 1e11,
-           "bench optimizer: --params '", text,
+  const std::optional<double> n =
+      parse_scaled(text, {{'K', 1e3}, {'M', 1e6}, {'B', 1e9}, {'G', 1e9}});
+  TS_CHECK(n && std::isfinite(*n) && *n >= 1 && *n <= 1e11, "bench optimizer: --params '", text,
            "' is not a parameter count in [1, 1e11] (e.g. 10M, 100M, 1B or 250000)");
-  return static_cast<int64_t>(std::llround(v * scale));
+  return static_cast<int64_t>(std::llround(*n));
 }
 
 // MemAvailable of /proc/meminfo in bytes (0 when unknown).

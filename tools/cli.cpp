@@ -1,6 +1,7 @@
 #include "cli.h"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -84,6 +85,28 @@ Shape parse_shape(const std::string& text) {
     }
   }
   return s;
+}
+
+std::optional<double> parse_scaled(const std::string& text, const std::map<char, double>& scales) {
+  std::string digits = text;
+  double scale = 1;
+  if (!digits.empty()) {
+    const auto it =
+        scales.find(static_cast<char>(std::toupper(static_cast<unsigned char>(digits.back()))));
+    if (it != scales.end()) {
+      scale = it->second;
+      digits.pop_back();
+    }
+  }
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(digits, &used);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  if (digits.empty() || used != digits.size()) return std::nullopt;
+  return v * scale;
 }
 
 double median_ms(const std::function<void()>& f, int iters, int warmup) {

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -36,6 +37,9 @@ class Args {
 };
 
 Shape parse_shape(const std::string& text);  // "512,512,512" or "512x512"
+// A number with an optional one-letter suffix ("10M", "64K", "250000"): the number times the
+// suffix's factor in `scales` (keyed by the upper-case letter); none when `text` is not one.
+std::optional<double> parse_scaled(const std::string& text, const std::map<char, double>& scales);
 
 // Median milliseconds of `iters` calls of f after `warmup` uncounted calls.
 double median_ms(const std::function<void()>& f, int iters, int warmup = 2);
