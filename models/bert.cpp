@@ -65,22 +65,29 @@ BertLayer::SelfAttention::SelfAttention(Module* parent, const std::string& name,
 BertLayer::Output::Output(Module* parent, const std::string& name, int64_t in, const BertConfig& c,
                           const parallel::ParallelContext& ctx)
     : Module(parent, name),
-      dense(this, "dense", in, c.hidden_size, ctx.tensor_group(), /*input_is_parallel=*/true, true,
-            ctx.sequence_parallel),
+      dense(in == 0 ? nullptr
+                    : std::make_unique<parallel::RowParallelLinear>(
+                          this, "dense", in, c.hidden_size, ctx.tensor_group(),
+                          /*input_is_parallel=*/true, true, ctx.sequence_parallel)),
       LayerNorm(this, "LayerNorm", c.hidden_size, c.layer_norm_eps, true, true,
                 ctx.sequence_group()),
       dropout(this, "dropout", c.hidden_dropout_prob) {}
 
 Tensor BertLayer::Output::forward(const Tensor& x, const Tensor& residual, double branch_scale) {
   nn::ModuleScope scope(*this);
-  return LayerNorm(nn::scale_branch(dropout(dense(x)), branch_scale) + residual);
+  return LayerNorm(nn::scale_branch(dropout((*dense)(x)), branch_scale) + residual);
+}
+
+Tensor BertLayer::Output::finish(const Tensor& y, const Tensor& residual, double branch_scale) {
+  nn::ModuleScope scope(*this);
+  return LayerNorm(nn::scale_branch(dropout(y), branch_scale) + residual);
 }
 
 Tensor BertLayer::Output::forward_of_gelu(const Tensor& x, GeluApprox approximate,
                                           bool recompute_gelu, const Tensor& residual,
                                           double branch_scale) {
   nn::ModuleScope scope(*this);
-  return LayerNorm(nn::scale_branch(dropout(dense.forward_of_gelu(x, approximate, recompute_gelu)),
+  return LayerNorm(nn::scale_branch(dropout(dense->forward_of_gelu(x, approximate, recompute_gelu)),
                                     branch_scale) +
                    residual);
 }
@@ -101,8 +108,6 @@ BertLayer::BertLayer(Module* parent, const std::string& name, const BertConfig& 
                      const parallel::ParallelContext& ctx, int64_t layer)
     : Module(parent, name),
       attention(this, "attention", c, ctx),
-      intermediate(this, "intermediate", c, ctx),
-      output(this, "output", c.intermediate_size, c, ctx),
       heads(c.num_attention_heads / ctx.tensor_parallel_size()),
       activation(c.activation),
       sparse(c.sparse_attention, c.num_attention_heads, c.max_position_embeddings, layer, ctx),
@@ -110,9 +115,33 @@ BertLayer::BertLayer(Module* parent, const std::string& name, const BertConfig& 
       tensor_rank(ctx.tensor_parallel_rank()),
       tensor_ranks(ctx.tensor_parallel_size()) {
   if (kernel) sparse.check_probability_dropout(kernel->attn_dropout_ratio, "BERT");
+  if (c.moe && c.moe->is_moe_layer(layer)) {
+    const auto make_expert = [&c](Module* parent, const std::string& n) {
+      return std::unique_ptr<nn::UnaryModule>(std::make_unique<BertExpert>(parent, n, c));
+    };
+    moe = std::make_unique<parallel::MoE>(this, "moe", c.hidden_size, make_expert,
+                                          c.moe->layer_options(layer), ctx.experts);
+    output = std::make_unique<Output>(this, "output", 0, c, ctx);
+  } else {
+    intermediate = std::make_unique<Intermediate>(this, "intermediate", c, ctx);
+    output = std::make_unique<Output>(this, "output", c.intermediate_size, c, ctx);
+  }
   const bool invertible = kernel && kernel->normalize_invertible;
   attention.output.LayerNorm.invertible = invertible;
-  output.LayerNorm.invertible = invertible;
+  output->LayerNorm.invertible = invertible;
+}
+
+BertExpert::Dense::Dense(Module* parent, const std::string& name, int64_t in, int64_t out)
+    : Module(parent, name), dense(this, "dense", in, out) {}
+
+BertExpert::BertExpert(Module* parent, const std::string& name, const BertConfig& c)
+    : nn::UnaryModule(parent, name),
+      intermediate(this, "intermediate", c.hidden_size, c.intermediate_size),
+      output(this, "output", c.intermediate_size, c.hidden_size),
+      activation(c.activation) {}
+
+Tensor BertExpert::forward(const Tensor& x) {
+  return output.dense(gelu(intermediate.dense(x), activation));
 }
 
 Tensor BertLayer::attend(const Tensor& q, const Tensor& k, const Tensor& v,
@@ -145,8 +174,13 @@ Tensor BertLayer::forward(const Tensor& x, const Tensor& mask, double branch_sca
   }
   const Tensor a =
       attention.output.forward(nn::merge_heads(attend(q, k, v, mask)), x, branch_scale);
-  return output.forward_of_gelu(intermediate.dense(a), activation,
-                                kernel && kernel->gelu_checkpoint, a, branch_scale);
+  if (moe) {
+    const parallel::MoE::Output out = moe->forward(a);
+    l_aux = out.l_aux;
+    return output->finish(out.output, a, branch_scale);
+  }
+  return output->forward_of_gelu(intermediate->dense(a), activation,
+                                 kernel && kernel->gelu_checkpoint, a, branch_scale);
 }
 
 BertModel::Encoder::Encoder(Module* parent, const std::string& name, const BertConfig& c,
@@ -291,6 +325,14 @@ BertForPreTraining::BertForPreTraining(const BertConfig& c, bool nsp,
       config(c),
       with_nsp(nsp) {
   const auto group = ctx.tensor_group();
+  if (!group && ctx.experts.ep_size() > 1) {
+    // One process's initialisation, this rank's experts of it (names are global), the
+    // generator left where that process leaves it.
+    default_generator().set_state(start);
+    BertForPreTraining whole(c, nsp);
+    parallel::load_whole_state(*this, whole.state_dict(), 0, 1);
+    return;
+  }
   if (!group) {
     init_weights();
     return;
@@ -341,7 +383,20 @@ Tensor BertForPreTraining::loss(const Batch& b) {
   if (with_nsp && b.next_sentence_label.defined())
     loss = loss + cross_entropy((*cls.seq_relationship)(bert.pool(seq)),
                                 b.next_sentence_label.reshape({-1}));
+  if (config.moe)
+    if (const Tensor aux = moe_aux_loss(); aux.defined())
+      loss = loss + aux * config.moe->aux_loss_coef;
   return loss;
+}
+
+Tensor BertForPreTraining::moe_aux_loss() const {
+  Tensor total;
+  auto& layers = const_cast<nn::ModuleList&>(bert.encoder.layer);
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const BertLayer& l = layers.at<BertLayer>(i);
+    if (l.l_aux.defined()) total = total.defined() ? total + l.l_aux : l.l_aux;
+  }
+  return total;
 }
 
 void BertForPreTraining::load_from_whole(BertForPreTraining& whole) {

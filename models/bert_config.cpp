@@ -44,6 +44,13 @@ BertConfig BertConfig::from_json(const std::string& text) {
   else
     fail("BERT config: hidden_act '", act, "' is not supported (gelu or gelu_new)");
   c.sparse_attention = SparseAttention::read(j, "BERT config");
+  if (j.contains("tessera_moe")) {
+    try {
+      c.moe = MoELayout::from_json(j.at("tessera_moe").dump());
+    } catch (const json::exception& e) {
+      fail("BERT config: 'tessera_moe' is not Tessera's MoE layout: ", e.what());
+    }
+  }
   c.validate();
   return c;
 }
@@ -64,6 +71,7 @@ std::string BertConfig::to_json(const std::string& architecture) const {
          {"hidden_act", activation == GeluApprox::None ? "gelu" : "gelu_new"},
          {"tie_word_embeddings", true}};
   if (sparse_attention) sparse_attention->write(j);
+  if (moe) j["tessera_moe"] = json::parse(moe->to_json());
   return j.dump(2);
 }
 
@@ -76,6 +84,7 @@ void BertConfig::validate() const {
   if (sparse_attention)
     sparse_attention->validate(num_attention_heads, max_position_embeddings,
                                "max_position_embeddings");
+  if (moe) moe->validate(num_hidden_layers);
 }
 
 }  // namespace tessera::models

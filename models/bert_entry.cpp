@@ -5,6 +5,7 @@
 #include "tessera/models/bert.h"
 #include "tessera/models/bert_pipeline.h"
 #include "tessera/models/model_registry.h"
+#include "tessera/models/moe_config.h"
 #include "tessera/models/sparse_attention.h"
 #include "tessera/models/transformer_kernel.h"
 
@@ -29,6 +30,7 @@ BertConfig bert_config(const io::TrainConfig& cfg, int64_t vocab_size) {
   c.vocab_size = vocab_size;
   c.max_position_embeddings = m.block_size;
   c.hidden_dropout_prob = m.dropout;
+  c.moe = moe_of(cfg);
   return with_transformer_kernel(with_sparse_attention(c, cfg), cfg);
 }
 

@@ -135,9 +135,9 @@ namespace {
 void check_moe(io::TrainConfig& cfg) {
   const MoEConfig& m = cfg.section<MoEConfig>();
   if (!m.stated) return;
-  TS_CHECK(cfg.model.type == "gpt2", cfg.source,
-           ": 'moe' turns GPT-2's MLPs into MoE layers; model.type \"", cfg.model.type,
-           "\" has no MoE layers yet");
+  TS_CHECK(cfg.model.type == "gpt2" || cfg.model.type == "bert", cfg.source,
+           ": 'moe' turns GPT-2's and BERT's feed-forward layers into MoE layers; model.type \"",
+           cfg.model.type, "\" has no MoE layers yet");
   TS_CHECK(cfg.model.init_from.empty(), cfg.source,
            ": 'moe' with model.init_from: a dense checkpoint has no experts to load");
   m.layout.validate(cfg.model.n_layer);

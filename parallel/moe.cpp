@@ -96,24 +96,49 @@ std::vector<Tensor*> MoE::expert_parameters() {
   return out;
 }
 
-Tensor MoE::run_experts(const Tensor& dispatched) {
+Tensor MoE::run_experts(const Tensor& dispatched, const std::vector<int64_t>& fill) {
   const Shape& s = dispatched.shape();
   const int64_t G = s[0], E = s[1], C = s[2], M = s[3];
   const int64_t P = groups_.ep_size(), L = E / P;
+  const Device dev = dispatched.device();
   // [P, G, L, C, M]: chunk p holds what goes to the experts of expert-parallel rank p.
   Tensor x = dispatched.view({G, P, L, C, M}).permute({1, 0, 2, 3, 4}).contiguous();
   if (P > 1) x = all_to_all_first_dim(x, *groups_.expert_parallel);  // chunk p: from rank p
-  std::vector<Tensor> outs;
-  for (int64_t i = 0; i < L; ++i) {
-    const Tensor in = x.select(2, i).reshape({P * G * C, M});
-    outs.push_back((*local_experts[static_cast<size_t>(i)])(in).view({P, G, 1, C, M}));
+  // Each expert runs on the filled slots only (a buffer fills from slot 0; rank p's group g
+  // sent fill[(p G + g) E + e] tokens to expert e), so its work and its counted FLOPs are
+  // those of the tokens routed to it, not of the capacity padding. An expert without tokens
+  // runs on no rows: its gradients are zeros, as the padding would have given.
+  // One gather of every expert's rows, split per expert (a split's backward is one cat).
+  std::vector<int64_t> take, sizes;
+  std::vector<int64_t> back(static_cast<size_t>(P * G * L * C), -1);
+  for (int64_t l = 0; l < L; ++l) {
+    const size_t before = take.size();
+    for (int64_t pg = 0; pg < P * G; ++pg) {
+      const int64_t n = fill[static_cast<size_t>(pg * E + first_expert_ + l)];
+      for (int64_t c = 0; c < n; ++c) {
+        const int64_t row = (pg * L + l) * C + c;
+        back[static_cast<size_t>(row)] = static_cast<int64_t>(take.size());
+        take.push_back(row);
+      }
+    }
+    sizes.push_back(static_cast<int64_t>(take.size() - before));
   }
-  Tensor y = cat(outs, 2);
+  const auto done = static_cast<int64_t>(take.size());
+  const Tensor routed = embedding(x.reshape({P * G * L * C, M}), from_vector(take, {done}).to(dev));
+  const std::vector<Tensor> ins = split(routed, sizes, 0);
+  std::vector<Tensor> outs;
+  for (int64_t l = 0; l < L; ++l)
+    outs.push_back((*local_experts[static_cast<size_t>(l)])(ins[static_cast<size_t>(l)]));
+  for (int64_t& b : back)
+    if (b < 0) b = done;  // an empty slot: the zero row
+  outs.push_back(zeros({1, M}, outs.front().dtype(), dev));
+  Tensor y =
+      embedding(cat(outs, 0), from_vector(back, {P * G * L * C}).to(dev)).view({P, G, L, C, M});
   if (P > 1) y = all_to_all_first_dim(y, *groups_.expert_parallel);  // chunk p: rank p's experts
   return y.permute({1, 0, 2, 3, 4}).reshape({G, E, C, M});
 }
 
-// The gate over the G groups of the tokens: each group's routes, widened to one capacity.
+// The gate over the G groups of the tokens: each group's routes.
 std::vector<nn::MoERoutes> MoE::gate_groups(const Tensor& flat) {
   const int64_t M = hidden_size_, E = options_.num_experts, G = options_.gating_groups;
   const int64_t total = flat.shape()[0], S = total / G;
@@ -137,22 +162,45 @@ std::vector<nn::MoERoutes> MoE::gate_groups(const Tensor& flat) {
   if (go.k == 2 && go.top2_2nd_expert_sampling) noise.gumbel = sharded_gumbel(gen, total, E);
 
   std::vector<nn::MoERoutes> routes;
-  int64_t capacity = 0;
   for (int64_t g = 0; g < G; ++g) {
     const auto rows = [&](const Tensor& t) { return t.defined() ? t.narrow(0, g * S, S) : t; };
     const nn::GatingNoise part{rows(noise.gumbel), rows(noise.rts_uniform)};
     routes.push_back(go.k == 1 ? nn::top1_gating(logits.narrow(0, g * S, S), go, training, part)
                                : nn::top2_gating(logits.narrow(0, g * S, S), go, training, part));
-    capacity = std::max(capacity, routes.back().capacity);
   }
-  // One buffer size for every group and every expert-parallel rank (DeepSpeed agrees on the
-  // largest load without drop_tokens; ranks with fewer tokens need it as well).
-  if (groups_.ep_size() > 1)
-    capacity = static_cast<int64_t>(
-        groups_.expert_parallel->all_reduce_scalar(static_cast<double>(capacity), ReduceOp::Max));
-  for (auto& r : routes) widen(r, capacity);
-
   return routes;
+}
+
+// One buffer size for every group and every expert-parallel rank (DeepSpeed agrees on the
+// largest load without drop_tokens; ranks with fewer tokens need it as well), and the filled
+// slots the experts' ranks run on, [P][G][E]: one all-gather of [capacity, fill[G][E]].
+std::vector<int64_t> MoE::agree_buffers(std::vector<nn::MoERoutes>& routes) {
+  const int64_t E = options_.num_experts, G = options_.gating_groups;
+  std::vector<int64_t> mine(static_cast<size_t>(1 + G * E), 0);
+  int64_t capacity = 0;
+  for (int64_t g = 0; g < G; ++g) {
+    capacity = std::max(capacity, routes[static_cast<size_t>(g)].capacity);
+    const nn::MoERoutes& r = routes[static_cast<size_t>(g)];
+    for (const auto& route : r.slots)
+      for (int64_t slot : route)
+        if (slot >= 0) ++mine[static_cast<size_t>(1 + g * E + slot / r.capacity)];
+  }
+  mine[0] = capacity;
+  const int64_t P = groups_.ep_size();
+  std::vector<int64_t> all = mine;
+  if (P > 1) {
+    Tensor gathered = Tensor::empty({P * (1 + G * E)}, DType::Int64);
+    groups_.expert_parallel->all_gather(gathered, from_vector(mine, {1 + G * E}));
+    all.assign(gathered.data<int64_t>(), gathered.data<int64_t>() + gathered.numel());
+  }
+  std::vector<int64_t> fill;
+  for (int64_t p = 0; p < P; ++p) {
+    const auto at = all.begin() + p * (1 + G * E);
+    capacity = std::max(capacity, *at);
+    fill.insert(fill.end(), at + 1, at + 1 + G * E);
+  }
+  for (auto& r : routes) widen(r, capacity);
+  return fill;
 }
 
 MoE::Output MoE::forward(const Tensor& hidden_states) {
@@ -167,7 +215,8 @@ MoE::Output MoE::forward(const Tensor& hidden_states) {
   const int64_t S = total / G;
   const nn::MoEGateOptions& go = options_.gate;
   const Device dev = hidden_states.device();
-  const std::vector<nn::MoERoutes> routes = gate_groups(flat);
+  std::vector<nn::MoERoutes> routes = gate_groups(flat);
+  const std::vector<int64_t> fill = agree_buffers(routes);
   const int64_t capacity = routes.front().capacity;
 
   // Dispatch: slot g*E*C + e*C + c reads token row g*S + s (an empty slot reads a zero row).
@@ -202,7 +251,7 @@ MoE::Output MoE::forward(const Tensor& hidden_states) {
   const Tensor dispatched =
       embedding(cat({flat, zero_row}, 0), from_vector(source, {slots}).to(dev))
           .view({G, E, capacity, M});
-  const Tensor expert_out = run_experts(dispatched);
+  const Tensor expert_out = run_experts(dispatched, fill);
   // Combine in float32 (DeepSpeed's _sparse_decode), summed over the routes.
   const Tensor padded = cat({expert_out.reshape({slots, M}), zero_row}, 0);
   Tensor combined;

@@ -12,6 +12,7 @@
 
 #include "relative_error.h"
 #include "tessera/io/safetensors.h"
+#include "tessera/nn/flops_profiler.h"
 #include "tessera/nn/moe_gating.h"
 #include "tessera/ops.h"
 #include "tessera/parallel/moe.h"
@@ -164,7 +165,14 @@ TEST_CASE("the MoE layer equals DeepSpeed's MoE: output, l_aux, counts, every gr
       if (key.rfind(prefix, 0) == 0) state["moe." + key.substr(prefix.size())] = t;
     root.load_state_dict(state);  // strict: DeepSpeed's names, every one
     Tensor x = f.at(name + ".x").clone().requires_grad_();
+    nn::FlopsProfiler prof(root);
+    prof.start_profile();
     const parallel::MoE::Output out = moe.forward(x);
+    prof.stop_profile();
+    // The experts work on the routed tokens only, not on their capacity buffers' padding:
+    // each kept route is one token through fc (8 x 12) and proj (12 x 8).
+    CHECK(prof.figures(moe.deepspeed_experts).macs ==
+          (out.routes - out.dropped_routes) * (8 * 12 + 12 * 8));
     CHECK(rel_diff(out.output, f.at(name + ".out")) < 1e-6);
     CHECK(std::abs(out.l_aux.item() - f.at(name + ".l_aux").item()) < 1e-6);
     CHECK(out.exp_counts == ints(f.at(name + ".exp_counts")));

@@ -45,6 +45,10 @@ config top1ep2 "$top1, \"ep_size\": 2}"
 config nodropg2 "$top2, \"drop_tokens\": false, \"gating_groups\": 2}"
 config nodropep2 "$top2, \"drop_tokens\": false, \"ep_size\": 2}"
 config zero2 "$top2}" 'c["zero_optimization"]["stage"] = 2'
+# BERT (masked LM + next sentence, dropout 0.1): layer 1's feed-forward part as a MoE layer.
+bert='c["model"] = {"type": "bert", "n_layer": 2, "n_head": 2, "n_embd": 32, "intermediate_size": 64, "block_size": 16, "dropout": 0.1}; c["data"].update({"mask_prob": 0.15, "nsp": True})'
+config bertg2 "$top2, \"gating_groups\": 2}" "$bert"
+config bertep2 "$top2, \"ep_size\": 2}" "$bert"
 run g4 1 g4
 run ep4 4 ep4
 run ep2x2 4 ep2
@@ -56,6 +60,8 @@ run nodropg2 1 nodropg2
 run nodropep2 2 nodropep2
 run ep1x2 2 ep1
 run zero2 2 zero2
+run bertg2 1 bertg2
+run bertep2 2 bertep2 --save bertck
 mkdir -p "$work/mpi"
 mpirun -np 4 -x LD_PRELOAD="$counter" -x TESSERA_MPI_COUNT_DIR="$work/mpi" "$tessera" train ep2.json \
   --data corpus.txt --json > counted.out 2>&1 || { echo "FAIL counted run"; tail -3 counted.out; exit 1; }
@@ -68,7 +74,7 @@ def line(name): return json.loads(open(name + ".res").read().splitlines()[-1])
 def close(a, b, name, tol=1e-6):
     assert abs(a - b) <= tol * abs(b), f"{name}: {a} vs {b}"
 pairs = [("ep4", "g4"), ("ep2x2", "g4"), ("ep2", "g2"), ("top1ep2", "top1g2"),
-         ("nodropep2", "nodropg2"), ("zero2", "ep1x2")]
+         ("nodropep2", "nodropg2"), ("zero2", "ep1x2"), ("bertep2", "bertg2")]
 for got, want in pairs:
     g, w = line(got), line(want)
     close(g["train_loss"], w["train_loss"], f"{got} train_loss")
@@ -80,6 +86,21 @@ for got, want in pairs:
     close(g["val_loss"], w["val_loss"], f"{got} val_loss", 1e-5)
 print("N ranks reproduce one process:", ", ".join(f"{a} = {b}" for a, b in pairs))
 assert line("g4")["train_loss"] != line("g2")["train_loss"]  # the gating groups matter
+# BERT's MoE layer holds its experts under the dense layer's names, and no dense layer.
+def names(path):
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        return set(json.loads(f.read(n))) - {"__metadata__"}
+ck = "bertck/" + open("bertck/latest").read().strip()
+dense, experts = names(f"{ck}/model.safetensors"), names(f"{ck}/moe_experts_1.safetensors")
+layer = "bert.encoder.layer.1."
+assert layer + "moe.deepspeed_moe.gate.wg.weight" in dense, sorted(dense)
+assert layer + "output.LayerNorm.weight" in dense and layer + "output.dense.weight" not in dense
+assert not any(n.startswith(layer + "intermediate") for n in dense), sorted(dense)
+assert "bert.encoder.layer.0.intermediate.dense.weight" in dense
+assert experts == {layer + f"moe.deepspeed_moe.experts.deepspeed_experts.{e}.{p}.dense.{w}"
+                   for e in (2, 3) for p in ("intermediate", "output") for w in ("weight", "bias")}, experts
+assert line("bertep2")["moe_aux_loss"] > 0
 # 2 -> 1 -> 4 experts' ranks, resumed from checkpoints: the uninterrupted run's losses.
 assert line("save")["step"] == 10 and line("mid")["step"] == 15 and line("resumed")["step"] == 20
 close(line("resumed")["train_loss"], line("ep2x2")["train_loss"], "resumed across ep_size")
@@ -93,11 +114,17 @@ a2a = line("ep4")["ep_comms"]["all_to_all"]
 assert a2a["message_bytes"] == 20 * 4 * 4 * 12 * 32 * 4, a2a
 # The experts' gradients (2 of 4 experts a rank: 2 x (32x128 + 128 + 128x32 + 32) floats... no
 # biases: bias false) over the 2-rank expert-data-parallel group, once a step; none over the
-# expert-parallel group, whose all-reduces are the capacity agreement (8 bytes each).
+# expert-parallel group, whose other collectives are each forward's agreement on the capacity
+# and the filled slots (an all-gather of 1 + E int64 a rank) and the experts' squares of the
+# gradient norm (8 bytes a step).
 experts = 2 * (32 * 128 + 128 * 32) * 4
 dp = line("ep2x2")["expert_dp_comms"]["all_reduce"]
 assert dp["calls"] == 20 and dp["message_bytes"] == 20 * experts, dp
-assert line("ep2x2")["ep_comms"]["all_reduce"]["message_bytes"] % 8 == 0
+ep = line("ep2x2")["ep_comms"]
+assert set(ep) == {"all_to_all", "all_gather", "all_reduce"}, ep
+assert ep["all_gather"]["calls"] == 20, ep  # gathered: 2 ranks x (1 + 4) int64
+assert ep["all_gather"]["message_bytes"] == 20 * 2 * 5 * 8, ep
+assert ep["all_reduce"] == {**ep["all_reduce"], "calls": 20, "message_bytes": 20 * 8}, ep  # norm
 # At the MPI calls: the 80 training exchanges and the final evaluation's 2 forwards x 2 at the
 # evaluation capacity (eval_capacity_factor 1: C = ceil(32 / 4 x 2) = 16).
 for r in range(4):

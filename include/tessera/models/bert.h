@@ -20,6 +20,7 @@
 #include <memory>
 #include <string>
 
+#include "tessera/models/moe_config.h"
 #include "tessera/models/pretrained.h"
 #include "tessera/models/sparse_attention.h"
 #include "tessera/nn/layers.h"
@@ -51,6 +52,10 @@ struct BertConfig {
   // as DeepSpeed's transformer kernel with these options. A run's choice: config.json does not
   // keep it.
   std::optional<nn::TransformerKernelOptions> transformer_kernel;
+  // The "moe" section (models/moe_config.h): set, every expert_interval-th layer's feed-forward
+  // part (intermediate.dense, GELU, output.dense) is a DeepSpeed MoE layer of BertExperts;
+  // config.json keeps it as "tessera_moe".
+  std::optional<MoELayout> moe;
 
   // "bert-base", "bert-large", "tiny" (tests)
   static BertConfig named(const std::string& name);
@@ -74,6 +79,21 @@ class BertEmbeddings : public nn::Module {
   std::shared_ptr<parallel::ProcessGroup> sequence_group;  // null without sequence parallelism
 };
 
+// One expert of a BERT MoE layer: the layer's intermediate.dense, GELU and output.dense,
+// whole on its rank, under the dense layer's names.
+class BertExpert : public nn::UnaryModule {
+ public:
+  BertExpert(Module* parent, const std::string& name, const BertConfig& c);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "BertExpert"; }
+  struct Dense : nn::Module {
+    Dense(Module* parent, const std::string& name, int64_t in, int64_t out);
+    nn::Linear dense;
+  };
+  Dense intermediate, output;
+  GeluApprox activation;
+};
+
 class BertLayer : public nn::Module {
  public:
   // `layer`: the layer's index in the encoder (its sparse attention layout).
@@ -89,13 +109,16 @@ class BertLayer : public nn::Module {
     parallel::ColumnParallelLinear query, key, value;
   };
   struct Output : nn::Module {  // dense -> dropout -> LayerNorm(x + residual)
+    // `in` 0: no dense (a MoE layer's output: its experts hold the dense layers).
     Output(Module* parent, const std::string& name, int64_t in, const BertConfig& c,
            const parallel::ParallelContext& ctx);
     Tensor forward(const Tensor& x, const Tensor& residual, double branch_scale = 1.0);
+    // LayerNorm(dropout(y) + residual): the part after dense.
+    Tensor finish(const Tensor& y, const Tensor& residual, double branch_scale = 1.0);
     // forward(gelu(x)), the GELU recomputed in backward with recompute_gelu.
     Tensor forward_of_gelu(const Tensor& x, GeluApprox approximate, bool recompute_gelu,
                            const Tensor& residual, double branch_scale = 1.0);
-    parallel::RowParallelLinear dense;
+    std::unique_ptr<parallel::RowParallelLinear> dense;  // null in a MoE layer's output
     parallel::SequenceParallelLayerNorm LayerNorm;
     nn::Dropout dropout;  // on the all-reduced (whole) output
   };
@@ -112,8 +135,12 @@ class BertLayer : public nn::Module {
   };
 
   Attention attention;
-  Intermediate intermediate;
-  Output output;
+  // Dense layers: intermediate and output. MoE layers (the "moe" section): moe, registered as
+  // "moe", and output without its dense layer (dropout, residual, LayerNorm after the combine).
+  std::unique_ptr<Intermediate> intermediate;
+  std::unique_ptr<parallel::MoE> moe;
+  std::unique_ptr<Output> output;
+  Tensor l_aux;   // the MoE layer's load-balancing loss of the last forward (undefined: none)
   int64_t heads;  // this rank's
   GeluApprox activation;
   SparseAttentionLayer sparse;  // with sparse_attention: this layer's layout, this rank's heads
@@ -203,8 +230,10 @@ class BertForPreTraining : public PretrainedModel {
   Tensor logits(const Batch& b) override;  // MLM logits [B, T, V], whole in every layout
   Tensor nsp_logits(const Batch& b);       // [B, 2]
   // MLM cross-entropy over targets != -100, plus the NSP loss when the model has the head and
-  // the batch has next_sentence_label.
+  // the batch has next_sentence_label, plus moe.aux_loss_coef x the MoE layers' l_aux.
   Tensor loss(const Batch& b) override;
+  // The MoE layers' load-balancing losses of the last forward, summed (undefined: no MoE).
+  Tensor moe_aux_loss() const;
   std::vector<HFWeight> hf_weights() override;
   std::string hf_prefix() const override { return "bert."; }
   bool hf_ignorable(const std::string& key) const override;

@@ -79,7 +79,10 @@ class MoE : public nn::Module {
 
  private:
   std::vector<nn::MoERoutes> gate_groups(const Tensor& flat);  // flat: [tokens, M]
-  Tensor run_experts(const Tensor& dispatched);                // [G, E, C, M] -> [G, E, C, M]
+  // Widens the routes to one capacity; returns the filled slots, [ep_size][G][E].
+  std::vector<int64_t> agree_buffers(std::vector<nn::MoERoutes>& routes);
+  // [G, E, C, M] -> [G, E, C, M]
+  Tensor run_experts(const Tensor& dispatched, const std::vector<int64_t>& fill);
   MoEOptions options_;
   ExpertParallelGroups groups_;
   Stats last_;
