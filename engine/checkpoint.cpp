@@ -113,6 +113,8 @@ void Engine::write_checkpoint_files(const fs::path& tmp, const nlohmann::json& c
     checkpoint_files_->write(*this, tmp);
   } else if (zero_) {
     std::map<std::string, Tensor> shard = zero_->shard_state();
+    // (MoE expert parallelism: the experts, whole, in their own files.)
+    if (zero_->expert_layout()) write_zero_expert_files(tmp, shard);
     shard["step"] = full({}, static_cast<double>(zero_->optimizer().step_count()), DType::Int64);
     io::save_safetensors((tmp / parallel::zero_shard_file(rank, tp_file_rank())).string(), shard);
   }
@@ -137,9 +139,13 @@ void Engine::write_checkpoint_files(const fs::path& tmp, const nlohmann::json& c
   if (writer && !checkpoint_files_) {
     if (zero_ && zero_->stage() < 3) {
       // Whole weights (the model's dtype) for tools that read model.safetensors; ZeRO-3 has
-      // none on one rank: `tessera zero-to-fp32` rebuilds them from the shards.
+      // none on one rank: `tessera zero-to-fp32` rebuilds them from the shards. (Experts are
+      // in their own files.)
+      std::map<std::string, Tensor> weights = model_.state_dict();
+      for (auto& [name, t] : model_.named_parameters())
+        if (is_expert(t)) weights.erase(name);
       io::save_safetensors((tmp / checkpoint_weights_file("model", tp_file_rank())).string(),
-                           model_.state_dict());
+                           weights);
     }
   }
   if (is_lead()) {
@@ -248,25 +254,13 @@ std::string latest_tag(const std::string& dir) {
 }
 
 // ZeRO: the masters and optimizer state, whole, from every replica's partitions (collective
-// over the data-parallel group).
+// over the data-parallel group, and over their replicas for MoE experts).
 void gather_zero_state(parallel::ZeroOptimizer& zero, std::map<std::string, Tensor>& weights,
                        std::map<std::string, Tensor>& opt) {
   const std::map<std::string, Tensor> shards = zero.shard_state();
-  parallel::ProcessGroup& group = zero.group();
-  const int world = group.size();
-  for (const auto& e : zero.layout().entries) {
-    const std::string prefix = e.name + ".";
-    for (auto it = shards.lower_bound(e.name); it != shards.end(); ++it) {
-      const std::string& key = it->first;
-      const bool master = key == e.name;
-      if (!master && key.compare(0, prefix.size(), prefix) != 0) break;
-      if (!master && key.find('.', prefix.size()) != std::string::npos) continue;  // another's
-      Tensor all = Tensor::empty({world * e.shard}, it->second.dtype(), it->second.device());
-      group.all_gather(all, it->second.contiguous());
-      Tensor whole = all.narrow(0, 0, e.numel).reshape(e.shape);
-      (master ? weights[e.name] : opt[key]) = whole;
-    }
-  }
+  parallel::gather_whole_state(zero.group(), zero.layout(), shards, weights, opt);
+  if (const parallel::ShardLayout* experts = zero.expert_layout())
+    parallel::gather_whole_state(*zero.expert_data_group(), *experts, shards, weights, opt);
   const auto state = zero.optimizer().state_dict();
   if (state.count("step")) opt["step"] = state.at("step");
 }
@@ -342,7 +336,8 @@ void Engine::load_weights_and_optimizer(const fs::path& d, const nlohmann::json&
     checkpoint_files_->load(*this, d, strict, load_optimizer);
     return;
   }
-  if (zero_ && state.contains("zero") && saved_tp == tp) {
+  // (MoE experts come whole from their files: the general path below.)
+  if (zero_ && state.contains("zero") && saved_tp == tp && !zero_->expert_layout()) {
     // Each rank reads only the parts of the saved shards that make up its own partition.
     const parallel::ConsolidatedState c =
         parallel::load_zero_partition(d.string(), zero_->layout(), group_->rank(), tp_file_rank());

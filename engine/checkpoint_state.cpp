@@ -192,6 +192,7 @@ RankCheckpointState read_rank_checkpoint(const std::string& tag_dir, bool zero, 
     parallel::ConsolidatedState c = parallel::consolidate_zero_checkpoint(tag_dir, tp_rank);
     out.weights = std::move(c.masters);
     if (with_optimizer) out.optimizer = std::move(c.optimizer);
+    add_expert_files(fs::path(tag_dir), out, with_optimizer);  // (MoE: experts stay whole)
     return out;
   }
   const fs::path dir(tag_dir);

@@ -368,10 +368,11 @@ StepStats Engine::step(const LrKwargs& lr_kwargs) {
     const auto gradients = timers_.start();
     // Partition gradients are sums over ranks (and loss-scaled): average and unscale.
     const double coef = clip_factor(
-        st,
-        parallel::global_grad_norm(
-            zero_->prepare_master_grads(post_scale_ / scaler_.scale()),
-            {.partition = &zero_->group(), .tensor = tp_group_.get(), .pipe = pipe_group_.get()}));
+        st, parallel::global_grad_norm(zero_->prepare_master_grads(post_scale_ / scaler_.scale()),
+                                       {.partition = &zero_->group(),
+                                        .tensor = tp_group_.get(),
+                                        .pipe = pipe_group_.get(),
+                                        .expert = expert_group_.get()}));
     if (coef < 1.0) zero_->scale_master_grads(coef);
     timers_.stop(EngineTimers::OptimizerGradients, gradients);
   } else {

@@ -9,7 +9,9 @@
 #include "tessera/io/safetensors.h"
 #include "tessera/ops.h"
 #include "tessera/parallel/moe.h"
+#include "tessera/parallel/zero_checkpoint.h"
 #include "tessera/parallel/zero_config.h"
+#include "tessera/parallel/zero_optimizer.h"
 
 namespace tessera::engine {
 
@@ -38,9 +40,9 @@ void Engine::setup_experts() {
            "engine: moe.ep_size ", expert_group_->size(), " x ", expert_data_group_->size(),
            " expert replicas do not make the ", group_->size(), " data-parallel ranks");
   const auto stage = parallel::zero_config(config_).stage;
-  TS_CHECK(stage == 0, "engine: zero_optimization.stage ", stage,
+  TS_CHECK(stage < 3, "engine: zero_optimization.stage ", stage,
            " with MoE expert parallelism (moe.ep_size ", expert_group_->size(),
-           " > 1) is not built yet; use stage 0, or ep_size 1");
+           " > 1) is not built yet; use stage 1 or 2, or ep_size 1");
   TS_CHECK(!tp_group_, "engine: MoE expert parallelism (moe.ep_size ", expert_group_->size(),
            ") with tensor parallelism is not built yet");
   TS_CHECK(!pipe_group_, "engine: MoE expert parallelism (moe.ep_size ", expert_group_->size(),
@@ -99,6 +101,17 @@ void Engine::write_expert_files(const std::filesystem::path& dir,
   const int ep_rank = expert_group_->rank();
   io::save_safetensors((dir / moe_experts_file(ep_rank, false)).string(), mine);
   io::save_safetensors((dir / moe_experts_file(ep_rank, true)).string(), mine_opt);
+}
+
+void Engine::write_zero_expert_files(const std::filesystem::path& dir,
+                                     std::map<std::string, Tensor>& shard) {
+  std::map<std::string, Tensor> weights, opt;
+  parallel::gather_whole_state(*zero_->expert_data_group(), *zero_->expert_layout(), shard, weights,
+                               opt);
+  std::erase_if(shard, [&](const auto& e) {
+    return weights.count(e.first) || weights.count(parameter_of(e.first));
+  });
+  write_expert_files(dir, weights, opt);
 }
 
 void Engine::keep_own_experts(std::map<std::string, Tensor>& weights,

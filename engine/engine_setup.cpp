@@ -178,6 +178,11 @@ void Engine::setup_parallel(std::vector<optim::ParamGroup> groups,
   zo.offload_optimizer = z.offload_optimizer_device == "cpu";
   zo.pin_memory = zo.offload_optimizer && z.offload_pin_memory;
   zo.allgather_bucket_size = z.allgather_bucket_size;
+  if (!expert_slots_.empty()) {  // experts partitioned over their own replicas
+    zo.expert_data_group = expert_data_group_;
+    for (auto& [n, t] : model_.named_parameters())
+      if (is_expert(t)) zo.expert_params.insert(n);
+  }
   if (tp_group_) {
     zo.tensor_parallel_group = tp_group_;
     for (const auto& split : parallel::tensor_parallel_layout(model_))

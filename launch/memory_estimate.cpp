@@ -3,6 +3,7 @@
 #include "tessera/parallel/zero_config.h"
 
 #include <algorithm>
+#include <set>
 
 #include "tessera/io/token_data.h"
 #include "tessera/io/tokenizer.h"
@@ -11,6 +12,7 @@
 #include "tessera/models/activation_memory.h"
 #include "tessera/models/model_registry.h"
 #include "tessera/optim/optimizer_registry.h"
+#include "tessera/parallel/moe.h"
 #include "tessera/parallel/pipe_schedule.h"
 #include "tessera/parallel/pipeline_config.h"
 #include "tessera/parallel/shape_only_group.h"
@@ -64,10 +66,31 @@ parallel::ExpertParallelGroups shape_only_expert_groups(const io::TrainConfig& c
           std::make_shared<parallel::ShapeOnlyGroup>(static_cast<int>(cfg.world_size) / ep)};
 }
 
-parallel::ShardLayout layout_of(nn::Module& model, int data_ranks) {
+// The layout of `model`'s parameters over `data_ranks`; `experts` picks the MoE experts
+// alone, or all but them (nullopt: every parameter).
+parallel::ShardLayout layout_of(nn::Module& model, int data_ranks,
+                                std::optional<bool> experts = std::nullopt) {
+  std::set<const Tensor*> expert_slots;
+  for (auto& [path, layer] : parallel::moe_layers(model))
+    for (Tensor* t : layer->expert_parameters()) expert_slots.insert(t);
   std::vector<std::pair<std::string, Shape>> shapes;
-  for (auto& [n, t] : model.named_parameters()) shapes.emplace_back(n, t->shape());
+  for (auto& [n, t] : model.named_parameters())
+    if (!experts || *experts == static_cast<bool>(expert_slots.count(t)))
+      shapes.emplace_back(n, t->shape());
   return parallel::ShardLayout(shapes, data_ranks);
+}
+
+// A rank's model state at ZeRO `stage`: with MoE expert parallelism (stages 1-2) the experts
+// are partitioned over their dp / ep_size replicas, the rest over the dp ranks.
+ModelStateBytes rank_state_bytes(const io::TrainConfig& cfg, nn::Module& model, int stage, int dp) {
+  const auto moe = models::moe_of(cfg);
+  if (stage == 0 || !moe || moe->ep_size == 1)
+    return model_state_bytes(cfg, layout_of(model, dp), stage, dp);
+  const int replicas = dp / static_cast<int>(moe->ep_size);
+  const ModelStateBytes d = model_state_bytes(cfg, layout_of(model, dp, false), stage, dp);
+  const ModelStateBytes e =
+      model_state_bytes(cfg, layout_of(model, replicas, true), stage, replicas);
+  return {d.params + e.params, d.grads + e.grads, d.optimizer + e.optimizer, d.buffers + e.buffers};
 }
 
 }  // namespace
@@ -142,7 +165,7 @@ MemoryEstimate estimate_memory(const io::TrainConfig& cfg, int64_t vocab) {
   e.model_name = model->type_name();
   e.parameters = layout.total_numel();
   for (int s = 0; s <= 3; ++s)
-    e.by_zero_stage[static_cast<size_t>(s)] = model_state_bytes(cfg, layout, s, dp);
+    e.by_zero_stage[static_cast<size_t>(s)] = rank_state_bytes(cfg, *model, s, dp);
   const std::optional<int64_t> activations = activation_bytes(cfg, vocab);
   e.activations = activations.value_or(0);
   e.activations_estimated = activations.has_value();

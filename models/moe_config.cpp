@@ -148,9 +148,9 @@ void check_moe(io::TrainConfig& cfg) {
   TS_CHECK(parallel::tensor_parallel_config(cfg).autotp_size == 1, cfg.source,
            ": 'moe' with tensor parallelism (tensor_parallel.autotp_size > 1) is not built yet");
   const auto stage = parallel::zero_config(cfg).stage;
-  TS_CHECK(m.layout.ep_size == 1 || stage == 0, cfg.source, ": zero_optimization.stage ", stage,
+  TS_CHECK(m.layout.ep_size == 1 || stage < 3, cfg.source, ": zero_optimization.stage ", stage,
            " with MoE expert parallelism ('moe.ep_size' ", m.layout.ep_size,
-           " > 1) is not built yet; use stage 0, or ep_size 1");
+           " > 1) is not built yet; use stage 1 or 2, or ep_size 1");
   TS_CHECK(!parallel::activation_checkpointing_config(cfg).enabled, cfg.source,
            ": 'moe' with activation_checkpointing is not built yet (the aux loss of a "
            "recomputed layer)");

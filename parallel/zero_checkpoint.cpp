@@ -172,4 +172,24 @@ ConsolidatedState load_zero_partition(const std::string& tag_dir, const ShardLay
   return out;
 }
 
+void gather_whole_state(ProcessGroup& group, const ShardLayout& layout,
+                        const std::map<std::string, Tensor>& shards,
+                        std::map<std::string, Tensor>& masters,
+                        std::map<std::string, Tensor>& optimizer) {
+  const int world = group.size();
+  for (const auto& e : layout.entries) {
+    const std::string prefix = e.name + ".";
+    for (auto it = shards.lower_bound(e.name); it != shards.end(); ++it) {
+      const std::string& key = it->first;
+      const bool master = key == e.name;
+      if (!master && key.compare(0, prefix.size(), prefix) != 0) break;
+      if (!master && key.find('.', prefix.size()) != std::string::npos) continue;  // another's
+      Tensor all = Tensor::empty({world * e.shard}, it->second.dtype(), it->second.device());
+      group.all_gather(all, it->second.contiguous());
+      Tensor whole = all.narrow(0, 0, e.numel).reshape(e.shape);
+      (master ? masters[e.name] : optimizer[key]) = whole;
+    }
+  }
+}
+
 }  // namespace tessera::parallel

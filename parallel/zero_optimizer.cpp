@@ -78,40 +78,16 @@ ZeroOptimizer::ZeroOptimizer(nn::Module& model, std::shared_ptr<ProcessGroup> gr
   // the host and the update runs there; only parameters and gradients stay on the GPU.
   state_device_ = options.offload_optimizer ? Device::cpu() : device_;
   pin_ = options.pin_memory && device_.is_cuda() && state_device_ != device_;
-  std::vector<std::pair<std::string, Shape>> shapes;
-  for (auto& [name, t] : params_) {
+  for (auto& [name, t] : params_)
     TS_CHECK(t->dtype() == model_dtype_ && t->device() == device_, "ZeRO: parameter '", name,
              "' is ", t->describe(), "; every parameter must be ", dtype_name(model_dtype_), " on ",
              device_.str());
-    shapes.emplace_back(name, t->shape());
-  }
-  const int world = group_->size(), rank = group_->rank();
-  layout_ = ShardLayout(shapes, world);
-  const int64_t P = layout_.partition_numel;
-
   // A float32 model updated where it lives (stages 1-2, no offload) needs no master copy:
   // each parameter becomes a view of a padded [world * shard] storage, and the optimizer
   // updates this rank's [shard] slice of it in place (DeepSpeed keeps a second copy).
   model_is_master_ = options.stage < 3 && model_dtype_ == DType::Float32 &&
                      options.compute_dtype == DType::Float32 && state_device_ == device_;
-  if (model_is_master_) {
-    for (size_t i = 0; i < params_.size(); ++i) {
-      const auto& e = layout_.entries[i];
-      Tensor padded = zeros({e.shard * world}, DType::Float32, device_);
-      padded.narrow(0, 0, e.numel).copy_(params_[i].second->reshape({-1}));
-      Tensor param = Tensor::make_view(padded, e.shape, contiguous_strides(e.shape), 0);
-      param.requires_grad_(true);
-      *params_[i].second = param;
-      master_views_.push_back(padded.narrow(0, rank * e.shard, e.shard));
-    }
-  } else {
-    master_ = zeros({P}, DType::Float32, state_device_);
-    for (size_t i = 0; i < params_.size(); ++i) {
-      const auto& e = layout_.entries[i];
-      master_views_.push_back(master_.narrow(0, e.offset, e.shard));
-      master_views_.back().copy_(shard_of(*params_[i].second, e, rank));
-    }
-  }
+  build_partitions();
   if (options.compute_dtype != model_dtype_) {
     model.to(options.compute_dtype);
     params_ = model.named_parameters();
@@ -120,12 +96,14 @@ ZeroOptimizer::ZeroOptimizer(nn::Module& model, std::shared_ptr<ProcessGroup> gr
 
   partitioned_.assign(params_.size(), false);
   if (options.stage == 3) {
+    const Partition& part = parts_[0];  // (no experts: refused by build_partitions)
+    const int world = group_->size();
     param_shards_ = model_dtype_ == DType::Float32 && state_device_ == device_
-                        ? master_
-                        : master_.to(device_).to(model_dtype_);
+                        ? part.master
+                        : part.master.to(device_).to(model_dtype_);
     fetcher_ = std::make_shared<Zero3Fetcher>(group_, options.prefetch_bucket_size);
     for (size_t i = 0; i < params_.size(); ++i) {
-      const auto& e = layout_.entries[i];
+      const auto& e = entry(i);
       if (e.numel <= options.param_persistence_threshold) continue;
       partitioned_[i] = true;
       // The parameter becomes a view of a padded [world * shard] storage that is gathered
@@ -140,30 +118,81 @@ ZeroOptimizer::ZeroOptimizer(nn::Module& model, std::shared_ptr<ProcessGroup> gr
     }
   }
 
-  grad_partition_ = zeros({P}, options.comm_dtype, device_);
   GradBuckets::Options bo;
   bo.bucket_numel = options.reduce_bucket_size;
   bo.overlap = options.overlap_comm;
   bo.pre_scale = options.pre_scale;
   bo.comm_dtype = options.comm_dtype;
-  std::vector<Tensor*> slots;
-  for (auto& [n, t] : params_) slots.push_back(t);
-  buckets_ = std::make_unique<GradBuckets>(group_, slots, GradBuckets::Mode::ReduceScatter, bo,
-                                           &layout_, grad_partition_);
+  for (Partition& part : parts_) {
+    part.grad_partition = zeros({part.layout.partition_numel}, options.comm_dtype, device_);
+    std::vector<Tensor*> slots;
+    for (size_t i : part.params) slots.push_back(params_[i].second);
+    part.buckets = std::make_unique<GradBuckets>(
+        part.group, slots, GradBuckets::Mode::ReduceScatter, bo, &part.layout, part.grad_partition);
+  }
 
   // The optimizer updates this rank's master shards of each group's parameters.
-  std::map<std::string, size_t> index;
-  for (size_t i = 0; i < params_.size(); ++i) index[layout_.entries[i].name] = i;
   for (auto& g : groups) {
     g.params.clear();
     for (const std::string& name : g.names) {
-      const auto it = index.find(name);
-      TS_CHECK(it != index.end(), "ZeRO: optimizer group parameter '", name,
+      const auto it = index_.find(name);
+      TS_CHECK(it != index_.end(), "ZeRO: optimizer group parameter '", name,
                "' is not a parameter of the model");
       g.params.push_back(master_views_[it->second]);
     }
   }
   optimizer_ = make_optimizer(std::move(groups));
+}
+
+// Splits the parameters into their partitions (experts apart with expert_params) and makes
+// each rank's float32 master shards of them.
+void ZeroOptimizer::build_partitions() {
+  const bool experts = !options_.expert_params.empty();
+  TS_CHECK(!experts || options_.expert_data_group,
+           "ZeRO: expert parameters were given without their data-parallel group");
+  TS_CHECK(!experts || options_.stage < 3,
+           "ZeRO: stage 3 with MoE expert parallelism is not "
+           "built yet; use stage 1 or 2");
+  parts_.resize(experts ? 2 : 1);
+  parts_[0].group = group_;
+  if (experts) parts_[1].group = options_.expert_data_group;
+  std::vector<std::vector<std::pair<std::string, Shape>>> shapes(parts_.size());
+  place_.resize(params_.size());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const std::string& name = params_[i].first;
+    index_[name] = i;
+    const size_t p = options_.expert_params.count(name) ? 1 : 0;
+    place_[i] = {p, parts_[p].params.size()};
+    parts_[p].params.push_back(i);
+    shapes[p].emplace_back(name, params_[i].second->shape());
+  }
+  for (const std::string& name : options_.expert_params)
+    TS_CHECK(index_.count(name), "ZeRO: expert parameter '", name,
+             "' is not a parameter of the model");
+  master_views_.resize(params_.size());
+  for (size_t p = 0; p < parts_.size(); ++p) {
+    Partition& part = parts_[p];
+    const int world = part.group->size(), rank = part.group->rank();
+    part.layout = ShardLayout(shapes[p], world);
+    if (!model_is_master_)
+      part.master = zeros({part.layout.partition_numel}, DType::Float32, state_device_);
+    for (size_t k = 0; k < part.params.size(); ++k) {
+      const auto& e = part.layout.entries[k];
+      Tensor& param = *params_[part.params[k]].second;
+      Tensor& view = master_views_[part.params[k]];
+      if (!model_is_master_) {
+        view = part.master.narrow(0, e.offset, e.shard);
+        view.copy_(shard_of(param, e, rank));
+        continue;
+      }
+      Tensor padded = zeros({e.shard * world}, DType::Float32, device_);
+      padded.narrow(0, 0, e.numel).copy_(param.reshape({-1}));
+      Tensor whole = Tensor::make_view(padded, e.shape, contiguous_strides(e.shape), 0);
+      whole.requires_grad_(true);
+      param = whole;
+      view = padded.narrow(0, rank * e.shard, e.shard);
+    }
+  }
 }
 
 Tensor ZeroOptimizer::staged_for_device(const Tensor& host) const {
@@ -186,56 +215,71 @@ GradSquares ZeroOptimizer::prepare_master_grads(double scale) {
   // The update writes the shards (the masters themselves in float32 stage 3): no gather
   // may still be reading them.
   if (fetcher_) fetcher_->drain();
-  if (grad_partition_.dtype() == DType::Float32 && scale == 1.0 && state_device_ == device_) {
-    master_grads_ = grad_partition_;
-  } else {
-    // Offloaded: the reduced partition crosses to the host in the communication dtype.
-    Tensor host = grad_partition_;
-    if (pin_) {
-      host = Tensor::empty_pinned(grad_partition_.shape(), grad_partition_.dtype());
-      host.copy_(grad_partition_);
+  for (Partition& part : parts_) {
+    if (part.grad_partition.dtype() == DType::Float32 && scale == 1.0 && state_device_ == device_) {
+      part.master_grads = part.grad_partition;
+      continue;
     }
-    master_grads_ = host.to(state_device_).to(DType::Float32);
-    if (scale != 1.0) master_grads_.mul_(scale);
+    // Offloaded: the reduced partition crosses to the host in the communication dtype.
+    Tensor host = part.grad_partition;
+    if (pin_) {
+      host = Tensor::empty_pinned(part.grad_partition.shape(), part.grad_partition.dtype());
+      host.copy_(part.grad_partition);
+    }
+    part.master_grads = host.to(state_device_).to(DType::Float32);
+    if (scale != 1.0) part.master_grads.mul_(scale);
   }
   for (auto& g : optimizer_->groups())
     for (size_t k = 0; k < g.params.size(); ++k) {
-      const ShardLayout::Entry* e = layout_.find(g.names[k]);
-      g.params[k].set_grad(master_grads_.narrow(0, e->offset, e->shard));
+      const size_t i = index_.at(g.names[k]);
+      const ShardLayout::Entry& e = entry(i);
+      g.params[k].set_grad(parts_[place_[i].first].master_grads.narrow(0, e.offset, e.shard));
     }
   // This rank's partition's squares in double, summed over the ranks by global_grad_norm (a
   // float32 partial norm per rank made ZeRO's losses drift from one process's by 1e-6 in 20
   // steps, against dp's 1e-7).
   auto squares = [](const Tensor& t) { return optim::sum_of_squares({t}); };
-  if (!options_.tensor_parallel_group) return {.replicated = squares(master_grads_)};
   GradSquares s;
-  for (const auto& e : layout_.entries)
-    (options_.tensor_parallel_params.count(e.name) ? s.tensor_parallel : s.replicated) +=
-        squares(master_grads_.narrow(0, e.offset, e.shard));
+  const Partition& dense = parts_[0];
+  if (!options_.tensor_parallel_group) {
+    s.replicated = squares(dense.master_grads);
+  } else {
+    for (const auto& e : dense.layout.entries)
+      (options_.tensor_parallel_params.count(e.name) ? s.tensor_parallel : s.replicated) +=
+          squares(dense.master_grads.narrow(0, e.offset, e.shard));
+  }
+  // The experts' partitions meet over their replicas here, over the expert-parallel group in
+  // global_grad_norm.
+  if (parts_.size() > 1)
+    s.expert = parts_[1].group->all_reduce_scalar(squares(parts_[1].master_grads));
   return s;
 }
 
 void ZeroOptimizer::scale_master_grads(double coef) {
   NoGradGuard no_grad;
-  master_grads_.mul_(coef);
+  for (Partition& part : parts_) part.master_grads.mul_(coef);
 }
 
 void ZeroOptimizer::publish() {
   NoGradGuard no_grad;
-  const int world = group_->size();
   if (fetcher_) fetcher_->drain();
-  if (param_shards_.defined() && !param_shards_.same(master_))
-    param_shards_.copy_(pin_ ? staged_for_device(master_) : master_);
+  if (param_shards_.defined() && !param_shards_.same(parts_[0].master))
+    param_shards_.copy_(pin_ ? staged_for_device(parts_[0].master) : parts_[0].master);
+  for (Partition& part : parts_) publish(part);
+}
+
+void ZeroOptimizer::publish(Partition& part) {
+  const int world = part.group->size();
   // Every whole-kept parameter's new values: this rank's shards, packed side by side, are
   // all-gathered in chunks of at most allgather_bucket_size gathered elements (DeepSpeed's
   // bound on this buffer, staged a chunk at a time); each chunk's pieces go to the
   // parameters they belong to.
   std::vector<size_t> whole;
   int64_t packed = 0;
-  for (size_t i = 0; i < params_.size(); ++i)
+  for (size_t i : part.params)
     if (!partitioned_[i]) {
       whole.push_back(i);
-      packed += layout_.entries[i].shard;
+      packed += entry(i).shard;
     }
   if (whole.empty()) return;
   const int64_t chunk =
@@ -246,7 +290,7 @@ void ZeroOptimizer::publish() {
     std::vector<Tensor> parts;
     int64_t offset = 0;  // a parameter's place in the packed shards
     for (size_t i : whole) {
-      const int64_t shard = layout_.entries[i].shard;
+      const int64_t shard = entry(i).shard;
       const int64_t lo = std::max(offset, c0), hi = std::min(offset + shard, c0 + n);
       if (lo < hi) parts.push_back(master_views_[i].narrow(0, lo - offset, hi - lo));
       offset += shard;
@@ -254,11 +298,11 @@ void ZeroOptimizer::publish() {
     const Tensor mine =
         staged_for_device(parts.size() == 1 ? parts[0] : cat(parts)).to(device_).contiguous();
     Tensor gathered = Tensor::empty({n * world}, model_dtype_, device_);
-    group_->all_gather(gathered, mine);
+    part.group->all_gather(gathered, mine);
     const Tensor by_rank = gathered.view({world, n});
     offset = 0;
     for (size_t i : whole) {
-      const auto& e = layout_.entries[i];
+      const auto& e = entry(i);
       const int64_t lo = std::max(offset, c0), hi = std::min(offset + e.shard, c0 + n);
       if (lo < hi) {
         Tensor flat = params_[i].second->reshape({-1});
@@ -276,8 +320,10 @@ void ZeroOptimizer::publish() {
 
 void ZeroOptimizer::zero_grad() {
   NoGradGuard no_grad;
-  grad_partition_.zero_();
-  master_grads_ = Tensor();
+  for (Partition& part : parts_) {
+    part.grad_partition.zero_();
+    part.master_grads = Tensor();
+  }
   optimizer_->zero_grad();
   for (auto& [n, t] : params_) t->set_grad(Tensor());
   release_parameters();
@@ -301,25 +347,27 @@ MemoryStats ZeroOptimizer::memory() const {
     if (!partitioned_[i])  // (padded storages when the model is the master)
       m.params +=
           model_is_master_ ? params_[i].second->storage()->nbytes() : bytes_of(*params_[i].second);
-  if (param_shards_.defined() && !param_shards_.same(master_)) m.params += bytes_of(param_shards_);
+  if (param_shards_.defined() && !param_shards_.same(parts_[0].master))
+    m.params += bytes_of(param_shards_);
   const int64_t item = static_cast<int64_t>(itemsize(model_dtype_));
-  // Stage 1 keeps full gradients between boundaries (autograd's, accumulated).
-  if (options_.stage == 1) m.grads += layout_.total_numel() * item;
-  m.grads += bytes_of(grad_partition_);
-  if (options_.stage == 3 && model_dtype_ == DType::Float32)
-    m.params += bytes_of(master_);  // the shard is the master
-  else
-    m.optimizer += bytes_of(master_);
+  for (const Partition& part : parts_) {
+    // Stage 1 keeps full gradients between boundaries (autograd's, accumulated).
+    if (options_.stage == 1) m.grads += part.layout.total_numel() * item;
+    m.grads += bytes_of(part.grad_partition);
+    if (options_.stage == 3 && model_dtype_ == DType::Float32)
+      m.params += bytes_of(part.master);  // the shard is the master
+    else
+      m.optimizer += bytes_of(part.master);
+    m.buffers += zero_buffer_bytes(part.layout, options_, model_dtype_, options_.comm_dtype);
+  }
   for (auto& [k, v] : optimizer_->state_dict())
     if (k != "step") m.optimizer += bytes_of(v);
-  m.buffers = zero_buffer_bytes(layout_, options_, model_dtype_, options_.comm_dtype);
   return m;
 }
 
 std::map<std::string, Tensor> ZeroOptimizer::shard_state() const {
   std::map<std::string, Tensor> out;
-  for (size_t i = 0; i < layout_.entries.size(); ++i)
-    out[layout_.entries[i].name] = master_views_[i];
+  for (size_t i = 0; i < params_.size(); ++i) out[params_[i].first] = master_views_[i];
   for (auto& [k, v] : optimizer_->state_dict())
     if (k != "step") out[k] = v;
   return out;
@@ -327,14 +375,14 @@ std::map<std::string, Tensor> ZeroOptimizer::shard_state() const {
 
 void ZeroOptimizer::load_full_state(const std::map<std::string, Tensor>& masters,
                                     const std::map<std::string, Tensor>* optimizer_state) {
-  const int rank = group_->rank();
   std::map<std::string, Tensor> master_shards, state_shards;
-  for (const auto& e : layout_.entries) {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const auto& e = entry(i);
     auto it = masters.find(e.name);
     TS_CHECK(it != masters.end(), "ZeRO checkpoint: no values for parameter '", e.name, "'");
     TS_CHECK(it->second.numel() == e.numel, "ZeRO checkpoint: '", e.name, "' has ",
              it->second.numel(), " elements, the model's parameter ", e.numel);
-    master_shards[e.name] = shard_of(it->second, e, rank);
+    master_shards[e.name] = shard_of(it->second, e, parts_[place_[i].first].group->rank());
   }
   if (!optimizer_state) return load_partition_state(master_shards, nullptr);
   for (const auto& [k, v] : *optimizer_state) {
@@ -343,7 +391,10 @@ void ZeroOptimizer::load_full_state(const std::map<std::string, Tensor>& masters
       continue;
     }
     bool is_param = false;  // optimizer keys are "<param>.<slot>", never a bare parameter
-    const ShardLayout::Entry* e = layout_.owner_of(k, &is_param);
+    const ShardLayout::Entry* e = nullptr;
+    int rank = 0;
+    for (const Partition& part : parts_)
+      if (!e && (e = part.layout.owner_of(k, &is_param))) rank = part.group->rank();
     TS_CHECK(e && !is_param, "ZeRO checkpoint: optimizer state '", k,
              "' belongs to no parameter of this model");
     state_shards[k] = shard_of(v, *e, rank);
@@ -354,8 +405,8 @@ void ZeroOptimizer::load_full_state(const std::map<std::string, Tensor>& masters
 void ZeroOptimizer::load_partition_state(const std::map<std::string, Tensor>& masters,
                                          const std::map<std::string, Tensor>* optimizer_state) {
   NoGradGuard no_grad;
-  for (size_t i = 0; i < layout_.entries.size(); ++i) {
-    const auto& e = layout_.entries[i];
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const auto& e = entry(i);
     auto it = masters.find(e.name);
     TS_CHECK(it != masters.end() && it->second.numel() == e.shard, "ZeRO checkpoint: no shard of ",
              e.shard, " elements for parameter '", e.name, "'");

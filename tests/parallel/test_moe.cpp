@@ -1,5 +1,6 @@
 // MoE expert parallelism: N ranks (mpirun -np 2 and 4; ep_size N, and 2 x 2 replicas at 4)
-// reproduce one process that gates its batch in N groups, through the engine over 8 steps of
+// reproduce one process that gates its batch in N groups (also under ZeRO-1 and ZeRO-2, the
+// experts partitioned over their replicas), through the engine over 8 steps of
 // Adam with gradient clipping: losses, l_aux, dense parameters and every rank's experts to
 // 1e-6, with the gate's noise (top-2 second-expert sampling; top-1 Jitter, RSample and random
 // token selection) and dropout on. Also the all-to-all collective itself and the layout errors.
@@ -56,7 +57,7 @@ struct MoERun {
 
 // `ranks` ranks of the world with ep_size `ep` (1 rank: one process gating in `groups`).
 MoERun train_moe(std::shared_ptr<parallel::ProcessGroup> group, parallel::MoEOptions o, int ep,
-                 int64_t groups) {
+                 int64_t groups, int zero_stage = 0) {
   const int n = group->size(), rank = group->rank();
   o.gating_groups = groups;
   parallel::ExpertParallelGroups g;
@@ -65,7 +66,8 @@ MoERun train_moe(std::shared_ptr<parallel::ProcessGroup> group, parallel::MoEOpt
   MoEModel model(o, g);
   const std::string cfg = R"({"train_micro_batch_size_per_gpu": )" +
                           std::to_string(kMoEB * groups) +
-                          R"(, "gradient_clipping": 0.5,
+                          R"(, "gradient_clipping": 0.5, "zero_optimization": {"stage": )" +
+                          std::to_string(zero_stage) + R"(, "reduce_bucket_size": 300},
       "optimizer": {"type": "Adam", "params": {"lr": 0.01}}})";
   auto engine = engine::initialize(model, io::TrainConfig::parse(cfg, n), group);
   Generator data(7);
@@ -87,11 +89,11 @@ MoERun train_moe(std::shared_ptr<parallel::ProcessGroup> group, parallel::MoEOpt
   return run;
 }
 
-void check_reproduces(const parallel::MoEOptions& o, int ep) {
+void check_reproduces(const parallel::MoEOptions& o, int ep, int zero_stage = 0) {
   const auto world = parallel::world();
   const int n = world->size();
   const MoERun one = train_moe(parallel::make_local_group(), o, 1, n);
-  const MoERun ranks = train_moe(world, o, ep, 1);
+  const MoERun ranks = train_moe(world, o, ep, 1, zero_stage);
   for (size_t s = 0; s < one.losses.size(); ++s) {
     CAPTURE(s);
     CHECK(std::abs(ranks.losses[s] - one.losses[s]) <= 1e-6 * std::abs(one.losses[s]));
@@ -143,6 +145,15 @@ TEST_CASE("MoE: N ranks reproduce one process (top-1, Jitter, RSample, random to
     o.gate.noisy_gate_policy = policy;
     o.use_residual = policy == nn::NoisyGatePolicy::Jitter;
     check_reproduces(o, parallel::world()->size());
+  }
+}
+
+TEST_CASE("MoE: ZeRO-1 and ZeRO-2 with expert parallelism (experts over their replicas)" *
+          test::skip_if(test::launched_world_size() < 2, "needs 2 or more ranks (mpirun)")) {
+  const int n = parallel::world()->size();
+  for (int stage : {1, 2}) {
+    CAPTURE(stage);
+    check_reproduces(moe_top2(), n == 4 ? 2 : n, stage);  // (4 ranks: 2 experts' ranks x 2)
   }
 }
 

@@ -45,6 +45,10 @@ config top1ep2 "$top1, \"ep_size\": 2}"
 config nodropg2 "$top2, \"drop_tokens\": false, \"gating_groups\": 2}"
 config nodropep2 "$top2, \"drop_tokens\": false, \"ep_size\": 2}"
 config zero2 "$top2}" 'c["zero_optimization"]["stage"] = 2'
+# ZeRO with expert parallelism: experts partitioned over their replicas, the rest over all.
+config z1ep2 "$top2, \"ep_size\": 2}" 'c["zero_optimization"]["stage"] = 1'
+config z2ep2 "$top2, \"ep_size\": 2}" 'c["zero_optimization"]["stage"] = 2'
+config z1ep4 "$top2, \"ep_size\": 4}" 'c["zero_optimization"]["stage"] = 1'
 # BERT (masked LM + next sentence, dropout 0.1): layer 1's feed-forward part as a MoE layer.
 bert='c["model"] = {"type": "bert", "n_layer": 2, "n_head": 2, "n_embd": 32, "intermediate_size": 64, "block_size": 16, "dropout": 0.1}; c["data"].update({"mask_prob": 0.15, "nsp": True})'
 config bertg2 "$top2, \"gating_groups\": 2}" "$bert"
@@ -60,6 +64,9 @@ run nodropg2 1 nodropg2
 run nodropep2 2 nodropep2
 run ep1x2 2 ep1
 run zero2 2 zero2
+run z1ep2x2 4 z1ep2
+run z2ep2x2 4 z2ep2
+run z2ep2 2 z2ep2
 run bertg2 1 bertg2
 run bertep2 2 bertep2 --save bertck
 mkdir -p "$work/mpi"
@@ -68,13 +75,17 @@ mpirun -np 4 -x LD_PRELOAD="$counter" -x TESSERA_MPI_COUNT_DIR="$work/mpi" "$tes
 run save 4 ep2 --steps 10 --save ck
 run mid 4 ep1 --steps 15 --save ck --resume ck
 run resumed 4 ep4 --resume ck
+run zsave 4 z2ep2 --steps 10 --save zck
+run zmid 4 ep2 --steps 15 --save zck --resume zck
+run zresumed 4 z1ep4 --resume zck
 python3 - <<'PY'
 import csv, json, os
 def line(name): return json.loads(open(name + ".res").read().splitlines()[-1])
 def close(a, b, name, tol=1e-6):
     assert abs(a - b) <= tol * abs(b), f"{name}: {a} vs {b}"
 pairs = [("ep4", "g4"), ("ep2x2", "g4"), ("ep2", "g2"), ("top1ep2", "top1g2"),
-         ("nodropep2", "nodropg2"), ("zero2", "ep1x2"), ("bertep2", "bertg2")]
+         ("nodropep2", "nodropg2"), ("zero2", "ep1x2"), ("bertep2", "bertg2"),
+         ("z1ep2x2", "g4"), ("z2ep2x2", "g4"), ("z2ep2", "g2")]
 for got, want in pairs:
     g, w = line(got), line(want)
     close(g["train_loss"], w["train_loss"], f"{got} train_loss")
@@ -105,6 +116,9 @@ assert line("bertep2")["moe_aux_loss"] > 0
 assert line("save")["step"] == 10 and line("mid")["step"] == 15 and line("resumed")["step"] == 20
 close(line("resumed")["train_loss"], line("ep2x2")["train_loss"], "resumed across ep_size")
 close(line("resumed")["moe_aux_loss"], line("ep2x2")["moe_aux_loss"], "resumed aux loss")
+# The same across ZeRO stages 2 -> 0 -> 1 with ep_size 2 -> 2 -> 4.
+assert line("zresumed")["step"] == 20
+close(line("zresumed")["train_loss"], line("ep2x2")["train_loss"], "ZeRO resumed across ep_size")
 # All-to-all volume: micro-batch 2 x 16 tokens a rank, E 4, k 2, capacity factor 0.75:
 # C = ceil(32 / 4 x 1.5) = 12; 4 exchanges (2 forward, 2 backward) a step of E x C x 32 floats.
 a2a = line("ep2x2")["ep_comms"]["all_to_all"]
@@ -157,6 +171,17 @@ for key in ("params", "grads", "optimizer"):
 assert e["activations"] is None, e
 print("estimate-memory: a rank's experts, as the run holds them")
 PY
+"$tessera" estimate-memory z2ep2.json --ranks 4 --json > zestimate.res
+python3 - <<'PY'
+import json
+e = json.loads(open("zestimate.res").read().splitlines()[-1])["memory"]
+run = json.loads(open("z2ep2x2.res").read().splitlines()[-1])["memory"]
+dense = json.loads(open("ep2x2.res").read().splitlines()[-1])["memory"]
+for key in ("params", "grads", "optimizer", "buffers"):
+    assert e[key] == run[key], (key, e, run)
+assert run["optimizer"] < dense["optimizer"], (run, dense)  # experts' moments partitioned
+print("estimate-memory: ZeRO-2 with ep_size 2, experts over their replicas, as the run holds")
+PY
 # The shipped config runs (3 steps on the test corpus), here and at 2 ranks with ep_size 2
 # (micro-batch 6: the same global batch).
 shipped="$fixtures/../../configs/shakespeare_char_moe.json"
@@ -189,8 +214,8 @@ config bad_policy '{"num_experts": 4, "noisy_gate_policy": "Gumbel"}'
 expect_bad bad_policy.json 1 "'Gumbel' is not a noisy gate policy"
 config bad_pyramid '{"num_experts": [2, 4, 8], "expert_interval": 1}'
 expect_bad bad_pyramid.json 1 "moe.num_experts: 3 counts for 2 MoE layers"
-config bad_zero '{"num_experts": 4, "ep_size": 2}' 'c["zero_optimization"]["stage"] = 1'
-expect_bad bad_zero.json 2 "zero_optimization.stage 1 with MoE expert parallelism"
+config bad_zero '{"num_experts": 4, "ep_size": 2}' 'c["zero_optimization"]["stage"] = 3'
+expect_bad bad_zero.json 2 "zero_optimization.stage 3 with MoE expert parallelism"
 config bad_pipe '{"num_experts": 4}' 'c["pipeline"] = {"stages": 2}'
 expect_bad bad_pipe.json 2 "'moe' in a pipeline"
 config bad_tp '{"num_experts": 4}' 'c["tensor_parallel"] = {"autotp_size": 2}'

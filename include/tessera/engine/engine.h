@@ -375,6 +375,10 @@ class Engine {
   // (written by the first rank holding those experts).
   void write_expert_files(const std::filesystem::path& dir, std::map<std::string, Tensor>& weights,
                           std::map<std::string, Tensor>& optimizer);
+  // ZeRO: takes the experts' shards out of this rank's `shard` state and writes them whole
+  // (gathered over their replicas, a collective) in the expert files.
+  void write_zero_expert_files(const std::filesystem::path& dir,
+                               std::map<std::string, Tensor>& shard);
   // Drops a loaded state's experts this rank does not hold (saved at another ep_size).
   void keep_own_experts(std::map<std::string, Tensor>& weights,
                         std::map<std::string, Tensor>& optimizer);

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "tessera/parallel/process_group.h"
 #include "tessera/parallel/shard_layout.h"
 #include "tessera/tensor.h"
 
@@ -30,5 +31,13 @@ ConsolidatedState consolidate_zero_checkpoint(const std::string& tag_dir, int tp
 // shard files that overlap it (at the size it was saved with: this rank's own file only).
 ConsolidatedState load_zero_partition(const std::string& tag_dir, const ShardLayout& layout,
                                       int rank, int tp_rank = -1);
+
+// The whole masters ("<param>") and optimizer state ("<param>.<slot>") of `layout`'s
+// parameters, put together from every rank's `shards` (ZeroOptimizer::shard_state; a
+// collective over `group`, the ranks the layout partitions over).
+void gather_whole_state(ProcessGroup& group, const ShardLayout& layout,
+                        const std::map<std::string, Tensor>& shards,
+                        std::map<std::string, Tensor>& masters,
+                        std::map<std::string, Tensor>& optimizer);
 
 }  // namespace tessera::parallel

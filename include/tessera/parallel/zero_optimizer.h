@@ -49,6 +49,12 @@ struct ZeroOptions {
   // norm sums their squares over it and counts every other (replicated) parameter once.
   std::shared_ptr<ProcessGroup> tensor_parallel_group;
   std::set<std::string> tensor_parallel_params;
+  // MoE expert parallelism (stages 1-2): these parameters, by name (the experts this rank
+  // holds), are partitioned over expert_data_group, the ranks holding the same experts,
+  // instead of the whole group; their squares come back as GradSquares::expert, summed over
+  // that group.
+  std::shared_ptr<ProcessGroup> expert_data_group;
+  std::set<std::string> expert_params;
 };
 
 // Stage-3 parameter gathers of training passes so far, and how many of them were started
@@ -88,14 +94,25 @@ class ZeroOptimizer {
                 const OptimizerFactory& make_optimizer, std::vector<optim::ParamGroup> groups);
   ~ZeroOptimizer();
 
-  void begin_backward(bool reduce) { buckets_->begin_backward(reduce); }
-  void end_backward() { buckets_->end_backward(); }
+  void begin_backward(bool reduce) {
+    for (auto& p : parts_) p.buckets->begin_backward(reduce);
+  }
+  void end_backward() {
+    for (auto& p : parts_) p.buckets->end_backward();
+  }
 
   // Gives every master shard its gradient: the reduced partition times `scale` (averaging
   // over ranks and undoing the loss scale), in float32. Returns this rank's squares of them
   // (parallel::global_grad_norm with this optimizer's group as the partition group).
   GradSquares prepare_master_grads(double scale);
   ProcessGroup& group() { return *group_; }
+  // With expert_params: the experts' layout over, and, their data-parallel group (else null).
+  const ShardLayout* expert_layout() const {
+    return parts_.size() > 1 ? &parts_[1].layout : nullptr;
+  }
+  ProcessGroup* expert_data_group() const {
+    return parts_.size() > 1 ? parts_[1].group.get() : nullptr;
+  }
   void scale_master_grads(double coef);
   optim::Optimizer& optimizer() { return *optimizer_; }
   // After an optimizer step: new parameter values reach the model (all-gather for stages
@@ -109,11 +126,13 @@ class ZeroOptimizer {
   // Stage 3: forwards of a model in eval mode gather on use, outside the prefetch order.
   void set_evaluating(bool on);
 
-  const ShardLayout& layout() const { return layout_; }
+  // The layout of the parameters partitioned over group() (all but the experts).
+  const ShardLayout& layout() const { return parts_[0].layout; }
   int stage() const { return options_.stage; }
   MemoryStats memory() const;
 
-  // This rank's shards: "<param>" (float32 master) and "<param>.<slot>" optimizer state.
+  // This rank's shards: "<param>" (float32 master) and "<param>.<slot>" optimizer state
+  // (experts: shards of their layout).
   std::map<std::string, Tensor> shard_state() const;
   // Restores from whole (unsharded) tensors, as consolidated from any number of saved shards
   // or saved without ZeRO: masters by parameter name, optimizer state as state_dict() names
@@ -121,8 +140,9 @@ class ZeroOptimizer {
   // optimizer_state keeps the optimizer's own (load_optimizer_states = false).
   void load_full_state(const std::map<std::string, Tensor>& masters,
                        const std::map<std::string, Tensor>* optimizer_state);
-  // Restores from this rank's shards (parallel::load_zero_partition): "<param>" and
-  // "<param>.<slot>" of [shard] elements, and "step"; null keeps the optimizer's own state.
+  // Restores from this rank's shards (parallel::load_zero_partition; experts: shards of their
+  // layout): "<param>" and "<param>.<slot>" of [shard] elements, and "step"; null keeps the
+  // optimizer's own state.
   void load_partition_state(const std::map<std::string, Tensor>& masters,
                             const std::map<std::string, Tensor>* optimizer_state);
 
@@ -130,24 +150,39 @@ class ZeroOptimizer {
   // `host` (float32 masters) in the model dtype, ready to go to the GPU.
   Tensor staged_for_device(const Tensor& host) const;
 
+  // Parameters partitioned over one group: the data-parallel group's, or (MoE) the experts'
+  // over their replicas.
+  struct Partition {
+    std::shared_ptr<ProcessGroup> group;
+    ShardLayout layout;
+    std::vector<size_t> params;  // indices into params_, in layout order
+    Tensor master;               // [partition] float32 (undefined when the model is the master)
+    Tensor grad_partition;
+    Tensor master_grads;  // float32 gradients of master (a view of grad_partition if f32)
+    std::unique_ptr<GradBuckets> buckets;
+  };
+  const ShardLayout::Entry& entry(size_t param) const {
+    return parts_[place_[param].first].layout.entries[place_[param].second];
+  }
+  void build_partitions();
+  void publish(Partition& part);
+
   std::shared_ptr<ProcessGroup> group_;
   ZeroOptions options_;
   Device device_ = Device::cpu();        // the model's parameters and gradients
   Device state_device_ = Device::cpu();  // masters and optimizer state
   bool pin_ = false;                     // offloaded transfers staged in pinned host memory
-  ShardLayout layout_;
+  std::vector<Partition> parts_;         // [0]: over group_; [1]: the experts (expert_params)
   std::vector<std::pair<std::string, Tensor*>> params_;
-  std::vector<bool> partitioned_;  // stage 3 and above the persistence threshold
+  std::vector<std::pair<size_t, size_t>> place_;  // per parameter: (partition, entry)
+  std::map<std::string, size_t> index_;           // parameter name -> index in params_
+  std::vector<bool> partitioned_;                 // stage 3 and above the persistence threshold
   DType model_dtype_ = DType::Float32;
-  Tensor master_;  // [partition] float32 (undefined when the model is the master)
-  // Per parameter, this rank's float32 [shard] master values: views of master_, or of the
-  // parameter's own padded storage when model_is_master_ (float32 stages 1-2).
+  // Per parameter, this rank's float32 [shard] master values: views of its partition's
+  // master, or of the parameter's own padded storage when model_is_master_ (float32 stages 1-2).
   std::vector<Tensor> master_views_;
   bool model_is_master_ = false;
-  Tensor param_shards_;  // [partition] model dtype (stage 3; is master_ when float32)
-  Tensor grad_partition_;
-  Tensor master_grads_;  // float32 gradients of master_ (a view of grad_partition_ if f32)
-  std::unique_ptr<GradBuckets> buckets_;
+  Tensor param_shards_;  // [partition] model dtype (stage 3; is the master when float32)
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::shared_ptr<Zero3Fetcher> fetcher_;
 };
