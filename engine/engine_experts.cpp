@@ -43,8 +43,6 @@ void Engine::setup_experts() {
   TS_CHECK(stage < 3, "engine: zero_optimization.stage ", stage,
            " with MoE expert parallelism (moe.ep_size ", expert_group_->size(),
            " > 1) is not built yet; use stage 1 or 2, or ep_size 1");
-  TS_CHECK(!tp_group_, "engine: MoE expert parallelism (moe.ep_size ", expert_group_->size(),
-           ") with tensor parallelism is not built yet");
   TS_CHECK(!pipe_group_, "engine: MoE expert parallelism (moe.ep_size ", expert_group_->size(),
            ") in a pipeline is not built yet");
 }
@@ -97,7 +95,8 @@ void Engine::write_expert_files(const std::filesystem::path& dir,
     } else {
       ++it;
     }
-  if (expert_data_group_->rank() != 0) return;
+  // (With tensor parallelism every tensor-parallel rank holds the same whole experts.)
+  if (expert_data_group_->rank() != 0 || (tp_group_ && tp_group_->rank() != 0)) return;
   const int ep_rank = expert_group_->rank();
   io::save_safetensors((dir / moe_experts_file(ep_rank, false)).string(), mine);
   io::save_safetensors((dir / moe_experts_file(ep_rank, true)).string(), mine_opt);

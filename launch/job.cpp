@@ -76,8 +76,11 @@ JobGroups job_groups(const io::TrainConfig& cfg, std::shared_ptr<parallel::Proce
            "launch::build: the config's batch was resolved for ", cfg.world_size * tp * stages,
            " ranks (TrainConfig's world size) but the job has ", world->size());
   JobGroups g{.world = world, .data = world};
-  if (const auto moe = models::moe_of(cfg); moe && moe->ep_size > 1)  // (no pipelines, no TP)
-    g.experts = parallel::make_expert_parallel_groups(*world, static_cast<int>(moe->ep_size));
+  // MoE: experts spread over the data-parallel ranks (of each tensor-parallel rank).
+  const auto moe = models::moe_of(cfg);
+  const int ep = moe ? static_cast<int>(moe->ep_size) : 1;
+  if (ep > 1 && tp == 1)  // (no pipelines)
+    g.experts = parallel::make_expert_parallel_groups(*world, ep);
   if (stages > 1) {
     // 3D: stages x data-parallel replicas x tensor-parallel ranks (the last varies fastest).
     g.topology = engine::pipe_model_data_topology(stages, tp);
@@ -91,6 +94,7 @@ JobGroups job_groups(const io::TrainConfig& cfg, std::shared_ptr<parallel::Proce
   const parallel::ProcessTopology topo({"data", "model"}, {world->size() / tp, tp});
   g.data = topo.group_for(*world, "data");
   g.tensor = topo.group_for(*world, "model");
+  if (ep > 1) g.experts = parallel::make_expert_parallel_groups(*g.data, ep);
   if (const Device device = job_device(cfg); device.is_cuda())
     g.tensor = parallel::make_nccl_group(g.tensor, device);
   return g;

@@ -293,13 +293,15 @@ Tensor GPT2LMHeadModel::loss(const Batch& b) {
   TS_CHECK(b.targets.defined(), "GPT-2 loss: the batch has no targets");
   TS_CHECK(b.targets.shape() == b.input_ids.shape(), "GPT-2 loss: targets ", b.targets.describe(),
            " must match input_ids ", b.input_ids.describe());
+  const Tensor ce = token_loss(b);
+  // (MoE: each layer's load-balancing loss of this forward, not weighted by the token count.)
+  const Tensor aux = config.moe ? moe_aux_loss() : Tensor();
+  return aux.defined() ? ce + aux * config.moe->aux_loss_coef : ce;
+}
+
+Tensor GPT2LMHeadModel::token_loss(const Batch& b) {
   const Tensor lg = forward(b.input_ids);
   const Tensor targets = b.targets.reshape({-1});
-  if (config.moe) {  // (not with tensor parallelism: refused by the "moe" section)
-    const Tensor aux = moe_aux_loss();
-    const Tensor ce = cross_entropy(lg.view({-1, config.vocab_size}), targets, -100);
-    return b.weighted(aux.defined() ? ce + aux * config.moe->aux_loss_coef : ce);
-  }
   if (const auto group = transformer.context.tensor_group()) {
     return b.weighted(parallel::vocab_parallel_cross_entropy(
         lg.view({-1, transformer.wte.vocab_per_rank}), targets, *group, -100));

@@ -145,8 +145,9 @@ void check_moe(io::TrainConfig& cfg) {
            " does not divide the ", cfg.world_size, " data-parallel ranks");
   TS_CHECK(parallel::pipeline_config(cfg).stages == 1, cfg.source,
            ": 'moe' in a pipeline (pipeline.stages > 1) is not built yet");
-  TS_CHECK(parallel::tensor_parallel_config(cfg).autotp_size == 1, cfg.source,
-           ": 'moe' with tensor parallelism (tensor_parallel.autotp_size > 1) is not built yet");
+  TS_CHECK(!parallel::tensor_parallel_config(cfg).sequence_parallel, cfg.source,
+           ": 'moe' with tensor_parallel.sequence_parallel is not built yet (each rank would gate "
+           "its own chunk of the sequence)");
   const auto stage = parallel::zero_config(cfg).stage;
   TS_CHECK(m.layout.ep_size == 1 || stage < 3, cfg.source, ": zero_optimization.stage ", stage,
            " with MoE expert parallelism ('moe.ep_size' ", m.layout.ep_size,

@@ -53,6 +53,12 @@ config z1ep4 "$top2, \"ep_size\": 4}" 'c["zero_optimization"]["stage"] = 1'
 bert='c["model"] = {"type": "bert", "n_layer": 2, "n_head": 2, "n_embd": 32, "intermediate_size": 64, "block_size": 16, "dropout": 0.1}; c["data"].update({"mask_prob": 0.15, "nsp": True})'
 config bertg2 "$top2, \"gating_groups\": 2}" "$bert"
 config bertep2 "$top2, \"ep_size\": 2}" "$bert"
+# Tensor parallelism for the dense parts (each tensor-parallel rank runs the whole experts).
+tp='c["tensor_parallel"] = {"autotp_size": 2}'
+config tp2 "$top2}" "$tp"
+config tp2ep2 "$top2, \"ep_size\": 2}" "$tp"
+config tp2z1ep2 "$top2, \"ep_size\": 2}" "$tp; c['zero_optimization']['stage'] = 1"
+config berttp2ep2 "$top2, \"ep_size\": 2}" "$bert; $tp"
 run g4 1 g4
 run ep4 4 ep4
 run ep2x2 4 ep2
@@ -67,6 +73,11 @@ run zero2 2 zero2
 run z1ep2x2 4 z1ep2
 run z2ep2x2 4 z2ep2
 run z2ep2 2 z2ep2
+run g1 1 ep1
+run tp2 2 tp2
+run tp2ep2 4 tp2ep2
+run tp2z1ep2 4 tp2z1ep2
+run berttp2ep2 4 berttp2ep2
 run bertg2 1 bertg2
 run bertep2 2 bertep2 --save bertck
 mkdir -p "$work/mpi"
@@ -78,6 +89,8 @@ run resumed 4 ep4 --resume ck
 run zsave 4 z2ep2 --steps 10 --save zck
 run zmid 4 ep2 --steps 15 --save zck --resume zck
 run zresumed 4 z1ep4 --resume zck
+run tpsave 4 tp2ep2 --steps 10 --save tpck
+run tpresumed 2 ep2 --resume tpck
 python3 - <<'PY'
 import csv, json, os
 def line(name): return json.loads(open(name + ".res").read().splitlines()[-1])
@@ -85,7 +98,8 @@ def close(a, b, name, tol=1e-6):
     assert abs(a - b) <= tol * abs(b), f"{name}: {a} vs {b}"
 pairs = [("ep4", "g4"), ("ep2x2", "g4"), ("ep2", "g2"), ("top1ep2", "top1g2"),
          ("nodropep2", "nodropg2"), ("zero2", "ep1x2"), ("bertep2", "bertg2"),
-         ("z1ep2x2", "g4"), ("z2ep2x2", "g4"), ("z2ep2", "g2")]
+         ("z1ep2x2", "g4"), ("z2ep2x2", "g4"), ("z2ep2", "g2"), ("tp2", "g1"),
+         ("tp2ep2", "g2"), ("tp2z1ep2", "g2"), ("berttp2ep2", "bertg2")]
 for got, want in pairs:
     g, w = line(got), line(want)
     close(g["train_loss"], w["train_loss"], f"{got} train_loss")
@@ -119,6 +133,9 @@ close(line("resumed")["moe_aux_loss"], line("ep2x2")["moe_aux_loss"], "resumed a
 # The same across ZeRO stages 2 -> 0 -> 1 with ep_size 2 -> 2 -> 4.
 assert line("zresumed")["step"] == 20
 close(line("zresumed")["train_loss"], line("ep2x2")["train_loss"], "ZeRO resumed across ep_size")
+# From tensor parallel 2 x ep_size 2 (4 ranks) to ep_size 2 alone (2 ranks).
+assert line("tpresumed")["step"] == 20
+close(line("tpresumed")["train_loss"], line("g2")["train_loss"], "resumed without TP")
 # All-to-all volume: micro-batch 2 x 16 tokens a rank, E 4, k 2, capacity factor 0.75:
 # C = ceil(32 / 4 x 1.5) = 12; 4 exchanges (2 forward, 2 backward) a step of E x C x 32 floats.
 a2a = line("ep2x2")["ep_comms"]["all_to_all"]
@@ -218,8 +235,8 @@ config bad_zero '{"num_experts": 4, "ep_size": 2}' 'c["zero_optimization"]["stag
 expect_bad bad_zero.json 2 "zero_optimization.stage 3 with MoE expert parallelism"
 config bad_pipe '{"num_experts": 4}' 'c["pipeline"] = {"stages": 2}'
 expect_bad bad_pipe.json 2 "'moe' in a pipeline"
-config bad_tp '{"num_experts": 4}' 'c["tensor_parallel"] = {"autotp_size": 2}'
-expect_bad bad_tp.json 2 "'moe' with tensor parallelism"
+config bad_sp '{"num_experts": 4}' 'c["tensor_parallel"] = {"autotp_size": 2, "sequence_parallel": True}'
+expect_bad bad_sp.json 2 "'moe' with tensor_parallel.sequence_parallel"
 config bad_none '{"k": 2}'
 expect_bad bad_none.json 1 "'moe.num_experts' is missing: 'moe.k' states a MoE layout"
 echo "bad layouts: errors naming the key"

@@ -214,6 +214,7 @@ class GPT2LMHeadModel : public PretrainedModel {
 
  private:
   GPT2LMHeadModel(const GPT2Config& c, const parallel::ParallelContext& ctx, GeneratorState start);
+  Tensor token_loss(const Batch& b);  // the cross-entropy part of loss()
 };
 
 }  // namespace tessera::models
