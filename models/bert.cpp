@@ -232,6 +232,8 @@ Tensor BertModel::forward(const Batch& b) {
   const auto seq = context.sequence_group();
   // With sequence parallelism the layers' dropout masks are this rank's chunk too.
   const parallel::SequenceShardScope chunk(seq.get());
+  for (size_t i = 0; i < encoder.layer.size(); ++i) encoder.layer.at<BertLayer>(i).l_aux = Tensor();
+  moe_aux_loss = Tensor();
   const std::vector<nn::KeptLayer> kept =
       nn::kept_layers(layer_drop.get(), is_training(), static_cast<int64_t>(encoder.layer.size()));
   return parallel::run_layers(
@@ -246,7 +248,12 @@ Tensor BertModel::forward(const Batch& b) {
                                                              k.scale);
                                       });
       },
-      embeddings.forward(b.input_ids, b.token_type_ids), /*partition=*/!seq);
+      embeddings.forward(b.input_ids, b.token_type_ids), /*partition=*/!seq,
+      [this, kept](int64_t i) {
+        return encoder.layer.at<BertLayer>(static_cast<size_t>(kept[static_cast<size_t>(i)].index))
+            .l_aux;
+      },
+      &moe_aux_loss);
 }
 
 Tensor bert_first_token(const Tensor& sequence_output, parallel::ProcessGroup* sequence_group) {
@@ -390,13 +397,7 @@ Tensor BertForPreTraining::loss(const Batch& b) {
 }
 
 Tensor BertForPreTraining::moe_aux_loss() const {
-  Tensor total;
-  auto& layers = const_cast<nn::ModuleList&>(bert.encoder.layer);
-  for (size_t i = 0; i < layers.size(); ++i) {
-    const BertLayer& l = layers.at<BertLayer>(i);
-    if (l.l_aux.defined()) total = total.defined() ? total + l.l_aux : l.l_aux;
-  }
-  return total;
+  return bert.moe_aux_loss;
 }
 
 void BertForPreTraining::load_from_whole(BertForPreTraining& whole) {

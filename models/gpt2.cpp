@@ -211,7 +211,11 @@ Tensor GPT2Model::blocks(const Tensor& x) {
                                                              static_cast<size_t>(k.index), k.scale);
                                       });
       },
-      x, /*partition=*/!context.sequence_group());
+      x, /*partition=*/!context.sequence_group(),
+      [this, kept](int64_t i) {
+        return h.at<GPT2Block>(static_cast<size_t>(kept[static_cast<size_t>(i)].index)).l_aux;
+      },
+      &moe_aux_loss);
 }
 
 Tensor GPT2Model::forward(const Tensor& input_ids, KVCache* cache) {
@@ -219,6 +223,7 @@ Tensor GPT2Model::forward(const Tensor& input_ids, KVCache* cache) {
   TS_CHECK(input_ids.dim() == 2, "GPT-2: input_ids must be [batch, time], got ",
            input_ids.describe());
   for (size_t i = 0; i < h.size(); ++i) h.at<GPT2Block>(i).l_aux = Tensor();  // (a skipped one)
+  moe_aux_loss = Tensor();
   if (const auto seq = context.sequence_group()) {
     TS_CHECK(!cache, "GPT-2: a key/value cache needs whole sequences (no sequence_parallel)");
     // (The blocks' dropout masks: this rank's chunk of the whole sequence's too.)
@@ -312,12 +317,7 @@ Tensor GPT2LMHeadModel::token_loss(const Batch& b) {
 }
 
 Tensor GPT2LMHeadModel::moe_aux_loss() const {
-  Tensor total;
-  for (size_t i = 0; i < transformer.h.size(); ++i) {
-    const auto& block = const_cast<nn::ModuleList&>(transformer.h).at<GPT2Block>(i);
-    if (block.l_aux.defined()) total = total.defined() ? total + block.l_aux : block.l_aux;
-  }
-  return total;
+  return transformer.moe_aux_loss;
 }
 
 void GPT2LMHeadModel::load_from_whole(GPT2LMHeadModel& whole) {

@@ -4,7 +4,6 @@
 
 #include "tessera/io/config_section_registry.h"
 #include "tessera/io/train_config.h"
-#include "tessera/parallel/activation_checkpointing.h"
 #include "tessera/parallel/pipeline_config.h"
 #include "tessera/parallel/tensor_parallel_config.h"
 #include "tessera/parallel/zero_config.h"
@@ -152,9 +151,6 @@ void check_moe(io::TrainConfig& cfg) {
   TS_CHECK(m.layout.ep_size == 1 || stage < 3, cfg.source, ": zero_optimization.stage ", stage,
            " with MoE expert parallelism ('moe.ep_size' ", m.layout.ep_size,
            " > 1) is not built yet; use stage 1 or 2, or ep_size 1");
-  TS_CHECK(!parallel::activation_checkpointing_config(cfg).enabled, cfg.source,
-           ": 'moe' with activation_checkpointing is not built yet (the aux loss of a "
-           "recomputed layer)");
 }
 
 const io::RegisterConfigSection<MoEConfig> kMoESection{"moe", check_moe};

@@ -144,25 +144,47 @@ std::string ActivationCheckpointing::profile_report() const {
   return out;
 }
 
+namespace {
+
+Tensor add_defined(const Tensor& a, const Tensor& b) {
+  return !a.defined() ? b : !b.defined() ? a : a + b;
+}
+
+}  // namespace
+
 Tensor run_layers(ActivationCheckpointing* checkpointing, int64_t layers,
                   const std::function<Tensor(int64_t, const Tensor&)>& layer, const Tensor& x,
-                  bool partition) {
-  Tensor h = x;
-  if (!checkpointing) {
-    for (int64_t i = 0; i < layers; ++i) h = layer(i, h);
-    return h;
-  }
-  const int64_t k = checkpointing->layers_per_checkpoint(layers);
-  for (int64_t first = 0; first < layers; first += k) {
+                  bool partition, const std::function<Tensor(int64_t)>& side, Tensor* side_total) {
+  // Layers [first, last) of `in`: their output and, with `side`, the sum of their scalars.
+  const auto run = [layer, side](int64_t first, int64_t last, const Tensor& in) {
+    std::vector<Tensor> out{in};
+    for (int64_t i = first; i < last; ++i) {
+      out[0] = layer(i, out[0]);
+      if (side) {
+        const Tensor s = side(i);
+        if (s.defined() && out.size() == 1)
+          out.push_back(s);
+        else if (s.defined())
+          out[1] = out[1] + s;
+      }
+    }
+    return out;
+  };
+  const int64_t k = checkpointing ? checkpointing->layers_per_checkpoint(layers) : layers;
+  Tensor h = x, total;
+  for (int64_t first = 0; first < layers; first += std::max<int64_t>(k, 1)) {
     const int64_t last = std::min(layers, first + k);
-    h = checkpointing->checkpoint(
-        [layer, first, last](const Tensor& in) {
-          Tensor y = in;
-          for (int64_t i = first; i < last; ++i) y = layer(i, y);
-          return y;
-        },
-        h, partition);
+    const std::vector<Tensor> out = checkpointing
+                                        ? checkpointing->checkpoint(
+                                              [run, first, last](const std::vector<Tensor>& in) {
+                                                return run(first, last, in[0]);
+                                              },
+                                              {h}, partition)
+                                        : run(first, last, h);
+    h = out[0];
+    if (out.size() > 1) total = add_defined(total, out[1]);
   }
+  if (side_total) *side_total = total;
   return h;
 }
 

@@ -59,6 +59,10 @@ config tp2 "$top2}" "$tp"
 config tp2ep2 "$top2, \"ep_size\": 2}" "$tp"
 config tp2z1ep2 "$top2, \"ep_size\": 2}" "$tp; c['zero_optimization']['stage'] = 1"
 config berttp2ep2 "$top2, \"ep_size\": 2}" "$bert; $tp"
+# Activation checkpointing: the layers' aux loss comes out of each checkpoint with its gradient.
+ac='c["activation_checkpointing"] = {"partition_activations": False}'
+config acep2 "$top2, \"ep_size\": 2}" "$ac"
+config bertacep2 "$top2, \"ep_size\": 2}" "$bert; $ac"
 run g4 1 g4
 run ep4 4 ep4
 run ep2x2 4 ep2
@@ -78,6 +82,8 @@ run tp2 2 tp2
 run tp2ep2 4 tp2ep2
 run tp2z1ep2 4 tp2z1ep2
 run berttp2ep2 4 berttp2ep2
+run acep2 2 acep2
+run bertacep2 2 bertacep2
 run bertg2 1 bertg2
 run bertep2 2 bertep2 --save bertck
 mkdir -p "$work/mpi"
@@ -99,7 +105,8 @@ def close(a, b, name, tol=1e-6):
 pairs = [("ep4", "g4"), ("ep2x2", "g4"), ("ep2", "g2"), ("top1ep2", "top1g2"),
          ("nodropep2", "nodropg2"), ("zero2", "ep1x2"), ("bertep2", "bertg2"),
          ("z1ep2x2", "g4"), ("z2ep2x2", "g4"), ("z2ep2", "g2"), ("tp2", "g1"),
-         ("tp2ep2", "g2"), ("tp2z1ep2", "g2"), ("berttp2ep2", "bertg2")]
+         ("tp2ep2", "g2"), ("tp2z1ep2", "g2"), ("berttp2ep2", "bertg2"), ("acep2", "g2"),
+         ("bertacep2", "bertg2")]
 for got, want in pairs:
     g, w = line(got), line(want)
     close(g["train_loss"], w["train_loss"], f"{got} train_loss")

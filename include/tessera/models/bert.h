@@ -181,6 +181,9 @@ class BertModel : public nn::Module {
   std::shared_ptr<nn::ProgressiveLayerDrop> layer_drop;
   // Set: training forwards run its layers on their token subsets (random-LTD).
   std::shared_ptr<nn::RandomLayerTokenDrop> token_drop;
+  // The MoE layers' load-balancing losses of the last training forward, summed (through
+  // activation checkpoints with their gradient; undefined: no MoE layer ran).
+  Tensor moe_aux_loss;
 };
 
 // The masked-LM head: transform (dense, GELU, LayerNorm; replicated, on sequence chunks with

@@ -158,6 +158,9 @@ class GPT2Model : public nn::Module {
   std::shared_ptr<nn::ProgressiveLayerDrop> layer_drop;
   // Set: training forwards run its layers on their token subsets (random-LTD).
   std::shared_ptr<nn::RandomLayerTokenDrop> token_drop;
+  // The MoE blocks' load-balancing losses of the last training forward, summed (through
+  // activation checkpoints with their gradient; undefined: no MoE block ran).
+  Tensor moe_aux_loss;
 
  private:
   Tensor blocks(const Tensor& x);  // through h, with activation checkpoints

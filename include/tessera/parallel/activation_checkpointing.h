@@ -97,8 +97,14 @@ class ActivationCheckpointing {
 // x through layer(0, .), ..., layer(layers - 1, .) in order; with `checkpointing` (may be null)
 // in checkpoints of layers_per_checkpoint(layers) consecutive layers. `layer` is kept and run
 // again in backward: it must capture what it uses by value (tensors, `this`), not by reference.
+//
+// `side` (optional): a scalar each layer leaves after it ran (MoE's load-balancing loss;
+// undefined: none), summed over the layers into *side_total. Through a checkpoint the sum
+// is the checkpoint's second output, so its gradient reaches the layers' rerun (a scalar
+// read off the layers directly would have no graph: the first run records none).
 Tensor run_layers(ActivationCheckpointing* checkpointing, int64_t layers,
                   const std::function<Tensor(int64_t, const Tensor&)>& layer, const Tensor& x,
-                  bool partition = true);
+                  bool partition = true, const std::function<Tensor(int64_t)>& side = {},
+                  Tensor* side_total = nullptr);
 
 }  // namespace tessera::parallel
