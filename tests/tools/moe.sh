@@ -28,10 +28,13 @@ json.dump(c, open(sys.argv[2], "w"))
 PY
 }
 run() {  # out ranks config [args...]: rank 0's --json line in out.res
+  # (Each rank's output in a file of its own: ranks' long lines interleave on a shared pipe.)
   local out="$1" n="$2" cfg="$3"; shift 3
-  mpirun -np "$n" "$tessera" train "$cfg.json" --data corpus.txt --json "$@" 2>"$out.log" |
-    python3 -c "import json,sys; [sys.stdout.write(l) for l in sys.stdin if '\"rank\":0,' in l]" >"$out.res" ||
+  rm -rf "ranks_$out"
+  mpirun -np "$n" --output-filename "ranks_$out" "$tessera" train "$cfg.json" --data corpus.txt \
+    --json "$@" >/dev/null 2>"$out.log" ||
     { echo "FAIL $out: exit $?"; grep "error" "$out.log" | head -3; exit 1; }
+  grep '^{' "ranks_$out/1/rank.0/stdout" > "$out.res"
 }
 top2='{"num_experts": 4, "k": 2, "capacity_factor": 0.75'
 config g4 "$top2, \"gating_groups\": 4}"
