@@ -139,8 +139,8 @@ Tensor MoE::run_experts(const Tensor& dispatched, const std::vector<int64_t>& fi
 }
 
 // The gate over the G groups of the tokens: each group's routes.
-std::vector<nn::MoERoutes> MoE::gate_groups(const Tensor& flat) {
-  const int64_t M = hidden_size_, E = options_.num_experts, G = options_.gating_groups;
+std::vector<nn::MoERoutes> MoE::gate_groups(const Tensor& flat, int64_t G) {
+  const int64_t M = hidden_size_, E = options_.num_experts;
   const int64_t total = flat.shape()[0], S = total / G;
   const nn::MoEGateOptions& go = options_.gate;
   const bool training = is_training();
@@ -175,7 +175,7 @@ std::vector<nn::MoERoutes> MoE::gate_groups(const Tensor& flat) {
 // largest load without drop_tokens; ranks with fewer tokens need it as well), and the filled
 // slots the experts' ranks run on, [P][G][E]: one all-gather of [capacity, fill[G][E]].
 std::vector<int64_t> MoE::agree_buffers(std::vector<nn::MoERoutes>& routes) {
-  const int64_t E = options_.num_experts, G = options_.gating_groups;
+  const int64_t E = options_.num_experts, G = static_cast<int64_t>(routes.size());
   std::vector<int64_t> mine(static_cast<size_t>(1 + G * E), 0);
   int64_t capacity = 0;
   for (int64_t g = 0; g < G; ++g) {
@@ -205,17 +205,21 @@ std::vector<int64_t> MoE::agree_buffers(std::vector<nn::MoERoutes>& routes) {
 
 MoE::Output MoE::forward(const Tensor& hidden_states) {
   nn::ModuleScope scope(*this);
-  const int64_t M = hidden_size_, E = options_.num_experts, G = options_.gating_groups;
+  const int64_t M = hidden_size_, E = options_.num_experts;
   TS_CHECK(hidden_states.dim() >= 1 && hidden_states.shape().back() == M, "MoE '", name(),
            "': expected input [..., ", M, "], got ", hidden_states.describe());
   const Tensor flat = hidden_states.reshape({-1, M});
   const int64_t total = flat.shape()[0];
+  // Outside training a forward whose tokens do not split (generation: a token or a few at a
+  // time) gates them as one group, as one rank would.
+  const int64_t G =
+      !is_training() && total % options_.gating_groups != 0 ? 1 : options_.gating_groups;
   TS_CHECK(total > 0 && total % G == 0, "MoE '", name(), "': ", total,
            " tokens do not split into gating_groups ", G);
   const int64_t S = total / G;
   const nn::MoEGateOptions& go = options_.gate;
   const Device dev = hidden_states.device();
-  std::vector<nn::MoERoutes> routes = gate_groups(flat);
+  std::vector<nn::MoERoutes> routes = gate_groups(flat, G);
   const std::vector<int64_t> fill = agree_buffers(routes);
   const int64_t capacity = routes.front().capacity;
 

@@ -203,6 +203,16 @@ TEST_CASE("MoE layouts that do not fit are errors before any work") {
                        doctest::Contains("10 tokens do not split into gating_groups 3"), Error);
   CHECK_THROWS_WITH_AS(moe.forward(zeros({2, 5, kMoEM + 1})),
                        doctest::Contains("expected input [..., 8]"), Error);
+  // Outside training (generation: a token at a time) such a forward is gated as one group,
+  // as a layer with gating_groups 1 gates it.
+  root.eval();
+  o.gating_groups = 1;
+  nn::Module root1;
+  parallel::MoE one(&root1, "moe", kMoEM, MoEModel::make_expert, o);
+  root1.load_state_dict(root.state_dict());
+  root1.eval();
+  const Tensor x = randn({2, 5, kMoEM});
+  CHECK(rel_diff(moe.forward(x).output, one.forward(x).output) == 0.0);
 }
 
 TEST_SUITE_END();

@@ -18,7 +18,8 @@
 // Gating groups: DeepSpeed gates each rank's tokens as one group (its capacity, its l_aux).
 // `gating_groups` G splits a forward's tokens into G equal groups gated separately (GShard's
 // groups), so one process with G = N gates exactly as N data-parallel ranks; l_aux is their
-// mean. Random numbers (Jitter, RSample, random token selection, second-expert sampling) are
+// mean. Outside training, a forward whose tokens do not split into G (generation) is gated as
+// one group. Random numbers (Jitter, RSample, random token selection, second-expert sampling) are
 // drawn as dropout draws them, each rank its rows of the global batch.
 #pragma once
 #include <functional>
@@ -78,7 +79,8 @@ class MoE : public nn::Module {
   std::unique_ptr<nn::Linear> coefficient;  // use_residual
 
  private:
-  std::vector<nn::MoERoutes> gate_groups(const Tensor& flat);  // flat: [tokens, M]
+  // flat: [tokens, M], gated in G groups
+  std::vector<nn::MoERoutes> gate_groups(const Tensor& flat, int64_t G);
   // Widens the routes to one capacity; returns the filled slots, [ep_size][G][E].
   std::vector<int64_t> agree_buffers(std::vector<nn::MoERoutes>& routes);
   // [G, E, C, M] -> [G, E, C, M]
