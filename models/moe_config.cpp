@@ -67,6 +67,13 @@ MoELayout MoELayout::from_json(const std::string& text) {
   return m;
 }
 
+namespace {
+
+constexpr int64_t kMaxExperts = 65536;
+constexpr double kMaxCapacityFactor = 64;
+
+}  // namespace
+
 void MoEConfig::parse(io::config::Section& s, MoEConfig& out) {
   out.stated = !s.stated_keys().empty();
   MoELayout& m = out.layout;
@@ -98,17 +105,23 @@ void MoEConfig::parse(io::config::Section& s, MoEConfig& out) {
   TS_CHECK(!on || !n.is_null(), s.source(), ": '", s.key("num_experts"), "' is missing: '",
            s.key(s.stated_keys().front()), "' states a MoE layout, which needs the expert count");
   s.expect("num_experts", !on || !m.num_experts.empty(), n.dump(),
-           "an integer >= 1 or a list of them");
-  for (int64_t e : m.num_experts) s.expect("num_experts", e >= 1, n.dump(), "counts >= 1");
+           "an integer from 1 to 65536 or a list of them");
+  // (Bounds: a config cannot ask for more experts, or larger buffers, than a machine builds.)
+  for (int64_t e : m.num_experts)
+    s.expect("num_experts", e >= 1 && e <= kMaxExperts, n.dump(), "counts from 1 to 65536");
   s.get_min<int64_t>("expert_interval", m.expert_interval, 1, ">= 1");
   s.get_min<int64_t>("ep_size", m.ep_size, 1, ">= 1");
   s.get("k", g.k);
   s.expect("k", g.k == 1 || g.k == 2, g.k, "1 or 2");
   s.get("capacity_factor", g.capacity_factor);
-  s.expect("capacity_factor", g.capacity_factor > 0, g.capacity_factor, "> 0");
+  s.expect("capacity_factor", g.capacity_factor > 0 && g.capacity_factor <= kMaxCapacityFactor,
+           g.capacity_factor, "> 0 and <= 64");
   s.get("eval_capacity_factor", g.eval_capacity_factor);
-  s.expect("eval_capacity_factor", g.eval_capacity_factor > 0, g.eval_capacity_factor, "> 0");
-  s.get_min<int64_t>("min_capacity", g.min_capacity, 0, ">= 0");
+  s.expect("eval_capacity_factor",
+           g.eval_capacity_factor > 0 && g.eval_capacity_factor <= kMaxCapacityFactor,
+           g.eval_capacity_factor, "> 0 and <= 64");
+  s.get_min<int64_t>("min_capacity", g.min_capacity, 0, "from 0 to 65536");
+  s.expect("min_capacity", g.min_capacity <= kMaxExperts, g.min_capacity, "from 0 to 65536");
   s.get("use_residual", m.options.use_residual);
   std::string policy = "None";
   s.get("noisy_gate_policy", policy);
@@ -140,6 +153,10 @@ void check_moe(io::TrainConfig& cfg) {
   TS_CHECK(cfg.model.init_from.empty(), cfg.source,
            ": 'moe' with model.init_from: a dense checkpoint has no experts to load");
   m.layout.validate(cfg.model.n_layer);
+  const int64_t tokens = cfg.micro_batch_size * cfg.model.block_size;
+  TS_CHECK(tokens % m.layout.options.gating_groups == 0, cfg.source, ": 'moe.gating_groups' ",
+           m.layout.options.gating_groups, " does not divide a micro-batch's ", tokens,
+           " tokens (train_micro_batch_size_per_gpu x model.block_size)");
   TS_CHECK(cfg.world_size % m.layout.ep_size == 0, cfg.source, ": 'moe.ep_size' ", m.layout.ep_size,
            " does not divide the ", cfg.world_size, " data-parallel ranks");
   TS_CHECK(parallel::pipeline_config(cfg).stages == 1, cfg.source,

@@ -247,6 +247,12 @@ config bad_pipe '{"num_experts": 4}' 'c["pipeline"] = {"stages": 2}'
 expect_bad bad_pipe.json 2 "'moe' in a pipeline"
 config bad_sp '{"num_experts": 4}' 'c["tensor_parallel"] = {"autotp_size": 2, "sequence_parallel": True}'
 expect_bad bad_sp.json 2 "'moe' with tensor_parallel.sequence_parallel"
+config bad_many '{"num_experts": 100000000}'
+expect_bad bad_many.json 1 "'moe.num_experts' is \"100000000\", expected counts from 1 to 65536"
+config bad_groups '{"num_experts": 4, "gating_groups": 3}'
+expect_bad bad_groups.json 1 "'moe.gating_groups' 3 does not divide a micro-batch's 128 tokens"
+config bad_factor '{"num_experts": 4, "eval_capacity_factor": 1e30}'
+expect_bad bad_factor.json 1 "'moe.eval_capacity_factor' is 1e+30, expected > 0 and <= 64"
 config bad_none '{"k": 2}'
 expect_bad bad_none.json 1 "'moe.num_experts' is missing: 'moe.k' states a MoE layout"
 echo "bad layouts: errors naming the key"
