@@ -118,19 +118,7 @@ ZeroOptimizer::ZeroOptimizer(nn::Module& model, std::shared_ptr<ProcessGroup> gr
     }
   }
 
-  GradBuckets::Options bo;
-  bo.bucket_numel = options.reduce_bucket_size;
-  bo.overlap = options.overlap_comm;
-  bo.pre_scale = options.pre_scale;
-  bo.comm_dtype = options.comm_dtype;
-  for (Partition& part : parts_) {
-    part.grad_partition = zeros({part.layout.partition_numel}, options.comm_dtype, device_);
-    std::vector<Tensor*> slots;
-    for (size_t i : part.params) slots.push_back(params_[i].second);
-    part.buckets = std::make_unique<GradBuckets>(
-        part.group, slots, GradBuckets::Mode::ReduceScatter, bo, &part.layout, part.grad_partition);
-  }
-
+  make_buckets();
   // The optimizer updates this rank's master shards of each group's parameters.
   for (auto& g : groups) {
     g.params.clear();
@@ -142,6 +130,22 @@ ZeroOptimizer::ZeroOptimizer(nn::Module& model, std::shared_ptr<ProcessGroup> gr
     }
   }
   optimizer_ = make_optimizer(std::move(groups));
+}
+
+// Each partition's reduce-scatter buckets into its gradient partition.
+void ZeroOptimizer::make_buckets() {
+  GradBuckets::Options bo;
+  bo.bucket_numel = options_.reduce_bucket_size;
+  bo.overlap = options_.overlap_comm;
+  bo.pre_scale = options_.pre_scale;
+  bo.comm_dtype = options_.comm_dtype;
+  for (Partition& part : parts_) {
+    part.grad_partition = zeros({part.layout.partition_numel}, options_.comm_dtype, device_);
+    std::vector<Tensor*> slots;
+    for (size_t i : part.params) slots.push_back(params_[i].second);
+    part.buckets = std::make_unique<GradBuckets>(
+        part.group, slots, GradBuckets::Mode::ReduceScatter, bo, &part.layout, part.grad_partition);
+  }
 }
 
 // Splits the parameters into their partitions (experts apart with expert_params) and makes

@@ -165,6 +165,7 @@ class ZeroOptimizer {
     return parts_[place_[param].first].layout.entries[place_[param].second];
   }
   void build_partitions();
+  void make_buckets();
   void publish(Partition& part);
 
   std::shared_ptr<ProcessGroup> group_;
