@@ -332,25 +332,18 @@ BertForPreTraining::BertForPreTraining(const BertConfig& c, bool nsp,
       config(c),
       with_nsp(nsp) {
   const auto group = ctx.tensor_group();
-  if (!group && ctx.experts.ep_size() > 1) {
-    // One process's initialisation, this rank's experts of it (names are global), the
-    // generator left where that process leaves it.
-    default_generator().set_state(start);
-    BertForPreTraining whole(c, nsp);
-    parallel::load_whole_state(*this, whole.state_dict(), 0, 1);
-    return;
-  }
-  if (!group) {
+  if (!group && ctx.experts.ep_size() == 1) {
     init_weights();
     return;
   }
   const int64_t padded = bert.embeddings.word_embeddings.padded_embeddings;
-  if (padded != c.vocab_size && group->rank() == 0)
+  if (group && padded != c.vocab_size && group->rank() == 0)
     std::cerr << "BERT tensor parallel: vocab_size " << c.vocab_size << " padded to " << padded
               << " (a multiple of " << group->size()
               << " ranks); the padding rows are left out of the loss\n";
   // The whole model's initialisation from the generator as it was (as BertForPreTraining(c)
-  // would draw it), sharded; the generator is left where that model leaves it.
+  // would draw it), sharded (with expert parallelism: this rank's experts of it, by their
+  // global names); the generator is left where that model leaves it.
   default_generator().set_state(start);
   BertForPreTraining whole(c, nsp);
   load_from_whole(whole);

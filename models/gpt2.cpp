@@ -261,26 +261,20 @@ GPT2LMHeadModel::GPT2LMHeadModel(const GPT2Config& c, const parallel::ParallelCo
                                  GeneratorState start)
     : transformer(this, "transformer", checked(c, ctx), ctx), config(c) {
   const auto group = ctx.tensor_group();
-  if (!group && ctx.experts.ep_size() > 1) {
-    // One process's initialisation, this rank's experts of it (names are global), the
-    // generator left where that process leaves it.
-    default_generator().set_state(start);
-    GPT2LMHeadModel whole(c);
-    parallel::load_whole_state(*this, whole.state_dict(), 0, 1);
-    return;
-  }
-  if (!group) {
+  if (!group && ctx.experts.ep_size() == 1) {
     init_weights();
     return;
   }
   const int64_t padded = transformer.wte.padded_embeddings;
-  if (padded != c.vocab_size && group->rank() == 0)
+  if (group && padded != c.vocab_size && group->rank() == 0)
     std::cerr << "GPT-2 tensor parallel: vocab_size " << c.vocab_size << " padded to " << padded
               << " (a multiple of " << group->size()
               << " ranks); the padding rows are left out of the loss\n";
   // The whole model's initialisation, drawn from the default generator as it was before this
-  // model's layers were built (as GPT2LMHeadModel(c) would draw it), sharded: a tensor-parallel
-  // run starts where one process does, and the generator is left where that process leaves it.
+  // model's layers were built (as GPT2LMHeadModel(c) would draw it), sharded (and, with expert
+  // parallelism, this rank's experts of it, by their global names): a tensor- or
+  // expert-parallel run starts where one process does, and the generator is left where that
+  // process leaves it.
   default_generator().set_state(start);
   GPT2LMHeadModel whole(c);
   load_from_whole(whole);

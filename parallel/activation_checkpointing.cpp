@@ -157,18 +157,12 @@ Tensor run_layers(ActivationCheckpointing* checkpointing, int64_t layers,
                   bool partition, const std::function<Tensor(int64_t)>& side, Tensor* side_total) {
   // Layers [first, last) of `in`: their output and, with `side`, the sum of their scalars.
   const auto run = [layer, side](int64_t first, int64_t last, const Tensor& in) {
-    std::vector<Tensor> out{in};
+    Tensor y = in, sum;
     for (int64_t i = first; i < last; ++i) {
-      out[0] = layer(i, out[0]);
-      if (side) {
-        const Tensor s = side(i);
-        if (s.defined() && out.size() == 1)
-          out.push_back(s);
-        else if (s.defined())
-          out[1] = out[1] + s;
-      }
+      y = layer(i, y);
+      if (side) sum = add_defined(sum, side(i));
     }
-    return out;
+    return sum.defined() ? std::vector<Tensor>{y, sum} : std::vector<Tensor>{y};
   };
   const int64_t k = checkpointing ? checkpointing->layers_per_checkpoint(layers) : layers;
   Tensor h = x, total;
