@@ -55,6 +55,20 @@ Allocator& Storage::allocator() const {
   return pinned_ ? pinned_allocator() : allocator_for(device_.type);
 }
 
+namespace {
+thread_local bool host_cache_bypassed = false;
+}
+
+HostCacheBypass::HostCacheBypass() : was_(host_cache_bypassed) {
+  host_cache_bypassed = true;
+}
+HostCacheBypass::~HostCacheBypass() {
+  host_cache_bypassed = was_;
+}
+bool HostCacheBypass::active() {
+  return host_cache_bypassed;
+}
+
 void Storage::make_resident() {
   if (!resident()) data_ = allocator().allocate(nbytes_, device_);
 }

@@ -84,6 +84,7 @@ void Engine::save_checkpoint(const std::string& dir, const std::string& tag_or_d
     fs::remove_all(tmp, ec);  // a failed save leaves nothing behind; `latest` is untouched
     throw;
   }
+  if (zero_) zero_->swap_out_state();  // (NVMe offload: the state the save read goes back out)
   job_barrier();
   if (writer) {
     // Swap the finished directory into place, then point `latest` at it.
@@ -263,6 +264,7 @@ void gather_zero_state(parallel::ZeroOptimizer& zero, std::map<std::string, Tens
     parallel::gather_whole_state(*zero.expert_data_group(), *experts, shards, weights, opt);
   const auto state = zero.optimizer().state_dict();
   if (state.count("step")) opt["step"] = state.at("step");
+  zero.swap_out_state();  // (NVMe offload: what the gather read goes back out)
 }
 
 // Optimizers whose saved state means the same thing: Adam and AdamW keep the same moments.

@@ -47,12 +47,13 @@ void Engine::report_breakdowns() {
     const parallel::MemoryStats m = memory();
     const AllocatorStats host = allocator_for(DeviceType::CPU).stats();
     char line[320];
-    int n = std::snprintf(
-        line, sizeof line,
-        "memory (MB) [rank %d, step %ld] | params: %.2f | grads: %.2f | "
-        "optimizer: %.2f | buffers: %.2f | host allocated: %.2f | host peak: %.2f",
-        rank(), static_cast<long>(global_steps_), m.params / 1e6, m.grads / 1e6, m.optimizer / 1e6,
-        m.buffers / 1e6, host.allocated / 1e6, host.peak_allocated / 1e6);
+    int n = std::snprintf(line, sizeof line,
+                          "memory (MB) [rank %d, step %ld] | params: %.2f | grads: %.2f | "
+                          "optimizer: %.2f | buffers: %.2f | swap: %.2f | disk: %.2f | host "
+                          "allocated: %.2f | host peak: %.2f",
+                          rank(), static_cast<long>(global_steps_), m.params / 1e6, m.grads / 1e6,
+                          m.optimizer / 1e6, m.buffers / 1e6, m.swap / 1e6, m.disk / 1e6,
+                          host.allocated / 1e6, host.peak_allocated / 1e6);
     if (device().is_cuda()) {
       const CudaMemoryStats c = cuda_memory_stats(device().index);
       std::snprintf(line + n, sizeof line - static_cast<size_t>(n),

@@ -7,6 +7,7 @@
 
 #include "tessera/engine/engine.h"
 #include "tessera/grad_mode.h"
+#include "tessera/io/async_file_io.h"
 #include "tessera/ops.h"
 #include "tessera/optim/lr_schedule_registry.h"
 #include "tessera/optim/optimizer_registry.h"
@@ -175,7 +176,18 @@ void Engine::setup_parallel(std::vector<optim::ParamGroup> groups,
   zo.comm_dtype = comm;
   zo.param_persistence_threshold = z.stage3_param_persistence_threshold;
   zo.prefetch_bucket_size = z.stage3_prefetch_bucket_size;
-  zo.offload_optimizer = z.offload_optimizer_device == "cpu";
+  zo.offload_optimizer = z.offload_optimizer_device != "none";
+  if (z.offload_optimizer_device == "nvme") {
+    parallel::NvmeOffloadOptions n;
+    n.nvme_path = z.offload_nvme_path;
+    n.buffer_count = z.offload_buffer_count;
+    n.pipeline_read = z.offload_pipeline_read;
+    n.pipeline_write = z.offload_pipeline_write;
+    n.fast_init = z.offload_fast_init;
+    n.sub_group_size = z.sub_group_size;
+    n.aio = io::aio_config(c);
+    zo.nvme = n;
+  }
   zo.pin_memory = zo.offload_optimizer && z.offload_pin_memory;
   zo.allgather_bucket_size = z.allgather_bucket_size;
   if (!expert_slots_.empty()) {  // experts partitioned over their own replicas

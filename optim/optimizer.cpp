@@ -117,14 +117,19 @@ void Optimizer::set_model_copies(std::vector<std::vector<Tensor*>> copies) {
 void Optimizer::run_fused(Kernel k, const std::vector<std::string>& slots,
                           const std::function<OptimizerStepParams(const ParamGroup&)>& params) {
   NoGradGuard no_grad;
+  // One launch per (group, device, parameter dtype, gradient dtype); with a stager, per
+  // sub-group of at most sub_group_size elements of it.
+  struct Launch {
+    size_t group;
+    std::vector<size_t> idx;
+  };
+  std::vector<Launch> launches;
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
     ParamGroup& g = groups_[gi];
     Tensor* const* copies = model_copies_.empty() ? nullptr : model_copies_[gi].data();
-    auto grad_of = [&](size_t i) { return copies ? copies[i]->grad() : g.params[i].grad(); };
-    // One call per (device, parameter dtype, gradient dtype).
     std::map<std::tuple<int, int, int>, std::vector<size_t>> by_kind;
     for (size_t i = 0; i < g.params.size(); ++i) {
-      const Tensor grad = grad_of(i);
+      const Tensor grad = copies ? copies[i]->grad() : g.params[i].grad();
       if (!grad.defined()) continue;
       TS_CHECK(grad.shape() == g.params[i].shape(), name(), ": gradient of '", g.names[i], "' is ",
                grad.describe(), ", parameter is ", g.params[i].describe());
@@ -134,31 +139,96 @@ void Optimizer::run_fused(Kernel k, const std::vector<std::string>& slots,
           .push_back(i);
     }
     for (auto& [kind, idx] : by_kind) {
-      std::vector<TensorBase> outs, grads;
-      for (size_t i : idx) outs.push_back(g.params[i].detach());
-      for (const std::string& s : slots)
-        for (size_t i : idx) outs.push_back(slot(gi, i, s));
-      if (copies)
-        for (size_t i : idx) outs.push_back(copies[i]->detach());
-      for (size_t i : idx)
-        grads.push_back(copies ? grad_of(i).contiguous()
-                               : grad_of(i).to(g.params[i].dtype()).contiguous());
-      KernelAttrs a;
-      a.optimizer_step = params(g);
-      std::visit(
-          [&]<class P>(P& p) {
-            if constexpr (!std::is_same_v<P, std::monostate>) p.grad_scale = grad_scale_;
-          },
-          a.optimizer_step);
-      const Tensor& first = g.params[idx[0]];
-      TS_CHECK(first.is_contiguous(), name(), ": parameter '", g.names[idx[0]],
-               "' is not contiguous");
-      run_kernel(k, first.device(), first.dtype(), grads, outs, a);
-      for (size_t i : idx) g.params[i].bump_version();
-      if (copies)
-        for (size_t i : idx) copies[i]->bump_version();
+      if (!stager_) {
+        launches.push_back({gi, idx});
+        continue;
+      }
+      int64_t numel = 0;
+      for (size_t i : idx) {
+        if (launches.empty() || launches.back().group != gi || numel == 0 ||
+            numel + g.params[i].numel() > stager_->sub_group_size()) {
+          launches.push_back({gi, {}});
+          numel = 0;
+        }
+        launches.back().idx.push_back(i);
+        numel += g.params[i].numel();
+      }
     }
   }
+  // (Prefetching takes the state that exists: a first step makes each sub-group's when it
+  // updates it.)
+  auto state_of = [&](const Launch& l, bool make) {
+    std::vector<StateTensor> out;
+    for (const std::string& s : slots)
+      for (size_t i : l.idx) {
+        std::string key = groups_[l.group].names[i] + "." + s;
+        if (make || state_.count(key)) out.push_back({key, slot(l.group, i, s)});
+      }
+    return out;
+  };
+  for (size_t li = 0; li < launches.size(); ++li) {
+    std::vector<StateTensor> state;
+    if (stager_) {
+      state = state_of(launches[li], true);
+      if (li + 1 < launches.size()) stager_->prefetch(state_of(launches[li + 1], false));
+      stager_->acquire(state);
+    }
+    launch_fused(k, launches[li].group, launches[li].idx, slots, params);
+    if (stager_) stager_->release(state);
+  }
+  if (stager_) stager_->finish();
+}
+
+void Optimizer::initialize_state() {
+  NoGradGuard no_grad;
+  const std::vector<std::string> slots = slot_names();
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    const ParamGroup& g = groups_[gi];
+    std::vector<StateTensor> state;
+    int64_t numel = 0;
+    auto flush = [&] {
+      if (stager_ && !state.empty()) stager_->release(state);
+      state.clear();
+      numel = 0;
+    };
+    for (size_t i = 0; i < g.params.size(); ++i) {
+      if (stager_ && numel > 0 && numel + g.params[i].numel() > stager_->sub_group_size()) flush();
+      for (const std::string& s : slots) state.push_back({g.names[i] + "." + s, slot(gi, i, s)});
+      numel += g.params[i].numel();
+    }
+    flush();
+  }
+  if (stager_) stager_->finish();
+}
+
+void Optimizer::launch_fused(Kernel k, size_t gi, const std::vector<size_t>& idx,
+                             const std::vector<std::string>& slots,
+                             const std::function<OptimizerStepParams(const ParamGroup&)>& params) {
+  ParamGroup& g = groups_[gi];
+  Tensor* const* copies = model_copies_.empty() ? nullptr : model_copies_[gi].data();
+  auto grad_of = [&](size_t i) { return copies ? copies[i]->grad() : g.params[i].grad(); };
+  std::vector<TensorBase> outs, grads;
+  for (size_t i : idx) outs.push_back(g.params[i].detach());
+  for (const std::string& s : slots)
+    for (size_t i : idx) outs.push_back(slot(gi, i, s));
+  if (copies)
+    for (size_t i : idx) outs.push_back(copies[i]->detach());
+  for (size_t i : idx)
+    grads.push_back(copies ? grad_of(i).contiguous()
+                           : grad_of(i).to(g.params[i].dtype()).contiguous());
+  KernelAttrs a;
+  a.optimizer_step = params(g);
+  std::visit(
+      [&]<class P>(P& p) {
+        if constexpr (!std::is_same_v<P, std::monostate>) p.grad_scale = grad_scale_;
+      },
+      a.optimizer_step);
+  const Tensor& first = g.params[idx[0]];
+  TS_CHECK(first.is_contiguous(), name(), ": parameter '", g.names[idx[0]], "' is not contiguous");
+  run_kernel(k, first.device(), first.dtype(), grads, outs, a);
+  for (size_t i : idx) g.params[i].bump_version();
+  if (copies)
+    for (size_t i : idx) copies[i]->bump_version();
 }
 
 namespace {

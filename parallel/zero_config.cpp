@@ -13,9 +13,19 @@ void ZeroConfig::parse(io::config::Section& z, ZeroConfig& zc) {
            {"stage",
             "1 partitions the optimizer state, 2 also the gradients, 3 also the "
             "parameters (0: off)"},
-           {"offload_optimizer", "the optimizer's partition in host memory"},
-           {"offload_optimizer.device", "where it lives"},
+           {"offload_optimizer", "the optimizer's partition in host memory or on disk"},
+           {"offload_optimizer.device",
+            "where it lives: \"cpu\" (host memory) or \"nvme\" (a swap file under nvme_path)"},
            {"offload_optimizer.pin_memory", "pinned host memory (faster copies from a GPU)"},
+           {"offload_optimizer.nvme_path", "nvme: the directory of the swap files"},
+           {"offload_optimizer.buffer_count", "nvme: swap transfers (and their buffers) in flight"},
+           {"offload_optimizer.pipeline_read",
+            "nvme: read the next sub-group's state while this one updates"},
+           {"offload_optimizer.pipeline_write",
+            "nvme: let writes finish while the next sub-groups update"},
+           {"offload_optimizer.fast_init",
+            "nvme: make and write the state on the first step instead of at start"},
+           {"sub_group_size", "elements the optimizer updates at once (nvme: swapped together)"},
            {"reduce_bucket_size", "elements per gradient reduction"},
            {"allgather_bucket_size", "elements per parameter all-gather (stages 1-2)"},
            {"overlap_comm", "reduce gradients during backward"},
@@ -30,11 +40,22 @@ void ZeroConfig::parse(io::config::Section& z, ZeroConfig& zc) {
     io::config::Section off = z.sub("offload_optimizer");
     off.get("device", zc.offload_optimizer_device);
     const std::string& device = zc.offload_optimizer_device;
-    off.expect("device", device == "cpu" || device == "none", device, "\"cpu\" or \"none\"");
+    off.expect("device", device == "cpu" || device == "nvme" || device == "none", device,
+               "\"cpu\", \"nvme\" or \"none\"");
     TS_CHECK(zc.offload_optimizer_device == "none" || zc.stage >= 1, source,
              ": 'zero_optimization.offload_optimizer' needs ZeRO stage 1, 2 or 3 (the offloaded "
              "optimizer works on a rank's partition), but 'zero_optimization.stage' is 0");
     off.get("pin_memory", zc.offload_pin_memory);
+    off.get("nvme_path", zc.offload_nvme_path);
+    TS_CHECK(device != "nvme" || !zc.offload_nvme_path.empty(), source,
+             ": 'zero_optimization.offload_optimizer.device' \"nvme\" needs "
+             "'zero_optimization.offload_optimizer.nvme_path' (the directory of the swap files)");
+    off.get_min<int64_t>("buffer_count", zc.offload_buffer_count, 1, ">= 1");
+    off.expect("buffer_count", zc.offload_buffer_count <= 1024, zc.offload_buffer_count,
+               "at most 1024");
+    off.get("pipeline_read", zc.offload_pipeline_read);
+    off.get("pipeline_write", zc.offload_pipeline_write);
+    off.get("fast_init", zc.offload_fast_init);
     off.warn_unknown();
   }
   z.get_min<int64_t>("reduce_bucket_size", zc.reduce_bucket_size, 1, ">= 1");
@@ -48,7 +69,7 @@ void ZeroConfig::parse(io::config::Section& z, ZeroConfig& zc) {
                      "stage 3 frees each gathered parameter after its use");
   z.ignored<int64_t>("stage3_max_reuse_distance",
                      "stage 3 frees each gathered parameter after its use");
-  z.ignored<int64_t>("sub_group_size", "the optimizer updates a rank's partition in one call");
+  z.get_min<int64_t>("sub_group_size", zc.sub_group_size, 1, ">= 1");
   z.ignored<bool>("allgather_partitions", "partitions are always all-gathered");
   z.ignored<bool>("reduce_scatter", "gradients are always reduce-scattered at stages 1-3");
   z.get("stage3_gather_16bit_weights_on_model_save", zc.stage3_gather_16bit_weights_on_model_save);

@@ -130,6 +130,31 @@ ZeroOptimizer::ZeroOptimizer(nn::Module& model, std::shared_ptr<ProcessGroup> gr
     }
   }
   optimizer_ = make_optimizer(std::move(groups));
+  if (options.nvme) {
+    TS_CHECK(!optimizer_->takes_data_parallel_transport(),
+             "offload_optimizer.device \"nvme\": ", optimizer_->name(),
+             " updates outside the fused optimizer step the swapper stages; use Adam, AdamW, "
+             "Lamb or SGD, or offload to \"cpu\"");
+    NvmeOffloadOptions nvme = *options.nvme;
+    nvme.buffer_numel = nvme_buffer_numel(nvme.sub_group_size);
+    swapper_ =
+        std::make_shared<OptimizerStateSwapper>(nvme, "rank" + std::to_string(group_->rank()));
+    optimizer_->set_state_stager(swapper_);
+    if (!options.nvme->fast_init) optimizer_->initialize_state();
+  }
+}
+
+int64_t ZeroOptimizer::nvme_buffer_numel(int64_t sub_group_size) const {
+  int64_t largest = 1, partition = 0;
+  for (const Partition& part : parts_) {
+    partition += part.layout.partition_numel;
+    for (const auto& e : part.layout.entries) largest = std::max(largest, e.shard);
+  }
+  return std::max(largest, std::min(sub_group_size, partition));
+}
+
+void ZeroOptimizer::swap_out_state() {
+  if (swapper_) swapper_->swap_out(optimizer_->state_dict());
 }
 
 // Each partition's reduce-scatter buckets into its gradient partition.
@@ -365,7 +390,11 @@ MemoryStats ZeroOptimizer::memory() const {
     m.buffers += zero_buffer_bytes(part.layout, options_, model_dtype_, options_.comm_dtype);
   }
   for (auto& [k, v] : optimizer_->state_dict())
-    if (k != "step") m.optimizer += bytes_of(v);
+    if (k != "step" && v.storage()->resident()) m.optimizer += bytes_of(v);
+  if (swapper_) {
+    m.disk = swapper_->stats().disk_bytes;
+    m.swap = swapper_->stats().peak_resident_bytes;
+  }
   return m;
 }
 
@@ -417,6 +446,7 @@ void ZeroOptimizer::load_partition_state(const std::map<std::string, Tensor>& ma
     master_views_[i].copy_(it->second);
   }
   if (optimizer_state) optimizer_->load_state_dict(*optimizer_state);
+  swap_out_state();
   publish();
 }
 

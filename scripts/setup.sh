@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 packages=(meson ninja-build pkg-config g++ libeigen3-dev libopenblas-dev nlohmann-json3-dev doctest-dev
           libpcre2-dev libutf8proc-dev libopenmpi-dev openmpi-bin fortunes clang-format
           libprotobuf-dev protobuf-compiler gnuplot-nox libyaml-cpp-dev libsqlite3-dev
-          libcpp-httplib-dev libjs-chart.js libssl-dev)
+          libcpp-httplib-dev libjs-chart.js libssl-dev liburing-dev)
 source scripts/lib/debian.sh  # (the repository root is the working directory)
 install_missing "${packages[@]}"
 

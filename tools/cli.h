@@ -75,6 +75,7 @@ int bench_transformer_kernel(const Args& a);  // bench_transformer_kernel.cpp
 int bench_optimizer(const Args& a);           // bench_optimizer.cpp
 int bench_all_to_all(const Args& a);          // bench_all_to_all.cpp
 int zero_to_fp32_main(int argc, char** argv);
+int nvme_tune_main(int argc, char** argv);
 int estimate_memory_main(int argc, char** argv);
 int export_main(int argc, char** argv);
 int plot_main(int argc, char** argv);

@@ -59,6 +59,8 @@ nlohmann::ordered_json memory_json(const launch::ModelStateBytes& b, int64_t act
           {"grads", b.grads},
           {"optimizer", b.optimizer},
           {"buffers", b.buffers},
+          {"swap", b.swap},
+          {"disk", b.disk},
           {"activations", estimated ? nlohmann::ordered_json(activations) : nullptr}};
 }
 
@@ -204,11 +206,19 @@ int estimate_memory_main(int argc, char** argv) {
                 models::moe_of(cfg)
                     ? "MoE layers have no activation estimate yet"
                     : ("model.type \"" + cfg.model.type + "\" has no activation estimate").c_str());
-  const bool offload = parallel::zero_config(cfg).offload_optimizer_device == "cpu";
-  if (offload)
+  const std::string offload = parallel::zero_config(cfg).offload_optimizer_device;
+  if (offload == "cpu")
     std::printf(
         "offload_optimizer cpu (stages 1-3): the optimizer column is host memory; a GPU "
         "holds params + grads\n");
+  if (offload == "nvme")
+    for (int s = 1; s <= 3; ++s) {
+      const launch::ModelStateBytes& b = e.by_zero_stage[static_cast<size_t>(s)];
+      std::printf(
+          "offload_optimizer nvme, stage %d: the optimizer's moments in a %s swap file per rank; "
+          "the swap's staging takes at most %s of host memory (in total/rank)\n",
+          s, human(b.disk).c_str(), human(b.swap).c_str());
+    }
   if (a.has("json"))
     std::cout << nlohmann::ordered_json{{"ranks", ranks},
                                         {"tensor_parallel", tp},

@@ -40,6 +40,7 @@ commands:
   export CKPT OUT_DIR        a checkpoint as a Hugging Face model directory (weights, config,
                              tokenizer files)
   estimate-memory CONFIG     per-rank parameter/gradient/optimizer bytes for N ranks, any stage
+  nvme-tune DIR              DeepSpeed's ds_nvme_tune: the fastest "aio" section for a swap directory
   plot RUN_DIR               a run's loss and lr curves to a PNG (from its monitor files)
   report                     what this build has compiled in and which devices are visible
 
@@ -89,6 +90,7 @@ int main(int argc, char** argv) {
     if (cmd == "train") return tessera::cli::train_main(argc, argv);
     if (cmd == "generate") return tessera::cli::generate_main(argc, argv);
     if (cmd == "zero-to-fp32") return tessera::cli::zero_to_fp32_main(argc, argv);
+    if (cmd == "nvme-tune") return tessera::cli::nvme_tune_main(argc, argv);
     if (cmd == "estimate-memory") return tessera::cli::estimate_memory_main(argc, argv);
     if (cmd == "export") return tessera::cli::export_main(argc, argv);
     if (cmd == "plot") return tessera::cli::plot_main(argc, argv);

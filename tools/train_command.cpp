@@ -96,6 +96,8 @@ void print_json_line(const engine::TrainResult& r, engine::Engine& eng, bool com
         {"grads", mem.grads},
         {"optimizer", mem.optimizer},
         {"buffers", mem.buffers},
+        {"disk", mem.disk},
+        {"swap", mem.swap},
         {"activations", pipe ? pipe->activation_bytes() : eng.activation_bytes()}}}};
   // A null is never silent: say why the value is missing.
   line["steps_run"] = r.steps_run;

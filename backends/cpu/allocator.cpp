@@ -69,7 +69,7 @@ class CachingHostAllocator final : public Allocator {
     const size_t size = it->second;
     sizes_.erase(it);
     allocated_bytes_ -= size;
-    if (cached_bytes_ + size > kMaxCachedBytes) {
+    if (cached_bytes_ + size > kMaxCachedBytes || HostCacheBypass::active()) {
       std::free(p);
       return;
     }

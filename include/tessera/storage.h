@@ -26,6 +26,20 @@ class Allocator {
   virtual void reset_peak() {}
 };
 void register_allocator(DeviceType type, Allocator* allocator);
+// While one lives on this thread, host blocks freed go back to the system instead of the
+// host allocator's cache: memory given up on purpose (optimizer state swapped to disk) leaves
+// the process rather than waiting for the next block of its size.
+class HostCacheBypass {
+ public:
+  HostCacheBypass();
+  ~HostCacheBypass();
+  HostCacheBypass(const HostCacheBypass&) = delete;
+  HostCacheBypass& operator=(const HostCacheBypass&) = delete;
+  static bool active();
+
+ private:
+  bool was_ = false;
+};
 Allocator& allocator_for(DeviceType type);
 
 // Page-locked ("pinned") host memory, which the GPU reads and writes directly, so host<->GPU

@@ -388,13 +388,13 @@ TEST_CASE("DeepSpeed's optimizer and scheduler rules from the config") {
                "is less than warmup_num_steps"));
   // Keys read but not acted on warn like unknown keys.
   const auto ignored = parse(R"({"train_batch_size": 1, "fp16": {"auto_cast": true},
-      "zero_optimization": {"contiguous_gradients": true, "sub_group_size": 1e9,
+      "zero_optimization": {"contiguous_gradients": true, "stage3_max_reuse_distance": 1e9,
                             "stage3_max_live_parameters": 1e9}, "checkpoint": {"tag_validation": "Fail"},
       "optimizer": {"params": {"torch_adam": true}}})");
-  for (const char* k :
-       {"'fp16.auto_cast'", "'zero_optimization.contiguous_gradients'",
-        "'zero_optimization.sub_group_size'", "'zero_optimization.stage3_max_live_parameters'",
-        "'checkpoint.tag_validation'", "'optimizer.params.torch_adam'"})
+  for (const char* k : {"'fp16.auto_cast'", "'zero_optimization.contiguous_gradients'",
+                        "'zero_optimization.stage3_max_reuse_distance'",
+                        "'zero_optimization.stage3_max_live_parameters'",
+                        "'checkpoint.tag_validation'", "'optimizer.params.torch_adam'"})
     CHECK_MESSAGE(warned(ignored, std::string(k) + " has no effect"), k);
   CHECK(warned(parse(R"({"train_batch_size": 1, "fp16": {"enabled": true, "hysteresis": 4}})"),
                "'fp16.hysteresis' has no effect at zero_optimization.stage 0"));

@@ -121,10 +121,13 @@ TEST_CASE("config reference: what a value must be comes from the registries and 
         "one of Adam, AdamW, SGD, Lamb, OneBitAdam, ZeroOneAdam, OneBitLamb");
   CHECK(ref.at("fp16.loss_scale").expected == ">= 0 (0 = dynamic)");
   CHECK(ref.at("zero_optimization.stage").expected == "0, 1, 2 or 3");
-  CHECK(ref.at("zero_optimization.offload_optimizer.device").expected == "\"cpu\" or \"none\"");
+  CHECK(ref.at("zero_optimization.offload_optimizer.device").expected ==
+        "\"cpu\", \"nvme\" or \"none\"");
   CHECK(ref.at("zero_optimization.offload_optimizer").kind == "object");
-  CHECK(ref.at("zero_optimization.sub_group_size").note.find("no effect in Tessera") == 0);
-  CHECK(ref.at("zero_optimization.sub_group_size").default_value.empty());
+  CHECK(ref.at("zero_optimization.stage3_max_live_parameters").note.find("no effect in Tessera") ==
+        0);
+  CHECK(ref.at("zero_optimization.stage3_max_live_parameters").default_value.empty());
+  CHECK(ref.at("zero_optimization.sub_group_size").default_value == "1000000000");
   // The parameters under optimizer.params / scheduler.params are their registries' tables.
   for (const auto& entry : ref) {
     const std::string& key = entry.first;  // (clang 14's lambdas cannot capture bindings)

@@ -20,7 +20,10 @@ namespace tessera::launch {
 
 struct ModelStateBytes {
   int64_t params = 0, grads = 0, optimizer = 0, buffers = 0;
-  int64_t total() const { return params + grads + optimizer + buffers; }
+  // offload_optimizer "nvme": the swap file (bytes on disk, not in total) and the most host
+  // memory its staging can take (in total): a sub-group's state plus buffer_count buffers.
+  int64_t disk = 0, swap = 0;
+  int64_t total() const { return params + grads + optimizer + buffers + swap; }
 };
 
 // The model state a rank holds at ZeRO `stage` over `data_ranks` ranks, for parameters laid

@@ -46,6 +46,29 @@ std::vector<ParamGroup> default_param_groups(
 
 class Optimizer;
 class OneBitTransport;
+
+// An optimizer state tensor and its state_dict name ("<param>.<slot>").
+struct StateTensor {
+  std::string key;
+  Tensor tensor;
+};
+
+// Optimizer state kept out of memory between updates (ZeRO-Infinity's NVMe offload:
+// parallel/optimizer_state_swapper.h). With a stager, step() updates each group in sub-groups
+// of at most sub_group_size() elements (a larger parameter alone), one fused call each, and
+// hands the stager each sub-group's state: prefetch() the next sub-group's before this one's
+// update, acquire() before it (the tensors are resident when it returns), release() after it;
+// finish() once the step is done. Optimizers that update outside the fused step (the
+// compressed ones) never call it.
+class StateStager {
+ public:
+  virtual ~StateStager() = default;
+  virtual int64_t sub_group_size() const = 0;
+  virtual void prefetch(const std::vector<StateTensor>& state) = 0;
+  virtual void acquire(const std::vector<StateTensor>& state) = 0;
+  virtual void release(const std::vector<StateTensor>& state) = 0;
+  virtual void finish() = 0;
+};
 // Builds an optimizer over the groups it is handed (DeepSpeed's callable client optimizer):
 // the engine hands it the tensors it updates (float32 masters, ZeRO partitions).
 using OptimizerFactory = std::function<std::unique_ptr<Optimizer>(std::vector<ParamGroup>)>;
@@ -75,6 +98,12 @@ class Optimizer {
   // group g's i-th (float32) parameter. step() then reads that tensor's gradient instead of
   // the parameter's and writes the updated value back into it, cast: no separate cast passes.
   void set_model_copies(std::vector<std::vector<Tensor*>> copies);
+  void set_state_stager(std::shared_ptr<StateStager> stager) { stager_ = std::move(stager); }
+  // The state each parameter has ("exp_avg", ...), made on its first update.
+  virtual std::vector<std::string> slot_names() const { return {}; }
+  // Makes every parameter's state now (zeros); with a stager, a sub-group at a time, each
+  // handed to release() as it is made.
+  void initialize_state();
   // Every gradient is multiplied by this in the update (loss-scale unscaling times the
   // clipping coefficient); 1 by default.
   void set_grad_scale(double scale) { grad_scale_ = scale; }
@@ -107,10 +136,16 @@ class Optimizer {
   void run_fused(Kernel k, const std::vector<std::string>& slots,
                  const std::function<OptimizerStepParams(const ParamGroup&)>& params);
   std::vector<ParamGroup> groups_;
+  std::shared_ptr<StateStager> stager_;
   std::vector<std::vector<Tensor*>> model_copies_;
   double grad_scale_ = 1.0;
   std::map<std::string, Tensor> state_;
   int64_t step_ = 0;
+
+ private:
+  void launch_fused(Kernel k, size_t group, const std::vector<size_t>& idx,
+                    const std::vector<std::string>& slots,
+                    const std::function<OptimizerStepParams(const ParamGroup&)>& params);
 };
 
 struct AdamOptions {
@@ -130,6 +165,7 @@ class Adam : public Optimizer {
     return std::make_pair(options_.beta1, options_.beta2);
   }
   std::string name() const override { return options_.decoupled_weight_decay ? "AdamW" : "Adam"; }
+  std::vector<std::string> slot_names() const override { return {"exp_avg", "exp_avg_sq"}; }
 
  private:
   AdamOptions options_;
@@ -147,6 +183,10 @@ class SGD : public Optimizer {
     return std::make_unique<SGD>(std::move(groups), options_);
   }
   std::string name() const override { return "SGD"; }
+  std::vector<std::string> slot_names() const override {
+    return options_.momentum != 0 ? std::vector<std::string>{"momentum_buffer"}
+                                  : std::vector<std::string>{};
+  }
 
  private:
   SGDOptions options_;
@@ -169,6 +209,7 @@ class Lamb : public Optimizer {
     return std::make_pair(options_.beta1, options_.beta2);
   }
   std::string name() const override { return "Lamb"; }
+  std::vector<std::string> slot_names() const override { return {"exp_avg", "exp_avg_sq"}; }
 
  private:
   LambOptions options_;

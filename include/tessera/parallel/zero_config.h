@@ -17,10 +17,15 @@ namespace tessera::parallel {
 
 struct ZeroConfig {
   int64_t stage = 0;
-  std::string offload_optimizer_device = "none";  // offload_optimizer.device: "cpu" or "none"
+  std::string offload_optimizer_device = "none";  // offload_optimizer.device: cpu, nvme, none
   bool offload_pin_memory = false;                // offload_optimizer.pin_memory (DeepSpeed's)
-  int64_t reduce_bucket_size = 500000000;         // elements per gradient bucket
-  int64_t allgather_bucket_size = 500000000;      // elements per all-gather of new parameters
+  // offload_optimizer with device "nvme" (ZeRO-Infinity; DeepSpeed's defaults):
+  std::string offload_nvme_path;     // where the swap files go
+  int64_t offload_buffer_count = 4;  // swap transfers in flight
+  bool offload_pipeline_read = false, offload_pipeline_write = false, offload_fast_init = false;
+  int64_t sub_group_size = 1000000000;        // elements the optimizer updates at once (nvme)
+  int64_t reduce_bucket_size = 500000000;     // elements per gradient bucket
+  int64_t allgather_bucket_size = 500000000;  // elements per all-gather of new parameters
   bool overlap_comm = true;  // DeepSpeed's default is false except at stage 3; ours overlaps
   int64_t stage3_param_persistence_threshold = 100000;
   int64_t stage3_prefetch_bucket_size = 50000000;

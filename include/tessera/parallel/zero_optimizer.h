@@ -18,6 +18,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -26,6 +27,7 @@
 #include "tessera/optim/optimizer.h"
 #include "tessera/parallel/grad_buckets.h"
 #include "tessera/parallel/grad_norm.h"
+#include "tessera/parallel/optimizer_state_swapper.h"
 #include "tessera/parallel/shard_layout.h"
 #include "tessera/parallel/zero_config.h"
 
@@ -43,6 +45,9 @@ struct ZeroOptions {
   int64_t prefetch_bucket_size = ZeroConfig().stage3_prefetch_bucket_size;
   bool offload_optimizer = false;  // masters and optimizer state on the host (GPU models)
   bool pin_memory = false;  // offloaded GPU models: stage host<->GPU transfers in pinned memory
+  // offload_optimizer {"device": "nvme"}: the optimizer state in a swap file (implies
+  // offload_optimizer); see parallel/optimizer_state_swapper.h.
+  std::optional<NvmeOffloadOptions> nvme;
   int64_t allgather_bucket_size = ZeroConfig().allgather_bucket_size;  // per all-gather
   // Tensor parallelism (the ZeRO group is then the data-parallel group of one tensor-
   // parallel rank): the parameters, by name, that are shards across this group. The gradient
@@ -71,8 +76,11 @@ class Zero3Fetcher;
 // where kept apart from the model, and the optimizer's moments), buffers (communication
 // staging at its peak: the reduce-scatter buckets, the all-gather chunks that publish new
 // parameters, and ZeRO-3's prefetch; each bounded by its bucket size).
+// offload_optimizer "nvme": disk is the swap file's bytes, swap the host memory the swap
+// used at its peak (state read in and its aligned buffers); optimizer then counts only the
+// state in memory between steps.
 struct MemoryStats {
-  int64_t params = 0, grads = 0, optimizer = 0, buffers = 0;
+  int64_t params = 0, grads = 0, optimizer = 0, buffers = 0, disk = 0, swap = 0;
 };
 
 // The `buffers` figure for a ZeRO run: what MemoryStats::buffers reports, computed from the
@@ -123,6 +131,11 @@ class ZeroOptimizer {
   // backward) and starts the next step's first gathers.
   void release_parameters();
   PrefetchStats prefetch_stats() const;
+  // offload_optimizer "nvme": writes out the optimizer state that a checkpoint read or loaded
+  // (so memory holds none of it between steps); a no-op otherwise.
+  void swap_out_state();
+  // offload_optimizer "nvme": bytes moved and held by the swapper (null without).
+  const OptimizerStateSwapper* swapper() const { return swapper_.get(); }
   // Stage 3: forwards of a model in eval mode gather on use, outside the prefetch order.
   void set_evaluating(bool on);
 
@@ -165,6 +178,9 @@ class ZeroOptimizer {
     return parts_[place_[param].first].layout.entries[place_[param].second];
   }
   void build_partitions();
+  // NVMe offload: elements of one staging buffer, the largest sub-group of this rank's
+  // partitions (sub_group_size, or a larger shard alone, or the whole partition if smaller).
+  int64_t nvme_buffer_numel(int64_t sub_group_size) const;
   void make_buckets();
   void publish(Partition& part);
 
@@ -185,6 +201,7 @@ class ZeroOptimizer {
   bool model_is_master_ = false;
   Tensor param_shards_;  // [partition] model dtype (stage 3; is the master when float32)
   std::unique_ptr<optim::Optimizer> optimizer_;
+  std::shared_ptr<OptimizerStateSwapper> swapper_;
   std::shared_ptr<Zero3Fetcher> fetcher_;
 };
 

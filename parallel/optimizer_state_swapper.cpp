@@ -1,0 +1,205 @@
+#include "tessera/parallel/optimizer_state_swapper.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "tessera/error.h"
+#include "tessera/io/files.h"
+
+namespace tessera::parallel {
+
+namespace {
+int64_t round_up(int64_t bytes) {
+  const int64_t a = io::AsyncFileIO::kAlignment;
+  return (bytes + a - 1) / a * a;
+}
+}  // namespace
+
+OptimizerStateSwapper::OptimizerStateSwapper(NvmeOffloadOptions options, const std::string& name)
+    : options_(std::move(options)), io_(options_.aio) {
+  TS_CHECK(options_.buffer_count >= 1, "offload_optimizer.buffer_count must be >= 1, got ",
+           options_.buffer_count);
+  TS_CHECK(options_.buffer_numel >= 1, "NVMe swap: buffer_numel must be >= 1, got ",
+           options_.buffer_numel);
+  budget_ = options_.buffer_count * round_up(options_.buffer_numel * 4);
+  TS_CHECK(options_.sub_group_size >= 1, "zero_optimization.sub_group_size must be >= 1, got ",
+           options_.sub_group_size);
+  io::check_writable_directory(options_.nvme_path, "zero_optimization.offload_optimizer.nvme_path");
+  const std::filesystem::path file =
+      std::filesystem::path(options_.nvme_path) /
+      ("tessera-optimizer-" + name + "-" + std::to_string(::getpid()) + ".swap");
+  file_ = io_.open_scratch(file);
+}
+
+OptimizerStateSwapper::~OptimizerStateSwapper() {
+  // Nothing may still read or write a buffer once it is freed (errors are moot here).
+  for (Transfer& t : writes_) try {
+      io_.wait(t.ticket);
+    } catch (const std::exception&) {
+    }
+  for (auto& [s, t] : reads_) try {
+      io_.wait(t.ticket);
+    } catch (const std::exception&) {
+    }
+}
+
+const std::string& OptimizerStateSwapper::path() const {
+  return io_.path(file_);
+}
+
+const OptimizerStateSwapper::Region& OptimizerStateSwapper::region_for(const std::string& key,
+                                                                       int64_t bytes) {
+  auto it = regions_.find(key);
+  if (it == regions_.end()) {
+    it = regions_.emplace(key, Region{end_, round_up(bytes)}).first;
+    end_ += round_up(bytes);
+    stats_.disk_bytes = end_;
+  }
+  TS_CHECK(round_up(bytes) <= it->second.bytes, "NVMe swap: optimizer state '", key, "' grew to ",
+           bytes, " bytes, its region in '", path(), "' holds ", it->second.bytes);
+  return it->second;
+}
+
+io::AlignedBuffer OptimizerStateSwapper::take_buffer(int64_t bytes) {
+  // The staging budget bounds the buffers in flight: the oldest write makes room (a tensor
+  // larger than the budget goes alone).
+  const int64_t need = round_up(bytes);
+  while (bytes_out_ + need > budget_ && !writes_.empty()) complete_oldest_write();
+  for (size_t i = 0; i < free_buffers_.size(); ++i)
+    if (free_buffers_[i].size() >= need) {
+      io::AlignedBuffer b = std::move(free_buffers_[i]);
+      free_buffers_.erase(free_buffers_.begin() + static_cast<std::ptrdiff_t>(i));
+      bytes_kept_ -= b.size();
+      bytes_out_ += b.size();
+      return b;
+    }
+  // Kept buffers too small for this one go, as far as the budget needs.
+  while (!free_buffers_.empty() && bytes_out_ + bytes_kept_ + need > budget_) {
+    bytes_kept_ -= free_buffers_.back().size();
+    note_resident(-free_buffers_.back().size());
+    free_buffers_.pop_back();
+  }
+  note_resident(need);
+  bytes_out_ += need;
+  return io::AlignedBuffer(need);
+}
+
+void OptimizerStateSwapper::give_buffer(io::AlignedBuffer buffer) {
+  bytes_out_ -= buffer.size();
+  if (bytes_out_ + bytes_kept_ + buffer.size() <= budget_) {
+    bytes_kept_ += buffer.size();
+    free_buffers_.push_back(std::move(buffer));
+    return;
+  }
+  note_resident(-buffer.size());
+}
+
+void OptimizerStateSwapper::note_resident(int64_t delta) {
+  resident_ += delta;
+  stats_.peak_resident_bytes = std::max(stats_.peak_resident_bytes, resident_);
+}
+
+void OptimizerStateSwapper::complete_oldest_write() {
+  Transfer t = std::move(writes_.front());
+  writes_.pop_front();
+  io_.wait(t.ticket);  // on failure the storage keeps its bytes: nothing is lost
+  stats_.bytes_written += t.bytes;
+  {
+    HostCacheBypass to_system;  // (the point is that the process holds these bytes no more)
+    t.storage->release();
+  }
+  t.storage->set_fetcher(shared_from_this());
+  key_of_[t.storage.get()] = t.key;
+  note_resident(-static_cast<int64_t>(t.storage->nbytes()));
+  give_buffer(std::move(t.buffer));
+}
+
+void OptimizerStateSwapper::release(const std::vector<optim::StateTensor>& state) {
+  for (const optim::StateTensor& s : state) {
+    const std::shared_ptr<Storage>& storage = s.tensor.storage();
+    if (!storage->resident()) continue;  // (already out: unchanged since)
+    const int64_t bytes = static_cast<int64_t>(storage->nbytes());
+    const Region& r = region_for(s.key, bytes);
+    Transfer t{storage, s.key, take_buffer(bytes), r.bytes, 0};
+    std::memcpy(t.buffer.data(), storage->data(), static_cast<size_t>(bytes));
+    t.ticket = io_.submit(io::AsyncFileIO::Op::write, file_, r.offset, t.buffer.data(), r.bytes);
+    writes_.push_back(std::move(t));
+    if (!options_.pipeline_write) complete_oldest_write();
+  }
+}
+
+void OptimizerStateSwapper::prefetch(const std::vector<optim::StateTensor>& state) {
+  if (!options_.pipeline_read) return;
+  for (const optim::StateTensor& s : state) {
+    Storage* storage = s.tensor.storage().get();
+    if (storage->resident() || reads_.count(storage) || !regions_.count(s.key)) continue;
+    const Region& r = regions_.at(s.key);
+    if (bytes_out_ + r.bytes > budget_) return;  // no room: read it when needed
+    Transfer t{s.tensor.storage(), s.key, take_buffer(r.bytes), r.bytes, 0};
+    t.ticket = io_.submit(io::AsyncFileIO::Op::read, file_, r.offset, t.buffer.data(), r.bytes);
+    reads_.emplace(storage, std::move(t));
+  }
+}
+
+void OptimizerStateSwapper::read_now(Storage& storage, const std::string& key) {
+  const auto r = regions_.find(key);
+  TS_CHECK(r != regions_.end(), "NVMe swap: optimizer state '", key, "' was never written to '",
+           path(), "'");
+  io::AlignedBuffer buffer = take_buffer(r->second.bytes);
+  io_.wait(io_.submit(io::AsyncFileIO::Op::read, file_, r->second.offset, buffer.data(),
+                      r->second.bytes));
+  stats_.bytes_read += r->second.bytes;
+  storage.make_resident();
+  std::memcpy(storage.data(), buffer.data(), storage.nbytes());
+  give_buffer(std::move(buffer));
+}
+
+void OptimizerStateSwapper::acquire(const std::vector<optim::StateTensor>& state) {
+  for (const optim::StateTensor& s : state) {
+    Storage& storage = *s.tensor.storage();
+    const auto pending = reads_.find(&storage);
+    if (pending != reads_.end()) {
+      Transfer t = std::move(pending->second);
+      reads_.erase(pending);
+      io_.wait(t.ticket);
+      stats_.bytes_read += t.bytes;
+      storage.make_resident();
+      std::memcpy(storage.data(), t.buffer.data(), storage.nbytes());
+      give_buffer(std::move(t.buffer));
+    } else if (!storage.resident()) {
+      read_now(storage, s.key);
+    }
+    note_resident(static_cast<int64_t>(storage.nbytes()));
+  }
+}
+
+void OptimizerStateSwapper::finish() {
+  while (!writes_.empty()) complete_oldest_write();
+  for (auto& [storage, t] : reads_) {  // prefetched for a sub-group that did not update
+    io_.wait(t.ticket);
+    give_buffer(std::move(t.buffer));
+  }
+  reads_.clear();
+}
+
+void OptimizerStateSwapper::fetch(Storage& storage) {
+  const auto it = key_of_.find(&storage);
+  TS_CHECK(it != key_of_.end(), "NVMe swap: a released storage of ", storage.nbytes(),
+           " bytes is not optimizer state swapped to '", path(), "'");
+  read_now(storage, it->second);
+}
+
+void OptimizerStateSwapper::swap_out(const std::map<std::string, Tensor>& state) {
+  std::vector<optim::StateTensor> resident;
+  for (const auto& [key, t] : state)
+    if (key != "step" && t.defined() && t.storage()->resident()) {
+      resident.push_back({key, t});
+      note_resident(static_cast<int64_t>(t.storage()->nbytes()));
+    }
+  release(resident);
+  finish();
+}
+
+}  // namespace tessera::parallel

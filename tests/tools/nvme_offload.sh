@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# ZeRO-Infinity's optimizer offload to NVMe (offload_optimizer {"device": "nvme"}), as users run
+# it: mpirun -np N tessera train. Checks:
+#  - ZeRO-1/2/3 (float32 and bf16; AdamW and SGD with momentum) at 1, 2 and 4 ranks, with
+#    sub-groups, one or several buffers, pipelined reads and writes, fast_init, and the aio
+#    section's shapes: every one of 20 losses and the validation loss bit for bit equal to the
+#    same run without offload;
+#  - the "memory" figures: no moment in memory between steps, the swap file's bytes equal to
+#    `tessera estimate-memory`'s disk, the swap's staging within its bound;
+#  - checkpoints save and load across offload settings (nvme -> none, none -> nvme), a job
+#    killed with -9 mid-run resumes from its last checkpoint, and no swap file is left behind;
+#  - faults: a file-size limit (the write fails with EFBIG) is an error naming the swap file and
+#    the offset; a bad nvme_path or aio key is an error naming the key.
+set -euo pipefail
+tessera="$1"; fixtures="$2"
+work="$(mktemp -d)"; trap 'pkill -9 -f "$work" 2>/dev/null || true; rm -rf "$work"' EXIT
+export XDG_CACHE_HOME="$work/cache" OMP_NUM_THREADS=1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+cp "$fixtures/corpus.txt" "$work/corpus.txt"
+mkdir -p "$work/swap"
+
+python3 - "$fixtures/train_dist.json" "$work" <<'PY'
+import json, sys
+base = json.load(open(sys.argv[1])); work = sys.argv[2]
+nv = {"device": "nvme", "nvme_path": work + "/swap"}
+sgd = {"type": "SGD", "params": {"lr": 3e-3, "momentum": 0.9}}
+variants = {  # name: (zero_optimization, bf16, optimizer, aio)
+    "z1": ({"stage": 1}, False, None, None),
+    "z1nv": ({"stage": 1, "offload_optimizer": dict(nv, buffer_count=1)}, False, None, None),
+    "z2": ({"stage": 2}, False, None, None),
+    "z2nv": ({"stage": 2, "sub_group_size": 3000, "offload_optimizer": dict(
+        nv, buffer_count=2, pipeline_read=True, pipeline_write=True)}, False, None, None),
+    "z2aio": ({"stage": 2, "sub_group_size": 5000, "offload_optimizer": dict(nv, pipeline_read=True)},
+              False, None, {"block_size": 4096, "queue_depth": 1, "thread_count": 2,
+                            "single_submit": True, "overlap_events": False}),
+    "z3": ({"stage": 3}, False, None, None),
+    "z3nv": ({"stage": 3, "sub_group_size": 2000, "offload_optimizer": dict(
+        nv, fast_init=True, pipeline_write=True)}, False, None, None),
+    "z2bf": ({"stage": 2}, True, None, None),
+    "z2bfnv": ({"stage": 2, "offload_optimizer": nv}, True, None, None),
+    "z2sgd": ({"stage": 2}, False, sgd, None),
+    "z2sgdnv": ({"stage": 2, "sub_group_size": 4000, "offload_optimizer": dict(nv, pipeline_read=True)},
+                False, sgd, None),
+}
+for name, (z, bf16, opt, aio) in variants.items():
+    c = json.loads(json.dumps(base))
+    c.pop("comms_logger")
+    c["zero_optimization"].update(z)
+    if bf16: c["bf16"] = {"enabled": True}
+    if opt: c["optimizer"] = opt
+    if aio: c["aio"] = aio
+    c["csv_monitor"]["output_path"] = work + "/csv"
+    json.dump(c, open(f"{work}/{name}.json", "w"))
+PY
+
+train() {  # config ranks job [args...]: losses in csv/<job>/, the last JSON line per rank in <job>.jsonl
+  local cfg="$work/$1.json" n=$2 job=$3; shift 3
+  sed "s#\"job_name\": \"[^\"]*\"#\"job_name\": \"$job\"#" "$cfg" > "$work/$job.json"
+  if [ "$n" = 1 ]; then "$tessera" train "$work/$job.json" --data "$work/corpus.txt" --json "$@" >"$work/$job.out" 2>"$work/$job.err"
+  else mpirun -np "$n" "$tessera" train "$work/$job.json" --data "$work/corpus.txt" --json "$@" >"$work/$job.out" 2>"$work/$job.err"; fi \
+    || { cat "$work/$job.err"; exit 1; }
+  grep '^{' "$work/$job.out" > "$work/$job.jsonl" || true
+  "$tessera" estimate-memory "$work/$job.json" --ranks "$n" --data "$work/corpus.txt" --json 2>/dev/null | tail -1 > "$work/$job.est"
+}
+
+# Under the sanitizers (scripts/test_sanitizers.sh) 2 ranks and the three stages only.
+pairs="z1:z1nv z2:z2nv z2:z2aio z3:z3nv z2bf:z2bfnv z2sgd:z2sgdnv"; sizes="1 2"; four="z2:z2nv z3:z3nv"
+[ -z "${TESSERA_SANITIZER_SUBSET:-}" ] || { pairs="z1:z1nv z2:z2nv z3:z3nv"; sizes=2; four=""; }
+for n in $sizes; do for p in $pairs; do
+  train "${p%%:*}" "$n" "${p%%:*}-$n"; train "${p##*:}" "$n" "${p##*:}-$n"
+done; done
+for p in $four; do train "${p%%:*}" 4 "${p%%:*}-4"; train "${p##*:}" 4 "${p##*:}-4"; done
+
+# Checkpoints across offload settings (2 ranks, ZeRO-2): 10 steps saved with one, 10 resumed with the other.
+train z2nv 2 save-nv --steps 10 --save "$work/ck-nv"
+train z2 2 resume-plain --resume "$work/ck-nv"
+train z2 2 save-plain --steps 10 --save "$work/ck-plain"
+train z2nv 2 resume-nv --resume "$work/ck-plain"
+
+python3 - "$work" "$sizes" "$pairs" "$four" <<'PY'
+import csv, json, sys
+work, sizes, pairs, four = sys.argv[1], sys.argv[2].split(), sys.argv[3].split(), sys.argv[4].split()
+def losses(job):  # {step: loss as written (%.9g: the float32 exactly)}
+    with open(f"{work}/csv/{job}/Train_Samples_train_loss.csv") as f:
+        return {int(r["step"]) // 8: r["train_loss"] for r in csv.DictReader(f)}
+def last(job): return [json.loads(l) for l in open(f"{work}/{job}.jsonl")]
+fails = 0
+def report(ok, text):
+    global fails
+    fails += not ok
+    print(text + (" ok" if ok else " FAIL"))
+runs = [(p, n) for n in sizes for p in pairs] + [(p, "4") for p in four]
+for p, n in runs:
+    ref, nv = p.split(":")
+    a, b = losses(f"{ref}-{n}"), losses(f"{nv}-{n}")
+    la, lb = last(f"{ref}-{n}"), last(f"{nv}-{n}")
+    same = len(a) == 20 and a == b and [l["val_loss"] for l in la] == [l["val_loss"] for l in lb]
+    est = json.load(open(f"{work}/{nv}-{n}.est"))["memory"]
+    mem = [l["memory"] for l in lb]
+    disk = all(m["disk"] == est["disk"] > 0 and m["optimizer"] == est["optimizer"] and
+               0 < m["swap"] <= est["swap"] for m in mem)
+    fp32 = "bf" not in nv  # float32 stages 1-2 keep no master apart: nothing in memory
+    if fp32 and not nv.startswith("z3"): disk = disk and all(m["optimizer"] == 0 for m in mem)
+    report(same, f"{nv:8s} N={n}: 20 losses and the validation loss bit for bit equal to {ref}")
+    report(disk, f"{nv:8s} N={n}: memory {mem[0]}; estimate disk {est['disk']}, optimizer "
+                 f"{est['optimizer']}, swap at most {est['swap']}")
+straight = losses("z2-2")
+for job, saved in (("resume-plain", "save-nv"), ("resume-nv", "save-plain")):
+    got, first = losses(job), losses(saved)
+    ok = sorted(got) == list(range(11, 21)) and all(got[s] == straight[s] for s in got) \
+        and all(first[s] == straight[s] for s in first)
+    report(ok, f"{saved} -> {job}: steps 11-20 bit for bit equal to the straight run")
+sys.exit(1 if fails else 0)
+PY
+
+# Killed with -9 mid-run (checkpoints every 2 steps): the last checkpoint resumes, and the
+# swap files' space went with the processes (they are unlinked at creation).
+python3 -c "
+import json; c=json.load(open('$work/z2nv.json')); c['train'].update({'steps': 10**6, 'checkpoint_interval': 2,
+  'checkpoint_dir': '$work/ck-kill'}); json.dump(c, open('$work/kill.json','w'))"
+mpirun -np 2 "$tessera" train "$work/kill.json" --data "$work/corpus.txt" >"$work/kill.out" 2>&1 &
+for _ in $(seq 1 300); do [ -f "$work/ck-kill/latest" ] && break; sleep 0.1; done
+sleep 1; pkill -9 -f "tessera train $work/kill.json" || true; wait 2>/dev/null || true
+[ -f "$work/ck-kill/latest" ] || { echo "kill -9: no checkpoint was written"; cat "$work/kill.out"; exit 1; }
+sed -i 's/"checkpoint_interval": 2/"checkpoint_interval": 0/' "$work/kill.json"
+tag=$(cat "$work/ck-kill/latest"); at=${tag##*[!0-9]}
+mpirun -np 2 "$tessera" train "$work/kill.json" --data "$work/corpus.txt" --resume "$work/ck-kill" \
+  --steps $((at + 2)) >"$work/kill-resume.out" 2>&1 || { cat "$work/kill-resume.out"; exit 1; }
+grep -q "resum" "$work/kill-resume.out" || { echo "kill -9: the resume did not say so"; cat "$work/kill-resume.out"; exit 1; }
+[ -z "$(ls -A "$work/swap")" ] || { echo "swap files left behind: $(ls "$work/swap")"; exit 1; }
+echo "kill -9 mid-run: resumed from $tag, no swap file left ok"
+
+# Faults and bad configs: clear errors.
+fails=0
+expect() {  # what config-args: the run fails and its error contains what
+  local what="$1"; shift
+  if out=$("$@" 2>&1); then echo "expected an error containing '$what', the run succeeded"; fails=$((fails + 1))
+  elif grep -qF "$what" <<<"$out"; then echo "error names '$what' ok"
+  else echo "expected '$what' in: $out"; fails=$((fails + 1)); fi
+}
+variant() {  # name python-edit: a z2nv config edited by the python statement (c is the config)
+  python3 -c "import json; c=json.load(open('$work/z2nv.json')); $2; json.dump(c, open('$work/$1.json','w'))"
+}
+variant nopath "del c['zero_optimization']['offload_optimizer']['nvme_path']"
+expect "'zero_optimization.offload_optimizer.nvme_path'" "$tessera" train "$work/nopath.json" --data "$work/corpus.txt" --steps 1
+variant filepath "c['zero_optimization']['offload_optimizer']['nvme_path'] = '$work/corpus.txt'"
+expect "offload_optimizer.nvme_path" "$tessera" train "$work/filepath.json" --data "$work/corpus.txt" --steps 1
+variant blocksize "c['aio'] = {'block_size': 1000}"
+expect "'aio.block_size'" "$tessera" train "$work/blocksize.json" --data "$work/corpus.txt" --steps 1
+variant buffers "c['zero_optimization']['offload_optimizer']['buffer_count'] = 0"
+expect "'zero_optimization.offload_optimizer.buffer_count'" "$tessera" train "$work/buffers.json" --data "$work/corpus.txt" --steps 1
+variant onebit "c['optimizer'] = {'type': 'OneBitAdam', 'params': {'lr': 1e-3, 'freeze_step': 2}}"
+expect "offload_optimizer.device \"nvme\"" "$tessera" train "$work/onebit.json" --data "$work/corpus.txt" --steps 1
+variant stage0 "c['zero_optimization']['stage'] = 0"
+expect "needs ZeRO stage 1, 2 or 3" "$tessera" train "$work/stage0.json" --data "$work/corpus.txt" --steps 1
+# A file-size limit: the swap's first write past it fails with EFBIG (SIGXFSZ ignored).
+expect "of swap file '$work/swap/tessera-optimizer-rank0-" bash -c "trap '' XFSZ; ulimit -f 64; exec '$tessera' train '$work/z2nv.json' --data '$work/corpus.txt' --steps 2"
+[ -z "$(ls -A "$work/swap")" ] || { echo "swap files left behind after errors"; fails=$((fails + 1)); }
+[ "$fails" = 0 ]
