@@ -87,16 +87,18 @@ nlohmann::ordered_json aio_json(const io::AioConfig& c) {
           {"overlap_events", c.overlap_events}};
 }
 
-// The optimizer swapper with `aio`: the same bytes as optimizer state, written out and read
-// back (pipelined, 4 buffers).
+// The optimizer swapper with `aio`: the same bytes as 16 state tensors, written out and read
+// back as training moves them (pipelined; 4 buffers of one tensor each, so reads run up to 4
+// tensors ahead).
 Result swapper_rate(const fs::path& dir, const io::AioConfig& aio, int64_t bytes) {
   parallel::NvmeOffloadOptions o;
   o.nvme_path = dir.string();
   o.aio = aio;
   o.pipeline_read = o.pipeline_write = true;
+  const int64_t per = std::max<int64_t>(1024, bytes / 4 / 16);
+  o.buffer_numel = per;
   auto swapper = std::make_shared<parallel::OptimizerStateSwapper>(o, "nvme-tune");
   std::vector<optim::StateTensor> state;
-  const int64_t per = std::max<int64_t>(1024, bytes / 4 / 16);
   for (int i = 0; i < 16; ++i) state.push_back({"t" + std::to_string(i), zeros({per})});
   const double gb = static_cast<double>(16 * per * 4) / 1e9;
   Result r{aio};
@@ -106,7 +108,7 @@ Result swapper_rate(const fs::path& dir, const io::AioConfig& aio, int64_t bytes
   r.write_gbps = gb / seconds_since(t0);
   t0 = std::chrono::steady_clock::now();
   for (size_t i = 0; i < state.size(); ++i) {
-    if (i + 1 < state.size()) swapper->prefetch({state[i + 1]});
+    swapper->prefetch({state.begin() + static_cast<std::ptrdiff_t>(i) + 1, state.end()});
     swapper->acquire({state[i]});
   }
   r.read_gbps = gb / seconds_since(t0);

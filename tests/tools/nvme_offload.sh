@@ -135,7 +135,7 @@ fails=0
 expect() {  # what config-args: the run fails and its error contains what
   local what="$1"; shift
   if out=$("$@" 2>&1); then echo "expected an error containing '$what', the run succeeded"; fails=$((fails + 1))
-  elif grep -qF "$what" <<<"$out"; then echo "error names '$what' ok"
+  elif grep -qF -- "$what" <<<"$out"; then echo "error names '$what' ok"
   else echo "expected '$what' in: $out"; fails=$((fails + 1)); fi
 }
 variant() {  # name python-edit: a z2nv config edited by the python statement (c is the config)
@@ -155,5 +155,22 @@ variant stage0 "c['zero_optimization']['stage'] = 0"
 expect "needs ZeRO stage 1, 2 or 3" "$tessera" train "$work/stage0.json" --data "$work/corpus.txt" --steps 1
 # A file-size limit: the swap's first write past it fails with EFBIG (SIGXFSZ ignored).
 expect "of swap file '$work/swap/tessera-optimizer-rank0-" bash -c "trap '' XFSZ; ulimit -f 64; exec '$tessera' train '$work/z2nv.json' --data '$work/corpus.txt' --steps 2"
+# nvme-tune: every shape timed, the best section parses as a config's, nothing left behind.
+"$tessera" nvme-tune "$work/swap" --size 8 --quick --json 2>"$work/tune.err" | tail -1 > "$work/tune.json"
+python3 - "$work" <<'PY' || fails=$((fails + 1))
+import json, sys
+work = sys.argv[1]
+t = json.load(open(f"{work}/tune.json"))
+assert len(t["results"]) == 8 and all(r["read_gbps"] > 0 and r["write_gbps"] > 0 for r in t["results"]), t
+assert sorted(t["aio"]) == sorted(["block_size", "queue_depth", "thread_count", "single_submit", "overlap_events"]), t
+assert t["read_gbps"] + t["write_gbps"] == max(r["read_gbps"] + r["write_gbps"] for r in t["results"]), t
+assert t["swapper_read_ratio"] > 0 and t["swapper_write_ratio"] > 0, t
+c = json.load(open(f"{work}/z2nv.json")); c["aio"] = t["aio"]; json.dump(c, open(f"{work}/tuned.json", "w"))
+print(f"nvme-tune: 8 shapes, best {t['aio']}, swapper at {t['swapper_read_ratio']:.2f} / "
+      f"{t['swapper_write_ratio']:.2f} of raw read / write ok")
+PY
+"$tessera" train "$work/tuned.json" --data "$work/corpus.txt" --steps 2 >/dev/null 2>&1 || { echo "the tuned aio section does not train"; fails=$((fails + 1)); }
+expect "nvme-tune DIR" "$tessera" nvme-tune "$work/corpus.txt" --quick
+expect "--size must be in [1, 65536] MB" "$tessera" nvme-tune "$work/swap" --size 0
 [ -z "$(ls -A "$work/swap")" ] || { echo "swap files left behind after errors"; fails=$((fails + 1)); }
 [ "$fails" = 0 ]
