@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <iostream>
 #include <thread>
 
 #include "tessera/error.h"
@@ -56,6 +57,14 @@ InjectedFault& injected() {
   static InjectedFault f;
   return f;
 }
+
+std::atomic<bool>& blocking_flag() {
+  static std::atomic<bool> on{false};
+  return on;
+}
+bool blocking_for_testing() {
+  return blocking_flag().load();
+}
 }  // namespace
 
 void AlignedBuffer::Free::operator()(void* p) const {
@@ -74,6 +83,7 @@ AlignedBuffer::AlignedBuffer(int64_t bytes) {
 
 // One transfer, cut into pieces; complete when every piece is.
 struct AsyncFileIO::Request {
+  std::string path;  // the file's (a copy: finish_piece runs on the rings' threads)
   std::string what;  // "read of N bytes at offset O of swap file 'F'"
   int64_t pieces_left = 0;
   std::string error;  // the first failure
@@ -93,14 +103,17 @@ struct AsyncFileIO::Piece {
 class AsyncFileIO::Ring {
  public:
   Ring(AsyncFileIO& owner, const AioConfig& config) : owner_(owner), config_(config) {
-    const int rc = io_uring_queue_init(static_cast<unsigned>(config.queue_depth), &ring_, 0);
-    TS_CHECK(rc == 0, "aio: cannot set up an io_uring of queue_depth ", config.queue_depth, ": ",
-             error_text(-rc),
-             rc == -ENOSYS || rc == -EPERM
-                 ? " (io_uring is unavailable here: a kernel older than 5.1, or a container "
-                   "whose seccomp profile forbids it)"
-                 : "");
-    thread_ = std::thread([this] { run(); });
+    const int rc = blocking_for_testing()
+                       ? -ENOSYS
+                       : io_uring_queue_init(static_cast<unsigned>(config.queue_depth), &ring_, 0);
+    // Where io_uring is unavailable (a kernel before 5.1, or a container whose seccomp profile
+    // forbids it, as Docker's default does since 25.0) the ring's thread moves its pieces with
+    // pread/pwrite: still off the caller's thread, one piece at a time.
+    blocking_ = rc == -ENOSYS || rc == -EPERM;
+    TS_CHECK(rc == 0 || blocking_, "aio: cannot set up an io_uring of queue_depth ",
+             config.queue_depth, ": ", error_text(-rc));
+    if (blocking_) warn_blocking_once(-rc);
+    thread_ = std::thread([this] { blocking_ ? run_blocking() : run(); });
   }
   ~Ring() {
     {
@@ -109,7 +122,7 @@ class AsyncFileIO::Ring {
     }
     wake_.notify_one();
     thread_.join();
-    io_uring_queue_exit(&ring_);
+    if (!blocking_) io_uring_queue_exit(&ring_);
   }
   void push(Piece piece) {
     {
@@ -120,6 +133,46 @@ class AsyncFileIO::Ring {
   }
 
  private:
+  static void warn_blocking_once(int error) {
+    static std::once_flag once;
+    std::call_once(once, [&] {
+      std::cerr << "aio: warning: io_uring is unavailable here (" << error_text(error)
+                << "): swap transfers use blocking reads and writes on the aio threads\n";
+    });
+  }
+  void run_blocking() {
+    for (;;) {
+      Piece p;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        wake_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;  // (stopping)
+        p = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      int64_t result = 0;
+      while (result < p.bytes) {
+        const ssize_t n = p.op == Op::read
+                              ? ::pread(p.fd, p.data + result,
+                                        static_cast<size_t>(p.bytes - result), p.offset + result)
+                              : ::pwrite(p.fd, p.data + result,
+                                         static_cast<size_t>(p.bytes - result), p.offset + result);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+          result = n < 0 ? -errno : result;
+          break;
+        }
+        result += n;
+      }
+      // (A short transfer that moved something reports the offset where it stopped.)
+      if (result > 0 && result < p.bytes) {
+        p.offset += result;
+        p.bytes -= result;
+        result = 0;
+      }
+      owner_.finish_piece(p, result);
+    }
+  }
   void run() {
     for (;;) {
       std::vector<std::unique_ptr<Piece>> batch;
@@ -185,6 +238,7 @@ class AsyncFileIO::Ring {
   std::deque<Piece> queue_;
   int64_t in_flight_ = 0;  // (the ring's thread only)
   bool stop_ = false;
+  bool blocking_ = false;  // no io_uring: pread/pwrite
   std::thread thread_;
 };
 
@@ -245,6 +299,7 @@ AsyncFileIO::Ticket AsyncFileIO::submit(Op op, int file, int64_t offset, void* b
              "aio: O_DIRECT transfer of ", bytes, " bytes at offset ", offset, " of '", f.path,
              "' is not aligned to ", kAlignment, " bytes");
   auto request = std::make_shared<Request>();
+  request->path = f.path;
   request->what = std::string(op == Op::read ? "read" : "write") + " of " + std::to_string(bytes) +
                   " bytes at offset " + std::to_string(offset) + " of swap file '" + f.path + "'";
   request->pieces_left = (bytes + config_.block_size - 1) / config_.block_size;
@@ -277,12 +332,11 @@ void AsyncFileIO::finish_piece(Piece& piece, int64_t result) {
   const char* what = piece.op == Op::read ? "read" : "write";
   if (result < 0)
     error = std::string(what) + " of " + std::to_string(piece.bytes) + " bytes at offset " +
-            std::to_string(piece.offset) + " of swap file '" +
-            files_[static_cast<size_t>(piece.file)].path +
+            std::to_string(piece.offset) + " of swap file '" + piece.request->path +
             "' failed: " + error_text(static_cast<int>(-result));
   else if (result == 0 && piece.bytes > 0)
     error = std::string("short ") + what + " at offset " + std::to_string(piece.offset) +
-            " of swap file '" + files_[static_cast<size_t>(piece.file)].path + "': " +
+            " of swap file '" + piece.request->path + "': " +
             (piece.op == Op::read ? "the file ends there (truncated under the swapper?)"
                                   : "no byte was written");
   std::lock_guard<std::mutex> lock(mutex_);
@@ -307,6 +361,10 @@ void AsyncFileIO::wait(Ticket ticket) {
            r->pieces_left, " pieces of ", config_.block_size, " bytes outstanding)");
   requests_.erase(ticket);
   TS_CHECK(r->error.empty(), "aio: ", r->error);
+}
+
+void AsyncFileIO::use_blocking_io_for_testing(bool on) {
+  blocking_flag() = on;
 }
 
 void AsyncFileIO::inject_fault_for_testing(Op op, int64_t offset, int error) {

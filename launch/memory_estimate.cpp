@@ -136,7 +136,7 @@ ModelStateBytes model_state_bytes(const io::TrainConfig& c, const parallel::Shar
   // A float32 model updated where it lives keeps no separate masters at stages 1-2: its
   // parameters sit in padded [world * shard] storages instead.
   const bool offloaded_elsewhere =
-      z.offload_optimizer_device == "cpu" && c.train.device.rfind("cuda", 0) == 0;
+      z.offload_optimizer_device != "none" && c.train.device.rfind("cuda", 0) == 0;
   const bool model_is_master = stage < 3 && !mixed && !offloaded_elsewhere;
   int64_t padded = 0;
   for (const auto& en : layout.entries) padded += en.shard * world;

@@ -56,71 +56,78 @@ void fill(io::AlignedBuffer& b, uint32_t seed) {
 
 using namespace swap_test;
 
-TEST_CASE("AsyncFileIO: writes read back equal at every aio shape") {
+TEST_CASE("AsyncFileIO: writes read back equal at every aio shape, with io_uring or without") {
   TempDir dir;
   int n = 0;
-  for (int64_t threads : {1, 3})
-    for (bool single : {false, true})
-      for (bool overlap : {false, true}) {
-        io::AioConfig c;
-        c.block_size = 65536;
-        c.queue_depth = 4;
-        c.thread_count = threads;
-        c.single_submit = single;
-        c.overlap_events = overlap;
-        io::AsyncFileIO aio(c);
-        const int f = aio.open_scratch(dir.path / ("f" + std::to_string(n++)));
-        CHECK(fs::is_empty(dir.path));  // unlinked at once
-        io::AlignedBuffer a(3 * 1024 * 1024 + 4096), b(1 << 20), back(a.size());
-        fill(a, 1);
-        fill(b, 2);
-        const auto ta = aio.submit(io::AsyncFileIO::Op::write, f, 0, a.data(), a.size());
-        const auto tb = aio.submit(io::AsyncFileIO::Op::write, f, a.size(), b.data(), b.size());
-        aio.wait(tb);
-        aio.wait(ta);
-        aio.wait(aio.submit(io::AsyncFileIO::Op::read, f, 0, back.data(), back.size()));
-        CHECK(std::memcmp(back.data(), a.data(), static_cast<size_t>(a.size())) == 0);
-        aio.wait(aio.submit(io::AsyncFileIO::Op::read, f, a.size(), back.data(), b.size()));
-        CHECK(std::memcmp(back.data(), b.data(), static_cast<size_t>(b.size())) == 0);
-      }
+  for (bool blocking : {false, true})
+    for (int64_t threads : {1, 3})
+      for (bool single : {false, true})
+        for (bool overlap : {false, true}) {
+          io::AioConfig c;
+          c.block_size = 65536;
+          c.queue_depth = 4;
+          c.thread_count = threads;
+          c.single_submit = single;
+          c.overlap_events = overlap;
+          io::AsyncFileIO::use_blocking_io_for_testing(blocking);
+          io::AsyncFileIO aio(c);
+          io::AsyncFileIO::use_blocking_io_for_testing(false);
+          const int f = aio.open_scratch(dir.path / ("f" + std::to_string(n++)));
+          CHECK(fs::is_empty(dir.path));  // unlinked at once
+          io::AlignedBuffer a(3 * 1024 * 1024 + 4096), b(1 << 20), back(a.size());
+          fill(a, 1);
+          fill(b, 2);
+          const auto ta = aio.submit(io::AsyncFileIO::Op::write, f, 0, a.data(), a.size());
+          const auto tb = aio.submit(io::AsyncFileIO::Op::write, f, a.size(), b.data(), b.size());
+          aio.wait(tb);
+          aio.wait(ta);
+          aio.wait(aio.submit(io::AsyncFileIO::Op::read, f, 0, back.data(), back.size()));
+          CHECK(std::memcmp(back.data(), a.data(), static_cast<size_t>(a.size())) == 0);
+          aio.wait(aio.submit(io::AsyncFileIO::Op::read, f, a.size(), back.data(), b.size()));
+          CHECK(std::memcmp(back.data(), b.data(), static_cast<size_t>(b.size())) == 0);
+        }
 }
 
 TEST_CASE("AsyncFileIO: failures name the file, the offset and the cause") {
-  TempDir dir;
-  io::AioConfig c;
-  c.block_size = 8192;
-  io::AsyncFileIO aio(c);
-  const fs::path path = dir.path / "swap";
-  const int f = aio.open_scratch(path);
-  io::AlignedBuffer buf(32768);
-  fill(buf, 3);
-  // An I/O error on the piece that covers byte 20000: the transfer fails, naming it; once.
-  io::AsyncFileIO::inject_fault_for_testing(io::AsyncFileIO::Op::write, 20000, EIO);
-  const std::string eio = error_of(
-      [&] { aio.wait(aio.submit(io::AsyncFileIO::Op::write, f, 0, buf.data(), buf.size())); });
-  CHECK(eio.find("write of 8192 bytes at offset 16384 of swap file '" + path.string() + "'") !=
-        std::string::npos);
-  CHECK(eio.find(std::strerror(EIO)) != std::string::npos);
-  aio.wait(aio.submit(io::AsyncFileIO::Op::write, f, 0, buf.data(), buf.size()));
-  // A read past the file's end (a file truncated under the swapper): a short read, named.
-  io::AlignedBuffer big(65536);
-  const std::string short_read = error_of(
-      [&] { aio.wait(aio.submit(io::AsyncFileIO::Op::read, f, 0, big.data(), big.size())); });
-  CHECK(short_read.find("short read at offset 32768 of swap file '" + path.string()) !=
-        std::string::npos);
-  // Unaligned O_DIRECT transfers are refused before any I/O.
-  if (aio.direct(f))
+  for (bool blocking : {false, true}) {
+    TempDir dir;
+    io::AioConfig c;
+    c.block_size = 8192;
+    io::AsyncFileIO::use_blocking_io_for_testing(blocking);
+    io::AsyncFileIO aio(c);
+    io::AsyncFileIO::use_blocking_io_for_testing(false);
+    const fs::path path = dir.path / "swap";
+    const int f = aio.open_scratch(path);
+    io::AlignedBuffer buf(32768);
+    fill(buf, 3);
+    // An I/O error on the piece that covers byte 20000: the transfer fails, naming it; once.
+    io::AsyncFileIO::inject_fault_for_testing(io::AsyncFileIO::Op::write, 20000, EIO);
+    const std::string eio = error_of(
+        [&] { aio.wait(aio.submit(io::AsyncFileIO::Op::write, f, 0, buf.data(), buf.size())); });
+    CHECK(eio.find("write of 8192 bytes at offset 16384 of swap file '" + path.string() + "'") !=
+          std::string::npos);
+    CHECK(eio.find(std::strerror(EIO)) != std::string::npos);
+    aio.wait(aio.submit(io::AsyncFileIO::Op::write, f, 0, buf.data(), buf.size()));
+    // A read past the file's end (a file truncated under the swapper): a short read, named.
+    io::AlignedBuffer big(65536);
+    const std::string short_read = error_of(
+        [&] { aio.wait(aio.submit(io::AsyncFileIO::Op::read, f, 0, big.data(), big.size())); });
+    CHECK(short_read.find("short read at offset 32768 of swap file '" + path.string()) !=
+          std::string::npos);
+    // Unaligned O_DIRECT transfers are refused before any I/O.
+    if (aio.direct(f))
+      CHECK(error_of([&] {
+              aio.submit(io::AsyncFileIO::Op::read, f, 100, buf.data(), 4096);
+            }).find("not aligned") != std::string::npos);
+    // A directory that does not exist; a file that exists.
     CHECK(error_of([&] {
-            aio.submit(io::AsyncFileIO::Op::read, f, 100, buf.data(), 4096);
-          }).find("not aligned") != std::string::npos);
-  // A directory that does not exist; a file that exists.
-  CHECK(error_of([&] {
-          aio.open_scratch(dir.path / "missing" / "swap");
-        }).find("cannot create swap file '" + (dir.path / "missing" / "swap").string()) !=
-        std::string::npos);
-  const fs::path taken = dir.path / "taken";
-  { std::ofstream(taken) << "x"; }
-  CHECK(error_of([&] { aio.open_scratch(taken); }).find("File exists") != std::string::npos);
+            aio.open_scratch(dir.path / "missing" / "swap");
+          }).find("cannot create swap file '" + (dir.path / "missing" / "swap").string()) !=
+          std::string::npos);
+    const fs::path taken = dir.path / "taken";
+    { std::ofstream(taken) << "x"; }
+    CHECK(error_of([&] { aio.open_scratch(taken); }).find("File exists") != std::string::npos);
+  }
 }
 
 TEST_CASE("aio section: DeepSpeed's keys and defaults, bad values named") {

@@ -88,6 +88,8 @@ class AsyncFileIO {
   // Tests: the next piece of `op` that covers byte `offset` of any file completes with
   // -error (EIO, ENOSPC, ...), once.
   static void inject_fault_for_testing(Op op, int64_t offset, int error);
+  // Tests: rings made while on move pieces with pread/pwrite, as where io_uring is unavailable.
+  static void use_blocking_io_for_testing(bool on);
 
   struct Piece;
   struct Request;
