@@ -30,6 +30,7 @@ bool Engine::masters_finite() {
   double local = 0;
   for (const auto& g : optimizer().groups())
     if (!g.params.empty()) local += sum(sum_squares(g.params)).item();
+  if (zero_) zero_->swap_out_state();  // (NVMe-swapped masters the check read go back out)
   const double flag = std::isfinite(local) ? 0.0 : 1.0;
   return group_->all_reduce_scalar(flag) == 0.0;  // every rank decides alike
 }

@@ -80,25 +80,29 @@ parallel::ShardLayout layout_of(nn::Module& model, int data_ranks,
   return parallel::ShardLayout(shapes, data_ranks);
 }
 
-// offload_optimizer "nvme": the optimizer's slots go to the swap file, a page-aligned region
-// per parameter and slot; staging holds at most one sub-group's slots plus buffer_count buffers
-// (each fits the largest shard), and with pipeline_write the tensors those are writing.
+// offload_optimizer "nvme": the optimizer's slots, and the float32 masters where they are a
+// copy apart from the model, go to the swap file, a page-aligned region per tensor; swapped
+// masters publish through a model-dtype copy of the partition (stages 1-2; ZeRO-3's shards are
+// it). Staging holds at most one sub-group's tensors plus the buffer budget (buffer_count
+// buffers of the largest sub-group, as ZeroOptimizer::nvme_buffer_numel), and with
+// pipeline_write the tensors those are writing.
 void nvme_state_bytes(const parallel::ZeroConfig& z, const parallel::ShardLayout& layout,
-                      int64_t slots, ModelStateBytes& e) {
+                      int64_t slots, bool masters, int stage, int64_t model_bytes,
+                      ModelStateBytes& e) {
   const int64_t page = io::AsyncFileIO::kAlignment;
   auto aligned = [&](int64_t bytes) { return (bytes + page - 1) / page * page; };
-  int64_t largest = 0;  // elements
+  const int64_t tensors = slots + (masters ? 1 : 0);  // swapped per parameter
+  int64_t largest = 0;                                // elements
   for (const auto& en : layout.entries) {
-    e.disk += slots * aligned(en.shard * 4);
+    e.disk += tensors * aligned(en.shard * 4);
     largest = std::max(largest, en.shard);
   }
-  e.optimizer -= slots * 4 * layout.partition_numel;
-  // The swapper's staging budget: buffer_count buffers of the largest sub-group
-  // (ZeroOptimizer::nvme_buffer_numel); with pipeline_write, the tensors being written stay
-  // in memory until their writes end, as many bytes again at most.
-  const int64_t sub_group = std::max(largest, std::min(z.sub_group_size, layout.partition_numel));
+  const int64_t P = layout.partition_numel;
+  e.optimizer -= tensors * 4 * P;
+  if (masters && stage < 3) e.optimizer += model_bytes * P;
+  const int64_t sub_group = std::max(largest, std::min(z.sub_group_size, P));
   const int64_t budget = z.offload_buffer_count * aligned(sub_group * 4);
-  e.swap = slots == 0 ? 0 : slots * 4 * sub_group + budget * (z.offload_pipeline_write ? 2 : 1);
+  e.swap = tensors == 0 ? 0 : tensors * 4 * sub_group + budget * (z.offload_pipeline_write ? 2 : 1);
 }
 
 // A rank's model state at ZeRO `stage`: with MoE expert parallelism (stages 1-2) the experts
@@ -149,7 +153,8 @@ ModelStateBytes model_state_bytes(const io::TrainConfig& c, const parallel::Shar
   }
   e.grads = P * gb + (stage == 1 ? psi * pb : 0);
   e.optimizer = (model_is_master || (stage == 3 && !mixed) ? 0 : 4 * P) + slots * 4 * P;
-  if (z.offload_optimizer_device == "nvme") nvme_state_bytes(z, layout, slots, e);
+  if (z.offload_optimizer_device == "nvme")
+    nvme_state_bytes(z, layout, slots, !(model_is_master || (stage == 3 && !mixed)), stage, pb, e);
   parallel::ZeroOptions o;
   o.stage = stage;
   o.reduce_bucket_size = z.reduce_bucket_size;

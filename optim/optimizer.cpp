@@ -159,6 +159,8 @@ void Optimizer::run_fused(Kernel k, const std::vector<std::string>& slots,
   // updates it.)
   auto state_of = [&](const Launch& l, bool make) {
     std::vector<StateTensor> out;
+    if (stager_->stages_params())
+      for (size_t i : l.idx) out.push_back({groups_[l.group].names[i], groups_[l.group].params[i]});
     for (const std::string& s : slots)
       for (size_t i : l.idx) {
         std::string key = groups_[l.group].names[i] + "." + s;

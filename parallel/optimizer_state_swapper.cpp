@@ -112,7 +112,7 @@ void OptimizerStateSwapper::complete_oldest_write() {
   }
   t.storage->set_fetcher(shared_from_this());
   key_of_[t.storage.get()] = t.key;
-  note_resident(-static_cast<int64_t>(t.storage->nbytes()));
+  if (counted_.erase(t.storage.get())) note_resident(-static_cast<int64_t>(t.storage->nbytes()));
   give_buffer(std::move(t.buffer));
 }
 
@@ -121,6 +121,7 @@ void OptimizerStateSwapper::release(const std::vector<optim::StateTensor>& state
     const std::shared_ptr<Storage>& storage = s.tensor.storage();
     if (!storage->resident()) continue;  // (already out: unchanged since)
     const int64_t bytes = static_cast<int64_t>(storage->nbytes());
+    if (counted_.insert(storage.get()).second) note_resident(bytes);  // (made, not read in)
     const Region& r = region_for(s.key, bytes);
     Transfer t{storage, s.key, take_buffer(bytes), r.bytes, 0};
     std::memcpy(t.buffer.data(), storage->data(), static_cast<size_t>(bytes));
@@ -171,7 +172,7 @@ void OptimizerStateSwapper::acquire(const std::vector<optim::StateTensor>& state
     } else if (!storage.resident()) {
       read_now(storage, s.key);
     }
-    note_resident(static_cast<int64_t>(storage.nbytes()));
+    if (counted_.insert(&storage).second) note_resident(static_cast<int64_t>(storage.nbytes()));
   }
 }
 
@@ -194,10 +195,7 @@ void OptimizerStateSwapper::fetch(Storage& storage) {
 void OptimizerStateSwapper::swap_out(const std::map<std::string, Tensor>& state) {
   std::vector<optim::StateTensor> resident;
   for (const auto& [key, t] : state)
-    if (key != "step" && t.defined() && t.storage()->resident()) {
-      resident.push_back({key, t});
-      note_resident(static_cast<int64_t>(t.storage()->nbytes()));
-    }
+    if (key != "step" && t.defined() && t.storage()->resident()) resident.push_back({key, t});
   release(resident);
   finish();
 }

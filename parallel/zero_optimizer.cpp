@@ -87,6 +87,10 @@ ZeroOptimizer::ZeroOptimizer(nn::Module& model, std::shared_ptr<ProcessGroup> gr
   // updates this rank's [shard] slice of it in place (DeepSpeed keeps a second copy).
   model_is_master_ = options.stage < 3 && model_dtype_ == DType::Float32 &&
                      options.compute_dtype == DType::Float32 && state_device_ == device_;
+  // NVMe offload swaps the float32 masters too where they are a copy apart from the model.
+  swap_masters_ =
+      options.nvme && !model_is_master_ &&
+      !(options.stage == 3 && options.compute_dtype == DType::Float32 && state_device_ == device_);
   build_partitions();
   if (options.compute_dtype != model_dtype_) {
     model.to(options.compute_dtype);
@@ -98,9 +102,13 @@ ZeroOptimizer::ZeroOptimizer(nn::Module& model, std::shared_ptr<ProcessGroup> gr
   if (options.stage == 3) {
     const Partition& part = parts_[0];  // (no experts: refused by build_partitions)
     const int world = group_->size();
-    param_shards_ = model_dtype_ == DType::Float32 && state_device_ == device_
-                        ? part.master
-                        : part.master.to(device_).to(model_dtype_);
+    // (Swapped masters fill it when swapping starts.)
+    if (swap_masters_)
+      param_shards_ = Tensor::empty({part.layout.partition_numel}, model_dtype_, device_);
+    else
+      param_shards_ = model_dtype_ == DType::Float32 && state_device_ == device_
+                          ? part.master
+                          : part.master.to(device_).to(model_dtype_);
     fetcher_ = std::make_shared<Zero3Fetcher>(group_, options.prefetch_bucket_size);
     for (size_t i = 0; i < params_.size(); ++i) {
       const auto& e = entry(i);
@@ -130,31 +138,7 @@ ZeroOptimizer::ZeroOptimizer(nn::Module& model, std::shared_ptr<ProcessGroup> gr
     }
   }
   optimizer_ = make_optimizer(std::move(groups));
-  if (options.nvme) {
-    TS_CHECK(!optimizer_->takes_data_parallel_transport(),
-             "offload_optimizer.device \"nvme\": ", optimizer_->name(),
-             " updates outside the fused optimizer step the swapper stages; use Adam, AdamW, "
-             "Lamb or SGD, or offload to \"cpu\"");
-    NvmeOffloadOptions nvme = *options.nvme;
-    nvme.buffer_numel = nvme_buffer_numel(nvme.sub_group_size);
-    swapper_ =
-        std::make_shared<OptimizerStateSwapper>(nvme, "rank" + std::to_string(group_->rank()));
-    optimizer_->set_state_stager(swapper_);
-    if (!options.nvme->fast_init) optimizer_->initialize_state();
-  }
-}
-
-int64_t ZeroOptimizer::nvme_buffer_numel(int64_t sub_group_size) const {
-  int64_t largest = 1, partition = 0;
-  for (const Partition& part : parts_) {
-    partition += part.layout.partition_numel;
-    for (const auto& e : part.layout.entries) largest = std::max(largest, e.shard);
-  }
-  return std::max(largest, std::min(sub_group_size, partition));
-}
-
-void ZeroOptimizer::swap_out_state() {
-  if (swapper_) swapper_->swap_out(optimizer_->state_dict());
+  if (options.nvme) start_swapping(*options.nvme);
 }
 
 // Each partition's reduce-scatter buckets into its gradient partition.
@@ -203,14 +187,18 @@ void ZeroOptimizer::build_partitions() {
     Partition& part = parts_[p];
     const int world = part.group->size(), rank = part.group->rank();
     part.layout = ShardLayout(shapes[p], world);
-    if (!model_is_master_)
+    if (!model_is_master_ && !swap_masters_)
       part.master = zeros({part.layout.partition_numel}, DType::Float32, state_device_);
+    if (swap_masters_ && options_.stage < 3)
+      part.published =
+          Tensor::empty({part.layout.partition_numel}, options_.compute_dtype, state_device_);
     for (size_t k = 0; k < part.params.size(); ++k) {
       const auto& e = part.layout.entries[k];
       Tensor& param = *params_[part.params[k]].second;
       Tensor& view = master_views_[part.params[k]];
-      if (!model_is_master_) {
-        view = part.master.narrow(0, e.offset, e.shard);
+      if (!model_is_master_) {  // (swapped: each master its own storage, swapped alone)
+        view = swap_masters_ ? zeros({e.shard}, DType::Float32, state_device_)
+                             : part.master.narrow(0, e.offset, e.shard);
         view.copy_(shard_of(param, e, rank));
         continue;
       }
@@ -292,7 +280,7 @@ void ZeroOptimizer::scale_master_grads(double coef) {
 void ZeroOptimizer::publish() {
   NoGradGuard no_grad;
   if (fetcher_) fetcher_->drain();
-  if (param_shards_.defined() && !param_shards_.same(parts_[0].master))
+  if (param_shards_.defined() && !swap_masters_ && !param_shards_.same(parts_[0].master))
     param_shards_.copy_(pin_ ? staged_for_device(parts_[0].master) : parts_[0].master);
   for (Partition& part : parts_) publish(part);
 }
@@ -321,7 +309,8 @@ void ZeroOptimizer::publish(Partition& part) {
     for (size_t i : whole) {
       const int64_t shard = entry(i).shard;
       const int64_t lo = std::max(offset, c0), hi = std::min(offset + shard, c0 + n);
-      if (lo < hi) parts.push_back(master_views_[i].narrow(0, lo - offset, hi - lo));
+      const Tensor source = swap_masters_ ? published_view(i) : master_views_[i];
+      if (lo < hi) parts.push_back(source.narrow(0, lo - offset, hi - lo));
       offset += shard;
     }
     const Tensor mine =
@@ -386,11 +375,14 @@ MemoryStats ZeroOptimizer::memory() const {
     if (options_.stage == 3 && model_dtype_ == DType::Float32)
       m.params += bytes_of(part.master);  // the shard is the master
     else
-      m.optimizer += bytes_of(part.master);
+      m.optimizer += bytes_of(part.master) + bytes_of(part.published);
     m.buffers += zero_buffer_bytes(part.layout, options_, model_dtype_, options_.comm_dtype);
   }
   for (auto& [k, v] : optimizer_->state_dict())
     if (k != "step" && v.storage()->resident()) m.optimizer += bytes_of(v);
+  if (swap_masters_)
+    for (const Tensor& master : master_views_)
+      if (master.storage()->resident()) m.optimizer += bytes_of(master);
   if (swapper_) {
     m.disk = swapper_->stats().disk_bytes;
     m.swap = swapper_->stats().peak_resident_bytes;
@@ -446,6 +438,11 @@ void ZeroOptimizer::load_partition_state(const std::map<std::string, Tensor>& ma
     master_views_[i].copy_(it->second);
   }
   if (optimizer_state) optimizer_->load_state_dict(*optimizer_state);
+  if (swap_masters_)
+    for (size_t i = 0; i < params_.size(); ++i) {
+      Tensor to = published_view(i);
+      to.copy_(master_views_[i].to(to.device()));
+    }
   swap_out_state();
   publish();
 }

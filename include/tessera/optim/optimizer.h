@@ -64,6 +64,8 @@ class StateStager {
  public:
   virtual ~StateStager() = default;
   virtual int64_t sub_group_size() const = 0;
+  // True: each sub-group's parameters (keyed by their names) are staged with its state, first.
+  virtual bool stages_params() const { return false; }
   virtual void prefetch(const std::vector<StateTensor>& state) = 0;
   virtual void acquire(const std::vector<StateTensor>& state) = 0;
   virtual void release(const std::vector<StateTensor>& state) = 0;

@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -101,10 +102,11 @@ class OptimizerStateSwapper : public optim::StateStager,
   std::deque<Transfer> writes_;                             // in flight, oldest first
   std::map<const Storage*, Transfer> reads_;                // prefetched, not yet acquired
   std::vector<io::AlignedBuffer> free_buffers_;             // kept for reuse
-  int64_t budget_ = 0;      // bytes of staging buffers, in use or kept, at most
-  int64_t bytes_out_ = 0;   // bytes of the buffers transfers hold
-  int64_t bytes_kept_ = 0;  // bytes of free_buffers_
-  int64_t resident_ = 0;    // bytes of swapped state resident during a step
+  int64_t budget_ = 0;                // bytes of staging buffers, in use or kept, at most
+  int64_t bytes_out_ = 0;             // bytes of the buffers transfers hold
+  int64_t bytes_kept_ = 0;            // bytes of free_buffers_
+  int64_t resident_ = 0;              // bytes of swapped state resident during a step, and buffers
+  std::set<const Storage*> counted_;  // state in resident_ (until its write completes)
   SwapStats stats_;
 };
 

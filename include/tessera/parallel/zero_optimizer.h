@@ -169,7 +169,10 @@ class ZeroOptimizer {
     std::shared_ptr<ProcessGroup> group;
     ShardLayout layout;
     std::vector<size_t> params;  // indices into params_, in layout order
-    Tensor master;               // [partition] float32 (undefined when the model is the master)
+    Tensor master;  // [partition] float32 (undefined when the model is the master or swapped)
+    // NVMe-swapped masters (stages 1-2): their values in the model dtype, written as each
+    // sub-group updates, which publish() all-gathers (so it never reads a master back).
+    Tensor published;
     Tensor grad_partition;
     Tensor master_grads;  // float32 gradients of master (a view of grad_partition if f32)
     std::unique_ptr<GradBuckets> buckets;
@@ -178,6 +181,11 @@ class ZeroOptimizer {
     return parts_[place_[param].first].layout.entries[place_[param].second];
   }
   void build_partitions();
+  // offload_optimizer "nvme" (zero_nvme.cpp): the swapper, staging the masters too when they
+  // are apart from the model; where a master's new value goes for publish.
+  void start_swapping(const NvmeOffloadOptions& nvme);
+  Tensor published_view(size_t param);
+  class MasterStager;
   // NVMe offload: elements of one staging buffer, the largest sub-group of this rank's
   // partitions (sub_group_size, or a larger shard alone, or the whole partition if smaller).
   int64_t nvme_buffer_numel(int64_t sub_group_size) const;
@@ -202,6 +210,7 @@ class ZeroOptimizer {
   Tensor param_shards_;  // [partition] model dtype (stage 3; is the master when float32)
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::shared_ptr<OptimizerStateSwapper> swapper_;
+  bool swap_masters_ = false;  // NVMe: the float32 masters are swapped too
   std::shared_ptr<Zero3Fetcher> fetcher_;
 };
 
