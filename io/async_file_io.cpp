@@ -107,7 +107,7 @@ class AsyncFileIO::Ring {
                        ? -ENOSYS
                        : io_uring_queue_init(static_cast<unsigned>(config.queue_depth), &ring_, 0);
     // Where io_uring is unavailable (a kernel before 5.1, or a container whose seccomp profile
-    // forbids it, as Docker's default does since 25.0) the ring's thread moves its pieces with
+    // forbids it, as recent Docker default profiles do) the ring's thread moves its pieces with
     // pread/pwrite: still off the caller's thread, one piece at a time.
     blocking_ = rc == -ENOSYS || rc == -EPERM;
     TS_CHECK(rc == 0 || blocking_, "aio: cannot set up an io_uring of queue_depth ",
