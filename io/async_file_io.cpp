@@ -73,7 +73,7 @@ void AlignedBuffer::Free::operator()(void* p) const {
 
 AlignedBuffer::AlignedBuffer(int64_t bytes) {
   TS_CHECK(bytes >= 0, "AlignedBuffer: negative size ", bytes);
-  size_ = (bytes + AsyncFileIO::kAlignment - 1) / AsyncFileIO::kAlignment * AsyncFileIO::kAlignment;
+  size_ = AsyncFileIO::aligned(bytes);
   if (size_ == 0) return;
   void* p = std::aligned_alloc(AsyncFileIO::kAlignment, static_cast<size_t>(size_));
   TS_CHECK(p, "cannot allocate ", size_, " bytes of aligned I/O buffer");

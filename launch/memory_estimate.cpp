@@ -89,8 +89,7 @@ parallel::ShardLayout layout_of(nn::Module& model, int data_ranks,
 void nvme_state_bytes(const parallel::ZeroConfig& z, const parallel::ShardLayout& layout,
                       int64_t slots, bool masters, int stage, int64_t model_bytes,
                       ModelStateBytes& e) {
-  const int64_t page = io::AsyncFileIO::kAlignment;
-  auto aligned = [&](int64_t bytes) { return (bytes + page - 1) / page * page; };
+  const auto aligned = io::AsyncFileIO::aligned;
   const int64_t tensors = slots + (masters ? 1 : 0);  // swapped per parameter
   int64_t largest = 0;                                // elements
   for (const auto& en : layout.entries) {

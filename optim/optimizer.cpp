@@ -138,22 +138,8 @@ void Optimizer::run_fused(Kernel k, const std::vector<std::string>& slots,
                static_cast<int>(gd)}]
           .push_back(i);
     }
-    for (auto& [kind, idx] : by_kind) {
-      if (!stager_) {
-        launches.push_back({gi, idx});
-        continue;
-      }
-      int64_t numel = 0;
-      for (size_t i : idx) {
-        if (launches.empty() || launches.back().group != gi || numel == 0 ||
-            numel + g.params[i].numel() > stager_->sub_group_size()) {
-          launches.push_back({gi, {}});
-          numel = 0;
-        }
-        launches.back().idx.push_back(i);
-        numel += g.params[i].numel();
-      }
-    }
+    for (auto& [kind, idx] : by_kind)
+      for (std::vector<size_t>& sub : sub_groups(g, idx)) launches.push_back({gi, std::move(sub)});
   }
   // (Prefetching takes the state that exists: a first step makes each sub-group's when it
   // updates it.)
@@ -186,21 +172,32 @@ void Optimizer::initialize_state() {
   const std::vector<std::string> slots = slot_names();
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
     const ParamGroup& g = groups_[gi];
-    std::vector<StateTensor> state;
-    int64_t numel = 0;
-    auto flush = [&] {
-      if (stager_ && !state.empty()) stager_->release(state);
-      state.clear();
-      numel = 0;
-    };
-    for (size_t i = 0; i < g.params.size(); ++i) {
-      if (stager_ && numel > 0 && numel + g.params[i].numel() > stager_->sub_group_size()) flush();
-      for (const std::string& s : slots) state.push_back({g.names[i] + "." + s, slot(gi, i, s)});
-      numel += g.params[i].numel();
+    std::vector<size_t> all(g.params.size());
+    for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+    for (const std::vector<size_t>& sub : sub_groups(g, all)) {
+      std::vector<StateTensor> state;
+      for (size_t i : sub)
+        for (const std::string& s : slots) state.push_back({g.names[i] + "." + s, slot(gi, i, s)});
+      if (stager_) stager_->release(state);
     }
-    flush();
   }
   if (stager_) stager_->finish();
+}
+
+std::vector<std::vector<size_t>> Optimizer::sub_groups(const ParamGroup& g,
+                                                       const std::vector<size_t>& idx) const {
+  if (!stager_) return {idx};
+  std::vector<std::vector<size_t>> out;
+  int64_t numel = 0;
+  for (size_t i : idx) {
+    if (out.empty() || (numel > 0 && numel + g.params[i].numel() > stager_->sub_group_size())) {
+      out.emplace_back();
+      numel = 0;
+    }
+    out.back().push_back(i);
+    numel += g.params[i].numel();
+  }
+  return out;
 }
 
 void Optimizer::launch_fused(Kernel k, size_t gi, const std::vector<size_t>& idx,

@@ -10,20 +10,13 @@
 
 namespace tessera::parallel {
 
-namespace {
-int64_t round_up(int64_t bytes) {
-  const int64_t a = io::AsyncFileIO::kAlignment;
-  return (bytes + a - 1) / a * a;
-}
-}  // namespace
-
 OptimizerStateSwapper::OptimizerStateSwapper(NvmeOffloadOptions options, const std::string& name)
     : options_(std::move(options)), io_(options_.aio) {
   TS_CHECK(options_.buffer_count >= 1, "offload_optimizer.buffer_count must be >= 1, got ",
            options_.buffer_count);
   TS_CHECK(options_.buffer_numel >= 1, "NVMe swap: buffer_numel must be >= 1, got ",
            options_.buffer_numel);
-  budget_ = options_.buffer_count * round_up(options_.buffer_numel * 4);
+  budget_ = options_.buffer_count * io::AsyncFileIO::aligned(options_.buffer_numel * 4);
   TS_CHECK(options_.sub_group_size >= 1, "zero_optimization.sub_group_size must be >= 1, got ",
            options_.sub_group_size);
   io::check_writable_directory(options_.nvme_path, "zero_optimization.offload_optimizer.nvme_path");
@@ -53,19 +46,19 @@ const OptimizerStateSwapper::Region& OptimizerStateSwapper::region_for(const std
                                                                        int64_t bytes) {
   auto it = regions_.find(key);
   if (it == regions_.end()) {
-    it = regions_.emplace(key, Region{end_, round_up(bytes)}).first;
-    end_ += round_up(bytes);
+    it = regions_.emplace(key, Region{end_, io::AsyncFileIO::aligned(bytes)}).first;
+    end_ += io::AsyncFileIO::aligned(bytes);
     stats_.disk_bytes = end_;
   }
-  TS_CHECK(round_up(bytes) <= it->second.bytes, "NVMe swap: optimizer state '", key, "' grew to ",
-           bytes, " bytes, its region in '", path(), "' holds ", it->second.bytes);
+  TS_CHECK(io::AsyncFileIO::aligned(bytes) <= it->second.bytes, "NVMe swap: optimizer state '", key,
+           "' grew to ", bytes, " bytes, its region in '", path(), "' holds ", it->second.bytes);
   return it->second;
 }
 
 io::AlignedBuffer OptimizerStateSwapper::take_buffer(int64_t bytes) {
   // The staging budget bounds the buffers in flight: the oldest write makes room (a tensor
   // larger than the budget goes alone).
-  const int64_t need = round_up(bytes);
+  const int64_t need = io::AsyncFileIO::aligned(bytes);
   while (bytes_out_ + need > budget_ && !writes_.empty()) complete_oldest_write();
   for (size_t i = 0; i < free_buffers_.size(); ++i)
     if (free_buffers_[i].size() >= need) {

@@ -48,17 +48,21 @@ void ZeroOptimizer::start_swapping(const NvmeOffloadOptions& options) {
   nvme.buffer_numel = nvme_buffer_numel(nvme.sub_group_size);
   swapper_ = std::make_shared<OptimizerStateSwapper>(nvme, "rank" + std::to_string(group_->rank()));
   if (swap_masters_) {
-    NoGradGuard no_grad;
-    for (size_t i = 0; i < params_.size(); ++i) {
-      Tensor to = published_view(i);
-      to.copy_(master_views_[i].to(to.device()));
-    }
+    publish_masters_from_memory();
     optimizer_->set_state_stager(std::make_shared<MasterStager>(*this, swapper_));
   } else {
     optimizer_->set_state_stager(swapper_);
   }
   if (!nvme.fast_init) optimizer_->initialize_state();
   swap_out_state();  // (the masters leave memory whatever fast_init says)
+}
+
+void ZeroOptimizer::publish_masters_from_memory() {
+  NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Tensor to = published_view(i);
+    to.copy_(master_views_[i].to(to.device()));
+  }
 }
 
 Tensor ZeroOptimizer::published_view(size_t param) {

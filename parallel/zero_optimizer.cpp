@@ -438,11 +438,7 @@ void ZeroOptimizer::load_partition_state(const std::map<std::string, Tensor>& ma
     master_views_[i].copy_(it->second);
   }
   if (optimizer_state) optimizer_->load_state_dict(*optimizer_state);
-  if (swap_masters_)
-    for (size_t i = 0; i < params_.size(); ++i) {
-      Tensor to = published_view(i);
-      to.copy_(master_views_[i].to(to.device()));
-    }
+  if (swap_masters_) publish_masters_from_memory();
   swap_out_state();
   publish();
 }

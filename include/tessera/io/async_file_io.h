@@ -60,6 +60,10 @@ class AlignedBuffer {
 class AsyncFileIO {
  public:
   static constexpr int64_t kAlignment = 4096;
+  // `bytes` rounded up to whole kAlignment pages (O_DIRECT transfer sizes).
+  static constexpr int64_t aligned(int64_t bytes) {
+    return (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  }
   enum class Op { read, write };
   using Ticket = uint64_t;
 

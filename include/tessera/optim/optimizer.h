@@ -145,6 +145,10 @@ class Optimizer {
   int64_t step_ = 0;
 
  private:
+  // `idx` (parameters of g) cut into the stager's sub-groups in order: at most
+  // sub_group_size elements each, a larger parameter alone; without a stager, one.
+  std::vector<std::vector<size_t>> sub_groups(const ParamGroup& g,
+                                              const std::vector<size_t>& idx) const;
   void launch_fused(Kernel k, size_t group, const std::vector<size_t>& idx,
                     const std::vector<std::string>& slots,
                     const std::function<OptimizerStepParams(const ParamGroup&)>& params);

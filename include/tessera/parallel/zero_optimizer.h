@@ -185,6 +185,8 @@ class ZeroOptimizer {
   // are apart from the model; where a master's new value goes for publish.
   void start_swapping(const NvmeOffloadOptions& nvme);
   Tensor published_view(size_t param);
+  // Swapped masters: every master's value into its published view (at start, after a load).
+  void publish_masters_from_memory();
   class MasterStager;
   // NVMe offload: elements of one staging buffer, the largest sub-group of this rank's
   // partitions (sub_group_size, or a larger shard alone, or the whole partition if smaller).
