@@ -132,14 +132,19 @@ void run_kernel(Kernel k, Device device, DType dtype, std::span<const TensorBase
                    "dispatch.h changed since): rebuild them (touch backends/cuda/*.cu; ninja)"
              : "");
   }
-  // Released (ZeRO-3) storages are gathered before the kernel and may be released after it.
+  // Released (ZeRO-3) storages are gathered before the kernel and may be released after it;
+  // resident ones are reported as uses (ZeRO-3 keeps parameters reused soon).
   Storage* fetched[8];
   size_t n_fetched = 0;
   auto fetch = [&](const TensorBase& t) {
     if (!t.defined()) return;
     Storage& s = *t.storage();
-    if (s.resident() || !s.fetcher()) return;
-    s.fetcher()->fetch(s);
+    StorageFetcher* fetcher = s.fetcher();
+    if (!fetcher) return;
+    if (s.resident())
+      fetcher->hit(s);
+    else
+      fetcher->fetch(s);
     if (n_fetched < std::size(fetched)) fetched[n_fetched++] = &s;
   };
   if (auto set_current = runtimes()[static_cast<int>(device.type)].set_current_device)

@@ -189,6 +189,21 @@ void Engine::setup_parallel(std::vector<optim::ParamGroup> groups,
     zo.nvme = n;
   }
   zo.pin_memory = zo.offload_optimizer && z.offload_pin_memory;
+  zo.max_live_parameters = z.stage3_max_live_parameters;
+  zo.max_reuse_distance = z.stage3_max_reuse_distance;
+  zo.offload_param = z.offload_param_device;
+  zo.param_pin_memory = z.offload_param_pin_memory;
+  zo.param_max_in_cpu = z.offload_param_max_in_cpu;
+  if (z.offload_param_device == "nvme") {
+    parallel::NvmeOffloadOptions n;
+    n.nvme_path = z.offload_param_nvme_path;
+    n.buffer_count = z.offload_param_buffer_count;
+    n.buffer_numel = z.offload_param_buffer_size;
+    n.aio = io::aio_config(c);
+    n.path_key = "zero_optimization.offload_param.nvme_path";
+    n.buffer_count_key = "zero_optimization.offload_param.buffer_count";
+    zo.param_nvme = n;
+  }
   zo.allgather_bucket_size = z.allgather_bucket_size;
   if (!expert_slots_.empty()) {  // experts partitioned over their own replicas
     zo.expert_data_group = expert_data_group_;

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <liburing.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -67,18 +68,19 @@ bool blocking_for_testing() {
 }
 }  // namespace
 
-void AlignedBuffer::Free::operator()(void* p) const {
-  std::free(p);
+void AlignedBuffer::Unmap::operator()(void* p) const {
+  munmap(p, bytes);
 }
 
 AlignedBuffer::AlignedBuffer(int64_t bytes) {
   TS_CHECK(bytes >= 0, "AlignedBuffer: negative size ", bytes);
   size_ = AsyncFileIO::aligned(bytes);
   if (size_ == 0) return;
-  void* p = std::aligned_alloc(AsyncFileIO::kAlignment, static_cast<size_t>(size_));
-  TS_CHECK(p, "cannot allocate ", size_, " bytes of aligned I/O buffer");
-  std::memset(p, 0, static_cast<size_t>(size_));
-  data_.reset(p);
+  void* p = mmap(nullptr, static_cast<size_t>(size_), PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);  // (page-aligned, zero-filled)
+  TS_CHECK(p != MAP_FAILED, "cannot allocate ", size_, " bytes of aligned I/O buffer: ",
+           std::strerror(errno));
+  data_ = std::unique_ptr<void, Unmap>(p, Unmap{static_cast<size_t>(size_)});
 }
 
 // One transfer, cut into pieces; complete when every piece is.

@@ -101,7 +101,32 @@ void nvme_state_bytes(const parallel::ZeroConfig& z, const parallel::ShardLayout
   if (masters && stage < 3) e.optimizer += model_bytes * P;
   const int64_t sub_group = std::max(largest, std::min(z.sub_group_size, P));
   const int64_t budget = z.offload_buffer_count * aligned(sub_group * 4);
-  e.swap = tensors == 0 ? 0 : tensors * 4 * sub_group + budget * (z.offload_pipeline_write ? 2 : 1);
+  if (tensors > 0) e.swap += tensors * 4 * sub_group + budget * (z.offload_pipeline_write ? 2 : 1);
+}
+
+// offload_param "nvme" (ZeRO-3): the partitioned parameters' shards past max_in_cpu elements (in
+// layout order) go to the swap file, a page-aligned region each; the swap holds the read-ahead
+// buffers (buffer_count x buffer_size elements, or one larger shard) and the shards read in for
+// gathers in flight (the prefetch bucket's share, one in use, one being published).
+void param_nvme_bytes(const parallel::ZeroConfig& z, const parallel::ShardLayout& layout,
+                      int64_t model_bytes, ModelStateBytes& e) {
+  const auto aligned = io::AsyncFileIO::aligned;
+  int64_t in_cpu = 0, largest = 0;  // (largest swapped shard)
+  for (const auto& en : layout.entries) {
+    if (en.numel <= z.stage3_param_persistence_threshold) continue;
+    if (in_cpu + en.shard <= z.offload_param_max_in_cpu) {
+      in_cpu += en.shard;
+      continue;
+    }
+    largest = std::max(largest, en.shard);
+    e.disk += aligned(en.shard * model_bytes);
+    e.params -= en.shard * model_bytes;
+  }
+  if (largest == 0) return;  // (all kept in memory: the swap file stays empty)
+  const int64_t budget =
+      std::max(z.offload_param_buffer_count * aligned(z.offload_param_buffer_size * model_bytes),
+               aligned(largest * model_bytes));
+  e.swap += budget + model_bytes * (z.stage3_prefetch_bucket_size / layout.world + 2 * largest);
 }
 
 // A rank's model state at ZeRO `stage`: with MoE expert parallelism (stages 1-2) the experts
@@ -141,6 +166,12 @@ ModelStateBytes model_state_bytes(const io::TrainConfig& c, const parallel::Shar
   const bool offloaded_elsewhere =
       z.offload_optimizer_device != "none" && c.train.device.rfind("cuda", 0) == 0;
   const bool model_is_master = stage < 3 && !mixed && !offloaded_elsewhere;
+  // ZeRO-3's float32 shards are the masters where both live in the same memory.
+  const bool on_gpu = c.train.device.rfind("cuda", 0) == 0;
+  const bool params_nvme = z.offload_param_device == "nvme";
+  const bool shards_are_masters = stage == 3 && !mixed && !params_nvme &&
+                                  (z.offload_param_device != "none" || !on_gpu) ==
+                                      (z.offload_optimizer_device != "none" || !on_gpu);
   int64_t padded = 0;
   for (const auto& en : layout.entries) padded += en.shard * world;
   if (stage < 3) {
@@ -148,18 +179,20 @@ ModelStateBytes model_state_bytes(const io::TrainConfig& c, const parallel::Shar
   } else {
     for (const auto& en : layout.entries)
       if (en.numel <= z.stage3_param_persistence_threshold) e.params += en.numel * pb;
-    e.params += P * (mixed ? pb : 4);  // fp32: the shard is the master itself
+    e.params += P * (shards_are_masters ? 4 : pb);
+    if (params_nvme) param_nvme_bytes(z, layout, pb, e);
   }
   e.grads = P * gb + (stage == 1 ? psi * pb : 0);
-  e.optimizer = (model_is_master || (stage == 3 && !mixed) ? 0 : 4 * P) + slots * 4 * P;
+  e.optimizer = (model_is_master || shards_are_masters ? 0 : 4 * P) + slots * 4 * P;
   if (z.offload_optimizer_device == "nvme")
-    nvme_state_bytes(z, layout, slots, !(model_is_master || (stage == 3 && !mixed)), stage, pb, e);
+    nvme_state_bytes(z, layout, slots, !(model_is_master || shards_are_masters), stage, pb, e);
   parallel::ZeroOptions o;
   o.stage = stage;
   o.reduce_bucket_size = z.reduce_bucket_size;
   o.allgather_bucket_size = z.allgather_bucket_size;
   o.param_persistence_threshold = z.stage3_param_persistence_threshold;
   o.prefetch_bucket_size = z.stage3_prefetch_bucket_size;
+  o.max_reuse_distance = z.stage3_max_reuse_distance;
   e.buffers = parallel::zero_buffer_bytes(layout, o, model, comm);
   return e;
 }

@@ -6,68 +6,164 @@
 
 namespace tessera::parallel {
 
-Zero3Fetcher::Zero3Fetcher(std::shared_ptr<ProcessGroup> group, int64_t prefetch_numel)
-    : group_(std::move(group)), prefetch_numel_(prefetch_numel) {}
+namespace {
+constexpr size_t kNone = SIZE_MAX;
+}
 
-void Zero3Fetcher::add(Tensor full, Tensor shard) {
+Zero3Fetcher::Zero3Fetcher(std::shared_ptr<ProcessGroup> group, Zero3FetchOptions options)
+    : group_(std::move(group)), options_(options) {}
+
+void Zero3Fetcher::add(Tensor full, Tensor shard, std::string swap_key) {
   index_[full.storage().get()] = full_.size();
   full_.push_back(std::move(full));
   shards_.push_back(std::move(shard));
+  swap_keys_.push_back(std::move(swap_key));
+}
+
+// A use advances the cursor while it follows the trace.
+void Zero3Fetcher::record_use(size_t i) {
+  if (!current_.empty() && current_.back() == i) return;  // (the same use continues)
+  current_.push_back(i);
+  if (!on_trace_) return;
+  if (cursor_ < trace_.size() && trace_[cursor_] == i) {
+    ++cursor_;
+    return;
+  }
+  leave_trace();
 }
 
 void Zero3Fetcher::fetch(Storage& s) {
   const size_t i = index_.at(&s);
-  if (evaluating_) {
-    s.make_resident();
-    group_->all_gather(full_[i], shards_[i]);
-    return;
-  }
+  // The gathers' own ops (a copy on one rank) write parameters: they are not uses.
+  InGather guard(in_gather_);
+  if (evaluating_ || !enabled_) return gather_now(i);
   ++stats_.gathers;
-  current_.push_back(i);
-  if (on_trace_) {
-    if (cursor_ < trace_.size() && trace_[cursor_] == i) {
-      const size_t position = cursor_++;
-      if (!ahead_.empty() && ahead_.front().position == position) {
-        Ahead a = std::move(ahead_.front());
-        ahead_.pop_front();
-        ahead_numel_ -= a.buffer.numel();
-        a.work.wait();
-        s.adopt(*a.buffer.storage());
-        ++stats_.prefetched;
-      } else {
-        s.make_resident();
-        group_->all_gather(full_[i], shards_[i]);
-      }
-      start_prefetches();
-      return;
-    }
-    leave_trace();
+  const size_t before = cursor_;
+  record_use(i);
+  const bool matched = on_trace_ && cursor_ == before + 1;
+  // Prefetches for positions already passed are stale (the parameter was reached otherwise).
+  while (matched && !ahead_.empty() && ahead_.front().position < before) {
+    Ahead stale = std::move(ahead_.front());
+    ahead_.pop_front();
+    ahead_numel_ -= stale.buffer.numel();
+    stale.work.wait();
+    gathered(stale.param);
   }
-  s.make_resident();
-  group_->all_gather(full_[i], shards_[i]);
+  if (matched && !ahead_.empty() && ahead_.front().position == before) {
+    Ahead a = std::move(ahead_.front());
+    ahead_.pop_front();
+    ahead_numel_ -= a.buffer.numel();
+    a.work.wait();
+    gathered(a.param);
+    s.adopt(*a.buffer.storage());
+    live_.insert(i);
+    live_numel_ += full_[i].numel();
+    ++stats_.prefetched;
+  } else {
+    gather_now(i);
+  }
+  start_prefetches();
+}
+
+void Zero3Fetcher::hit(Storage& s) {
+  if (evaluating_ || !enabled_ || in_gather_) return;
+  record_use(index_.at(&s));
+  start_prefetches();
 }
 
 void Zero3Fetcher::used(Storage& s) {
-  if (!enabled_ || last_used_ == &s) return;
-  if (last_used_) last_used_->release();
-  last_used_ = &s;
+  if (!enabled_ || in_gather_) return;
+  const size_t i = index_.at(&s);
+  if (last_used_ == i) return;
+  if (last_used_ != kNone && !(on_trace_ && !evaluating_ && reused_soon(last_used_)))
+    release(last_used_);
+  last_used_ = i;
+}
+
+bool Zero3Fetcher::reused_soon(size_t param) const {
+  int64_t seen = 0;  // elements of the parameters used in between (DeepSpeed's count)
+  for (size_t j = cursor_; j < trace_.size(); ++j) {
+    if (seen >= options_.max_reuse_distance) return false;
+    if (trace_[j] == param) return true;
+    seen += full_[trace_[j]].numel();
+  }
+  return false;
+}
+
+Tensor Zero3Fetcher::shard_for_gather(size_t i) {
+  Tensor shard = shards_[i];
+  if (!swap_keys_[i].empty()) swapper_->acquire({{swap_keys_[i], shard}});
+  if (shard.device() != full_[i].device()) shard = shard.to(full_[i].device());
+  return shard;
+}
+
+void Zero3Fetcher::gathered(size_t i) {
+  if (!swap_keys_[i].empty()) swapper_->discard({{swap_keys_[i], shards_[i]}});
+}
+
+void Zero3Fetcher::gather_now(size_t i) {
+  const Tensor shard = shard_for_gather(i);
+  full_[i].storage()->make_resident();
+  group_->all_gather(full_[i], shard);
+  gathered(i);
+  if (live_.insert(i).second) live_numel_ += full_[i].numel();
+  note_live();
+}
+
+void Zero3Fetcher::release(size_t i) {
+  full_[i].storage()->release();
+  if (live_.erase(i)) live_numel_ -= full_[i].numel();
+}
+
+void Zero3Fetcher::release_all() {
+  for (size_t i = 0; i < full_.size(); ++i) release(i);
+}
+
+void Zero3Fetcher::note_live() {
+  stats_.peak_live_numel = std::max(stats_.peak_live_numel, live_numel_ + ahead_numel_);
 }
 
 void Zero3Fetcher::start_prefetches() {
-  if (prefetch_numel_ <= 0 || !on_trace_) return;
+  if (!on_trace_) return;
   next_ahead_ = std::max(next_ahead_, cursor_);
-  while (next_ahead_ < trace_.size() && ahead_numel_ < prefetch_numel_) {
+  int64_t distance = 0;  // elements used from the cursor up to next_ahead_
+  for (size_t j = cursor_; j < next_ahead_; ++j) distance += full_[trace_[j]].numel();
+  while (options_.prefetch_numel > 0 && next_ahead_ < trace_.size() &&
+         ahead_numel_ < options_.prefetch_numel &&
+         live_numel_ + ahead_numel_ < options_.max_live_numel) {
     const size_t p = trace_[next_ahead_];
-    // A parameter still gathered (in use now) or already on its way for an earlier position
-    // is released before this position needs it: wait until it is.
-    if (full_[p].storage()->resident()) break;
+    if (full_[p].storage()->resident()) {
+      // Still gathered: kept until this use if it is within the reuse distance (from a later
+      // cursor it is nearer still); else it is released first: wait until it is.
+      if (distance >= options_.max_reuse_distance) break;
+      distance += full_[p].numel();
+      ++next_ahead_;
+      continue;
+    }
+    // Already on its way for an earlier position: released before this one needs it.
     if (std::any_of(ahead_.begin(), ahead_.end(), [&](const Ahead& a) { return a.param == p; }))
       break;
     Tensor buffer = Tensor::empty(full_[p].shape(), full_[p].dtype(), full_[p].device());
-    Work work = group_->all_gather_async(buffer, shards_[p]);
-    ahead_.push_back({next_ahead_, p, buffer, std::move(work)});
+    Tensor shard = shard_for_gather(p);
+    Work work = group_->all_gather_async(buffer, shard);
+    ahead_.push_back({next_ahead_, p, buffer, shard, std::move(work)});
     ahead_numel_ += buffer.numel();
+    distance += buffer.numel();
     ++next_ahead_;
+  }
+  note_live();
+  read_ahead(next_ahead_);
+}
+
+// Swapped shards of the positions after `from` are read while the gathers before them run,
+// as far as the swapper's buffers allow.
+void Zero3Fetcher::read_ahead(size_t from) {
+  if (!swapper_ || !on_trace_) return;
+  next_read_ = std::max(next_read_, from);
+  for (; next_read_ < trace_.size(); ++next_read_) {
+    const size_t p = trace_[next_read_];
+    if (swap_keys_[p].empty() || full_[p].storage()->resident()) continue;
+    if (!swapper_->prefetch_one({swap_keys_[p], shards_[p]})) return;
   }
 }
 
@@ -77,10 +173,14 @@ void Zero3Fetcher::leave_trace() {
 }
 
 void Zero3Fetcher::drain() {
-  for (Ahead& a : ahead_) a.work.wait();
+  for (Ahead& a : ahead_) {
+    a.work.wait();
+    gathered(a.param);
+  }
   ahead_.clear();
   ahead_numel_ = 0;
-  next_ahead_ = cursor_;
+  next_ahead_ = next_read_ = cursor_;
+  if (swapper_) swapper_->finish();  // (reads ahead not taken are dropped)
 }
 
 void Zero3Fetcher::set_evaluating(bool on) {
@@ -88,8 +188,8 @@ void Zero3Fetcher::set_evaluating(bool on) {
   if (on) {
     drain();
   } else {
-    last_used_ = nullptr;
-    for (Tensor& t : full_) t.storage()->release();
+    last_used_ = kNone;
+    release_all();
   }
   evaluating_ = on;
 }
@@ -102,16 +202,17 @@ void Zero3Fetcher::end_step() {
     trace_valid_ = !trace_.empty();
   }
   current_.clear();
-  cursor_ = next_ahead_ = 0;
+  cursor_ = next_ahead_ = next_read_ = 0;
   on_trace_ = trace_valid_;
-  last_used_ = nullptr;
-  for (Tensor& t : full_) t.storage()->release();
+  last_used_ = kNone;
+  release_all();
   // Prefetching resumes at the next step's first gather, not here: a run's last step would
   // otherwise gather for a step that never comes.
 }
 
 void Zero3Fetcher::materialize_all() {
   drain();
+  InGather guard(in_gather_);
   on_trace_ = false;
   enabled_ = false;
   NoGradGuard no_grad;

@@ -1,38 +1,62 @@
 // Internal: ZeRO-3's parameter gathering. A partitioned parameter's storage is released
 // between uses; the dispatcher asks this fetcher for it before an op reads it.
 //
-// Prefetch (DeepSpeed's stage3_prefetch_bucket_size): the order in which one training step
-// fetches parameters is recorded (the trace); in later steps, each fetch starts
-// asynchronous all-gathers for the parameters the trace says come next, up to the bucket
-// size in elements, into separate buffers that the parameter adopts when it is reached. A
-// step that leaves the trace (a different model path) stops prefetching for that step,
-// waits for what was started, and becomes the new trace. Evaluation passes (the model in
-// eval mode) gather on use and leave the trace alone. Every rank runs the same ops in the
-// same order, so the collectives match across ranks either way.
+// The trace: the order in which one training step uses the parameters (consecutive uses of
+// one parameter count once) is recorded; later steps follow it. A step that leaves the trace
+// (a different model path) stops prefetching for that step, waits for what was started, and
+// becomes the new trace. Evaluation passes (the model in eval mode) gather on use and leave
+// the trace alone. Every rank runs the same ops in the same order, so the collectives match
+// across ranks either way.
+//
+// On the trace, as DeepSpeed's parameter coordinator:
+//  - prefetch (stage3_prefetch_bucket_size): each use starts asynchronous all-gathers for
+//    the parameters the trace says come next, up to the bucket size in elements and while
+//    the gathered parameters stay under stage3_max_live_parameters elements, into separate
+//    buffers that the parameter adopts when it is reached;
+//  - reuse (stage3_max_reuse_distance): a parameter whose next use comes within that many
+//    elements of parameters (counted along the trace) stays gathered until then.
+// Off the trace (the first step) a parameter is released as soon as another one is used.
+//
+// Shards elsewhere (offload_param): a shard on the host is copied to the parameter's device
+// for its gather; a shard in a swap file (device "nvme") is read ahead along the trace,
+// within the swapper's buffers, and dropped again once gathered.
 #pragma once
 #include <deque>
 #include <memory>
+#include <set>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "tessera/parallel/process_group.h"
+#include "tessera/parallel/tensor_swapper.h"
 #include "tessera/parallel/zero_optimizer.h"
 #include "tessera/storage.h"
 
 namespace tessera::parallel {
 
+struct Zero3FetchOptions {
+  int64_t prefetch_numel = 0;      // stage3_prefetch_bucket_size
+  int64_t max_live_numel = 0;      // stage3_max_live_parameters
+  int64_t max_reuse_distance = 0;  // stage3_max_reuse_distance
+};
+
 class Zero3Fetcher : public StorageFetcher {
  public:
-  Zero3Fetcher(std::shared_ptr<ProcessGroup> group, int64_t prefetch_numel);
+  Zero3Fetcher(std::shared_ptr<ProcessGroup> group, Zero3FetchOptions options);
   // `full`: the parameter's padded [world * shard] tensor over its own storage;
-  // `shard`: this rank's part of it.
-  void add(Tensor full, Tensor shard);
+  // `shard`: this rank's part of it (anywhere: a view, host memory, its own storage);
+  // `swap_key`: non-empty when the shard's storage is swapped by shard_swapper().
+  void add(Tensor full, Tensor shard, std::string swap_key = {});
+  // offload_param "nvme": the swapper of the shards added with a key.
+  void set_shard_swapper(std::shared_ptr<TensorSwapper> swapper) { swapper_ = std::move(swapper); }
 
   void fetch(Storage& s) override;
+  void hit(Storage& s) override;
   void used(Storage& s) override;
 
   // Ends a training step: waits for prefetches still in flight, releases every parameter
-  // and makes the fetches since the last call the trace if none is valid.
+  // and makes the uses since the last call the trace if none is valid.
   void end_step();
   // Waits for prefetches in flight (before this rank's shards are overwritten).
   void drain();
@@ -47,26 +71,51 @@ class Zero3Fetcher : public StorageFetcher {
  private:
   struct Ahead {
     size_t position, param;
-    Tensor buffer;
+    Tensor buffer, shard;
     Work work;
   };
+  void record_use(size_t i);
+  void gather_now(size_t i);
+  // The shard of `i` ready to be gathered (read in, on the parameter's device).
+  Tensor shard_for_gather(size_t i);
+  void gathered(size_t i);  // its gather finished: a swapped shard leaves memory
   void start_prefetches();
+  void read_ahead(size_t from);
   void leave_trace();
+  void release(size_t i);
+  void release_all();
+  // Whether `param` is used again within max_reuse_distance elements from the cursor.
+  bool reused_soon(size_t param) const;
+  void note_live();
 
   std::shared_ptr<ProcessGroup> group_;
-  int64_t prefetch_numel_;
+  Zero3FetchOptions options_;
   std::unordered_map<const Storage*, size_t> index_;
   std::vector<Tensor> full_, shards_;
+  std::vector<std::string> swap_keys_;
+  std::shared_ptr<TensorSwapper> swapper_;
   bool enabled_ = true;
+  bool in_gather_ = false;  // hit() and used() from a gather's own ops are ignored
+  struct InGather {
+    explicit InGather(bool& flag) : flag_(flag), was_(flag) { flag_ = true; }
+    ~InGather() { flag_ = was_; }
+    InGather(const InGather&) = delete;
+    InGather& operator=(const InGather&) = delete;
+    bool& flag_;
+    bool was_;
+  };
   // The most recently used parameter stays gathered until another one is used, so an op
   // that reuses it at once (the tied GPT-2 embedding: the head's forward, then its
   // backward) costs no second gather.
-  Storage* last_used_ = nullptr;
+  size_t last_used_ = SIZE_MAX;
+  std::set<size_t> live_;  // gathered (resident) parameters
+  int64_t live_numel_ = 0;
 
-  std::vector<size_t> trace_, current_;  // parameter indices in fetch order
+  std::vector<size_t> trace_, current_;  // parameter indices in order of use
   bool trace_valid_ = false, on_trace_ = false, evaluating_ = false;
   size_t cursor_ = 0;      // next trace position expected
   size_t next_ahead_ = 0;  // next trace position to prefetch
+  size_t next_read_ = 0;   // next trace position to read ahead from the swap file
   int64_t ahead_numel_ = 0;
   std::deque<Ahead> ahead_;
   PrefetchStats stats_;

@@ -5,6 +5,36 @@
 
 namespace tessera::parallel {
 
+namespace {
+
+void parse_offload_param(io::config::Section& z, ZeroConfig& zc) {
+  io::config::Section off = z.sub("offload_param");
+  std::string& device = zc.offload_param_device;
+  off.get("device", device);
+  off.expect("device", device == "cpu" || device == "nvme" || device == "none", device,
+             "\"cpu\", \"nvme\" or \"none\"");
+  TS_CHECK(device == "none" || zc.stage == 3, z.source(),
+           ": 'zero_optimization.offload_param' needs ZeRO stage 3 (it offloads the partitioned "
+           "parameters), but 'zero_optimization.stage' is ",
+           zc.stage);
+  off.get("nvme_path", zc.offload_param_nvme_path);
+  TS_CHECK(device != "nvme" || !zc.offload_param_nvme_path.empty(), z.source(),
+           ": 'zero_optimization.offload_param.device' \"nvme\" needs "
+           "'zero_optimization.offload_param.nvme_path' (the directory of the swap files)");
+  off.get_min<int64_t>("buffer_count", zc.offload_param_buffer_count, 1, ">= 1");
+  off.expect("buffer_count", zc.offload_param_buffer_count <= 1024, zc.offload_param_buffer_count,
+             "at most 1024");
+  off.get_min<int64_t>("buffer_size", zc.offload_param_buffer_size, 1, ">= 1");
+  // (buffer_count x buffer_size elements of staging are allocated on use: bound it.)
+  off.expect("buffer_size", zc.offload_param_buffer_size <= (int64_t{1} << 34),
+             zc.offload_param_buffer_size, "at most 2^34 elements");
+  off.get_min<int64_t>("max_in_cpu", zc.offload_param_max_in_cpu, 0, ">= 0");
+  off.get("pin_memory", zc.offload_param_pin_memory);
+  off.warn_unknown();
+}
+
+}  // namespace
+
 void ZeroConfig::parse(io::config::Section& z, ZeroConfig& zc) {
   const std::string& source = z.source();
   z.notes({{"",
@@ -25,6 +55,17 @@ void ZeroConfig::parse(io::config::Section& z, ZeroConfig& zc) {
             "nvme: let writes finish while the next sub-groups update"},
            {"offload_optimizer.fast_init",
             "nvme: make and write the state on the first step instead of at start"},
+           {"offload_param",
+            "stage 3: this rank's parameter shards in host memory or on disk (ZeRO-Infinity)"},
+           {"offload_param.device",
+            "\"cpu\" (host memory; on CPU ranks they are there already) or \"nvme\" (a swap "
+            "file under nvme_path, read ahead of each gather)"},
+           {"offload_param.nvme_path", "nvme: the directory of the swap files"},
+           {"offload_param.buffer_count", "nvme: shards read ahead at once, at most"},
+           {"offload_param.buffer_size", "nvme: elements of each read-ahead buffer"},
+           {"offload_param.max_in_cpu",
+            "nvme: elements of shards kept in memory (the first parameters), the rest on disk"},
+           {"offload_param.pin_memory", "cpu: pinned host memory (faster copies to a GPU)"},
            {"sub_group_size", "elements the optimizer updates at once (nvme: swapped together)"},
            {"reduce_bucket_size", "elements per gradient reduction"},
            {"allgather_bucket_size", "elements per parameter all-gather (stages 1-2)"},
@@ -32,6 +73,10 @@ void ZeroConfig::parse(io::config::Section& z, ZeroConfig& zc) {
            {"stage3_param_persistence_threshold",
             "stage 3: parameters this small stay whole on every rank"},
            {"stage3_prefetch_bucket_size", "stage 3: elements gathered ahead of use"},
+           {"stage3_max_live_parameters",
+            "stage 3: gathered elements at which gathering ahead of use stops"},
+           {"stage3_max_reuse_distance",
+            "stage 3: a parameter used again within this many elements stays gathered"},
            {"stage3_gather_16bit_weights_on_model_save",
             "stage 3: save_16bit_model gathers the whole weights (else it writes nothing)"}});
   z.get("stage", zc.stage);
@@ -58,6 +103,7 @@ void ZeroConfig::parse(io::config::Section& z, ZeroConfig& zc) {
     off.get("fast_init", zc.offload_fast_init);
     off.warn_unknown();
   }
+  if (z.has("offload_param")) parse_offload_param(z, zc);
   z.get_min<int64_t>("reduce_bucket_size", zc.reduce_bucket_size, 1, ">= 1");
   z.get_min<int64_t>("allgather_bucket_size", zc.allgather_bucket_size, 1, ">= 1");
   z.get("overlap_comm", zc.overlap_comm);
@@ -65,10 +111,8 @@ void ZeroConfig::parse(io::config::Section& z, ZeroConfig& zc) {
                      ">= 0");
   z.get_min<int64_t>("stage3_prefetch_bucket_size", zc.stage3_prefetch_bucket_size, 0, ">= 0");
   z.ignored<bool>("contiguous_gradients", "gradients always go into contiguous bucket buffers");
-  z.ignored<int64_t>("stage3_max_live_parameters",
-                     "stage 3 frees each gathered parameter after its use");
-  z.ignored<int64_t>("stage3_max_reuse_distance",
-                     "stage 3 frees each gathered parameter after its use");
+  z.get_min<int64_t>("stage3_max_live_parameters", zc.stage3_max_live_parameters, 0, ">= 0");
+  z.get_min<int64_t>("stage3_max_reuse_distance", zc.stage3_max_reuse_distance, 0, ">= 0");
   z.get_min<int64_t>("sub_group_size", zc.sub_group_size, 1, ">= 1");
   z.ignored<bool>("allgather_partitions", "partitions are always all-gathered");
   z.ignored<bool>("reduce_scatter", "gradients are always reduce-scattered at stages 1-3");

@@ -1,6 +1,6 @@
 // ZeroOptimizer's offload to NVMe (offload_optimizer {"device": "nvme"}): the optimizer state,
 // and the float32 masters where they are a copy apart from the model, in a swap file
-// (parallel/optimizer_state_swapper.h).
+// (parallel/tensor_swapper.h).
 #include <algorithm>
 
 #include "tessera/grad_mode.h"
@@ -14,7 +14,7 @@ namespace tessera::parallel {
 // back from disk to share it.
 class ZeroOptimizer::MasterStager : public optim::StateStager {
  public:
-  MasterStager(ZeroOptimizer& zero, std::shared_ptr<OptimizerStateSwapper> swapper)
+  MasterStager(ZeroOptimizer& zero, std::shared_ptr<TensorSwapper> swapper)
       : zero_(zero), swapper_(std::move(swapper)) {}
   int64_t sub_group_size() const override { return swapper_->sub_group_size(); }
   bool stages_params() const override { return true; }
@@ -29,6 +29,7 @@ class ZeroOptimizer::MasterStager : public optim::StateStager {
       if (it == zero_.index_.end()) continue;  // (optimizer state)
       Tensor to = zero_.published_view(it->second);
       to.copy_(s.tensor.to(to.device()));
+      zero_.shard_written(it->second);
     }
     swapper_->release(state);
   }
@@ -36,7 +37,7 @@ class ZeroOptimizer::MasterStager : public optim::StateStager {
 
  private:
   ZeroOptimizer& zero_;
-  std::shared_ptr<OptimizerStateSwapper> swapper_;
+  std::shared_ptr<TensorSwapper> swapper_;
 };
 
 void ZeroOptimizer::start_swapping(const NvmeOffloadOptions& options) {
@@ -46,7 +47,8 @@ void ZeroOptimizer::start_swapping(const NvmeOffloadOptions& options) {
            "Lamb or SGD, or offload to \"cpu\"");
   NvmeOffloadOptions nvme = options;
   nvme.buffer_numel = nvme_buffer_numel(nvme.sub_group_size);
-  swapper_ = std::make_shared<OptimizerStateSwapper>(nvme, "rank" + std::to_string(group_->rank()));
+  swapper_ =
+      std::make_shared<TensorSwapper>(nvme, "optimizer-rank" + std::to_string(group_->rank()));
   if (swap_masters_) {
     publish_masters_from_memory();
     optimizer_->set_state_stager(std::make_shared<MasterStager>(*this, swapper_));
@@ -62,12 +64,17 @@ void ZeroOptimizer::publish_masters_from_memory() {
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor to = published_view(i);
     to.copy_(master_views_[i].to(to.device()));
+    if (options_.stage == 3) shard_written(i);
   }
 }
 
 Tensor ZeroOptimizer::published_view(size_t param) {
   const ShardLayout::Entry& e = entry(param);
-  if (options_.stage == 3) return param_shards_.narrow(0, e.offset, e.shard);
+  if (options_.stage == 3) {
+    Tensor shard = shard_views_[param];
+    shard.storage()->make_resident();  // (a swapped shard is overwritten whole: not read in)
+    return shard;
+  }
   return parts_[place_[param].first].published.narrow(0, e.offset, e.shard);
 }
 

@@ -60,6 +60,10 @@ int64_t zero_buffer_bytes(const ShardLayout& layout, const ZeroOptions& o, DType
   // cross it).
   if (o.stage == 3 && o.prefetch_bucket_size > 0 && partitioned > 0)
     bytes += std::min(partitioned, o.prefetch_bucket_size - 1 + max_padded) * model;
+  // Kept for reuse (stage3_max_reuse_distance): each kept parameter is used again within the
+  // distance from where it was kept, so together they span at most the distance plus one.
+  if (o.stage == 3 && o.max_reuse_distance > 0 && partitioned > 0)
+    bytes += std::min(partitioned, o.max_reuse_distance + max_padded) * model;
   return bytes;
 }
 
@@ -87,10 +91,12 @@ ZeroOptimizer::ZeroOptimizer(nn::Module& model, std::shared_ptr<ProcessGroup> gr
   // updates this rank's [shard] slice of it in place (DeepSpeed keeps a second copy).
   model_is_master_ = options.stage < 3 && model_dtype_ == DType::Float32 &&
                      options.compute_dtype == DType::Float32 && state_device_ == device_;
+  // ZeRO-3's float32 shards are the masters where both live in the same place.
+  shard_device_ = options.offload_param != "none" ? Device::cpu() : device_;
+  shards_are_masters_ = options.stage == 3 && options.compute_dtype == DType::Float32 &&
+                        state_device_ == shard_device_ && !options.param_nvme;
   // NVMe offload swaps the float32 masters too where they are a copy apart from the model.
-  swap_masters_ =
-      options.nvme && !model_is_master_ &&
-      !(options.stage == 3 && options.compute_dtype == DType::Float32 && state_device_ == device_);
+  swap_masters_ = options.nvme && !model_is_master_ && !shards_are_masters_;
   build_partitions();
   if (options.compute_dtype != model_dtype_) {
     model.to(options.compute_dtype);
@@ -99,32 +105,7 @@ ZeroOptimizer::ZeroOptimizer(nn::Module& model, std::shared_ptr<ProcessGroup> gr
   }
 
   partitioned_.assign(params_.size(), false);
-  if (options.stage == 3) {
-    const Partition& part = parts_[0];  // (no experts: refused by build_partitions)
-    const int world = group_->size();
-    // (Swapped masters fill it when swapping starts.)
-    if (swap_masters_)
-      param_shards_ = Tensor::empty({part.layout.partition_numel}, model_dtype_, device_);
-    else
-      param_shards_ = model_dtype_ == DType::Float32 && state_device_ == device_
-                          ? part.master
-                          : part.master.to(device_).to(model_dtype_);
-    fetcher_ = std::make_shared<Zero3Fetcher>(group_, options.prefetch_bucket_size);
-    for (size_t i = 0; i < params_.size(); ++i) {
-      const auto& e = entry(i);
-      if (e.numel <= options.param_persistence_threshold) continue;
-      partitioned_[i] = true;
-      // The parameter becomes a view of a padded [world * shard] storage that is gathered
-      // on use; autograd, hooks and the model keep the same tensor.
-      Tensor padded = Tensor::empty({e.shard * world}, model_dtype_, device_);
-      Tensor param = Tensor::make_view(padded, e.shape, contiguous_strides(e.shape), 0);
-      param.requires_grad_(true);
-      *params_[i].second = param;
-      fetcher_->add(padded, param_shards_.narrow(0, e.offset, e.shard));
-      padded.storage()->set_fetcher(fetcher_);
-      padded.storage()->release();
-    }
-  }
+  if (options.stage == 3) build_shards();
 
   make_buckets();
   // The optimizer updates this rank's master shards of each group's parameters.
@@ -139,6 +120,7 @@ ZeroOptimizer::ZeroOptimizer(nn::Module& model, std::shared_ptr<ProcessGroup> gr
   }
   optimizer_ = make_optimizer(std::move(groups));
   if (options.nvme) start_swapping(*options.nvme);
+  swap_out_shards();
 }
 
 // Each partition's reduce-scatter buckets into its gradient partition.
@@ -280,9 +262,9 @@ void ZeroOptimizer::scale_master_grads(double coef) {
 void ZeroOptimizer::publish() {
   NoGradGuard no_grad;
   if (fetcher_) fetcher_->drain();
-  if (param_shards_.defined() && !swap_masters_ && !param_shards_.same(parts_[0].master))
-    param_shards_.copy_(pin_ ? staged_for_device(parts_[0].master) : parts_[0].master);
+  if (options_.stage == 3 && !swap_masters_ && !shards_are_masters_) publish_shards();
   for (Partition& part : parts_) publish(part);
+  swap_out_shards();
 }
 
 void ZeroOptimizer::publish(Partition& part) {
@@ -365,14 +347,16 @@ MemoryStats ZeroOptimizer::memory() const {
     if (!partitioned_[i])  // (padded storages when the model is the master)
       m.params +=
           model_is_master_ ? params_[i].second->storage()->nbytes() : bytes_of(*params_[i].second);
-  if (param_shards_.defined() && !param_shards_.same(parts_[0].master))
-    m.params += bytes_of(param_shards_);
+  if (param_shards_.defined() && !shards_are_masters_) m.params += bytes_of(param_shards_);
+  if (!param_shards_.defined())  // (offload_param "nvme": shards apart; swapped ones out)
+    for (const Tensor& shard : shard_views_)
+      if (shard.defined() && shard.storage()->resident()) m.params += bytes_of(shard);
   const int64_t item = static_cast<int64_t>(itemsize(model_dtype_));
   for (const Partition& part : parts_) {
     // Stage 1 keeps full gradients between boundaries (autograd's, accumulated).
     if (options_.stage == 1) m.grads += part.layout.total_numel() * item;
     m.grads += bytes_of(part.grad_partition);
-    if (options_.stage == 3 && model_dtype_ == DType::Float32)
+    if (shards_are_masters_)
       m.params += bytes_of(part.master);  // the shard is the master
     else
       m.optimizer += bytes_of(part.master) + bytes_of(part.published);
@@ -383,10 +367,11 @@ MemoryStats ZeroOptimizer::memory() const {
   if (swap_masters_)
     for (const Tensor& master : master_views_)
       if (master.storage()->resident()) m.optimizer += bytes_of(master);
-  if (swapper_) {
-    m.disk = swapper_->stats().disk_bytes;
-    m.swap = swapper_->stats().peak_resident_bytes;
-  }
+  for (const TensorSwapper* s : {swapper_.get(), shard_swapper_.get()})
+    if (s) {
+      m.disk += s->stats().disk_bytes;
+      m.swap += s->stats().peak_resident_bytes;
+    }
   return m;
 }
 

@@ -8,7 +8,7 @@
 #include "tessera/io/async_file_io.h"
 #include "tessera/io/files.h"
 #include "tessera/ops.h"
-#include "tessera/parallel/optimizer_state_swapper.h"
+#include "tessera/parallel/tensor_swapper.h"
 
 namespace tessera::cli {
 
@@ -97,7 +97,7 @@ Result swapper_rate(const fs::path& dir, const io::AioConfig& aio, int64_t bytes
   o.pipeline_read = o.pipeline_write = true;
   const int64_t per = std::max<int64_t>(1024, bytes / 4 / 16);
   o.buffer_numel = per;
-  auto swapper = std::make_shared<parallel::OptimizerStateSwapper>(o, "nvme-tune");
+  auto swapper = std::make_shared<parallel::TensorSwapper>(o, "nvme-tune");
   std::vector<optim::StateTensor> state;
   for (int i = 0; i < 16; ++i) state.push_back({"t" + std::to_string(i), zeros({per})});
   const double gb = static_cast<double>(16 * per * 4) / 1e9;

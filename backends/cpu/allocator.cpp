@@ -1,6 +1,12 @@
 // Host memory: 64-byte aligned blocks, cached by exact size. A training step allocates the
 // same sizes every iteration; reusing warm blocks avoids page faults and the kernel zeroing
 // fresh pages (measured: 512^3 matmul went from ~0.75x to ~1x of a raw sgemm call).
+// Blocks of kMappedBytes or more are mapped from the kernel directly and unmapped when freed:
+// through malloc, once glibc has seen one such block freed it serves blocks up to 32 MB from
+// its heap, which keeps freed memory (state swapped to disk stayed in the process: a
+// ZeRO-Infinity run's peak RSS fell by 32 MB of the 148 MB swapped out, and by 145 MB mapped).
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <map>
@@ -14,6 +20,20 @@ namespace tessera::cpu {
 namespace {
 
 constexpr size_t kMaxCachedBytes = size_t{2} << 30;
+constexpr size_t kMappedBytes = size_t{256} << 10;
+
+void* allocate_block(size_t bytes) {
+  if (bytes < kMappedBytes) return std::aligned_alloc(64, bytes);
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return p == MAP_FAILED ? nullptr : p;
+}
+
+void free_block(void* p, size_t bytes) {
+  if (bytes < kMappedBytes)
+    std::free(p);
+  else
+    munmap(p, bytes);
+}
 
 class CachingHostAllocator final : public Allocator {
  public:
@@ -31,7 +51,7 @@ class CachingHostAllocator final : public Allocator {
         return DataPtr(p, &release);
       }
     }
-    void* p = std::aligned_alloc(64, rounded);
+    void* p = allocate_block(rounded);
     TS_CHECK(p != nullptr, "cpu: out of memory allocating ", nbytes, " bytes");
     std::lock_guard<std::mutex> lock(mutex_);
     sizes_[p] = rounded;
@@ -70,7 +90,7 @@ class CachingHostAllocator final : public Allocator {
     sizes_.erase(it);
     allocated_bytes_ -= size;
     if (cached_bytes_ + size > kMaxCachedBytes || HostCacheBypass::active()) {
-      std::free(p);
+      free_block(p, size);
       return;
     }
     free_.emplace(size, p);

@@ -57,11 +57,13 @@ class Storage;
 
 // ZeRO-3 keeps only a shard of each parameter on a rank: the parameter's storage is released
 // between uses and re-gathered when an op needs it. The dispatcher calls fetch() before a
-// kernel reads or writes a released storage, and used() after the kernel ran.
+// kernel reads or writes a released storage (hit() when it is resident), and used() after the
+// kernel ran.
 class StorageFetcher {
  public:
   virtual ~StorageFetcher() = default;
   virtual void fetch(Storage& storage) = 0;  // must leave the storage resident
+  virtual void hit(Storage&) {}              // a use of it while resident
   virtual void used(Storage& storage) = 0;   // may release it again
 };
 

@@ -392,10 +392,16 @@ TEST_CASE("DeepSpeed's optimizer and scheduler rules from the config") {
                             "stage3_max_live_parameters": 1e9}, "checkpoint": {"tag_validation": "Fail"},
       "optimizer": {"params": {"torch_adam": true}}})");
   for (const char* k : {"'fp16.auto_cast'", "'zero_optimization.contiguous_gradients'",
-                        "'zero_optimization.stage3_max_reuse_distance'",
-                        "'zero_optimization.stage3_max_live_parameters'",
                         "'checkpoint.tag_validation'", "'optimizer.params.torch_adam'"})
     CHECK_MESSAGE(warned(ignored, std::string(k) + " has no effect"), k);
+  // ZeRO-3's coordinator keys and ZeRO-Infinity's offload_param act (tests/engine/
+  // test_zero3_prefetch.cpp, tests/tools/nvme_offload.sh).
+  for (const char* k : {"stage3_max_reuse_distance", "stage3_max_live_parameters"})
+    CHECK_MESSAGE(!warned(ignored, k), k);
+  const auto infinity = parse(R"({"train_batch_size": 1, "zero_optimization": {"stage": 3,
+      "offload_param": {"device": "nvme", "nvme_path": "/tmp", "buffer_count": 5,
+                        "buffer_size": 1e8, "max_in_cpu": 1e9, "pin_memory": true}}})");
+  CHECK(infinity.warnings.empty());
   CHECK(warned(parse(R"({"train_batch_size": 1, "fp16": {"enabled": true, "hysteresis": 4}})"),
                "'fp16.hysteresis' has no effect at zero_optimization.stage 0"));
   CHECK_FALSE(warned(parse(R"({"train_batch_size": 1, "fp16": {"enabled": true, "hysteresis": 4},

@@ -1,7 +1,9 @@
 // ZeRO-3 prefetching (stage3_prefetch_bucket_size) on 1, 2 and 4 ranks: gathers started ahead
 // of use give exactly the numbers of gathers made on use, and after the first (traced) step
 // every gather but the first of each step is a prefetch when the bucket holds the whole
-// model, also after an evaluation pass between steps.
+// model, also after an evaluation pass between steps. stage3_max_reuse_distance and
+// stage3_max_live_parameters change the gathers (counts derived by hand below), never the
+// numbers.
 #include <doctest/doctest.h>
 
 #include <string>
@@ -22,9 +24,11 @@ struct Run {
   std::vector<double> losses;
   std::vector<double> weights;
   std::vector<parallel::PrefetchStats> stats;  // cumulative, after each step
+  int64_t params = 0, padded_numel = 0;        // partitioned parameters, their gathered size
 };
 
-Run train(int64_t prefetch_bucket, int steps) {
+// `reuse`: stage3_max_reuse_distance (0: each parameter is released when another is used).
+Run train(int64_t prefetch_bucket, int steps, int64_t reuse = 0, int64_t max_live = 1000000000) {
   auto w = parallel::world();
   manual_seed(11);
   auto c = models::GPT2Config::named("tiny");
@@ -35,10 +39,16 @@ Run train(int64_t prefetch_bucket, int steps) {
     "optimizer": {"type": "AdamW", "params": {"lr": 0.003, "weight_decay": 0.1}},
     "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0,
                           "reduce_bucket_size": 2000,
-                          "stage3_prefetch_bucket_size": )" +
+                          "stage3_max_reuse_distance": )" +
+                          std::to_string(reuse) + R"(, "stage3_max_live_parameters": )" +
+                          std::to_string(max_live) + R"(, "stage3_prefetch_bucket_size": )" +
                           std::to_string(prefetch_bucket) + "}}";
   auto eng = engine::initialize(model, io::TrainConfig::parse(cfg, w->size()));
   Run r;
+  for (const auto& e : eng->zero_optimizer()->layout().entries) {
+    ++r.params;
+    r.padded_numel += e.shard * w->size();
+  }
   for (int k = 0; k < steps; ++k) {
     Generator g(100 + static_cast<uint64_t>(k * 10 + w->rank()));
     const Tensor x = (rand({2, 8}, DType::Float32, Device::cpu(), &g) * 96.0).to(DType::Int64);
@@ -86,6 +96,43 @@ TEST_CASE("ZeRO-3 prefetch: same numbers as gathering on use; later steps fully 
                        << " gathers per step; prefetched with the whole-model bucket: "
                        << whole.stats[2].prefetched << " of " << whole.stats[2].gathers
                        << ", with a one-parameter bucket: " << one_ahead.stats[2].prefetched);
+}
+
+TEST_CASE("ZeRO-3 reuse distance and live parameters: fewer gathers, same numbers") {
+  const Run on_use = train(0, 3);
+  // Reuse distance beyond the model: from step 2 on, each parameter is gathered once, at its
+  // first use, and stays until its last use (a bias that backward does not read leaves after
+  // forward).
+  const Run kept = train(0, 3, 1000000000);
+  const Run kept_ahead = train(50000000, 3, 1000000000);
+  CHECK(kept.losses == on_use.losses);
+  CHECK(kept.weights == on_use.weights);
+  CHECK(kept_ahead.losses == on_use.losses);
+  CHECK(kept_ahead.weights == on_use.weights);
+  CHECK(kept.stats[0].gathers == on_use.stats[0].gathers);  // (step 1 has no trace yet)
+  CHECK(kept.stats[2].gathers - kept.stats[0].gathers == 2 * kept.params);
+  CHECK(kept.stats[2].peak_live_numel <= kept.padded_numel);
+  CHECK(kept.stats[2].peak_live_numel > on_use.stats[2].peak_live_numel);
+  // Prefetched: every parameter but each step's first.
+  CHECK(kept_ahead.stats[2].prefetched == 2 * (kept.params - 1));
+  // A reuse distance of a quarter of the model: between the two extremes.
+  const Run near = train(0, 3, kept.padded_numel / 4);
+  CHECK(near.losses == on_use.losses);
+  CHECK(near.stats[2].gathers - near.stats[0].gathers <
+        on_use.stats[2].gathers - on_use.stats[0].gathers);
+  CHECK(near.stats[2].gathers - near.stats[0].gathers >= 2 * kept.params);
+  // stage3_max_live_parameters of one element: a parameter in use already reaches it, so
+  // nothing is gathered ahead, whatever the bucket.
+  const Run capped = train(50000000, 3, 0, 1);
+  CHECK(capped.losses == on_use.losses);
+  CHECK(capped.stats[2].prefetched == 0);
+  CHECK(capped.stats[2].gathers == on_use.stats[2].gathers);
+  MESSAGE("ZeRO-3 on " << parallel::world()->size() << " rank(s), " << kept.params
+                       << " parameters: gathers in steps 2-3 released after use "
+                       << on_use.stats[2].gathers - on_use.stats[0].gathers
+                       << ", reuse distance of a quarter of the model: "
+                       << near.stats[2].gathers - near.stats[0].gathers
+                       << ", kept: " << kept.stats[2].gathers - kept.stats[0].gathers);
 }
 
 TEST_SUITE_END();

@@ -124,9 +124,11 @@ TEST_CASE("config reference: what a value must be comes from the registries and 
   CHECK(ref.at("zero_optimization.offload_optimizer.device").expected ==
         "\"cpu\", \"nvme\" or \"none\"");
   CHECK(ref.at("zero_optimization.offload_optimizer").kind == "object");
-  CHECK(ref.at("zero_optimization.stage3_max_live_parameters").note.find("no effect in Tessera") ==
-        0);
-  CHECK(ref.at("zero_optimization.stage3_max_live_parameters").default_value.empty());
+  CHECK(ref.at("zero_optimization.contiguous_gradients").note.find("no effect in Tessera") == 0);
+  CHECK(ref.at("zero_optimization.contiguous_gradients").default_value.empty());
+  CHECK(ref.at("zero_optimization.stage3_max_live_parameters").default_value == "1000000000");
+  CHECK(ref.at("zero_optimization.offload_param.device").expected ==
+        "\"cpu\", \"nvme\" or \"none\"");
   CHECK(ref.at("zero_optimization.sub_group_size").default_value == "1000000000");
   // The parameters under optimizer.params / scheduler.params are their registries' tables.
   for (const auto& entry : ref) {

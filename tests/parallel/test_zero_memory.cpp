@@ -35,6 +35,7 @@ TEST_CASE("ZeRO buffers are bounded by the bucket sizes as the model grows") {
   o.reduce_bucket_size = 30000;
   o.allgather_bucket_size = 50000;
   o.prefetch_bucket_size = 40000;
+  o.max_reuse_distance = 60000;
   o.param_persistence_threshold = 100;
   for (int world : {1, 2, 4, 8}) {
     for (int stage : {1, 2, 3}) {
@@ -46,10 +47,12 @@ TEST_CASE("ZeRO buffers are bounded by the bucket sizes as the model grows") {
         for (const auto& e : layout.entries) max_shard = std::max(max_shard, e.shard);
         // Two reduce-scatter slots of a bucket (at most reduce_bucket_size plus one parameter,
         // as world * shard elements) in and out; one all-gather chunk in and out; prefetched
-        // parameters up to the bucket size plus one (bf16 model and communication: 2 bytes).
+        // parameters up to the bucket size plus one; parameters kept for reuse up to the reuse
+        // distance plus one (bf16 model and communication: 2 bytes).
         const int64_t bound = 2 * (o.reduce_bucket_size / world + max_shard) * (world + 1) * 2 +
                               (o.allgather_bucket_size / world) * (world + 1) * 2 +
-                              (stage == 3 ? (o.prefetch_bucket_size + max_shard * world) * 2 : 0);
+                              (stage == 3 ? (o.prefetch_bucket_size + max_shard * world) * 2 : 0) +
+                              (stage == 3 ? (o.max_reuse_distance + max_shard * world) * 2 : 0);
         const int64_t bytes =
             parallel::zero_buffer_bytes(layout, o, DType::BFloat16, DType::BFloat16);
         INFO("world ", world, " stage ", stage, " layers ", layers, " (", layout.total_numel(),

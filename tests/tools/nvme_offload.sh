@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
-# ZeRO-Infinity's optimizer offload to NVMe (offload_optimizer {"device": "nvme"}), as users run
-# it: mpirun -np N tessera train. Checks:
+# ZeRO-Infinity's offload to NVMe (offload_optimizer and offload_param {"device": "nvme"}), as
+# users run it: mpirun -np N tessera train. Checks:
 #  - ZeRO-1/2/3 (float32 and bf16; AdamW and SGD with momentum) at 1, 2 and 4 ranks, with
 #    sub-groups, one or several buffers, pipelined reads and writes, fast_init, and the aio
-#    section's shapes, and a 2-stage pipeline with ZeRO-1: every one of 20 losses and the
+#    section's shapes, and a 2-stage pipeline with ZeRO-1; ZeRO-3 with its parameter shards
+#    swapped (offload_param nvme: some kept in memory by max_in_cpu, or none), alone and with
+#    the optimizer's state, and with offload_param cpu: every one of 20 losses and the
 #    validation loss bit for bit equal to the same run without offload;
 #  - the "memory" figures: no moment (and, in 16-bit training, no float32 master) in memory
-#    between steps, the swap file's bytes equal to `tessera estimate-memory`'s disk, the
-#    swap's staging within its bound;
+#    between steps, parameters in memory as `tessera estimate-memory` says, the swap files'
+#    bytes equal to its disk, the swap's staging within its bound; the process's peak RSS
+#    lower by what went to disk;
 #  - checkpoints save and load across offload settings (nvme -> none, none -> nvme), a job
 #    killed with -9 mid-run resumes from its last checkpoint, and no swap file is left behind;
 #  - faults: a file-size limit (the write fails with EFBIG) is an error naming the swap file and
-#    the offset; a bad nvme_path or aio key is an error naming the key.
+#    the offset, for the optimizer's and the parameters' swap; a bad nvme_path, aio key or
+#    offload_param outside stage 3 is an error naming the key.
 set -euo pipefail
 tessera="$1"; fixtures="$2"
 work="$(mktemp -d)"; trap 'pkill -9 -f "$work" 2>/dev/null || true; rm -rf "$work"' EXIT
@@ -45,6 +49,17 @@ variants = {  # name: (zero_optimization, bf16, optimizer, aio)
     "z2sgd": ({"stage": 2}, False, sgd, None),
     "z2sgdnv": ({"stage": 2, "sub_group_size": 4000, "offload_optimizer": dict(nv, pipeline_read=True)},
                 False, sgd, None),
+    # offload_param: the shards of the parameters, gathered on use (reuse distance 0: each
+    # gather released after its use, the shard read again before the next)
+    "z3pnv": ({"stage": 3, "stage3_max_reuse_distance": 0, "stage3_prefetch_bucket_size": 4000,
+               "offload_param": dict(nv, buffer_count=2, buffer_size=4096, max_in_cpu=5000)},
+              False, None, None),
+    "z3inf": ({"stage": 3, "sub_group_size": 3000, "offload_param": dict(nv, max_in_cpu=0),
+               "offload_optimizer": dict(nv, pipeline_read=True)}, False, None, None),
+    "z3bfinf": ({"stage": 3, "stage3_max_live_parameters": 3000, "offload_param": dict(
+        nv, buffer_count=3, buffer_size=4096, max_in_cpu=0), "offload_optimizer": nv},
+                True, None, None),
+    "z3pcpu": ({"stage": 3, "offload_param": {"device": "cpu", "pin_memory": True}}, False, None, None),
     "pp": ({"stage": 1}, False, None, None),  # (2 pipeline stages: below)
     "ppnv": ({"stage": 1, "sub_group_size": 3000, "offload_optimizer": dict(nv, pipeline_read=True)},
              False, None, None),
@@ -72,9 +87,10 @@ train() {  # config ranks job [args...]: losses in csv/<job>/, the last JSON lin
 }
 
 # Under the sanitizers (scripts/test_sanitizers.sh) 2 ranks and the three stages only.
-pairs="z1:z1nv z2:z2nv z2:z2aio z3:z3nv z2bf:z2bfnv z3bf:z3bfnv z2sgd:z2sgdnv"; sizes="1 2"
-four="z2:z2nv z3:z3nv"
-[ -z "${TESSERA_SANITIZER_SUBSET:-}" ] || { pairs="z1:z1nv z2:z2nv z3:z3nv z2bf:z2bfnv z3bf:z3bfnv"; sizes=2; four=""; }
+pairs="z1:z1nv z2:z2nv z2:z2aio z3:z3nv z2bf:z2bfnv z3bf:z3bfnv z2sgd:z2sgdnv z3:z3pnv z3:z3inf z3bf:z3bfinf z3:z3pcpu"
+sizes="1 2"; four="z2:z2nv z3:z3nv z3:z3inf"
+[ -z "${TESSERA_SANITIZER_SUBSET:-}" ] || {
+  pairs="z1:z1nv z2:z2nv z3:z3nv z2bf:z2bfnv z3bf:z3bfnv z3:z3inf z3bf:z3bfinf"; sizes=2; four=""; }
 for n in $sizes; do for p in $pairs; do
   train "${p%%:*}" "$n" "${p%%:*}-$n"; train "${p##*:}" "$n" "${p##*:}-$n"
 done; done
@@ -90,6 +106,11 @@ train z2nv 2 resume-nv --resume "$work/ck-plain"
 train z2bfnv 2 save-bfnv --steps 10 --save "$work/ck-bfnv"
 train z2bfnv 2 resume-bfnv --resume "$work/ck-bfnv"
 train z2bf 2 resume-bf --resume "$work/ck-bfnv"
+# ZeRO-Infinity (parameters and optimizer state swapped): saved and resumed across settings.
+train z3inf 2 save-inf --steps 10 --save "$work/ck-inf"
+train z3 2 resume-z3 --resume "$work/ck-inf"
+train z3 2 save-z3 --steps 10 --save "$work/ck-z3"
+train z3inf 2 resume-inf --resume "$work/ck-z3"
 
 python3 - "$work" "$sizes" "$pairs" "$four" <<'PY'
 import csv, json, sys
@@ -111,22 +132,61 @@ for p, n in runs:
     same = len(a) == 20 and a == b and [l["val_loss"] for l in la] == [l["val_loss"] for l in lb]
     est = json.load(open(f"{work}/{nv}-{n}.est"))["memory"]
     mem = [l["memory"] for l in lb]
-    disk = all(m["disk"] == est["disk"] > 0 and m["optimizer"] == est["optimizer"] and
-               0 < m["swap"] <= est["swap"] for m in mem)
+    disk = all(m["disk"] == est["disk"] and m["optimizer"] == est["optimizer"] and
+               m["params"] == est["params"] and m["swap"] <= est["swap"] for m in mem)
+    if nv != "z3pcpu": disk = disk and all(m["disk"] > 0 and m["swap"] > 0 for m in mem)
+    if nv in ("z3inf", "z3bfinf"): disk = disk and all(m["params"] == 0 for m in mem)
     if nv == "ppnv":  # (the estimate's figures are the largest stage's: each stage's own here)
         disk = all(m["disk"] > 0 and m["swap"] > 0 for m in mem)
     fp32 = "bf" not in nv  # float32 stages 1-2 keep no master apart: nothing in memory
     if fp32 and not nv.startswith("z3"): disk = disk and all(m["optimizer"] == 0 for m in mem)
     report(same, f"{nv:8s} N={n}: 20 losses and the validation loss bit for bit equal to {ref}")
-    report(disk, f"{nv:8s} N={n}: memory {mem[0]}; estimate disk {est['disk']}, optimizer "
-                 f"{est['optimizer']}, swap at most {est['swap']}")
+    report(disk, f"{nv:8s} N={n}: memory {mem[0]}; estimate params {est['params']}, disk "
+                 f"{est['disk']}, optimizer {est['optimizer']}, swap at most {est['swap']}")
 for job, saved, ref in (("resume-plain", "save-nv", "z2-2"), ("resume-nv", "save-plain", "z2-2"),
-                        ("resume-bfnv", "save-bfnv", "z2bf-2"), ("resume-bf", "save-bfnv", "z2bf-2")):
+                        ("resume-bfnv", "save-bfnv", "z2bf-2"), ("resume-bf", "save-bfnv", "z2bf-2"),
+                        ("resume-z3", "save-inf", "z3-2"), ("resume-inf", "save-z3", "z3-2")):
     got, first, straight = losses(job), losses(saved), losses(ref)
     ok = sorted(got) == list(range(11, 21)) and all(got[s] == straight[s] for s in got) \
         and all(first[s] == straight[s] for s in first)
     report(ok, f"{saved} -> {job}: steps 11-20 bit for bit equal to the straight run")
 sys.exit(1 if fails else 0)
+PY
+
+# Peak RSS (the kernel's count, not Tessera's): a 12.6M-parameter GPT-2 at ZeRO-3, float32, one
+# rank, with everything Tessera can swap on disk (parameters, masters, moments) against the same
+# run in memory. The process must hold less by at least 80% of what went to disk, net of the
+# swap's staging (the freed memory leaves the process: mapped blocks, not malloc's heap).
+[ -n "${TESSERA_SANITIZER_SUBSET:-}" ] || python3 - "$tessera" "$work" "$fixtures/train_dist.json" <<'PY'
+import json, os, subprocess, sys
+tessera, work, base = sys.argv[1], sys.argv[2], json.load(open(sys.argv[3]))
+base.pop("comms_logger"); base.pop("csv_monitor")
+base["model"].update({"n_layer": 4, "n_embd": 512, "n_head": 4, "block_size": 32})
+base["train"]["steps"] = 2; base["train_batch_size"] = 4
+nv = {"device": "nvme", "nvme_path": work + "/swap"}
+fetch = {"stage": 3, "stage3_max_reuse_distance": 0, "stage3_prefetch_bucket_size": 300000,
+         "sub_group_size": 300000}
+runs = {}
+for name, z in (("memory", {}), ("disk", {"offload_param": dict(nv, max_in_cpu=0, buffer_count=2,
+                                                                 buffer_size=300000),
+                                          "offload_optimizer": nv})):
+    c = json.loads(json.dumps(base)); c["zero_optimization"].update(fetch, **z)
+    json.dump(c, open(f"{work}/rss-{name}.json", "w"))
+    p = subprocess.Popen([tessera, "train", f"{work}/rss-{name}.json", "--data", f"{work}/corpus.txt",
+                          "--json"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    out = p.stdout.read()
+    _, status, usage = os.wait4(p.pid, 0)
+    assert status == 0, f"rss-{name}: exit status {status}"
+    m = json.loads([l for l in out.splitlines() if l.startswith("{")][-1])["memory"]
+    runs[name] = (usage.ru_maxrss * 1024, m)
+(rss_mem, m_mem), (rss_disk, m_disk) = runs["memory"], runs["disk"]
+state = lambda m: m["params"] + m["optimizer"]
+moved = state(m_mem) - state(m_disk) - m_disk["swap"]
+saved = rss_mem - rss_disk
+print(f"peak RSS in memory {rss_mem / 2**20:.1f} MB, on disk {rss_disk / 2**20:.1f} MB: "
+      f"{saved / 2**20:.1f} MB less for {moved / 2**20:.1f} MB swapped net of staging "
+      f"({m_disk['disk'] / 2**20:.1f} MB on disk)" + (" ok" if saved >= 0.8 * moved else " FAIL"))
+sys.exit(0 if saved >= 0.8 * moved else 1)
 PY
 
 # Killed with -9 mid-run (checkpoints every 2 steps): the last checkpoint resumes, and the
@@ -171,6 +231,11 @@ variant stage0 "c['zero_optimization']['stage'] = 0"
 expect "needs ZeRO stage 1, 2 or 3" "$tessera" train "$work/stage0.json" --data "$work/corpus.txt" --steps 1
 # A file-size limit: the swap's first write past it fails with EFBIG (SIGXFSZ ignored).
 expect "of swap file '$work/swap/tessera-optimizer-rank0-" bash -c "trap '' XFSZ; ulimit -f 64; exec '$tessera' train '$work/z2nv.json' --data '$work/corpus.txt' --steps 2"
+expect "of swap file '$work/swap/tessera-param-rank0-" bash -c "trap '' XFSZ; ulimit -f 64; exec '$tessera' train '$work/z3pnv.json' --data '$work/corpus.txt' --steps 2"
+python3 -c "import json; c=json.load(open('$work/z3pnv.json')); c['zero_optimization']['stage'] = 2; json.dump(c, open('$work/pstage2.json','w'))"
+expect "offload_param" "$tessera" train "$work/pstage2.json" --data "$work/corpus.txt" --steps 1
+python3 -c "import json; c=json.load(open('$work/z3pnv.json')); del c['zero_optimization']['offload_param']['nvme_path']; json.dump(c, open('$work/pnopath.json','w'))"
+expect "'zero_optimization.offload_param.nvme_path'" "$tessera" train "$work/pnopath.json" --data "$work/corpus.txt" --steps 1
 # nvme-tune: every shape timed, the best section parses as a config's, nothing left behind.
 "$tessera" nvme-tune "$work/swap" --size 8 --quick --json 2>"$work/tune.err" | tail -1 > "$work/tune.json"
 python3 - "$work" <<'PY' || fails=$((fails + 1))

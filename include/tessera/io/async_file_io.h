@@ -1,5 +1,5 @@
 // Asynchronous file reads and writes over io_uring (liburing), for the swappers of ZeRO-Infinity
-// (parallel/optimizer_state_swapper.h). DeepSpeed's "aio" section sets the transfer shape:
+// (parallel/tensor_swapper.h). DeepSpeed's "aio" section sets the transfer shape:
 // each request is cut into block_size pieces, spread over thread_count rings (one thread
 // each) that keep up to queue_depth pieces in flight; single_submit submits each piece on its
 // own, overlap_events reaps completions while pieces are still being submitted.
@@ -41,7 +41,8 @@ struct AioConfig {
 };
 const AioConfig& aio_config(const TrainConfig& cfg);
 
-// Host memory aligned for O_DIRECT, a multiple of the alignment in size, zero-filled.
+// Host memory aligned for O_DIRECT, a multiple of the alignment in size, zero-filled; mapped
+// from the kernel, so freeing it gives the memory back (malloc's heap would keep it).
 class AlignedBuffer {
  public:
   AlignedBuffer() = default;
@@ -50,10 +51,11 @@ class AlignedBuffer {
   int64_t size() const { return size_; }
 
  private:
-  struct Free {
+  struct Unmap {
+    size_t bytes;  // (no initializer: it would keep the nested type from being default-made here)
     void operator()(void* p) const;
   };
-  std::unique_ptr<void, Free> data_;
+  std::unique_ptr<void, Unmap> data_;
   int64_t size_ = 0;
 };
 

@@ -54,7 +54,7 @@ struct StateTensor {
 };
 
 // Optimizer state kept out of memory between updates (ZeRO-Infinity's NVMe offload:
-// parallel/optimizer_state_swapper.h). With a stager, step() updates each group in sub-groups
+// parallel/tensor_swapper.h). With a stager, step() updates each group in sub-groups
 // of at most sub_group_size() elements (a larger parameter alone), one fused call each, and
 // hands the stager each sub-group's state: prefetch() the next sub-group's before this one's
 // update, acquire() before it (the tensors are resident when it returns), release() after it;

@@ -23,12 +23,22 @@ struct ZeroConfig {
   std::string offload_nvme_path;     // where the swap files go
   int64_t offload_buffer_count = 4;  // swap transfers in flight
   bool offload_pipeline_read = false, offload_pipeline_write = false, offload_fast_init = false;
+  // offload_param (stage 3): the parameter shards on the host ("cpu") or in swap files
+  // ("nvme"; DeepSpeed's defaults).
+  std::string offload_param_device = "none";
+  std::string offload_param_nvme_path;
+  int64_t offload_param_buffer_count = 5;
+  int64_t offload_param_buffer_size = 100000000;  // elements per swap buffer
+  int64_t offload_param_max_in_cpu = 1000000000;  // elements of shards kept in memory (nvme)
+  bool offload_param_pin_memory = false;
   int64_t sub_group_size = 1000000000;        // elements the optimizer updates at once (nvme)
   int64_t reduce_bucket_size = 500000000;     // elements per gradient bucket
   int64_t allgather_bucket_size = 500000000;  // elements per all-gather of new parameters
   bool overlap_comm = true;  // DeepSpeed's default is false except at stage 3; ours overlaps
   int64_t stage3_param_persistence_threshold = 100000;
   int64_t stage3_prefetch_bucket_size = 50000000;
+  int64_t stage3_max_live_parameters = 1000000000;
+  int64_t stage3_max_reuse_distance = 1000000000;
   // Engine::save_16bit_model gathers ZeRO-3's parameters (DeepSpeed's default: false).
   bool stage3_gather_16bit_weights_on_model_save = false;
 

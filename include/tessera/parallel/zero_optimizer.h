@@ -27,8 +27,8 @@
 #include "tessera/optim/optimizer.h"
 #include "tessera/parallel/grad_buckets.h"
 #include "tessera/parallel/grad_norm.h"
-#include "tessera/parallel/optimizer_state_swapper.h"
 #include "tessera/parallel/shard_layout.h"
+#include "tessera/parallel/tensor_swapper.h"
 #include "tessera/parallel/zero_config.h"
 
 namespace tessera::parallel {
@@ -46,8 +46,20 @@ struct ZeroOptions {
   bool offload_optimizer = false;  // masters and optimizer state on the host (GPU models)
   bool pin_memory = false;  // offloaded GPU models: stage host<->GPU transfers in pinned memory
   // offload_optimizer {"device": "nvme"}: the optimizer state in a swap file (implies
-  // offload_optimizer); see parallel/optimizer_state_swapper.h.
+  // offload_optimizer); see parallel/tensor_swapper.h.
   std::optional<NvmeOffloadOptions> nvme;
+  // Stage 3 (DeepSpeed's parameter coordinator, parallel/zero3_fetcher.h): gathered elements
+  // at which prefetching stops; reuse distance in elements below which a parameter stays
+  // gathered until its next use.
+  int64_t max_live_parameters = ZeroConfig().stage3_max_live_parameters;
+  int64_t max_reuse_distance = ZeroConfig().stage3_max_reuse_distance;
+  // offload_param (stage 3): "cpu" keeps this rank's shards in host memory (a GPU model's
+  // gathers copy them to the device); "nvme" keeps them in a swap file (param_nvme:
+  // buffer_numel is buffer_size), except the first param_max_in_cpu elements of shards.
+  std::string offload_param = "none";
+  std::optional<NvmeOffloadOptions> param_nvme;
+  int64_t param_max_in_cpu = ZeroConfig().offload_param_max_in_cpu;
+  bool param_pin_memory = false;
   int64_t allgather_bucket_size = ZeroConfig().allgather_bucket_size;  // per all-gather
   // Tensor parallelism (the ZeRO group is then the data-parallel group of one tensor-
   // parallel rank): the parameters, by name, that are shards across this group. The gradient
@@ -63,10 +75,12 @@ struct ZeroOptions {
 };
 
 // Stage-3 parameter gathers of training passes so far, and how many of them were started
-// ahead of use.
+// ahead of use; peak_live_numel: elements of gathered parameters (in use, kept for reuse, or
+// on their way) at once, at most.
 struct PrefetchStats {
   int64_t gathers = 0;
   int64_t prefetched = 0;
+  int64_t peak_live_numel = 0;
 };
 
 class Zero3Fetcher;
@@ -135,7 +149,9 @@ class ZeroOptimizer {
   // (so memory holds none of it between steps); a no-op otherwise.
   void swap_out_state();
   // offload_optimizer "nvme": bytes moved and held by the swapper (null without).
-  const OptimizerStateSwapper* swapper() const { return swapper_.get(); }
+  const TensorSwapper* swapper() const { return swapper_.get(); }
+  // offload_param "nvme": the parameter shards' swapper (null without).
+  const TensorSwapper* shard_swapper() const { return shard_swapper_.get(); }
   // Stage 3: forwards of a model in eval mode gather on use, outside the prefetch order.
   void set_evaluating(bool on);
 
@@ -193,6 +209,16 @@ class ZeroOptimizer {
   int64_t nvme_buffer_numel(int64_t sub_group_size) const;
   void make_buckets();
   void publish(Partition& part);
+  // Stage 3 (zero_param_offload.cpp): this rank's model-dtype shards of the parameters, where
+  // offload_param puts them, filled from the masters; the partitioned parameters become
+  // released views gathered by the fetcher.
+  void build_shards();
+  // The masters' new values into the shards (when they are not the masters).
+  void publish_shards();
+  // offload_param "nvme": a swapped shard given new values goes back to its file (so the
+  // shards are in memory one at a time); swap_out_shards writes any still in memory.
+  void shard_written(size_t param);
+  void swap_out_shards();
 
   std::shared_ptr<ProcessGroup> group_;
   ZeroOptions options_;
@@ -209,9 +235,17 @@ class ZeroOptimizer {
   // master, or of the parameter's own padded storage when model_is_master_ (float32 stages 1-2).
   std::vector<Tensor> master_views_;
   bool model_is_master_ = false;
-  Tensor param_shards_;  // [partition] model dtype (stage 3; is the master when float32)
+  // Stage 3: this rank's model-dtype shards, one per parameter (shard_views_): views of
+  // param_shards_, which is the master itself when shards_are_masters_; with offload_param
+  // "nvme" each its own storage (shard_swapped_: in shard_swapper_'s file).
+  Tensor param_shards_;
+  std::vector<Tensor> shard_views_;
+  std::vector<bool> shard_swapped_;
+  bool shards_are_masters_ = false;
+  Device shard_device_ = Device::cpu();
+  std::shared_ptr<TensorSwapper> shard_swapper_;
   std::unique_ptr<optim::Optimizer> optimizer_;
-  std::shared_ptr<OptimizerStateSwapper> swapper_;
+  std::shared_ptr<TensorSwapper> swapper_;
   bool swap_masters_ = false;  // NVMe: the float32 masters are swapped too
   std::shared_ptr<Zero3Fetcher> fetcher_;
 };

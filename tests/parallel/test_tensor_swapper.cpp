@@ -1,4 +1,4 @@
-// ZeRO-Infinity's NVMe offload of the optimizer state (parallel/optimizer_state_swapper.h) and
+// ZeRO-Infinity's NVMe offload of the optimizer state (parallel/tensor_swapper.h) and
 // the asynchronous file I/O under it (io/async_file_io.h): bytes written come back equal
 // whatever the aio shape; failures (an injected EIO, a read past the file's end, a missing
 // directory) are errors naming the file and the offset; an optimizer whose state is swapped
@@ -17,7 +17,7 @@
 #include "tessera/io/train_config.h"
 #include "tessera/ops.h"
 #include "tessera/optim/optimizer.h"
-#include "tessera/parallel/optimizer_state_swapper.h"
+#include "tessera/parallel/tensor_swapper.h"
 
 using namespace tessera;
 namespace fs = std::filesystem;
@@ -158,11 +158,11 @@ TEST_CASE("aio section: DeepSpeed's keys and defaults, bad values named") {
 namespace swap_test {
 
 // Three parameters with gradients, updated by AdamW `steps` times; with `swap`, their state
-// goes through an OptimizerStateSwapper in sub-groups of 3000 elements.
+// goes through a TensorSwapper in sub-groups of 3000 elements.
 struct SwapRun {
   std::vector<Tensor> params;
   std::unique_ptr<optim::Optimizer> opt;
-  std::shared_ptr<parallel::OptimizerStateSwapper> swapper;
+  std::shared_ptr<parallel::TensorSwapper> swapper;
 };
 
 SwapRun make_run(const fs::path* swap_dir, bool pipeline) {
@@ -181,7 +181,7 @@ SwapRun make_run(const fs::path* swap_dir, bool pipeline) {
     o.sub_group_size = 3000;
     o.buffer_count = 2;
     o.pipeline_read = o.pipeline_write = pipeline;
-    r.swapper = std::make_shared<parallel::OptimizerStateSwapper>(o, "test");
+    r.swapper = std::make_shared<parallel::TensorSwapper>(o, "test");
     r.opt->set_state_stager(r.swapper);
   }
   return r;
@@ -199,7 +199,7 @@ bool equal(const Tensor& a, const Tensor& b) {
 
 }  // namespace swap_test
 
-TEST_CASE("OptimizerStateSwapper: swapped sub-groups update bit for bit as in memory") {
+TEST_CASE("TensorSwapper: swapped sub-groups update bit for bit as in memory") {
   TempDir dir;
   for (bool pipeline : {false, true}) {
     SwapRun ref = make_run(nullptr, false), nv = make_run(&dir.path, pipeline);
@@ -226,7 +226,7 @@ TEST_CASE("OptimizerStateSwapper: swapped sub-groups update bit for bit as in me
   }
 }
 
-TEST_CASE("OptimizerStateSwapper: a failed write loses nothing; a failed read is named") {
+TEST_CASE("TensorSwapper: a failed write loses nothing; a failed read is named") {
   TempDir dir;
   SwapRun ref = make_run(nullptr, false), nv = make_run(&dir.path, false);
   step(ref, 0);
@@ -249,10 +249,10 @@ TEST_CASE("OptimizerStateSwapper: a failed write loses nothing; a failed read is
   CHECK(r.find(std::strerror(EIO)) != std::string::npos);
 }
 
-TEST_CASE("OptimizerStateSwapper: a bad nvme_path is named") {
+TEST_CASE("TensorSwapper: a bad nvme_path is named") {
   parallel::NvmeOffloadOptions o;
   o.nvme_path = "/proc/version/x";
   CHECK(error_of([&] {
-          parallel::OptimizerStateSwapper s(o, "t");
+          parallel::TensorSwapper s(o, "t");
         }).find("zero_optimization.offload_optimizer.nvme_path") != std::string::npos);
 }

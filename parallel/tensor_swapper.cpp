@@ -1,4 +1,4 @@
-#include "tessera/parallel/optimizer_state_swapper.h"
+#include "tessera/parallel/tensor_swapper.h"
 
 #include <unistd.h>
 
@@ -10,23 +10,24 @@
 
 namespace tessera::parallel {
 
-OptimizerStateSwapper::OptimizerStateSwapper(NvmeOffloadOptions options, const std::string& name)
+TensorSwapper::TensorSwapper(NvmeOffloadOptions options, const std::string& name)
     : options_(std::move(options)), io_(options_.aio) {
-  TS_CHECK(options_.buffer_count >= 1, "offload_optimizer.buffer_count must be >= 1, got ",
+  TS_CHECK(options_.buffer_count >= 1, options_.buffer_count_key, " must be >= 1, got ",
            options_.buffer_count);
   TS_CHECK(options_.buffer_numel >= 1, "NVMe swap: buffer_numel must be >= 1, got ",
            options_.buffer_numel);
-  budget_ = options_.buffer_count * io::AsyncFileIO::aligned(options_.buffer_numel * 4);
+  budget_ = options_.buffer_count *
+            io::AsyncFileIO::aligned(options_.buffer_numel * options_.element_bytes);
   TS_CHECK(options_.sub_group_size >= 1, "zero_optimization.sub_group_size must be >= 1, got ",
            options_.sub_group_size);
-  io::check_writable_directory(options_.nvme_path, "zero_optimization.offload_optimizer.nvme_path");
+  io::check_writable_directory(options_.nvme_path, options_.path_key);
   const std::filesystem::path file =
       std::filesystem::path(options_.nvme_path) /
-      ("tessera-optimizer-" + name + "-" + std::to_string(::getpid()) + ".swap");
+      ("tessera-" + name + "-" + std::to_string(::getpid()) + ".swap");
   file_ = io_.open_scratch(file);
 }
 
-OptimizerStateSwapper::~OptimizerStateSwapper() {
+TensorSwapper::~TensorSwapper() {
   // Nothing may still read or write a buffer once it is freed (errors are moot here).
   for (Transfer& t : writes_) try {
       io_.wait(t.ticket);
@@ -38,24 +39,23 @@ OptimizerStateSwapper::~OptimizerStateSwapper() {
     }
 }
 
-const std::string& OptimizerStateSwapper::path() const {
+const std::string& TensorSwapper::path() const {
   return io_.path(file_);
 }
 
-const OptimizerStateSwapper::Region& OptimizerStateSwapper::region_for(const std::string& key,
-                                                                       int64_t bytes) {
+const TensorSwapper::Region& TensorSwapper::region_for(const std::string& key, int64_t bytes) {
   auto it = regions_.find(key);
   if (it == regions_.end()) {
     it = regions_.emplace(key, Region{end_, io::AsyncFileIO::aligned(bytes)}).first;
     end_ += io::AsyncFileIO::aligned(bytes);
     stats_.disk_bytes = end_;
   }
-  TS_CHECK(io::AsyncFileIO::aligned(bytes) <= it->second.bytes, "NVMe swap: optimizer state '", key,
-           "' grew to ", bytes, " bytes, its region in '", path(), "' holds ", it->second.bytes);
+  TS_CHECK(io::AsyncFileIO::aligned(bytes) <= it->second.bytes, "NVMe swap: '", key, "' grew to ",
+           bytes, " bytes, its region in '", path(), "' holds ", it->second.bytes);
   return it->second;
 }
 
-io::AlignedBuffer OptimizerStateSwapper::take_buffer(int64_t bytes) {
+io::AlignedBuffer TensorSwapper::take_buffer(int64_t bytes) {
   // The staging budget bounds the buffers in flight: the oldest write makes room (a tensor
   // larger than the budget goes alone).
   const int64_t need = io::AsyncFileIO::aligned(bytes);
@@ -79,7 +79,7 @@ io::AlignedBuffer OptimizerStateSwapper::take_buffer(int64_t bytes) {
   return io::AlignedBuffer(need);
 }
 
-void OptimizerStateSwapper::give_buffer(io::AlignedBuffer buffer) {
+void TensorSwapper::give_buffer(io::AlignedBuffer buffer) {
   bytes_out_ -= buffer.size();
   if (bytes_out_ + bytes_kept_ + buffer.size() <= budget_) {
     bytes_kept_ += buffer.size();
@@ -89,12 +89,12 @@ void OptimizerStateSwapper::give_buffer(io::AlignedBuffer buffer) {
   note_resident(-buffer.size());
 }
 
-void OptimizerStateSwapper::note_resident(int64_t delta) {
+void TensorSwapper::note_resident(int64_t delta) {
   resident_ += delta;
   stats_.peak_resident_bytes = std::max(stats_.peak_resident_bytes, resident_);
 }
 
-void OptimizerStateSwapper::complete_oldest_write() {
+void TensorSwapper::complete_oldest_write() {
   Transfer t = std::move(writes_.front());
   writes_.pop_front();
   io_.wait(t.ticket);  // on failure the storage keeps its bytes: nothing is lost
@@ -109,7 +109,7 @@ void OptimizerStateSwapper::complete_oldest_write() {
   give_buffer(std::move(t.buffer));
 }
 
-void OptimizerStateSwapper::release(const std::vector<optim::StateTensor>& state) {
+void TensorSwapper::release(const std::vector<optim::StateTensor>& state) {
   for (const optim::StateTensor& s : state) {
     const std::shared_ptr<Storage>& storage = s.tensor.storage();
     if (!storage->resident()) continue;  // (already out: unchanged since)
@@ -124,23 +124,26 @@ void OptimizerStateSwapper::release(const std::vector<optim::StateTensor>& state
   }
 }
 
-void OptimizerStateSwapper::prefetch(const std::vector<optim::StateTensor>& state) {
-  if (!options_.pipeline_read) return;
-  for (const optim::StateTensor& s : state) {
-    Storage* storage = s.tensor.storage().get();
-    if (storage->resident() || reads_.count(storage) || !regions_.count(s.key)) continue;
-    const Region& r = regions_.at(s.key);
-    if (bytes_out_ + r.bytes > budget_) return;  // no room: read it when needed
-    Transfer t{s.tensor.storage(), s.key, take_buffer(r.bytes), r.bytes, 0};
-    t.ticket = io_.submit(io::AsyncFileIO::Op::read, file_, r.offset, t.buffer.data(), r.bytes);
-    reads_.emplace(storage, std::move(t));
-  }
+void TensorSwapper::prefetch(const std::vector<optim::StateTensor>& state) {
+  for (const optim::StateTensor& s : state)
+    if (!prefetch_one(s)) return;  // no room: read the rest when needed
 }
 
-void OptimizerStateSwapper::read_now(Storage& storage, const std::string& key) {
+bool TensorSwapper::prefetch_one(const optim::StateTensor& s) {
+  if (!options_.pipeline_read) return false;
+  Storage* storage = s.tensor.storage().get();
+  if (storage->resident() || reads_.count(storage) || !regions_.count(s.key)) return true;
+  const Region& r = regions_.at(s.key);
+  if (bytes_out_ + r.bytes > budget_) return false;
+  Transfer t{s.tensor.storage(), s.key, take_buffer(r.bytes), r.bytes, 0};
+  t.ticket = io_.submit(io::AsyncFileIO::Op::read, file_, r.offset, t.buffer.data(), r.bytes);
+  reads_.emplace(storage, std::move(t));
+  return true;
+}
+
+void TensorSwapper::read_now(Storage& storage, const std::string& key) {
   const auto r = regions_.find(key);
-  TS_CHECK(r != regions_.end(), "NVMe swap: optimizer state '", key, "' was never written to '",
-           path(), "'");
+  TS_CHECK(r != regions_.end(), "NVMe swap: '", key, "' was never written to '", path(), "'");
   io::AlignedBuffer buffer = take_buffer(r->second.bytes);
   io_.wait(io_.submit(io::AsyncFileIO::Op::read, file_, r->second.offset, buffer.data(),
                       r->second.bytes));
@@ -150,7 +153,7 @@ void OptimizerStateSwapper::read_now(Storage& storage, const std::string& key) {
   give_buffer(std::move(buffer));
 }
 
-void OptimizerStateSwapper::acquire(const std::vector<optim::StateTensor>& state) {
+void TensorSwapper::acquire(const std::vector<optim::StateTensor>& state) {
   for (const optim::StateTensor& s : state) {
     Storage& storage = *s.tensor.storage();
     const auto pending = reads_.find(&storage);
@@ -169,7 +172,7 @@ void OptimizerStateSwapper::acquire(const std::vector<optim::StateTensor>& state
   }
 }
 
-void OptimizerStateSwapper::finish() {
+void TensorSwapper::finish() {
   while (!writes_.empty()) complete_oldest_write();
   for (auto& [storage, t] : reads_) {  // prefetched for a sub-group that did not update
     io_.wait(t.ticket);
@@ -178,14 +181,30 @@ void OptimizerStateSwapper::finish() {
   reads_.clear();
 }
 
-void OptimizerStateSwapper::fetch(Storage& storage) {
+void TensorSwapper::fetch(Storage& storage) {
   const auto it = key_of_.find(&storage);
   TS_CHECK(it != key_of_.end(), "NVMe swap: a released storage of ", storage.nbytes(),
-           " bytes is not optimizer state swapped to '", path(), "'");
+           " bytes is not a tensor swapped to '", path(), "'");
   read_now(storage, it->second);
 }
 
-void OptimizerStateSwapper::swap_out(const std::map<std::string, Tensor>& state) {
+void TensorSwapper::discard(const std::vector<optim::StateTensor>& state) {
+  for (const optim::StateTensor& s : state) {
+    Storage& storage = *s.tensor.storage();
+    if (!storage.resident()) continue;
+    TS_CHECK(regions_.count(s.key), "NVMe swap: '", s.key, "' was never written to '", path(),
+             "', so its memory cannot be dropped");
+    {
+      HostCacheBypass to_system;
+      storage.release();
+    }
+    storage.set_fetcher(shared_from_this());
+    key_of_[&storage] = s.key;
+    if (counted_.erase(&storage)) note_resident(-static_cast<int64_t>(storage.nbytes()));
+  }
+}
+
+void TensorSwapper::swap_out(const std::map<std::string, Tensor>& state) {
   std::vector<optim::StateTensor> resident;
   for (const auto& [key, t] : state)
     if (key != "step" && t.defined() && t.storage()->resident()) resident.push_back({key, t});

@@ -1,6 +1,7 @@
-// ZeRO-Infinity's optimizer offload to NVMe (offload_optimizer {"device": "nvme"}): the
-// optimizer state of a rank's partition (Adam's moments, SGD's momentum) lives in a swap file
-// under nvme_path and is in memory only around its update. The optimizer steps sub-group by
+// ZeRO-Infinity's swap files: tensors, each under a key, live in a file under nvme_path and are
+// in memory only around their use.
+// offload_optimizer {"device": "nvme"}: the optimizer state of a rank's partition (Adam's
+// moments, SGD's momentum) is in memory only around its update. The optimizer steps sub-group by
 // sub-group (sub_group_size elements, optim::StateStager); each sub-group's state is read in
 // before its update and written out after it, through aligned staging buffers of at most
 // buffer_count x buffer_numel elements in all (DeepSpeed's buffer_count buffers of the largest
@@ -9,6 +10,10 @@
 // finish while the next sub-groups update (else each write completes before the next
 // sub-group). State touched outside a step (a checkpoint reads or loads it) is read in on use
 // and written out again by swap_out().
+//
+// offload_param {"device": "nvme"} (ZeRO-3): each parameter's shard is read ahead of its
+// gather (prefetch, then acquire), dropped once gathered (discard: it is unchanged) and written
+// after the optimizer changed it (release).
 //
 // The swap file is unlinked as soon as it is created: its disk space goes with the process,
 // however the process ends, and a checkpoint never depends on it.
@@ -33,6 +38,7 @@ struct NvmeOffloadOptions {
   std::string nvme_path;                // an existing, writable directory
   int64_t buffer_count = 4;             // staging buffers of buffer_numel elements (float32)
   int64_t buffer_numel = 1 << 20;       // the largest sub-group (the engine sets it)
+  int64_t element_bytes = 4;            // of buffer_numel's elements
   bool pipeline_read = false;           // read the next sub-group during this one's update
   bool pipeline_write = false;          // let writes complete during the next sub-groups' updates
   int64_t sub_group_size = 1000000000;  // elements updated per sub-group
@@ -41,6 +47,9 @@ struct NvmeOffloadOptions {
   // step makes and writes each sub-group's state as it updates it.
   bool fast_init = false;
   io::AioConfig aio;
+  // The config keys errors name.
+  std::string path_key = "zero_optimization.offload_optimizer.nvme_path";
+  std::string buffer_count_key = "zero_optimization.offload_optimizer.buffer_count";
 };
 
 // What the swapper moved and holds.
@@ -50,16 +59,18 @@ struct SwapStats {
   int64_t peak_resident_bytes = 0;  // swapped state in memory at once during steps, at most
 };
 
-class OptimizerStateSwapper : public optim::StateStager,
-                              public StorageFetcher,
-                              public std::enable_shared_from_this<OptimizerStateSwapper> {
+class TensorSwapper : public optim::StateStager,
+                      public StorageFetcher,
+                      public std::enable_shared_from_this<TensorSwapper> {
  public:
-  // `name` tells this rank's file apart ("rank3").
-  OptimizerStateSwapper(NvmeOffloadOptions options, const std::string& name);
-  ~OptimizerStateSwapper() override;
+  // `name` tells this file apart ("optimizer-rank3": tessera-optimizer-rank3-<pid>.swap).
+  TensorSwapper(NvmeOffloadOptions options, const std::string& name);
+  ~TensorSwapper() override;
 
   int64_t sub_group_size() const override { return options_.sub_group_size; }
   void prefetch(const std::vector<optim::StateTensor>& state) override;
+  // Starts reading one tensor (pipeline_read); false when the buffers have no room for it.
+  bool prefetch_one(const optim::StateTensor& s);
   void acquire(const std::vector<optim::StateTensor>& state) override;
   void release(const std::vector<optim::StateTensor>& state) override;
   void finish() override;
@@ -69,6 +80,9 @@ class OptimizerStateSwapper : public optim::StateStager,
   void fetch(Storage& storage) override;
   void used(Storage&) override {}
 
+  // Drops the memory of every resident tensor of `state` that equals its copy on disk
+  // (read in and not changed since); nothing is written.
+  void discard(const std::vector<optim::StateTensor>& state);
   // Writes every resident tensor of `state` out and releases its memory (after a checkpoint
   // read or loaded the state).
   void swap_out(const std::map<std::string, Tensor>& state);
