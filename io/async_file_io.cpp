@@ -78,8 +78,8 @@ AlignedBuffer::AlignedBuffer(int64_t bytes) {
   if (size_ == 0) return;
   void* p = mmap(nullptr, static_cast<size_t>(size_), PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);  // (page-aligned, zero-filled)
-  TS_CHECK(p != MAP_FAILED, "cannot allocate ", size_, " bytes of aligned I/O buffer: ",
-           std::strerror(errno));
+  TS_CHECK(p != MAP_FAILED, "cannot allocate ", size_,
+           " bytes of aligned I/O buffer: ", std::strerror(errno));
   data_ = std::unique_ptr<void, Unmap>(p, Unmap{static_cast<size_t>(size_)});
 }
 
