@@ -206,24 +206,30 @@ int estimate_memory_main(int argc, char** argv) {
                 models::moe_of(cfg)
                     ? "MoE layers have no activation estimate yet"
                     : ("model.type \"" + cfg.model.type + "\" has no activation estimate").c_str());
-  const std::string offload = parallel::zero_config(cfg).offload_optimizer_device;
+  const parallel::ZeroConfig& zero = parallel::zero_config(cfg);
+  const std::string& offload = zero.offload_optimizer_device;
   if (offload == "cpu")
     std::printf(
         "offload_optimizer cpu (stages 1-3): the optimizer column is host memory; a GPU "
         "holds params + grads\n");
-  if (offload == "nvme")
-    for (int s = 1; s <= 3; ++s) {
-      const launch::ModelStateBytes& b = e.by_zero_stage[static_cast<size_t>(s)];
-      std::printf(
-          "offload_optimizer nvme, stage %d: the optimizer's moments in a %s swap file per rank; "
-          "the swap's staging takes at most %s of host memory (in total/rank)\n",
-          s, human(b.disk).c_str(), human(b.swap).c_str());
-    }
+  for (int s = 1; s <= 3; ++s) {
+    const launch::ModelStateBytes& b = e.by_zero_stage[static_cast<size_t>(s)];
+    if (b.disk == 0) continue;
+    const bool params = s == 3 && zero.offload_param_device == "nvme";
+    const bool state = offload == "nvme";
+    std::printf(
+        "nvme, stage %d: %s%s%s in %s of swap files per rank; their staging takes at most %s of "
+        "host memory (in total/rank)\n",
+        s, state ? "the optimizer's state" : "", state && params ? " and " : "",
+        params ? "the parameter shards past max_in_cpu" : "", human(b.disk).c_str(),
+        human(b.swap).c_str());
+  }
   if (a.has("json"))
     std::cout << nlohmann::ordered_json{{"ranks", ranks},
                                         {"tensor_parallel", tp},
                                         {"zero_stage", e.zero_stage},
                                         {"optimizer_offloaded", offload},
+                                        {"params_offloaded", zero.offload_param_device},
                                         {"num_parameters", e.parameters},
                                         {"memory", memory_json(e.configured(), e.activations,
                                                                e.activations_estimated)}}
