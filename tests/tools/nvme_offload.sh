@@ -5,8 +5,9 @@
 #    sub-groups, one or several buffers, pipelined reads and writes, fast_init, and the aio
 #    section's shapes, and a 2-stage pipeline with ZeRO-1; ZeRO-3 with its parameter shards
 #    swapped (offload_param nvme: some kept in memory by max_in_cpu, or none), alone and with
-#    the optimizer's state, and with offload_param cpu: every one of 20 losses and the
-#    validation loss bit for bit equal to the same run without offload;
+#    the optimizer's state, and with offload_param cpu, and with accumulation, dropout,
+#    activation checkpointing, fp16 and evaluation between steps: every one of 20 losses and
+#    the validation loss bit for bit equal to the same run without offload;
 #  - the "memory" figures: no moment (and, in 16-bit training, no float32 master) in memory
 #    between steps, parameters in memory as `tessera estimate-memory` says, the swap files'
 #    bytes equal to its disk, the swap's staging within its bound; the process's peak RSS
@@ -74,6 +75,16 @@ for name, (z, bf16, opt, aio) in variants.items():
     if name.startswith("pp"): c["pipeline"] = {"stages": 2}
     c["csv_monitor"]["output_path"] = work + "/csv"
     json.dump(c, open(f"{work}/{name}.json", "w"))
+# ZeRO-Infinity among the rest: accumulation, dropout, activation checkpointing, fp16 loss
+# scaling and evaluation between steps (gathers on use, off the prefetch order).
+for name, src in (("z3x", "z3"), ("z3xinf", "z3inf")):
+    c = json.load(open(f"{work}/{src}.json"))
+    c.update({"train_micro_batch_size_per_gpu": 2, "activation_checkpointing": {},
+              "fp16": {"enabled": True, "initial_scale_power": 12}})
+    c["model"]["dropout"] = 0.1
+    c["train"]["eval_interval"] = 5
+    c["zero_optimization"].update({"stage3_max_reuse_distance": 5000, "stage3_prefetch_bucket_size": 3000})
+    json.dump(c, open(f"{work}/{name}.json", "w"))
 PY
 
 train() {  # config ranks job [args...]: losses in csv/<job>/, the last JSON line per rank in <job>.jsonl
@@ -96,6 +107,7 @@ for n in $sizes; do for p in $pairs; do
 done; done
 for p in $four; do train "${p%%:*}" 4 "${p%%:*}-4"; train "${p##*:}" 4 "${p##*:}-4"; done
 train pp 2 pp-2; train ppnv 2 ppnv-2  # a pipeline of 2 stages, ZeRO-1 over each stage's replicas
+train z3x 2 z3x-2; train z3xinf 2 z3xinf-2
 
 # Checkpoints across offload settings (2 ranks, ZeRO-2): 10 steps saved with one, 10 resumed with the other.
 train z2nv 2 save-nv --steps 10 --save "$work/ck-nv"
@@ -124,7 +136,7 @@ def report(ok, text):
     global fails
     fails += not ok
     print(text + (" ok" if ok else " FAIL"))
-runs = [(p, n) for n in sizes for p in pairs] + [(p, "4") for p in four] + [("pp:ppnv", "2")]
+runs = [(p, n) for n in sizes for p in pairs] + [(p, "4") for p in four] + [("pp:ppnv", "2"), ("z3x:z3xinf", "2")]
 for p, n in runs:
     ref, nv = p.split(":")
     a, b = losses(f"{ref}-{n}"), losses(f"{nv}-{n}")
