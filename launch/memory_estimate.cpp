@@ -104,23 +104,21 @@ void nvme_state_bytes(const parallel::ZeroConfig& z, const parallel::ShardLayout
   if (tensors > 0) e.swap += tensors * 4 * sub_group + budget * (z.offload_pipeline_write ? 2 : 1);
 }
 
-// offload_param "nvme" (ZeRO-3): the partitioned parameters' shards past max_in_cpu elements (in
-// layout order) go to the swap file, a page-aligned region each; the swap holds the read-ahead
-// buffers (buffer_count x buffer_size elements, or one larger shard) and the shards read in for
-// gathers in flight (the prefetch bucket's share, one in use, one being published).
+// offload_param "nvme" (ZeRO-3): the shards that parallel::swapped_param_shards puts in the
+// swap file go there, a page-aligned region each; the swap holds the read-ahead buffers
+// (buffer_count x buffer_size elements, or one larger shard) and the shards read in for gathers
+// in flight (the prefetch bucket's share, one in use, one being published).
 void param_nvme_bytes(const parallel::ZeroConfig& z, const parallel::ShardLayout& layout,
-                      int64_t model_bytes, ModelStateBytes& e) {
+                      const parallel::ZeroOptions& o, int64_t model_bytes, ModelStateBytes& e) {
   const auto aligned = io::AsyncFileIO::aligned;
-  int64_t in_cpu = 0, largest = 0;  // (largest swapped shard)
-  for (const auto& en : layout.entries) {
-    if (en.numel <= z.stage3_param_persistence_threshold) continue;
-    if (in_cpu + en.shard <= z.offload_param_max_in_cpu) {
-      in_cpu += en.shard;
-      continue;
-    }
-    largest = std::max(largest, en.shard);
-    e.disk += aligned(en.shard * model_bytes);
-    e.params -= en.shard * model_bytes;
+  const std::vector<bool> swapped = parallel::swapped_param_shards(layout, o);
+  int64_t largest = 0;  // (largest swapped shard)
+  for (size_t i = 0; i < layout.entries.size(); ++i) {
+    if (!swapped[i]) continue;
+    const int64_t shard = layout.entries[i].shard;
+    largest = std::max(largest, shard);
+    e.disk += aligned(shard * model_bytes);
+    e.params -= shard * model_bytes;
   }
   if (largest == 0) return;  // (all kept in memory: the swap file stays empty)
   const int64_t budget =
@@ -172,6 +170,14 @@ ModelStateBytes model_state_bytes(const io::TrainConfig& c, const parallel::Shar
   const bool shards_are_masters = stage == 3 && !mixed && !params_nvme &&
                                   (z.offload_param_device != "none" || !on_gpu) ==
                                       (z.offload_optimizer_device != "none" || !on_gpu);
+  parallel::ZeroOptions o;  // (what the run's ZeroOptimizer gets from these keys)
+  o.stage = stage;
+  o.reduce_bucket_size = z.reduce_bucket_size;
+  o.allgather_bucket_size = z.allgather_bucket_size;
+  o.param_persistence_threshold = z.stage3_param_persistence_threshold;
+  o.prefetch_bucket_size = z.stage3_prefetch_bucket_size;
+  o.max_reuse_distance = z.stage3_max_reuse_distance;
+  o.param_max_in_cpu = z.offload_param_max_in_cpu;
   int64_t padded = 0;
   for (const auto& en : layout.entries) padded += en.shard * world;
   if (stage < 3) {
@@ -180,19 +186,12 @@ ModelStateBytes model_state_bytes(const io::TrainConfig& c, const parallel::Shar
     for (const auto& en : layout.entries)
       if (en.numel <= z.stage3_param_persistence_threshold) e.params += en.numel * pb;
     e.params += P * (shards_are_masters ? 4 : pb);
-    if (params_nvme) param_nvme_bytes(z, layout, pb, e);
+    if (params_nvme) param_nvme_bytes(z, layout, o, pb, e);
   }
   e.grads = P * gb + (stage == 1 ? psi * pb : 0);
   e.optimizer = (model_is_master || shards_are_masters ? 0 : 4 * P) + slots * 4 * P;
   if (z.offload_optimizer_device == "nvme")
     nvme_state_bytes(z, layout, slots, !(model_is_master || shards_are_masters), stage, pb, e);
-  parallel::ZeroOptions o;
-  o.stage = stage;
-  o.reduce_bucket_size = z.reduce_bucket_size;
-  o.allgather_bucket_size = z.allgather_bucket_size;
-  o.param_persistence_threshold = z.stage3_param_persistence_threshold;
-  o.prefetch_bucket_size = z.stage3_prefetch_bucket_size;
-  o.max_reuse_distance = z.stage3_max_reuse_distance;
   e.buffers = parallel::zero_buffer_bytes(layout, o, model, comm);
   return e;
 }

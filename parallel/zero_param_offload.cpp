@@ -10,6 +10,18 @@
 
 namespace tessera::parallel {
 
+std::vector<bool> swapped_param_shards(const ShardLayout& layout, const ZeroOptions& options) {
+  std::vector<bool> swapped(layout.entries.size(), false);
+  int64_t in_cpu = 0;  // elements of partitioned shards kept in memory
+  for (size_t i = 0; i < layout.entries.size(); ++i) {
+    const ShardLayout::Entry& e = layout.entries[i];
+    if (e.numel <= options.param_persistence_threshold) continue;
+    swapped[i] = in_cpu + e.shard > options.param_max_in_cpu;
+    if (!swapped[i]) in_cpu += e.shard;
+  }
+  return swapped;
+}
+
 void ZeroOptimizer::build_shards() {
   TS_CHECK(options_.offload_param == "none" || options_.stage == 3,
            "ZeRO: offload_param needs stage 3 (it offloads the partitioned parameters)");
@@ -38,7 +50,7 @@ void ZeroOptimizer::build_shards() {
   }
   shard_views_.resize(params_.size());
   shard_swapped_.assign(params_.size(), false);
-  int64_t in_cpu = 0;  // elements of partitioned shards kept in memory (max_in_cpu)
+  const std::vector<bool> swapped = swapped_param_shards(part.layout, options_);
   for (size_t i = 0; i < params_.size(); ++i) {
     const auto& e = entry(i);
     Tensor& shard = shard_views_[i];
@@ -47,10 +59,7 @@ void ZeroOptimizer::build_shards() {
     if (!shards_are_masters_) shard.copy_(master_views_[i].to(shard_device_));
     if (e.numel <= options_.param_persistence_threshold) continue;
     partitioned_[i] = true;
-    if (nvme) {
-      shard_swapped_[i] = in_cpu + e.shard > options_.param_max_in_cpu;
-      if (!shard_swapped_[i]) in_cpu += e.shard;
-    }
+    shard_swapped_[i] = nvme && swapped[place_[i].second];
     // The parameter becomes a view of a padded [world * shard] storage that is gathered
     // on use; autograd, hooks and the model keep the same tensor.
     Tensor padded = Tensor::empty({e.shard * world}, model_dtype_, device_);

@@ -102,6 +102,12 @@ struct MemoryStats {
 int64_t zero_buffer_bytes(const ShardLayout& layout, const ZeroOptions& options, DType model_dtype,
                           DType comm_dtype);
 
+// offload_param "nvme" (ZeRO-3): per layout entry, whether its shard lives in the swap file:
+// the partitioned parameters (more than param_persistence_threshold elements) past the first
+// param_max_in_cpu elements of shards, in layout order (DeepSpeed's max_in_cpu). The run and
+// tessera estimate-memory both ask this.
+std::vector<bool> swapped_param_shards(const ShardLayout& layout, const ZeroOptions& options);
+
 using OptimizerFactory = optim::OptimizerFactory;
 
 class ZeroOptimizer {
