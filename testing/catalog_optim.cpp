@@ -1,4 +1,5 @@
-// The op catalog: the gradient norm (sum_squares) and the optimizer updates.
+// The op catalog: the gradient norm (sum_squares), the optimizer updates and ZeRO++'s block
+// quantization.
 #include "catalog_builders.h"
 #include "tessera/optim/optimizer.h"
 
@@ -36,6 +37,26 @@ void add_optim_ops(std::vector<OpSpec>& ops) {
                opt->step();
                opt->step();
                return p.detach().to(x[0].dtype());
+             }};
+    s.differentiable = false;
+    ops.push_back(s);
+  }
+  // Block quantization, round trip: the values each block's codes and scale stand for.
+  for (const int64_t bits : {8, 4}) {
+    const std::string name = "quantize_blocks_" + std::to_string(bits);
+    OpSpec s{name,
+             "quantize_blocks dequantize_blocks",
+             {{"[40] block 8", {in({40})}},
+              {"[5,3] block 8", {in({5, 3})}},
+              {"[2,24] 2 segments, block 16", {in({2, 24})}}},
+             [bits](const Inputs& x, const OpContext& c) {
+               const int64_t segments =
+                   c.op_case.label.find("2 segments") != std::string::npos ? 2 : 1;
+               const int64_t block = c.op_case.label.find("block 16") != std::string::npos ? 16 : 8;
+               Tensor out = Tensor::empty(x[0].shape(), x[0].dtype(), x[0].device());
+               dequantize_blocks_into(out, quantize_blocks(x[0], segments, block, bits), segments,
+                                      block, bits);
+               return out;
              }};
     s.differentiable = false;
     ops.push_back(s);

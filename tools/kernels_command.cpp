@@ -124,9 +124,9 @@ int check(const Args& a) {
     std::string against;
     for (const std::string& u : used) against += (against.empty() ? "" : ", ") + u;
     if (!json)
-      std::cout << std::left << std::setw(16) << s->name << (op_failed ? "FAILED " : "ok     ")
-                << op_checks - op_failed << "/" << op_checks << " checks (against " << against
-                << ")\n";
+      std::cout << std::left << std::setw(16) << s->name << " "
+                << (op_failed ? "FAILED " : "ok     ") << op_checks - op_failed << "/" << op_checks
+                << " checks (against " << against << ")\n";
   }
   std::string dts;
   for (DType d : dtypes) dts += std::string(dts.empty() ? "" : ",") + dtype_name(d);

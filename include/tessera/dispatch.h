@@ -24,7 +24,8 @@ namespace tessera {
   X(layer_norm) X(layer_norm_backward) X(embedding) X(embedding_backward)                       \
   X(cross_entropy) X(cross_entropy_backward) X(dropout) X(attention) X(attention_backward)      \
   X(block_sparse_attention) X(block_sparse_attention_backward)                                  \
-  X(adamw_step) X(sgd_step) X(lamb_step) X(sum_squares)
+  X(adamw_step) X(sgd_step) X(lamb_step) X(sum_squares)                                        \
+  X(quantize_blocks) X(dequantize_blocks)
 // clang-format on
 
 enum class Kernel : uint16_t {

@@ -91,6 +91,16 @@ Tensor norm(const Tensor& x, std::vector<int64_t> dims = {}, bool keepdim = fals
 // multi-tensor launch; gradient-norm clipping uses it. Not differentiable.
 Tensor sum_squares(const std::vector<Tensor>& tensors);
 
+// ---- block quantization (ZeRO++; the format in tessera/quantized_blocks.h) ----
+// Int32 [segments * quantized_blocks::words(n, block, bits)]: x's elements (a floating
+// dtype) as `segments` equal segments of n, each quantized to `bits` (4 or 8) in blocks of
+// `block` elements. Not differentiable.
+Tensor quantize_blocks(const Tensor& x, int64_t segments, int64_t block, int64_t bits);
+// The values back, into `out` (a contiguous floating tensor of segments * n elements, on the
+// packed tensor's device).
+void dequantize_blocks_into(Tensor& out, const Tensor& packed, int64_t segments, int64_t block,
+                            int64_t bits);
+
 // ---- linear algebra ----
 // 1-D/2-D/batched matmul with broadcasting batch dims. Transposed views are passed to the
 // GEMM as transposed operands, never copied.
