@@ -167,44 +167,10 @@ void Engine::setup_parallel(std::vector<optim::ParamGroup> groups,
     return;
   }
   post_scale_ = post;  // ZeRO's partitions hold sums; the step averages them
-  parallel::ZeroOptions zo;
-  zo.stage = static_cast<int>(z.stage);
+  parallel::ZeroOptions zo = parallel::zero_options(c);
   zo.compute_dtype = compute_dtype_;
-  zo.reduce_bucket_size = z.reduce_bucket_size;
-  zo.overlap_comm = z.overlap_comm;
   zo.pre_scale = pre;
   zo.comm_dtype = comm;
-  zo.param_persistence_threshold = z.stage3_param_persistence_threshold;
-  zo.prefetch_bucket_size = z.stage3_prefetch_bucket_size;
-  zo.offload_optimizer = z.offload_optimizer_device != "none";
-  if (z.offload_optimizer_device == "nvme") {
-    parallel::NvmeOffloadOptions n;
-    n.nvme_path = z.offload_nvme_path;
-    n.buffer_count = z.offload_buffer_count;
-    n.pipeline_read = z.offload_pipeline_read;
-    n.pipeline_write = z.offload_pipeline_write;
-    n.fast_init = z.offload_fast_init;
-    n.sub_group_size = z.sub_group_size;
-    n.aio = io::aio_config(c);
-    zo.nvme = n;
-  }
-  zo.pin_memory = zo.offload_optimizer && z.offload_pin_memory;
-  zo.max_live_parameters = z.stage3_max_live_parameters;
-  zo.max_reuse_distance = z.stage3_max_reuse_distance;
-  zo.offload_param = z.offload_param_device;
-  zo.param_pin_memory = z.offload_param_pin_memory;
-  zo.param_max_in_cpu = z.offload_param_max_in_cpu;
-  if (z.offload_param_device == "nvme") {
-    parallel::NvmeOffloadOptions n;
-    n.nvme_path = z.offload_param_nvme_path;
-    n.buffer_count = z.offload_param_buffer_count;
-    n.buffer_numel = z.offload_param_buffer_size;
-    n.aio = io::aio_config(c);
-    n.path_key = "zero_optimization.offload_param.nvme_path";
-    n.buffer_count_key = "zero_optimization.offload_param.buffer_count";
-    zo.param_nvme = n;
-  }
-  zo.allgather_bucket_size = z.allgather_bucket_size;
   if (!expert_slots_.empty()) {  // experts partitioned over their own replicas
     zo.expert_data_group = expert_data_group_;
     for (auto& [n, t] : model_.named_parameters())

@@ -170,14 +170,8 @@ ModelStateBytes model_state_bytes(const io::TrainConfig& c, const parallel::Shar
   const bool shards_are_masters = stage == 3 && !mixed && !params_nvme &&
                                   (z.offload_param_device != "none" || !on_gpu) ==
                                       (z.offload_optimizer_device != "none" || !on_gpu);
-  parallel::ZeroOptions o;  // (what the run's ZeroOptimizer gets from these keys)
+  parallel::ZeroOptions o = parallel::zero_options(c);  // (what the run's ZeroOptimizer gets)
   o.stage = stage;
-  o.reduce_bucket_size = z.reduce_bucket_size;
-  o.allgather_bucket_size = z.allgather_bucket_size;
-  o.param_persistence_threshold = z.stage3_param_persistence_threshold;
-  o.prefetch_bucket_size = z.stage3_prefetch_bucket_size;
-  o.max_reuse_distance = z.stage3_max_reuse_distance;
-  o.param_max_in_cpu = z.offload_param_max_in_cpu;
   int64_t padded = 0;
   for (const auto& en : layout.entries) padded += en.shard * world;
   if (stage < 3) {

@@ -2,6 +2,7 @@
 
 #include <deque>
 
+#include "quantized_reduce_scatter.h"
 #include "tessera/grad_mode.h"
 #include "tessera/ops.h"
 
@@ -83,7 +84,12 @@ struct GradBuckets::State {
       params[i]->set_grad(Tensor());  // the full gradient is no longer needed
     }
     if (opt.pre_scale != 1.0) in.mul_(opt.pre_scale);
-    s.work = group->reduce_scatter_async(s.out.narrow(0, 0, b.numel), in);
+    if (opt.quantized) {  // (two all-to-alls, done here: the slot completes at once)
+      opt.quantized->run(s.out.narrow(0, 0, b.numel), in);
+      s.work = Work();
+    } else {
+      s.work = group->reduce_scatter_async(s.out.narrow(0, 0, b.numel), in);
+    }
     in_flight.push_back(static_cast<size_t>(&s - slots.data()));
   }
 

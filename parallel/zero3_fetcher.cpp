@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "tessera/grad_mode.h"
+#include "tessera/ops.h"
 
 namespace tessera::parallel {
 
@@ -18,6 +19,7 @@ void Zero3Fetcher::add(Tensor full, Tensor shard, std::string swap_key) {
   full_.push_back(std::move(full));
   shards_.push_back(std::move(shard));
   swap_keys_.push_back(std::move(swap_key));
+  secondary_.emplace_back();
 }
 
 // A use advances the cursor while it follows the trace.
@@ -46,15 +48,14 @@ void Zero3Fetcher::fetch(Storage& s) {
     Ahead stale = std::move(ahead_.front());
     ahead_.pop_front();
     ahead_numel_ -= stale.buffer.numel();
-    stale.work.wait();
-    gathered(stale.param);
+    stale.gather.work.wait();
+    if (!stale.gather.secondary) gathered(stale.param);
   }
   if (matched && !ahead_.empty() && ahead_.front().position == before) {
     Ahead a = std::move(ahead_.front());
     ahead_.pop_front();
     ahead_numel_ -= a.buffer.numel();
-    a.work.wait();
-    gathered(a.param);
+    finish_gather(a.param, a.buffer, a.gather);
     s.adopt(*a.buffer.storage());
     live_.insert(i);
     live_numel_ += full_[i].numel();
@@ -101,11 +102,37 @@ void Zero3Fetcher::gathered(size_t i) {
   if (!swap_keys_[i].empty()) swapper_->discard({{swap_keys_[i], shards_[i]}});
 }
 
-void Zero3Fetcher::gather_now(size_t i) {
-  const Tensor shard = shard_for_gather(i);
-  full_[i].storage()->make_resident();
-  group_->all_gather(full_[i], shard);
+Zero3Fetcher::Gather Zero3Fetcher::start_gather(size_t i, Tensor& out) {
+  Gather g;
+  g.secondary = options_.hpz_group && secondary_[i].defined();
+  ProcessGroup& group = g.secondary ? *options_.hpz_group : *group_;
+  g.send = g.secondary ? secondary_[i] : shard_for_gather(i);
+  if (!options_.quantized) {
+    g.work = group.all_gather_async(out, g.send);
+    return g;
+  }
+  g.send = quantize_blocks(g.send, 1, options_.quantize_block, 8);
+  g.packed = Tensor::empty({g.send.numel() * group.size()}, DType::Int32, out.device());
+  g.work = group.all_gather_async(g.packed, g.send);
+  return g;
+}
+
+void Zero3Fetcher::finish_gather(size_t i, Tensor& out, Gather& g) {
+  g.work.wait();
+  const int ranks = g.secondary ? options_.hpz_group->size() : group_->size();
+  if (g.packed.defined()) dequantize_blocks_into(out, g.packed, ranks, options_.quantize_block, 8);
+  if (g.secondary) return;
   gathered(i);
+  if (options_.hpz_group) {  // this rank's part of the whole, for the step's later gathers
+    const int64_t part = out.numel() / options_.hpz_group->size();
+    secondary_[i] = out.narrow(0, options_.hpz_group->rank() * part, part).clone();
+  }
+}
+
+void Zero3Fetcher::gather_now(size_t i) {
+  full_[i].storage()->make_resident();
+  Gather g = start_gather(i, full_[i]);
+  finish_gather(i, full_[i], g);
   if (live_.insert(i).second) live_numel_ += full_[i].numel();
   note_live();
 }
@@ -144,9 +171,8 @@ void Zero3Fetcher::start_prefetches() {
     if (std::any_of(ahead_.begin(), ahead_.end(), [&](const Ahead& a) { return a.param == p; }))
       break;
     Tensor buffer = Tensor::empty(full_[p].shape(), full_[p].dtype(), full_[p].device());
-    Tensor shard = shard_for_gather(p);
-    Work work = group_->all_gather_async(buffer, shard);
-    ahead_.push_back({next_ahead_, p, buffer, shard, std::move(work)});
+    Gather g = start_gather(p, buffer);
+    ahead_.push_back({next_ahead_, p, buffer, std::move(g)});
     ahead_numel_ += buffer.numel();
     distance += buffer.numel();
     ++next_ahead_;
@@ -174,8 +200,8 @@ void Zero3Fetcher::leave_trace() {
 
 void Zero3Fetcher::drain() {
   for (Ahead& a : ahead_) {
-    a.work.wait();
-    gathered(a.param);
+    a.gather.work.wait();
+    if (!a.gather.secondary) gathered(a.param);
   }
   ahead_.clear();
   ahead_numel_ = 0;
@@ -210,8 +236,14 @@ void Zero3Fetcher::end_step() {
   // otherwise gather for a step that never comes.
 }
 
+void Zero3Fetcher::invalidate_secondary() {
+  for (Tensor& t : secondary_) t = Tensor();
+}
+
 void Zero3Fetcher::materialize_all() {
   drain();
+  options_.quantized = false;  // (the whole weights for good: exact, from the primary shards)
+  invalidate_secondary();
   InGather guard(in_gather_);
   on_trace_ = false;
   enabled_ = false;

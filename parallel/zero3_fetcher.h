@@ -17,6 +17,13 @@
 //    elements of parameters (counted along the trace) stays gathered until then.
 // Off the trace (the first step) a parameter is released as soon as another one is used.
 //
+// Quantized gathers (zero_quantized_weights, ZeRO++'s qwZ): every rank quantizes its shard
+// to int8 blocks with a float32 scale each, the packed shards are gathered, and each rank
+// reads them back into the parameter: a quarter of float32's bytes, half of bf16's. The
+// shards themselves (and the masters) stay exact; materialize_all gathers exactly.
+//
+// Secondary partitions (zero_hpz_partition_size, ZeRO++'s hpZ): see Zero3FetchOptions.
+//
 // Shards elsewhere (offload_param): a shard on the host is copied to the parameter's device
 // for its gather; a shard in a swap file (device "nvme") is read ahead along the trace,
 // within the swapper's buffers, and dropped again once gathered.
@@ -31,6 +38,7 @@
 #include "tessera/parallel/process_group.h"
 #include "tessera/parallel/tensor_swapper.h"
 #include "tessera/parallel/zero_optimizer.h"
+#include "tessera/quantized_blocks.h"
 #include "tessera/storage.h"
 
 namespace tessera::parallel {
@@ -39,6 +47,15 @@ struct Zero3FetchOptions {
   int64_t prefetch_numel = 0;      // stage3_prefetch_bucket_size
   int64_t max_live_numel = 0;      // stage3_max_live_parameters
   int64_t max_reuse_distance = 0;  // stage3_max_reuse_distance
+  // zero_quantized_weights (qwZ): each rank's shard travels as int8 blocks of this many
+  // elements with their scales, and is read back into the gathered parameter.
+  bool quantized = false;
+  int64_t quantize_block = quantized_blocks::kDefaultBlock;
+  // zero_hpz_partition_size > 1 (hpZ): this rank's group of that many consecutive ranks. A
+  // parameter's first gather of a step (from the primary shards, over the whole group) keeps
+  // this rank's 1/hpz of it, its secondary shard; later gathers in the step (backward's,
+  // after a release) gather the secondary shards inside the hpZ group.
+  std::shared_ptr<ProcessGroup> hpz_group;
 };
 
 class Zero3Fetcher : public StorageFetcher {
@@ -63,17 +80,32 @@ class Zero3Fetcher : public StorageFetcher {
   // Evaluation passes gather on use outside the trace; leaving one releases what it gathered
   // so the next training step fetches as the trace expects.
   void set_evaluating(bool on);
+  // The shards changed (the optimizer's step, a checkpoint loaded): the secondary shards
+  // (hpZ) are stale and dropped; the next gathers come from the primary shards.
+  void invalidate_secondary();
   // Gathers every parameter for good and detaches from their storages.
   void materialize_all();
 
   const PrefetchStats& stats() const { return stats_; }
 
  private:
+  // One gather in flight: `send` must stay alive until `work` is done; qwZ receives into
+  // `packed`; hpZ's gathers of secondary shards run inside its group.
+  struct Gather {
+    Tensor send, packed;
+    Work work;
+    bool secondary = false;
+  };
   struct Ahead {
     size_t position, param;
-    Tensor buffer, shard;
-    Work work;
+    Tensor buffer;
+    Gather gather;
   };
+  // Starts gathering parameter i into `out` (from its secondary shard where hpZ has one).
+  Gather start_gather(size_t i, Tensor& out);
+  // Once the work is done: the values into `out` (qwZ: dequantized), the primary shard's
+  // swapped copy dropped, hpZ's secondary shard kept.
+  void finish_gather(size_t i, Tensor& out, Gather& g);
   void record_use(size_t i);
   void gather_now(size_t i);
   // The shard of `i` ready to be gathered (read in, on the parameter's device).
@@ -92,6 +124,7 @@ class Zero3Fetcher : public StorageFetcher {
   Zero3FetchOptions options_;
   std::unordered_map<const Storage*, size_t> index_;
   std::vector<Tensor> full_, shards_;
+  std::vector<Tensor> secondary_;  // hpZ: this rank's part of each parameter, while valid
   std::vector<std::string> swap_keys_;
   std::shared_ptr<TensorSwapper> swapper_;
   bool enabled_ = true;

@@ -33,6 +33,36 @@ void parse_offload_param(io::config::Section& z, ZeroConfig& zc) {
   off.warn_unknown();
 }
 
+// ZeRO++'s keys: qwZ, hpZ and qgZ act; LoCo and quantized frozen weights are refused, naming
+// the key, until they are built.
+void parse_zeropp(io::config::Section& z, ZeroConfig& zc) {
+  z.get("zero_quantized_weights", zc.zero_quantized_weights);
+  TS_CHECK(!zc.zero_quantized_weights || zc.stage == 3, z.source(),
+           ": 'zero_optimization.zero_quantized_weights' needs ZeRO stage 3 (it quantizes the "
+           "parameter all-gathers), but 'zero_optimization.stage' is ",
+           zc.stage);
+  const char* not_built = " is not built in Tessera yet)";
+  z.get("zero_quantized_nontrainable_weights", zc.zero_quantized_nontrainable_weights);
+  z.expect("zero_quantized_nontrainable_weights", !zc.zero_quantized_nontrainable_weights,
+           io::config::json(true),
+           std::string("false (keeping frozen weights quantized") + not_built);
+  z.get_min<int64_t>("zero_hpz_partition_size", zc.zero_hpz_partition_size, 1, ">= 1");
+  z.expect("zero_hpz_partition_size", zc.zero_hpz_partition_size <= 1 << 20,
+           zc.zero_hpz_partition_size, "at most 2^20 ranks");
+  TS_CHECK(zc.zero_hpz_partition_size == 1 || zc.stage == 3, z.source(),
+           ": 'zero_optimization.zero_hpz_partition_size' needs ZeRO stage 3 (it partitions the "
+           "parameters a second time), but 'zero_optimization.stage' is ",
+           zc.stage);
+  z.get("zero_quantized_gradients", zc.zero_quantized_gradients);
+  TS_CHECK(!zc.zero_quantized_gradients || zc.stage == 3, z.source(),
+           ": 'zero_optimization.zero_quantized_gradients' needs ZeRO stage 3 (as DeepSpeed's "
+           "qgZ), but 'zero_optimization.stage' is ",
+           zc.stage);
+  const io::config::json& loco = z.raw("zeropp_loco_param", "object or null");
+  z.expect("zeropp_loco_param", loco.is_null(), loco,
+           std::string("null (LoCo, error-compensated qgZ,") + not_built);
+}
+
 }  // namespace
 
 void ZeroConfig::parse(io::config::Section& z, ZeroConfig& zc) {
@@ -78,7 +108,20 @@ void ZeroConfig::parse(io::config::Section& z, ZeroConfig& zc) {
            {"stage3_max_reuse_distance",
             "stage 3: a parameter used again within this many elements stays gathered"},
            {"stage3_gather_16bit_weights_on_model_save",
-            "stage 3: save_16bit_model gathers the whole weights (else it writes nothing)"}});
+            "stage 3: save_16bit_model gathers the whole weights (else it writes nothing)"},
+           {"zero_quantized_weights",
+            "stage 3 (ZeRO++ qwZ): parameters gathered as int8 blocks with a float32 scale per "
+            "2048 elements, half of bf16's bytes"},
+           {"zero_quantized_nontrainable_weights", "ZeRO++: not built (true is refused)"},
+           {"zero_hpz_partition_size",
+            "stage 3 (ZeRO++ hpZ): each parameter kept a second time, split over groups of this "
+            "many consecutive ranks, so the gathers after its first of a step stay in the group "
+            "(1: off; it must divide the ranks)"},
+           {"zero_quantized_gradients",
+            "stage 3 (ZeRO++ qgZ): gradients reduced by int4 all-to-alls inside and across "
+            "nodes (consecutive blocks of the processes per host) instead of reduce-scattered; "
+            "on one node they are reduce-scattered as without it (as DeepSpeed)"},
+           {"zeropp_loco_param", "ZeRO++ LoCo: not built (a value is refused)"}});
   z.get("stage", zc.stage);
   z.expect("stage", zc.stage >= 0 && zc.stage <= 3, zc.stage, "0, 1, 2 or 3");
   if (z.has("offload_optimizer")) {
@@ -117,6 +160,7 @@ void ZeroConfig::parse(io::config::Section& z, ZeroConfig& zc) {
   z.ignored<bool>("allgather_partitions", "partitions are always all-gathered");
   z.ignored<bool>("reduce_scatter", "gradients are always reduce-scattered at stages 1-3");
   z.get("stage3_gather_16bit_weights_on_model_save", zc.stage3_gather_16bit_weights_on_model_save);
+  parse_zeropp(z, zc);
 }
 
 const ZeroConfig& zero_config(const io::TrainConfig& cfg) {

@@ -1,9 +1,12 @@
 #include <algorithm>
 #include <cmath>
+#include <iostream>
 #include <unordered_map>
 
+#include "quantized_reduce_scatter.h"
 #include "tessera/grad_mode.h"
 #include "tessera/ops.h"
+#include "tessera/parallel/thread_share.h"
 #include "tessera/parallel/zero_optimizer.h"
 #include "zero3_fetcher.h"
 
@@ -64,6 +67,9 @@ int64_t zero_buffer_bytes(const ShardLayout& layout, const ZeroOptions& o, DType
   // distance from where it was kept, so together they span at most the distance plus one.
   if (o.stage == 3 && o.max_reuse_distance > 0 && partitioned > 0)
     bytes += std::min(partitioned, o.max_reuse_distance + max_padded) * model;
+  // hpZ: each partitioned parameter's secondary shard, from its first gather of a step to
+  // the step's update.
+  if (o.stage == 3 && o.hpz_partition_size > 1) bytes += partitioned / o.hpz_partition_size * model;
   return bytes;
 }
 
@@ -123,6 +129,19 @@ ZeroOptimizer::ZeroOptimizer(nn::Module& model, std::shared_ptr<ProcessGroup> gr
   swap_out_shards();
 }
 
+// qgZ over `group`'s nodes; none (and a note from its first rank) on one node.
+std::shared_ptr<QuantizedReduceScatter> ZeroOptimizer::quantized_reduction(
+    const std::shared_ptr<ProcessGroup>& group) const {
+  if (!options_.quantized_gradients) return nullptr;
+  std::string why;
+  auto q = QuantizedReduceScatter::make(group, processes_per_host(), &why);
+  if (!q && group->rank() == 0)
+    std::cerr << "tessera: zero_quantized_gradients: " << why
+              << ": gradients are reduce-scattered unquantized (as DeepSpeed's qgZ, which "
+                 "quantizes between nodes)\n";
+  return q;
+}
+
 // Each partition's reduce-scatter buckets into its gradient partition.
 void ZeroOptimizer::make_buckets() {
   GradBuckets::Options bo;
@@ -131,6 +150,7 @@ void ZeroOptimizer::make_buckets() {
   bo.pre_scale = options_.pre_scale;
   bo.comm_dtype = options_.comm_dtype;
   for (Partition& part : parts_) {
+    bo.quantized = quantized_reduction(part.group);
     part.grad_partition = zeros({part.layout.partition_numel}, options_.comm_dtype, device_);
     std::vector<Tensor*> slots;
     for (size_t i : part.params) slots.push_back(params_[i].second);
@@ -261,7 +281,10 @@ void ZeroOptimizer::scale_master_grads(double coef) {
 
 void ZeroOptimizer::publish() {
   NoGradGuard no_grad;
-  if (fetcher_) fetcher_->drain();
+  if (fetcher_) {
+    fetcher_->drain();
+    fetcher_->invalidate_secondary();  // (the shards change)
+  }
   if (options_.stage == 3 && !swap_masters_ && !shards_are_masters_) publish_shards();
   for (Partition& part : parts_) publish(part);
   swap_out_shards();

@@ -22,6 +22,18 @@ std::vector<bool> swapped_param_shards(const ShardLayout& layout, const ZeroOpti
   return swapped;
 }
 
+std::shared_ptr<ProcessGroup> ZeroOptimizer::hpz_group(int world) const {
+  const int64_t h = options_.hpz_partition_size;
+  if (h <= 1) return nullptr;
+  TS_CHECK(world % h == 0, "'zero_optimization.zero_hpz_partition_size' is ", h,
+           ", which does not divide the ", world,
+           " ranks ZeRO partitions over (hpZ's groups are that many consecutive ranks)");
+  std::vector<int> ranks;
+  const int first = static_cast<int>(group_->rank() / h * h);
+  for (int r = first; r < first + h; ++r) ranks.push_back(r);
+  return group_->new_group(ranks);
+}
+
 void ZeroOptimizer::build_shards() {
   TS_CHECK(options_.offload_param == "none" || options_.stage == 3,
            "ZeRO: offload_param needs stage 3 (it offloads the partitioned parameters)");
@@ -39,6 +51,8 @@ void ZeroOptimizer::build_shards() {
   fo.prefetch_numel = options_.prefetch_bucket_size;
   fo.max_live_numel = options_.max_live_parameters;
   fo.max_reuse_distance = options_.max_reuse_distance;
+  fo.quantized = options_.quantized_weights;
+  fo.hpz_group = hpz_group(world);
   fetcher_ = std::make_shared<Zero3Fetcher>(group_, fo);
   if (nvme) {
     NvmeOffloadOptions o = *options_.param_nvme;

@@ -1,8 +1,8 @@
 // Counts what a process hands to MPI, through MPI's profiling interface (each MPI_X here
-// calls PMPI_X): calls and payload bytes per collective, written at MPI_Finalize to
-// $TESSERA_MPI_COUNT_DIR/rank<R>.json. Loaded with LD_PRELOAD by tests/tools/distributed.sh,
-// so communication volume is checked against the MPI calls themselves, not against
-// Tessera's own comms logger.
+// calls PMPI_X): calls and payload bytes per collective (and again per communicator size,
+// "all_gather@2"), written at MPI_Finalize to $TESSERA_MPI_COUNT_DIR/rank<R>.json. Loaded with
+// LD_PRELOAD by tests/tools/distributed.sh, so communication volume is checked against the MPI
+// calls themselves, not against Tessera's own comms logger.
 #include <mpi.h>
 
 #include <cstdio>
@@ -28,13 +28,20 @@ std::map<std::string, Count>& counts() {
   return *c;
 }
 
-void add(const char* op, long long count, MPI_Datatype type) {
+void add(const std::string& op, long long count, MPI_Datatype type) {
   int size = 0;
   PMPI_Type_size(type, &size);
   std::lock_guard<std::mutex> lock(mu());
   Count& c = counts()[op];
   ++c.calls;
   c.bytes += count * size;
+}
+
+// A collective's count under its name and again per communicator size ("all_gather@2"), so a
+// test can tell a group's traffic from the whole job's.
+void add_collective(const char* op, long long count, MPI_Datatype type, int comm_size) {
+  add(op, count, type);
+  add(std::string(op) + "@" + std::to_string(comm_size), count, type);
 }
 
 }  // namespace
@@ -50,7 +57,7 @@ int MPI_Reduce_scatter_block(const void* s, void* r, int count, MPI_Datatype t, 
                              MPI_Comm comm) {
   int n = 1;
   PMPI_Comm_size(comm, &n);
-  add("reduce_scatter", static_cast<long long>(count) * n, t);  // the input each rank gives
+  add_collective("reduce_scatter", static_cast<long long>(count) * n, t, n);  // each rank's input
   return PMPI_Reduce_scatter_block(s, r, count, t, op, comm);
 }
 
@@ -58,7 +65,7 @@ int MPI_Allgather(const void* s, int sc, MPI_Datatype st, void* r, int rc, MPI_D
                   MPI_Comm comm) {
   int n = 1;
   PMPI_Comm_size(comm, &n);
-  add("all_gather", static_cast<long long>(rc) * n, rt);  // the whole gathered output
+  add_collective("all_gather", static_cast<long long>(rc) * n, rt, n);  // the gathered output
   return PMPI_Allgather(s, sc, st, r, rc, rt, comm);
 }
 
@@ -66,7 +73,7 @@ int MPI_Alltoall(const void* s, int sc, MPI_Datatype st, void* r, int rc, MPI_Da
                  MPI_Comm comm) {
   int n = 1;
   PMPI_Comm_size(comm, &n);
-  add("all_to_all", static_cast<long long>(sc) * n, st);  // the whole input each rank gives
+  add_collective("all_to_all", static_cast<long long>(sc) * n, st, n);  // each rank's input
   return PMPI_Alltoall(s, sc, st, r, rc, rt, comm);
 }
 

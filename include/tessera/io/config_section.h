@@ -125,7 +125,9 @@ class Section {
   void expect(const std::string& k, bool ok, const V& found, const std::string& expected) {
     if (recorder_) recorder_->expected(key(k), expected);
     if (ok) return;
-    if constexpr (std::is_convertible_v<V, std::string>)
+    if constexpr (std::is_same_v<V, json>)  // (as written in the file)
+      fail(source_, ": '", key(k), "' is ", found.dump(), ", expected ", expected);
+    else if constexpr (std::is_convertible_v<V, std::string>)
       fail(source_, ": '", key(k), "' is \"", std::string(found), "\", expected ", expected);
     else
       fail(source_, ": '", key(k), "' is ", found, ", expected ", expected);

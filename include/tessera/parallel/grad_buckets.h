@@ -21,6 +21,8 @@
 
 namespace tessera::parallel {
 
+class QuantizedReduceScatter;  // (parallel/quantized_reduce_scatter.h)
+
 class GradBuckets {
  public:
   enum class Mode { AllReduce, ReduceScatter };
@@ -30,6 +32,8 @@ class GradBuckets {
     double pre_scale = 1.0;   // multiplies gradients before the reduction
     double post_scale = 1.0;  // AllReduce: multiplies the result
     DType comm_dtype = DType::Float32;
+    // ReduceScatter: ZeRO++'s quantized reduction in place of the reduce-scatter (qgZ).
+    std::shared_ptr<QuantizedReduceScatter> quantized;
   };
   // params: the model's parameter slots in registration order. ReduceScatter also takes the
   // layout and this rank's gradient partition (layout.partition_numel, comm dtype).

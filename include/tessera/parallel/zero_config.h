@@ -41,6 +41,13 @@ struct ZeroConfig {
   int64_t stage3_max_reuse_distance = 1000000000;
   // Engine::save_16bit_model gathers ZeRO-3's parameters (DeepSpeed's default: false).
   bool stage3_gather_16bit_weights_on_model_save = false;
+  // ZeRO++ (stage 3): int8 block-quantized parameter all-gathers (qwZ), the secondary
+  // partition (hpZ) and int4 gradient all-to-alls (qgZ). LoCo and quantized non-trainable
+  // weights are refused until they are built.
+  bool zero_quantized_weights = false;
+  bool zero_quantized_nontrainable_weights = false;
+  int64_t zero_hpz_partition_size = 1;
+  bool zero_quantized_gradients = false;
 
   // Reads the section (the config reader reports its unknown keys); errors name the key.
   static void parse(io::config::Section& z, ZeroConfig& out);

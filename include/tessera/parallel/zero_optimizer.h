@@ -61,6 +61,16 @@ struct ZeroOptions {
   int64_t param_max_in_cpu = ZeroConfig().offload_param_max_in_cpu;
   bool param_pin_memory = false;
   int64_t allgather_bucket_size = ZeroConfig().allgather_bucket_size;  // per all-gather
+  // zero_quantized_weights (ZeRO++ qwZ, stage 3): gathers move int8 blocks and their scales
+  // (tessera/quantized_blocks.h) instead of the parameters' own dtype.
+  bool quantized_weights = false;
+  // zero_hpz_partition_size (ZeRO++ hpZ, stage 3): a secondary partition of each parameter
+  // over groups of this many consecutive ranks, which gathers after the step's first use
+  // (backward's) stay inside; 1: none. It must divide the group's size.
+  int64_t hpz_partition_size = 1;
+  // zero_quantized_gradients (ZeRO++ qgZ, stage 3): gradients reduced by int4 all-to-alls
+  // inside and across nodes (parallel/quantized_reduce_scatter.h) instead of reduce-scattered.
+  bool quantized_gradients = false;
   // Tensor parallelism (the ZeRO group is then the data-parallel group of one tensor-
   // parallel rank): the parameters, by name, that are shards across this group. The gradient
   // norm sums their squares over it and counts every other (replicated) parameter once.
@@ -73,6 +83,11 @@ struct ZeroOptions {
   std::shared_ptr<ProcessGroup> expert_data_group;
   std::set<std::string> expert_params;
 };
+
+// The options the config's zero_optimization and aio sections give (stage, buckets, the
+// stage-3 fetch keys, offload, ZeRO++); the engine adds the dtypes, gradient pre-scaling and
+// the tensor-parallel and expert groups, estimate-memory reads the same fields.
+ZeroOptions zero_options(const io::TrainConfig& c);
 
 // Stage-3 parameter gathers of training passes so far, and how many of them were started
 // ahead of use; peak_live_numel: elements of gathered parameters (in use, kept for reuse, or
@@ -219,6 +234,10 @@ class ZeroOptimizer {
   // offload_param puts them, filled from the masters; the partitioned parameters become
   // released views gathered by the fetcher.
   void build_shards();
+  std::shared_ptr<QuantizedReduceScatter> quantized_reduction(
+      const std::shared_ptr<ProcessGroup>& group) const;
+  // hpZ: this rank's group of hpz_partition_size consecutive ranks (null when off).
+  std::shared_ptr<ProcessGroup> hpz_group(int world) const;
   // The masters' new values into the shards (when they are not the masters).
   void publish_shards();
   // offload_param "nvme": a swapped shard given new values goes back to its file (so the
