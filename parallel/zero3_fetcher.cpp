@@ -82,13 +82,12 @@ void Zero3Fetcher::used(Storage& s) {
 }
 
 bool Zero3Fetcher::reused_soon(size_t param) const {
-  int64_t seen = 0;  // elements of the parameters used in between (DeepSpeed's count)
-  for (size_t j = cursor_; j < trace_.size(); ++j) {
-    if (seen >= options_.max_reuse_distance) return false;
-    if (trace_[j] == param) return true;
-    seen += full_[trace_[j]].numel();
-  }
-  return false;
+  // Its first use at or after the cursor, if the elements of the parameters used before it
+  // (DeepSpeed's count) stay under the distance.
+  const std::vector<size_t>& at = uses_[param];
+  const auto next = std::lower_bound(at.begin(), at.end(), cursor_);
+  return next != at.end() &&
+         elements_before_[*next] - elements_before_[cursor_] < options_.max_reuse_distance;
 }
 
 Tensor Zero3Fetcher::shard_for_gather(size_t i) {
@@ -153,8 +152,8 @@ void Zero3Fetcher::note_live() {
 void Zero3Fetcher::start_prefetches() {
   if (!on_trace_) return;
   next_ahead_ = std::max(next_ahead_, cursor_);
-  int64_t distance = 0;  // elements used from the cursor up to next_ahead_
-  for (size_t j = cursor_; j < next_ahead_; ++j) distance += full_[trace_[j]].numel();
+  // Elements used from the cursor up to next_ahead_.
+  int64_t distance = elements_before_[next_ahead_] - elements_before_[cursor_];
   while (options_.prefetch_numel > 0 && next_ahead_ < trace_.size() &&
          ahead_numel_ < options_.prefetch_numel &&
          live_numel_ + ahead_numel_ < options_.max_live_numel) {
@@ -220,12 +219,22 @@ void Zero3Fetcher::set_evaluating(bool on) {
   evaluating_ = on;
 }
 
+void Zero3Fetcher::index_trace() {
+  elements_before_.assign(trace_.size() + 1, 0);
+  uses_.assign(full_.size(), {});
+  for (size_t j = 0; j < trace_.size(); ++j) {
+    elements_before_[j + 1] = elements_before_[j] + full_[trace_[j]].numel();
+    uses_[trace_[j]].push_back(j);
+  }
+}
+
 void Zero3Fetcher::end_step() {
   drain();
   // A step that left the trace, or stopped short of its end, is the new trace.
   if (!trace_valid_ || !on_trace_ || cursor_ != trace_.size()) {
     trace_ = current_;
     trace_valid_ = !trace_.empty();
+    index_trace();
   }
   current_.clear();
   cursor_ = next_ahead_ = next_read_ = 0;

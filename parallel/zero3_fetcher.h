@@ -118,6 +118,8 @@ class Zero3Fetcher : public StorageFetcher {
   void release_all();
   // Whether `param` is used again within max_reuse_distance elements from the cursor.
   bool reused_soon(size_t param) const;
+  // Indexes a new trace: the elements used before each position, each parameter's positions.
+  void index_trace();
   void note_live();
 
   std::shared_ptr<ProcessGroup> group_;
@@ -144,7 +146,9 @@ class Zero3Fetcher : public StorageFetcher {
   std::set<size_t> live_;  // gathered (resident) parameters
   int64_t live_numel_ = 0;
 
-  std::vector<size_t> trace_, current_;  // parameter indices in order of use
+  std::vector<size_t> trace_, current_;    // parameter indices in order of use
+  std::vector<int64_t> elements_before_;   // [position]: elements of the trace's uses before it
+  std::vector<std::vector<size_t>> uses_;  // [parameter]: its positions in the trace
   bool trace_valid_ = false, on_trace_ = false, evaluating_ = false;
   size_t cursor_ = 0;      // next trace position expected
   size_t next_ahead_ = 0;  // next trace position to prefetch
