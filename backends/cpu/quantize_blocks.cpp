@@ -109,17 +109,8 @@ struct DequantizeBlocks {
         const uint8_t* codes = l.codes(packed, s);
         const A scale = A(l.scales(packed, s)[k]);
         T* out = y + s * l.n + first;
-        for (int64_t i = 0; i < len; ++i) {
-          const int64_t e = first + i;
-          int code;
-          if (l.bits == 8) {
-            code = static_cast<int8_t>(codes[e]);
-          } else {
-            const int nibble = (codes[e / 2] >> (4 * (e % 2))) & 0xf;
-            code = nibble >= 8 ? nibble - 16 : nibble;
-          }
-          out[i] = store<T>(A(code) * scale);
-        }
+        for (int64_t i = 0; i < len; ++i)
+          out[i] = store<T>(A(qb::code_at(codes, first + i, l.bits)) * scale);
       }
     });
   }

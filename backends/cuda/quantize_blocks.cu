@@ -87,17 +87,8 @@ __global__ void dequantize_kernel(const int32_t* packed, T* y, Layout l) {
   const uint8_t* codes = reinterpret_cast<const uint8_t*>(packed + s * l.words);
   const A scale = A(reinterpret_cast<const float*>(packed + s * l.words + l.code_words)[k]);
   T* out = y + s * l.n + first;
-  for (int64_t i = threadIdx.x; i < len; i += kThreads) {
-    const int64_t e = first + i;
-    int code;
-    if (l.bits == 8) {
-      code = static_cast<int8_t>(codes[e]);
-    } else {
-      const int nibble = (codes[e / 2] >> (4 * (e % 2))) & 0xf;
-      code = nibble >= 8 ? nibble - 16 : nibble;
-    }
-    out[i] = convert<T>(A(code) * scale);
-  }
+  for (int64_t i = threadIdx.x; i < len; i += kThreads)
+    out[i] = convert<T>(A(qb::code_at(codes, first + i, l.bits)) * scale);
 }
 
 template <class T>

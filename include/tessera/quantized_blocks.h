@@ -14,6 +14,14 @@
 #pragma once
 #include <cstdint>
 
+#ifndef TS_HOST_DEVICE  // (as tessera/philox.h: the same code on the host and in CUDA kernels)
+#if defined(__CUDACC__)
+#define TS_HOST_DEVICE __host__ __device__
+#else
+#define TS_HOST_DEVICE
+#endif
+#endif
+
 namespace tessera::quantized_blocks {
 
 // Elements per scale where a caller does not choose (DeepSpeed's weight quantizer aims at
@@ -39,6 +47,13 @@ inline int64_t code_words(int64_t n, int64_t bits) {
 // 32-bit words of one packed segment of n elements.
 inline int64_t words(int64_t n, int64_t block, int64_t bits) {
   return code_words(n, bits) + blocks(n, block);
+}
+
+// Code e of a segment whose codes start at `codes` (two's complement, as laid out above).
+TS_HOST_DEVICE inline int code_at(const uint8_t* codes, int64_t e, int64_t bits) {
+  if (bits == 8) return static_cast<int8_t>(codes[e]);
+  const int nibble = (codes[e / 2] >> (4 * (e % 2))) & 0xf;
+  return nibble >= 8 ? nibble - 16 : nibble;
 }
 
 }  // namespace tessera::quantized_blocks
