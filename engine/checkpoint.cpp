@@ -167,6 +167,7 @@ void Engine::write_checkpoint_files(const fs::path& tmp, const nlohmann::json& c
                          {"world_size", group_->size()},
                          {"client_state", client_state}};
     if (zero_) state["zero"] = parallel::zero_metadata(zero_->stage(), zero_->layout());
+    if (!fp8_layers_.empty()) state["fp8"] = fp8_state();
     // How the shards merge (a load at another size, zero-to-fp32, export); other files (a
     // pipeline's layers) say it themselves.
     if (checkpoint_files_) checkpoint_files_->describe(state);
@@ -307,7 +308,10 @@ LoadedCheckpoint Engine::load_checkpoint(const std::string& dir, const std::stri
            "): every parameter's partition must be in the checkpoint");
   NoGradGuard no_grad;
   load_weights_and_optimizer(d, state, options.load_module_strict, load_optimizer);
-  if (!options.load_module_only) restore_engine_state(state, options.load_lr_scheduler_states);
+  if (!options.load_module_only) {
+    restore_engine_state(state, options.load_lr_scheduler_states);
+    load_fp8_state(state, "load_checkpoint: '" + meta_path + "'");
+  }
   return {d.string(), state.value("client_state", nlohmann::json())};
 }
 

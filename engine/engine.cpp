@@ -76,6 +76,7 @@ Engine::Engine(nn::Module& model, io::TrainConfig config, InitializeOptions opti
   if (config_.flops_profiler.enabled && is_lead())
     flops_profiler_ = std::make_unique<nn::FlopsProfiler>(model_);
   build_training_schedules();
+  setup_fp8();
   // CUDA tensors communicate over NCCL (bootstrapped over the MPI world); CPU ones over MPI.
   // (TESSERA_DIST_BACKEND=nccl uses NCCL on one rank too: a single GPU can test it.)
   const char* backend = std::getenv("TESSERA_DIST_BACKEND");
@@ -363,6 +364,7 @@ StepStats Engine::step(const LrKwargs& lr_kwargs) {
     return st;
   }
   NoGradGuard no_grad;
+  update_fp8_scales();  // (the next step's forward uses the new scales)
   global_grad_norm_.reset();
   if (zero_) {
     const auto gradients = timers_.start();

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <set>
 
+#include "tessera/engine/fp8_config.h"
 #include "tessera/io/token_data.h"
 #include "tessera/io/tokenizer.h"
 #include "tessera/launch/model_build.h"
@@ -31,6 +32,7 @@ models::ActivationPlan activation_plan(const io::TrainConfig& cfg) {
   p.tensor_parallel = parallel::tensor_parallel_config(cfg).autotp_size;
   p.sequence_parallel = parallel::tensor_parallel_config(cfg).sequence_parallel;
   p.dtype = cfg.model_dtype();
+  p.fp8 = engine::fp8_config(cfg).enabled;
   const parallel::ActivationCheckpointingOptions& ac =
       parallel::activation_checkpointing_config(cfg);
   if (ac.enabled) {

@@ -53,13 +53,33 @@ int64_t kernel_bytes(const Sizes& s, const std::optional<nn::TransformerKernelOp
   return bytes;
 }
 
+// Merging the heads copies the attention output unless it is already [B, T, C] in memory
+// (one head per rank, or one token).
+int64_t heads_merged(const Sizes& s, int64_t H) {
+  return H / s.n > 1 && s.T > 1 ? 1 : 0;
+}
+
+// What FP8 linears keep beyond the same layer in the model's dtype (activation_memory.h):
+// their weights' FP8 numbers, and copies of inputs another op keeps as well. `separate_qkv`:
+// BERT's three q, k, v linears over one input (GPT-2 has one c_attn).
+int64_t fp8_bytes(const Sizes& s, const ActivationPlan& p, int64_t C, int64_t I, int64_t H,
+                  bool separate_qkv) {
+  if (!p.fp8) return 0;
+  const int64_t n = s.n, w = tensor_bytes(C * C / n, s.b);
+  // Row-parallel: the attention output's linear and the MLP's second.
+  int64_t bytes =
+      w + tensor_bytes(C * I / n, s.b) + (1 - heads_merged(s, H)) * tensor_bytes(s.N * C / n, s.b);
+  if (p.sequence_parallel) return bytes;  // (the column-parallel ones keep no FP8 numbers)
+  bytes += tensor_bytes(I * C / n, s.b);  // the MLP's first
+  if (!separate_qkv) return bytes + tensor_bytes(3 * C * C / n, s.b);
+  return bytes + 3 * w + 2 * tensor_bytes(s.R * C, s.b);
+}
+
 // One transformer layer (GPT-2's block or BERT's layer): C hidden, I inner, H heads; `kernel`
-// what the transformer kernel's options change (kernel_bytes).
+// what the transformer kernel's options change (kernel_bytes) and FP8 adds (fp8_bytes).
 int64_t layer_bytes(const Sizes& s, int64_t C, int64_t I, int64_t H, int64_t kernel) {
   const int64_t N = s.N, R = s.R, n = s.n;
-  // Merging the heads copies the attention output unless it is already [B, T, C] in memory
-  // (one head per rank, or one token).
-  const int64_t merged = H / n > 1 && s.T > 1 ? 1 : 0;
+  const int64_t merged = heads_merged(s, H);
   return 4 * tensor_bytes(R * C, s.b)                   // input, two LayerNorm tensors, residual
          + (4 + merged) * tensor_bytes(N * C / n, s.b)  // attention: q, k, v, output; merged
          + 2 * tensor_bytes(N * I / n, s.b)             // MLP: GeLU's input and output
@@ -102,8 +122,9 @@ ActivationBytes gpt2_activation_bytes(const GPT2Config& c, const ActivationPlan&
   // The position ids (this rank's chunk with sequence parallelism) kept by wpe's lookup.
   a.embeddings =
       vocab_parallel_lookup_bytes(s) + tensor_bytes(p.sequence_parallel ? s.T / s.n : s.T, kInt64);
-  a.layers = stack_bytes(s, p, c.n_layer, C, I, c.n_head,
-                         kernel_bytes(s, c.transformer_kernel, C, I, false));
+  a.layers = stack_bytes(
+      s, p, c.n_layer, C, I, c.n_head,
+      kernel_bytes(s, c.transformer_kernel, C, I, false) + fp8_bytes(s, p, C, I, c.n_head, false));
   // ln_f: its input and output (the tied head's input), mean and 1/std; then the loss.
   a.head = 2 * tensor_bytes(s.R * C, s.b) + 2 * tensor_bytes(s.R, kFloat32) +
            loss_bytes(s, c.vocab_size);
@@ -121,8 +142,9 @@ ActivationBytes bert_activation_bytes(const BertConfig& c, bool nsp, const Activ
                  (p.sequence_parallel ? tensor_bytes(s.R, kInt64) : 0) + tensor_bytes(s.N, kBool) +
                  tensor_bytes(s.R * C, s.b) + 2 * tensor_bytes(s.R, kFloat32);
   const int64_t I = c.intermediate_size, H = c.num_attention_heads;
-  a.layers = stack_bytes(s, p, c.num_hidden_layers, C, I, H,
-                         kernel_bytes(s, c.transformer_kernel, C, I, true));
+  a.layers = stack_bytes(
+      s, p, c.num_hidden_layers, C, I, H,
+      kernel_bytes(s, c.transformer_kernel, C, I, true) + fp8_bytes(s, p, C, I, H, true));
   // The MLM transform: the dense layer's input and output, GeLU's output, the LayerNorm's
   // output (the head's input), mean and 1/std; then the loss.
   a.head = 4 * tensor_bytes(s.R * C, s.b) + 2 * tensor_bytes(s.R, kFloat32) +

@@ -114,11 +114,11 @@ Tensor ColumnParallelLinear::forward(const Tensor& x) {
   nn::ModuleScope scope(*this);
   if (!group_) {
     check_input(x, in_features, name());
-    return linear(x, weight, bias);
+    return gemm(x, weight, bias);
   }
   const Tensor y = sequence_parallel
-                       ? sequence_parallel_linear(x, weight, bias, *group_)
-                       : linear(copy_to_tensor_parallel_region(x, *group_), weight, bias);
+                       ? sequence_parallel_linear(x, weight, bias, *group_, fp8)
+                       : gemm(copy_to_tensor_parallel_region(x, *group_), weight, bias);
   return gather_output ? gather_from_tensor_parallel_region(y, *group_) : y;
 }
 
@@ -164,15 +164,17 @@ Tensor RowParallelLinear::forward(const Tensor& x) {
   nn::ModuleScope scope(*this);
   if (!group_) {
     check_input(x, in_features, name());
-    return linear(x, weight, bias);
+    return gemm(x, weight, bias);
   }
   const Tensor xin = input_is_parallel ? x : scatter_to_tensor_parallel_region(x, *group_);
-  return reduced(linear(xin, weight));
+  return reduced(gemm(xin, weight, {}));
 }
 
 Tensor RowParallelLinear::forward_of_gelu(const Tensor& x, GeluApprox approximate,
                                           bool recompute_gelu) {
   if (!recompute_gelu) return forward(gelu(x, approximate));
+  TS_CHECK(!fp8, "RowParallelLinear '", name(),
+           "': GELU recomputed in backward (gelu_checkpoint) does not run through FP8");
   nn::ModuleScope scope(*this);
   if (!group_) {
     check_input(x, in_features, name());
@@ -202,6 +204,8 @@ Tensor ColumnParallelLinear::joined_forward(const std::vector<ColumnParallelLine
                  l->bias.defined() == first.bias.defined(),
              "ColumnParallelLinear::joined_forward: ", l->name(), " differs from ", first.name(),
              " (group, in_features, sequence_parallel, bias) or gathers its output");
+    TS_CHECK(!l->fp8, "ColumnParallelLinear::joined_forward: ", l->name(),
+             " runs through FP8, which joined layers do not");
     weights.push_back(l->weight);
     if (l->bias.defined()) biases.push_back(l->bias);
   }

@@ -1,6 +1,7 @@
-// The op catalog: the gradient norm (sum_squares), the optimizer updates and ZeRO++'s block
-// quantization.
+// The op catalog: the gradient norm (sum_squares), the optimizer updates, ZeRO++'s block
+// quantization and FP8 casts.
 #include "catalog_builders.h"
+#include "tessera/autograd/fp8_linear.h"
 #include "tessera/optim/optimizer.h"
 
 namespace tessera::testing::catalog {
@@ -59,6 +60,26 @@ void add_optim_ops(std::vector<OpSpec>& ops) {
                return out;
              }};
     s.differentiable = false;
+    ops.push_back(s);
+  }
+  // FP8 casts (tessera/fp8.h): the FP8 numbers of x * scale. Power-of-two scales keep x * scale
+  // exact in float32, so a 16-bit input's numbers are its float64 rounding's.
+  for (const auto& [name, format] :
+       {std::pair{"fp8_cast_e4m3", Fp8Format::E4M3}, std::pair{"fp8_cast_e5m2", Fp8Format::E5M2}}) {
+    OpSpec s{name,
+             "fp8_cast",
+             {{"[40] scale 8", {in({40})}},
+              {"[6,7] scale 256 (saturates)", {in({6, 7})}},
+              {"[64] scale 2^-14 (subnormals)", {in({64})}}},
+             [format](const Inputs& x, const OpContext& c) {
+               const std::string& l = c.op_case.label;
+               const float scale = l.find("256") != std::string::npos     ? 256.0f
+                                   : l.find("2^-14") != std::string::npos ? 0x1p-14f
+                                                                          : 8.0f;
+               return fp8_cast(x[0], scale, format);
+             }};
+    s.differentiable = false;
+    s.finite_differences = false;
     ops.push_back(s);
   }
 }

@@ -1,11 +1,12 @@
 # Sourced by the CLI tests (after `set -euo pipefail`) with the tessera binary and the fixtures
 # directory as $1 and $2: sets $tessera and $fixtures, makes a fresh $work (its processes killed
-# and it removed on exit) holding the caches and tests/fixtures/corpus.txt as corpus.txt, lets MPI
-# run as root and oversubscribe with one OpenMP thread per rank, and makes $work the working
-# directory. (The corpus is a frozen copy of an earlier README: the tests trained on the README
-# itself until a docs edit moved their float32 rounding.)
+# and, unless TESSERA_KEEP is set, it removed on exit) holding the caches and
+# tests/fixtures/corpus.txt as corpus.txt, lets MPI run as root and oversubscribe with one
+# OpenMP thread per rank, and makes $work the working directory. (The corpus is a frozen copy of
+# an earlier README: the tests trained on the README itself until a docs edit moved their
+# float32 rounding.)
 tessera="$(realpath "$1")"; fixtures="$(realpath "$2")"
-work="$(mktemp -d)"; trap 'pkill -9 -f "$work" 2>/dev/null || true; rm -rf "$work"' EXIT
+work="$(mktemp -d)"; trap 'pkill -9 -f "$work" 2>/dev/null || true; [ -n "${TESSERA_KEEP:-}" ] || rm -rf "$work"' EXIT
 export XDG_CACHE_HOME="$work/cache" OMP_NUM_THREADS=1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 cp "$fixtures/corpus.txt" "$work/corpus.txt"

@@ -35,6 +35,7 @@
 #include "tessera/nn/random_ltd.h"
 #include "tessera/optim/lr_schedule.h"
 #include "tessera/optim/optimizer.h"
+#include "tessera/parallel/fp8_layers.h"
 #include "tessera/parallel/grad_buckets.h"
 #include "tessera/parallel/moe.h"
 #include "tessera/parallel/process_group.h"
@@ -500,6 +501,12 @@ class Engine {
   std::vector<std::pair<std::string, CurriculumScheduler>> sampling_difficulties_;
   std::shared_ptr<nn::ProgressiveLayerDrop> layer_drop_;  // progressive_layer_drop
   std::shared_ptr<nn::RandomLayerTokenDrop> token_drop_;  // data_efficiency's random_ltd
+  // fp8 (engine_fp8.cpp): the model's FP8 layers; their scales move after each step.
+  parallel::Fp8Layers fp8_layers_;
+  void setup_fp8();
+  void update_fp8_scales();
+  nlohmann::json fp8_state() const;
+  void load_fp8_state(const nlohmann::json& engine_json, const std::string& where);
   // After a step: the schedules' values for the step that ran (when monitored).
   void add_schedule_events(std::vector<MonitorEvent>& events);
   void build_training_schedules();     // curriculum, data sampling's metrics, PLD, random-LTD

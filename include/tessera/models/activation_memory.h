@@ -21,6 +21,12 @@
 //   BERT's joined q|k|v weight kept by its GEMM: + 3 C^2/N
 //   attn_dropout_ratio: nothing (the fused attention draws its mask again in backward; on
 //   CUDA, until its kernel takes dropout, the probabilities are kept: 2 B*H*T*T/N more)
+//
+// With FP8 (the "fp8" section), each linear keeps its input's and weight's FP8 numbers (in
+// the model's dtype) instead of the input: per layer + (4 C^2 + 2 C I)/N of weights; BERT's
+// q, k, v each keep their own copy of the layer's input (+ 2 R C), and the attention output's
+// linear a copy where the heads were not merged (+ B*T*C/N). With sequence parallelism the
+// column-parallel linears keep their input chunk, as without FP8, and no FP8 numbers.
 #pragma once
 #include <cstdint>
 
@@ -39,6 +45,7 @@ struct ActivationPlan {
   bool partition_activations = false;
   bool checkpoints_on_host = false;  // cpu_checkpointing on a GPU
   DType dtype = DType::Float32;      // the model's
+  bool fp8 = false;                  // the layers' linears through FP8 (the "fp8" section)
 };
 
 struct ActivationBytes {

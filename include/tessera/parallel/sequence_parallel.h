@@ -10,6 +10,7 @@
 #include <optional>
 #include <vector>
 
+#include "tessera/autograd/fp8_linear.h"
 #include "tessera/nn/layers.h"
 #include "tessera/parallel/process_group.h"
 #include "tessera/rng.h"
@@ -29,8 +30,10 @@ Tensor gather_from_sequence_parallel_region(const Tensor& x, ProcessGroup& group
 // chunk x for backward, as Megatron's linear with sequence parallelism: backward all-gathers
 // the chunk again for the weight's gradient, so the saved input is 1/N of the gathered one.
 // The gradient of x is the reduce-scatter of the whole input's gradient.
+// fp8: the GEMM through fp8_linear (fp8_layers.h), forward and again in backward.
 Tensor sequence_parallel_linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                                ProcessGroup& group);
+                                ProcessGroup& group,
+                                const std::shared_ptr<Fp8LinearScaling>& fp8 = nullptr);
 // The ranks' partial sums reduce-scattered over the sequence forward; the gradient
 // all-gathered backward (the output of a row-parallel layer).
 Tensor reduce_scatter_to_sequence_parallel_region(const Tensor& x, ProcessGroup& group,

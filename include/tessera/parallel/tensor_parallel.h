@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "tessera/nn/layers.h"
+#include "tessera/parallel/fp8_layers.h"
 #include "tessera/parallel/process_group.h"
 #include "tessera/parallel/tensor_parallel_layout.h"
 
@@ -30,7 +31,9 @@ Tensor gather_from_tensor_parallel_region(const Tensor& x, ProcessGroup& group);
 // q|k|v: 3), each split on its own, so a rank holds its slice of every block.
 // A null group, or one of a single rank, makes it nn::Linear: the same parameters, initial
 // draws and op, no communication (parallel_context.h: one model definition for every layout).
-class ColumnParallelLinear : public nn::UnaryModule, public TensorParallelModule {
+class ColumnParallelLinear : public nn::UnaryModule,
+                             public TensorParallelModule,
+                             public Fp8GemmLayer {
  public:
   ColumnParallelLinear(nn::Module* parent, const std::string& name, int64_t in, int64_t out,
                        std::shared_ptr<ProcessGroup> group, bool gather_output = true,
@@ -42,7 +45,7 @@ class ColumnParallelLinear : public nn::UnaryModule, public TensorParallelModule
   void load_from_full(const Tensor& weight, const Tensor& bias = {});
   // The layers' outputs side by side ([..., sum of their out_per_rank]) from one GEMM over
   // their weights joined (DeepSpeed's QKV projection as one GEMM); the layers take the same
-  // input over the same group, and none gathers its output.
+  // input over the same group, and none gathers its output nor runs through FP8.
   static Tensor joined_forward(const std::vector<ColumnParallelLinear*>& layers, const Tensor& x);
   Tensor weight, bias;
   int64_t in_features, out_features, out_per_rank, stride;
@@ -59,14 +62,14 @@ class ColumnParallelLinear : public nn::UnaryModule, public TensorParallelModule
 // over the sequence (dim 1) instead, each rank getting its chunk (needs input_is_parallel);
 // the bias, added to the chunk, goes through sequence_parallel_weight, so its gradient
 // arrives whole on every rank. A null group, or one of a single rank: nn::Linear, as above.
-class RowParallelLinear : public nn::UnaryModule, public TensorParallelModule {
+class RowParallelLinear : public nn::UnaryModule, public TensorParallelModule, public Fp8GemmLayer {
  public:
   RowParallelLinear(nn::Module* parent, const std::string& name, int64_t in, int64_t out,
                     std::shared_ptr<ProcessGroup> group, bool input_is_parallel = false,
                     bool bias = true, bool sequence_parallel = false);
   Tensor forward(const Tensor& x) override;
   // forward(gelu(x)); recompute_gelu keeps x for backward instead of gelu(x) (gelu_linear:
-  // DeepSpeed's gelu_checkpoint), the same values and gradients.
+  // DeepSpeed's gelu_checkpoint), the same values and gradients. Not with FP8 (an error).
   Tensor forward_of_gelu(const Tensor& x, GeluApprox approximate, bool recompute_gelu);
   std::string type_name() const override { return group_ ? "RowParallelLinear" : "Linear"; }
   TensorParallelLayout tensor_parallel_splits() const override;  // weight: columns

@@ -1,8 +1,9 @@
 // CUDA kernels at realistic sizes (the op catalog's cases are tiny): multi-chunk reductions,
 // vocabulary-wide softmax and cross-entropy, many-row layer_norm, embedding backward with
 // repeated indices, multi-block attention, batched and transposed GEMMs, multi-chunk
-// optimizer updates. Each runs forward and backward on the GPU at the dtype under test and is
-// compared with the same computation in float64 on the CPU. Skips without a GPU.
+// optimizer updates, FP8 casts and the FP8 linear. Each runs forward and backward on the GPU at the
+// dtype under test and is compared with the same computation in float64 on the CPU. Skips without a
+// GPU.
 #include <doctest/doctest.h>
 
 #include "skip.h"
@@ -10,8 +11,10 @@
 #include <cmath>
 #include <functional>
 
+#include "tessera/autograd/fp8_linear.h"
 #include "tessera/engine/engine.h"
 #include "tessera/models/gpt2.h"
+#include "tessera/nn/fp8_recipe.h"
 #include "tessera/optim/optimizer.h"
 #include "tessera/tessera.h"
 
@@ -369,6 +372,33 @@ TEST_CASE("cuda ops at scale: fused AdamW over tensors of many chunks matches th
     std::vector<Tensor> out;
     for (Tensor& p : ps) out.push_back(p.detach().to(Device::cpu()));
     return out;
+  };
+  const auto cpu = run(Device::cpu()), gpu = run(Device::cuda(0));
+  for (size_t i = 0; i < cpu.size(); ++i) CHECK(rel_err(gpu[i], cpu[i]) < 1e-6);
+}
+
+TEST_CASE("cuda: FP8 casts equal the CPU's bit for bit; the FP8 linear matches the CPU's" *
+          test::gpu_required()) {
+  const Tensor x = normal({1 << 20}, 3) * 40.0;
+  for (DType dt : {DType::Float32, DType::BFloat16})
+    for (Fp8Format f : {Fp8Format::E4M3, Fp8Format::E5M2}) {
+      Tensor amax_cpu = zeros({1}), amax_gpu = zeros({1}, DType::Float32, Device::cuda(0));
+      const Tensor cpu = fp8_cast(x.to(dt), 0.37f, f, &amax_cpu);
+      const Tensor gpu = fp8_cast(x.to(dt).to(Device::cuda(0)), 0.37f, f, &amax_gpu);
+      CHECK(rel_err(gpu, cpu) == 0.0);
+      CHECK(amax_gpu.to(Device::cpu()).item() == amax_cpu.item());
+    }
+  auto run = [](Device d) {
+    auto s = nn::make_fp8_linear_scaling(nn::Fp8Recipe{}, d);
+    s->input.scale = 50.0f;
+    s->weight.scale = 900.0f;
+    s->grad_output.scale = 4096.0f;
+    Tensor a = normal({64, 96}, 4).to(DType::Float32).to(d).requires_grad_(true);
+    Tensor w = (normal({80, 96}, 5) * 0.1).to(DType::Float32).to(d).requires_grad_(true);
+    Tensor b = normal({80}, 6).to(DType::Float32).to(d).requires_grad_(true);
+    const Tensor y = fp8_linear(a, w, b, s);
+    autograd::backward({y}, {(normal({64, 80}, 7) * 1e-2).to(DType::Float32).to(d)});
+    return std::vector<Tensor>{y, a.grad(), w.grad(), b.grad()};
   };
   const auto cpu = run(Device::cpu()), gpu = run(Device::cuda(0));
   for (size_t i = 0; i < cpu.size(); ++i) CHECK(rel_err(gpu[i], cpu[i]) < 1e-6);

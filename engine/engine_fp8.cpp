@@ -1,0 +1,123 @@
+// The engine's FP8 training (engine/fp8_config.h): scaling states for the model's FP8 layers,
+// the delayed-scaling update after each step, and their place in checkpoints.
+#include <array>
+#include <cmath>
+#include <limits>
+
+#include "tessera/engine/engine.h"
+#include "tessera/engine/fp8_config.h"
+#include "tessera/grad_mode.h"
+#include "tessera/io/json_fields.h"
+#include "tessera/ops.h"
+
+namespace tessera::engine {
+
+namespace {
+
+const char* const kTensorNames[3] = {"input", "weight", "grad_output"};
+
+std::array<Fp8TensorScaling*, 3> tensors_of(Fp8LinearScaling& s) {
+  return {&s.input, &s.weight, &s.grad_output};
+}
+
+}  // namespace
+
+void Engine::setup_fp8() {
+  const Fp8Config& f = fp8_config(config_);
+  if (!f.enabled) return;
+  TS_CHECK(!pipe_group_,
+           "engine: 'fp8.enabled' with pipeline stages is not built (FP8 scaling "
+           "states are not yet kept per pipeline stage)");
+  TS_CHECK(parallel::moe_layers(model_).empty(),
+           "engine: 'fp8.enabled' with MoE layers is not built (experts on different ranks "
+           "would share one amax reduction)");
+  TS_CHECK(f.recipe.reduce_amax || (group_->size() == 1 && !tp_group_),
+           "engine: 'fp8.reduce_amax' false with more than one rank is not built (each rank's "
+           "scales would differ, and a checkpoint keeps one set)");
+  fp8_layers_ = parallel::enable_fp8(model_, f.recipe, device());
+  // A rank's backward carries its local mean's gradient: N times its share of the global
+  // batch's for N data-parallel ranks. The gradients' first scale is 1/N (Transformer Engine:
+  // 1), so every layout casts one process's numbers from the first step; from the first update
+  // on, the reduced amax (N times one process's) gives that by itself.
+  for (auto& [path, s] : fp8_layers_)
+    s->grad_output.scale = 1.0f / static_cast<float>(group_->size());
+  TS_CHECK(!fp8_layers_.empty(),
+           "engine: 'fp8.enabled' but the model has no layer whose GEMM runs through FP8 "
+           "(parallel::ColumnParallelLinear and RowParallelLinear do)");
+}
+
+void Engine::update_fp8_scales() {
+  if (fp8_layers_.empty()) return;
+  NoGradGuard no_grad;
+  const nn::Fp8Recipe& recipe = fp8_config(config_).recipe;
+  // One vector of every tensor's amax, reduced as one collective per group.
+  std::vector<Tensor> amaxes;
+  for (auto& [path, s] : fp8_layers_)
+    for (Fp8TensorScaling* t : tensors_of(*s)) amaxes.push_back(t->amax);
+  Tensor all = cat(amaxes, 0);
+  if (recipe.reduce_amax)
+    for (parallel::ProcessGroup* g : {group_.get(), tp_group_.get()})
+      if (g && g->size() > 1) g->all_reduce(all, parallel::ReduceOp::Max);
+  const std::vector<double> host = all.to(Device::cpu()).to_vector();
+  // (global_steps_ counts the steps before this one: the interval counts completed steps.)
+  const bool rescale = (global_steps_ + 1) % recipe.interval == 0;
+  size_t i = 0;
+  for (auto& [path, s] : fp8_layers_) {
+    int k = 0;
+    for (Fp8TensorScaling* t : tensors_of(*s)) {
+      recipe.update(*t, static_cast<float>(host[i++]),
+                    k++ < 2 ? s->forward_format : s->backward_format, rescale);
+      t->amax.zero_();
+    }
+  }
+}
+
+nlohmann::json Engine::fp8_state() const {
+  nlohmann::json layers = nlohmann::json::object();
+  for (const auto& [path, s] : fp8_layers_) {
+    nlohmann::json layer;
+    int k = 0;
+    for (Fp8TensorScaling* t : tensors_of(*s))
+      layer[kTensorNames[k++]] = {{"scale", t->scale}, {"amax_history", t->history}};
+    layers[path] = layer;
+  }
+  return layers;
+}
+
+void Engine::load_fp8_state(const nlohmann::json& state, const std::string& where) {
+  if (fp8_layers_.empty()) return;
+  if (!state.contains("fp8")) {
+    if (is_lead())
+      std::cerr << "note: load_checkpoint: " << where
+                << " was saved without fp8: the FP8 scales start afresh\n";
+    return;
+  }
+  const io::JsonFields layers(state["fp8"], where + ": engine.json 'fp8'");
+  const int64_t history_len = fp8_config(config_).recipe.amax_history_len;
+  for (auto& [path, s] : fp8_layers_) {
+    const io::JsonFields layer = layers.object(path);
+    int k = 0;
+    for (Fp8TensorScaling* t : tensors_of(*s)) {
+      const io::JsonFields saved = layer.object(kTensorNames[k++]);
+      const double scale = saved.number("scale");
+      TS_CHECK(std::isfinite(scale) && scale > 0, saved.where(),
+               ": 'scale' must be a positive number, found ", scale);
+      std::vector<float> history;
+      for (const nlohmann::json& a : saved.array("amax_history")) {
+        // (JSON has no NaN or infinity: either is written null, and either keeps a scale.)
+        TS_CHECK(a.is_number() || a.is_null(), saved.where(), ": 'amax_history' holds ", a.dump(),
+                 ", not a number");
+        history.push_back(a.is_null() ? std::numeric_limits<float>::quiet_NaN()
+                                      : static_cast<float>(a.get<double>()));
+      }
+      // (A shorter amax_history_len now keeps the newest.)
+      if (static_cast<int64_t>(history.size()) > history_len)
+        history.resize(static_cast<size_t>(history_len));
+      t->scale = static_cast<float>(scale);
+      t->history = std::move(history);
+      t->amax.zero_();
+    }
+  }
+}
+
+}  // namespace tessera::engine
