@@ -40,6 +40,14 @@ std::shared_ptr<GraphRoot> make_graph_root(const std::vector<Tensor>& roots,
     }
     TS_CHECK(g.shape() == r.shape(), "backward: gradient shape ", shape_str(g.shape()),
              " does not match output shape ", shape_str(r.shape()));
+    TS_CHECK(g.device() == r.device(), "backward: gradient ", i, " is on ", g.device().str(),
+             ", its output on ", r.device().str());
+    if (g.dtype() != r.dtype()) {
+      // As torch: the gradient takes its output's dtype (the kernels read both as one dtype).
+      TS_CHECK(is_floating(g.dtype()) && is_floating(r.dtype()), "backward: gradient ", i, " (",
+               g.describe(), ") cannot stand for output ", r.describe());
+      g = g.to(r.dtype());
+    }
     grads.push_back(g);
   }
   auto root = std::make_shared<GraphRoot>(grads);

@@ -43,4 +43,28 @@ GeneratorState reserve_dropout_counters(uint64_t elements, Generator* gen, Seque
   return s;
 }
 
+Tensor over_dropout_blocks(const char* op, const Tensor& x, Generator* gen,
+                           const std::function<Tensor(int64_t row, GeneratorState)>& block) {
+  // Under data parallelism: the counters of the whole global batch, this rank's slice of them;
+  // under sequence parallelism also of the whole sequence, this rank's chunk of each row.
+  const auto n = static_cast<uint64_t>(x.numel());
+  SequenceShard seq;
+  const GeneratorState s = reserve_dropout_counters(n, gen, seq);
+  if (seq.world == 1) return block(-1, s);
+  TS_CHECK(x.dim() >= 2, op, " under sequence parallelism: ", x.describe(),
+           " is not [batch, sequence, ...]");
+  // Row b's chunk is the seq.rank-th of the row's seq.world chunks.
+  const int64_t rows = x.size(0);
+  const uint64_t chunk = rows > 0 ? n / static_cast<uint64_t>(rows) : 0;
+  std::vector<Tensor> out;
+  for (int64_t b = 0; b < rows; ++b) {
+    GeneratorState row = s;
+    row.offset += (static_cast<uint64_t>(b) * static_cast<uint64_t>(seq.world) +
+                   static_cast<uint64_t>(seq.rank)) *
+                  chunk;
+    out.push_back(block(b, row));
+  }
+  return cat(out, 0);
+}
+
 }  // namespace tessera::detail

@@ -1,6 +1,7 @@
 // Helpers shared by the op implementations (ops_*.cpp): kernel calls with fresh outputs,
 // broadcasting gradients back to input shapes, argument checks.
 #pragma once
+#include <functional>
 #include <vector>
 
 #include "tessera/autograd/node.h"
@@ -38,5 +39,11 @@ inline Tensor untracked(const Tensor& t) {
 // parallelism those of the whole row; returns this rank's first counter. `seq` receives the
 // shard whose chunk of each row this rank draws.
 GeneratorState reserve_dropout_counters(uint64_t elements, Generator* gen, SequenceShard& seq);
+
+// Runs a dropout-like op over `x` as dropout draws its counters: `block(row, state)` once for
+// the whole of x (row -1), or under sequence parallelism once per row (that row's chunk of
+// one process's counters), the rows' results concatenated.
+Tensor over_dropout_blocks(const char* op, const Tensor& x, Generator* gen,
+                           const std::function<Tensor(int64_t row, GeneratorState)>& block);
 
 }  // namespace tessera::detail

@@ -211,26 +211,9 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   TS_CHECK(p >= 0.0 && p <= 1.0, "dropout: probability must be in [0, 1], got ", p);
   if (!training || p == 0.0) return x;
   detail::check_floating("dropout", x);
-  // Under data parallelism: the counters of the whole global batch, this rank's slice of them;
-  // under sequence parallelism also of the whole sequence, this rank's chunk of each row.
-  const uint64_t n = static_cast<uint64_t>(x.numel());
-  SequenceShard seq;
-  const GeneratorState s = detail::reserve_dropout_counters(n, gen, seq);
-  if (seq.world == 1) return dropout_block(x, p, s);
-  TS_CHECK(x.dim() >= 2, "dropout under sequence parallelism: ", x.describe(),
-           " is not [batch, sequence, ...]");
-  // Row b's chunk is the seq.rank-th of the row's seq.world chunks.
-  const int64_t rows = x.size(0);
-  const uint64_t chunk = rows > 0 ? n / static_cast<uint64_t>(rows) : 0;
-  std::vector<Tensor> out;
-  for (int64_t b = 0; b < rows; ++b) {
-    GeneratorState row = s;
-    row.offset += (static_cast<uint64_t>(b) * static_cast<uint64_t>(seq.world) +
-                   static_cast<uint64_t>(seq.rank)) *
-                  chunk;
-    out.push_back(dropout_block(x.narrow(0, b, 1), p, row));
-  }
-  return cat(out, 0);
+  return detail::over_dropout_blocks("dropout", x, gen, [&](int64_t row, GeneratorState s) {
+    return dropout_block(row < 0 ? x : x.narrow(0, row, 1), p, s);
+  });
 }
 
 }  // namespace tessera

@@ -124,8 +124,9 @@ Generator& DeepSpeedTransformerLayer::dropout_generator() {
   return generator_ ? *generator_ : default_generator();
 }
 
-Tensor DeepSpeedTransformerLayer::drop(const Tensor& x, double p) {
-  return dropout(x, p, is_training(), &dropout_generator());
+Tensor DeepSpeedTransformerLayer::drop_add(const Tensor& x, const Tensor& residual) {
+  return bias_dropout_add(x, {}, residual, config_.hidden_dropout_ratio, is_training(),
+                          &dropout_generator());
 }
 
 Tensor DeepSpeedTransformerLayer::attention(const Tensor& x, const Tensor& mask) {
@@ -155,25 +156,28 @@ Tensor DeepSpeedTransformerLayer::forward(const Tensor& x, const Tensor& attenti
   TS_CHECK(config_.max_seq_length < 0 || x.size(1) <= config_.max_seq_length,
            "DeepSpeedTransformerLayer: sequence length ", x.size(1),
            " exceeds DeepSpeedTransformerConfig.max_seq_length ", config_.max_seq_length);
-  const double eps = config_.layer_norm_eps, p = config_.hidden_dropout_ratio;
+  const double eps = config_.layer_norm_eps;
   const Shape width{C};
   // The memory options: each keeps less for backward and recomputes it there.
   const auto norm = [&](const Tensor& in, const Tensor& w, const Tensor& b) {
     return config_.normalize_invertible ? layer_norm_invertible(in, width, w, b, eps)
                                         : layer_norm(in, width, w, b, eps);
   };
-  const auto ffn = [&](const Tensor& h) {
+  // The biases ride in the GEMMs (their epilogue: no pass of their own, and their gradients
+  // come with the weights'); dropout and the residual add are one fused pass.
+  const auto ffn = [&](const Tensor& h, const Tensor& residual) {
     const Tensor inner = linear(h, inter_w, inter_b);
-    return drop(config_.gelu_checkpoint ? gelu_linear(inner, output_w, output_b, GeluApprox::Tanh)
-                                        : linear(gelu(inner, GeluApprox::Tanh), output_w, output_b),
-                p);
+    const Tensor out = config_.gelu_checkpoint
+                           ? gelu_linear(inner, output_w, output_b, GeluApprox::Tanh)
+                           : linear(gelu(inner, GeluApprox::Tanh), output_w, output_b);
+    return drop_add(out, residual);
   };
   if (config_.pre_layer_norm) {
-    const Tensor h = x + drop(attention(norm(x, norm_w, norm_b), attention_mask), p);
-    return h + ffn(norm(h, attn_nw, attn_nb));
+    const Tensor h = drop_add(attention(norm(x, norm_w, norm_b), attention_mask), x);
+    return ffn(norm(h, attn_nw, attn_nb), h);
   }
-  const Tensor h = norm(x + drop(attention(x, attention_mask), p), attn_nw, attn_nb);
-  return norm(h + ffn(h), norm_w, norm_b);
+  const Tensor h = norm(drop_add(attention(x, attention_mask), x), attn_nw, attn_nb);
+  return norm(ffn(h, h), norm_w, norm_b);
 }
 
 }  // namespace tessera::nn

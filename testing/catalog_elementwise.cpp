@@ -1,4 +1,5 @@
-// The op catalog: unary and binary elementwise ops, comparisons, where, casts and copies.
+// The op catalog: unary and binary elementwise ops (and GELU fused with a bias add),
+// comparisons, where, casts and copies.
 #include "catalog_builders.h"
 
 namespace tessera::testing::catalog {
@@ -21,6 +22,19 @@ void add_elementwise_ops(std::vector<OpSpec>& ops) {
     s.name = "gelu_tanh";
     s.kernels = "gelu_tanh, gelu_tanh_backward";
     s.fn = [](const Inputs& x, const OpContext&) { return gelu(x[0], GeluApprox::Tanh); };
+    ops.push_back(s);
+  }
+  // GELU fused with the bias add before it (DeepSpeed's transformer kernel).
+  for (const bool tanh_form : {false, true}) {
+    OpSpec s{tanh_form ? "bias_gelu_tanh" : "bias_gelu",
+             "bias_gelu, bias_gelu_backward",
+             {{"[5,6] + [6]", {in({5, 6}), in({6})}},
+              {"[2,3,8] + [8]", {in({2, 3, 8}), in({8})}},
+              {"[7] + [7]", {in({7}), in({7})}}},
+             [tanh_form](const Inputs& x, const OpContext&) {
+               return bias_gelu(x[0], x[1], tanh_form ? GeluApprox::Tanh : GeluApprox::None);
+             }};
+    s.bench_case = [](const Shape& sh) { return OpCase{"bench", {in(sh), in({sh.back()})}}; };
     ops.push_back(s);
   }
   ops.push_back(binary("add", &add));

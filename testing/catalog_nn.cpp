@@ -1,4 +1,5 @@
-// The op catalog: softmax, layer_norm, embedding, cross_entropy, dropout.
+// The op catalog: softmax, layer_norm, embedding, cross_entropy, dropout (and its fusion with a
+// bias add and a residual add).
 #include "catalog_builders.h"
 
 namespace tessera::testing::catalog {
@@ -66,6 +67,20 @@ void add_nn_ops(std::vector<OpSpec>& ops) {
                return dropout(x[0], c.op_case.flag ? 0.5 : 0.3, true, &gen);
              }};
     s.bench_case = [](const Shape& sh) { return elementwise_bench(sh, 1); };
+    ops.push_back(s);
+  }
+  {  // residual + dropout(x + bias): the transformer kernel's fused bias, dropout, residual
+    OpSpec s{"bias_dropout_add",
+             "bias_dropout_add, dropout",
+             {{"[8,5] p=0.3", {in({8, 5}), in({5}), in({8, 5})}},
+              {"[2,3,4] p=0.5", {in({2, 3, 4}), in({4}), in({2, 3, 4})}, {}, true}},
+             [](const Inputs& x, const OpContext& c) {
+               Generator gen(42);  // the mask dropout(x + bias) draws from the same generator
+               return bias_dropout_add(x[0], x[1], x[2], c.op_case.flag ? 0.5 : 0.3, true, &gen);
+             }};
+    s.bench_case = [](const Shape& sh) {
+      return OpCase{"bench", {in(sh), in({sh.back()}), in(sh)}};
+    };
     ops.push_back(s);
   }
 }

@@ -64,8 +64,8 @@ void add_optim_ops(std::vector<OpSpec>& ops) {
   }
   // FP8 casts (tessera/fp8.h): the FP8 numbers of x * scale. Power-of-two scales keep x * scale
   // exact in float32, so a 16-bit input's numbers are its float64 rounding's.
-  for (const auto& [name, format] :
-       {std::pair{"fp8_cast_e4m3", Fp8Format::E4M3}, std::pair{"fp8_cast_e5m2", Fp8Format::E5M2}}) {
+  for (const Fp8Format format : {Fp8Format::E4M3, Fp8Format::E5M2}) {
+    const char* name = format == Fp8Format::E4M3 ? "fp8_cast_e4m3" : "fp8_cast_e5m2";
     OpSpec s{name,
              "fp8_cast",
              {{"[40] scale 8", {in({40})}},

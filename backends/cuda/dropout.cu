@@ -61,8 +61,51 @@ struct Dropout {
   }
 };
 
+// bias_dropout_add (the CPU kernel's contract: inputs x, residual[, bias]): y = residual +
+// dropout(x + bias), each step rounded to T as the three ops round it. One thread per element (a
+// draw per element: the fused pass is bound by its three reads, not by Philox).
+__device__ inline float mul_rounded(float a, float b) {
+  return __fmul_rn(a, b);
+}
+__device__ inline double mul_rounded(double a, double b) {
+  return __dmul_rn(a, b);
+}
+
+template <class T, class A>
+__global__ void bias_dropout_add_kernel(const T* x, const T* bias, const T* residual, int64_t width,
+                                        T* y, int64_t n, float p, A scale, uint64_t seed,
+                                        uint64_t offset) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const uint64_t q = offset + static_cast<uint64_t>(i);
+    const bool keep = philox::packed_uniform(philox::draw_packed(seed, q), q) >= p;
+    const T z = bias ? convert<T>(A(load(x[i])) + A(load(bias[i % width]))) : x[i];
+    // (the product rounded alone, as the unfused dropout stores it: no FMA with the add)
+    const T dropped = convert<T>(keep ? mul_rounded(A(load(z)), scale) : A(0));
+    y[i] = convert<T>(A(load(residual[i])) + A(load(dropped)));
+  }
+}
+
+template <class T>
+struct BiasDropoutAdd {
+  static void run(const KernelCall& c) {
+    using A = compute_t<T>;
+    const int64_t n = c.outputs[0].numel();
+    if (n == 0) return;
+    const A scale = c.attrs.scalar < 1.0 ? A(1.0 / (1.0 - c.attrs.scalar)) : A(0);
+    const auto in = [&](int i) { return static_cast<const T*>(c.inputs[i].data_ptr()); };
+    const bool with_bias = c.inputs.size() > 2;
+    bias_dropout_add_kernel<T, A><<<grid_for(n), kThreads, 0, stream_of(c.outputs[0])>>>(
+        in(0), with_bias ? in(2) : nullptr, in(1), with_bias ? c.inputs[2].numel() : 1,
+        static_cast<T*>(c.outputs[0].data_ptr()), n, static_cast<float>(c.attrs.scalar), scale,
+        c.attrs.seed, c.attrs.offset);
+    TS_CUDA_LAUNCH_CHECK("bias_dropout_add");
+  }
+};
+
 const bool registered = [] {
   register_floating<Dropout>(Kernel::dropout);
+  register_floating<BiasDropoutAdd>(Kernel::bias_dropout_add);
   return true;
 }();
 

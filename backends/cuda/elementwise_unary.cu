@@ -1,5 +1,6 @@
-// Unary elementwise kernels on contiguous inputs (the op layer makes them so), and the GELU
-// backward passes (inputs: grad, x). 16-bit floats compute in float.
+// Unary elementwise kernels on contiguous inputs (the op layer makes them so), the GELU
+// backward passes (inputs: grad, x), and GELU fused with the bias add before it (bias_gelu).
+// 16-bit floats compute in float.
 #include "elementwise.cuh"
 
 namespace tessera::cuda {
@@ -57,6 +58,53 @@ struct BinaryMapFn {
   __device__ T operator()(int64_t, T g, T x) const { return convert<T>(Op::f(load(g), load(x))); }
 };
 
+// bias_gelu / bias_gelu_backward (the CPU kernels' contract): z = x + bias rounded to T as
+// add gives it, then the GELU (or its gradient, times g) above. One thread per element.
+template <class T>
+__device__ compute_t<T> biased(const T* x, const T* bias, int64_t width, int64_t k) {
+  return load(convert<T>(load(x[k]) + load(bias[k % width])));
+}
+template <class T, class Op>
+__global__ void bias_gelu_kernel(const T* x, const T* bias, int64_t width, T* y, int64_t n) {
+  for (int64_t k = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; k < n;
+       k += int64_t{gridDim.x} * blockDim.x)
+    y[k] = convert<T>(Op::f(biased(x, bias, width, k)));
+}
+template <class T, class Op>
+__global__ void bias_gelu_grad_kernel(const T* g, const T* x, const T* bias, int64_t width, T* y,
+                                      int64_t n) {
+  for (int64_t k = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; k < n;
+       k += int64_t{gridDim.x} * blockDim.x)
+    y[k] = convert<T>(Op::f(load(g[k]), biased(x, bias, width, k)));
+}
+template <class T>
+struct BiasGelu {
+  static void run(const KernelCall& c) {
+    const int64_t n = c.outputs[0].numel();
+    if (n == 0) return;
+    const T* x = static_cast<const T*>(c.inputs[0].data_ptr());
+    const T* bias = static_cast<const T*>(c.inputs[1].data_ptr());
+    T* y = static_cast<T*>(c.outputs[0].data_ptr());
+    const int64_t width = c.inputs[1].numel();
+    const auto launch = c.attrs.flag ? bias_gelu_kernel<T, GeluTanh> : bias_gelu_kernel<T, Gelu>;
+    launch<<<grid_for(n), kThreads, 0, stream_of(c.outputs[0])>>>(x, bias, width, y, n);
+    TS_CUDA_LAUNCH_CHECK("bias_gelu");
+  }
+};
+template <class T>
+struct BiasGeluBackward {
+  static void run(const KernelCall& c) {
+    const int64_t n = c.outputs[0].numel();
+    if (n == 0) return;
+    const auto in = [&](int i) { return static_cast<const T*>(c.inputs[i].data_ptr()); };
+    const auto launch =
+        c.attrs.flag ? bias_gelu_grad_kernel<T, GeluTanhGrad> : bias_gelu_grad_kernel<T, GeluGrad>;
+    launch<<<grid_for(n), kThreads, 0, stream_of(c.outputs[0])>>>(
+        in(0), in(1), in(2), c.inputs[2].numel(), static_cast<T*>(c.outputs[0].data_ptr()), n);
+    TS_CUDA_LAUNCH_CHECK("bias_gelu_backward");
+  }
+};
+
 template <class Op>
 struct Unary {
   template <class T>
@@ -97,6 +145,8 @@ const bool registered = [] {
   register_floating<Unary<GeluTanh>::K>(Kernel::gelu_tanh);
   register_floating<GradMap<GeluGrad>::K>(Kernel::gelu_backward);
   register_floating<GradMap<GeluTanhGrad>::K>(Kernel::gelu_tanh_backward);
+  register_floating<BiasGelu>(Kernel::bias_gelu);
+  register_floating<BiasGeluBackward>(Kernel::bias_gelu_backward);
   for (DType d : {DType::Int32, DType::Int64}) {
     const bool i32 = d == DType::Int32;
     register_kernel(Kernel::neg, DeviceType::CUDA, d,

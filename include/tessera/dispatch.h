@@ -25,7 +25,8 @@ namespace tessera {
   X(cross_entropy) X(cross_entropy_backward) X(dropout) X(attention) X(attention_backward)      \
   X(block_sparse_attention) X(block_sparse_attention_backward)                                  \
   X(adamw_step) X(sgd_step) X(lamb_step) X(sum_squares)                                        \
-  X(quantize_blocks) X(dequantize_blocks) X(fp8_cast)
+  X(quantize_blocks) X(dequantize_blocks) X(fp8_cast)                                          \
+  X(bias_gelu) X(bias_gelu_backward) X(bias_dropout_add)
 // clang-format on
 
 enum class Kernel : uint16_t {

@@ -3,18 +3,12 @@
 // mantissa bits, largest 57344) for gradients. A value v is stored as the FP8 number nearest
 // to v * scale (ties to even, subnormals kept, beyond the largest finite value saturated to it,
 // as CUDA's __NV_SATFINITE conversion; NaN stays NaN) and read back as that number / scale.
-// The rounding is written once for the host and CUDA kernels (as tessera/philox.h).
+// The rounding is written once for the host and CUDA kernels (tessera/host_device.h).
 #pragma once
 #include <cmath>
 #include <cstdint>
 
-#ifndef TS_HOST_DEVICE
-#if defined(__CUDACC__)
-#define TS_HOST_DEVICE __host__ __device__
-#else
-#define TS_HOST_DEVICE
-#endif
-#endif
+#include "tessera/host_device.h"
 
 namespace tessera {
 

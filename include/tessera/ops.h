@@ -51,6 +51,9 @@ Tensor sigmoid(const Tensor& x);
 Tensor relu(const Tensor& x);
 enum class GeluApprox { None, Tanh };
 Tensor gelu(const Tensor& x, GeluApprox approximate = GeluApprox::None);
+// gelu(x + bias) in one pass (bias [x's last dim]): the values add then gelu give; backward
+// keeps x, as gelu alone keeps its input.
+Tensor bias_gelu(const Tensor& x, const Tensor& bias, GeluApprox approximate = GeluApprox::None);
 
 Tensor operator+(const Tensor& a, const Tensor& b);
 Tensor operator-(const Tensor& a, const Tensor& b);
@@ -133,6 +136,11 @@ enum class Reduction { Mean, Sum };
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100,
                      double label_smoothing = 0.0, Reduction reduction = Reduction::Mean);
 Tensor dropout(const Tensor& x, double p, bool training = true, Generator* gen = nullptr);
+// residual + dropout(x + bias, p) in one pass (bias [x's last dim], or undefined: residual +
+// dropout(x); residual x's shape): the values and mask the ops give (the mask dropout would
+// draw); keeps nothing for backward.
+Tensor bias_dropout_add(const Tensor& x, const Tensor& bias, const Tensor& residual, double p,
+                        bool training = true, Generator* gen = nullptr);
 // q [B, H, Tq, D], k/v [B, H, Tk, D]. attn_mask: bool, broadcastable to [B, H, Tq, Tk],
 // true = attend. causal masks key j > query i (aligned to the end when Tq < Tk).
 // dropout_p > 0: dropout on the attention probabilities (torch's dropout_p: applied whenever

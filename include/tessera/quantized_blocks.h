@@ -14,13 +14,7 @@
 #pragma once
 #include <cstdint>
 
-#ifndef TS_HOST_DEVICE  // (as tessera/philox.h: the same code on the host and in CUDA kernels)
-#if defined(__CUDACC__)
-#define TS_HOST_DEVICE __host__ __device__
-#else
-#define TS_HOST_DEVICE
-#endif
-#endif
+#include "tessera/host_device.h"
 
 namespace tessera::quantized_blocks {
 

@@ -177,3 +177,16 @@ TEST_CASE("a graph never run backward is freed with its tensors, ops saving thei
   }
   CHECK(memory.stats().allocated == before);
 }
+
+TEST_CASE("a gradient of another floating dtype takes its output's dtype, as torch") {
+  // (It used to reach the kernels as it was: a float32 gradient read as bfloat16 numbers.)
+  const Tensor x = randn({300}).to(DType::BFloat16), g = randn({300});
+  Tensor a = x.detach().clone().requires_grad_(true), b = x.detach().clone().requires_grad_(true);
+  autograd::backward({gelu(a)}, {g});
+  autograd::backward({gelu(b)}, {g.to(DType::BFloat16)});
+  CHECK(a.grad().dtype() == DType::BFloat16);
+  CHECK(a.grad().to_vector() == b.grad().to_vector());
+  Tensor c = x.detach().clone().requires_grad_(true);
+  CHECK_THROWS_WITH_AS(autograd::backward({gelu(c)}, {g.to(DType::Int64)}),
+                       doctest::Contains("cannot stand for output"), Error);
+}

@@ -10,6 +10,8 @@
 // dropout attn_dropout_ratio, the output projection attn_ow; ffn: inter_w, GELU (the tanh form
 // DeepSpeed's kernel computes), output_w. Post-LN equals HF's BertLayer with hidden_act
 // "gelu_new" (tests/nn/test_deepspeed_transformer.cpp against transformers' own class).
+// The biases ride in their GEMMs (the product's epilogue), and each dropout with the
+// residual add after it is one fused pass (bias_dropout_add).
 //
 // Each layer takes the next value of a process-wide counter as its config's layer_id (0, 1,
 // ... in creation order), as DeepSpeed's static DeepSpeedTransformerLayer.layer_id.
@@ -56,7 +58,8 @@ class DeepSpeedTransformerLayer : public Module {
  private:
   void register_all();
   Tensor attention(const Tensor& x, const Tensor& mask);
-  Tensor drop(const Tensor& x, double p);
+  // residual + dropout(x) (hidden_dropout_ratio), one fused kernel.
+  Tensor drop_add(const Tensor& x, const Tensor& residual);
   Generator& dropout_generator();  // its own with config.seed >= 0, else the default one
 
   DeepSpeedTransformerConfig config_;
