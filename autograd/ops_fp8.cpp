@@ -14,19 +14,22 @@ Tensor fp8_cast(const Tensor& x, float scale, Fp8Format format, Tensor* amax) {
   detail::check_floating("fp8_cast", x);
   TS_CHECK(std::isfinite(scale) && scale > 0, "fp8_cast: the scale must be a positive number, got ",
            scale);
-  Tensor scratch;
-  Tensor& m = amax ? *amax : scratch;
-  if (!m.defined()) m = zeros({1}, DType::Float32, x.device());
-  TS_CHECK(m.dtype() == DType::Float32 && m.numel() == 1 && m.device() == x.device() &&
-               m.is_contiguous(),
-           "fp8_cast: amax must be one float32 on ", x.device().str(), ", got ", m.describe());
+  if (amax) {
+    Tensor& m = *amax;
+    if (!m.defined()) m = zeros({1}, DType::Float32, x.device());
+    TS_CHECK(m.dtype() == DType::Float32 && m.numel() == 1 && m.device() == x.device() &&
+                 m.is_contiguous(),
+             "fp8_cast: amax must be one float32 on ", x.device().str(), ", got ", m.describe());
+  }
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
   const TensorBase ins[1] = {detail::untracked(x).contiguous()};
-  TensorBase outs[2] = {out, m};
+  // Without an amax the kernel has one output and reduces nothing (evaluation's casts).
+  TensorBase outs[2] = {out, amax ? TensorBase(*amax) : TensorBase()};
   KernelAttrs a;
   a.scalar = scale;
   a.index = static_cast<int64_t>(format);
-  run_kernel(Kernel::fp8_cast, x.device(), x.dtype(), ins, outs, a);
+  run_kernel(Kernel::fp8_cast, x.device(), x.dtype(), ins,
+             std::span<TensorBase>(outs, amax ? 2 : 1), a);
   return out;
 }
 
@@ -88,6 +91,11 @@ Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
         return grads;
       },
       "Fp8Linear")[0];
+}
+
+Tensor linear_or_fp8(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                     const std::shared_ptr<Fp8LinearScaling>& scaling) {
+  return scaling ? fp8_linear(x, weight, bias, scaling) : linear(x, weight, bias);
 }
 
 }  // namespace tessera

@@ -21,11 +21,6 @@ void check_bias(const char* op, const Tensor& x, const Tensor& bias) {
            "'s dtype and device, got ", bias.describe());
 }
 
-// The rows' sum of a gradient, as the bias's gradient.
-Tensor bias_grad(const Tensor& g, const Tensor& bias) {
-  return detail::sum_to_shape(g, bias.shape());
-}
-
 }  // namespace
 
 Tensor bias_gelu(const Tensor& x, const Tensor& bias, GeluApprox approximate) {
@@ -39,7 +34,7 @@ Tensor bias_gelu(const Tensor& x, const Tensor& bias, GeluApprox approximate) {
          [ux = untracked(xc), ub = untracked(bc), a](const std::vector<Tensor>& g) {
            const Tensor dz = run1(Kernel::bias_gelu_backward, {g[0].contiguous(), ux, ub},
                                   ux.shape(), ux.dtype(), ux.dtype(), a);
-           return std::vector<Tensor>{dz, bias_grad(dz, ub)};
+           return std::vector<Tensor>{dz, detail::sum_to_shape(dz, ub.shape())};
          },
          {xc, bc});
   return outs[0];

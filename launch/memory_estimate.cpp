@@ -47,8 +47,7 @@ models::ActivationPlan activation_plan(const io::TrainConfig& cfg) {
 // registry entry does not estimate them).
 std::optional<int64_t> activation_bytes(const io::TrainConfig& cfg, int64_t vocab) {
   const models::ModelEntry& e = models::find_model(cfg.model.type);
-  // (MoE layers keep dispatch buffers and experts' activations the dense count leaves out.)
-  if (!e.activation_bytes || models::moe_of(cfg)) return std::nullopt;
+  if (!e.activation_bytes) return std::nullopt;
   return e.activation_bytes(cfg, vocab, activation_plan(cfg));
 }
 

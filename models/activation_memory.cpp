@@ -3,7 +3,10 @@
 // tests/tools/transformer_kernel.sh check the sums against what the engine measures.
 #include "tessera/models/activation_memory.h"
 
+#include <algorithm>
+
 #include "tessera/error.h"
+#include "tessera/nn/moe_gating.h"
 
 namespace tessera::models {
 
@@ -99,6 +102,71 @@ int64_t stack_bytes(const Sizes& s, const ActivationPlan& p, int64_t L, int64_t 
          (split ? tensor_bytes(ceil_div(s.R * C, s.n), s.b) : tensor_bytes(s.R * C, s.b));
 }
 
+// One MoE layer's gate over N tokens in G groups of S (nn/moe_gating.cpp, float32): each
+// group's softmax and one-hot route masks [S, E], l_aux's reductions over E experts and their
+// scalars; top-2's two route gates, their guarded sum and its mask [S]. Jitter multiplies a
+// float32 copy of the input by noise [N, M] and keeps both factors.
+int64_t moe_gate_bytes(const Sizes& s, const parallel::MoEOptions& o, int64_t M) {
+  const int64_t E = o.num_experts, G = o.gating_groups, S = s.N / G, k = o.gate.k;
+  const int64_t scalar = tensor_bytes(1, kFloat32), per_expert = tensor_bytes(E, kFloat32);
+  int64_t group = (1 + k) * tensor_bytes(S * E, kFloat32) + 3 * per_expert;
+  group +=
+      k == 1 ? 3 * scalar : 5 * scalar + 3 * tensor_bytes(S, kFloat32) + tensor_bytes(S, kBool);
+  const int64_t copy = tensor_bytes(s.N * M, kFloat32);
+  int64_t bytes = G * group + (G > 1 ? 2 * scalar : 0);  // (l_aux's mean over the groups)
+  if (o.gate.noisy_gate_policy == nn::NoisyGatePolicy::Jitter) bytes += 2 * copy;
+  if (s.b != kFloat32) bytes += copy + tensor_bytes(E * M, kFloat32);  // float32 input, wg
+  return bytes;
+}
+
+// What one MoE layer keeps beyond the dense layer it replaces, whose MLP's GeLU input and output
+// it does not have (parallel/moe.cpp): the gate; the dispatch and return indices over G x E x
+// capacity slots; the rows routed to this rank's L = E / P experts, their indices and each
+// expert's GeLU pair; per route the combine's indices, float32 rows and gates; PR-MoE's
+// residual MLP and mix. The rows are an upper bound: every route kept (at most min(capacity, S)
+// a group per expert), so the bytes are exact when no route is dropped.
+int64_t moe_layer_bytes(const Sizes& s, const parallel::MoEOptions& o, int64_t P, int64_t M,
+                        int64_t I, bool gelu_checkpoint) {
+  // (gelu_checkpoint: GPT-2's experts and the dense MLP keep GeLU's input alone.)
+  const int64_t E = o.num_experts, G = o.gating_groups, S = s.N / G, k = o.gate.k, L = E / P;
+  const int64_t capacity =
+      o.gate.drop_tokens ? nn::moe_capacity(S, E, static_cast<double>(k) * o.gate.capacity_factor,
+                                            o.gate.min_capacity)
+                         : S;  // (the largest load, at most every token)
+  const int64_t slots = G * E * capacity;
+  const int64_t rows = P * G * std::min(k * S, L * std::min(capacity, S));
+  // Each expert's GeLU tensors in their own blocks: rows x I in all, L blocks' rounding.
+  const int64_t gelu = tensor_bytes(rows * I, s.b) + (I * s.b % 64 != 0 ? 64 * (L - 1) : 0);
+  int64_t bytes = moe_gate_bytes(s, o, M) + 2 * tensor_bytes(slots, kInt64) +
+                  tensor_bytes(rows, kInt64) + tensor_bytes(rows * M, s.b) +
+                  (gelu_checkpoint ? 1 : 2) * gelu +
+                  k * (tensor_bytes(s.N, kInt64) + tensor_bytes(s.N * M, kFloat32) +
+                       tensor_bytes(s.N, kFloat32));
+  if (o.use_residual)  // the mix's softmax, the combine's output, the MLP's GeLU pair and output
+    bytes += tensor_bytes(2 * s.N, s.b) + 2 * tensor_bytes(s.N * M, s.b) +
+             (gelu_checkpoint ? 1 : 2) * tensor_bytes(s.N * I, s.b);
+  else if (s.b != kFloat32)  // the layer's input is kept as its float32 copy alone
+    bytes -= tensor_bytes(s.N * M, s.b);
+  return bytes - (gelu_checkpoint ? 1 : 2) * tensor_bytes(s.N * I / s.n, s.b);
+}
+
+// The MoE layers of a stack of L layers beyond their dense count, and their load-balancing
+// losses: each layer's l_aux (kept by its layer), their sum and its coefficient (the loss).
+int64_t moe_stack_bytes(const Sizes& s, const ActivationPlan& p,
+                        const std::optional<MoELayout>& moe, int64_t L, int64_t M, int64_t I,
+                        bool gelu_checkpoint) {
+  if (!moe) return 0;
+  const int64_t scalar = tensor_bytes(1, kFloat32);
+  int64_t bytes = 0, layers = 0;
+  for (int64_t l = 0; l < L; ++l) {
+    if (!moe->is_moe_layer(l)) continue;
+    ++layers;
+    if (p.layers_per_checkpoint <= 0)
+      bytes += moe_layer_bytes(s, moe->layer_options(l), moe->ep_size, M, I, gelu_checkpoint);
+  }
+  return bytes + (layers + (layers > 1 ? 1 : 0) + 1) * scalar;
+}
+
 // The loss over a vocabulary of V: cross-entropy keeps the logits and each row's logsumexp;
 // the vocabulary-parallel one keeps its softmax shard, each row's target column and weight.
 int64_t loss_bytes(const Sizes& s, int64_t V) {
@@ -122,9 +190,11 @@ ActivationBytes gpt2_activation_bytes(const GPT2Config& c, const ActivationPlan&
   // The position ids (this rank's chunk with sequence parallelism) kept by wpe's lookup.
   a.embeddings =
       vocab_parallel_lookup_bytes(s) + tensor_bytes(p.sequence_parallel ? s.T / s.n : s.T, kInt64);
+  const bool gelu_checkpoint = c.transformer_kernel && c.transformer_kernel->gelu_checkpoint;
   a.layers = stack_bytes(
       s, p, c.n_layer, C, I, c.n_head,
       kernel_bytes(s, c.transformer_kernel, C, I, false) + fp8_bytes(s, p, C, I, c.n_head, false));
+  a.layers += moe_stack_bytes(s, p, c.moe, c.n_layer, C, I, gelu_checkpoint);
   // ln_f: its input and output (the tied head's input), mean and 1/std; then the loss.
   a.head = 2 * tensor_bytes(s.R * C, s.b) + 2 * tensor_bytes(s.R, kFloat32) +
            loss_bytes(s, c.vocab_size);
@@ -145,6 +215,7 @@ ActivationBytes bert_activation_bytes(const BertConfig& c, bool nsp, const Activ
   a.layers = stack_bytes(
       s, p, c.num_hidden_layers, C, I, H,
       kernel_bytes(s, c.transformer_kernel, C, I, true) + fp8_bytes(s, p, C, I, H, true));
+  a.layers += moe_stack_bytes(s, p, c.moe, c.num_hidden_layers, C, I, false);
   // The MLM transform: the dense layer's input and output, GeLU's output, the LayerNorm's
   // output (the head's input), mean and 1/std; then the loss.
   a.head = 4 * tensor_bytes(s.R * C, s.b) + 2 * tensor_bytes(s.R, kFloat32) +

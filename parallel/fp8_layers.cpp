@@ -5,7 +5,7 @@
 namespace tessera::parallel {
 
 Tensor Fp8GemmLayer::gemm(const Tensor& x, const Tensor& weight, const Tensor& bias) const {
-  return fp8 ? fp8_linear(x, weight, bias, fp8) : linear(x, weight, bias);
+  return linear_or_fp8(x, weight, bias, fp8);
 }
 
 namespace {

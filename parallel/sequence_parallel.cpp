@@ -35,19 +35,16 @@ Tensor gather_from_sequence_parallel_region(const Tensor& x, ProcessGroup& group
 
 Tensor sequence_parallel_linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                 ProcessGroup& group, const std::shared_ptr<Fp8LinearScaling>& fp8) {
-  const auto gemm = [fp8](const Tensor& in, const Tensor& w, const Tensor& b) {
-    return fp8 ? fp8_linear(in, w, b, fp8) : linear(in, w, b);
-  };
   std::vector<Tensor> inputs{x, weight};
   if (bias.defined()) inputs.push_back(bias);
   return autograd::CustomFunction::apply(
       inputs,
-      [&group, gemm](autograd::FunctionContext& ctx, const std::vector<Tensor>& in) {
+      [&group, fp8](autograd::FunctionContext& ctx, const std::vector<Tensor>& in) {
         ctx.save_for_backward(in);
-        return std::vector<Tensor>{
-            gemm(dim_gather(in[0], 1, group), in[1], in.size() > 2 ? in[2] : Tensor())};
+        return std::vector<Tensor>{linear_or_fp8(dim_gather(in[0], 1, group), in[1],
+                                                 in.size() > 2 ? in[2] : Tensor(), fp8)};
       },
-      [&group, gemm](autograd::FunctionContext& ctx, const std::vector<Tensor>& g) {
+      [&group, fp8](autograd::FunctionContext& ctx, const std::vector<Tensor>& g) {
         const std::vector<Tensor> saved = ctx.saved();
         // The same linear's gradients on the whole input, as one process computes them.
         std::vector<Tensor> leaves{dim_gather(saved[0], 1, group)};
@@ -55,7 +52,8 @@ Tensor sequence_parallel_linear(const Tensor& x, const Tensor& weight, const Ten
         for (Tensor& t : leaves) t.requires_grad_(true);
         {
           GradModeGuard enable(true);
-          const Tensor y = gemm(leaves[0], leaves[1], leaves.size() > 2 ? leaves[2] : Tensor());
+          const Tensor y =
+              linear_or_fp8(leaves[0], leaves[1], leaves.size() > 2 ? leaves[2] : Tensor(), fp8);
           autograd::backward({y}, {g[0]});
         }
         std::vector<Tensor> grads{dim_reduce_scatter(leaves[0].grad(), 1, group, kSequenceSplit)};

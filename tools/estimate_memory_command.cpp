@@ -7,7 +7,6 @@
 #include "tessera/io/json_fields.h"
 #include "tessera/launch/job.h"
 #include "tessera/launch/memory_estimate.h"
-#include "tessera/models/moe_config.h"
 #include "tessera/parallel/pipeline_config.h"
 #include "tessera/parallel/tensor_parallel_config.h"
 #include "tessera/parallel/zero_config.h"
@@ -148,10 +147,8 @@ int print_pipeline(const Args& a, const io::TrainConfig& cfg, int64_t vocab, int
     if (e.total() > stages[peak].total()) peak = s;
   }
   if (!stages.empty() && !stages.front().activations_estimated)
-    std::printf("activations: not estimated (%s)\n",
-                models::moe_of(cfg)
-                    ? "MoE layers have no activation estimate yet"
-                    : ("model.type \"" + cfg.model.type + "\" has no activation estimate").c_str());
+    std::printf("activations: not estimated (model.type \"%s\" has no activation estimate)\n",
+                cfg.model.type.c_str());
   if (a.has("json"))
     std::cout << nlohmann::ordered_json{{"ranks", ranks},
                                         {"pipeline_stages", p},
@@ -202,10 +199,8 @@ int estimate_memory_main(int argc, char** argv) {
                 human(e.activations).c_str(), static_cast<long long>(cfg.micro_batch_size),
                 static_cast<long long>(cfg.model.block_size));
   else
-    std::printf("activations: not estimated (%s)\n",
-                models::moe_of(cfg)
-                    ? "MoE layers have no activation estimate yet"
-                    : ("model.type \"" + cfg.model.type + "\" has no activation estimate").c_str());
+    std::printf("activations: not estimated (model.type \"%s\" has no activation estimate)\n",
+                cfg.model.type.c_str());
   const parallel::ZeroConfig& zero = parallel::zero_config(cfg);
   const std::string& offload = zero.offload_optimizer_device;
   if (offload == "cpu")

@@ -97,9 +97,9 @@ struct GeluBackward {
   }
 };
 // d/dx of 0.5 x (1 + tanh(u)), u = c (x + 0.044715 x^3), with tanh(u) computed once per block;
-// x_at(k) gives element k's x in the compute type.
-template <class T, class XAt>
-void gelu_tanh_backward_of(const KernelCall& c, XAt x_at) {
+// fill_x(s, len, out) writes elements [s, s + len)'s x in the compute type to out.
+template <class T, class FillX>
+void gelu_tanh_backward_of(const KernelCall& c, FillX fill_x) {
   using C = compute_t<T>;
   using Arr = Eigen::Array<C, Eigen::Dynamic, 1>;
   const int64_t n = c.outputs[0].numel();
@@ -108,7 +108,7 @@ void gelu_tanh_backward_of(const KernelCall& c, XAt x_at) {
   for_blocks(n, [&](int64_t s, int64_t len) {
     alignas(64) C xs[kBlock];
     alignas(64) C t[kBlock];
-    for (int64_t i = 0; i < len; ++i) xs[i] = x_at(s + i);
+    fill_x(s, len, xs);
     const Eigen::Map<const Arr> xv(xs, len);
     Eigen::Map<Arr>(t, len) = (C(kSqrt2OverPi) * (xv + C(0.044715) * xv * xv * xv)).tanh();
     for (int64_t i = 0; i < len; ++i) {
@@ -122,7 +122,9 @@ void gelu_tanh_backward_of(const KernelCall& c, XAt x_at) {
 template <class T>
 void gelu_tanh_backward(const KernelCall& c) {
   const T* x = c.inputs[1].data<T>();
-  gelu_tanh_backward_of<T>(c, [x](int64_t k) { return load(x[k]); });
+  gelu_tanh_backward_of<T>(c, [x](int64_t s, int64_t len, compute_t<T>* out) {
+    for (int64_t i = 0; i < len; ++i) out[i] = load(x[s + i]);
+  });
 }
 template <class T>
 struct GeluBackwardKernel {
@@ -136,10 +138,6 @@ struct GeluTanhBackwardKernel {
 // bias_gelu: inputs x [rows * C] and bias [C]; y = gelu(z) with z = x + bias rounded to T, as
 // add gives it, then the GELU kernels' expressions above on z: one pass for both ops.
 // bias_gelu_backward: inputs g, x, bias; the GELU gradient at z. attrs.flag: the tanh form.
-template <class T>
-compute_t<T> biased(const T* x, const T* bias, int64_t width, int64_t k) {
-  return load(store<T>(load(x[k]) + load(bias[k % width])));
-}
 // z for elements [s, s + len) into out (the bias's column walked, not divided for).
 template <class T>
 void fill_biased(const T* x, const T* bias, int64_t width, int64_t s, int64_t len,
@@ -181,7 +179,8 @@ struct BiasGeluBackward {
     const T* bias = c.inputs[2].data<T>();
     const int64_t width = c.inputs[2].numel();
     if (c.attrs.flag) {
-      gelu_tanh_backward_of<T>(c, [&](int64_t k) { return biased(x, bias, width, k); });
+      gelu_tanh_backward_of<T>(
+          c, [&](int64_t s, int64_t len, C* out) { fill_biased(x, bias, width, s, len, out); });
       return;
     }
     const T* g = c.inputs[0].data<T>();

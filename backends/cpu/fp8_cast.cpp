@@ -1,6 +1,7 @@
 // fp8_cast: inputs x (contiguous, floating); outputs the FP8 numbers of x * scale, in x's
-// dtype (every FP8 number is exact in float16, bfloat16 and wider), and amax (float32 [1]),
-// raised to max |x| over the call (a running maximum over a step's calls; a NaN sticks).
+// dtype (every FP8 number is exact in float16, bfloat16 and wider), and, when there is a second
+// output, amax (float32 [1]) raised to max |x| over the call (a running maximum over a step's
+// calls; a NaN sticks).
 // attrs: scalar = scale, index = Fp8Format. Rounding: tessera/fp8.h, on the float32 product as
 // the GPU computes it. The maximum does not depend on how the elements split over threads.
 #include <algorithm>
@@ -26,7 +27,7 @@ struct Fp8Cast {
     const int64_t n = c.inputs[0].numel();
     const T* x = c.inputs[0].data<T>();
     T* out = c.outputs[0].data<T>();
-    float* amax = c.outputs[1].data<float>();
+    float* amax = c.outputs.size() > 1 ? c.outputs[1].data<float>() : nullptr;
     const auto scale = static_cast<float>(c.attrs.scalar);
     const auto format = static_cast<Fp8Format>(c.attrs.index);
     const int64_t chunks = (n + kChunk - 1) / kChunk;
@@ -42,7 +43,8 @@ struct Fp8Cast {
         partial[static_cast<size_t>(k)] = m;
       }
     });
-    for (const float m : partial) *amax = max_keep_nan(m, *amax);
+    if (amax)
+      for (const float m : partial) *amax = max_keep_nan(m, *amax);
   }
 };
 

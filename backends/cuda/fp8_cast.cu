@@ -22,6 +22,7 @@ __global__ void fp8_cast_kernel(const T* x, T* out, float* amax, int64_t n, floa
     m = MaxKeepNaN{}(fabsf(v), m);
     out[i] = convert<T>(fp8::round(v * scale, format));
   }
+  if (amax == nullptr) return;  // (uniform over the block: no thread skips the reduction alone)
   m = block_reduce<kThreads>(m, MaxKeepNaN{});
   if (threadIdx.x == 0) atomicMax(reinterpret_cast<int*>(amax), __float_as_int(m));
 }
@@ -34,8 +35,8 @@ struct Fp8Cast {
     const unsigned grid = grid_for(n, 8);
     fp8_cast_kernel<T><<<grid, kThreads, 0, stream_of(c.outputs[0])>>>(
         static_cast<const T*>(c.inputs[0].data_ptr()), static_cast<T*>(c.outputs[0].data_ptr()),
-        c.outputs[1].data<float>(), n, static_cast<float>(c.attrs.scalar),
-        static_cast<Fp8Format>(c.attrs.index));
+        c.outputs.size() > 1 ? c.outputs[1].data<float>() : nullptr, n,
+        static_cast<float>(c.attrs.scalar), static_cast<Fp8Format>(c.attrs.index));
     TS_CUDA_LAUNCH_CHECK("fp8_cast");
   }
 };

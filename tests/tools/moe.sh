@@ -66,6 +66,12 @@ config berttp2ep2 "$top2, \"ep_size\": 2}" "$bert; $tp"
 ac='c["activation_checkpointing"] = {"partition_activations": False}'
 config acep2 "$top2, \"ep_size\": 2}" "$ac"
 config bertacep2 "$top2, \"ep_size\": 2}" "$bert; $ac"
+# Every buffer full (2 experts, top-2, capacity factor 1: each token in both): estimate-memory's
+# MoE activation bytes are exact, at ep_size 2 and in bf16 with Jitter and PR-MoE's residual.
+config full2 '{"num_experts": 2, "k": 2, "capacity_factor": 1.0, "ep_size": 2}'
+config fullbf '{"num_experts": 2, "k": 2, "capacity_factor": 1.0, "noisy_gate_policy": "Jitter", "use_residual": true}' 'c["bf16"] = {"enabled": True}'
+run full2 2 full2
+run fullbf 1 fullbf
 run g4 1 g4
 run ep4 4 ep4
 run ep2x2 4 ep2
@@ -187,16 +193,24 @@ assert all(0 <= x < 1 for x in drops) and max(drops) > 0, drops
 print("monitors: moe_aux_loss, dropped fraction, expert loads")
 PY
 # estimate-memory builds a rank's share of the experts: its parameters and optimizer state are
-# the run's to the byte; MoE activations are not estimated yet, and it says so (null).
+# the run's to the byte. Its MoE activation bytes count every route as kept: the run's to the
+# byte where every buffer is full, an upper bound where routes were dropped (ep2: capacity
+# factor 0.75, so the bound is the full buffers: within 2% here).
 "$tessera" estimate-memory ep2.json --ranks 4 --json > estimate.res
+"$tessera" estimate-memory full2.json --ranks 2 --json > estimate_full2.res
+"$tessera" estimate-memory fullbf.json --json > estimate_fullbf.res
 python3 - <<'PY'
 import json
-e = json.loads(open("estimate.res").read().splitlines()[-1])["memory"]
-run = json.loads(open("ep2x2.res").read().splitlines()[-1])["memory"]
+def last(path): return json.loads(open(path).read().splitlines()[-1])["memory"]
+e, run = last("estimate.res"), last("ep2x2.res")
 for key in ("params", "grads", "optimizer"):
     assert e[key] == run[key], (key, e, run)
-assert e["activations"] is None, e
-print("estimate-memory: a rank's experts, as the run holds them")
+assert run["activations"] <= e["activations"] <= 1.02 * run["activations"], (e, run)
+for name in ("full2", "fullbf"):
+    want, got = last(f"estimate_{name}.res")["activations"], last(f"{name}.res")["activations"]
+    print(f"{name}: MoE activations estimated {want} B, measured {got} B")
+    assert want == got, (name, want, got)
+print("estimate-memory: a rank's experts and MoE activations, as the run holds them")
 PY
 "$tessera" estimate-memory z2ep2.json --ranks 4 --json > zestimate.res
 python3 - <<'PY'

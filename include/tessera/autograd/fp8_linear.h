@@ -41,4 +41,9 @@ Tensor fp8_cast(const Tensor& x, float scale, Fp8Format format, Tensor* amax = n
 Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
                   const std::shared_ptr<Fp8LinearScaling>& scaling);
 
+// fp8_linear where `scaling` is given, linear (in the operands' dtype) where it is null: the
+// GEMM of a layer that FP8 training may or may not have enabled.
+Tensor linear_or_fp8(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                     const std::shared_ptr<Fp8LinearScaling>& scaling);
+
 }  // namespace tessera

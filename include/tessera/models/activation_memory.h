@@ -27,6 +27,10 @@
 // q, k, v each keep their own copy of the layer's input (+ 2 R C), and the attention output's
 // linear a copy where the heads were not merged (+ B*T*C/N). With sequence parallelism the
 // column-parallel linears keep their input chunk, as without FP8, and no FP8 numbers.
+//
+// MoE layers (the "moe" section) keep their gate's tensors, the dispatch indices and what their
+// experts keep instead of the dense MLP's GeLU pair, counting every route as kept (exact when
+// every capacity buffer is full, an upper bound otherwise): docs/moe.md, "Activation memory".
 #pragma once
 #include <cstdint>
 
