@@ -149,6 +149,7 @@ void Engine::write_checkpoint_files(const fs::path& tmp, const nlohmann::json& c
                            weights);
     }
   }
+  const nlohmann::json fp8 = fp8_ ? fp8_state() : nlohmann::json();  // (collective)
   if (is_lead()) {
     const GeneratorState rng = default_generator().state();
     const auto sc = scaler_.state();
@@ -167,7 +168,7 @@ void Engine::write_checkpoint_files(const fs::path& tmp, const nlohmann::json& c
                          {"world_size", group_->size()},
                          {"client_state", client_state}};
     if (zero_) state["zero"] = parallel::zero_metadata(zero_->stage(), zero_->layout());
-    if (!fp8_layers_.empty()) state["fp8"] = fp8_state();
+    if (fp8_) state["fp8"] = fp8;
     // How the shards merge (a load at another size, zero-to-fp32, export); other files (a
     // pipeline's layers) say it themselves.
     if (checkpoint_files_) checkpoint_files_->describe(state);

@@ -1,7 +1,9 @@
 // The engine's FP8 training (engine/fp8_config.h): scaling states for the model's FP8 layers,
 // the delayed-scaling update after each step, and their place in checkpoints.
+#include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "tessera/engine/engine.h"
@@ -9,6 +11,7 @@
 #include "tessera/grad_mode.h"
 #include "tessera/io/json_fields.h"
 #include "tessera/ops.h"
+#include "tessera/parallel/pipeline_module.h"
 
 namespace tessera::engine {
 
@@ -20,14 +23,46 @@ std::array<Fp8TensorScaling*, 3> tensors_of(Fp8LinearScaling& s) {
   return {&s.input, &s.weight, &s.grad_output};
 }
 
+// A pipeline stage's FP8 layers under the whole model's names (a layer "3.attn.c_attn" of the
+// stage is the model's "transformer.h.2.attn.c_attn"), so checkpoints carry their scales
+// across pipeline layouts.
+void name_as_whole_model(nn::Module& model, parallel::Fp8Layers& layers) {
+  const auto* stage = dynamic_cast<const parallel::PipelineModule*>(&model);
+  if (!stage) return;
+  const std::string weight = ".weight";
+  for (auto& [path, s] : layers) {
+    const std::string saved = stage->saved_name(path + weight);
+    TS_CHECK(saved.size() > weight.size() && saved.ends_with(weight), "engine: FP8 layer '", path,
+             "' is saved as '", saved, "', not as a layer's weight");
+    path = saved.substr(0, saved.size() - weight.size());
+  }
+}
+
+// Text over a group: every rank's `mine`, in rank order (4 bytes an Int32 element).
+std::vector<std::string> gather_text(parallel::ProcessGroup& group, const std::string& mine) {
+  const int n = group.size();
+  Tensor sizes = Tensor::empty({n}, DType::Int64);
+  group.all_gather(sizes, full({1}, static_cast<double>(mine.size()), DType::Int64));
+  const std::vector<double> each = sizes.to_vector();
+  int64_t words = 1;
+  for (const double b : each) words = std::max(words, (static_cast<int64_t>(b) + 3) / 4);
+  Tensor send = zeros({words}, DType::Int32);
+  std::memcpy(send.data<int32_t>(), mine.data(), mine.size());
+  Tensor all = Tensor::empty({n * words}, DType::Int32);
+  group.all_gather(all, send);
+  std::vector<std::string> out;
+  for (int r = 0; r < n; ++r)
+    out.emplace_back(reinterpret_cast<const char*>(all.data<int32_t>() + r * words),
+                     static_cast<size_t>(each[static_cast<size_t>(r)]));
+  return out;
+}
+
 }  // namespace
 
 void Engine::setup_fp8() {
   const Fp8Config& f = fp8_config(config_);
   if (!f.enabled) return;
-  TS_CHECK(!pipe_group_,
-           "engine: 'fp8.enabled' with pipeline stages is not built (FP8 scaling "
-           "states are not yet kept per pipeline stage)");
+  fp8_ = true;
   TS_CHECK(parallel::moe_layers(model_).empty(),
            "engine: 'fp8.enabled' with MoE layers is not built (experts on different ranks "
            "would share one amax reduction)");
@@ -35,13 +70,17 @@ void Engine::setup_fp8() {
            "engine: 'fp8.reduce_amax' false with more than one rank is not built (each rank's "
            "scales would differ, and a checkpoint keeps one set)");
   fp8_layers_ = parallel::enable_fp8(model_, f.recipe, device());
+  name_as_whole_model(model_, fp8_layers_);
   // A rank's backward carries its local mean's gradient: N times its share of the global
   // batch's for N data-parallel ranks. The gradients' first scale is 1/N (Transformer Engine:
   // 1), so every layout casts one process's numbers from the first step; from the first update
   // on, the reduced amax (N times one process's) gives that by itself.
   for (auto& [path, s] : fp8_layers_)
     s->grad_output.scale = 1.0f / static_cast<float>(group_->size());
-  TS_CHECK(!fp8_layers_.empty(),
+  // (A pipeline stage may hold none, the job must hold some.)
+  Tensor layers = full({1}, static_cast<double>(fp8_layers_.size()), DType::Int64);
+  if (pipe_group_) pipe_group_->all_reduce(layers, parallel::ReduceOp::Sum);
+  TS_CHECK(layers.item() > 0,
            "engine: 'fp8.enabled' but the model has no layer whose GEMM runs through FP8 "
            "(parallel::ColumnParallelLinear and RowParallelLinear do)");
 }
@@ -72,7 +111,7 @@ void Engine::update_fp8_scales() {
   }
 }
 
-nlohmann::json Engine::fp8_state() const {
+nlohmann::json Engine::fp8_state() {
   nlohmann::json layers = nlohmann::json::object();
   for (const auto& [path, s] : fp8_layers_) {
     nlohmann::json layer;
@@ -81,11 +120,15 @@ nlohmann::json Engine::fp8_state() const {
       layer[kTensorNames[k++]] = {{"scale", t->scale}, {"amax_history", t->history}};
     layers[path] = layer;
   }
+  if (!pipe_group_ || pipe_group_->size() == 1) return layers;
+  // Each stage holds its own layers (the same on its data- and tensor-parallel peers).
+  for (const std::string& text : gather_text(*pipe_group_, layers.dump()))
+    layers.update(nlohmann::json::parse(text));
   return layers;
 }
 
 void Engine::load_fp8_state(const nlohmann::json& state, const std::string& where) {
-  if (fp8_layers_.empty()) return;
+  if (!fp8_) return;
   if (!state.contains("fp8")) {
     if (is_lead())
       std::cerr << "note: load_checkpoint: " << where

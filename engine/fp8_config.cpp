@@ -2,7 +2,6 @@
 
 #include "tessera/io/config_section_registry.h"
 #include "tessera/io/train_config.h"
-#include "tessera/parallel/pipeline_config.h"
 
 namespace tessera::engine {
 
@@ -51,8 +50,6 @@ namespace {
 void check_fp8(io::TrainConfig& cfg) {
   const Fp8Config& f = fp8_config(cfg);
   if (!f.enabled) return;
-  parallel::refuse_pipeline_stages(cfg, "fp8.enabled",
-                                   "FP8 scaling states are not yet kept per pipeline stage");
   TS_CHECK(!cfg.model.transformer_kernel, cfg.source,
            ": 'fp8.enabled' with 'model.transformer_kernel' is not built (its joined q|k|v "
            "GEMM and recomputed GELU do not run through FP8)");

@@ -253,7 +253,8 @@ int64_t gpt2_pipeline_stage_bytes(const GPT2Config& c, const ActivationPlan& p, 
   // output, or the received value), plus its output: layer_bytes in all.
   if (p.layers_per_checkpoint <= 0)
     return bytes + blocks * layer_bytes(s, C, I, c.n_head,
-                                        kernel_bytes(s, c.transformer_kernel, C, I, false));
+                                        kernel_bytes(s, c.transformer_kernel, C, I, false) +
+                                            fp8_bytes(s, p, C, I, c.n_head, false));
   return bytes + ceil_div(blocks, p.layers_per_checkpoint) * hidden;
 }
 
@@ -294,9 +295,14 @@ int64_t bert_pipeline_stage_bytes(const BertConfig& c, bool nsp, const Activatio
     }
   }
   const int64_t I = c.intermediate_size, H = c.num_attention_heads;
+  // FP8: a stage's first layer keeps three FP8 copies of the input it received (fp8_bytes
+  // counts two beyond the input, which the stage does not count as its own).
+  if (p.fp8 && !p.sequence_parallel && 1 <= first && first <= L && p.layers_per_checkpoint <= 0)
+    bytes += hidden;
   if (p.layers_per_checkpoint <= 0)
-    return bytes +
-           layers * layer_bytes(s, C, I, H, kernel_bytes(s, c.transformer_kernel, C, I, true));
+    return bytes + layers * layer_bytes(s, C, I, H,
+                                        kernel_bytes(s, c.transformer_kernel, C, I, true) +
+                                            fp8_bytes(s, p, C, I, H, true));
   return bytes + ceil_div(layers, p.layers_per_checkpoint) * hidden;
 }
 

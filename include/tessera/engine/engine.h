@@ -501,11 +501,14 @@ class Engine {
   std::vector<std::pair<std::string, CurriculumScheduler>> sampling_difficulties_;
   std::shared_ptr<nn::ProgressiveLayerDrop> layer_drop_;  // progressive_layer_drop
   std::shared_ptr<nn::RandomLayerTokenDrop> token_drop_;  // data_efficiency's random_ltd
-  // fp8 (engine_fp8.cpp): the model's FP8 layers; their scales move after each step.
+  // fp8 (engine_fp8.cpp): the model's FP8 layers (a pipeline stage's: under the whole model's
+  // names; a stage may hold none); their scales move after each step.
   parallel::Fp8Layers fp8_layers_;
+  bool fp8_ = false;  // the job trains in FP8
   void setup_fp8();
   void update_fp8_scales();
-  nlohmann::json fp8_state() const;
+  // Every layer's scales and histories by path (a pipeline's stages' gathered: collective).
+  nlohmann::json fp8_state();
   void load_fp8_state(const nlohmann::json& engine_json, const std::string& where);
   // After a step: the schedules' values for the step that ran (when monitored).
   void add_schedule_events(std::vector<MonitorEvent>& events);
