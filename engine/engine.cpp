@@ -76,7 +76,6 @@ Engine::Engine(nn::Module& model, io::TrainConfig config, InitializeOptions opti
   if (config_.flops_profiler.enabled && is_lead())
     flops_profiler_ = std::make_unique<nn::FlopsProfiler>(model_);
   build_training_schedules();
-  setup_fp8();
   // CUDA tensors communicate over NCCL (bootstrapped over the MPI world); CPU ones over MPI.
   // (TESSERA_DIST_BACKEND=nccl uses NCCL on one rank too: a single GPU can test it.)
   const char* backend = std::getenv("TESSERA_DIST_BACKEND");
@@ -92,6 +91,7 @@ Engine::Engine(nn::Module& model, io::TrainConfig config, InitializeOptions opti
   // Dropout masks as one process would draw them for the global batch (see rng.h).
   set_data_parallel_shard(group_->rank(), static_cast<int>(world));
   setup_experts();
+  setup_fp8();  // (after setup_experts: experts' FP8 layers reduce over their replicas)
   if (world > 1) broadcast_initial_parameters();
   std::vector<optim::ParamGroup> groups = resolve_groups(options);
   const double optimizer_lr = groups.empty() ? config_.optimizer.lr() : groups.front().lr;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <set>
 
 #include "tessera/engine/engine.h"
 #include "tessera/engine/fp8_config.h"
@@ -63,13 +64,16 @@ void Engine::setup_fp8() {
   const Fp8Config& f = fp8_config(config_);
   if (!f.enabled) return;
   fp8_ = true;
-  TS_CHECK(parallel::moe_layers(model_).empty(),
-           "engine: 'fp8.enabled' with MoE layers is not built (experts on different ranks "
-           "would share one amax reduction)");
   TS_CHECK(f.recipe.reduce_amax || (group_->size() == 1 && !tp_group_),
            "engine: 'fp8.reduce_amax' false with more than one rank is not built (each rank's "
            "scales would differ, and a checkpoint keeps one set)");
   fp8_layers_ = parallel::enable_fp8(model_, f.recipe, device());
+  // MoE experts held by this rank alone (expert parallelism): their layers' amaxes meet over
+  // the ranks holding the same experts, their scales over the expert-parallel group.
+  std::set<std::string> experts;
+  for (auto& [name, t] : model_.named_parameters())
+    if (is_expert(t)) experts.insert(name);
+  for (const auto& [path, s] : fp8_layers_) fp8_expert_.push_back(experts.count(path + ".weight"));
   name_as_whole_model(model_, fp8_layers_);
   // A rank's backward carries its local mean's gradient: N times its share of the global
   // batch's for N data-parallel ranks. The gradients' first scale is 1/N (Transformer Engine:
@@ -89,23 +93,35 @@ void Engine::update_fp8_scales() {
   if (fp8_layers_.empty()) return;
   NoGradGuard no_grad;
   const nn::Fp8Recipe& recipe = fp8_config(config_).recipe;
-  // One vector of every tensor's amax, reduced as one collective per group.
-  std::vector<Tensor> amaxes;
-  for (auto& [path, s] : fp8_layers_)
-    for (Fp8TensorScaling* t : tensors_of(*s)) amaxes.push_back(t->amax);
-  Tensor all = cat(amaxes, 0);
-  if (recipe.reduce_amax)
-    for (parallel::ProcessGroup* g : {group_.get(), tp_group_.get()})
-      if (g && g->size() > 1) g->all_reduce(all, parallel::ReduceOp::Max);
-  const std::vector<double> host = all.to(Device::cpu()).to_vector();
+  // One vector of every tensor's amax, reduced as one collective per group (experts': over
+  // their replicas and the tensor-parallel group, which runs them whole).
+  std::vector<double> host;
+  std::vector<size_t> at(fp8_layers_.size());
+  for (const bool expert : {false, true}) {
+    std::vector<Tensor> amaxes;
+    for (size_t i = 0; i < fp8_layers_.size(); ++i) {
+      if (fp8_expert_[i] != expert) continue;
+      at[i] = host.size() + amaxes.size();
+      for (Fp8TensorScaling* t : tensors_of(*fp8_layers_[i].second)) amaxes.push_back(t->amax);
+    }
+    if (amaxes.empty()) continue;
+    Tensor all = cat(amaxes, 0);
+    parallel::ProcessGroup* data = expert ? expert_data_group_.get() : group_.get();
+    if (recipe.reduce_amax)
+      for (parallel::ProcessGroup* g : {data, tp_group_.get()})
+        if (g && g->size() > 1) g->all_reduce(all, parallel::ReduceOp::Max);
+    const std::vector<double> part = all.to(Device::cpu()).to_vector();
+    host.insert(host.end(), part.begin(), part.end());
+  }
   // (global_steps_ counts the steps before this one: the interval counts completed steps.)
   const bool rescale = (global_steps_ + 1) % recipe.interval == 0;
-  size_t i = 0;
-  for (auto& [path, s] : fp8_layers_) {
+  for (size_t l = 0; l < fp8_layers_.size(); ++l) {
+    Fp8LinearScaling& s = *fp8_layers_[l].second;
+    size_t i = at[l];
     int k = 0;
-    for (Fp8TensorScaling* t : tensors_of(*s)) {
+    for (Fp8TensorScaling* t : tensors_of(s)) {
       recipe.update(*t, static_cast<float>(host[i++]),
-                    k++ < 2 ? s->forward_format : s->backward_format, rescale);
+                    k++ < 2 ? s.forward_format : s.backward_format, rescale);
       t->amax.zero_();
     }
   }
@@ -120,10 +136,12 @@ nlohmann::json Engine::fp8_state() {
       layer[kTensorNames[k++]] = {{"scale", t->scale}, {"amax_history", t->history}};
     layers[path] = layer;
   }
-  if (!pipe_group_ || pipe_group_->size() == 1) return layers;
-  // Each stage holds its own layers (the same on its data- and tensor-parallel peers).
-  for (const std::string& text : gather_text(*pipe_group_, layers.dump()))
-    layers.update(nlohmann::json::parse(text));
+  // Each pipeline stage holds its own layers, each expert-parallel rank its own experts (the
+  // same on their data- and tensor-parallel peers, or replicas).
+  for (parallel::ProcessGroup* g : {pipe_group_.get(), expert_group_.get()})
+    if (g && g->size() > 1)
+      for (const std::string& text : gather_text(*g, layers.dump()))
+        layers.update(nlohmann::json::parse(text));
   return layers;
 }
 

@@ -150,6 +150,19 @@ int64_t moe_layer_bytes(const Sizes& s, const parallel::MoEOptions& o, int64_t P
   return bytes - (gelu_checkpoint ? 1 : 2) * tensor_bytes(s.N * I / s.n, s.b);
 }
 
+// FP8 in a MoE layer beyond what fp8_bytes counts for the dense MLP it replaces: each expert's
+// (and the residual MLP's) two weights' FP8 numbers; an expert's FP8 inputs take the place of
+// its rows (in blocks of their own), the residual MLP's input copy adds to the input the
+// mix keeps.
+int64_t moe_fp8_bytes(const Sizes& s, const parallel::MoEOptions& o, int64_t P, int64_t M,
+                      int64_t I) {
+  const int64_t L = o.num_experts / P, weights = 2 * tensor_bytes(M * I, s.b);
+  int64_t bytes = L * weights - 2 * tensor_bytes(M * I / s.n, s.b);
+  if (M * s.b % 64 != 0) bytes += 64 * (L - 1);
+  if (o.use_residual) bytes += weights + tensor_bytes(s.N * M, s.b);
+  return bytes;
+}
+
 // The MoE layers of a stack of L layers beyond their dense count, and their load-balancing
 // losses: each layer's l_aux (kept by its layer), their sum and its coefficient (the loss).
 int64_t moe_stack_bytes(const Sizes& s, const ActivationPlan& p,
@@ -162,7 +175,8 @@ int64_t moe_stack_bytes(const Sizes& s, const ActivationPlan& p,
     if (!moe->is_moe_layer(l)) continue;
     ++layers;
     if (p.layers_per_checkpoint <= 0)
-      bytes += moe_layer_bytes(s, moe->layer_options(l), moe->ep_size, M, I, gelu_checkpoint);
+      bytes += moe_layer_bytes(s, moe->layer_options(l), moe->ep_size, M, I, gelu_checkpoint) +
+               (p.fp8 ? moe_fp8_bytes(s, moe->layer_options(l), moe->ep_size, M, I) : 0);
   }
   return bytes + (layers + (layers > 1 ? 1 : 0) + 1) * scalar;
 }

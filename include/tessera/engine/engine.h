@@ -504,7 +504,8 @@ class Engine {
   // fp8 (engine_fp8.cpp): the model's FP8 layers (a pipeline stage's: under the whole model's
   // names; a stage may hold none); their scales move after each step.
   parallel::Fp8Layers fp8_layers_;
-  bool fp8_ = false;  // the job trains in FP8
+  std::vector<bool> fp8_expert_;  // per FP8 layer: a MoE expert's (its amaxes meet over replicas)
+  bool fp8_ = false;              // the job trains in FP8
   void setup_fp8();
   void update_fp8_scales();
   // Every layer's scales and histories by path (a pipeline's stages' gathered: collective).
