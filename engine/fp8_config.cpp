@@ -15,7 +15,9 @@ void Fp8Config::parse(io::config::Section& s, Fp8Config& out) {
            {"interval", "steps between scale updates (the amax history moves every step)"},
            {"amax_history_len", "amaxes kept per tensor"},
            {"amax_compute_algo", "max: the history's largest; most_recent: the last step's"},
-           {"reduce_amax", "amaxes are the maxima over the data- and tensor-parallel ranks"}});
+           {"reduce_amax",
+            "amaxes are the maxima over the data- and tensor-parallel ranks (a MoE expert's: "
+            "over the ranks holding it)"}});
   s.get("enabled", out.enabled);
   nn::Fp8Recipe& r = out.recipe;
   std::string format = "HYBRID";
