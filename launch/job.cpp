@@ -9,6 +9,7 @@
 #include "tessera/parallel/pipe_schedule_registry.h"
 #include "tessera/parallel/pipeline_config.h"
 #include "tessera/parallel/tensor_parallel_config.h"
+#include "tessera/parallel/zero_optimizer.h"
 
 namespace tessera::launch {
 
@@ -98,6 +99,10 @@ JobGroups job_groups(const io::TrainConfig& cfg, std::shared_ptr<parallel::Proce
   if (const Device device = job_device(cfg); device.is_cuda())
     g.tensor = parallel::make_nccl_group(g.tensor, device);
   return g;
+}
+
+Job::~Job() {
+  if (engine && engine->zero_optimizer()) engine->zero_optimizer()->keep_partitioned();
 }
 
 nn::Module& Job::model() {

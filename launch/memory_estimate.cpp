@@ -105,6 +105,24 @@ void nvme_state_bytes(const parallel::ZeroConfig& z, const parallel::ShardLayout
   if (tensors > 0) e.swap += tensors * 4 * sub_group + budget * (z.offload_pipeline_write ? 2 : 1);
 }
 
+// offload_optimizer "nvme" at stages 2-3 on CPU ranks: the gradient partition goes to the swap
+// file too, a page-aligned region per parameter in the communication dtype; a sub-group's
+// gradients are read in with its state (and, when 16-bit, converted to float32 beside it),
+// through one more staging buffer where the next sub-group's reads ahead hold the budget.
+void nvme_grad_bytes(const parallel::ZeroConfig& z, const parallel::ShardLayout& layout,
+                     int64_t grad_bytes, ModelStateBytes& e) {
+  const auto aligned = io::AsyncFileIO::aligned;
+  int64_t largest = 0;
+  for (const auto& en : layout.entries) {
+    e.disk += aligned(en.shard * grad_bytes);
+    largest = std::max(largest, en.shard);
+  }
+  const int64_t P = layout.partition_numel;
+  e.grads -= P * grad_bytes;
+  const int64_t sub_group = std::max(largest, std::min(z.sub_group_size, P));
+  e.swap += sub_group * (grad_bytes + (grad_bytes == 4 ? 0 : 4)) + aligned(sub_group * grad_bytes);
+}
+
 // offload_param "nvme" (ZeRO-3): the shards that parallel::swapped_param_shards puts in the
 // swap file go there, a page-aligned region each; the swap holds the read-ahead buffers
 // (buffer_count x buffer_size elements, or one larger shard) and the shards read in for gathers
@@ -185,8 +203,10 @@ ModelStateBytes model_state_bytes(const io::TrainConfig& c, const parallel::Shar
   }
   e.grads = P * gb + (stage == 1 ? psi * pb : 0);
   e.optimizer = (model_is_master || shards_are_masters ? 0 : 4 * P) + slots * 4 * P;
-  if (z.offload_optimizer_device == "nvme")
+  if (z.offload_optimizer_device == "nvme") {
     nvme_state_bytes(z, layout, slots, !(model_is_master || shards_are_masters), stage, pb, e);
+    if (stage >= 2 && !on_gpu) nvme_grad_bytes(z, layout, gb, e);
+  }
   e.buffers = parallel::zero_buffer_bytes(layout, o, model, comm);
   return e;
 }

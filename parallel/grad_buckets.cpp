@@ -106,7 +106,10 @@ struct GradBuckets::State {
     in_flight.pop_front();
     s.work.wait();
     const Bucket& b = buckets[static_cast<size_t>(s.bucket)];
-    partition.narrow(0, b.part_offset, b.numel).add_(s.out.narrow(0, 0, b.numel));
+    if (opt.accumulate)
+      opt.accumulate(b.part_offset, s.out.narrow(0, 0, b.numel));
+    else
+      partition.narrow(0, b.part_offset, b.numel).add_(s.out.narrow(0, 0, b.numel));
     s.bucket = -1;
   }
 };
@@ -123,11 +126,12 @@ GradBuckets::GradBuckets(std::shared_ptr<ProcessGroup> group, std::vector<Tensor
   s.layout = layout;
   s.partition = std::move(grad_partition);
   const size_t n = s.params.size();
-  TS_CHECK(
-      mode == Mode::AllReduce || (layout && layout->entries.size() == n && s.partition.defined() &&
-                                  s.partition.numel() == layout->partition_numel),
-      "GradBuckets: ReduceScatter needs a layout and a gradient partition that match the ", n,
-      " parameters");
+  TS_CHECK(mode == Mode::AllReduce ||
+               (layout && layout->entries.size() == n &&
+                (options.accumulate ||
+                 (s.partition.defined() && s.partition.numel() == layout->partition_numel))),
+           "GradBuckets: ReduceScatter needs a layout and a gradient partition that match the ", n,
+           " parameters");
   const int world = s.group->size();
   const Device device = n > 0 ? s.params[0]->device() : Device::cpu();
   s.bucket_of.assign(n, 0);

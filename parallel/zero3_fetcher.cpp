@@ -261,4 +261,11 @@ void Zero3Fetcher::materialize_all() {
   for (Tensor& t : full_) t.storage()->set_fetcher(nullptr);
 }
 
+void Zero3Fetcher::detach_released() {
+  drain();
+  enabled_ = false;
+  // (Each storage holds this fetcher, which holds them: the cycle goes here.)
+  for (Tensor& t : full_) t.storage()->set_fetcher(nullptr);
+}
+
 }  // namespace tessera::parallel

@@ -85,6 +85,9 @@ class Zero3Fetcher : public StorageFetcher {
   void invalidate_secondary();
   // Gathers every parameter for good and detaches from their storages.
   void materialize_all();
+  // Waits for the gathers in flight and detaches from the parameters' storages, which stay
+  // released (the model is about to go: nothing reads it again).
+  void detach_released();
 
   const PrefetchStats& stats() const { return stats_; }
 

@@ -40,22 +40,26 @@ class ZeroOptimizer::MasterStager : public optim::StateStager {
   std::shared_ptr<TensorSwapper> swapper_;
 };
 
-void ZeroOptimizer::start_swapping(const NvmeOffloadOptions& options) {
-  TS_CHECK(!optimizer_->takes_data_parallel_transport(),
-           "offload_optimizer.device \"nvme\": ", optimizer_->name(),
-           " updates outside the fused optimizer step the swapper stages; use Adam, AdamW, "
-           "Lamb or SGD, or offload to \"cpu\"");
+void ZeroOptimizer::make_swapper(const NvmeOffloadOptions& options) {
   NvmeOffloadOptions nvme = options;
   nvme.buffer_numel = nvme_buffer_numel(nvme.sub_group_size);
   swapper_ =
       std::make_shared<TensorSwapper>(nvme, "optimizer-rank" + std::to_string(group_->rank()));
+}
+
+void ZeroOptimizer::start_swapping() {
+  TS_CHECK(!optimizer_->takes_data_parallel_transport(),
+           "offload_optimizer.device \"nvme\": ", optimizer_->name(),
+           " updates outside the fused optimizer step the swapper stages; use Adam, AdamW, "
+           "Lamb or SGD, or offload to \"cpu\"");
   if (swap_masters_) {
-    publish_masters_from_memory();
-    optimizer_->set_state_stager(std::make_shared<MasterStager>(*this, swapper_));
+    // (ZeRO-3's shards were filled from the masters as they were made.)
+    if (options_.stage < 3) publish_masters_from_memory();
+    optimizer_->set_state_stager(grad_stager(std::make_shared<MasterStager>(*this, swapper_)));
   } else {
-    optimizer_->set_state_stager(swapper_);
+    optimizer_->set_state_stager(grad_stager(swapper_));
   }
-  if (!nvme.fast_init) optimizer_->initialize_state();
+  if (!options_.nvme->fast_init) optimizer_->initialize_state();
   swap_out_state();  // (the masters leave memory whatever fast_init says)
 }
 
@@ -65,6 +69,8 @@ void ZeroOptimizer::publish_masters_from_memory() {
     Tensor to = published_view(i);
     to.copy_(master_views_[i].to(to.device()));
     if (options_.stage == 3) shard_written(i);
+    // (A swapped master read in for this goes again: its copy on disk is the same.)
+    swapper_->discard({{params_[i].first, master_views_[i]}});
   }
 }
 

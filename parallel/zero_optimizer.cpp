@@ -103,6 +103,8 @@ ZeroOptimizer::ZeroOptimizer(nn::Module& model, std::shared_ptr<ProcessGroup> gr
                         state_device_ == shard_device_ && !options.param_nvme;
   // NVMe offload swaps the float32 masters too where they are a copy apart from the model.
   swap_masters_ = options.nvme && !model_is_master_ && !shards_are_masters_;
+  // (The swapper moves host memory: a GPU model's gradient partition stays on the device.)
+  swap_grads_ = options.nvme && options.stage >= 2 && device_.is_cpu();
   build_partitions();
   if (options.compute_dtype != model_dtype_) {
     model.to(options.compute_dtype);
@@ -125,7 +127,7 @@ ZeroOptimizer::ZeroOptimizer(nn::Module& model, std::shared_ptr<ProcessGroup> gr
     }
   }
   optimizer_ = make_optimizer(std::move(groups));
-  if (options.nvme) start_swapping(*options.nvme);
+  if (options.nvme) start_swapping();
   swap_out_shards();
 }
 
@@ -149,9 +151,18 @@ void ZeroOptimizer::make_buckets() {
   bo.overlap = options_.overlap_comm;
   bo.pre_scale = options_.pre_scale;
   bo.comm_dtype = options_.comm_dtype;
+  grad_shards_.assign(params_.size(), Tensor());
   for (Partition& part : parts_) {
     bo.quantized = quantized_reduction(part.group);
-    part.grad_partition = zeros({part.layout.partition_numel}, options_.comm_dtype, device_);
+    bo.accumulate = nullptr;
+    if (swap_grads_) {
+      const size_t p = static_cast<size_t>(&part - parts_.data());
+      bo.accumulate = [this, p](int64_t offset, const Tensor& reduced) {
+        accumulate_grad(p, offset, reduced);
+      };
+    } else {
+      part.grad_partition = zeros({part.layout.partition_numel}, options_.comm_dtype, device_);
+    }
     std::vector<Tensor*> slots;
     for (size_t i : part.params) slots.push_back(params_[i].second);
     part.buckets = std::make_unique<GradBuckets>(
@@ -185,10 +196,13 @@ void ZeroOptimizer::build_partitions() {
     TS_CHECK(index_.count(name), "ZeRO: expert parameter '", name,
              "' is not a parameter of the model");
   master_views_.resize(params_.size());
+  for (size_t p = 0; p < parts_.size(); ++p)
+    parts_[p].layout = ShardLayout(shapes[p], parts_[p].group->size());
+  // (Before the masters are made: each goes to the swap file as soon as it is.)
+  if (options_.nvme) make_swapper(*options_.nvme);
   for (size_t p = 0; p < parts_.size(); ++p) {
     Partition& part = parts_[p];
     const int world = part.group->size(), rank = part.group->rank();
-    part.layout = ShardLayout(shapes[p], world);
     if (!model_is_master_ && !swap_masters_)
       part.master = zeros({part.layout.partition_numel}, DType::Float32, state_device_);
     if (swap_masters_ && options_.stage < 3)
@@ -202,6 +216,7 @@ void ZeroOptimizer::build_partitions() {
         view = swap_masters_ ? zeros({e.shard}, DType::Float32, state_device_)
                              : part.master.narrow(0, e.offset, e.shard);
         view.copy_(shard_of(param, e, rank));
+        if (swap_masters_) swapper_->release({{e.name, view}});
         continue;
       }
       Tensor padded = zeros({e.shard * world}, DType::Float32, device_);
@@ -225,8 +240,18 @@ Tensor ZeroOptimizer::staged_for_device(const Tensor& host) const {
 
 ZeroOptimizer::~ZeroOptimizer() {
   if (!fetcher_) return;
+  if (!materialize_at_end_) {
+    fetcher_->detach_released();
+    return;
+  }
   // Leave the model usable on its own: gather every parameter for good.
   fetcher_->materialize_all();
+}
+
+void ZeroOptimizer::end_backward() {
+  for (auto& p : parts_) p.buckets->end_backward();
+  // (Every gradient written out before the next micro-step adds into it.)
+  if (swap_grads_) swapper_->finish();
 }
 
 GradSquares ZeroOptimizer::prepare_master_grads(double scale) {
@@ -234,6 +259,7 @@ GradSquares ZeroOptimizer::prepare_master_grads(double scale) {
   // The update writes the shards (the masters themselves in float32 stage 3): no gather
   // may still be reading them.
   if (fetcher_) fetcher_->drain();
+  if (swap_grads_) return swapped_grad_squares(scale);
   for (Partition& part : parts_) {
     if (part.grad_partition.dtype() == DType::Float32 && scale == 1.0 && state_device_ == device_) {
       part.master_grads = part.grad_partition;
@@ -276,6 +302,10 @@ GradSquares ZeroOptimizer::prepare_master_grads(double scale) {
 
 void ZeroOptimizer::scale_master_grads(double coef) {
   NoGradGuard no_grad;
+  if (swap_grads_) {
+    swapped_grad_coef_ = coef;  // (applied as each sub-group's gradients are read in)
+    return;
+  }
   for (Partition& part : parts_) part.master_grads.mul_(coef);
 }
 
@@ -344,9 +374,11 @@ void ZeroOptimizer::publish(Partition& part) {
 void ZeroOptimizer::zero_grad() {
   NoGradGuard no_grad;
   for (Partition& part : parts_) {
-    part.grad_partition.zero_();
+    if (part.grad_partition.defined()) part.grad_partition.zero_();
     part.master_grads = Tensor();
   }
+  // (Swapped: the next reduction starts each anew; its region in the file is reused.)
+  for (Tensor& g : grad_shards_) g = Tensor();
   optimizer_->zero_grad();
   for (auto& [n, t] : params_) t->set_grad(Tensor());
   release_parameters();
@@ -379,6 +411,9 @@ MemoryStats ZeroOptimizer::memory() const {
     // Stage 1 keeps full gradients between boundaries (autograd's, accumulated).
     if (options_.stage == 1) m.grads += part.layout.total_numel() * item;
     m.grads += bytes_of(part.grad_partition);
+    for (size_t i : part.params)  // (swapped: those in memory)
+      if (grad_shards_[i].defined() && grad_shards_[i].storage()->resident())
+        m.grads += bytes_of(grad_shards_[i]);
     if (shards_are_masters_)
       m.params += bytes_of(part.master);  // the shard is the master
     else
@@ -444,6 +479,7 @@ void ZeroOptimizer::load_partition_state(const std::map<std::string, Tensor>& ma
     TS_CHECK(it != masters.end() && it->second.numel() == e.shard, "ZeRO checkpoint: no shard of ",
              e.shard, " elements for parameter '", e.name, "'");
     master_views_[i].copy_(it->second);
+    if (swap_masters_) swapper_->release({{e.name, master_views_[i]}});  // (one at a time)
   }
   if (optimizer_state) optimizer_->load_state_dict(*optimizer_state);
   if (swap_masters_) publish_masters_from_memory();

@@ -71,6 +71,8 @@ void ZeroOptimizer::build_shards() {
     shard = param_shards_.defined() ? param_shards_.narrow(0, e.offset, e.shard)
                                     : Tensor::empty({e.shard}, model_dtype_, shard_device_);
     if (!shards_are_masters_) shard.copy_(master_views_[i].to(shard_device_));
+    if (swap_masters_)  // (read back in for the copy: its copy on disk is the same)
+      swapper_->discard({{params_[i].first, master_views_[i]}});
     if (e.numel <= options_.param_persistence_threshold) continue;
     partitioned_[i] = true;
     shard_swapped_[i] = nvme && swapped[place_[i].second];
@@ -83,6 +85,7 @@ void ZeroOptimizer::build_shards() {
     fetcher_->add(padded, shard, shard_swapped_[i] ? e.name : std::string());
     padded.storage()->set_fetcher(fetcher_);
     padded.storage()->release();
+    shard_written(i);  // (a swapped shard goes to its file now: one in memory at a time)
   }
 }
 

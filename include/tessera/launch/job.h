@@ -54,6 +54,8 @@ struct Job {
   std::shared_ptr<engine::Engine> engine;
   std::shared_ptr<engine::PipelineEngine> pipeline_engine;
 
+  // (ZeRO-3: the model goes with the engine, so its parameters are not gathered whole first.)
+  ~Job();
   bool is_pipeline() const { return pipeline_engine != nullptr; }
   // The whole model, this rank's tensor-parallel shard, or this stage's PipelineModule.
   nn::Module& model();

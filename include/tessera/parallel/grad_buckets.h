@@ -12,6 +12,7 @@
 // Reductions happen only in backward passes begun with reduce = true (the accumulation
 // boundary for DP and ZeRO-1; every micro-step for ZeRO-2/3).
 #pragma once
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -34,9 +35,14 @@ class GradBuckets {
     DType comm_dtype = DType::Float32;
     // ReduceScatter: ZeRO++'s quantized reduction in place of the reduce-scatter (qgZ).
     std::shared_ptr<QuantizedReduceScatter> quantized;
+    // ReduceScatter: where each bucket's reduced shard goes instead of being added into the
+    // gradient partition (ZeRO-Infinity's gradients in a swap file): the bucket's offset in
+    // the partition and its [numel] sum, valid only during the call.
+    std::function<void(int64_t offset, const Tensor& reduced)> accumulate;
   };
   // params: the model's parameter slots in registration order. ReduceScatter also takes the
-  // layout and this rank's gradient partition (layout.partition_numel, comm dtype).
+  // layout and this rank's gradient partition (layout.partition_numel, comm dtype), or
+  // none with options.accumulate.
   GradBuckets(std::shared_ptr<ProcessGroup> group, std::vector<Tensor*> params, Mode mode,
               Options options, const ShardLayout* layout = nullptr, Tensor grad_partition = {});
   ~GradBuckets();

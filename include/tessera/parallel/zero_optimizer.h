@@ -46,7 +46,8 @@ struct ZeroOptions {
   bool offload_optimizer = false;  // masters and optimizer state on the host (GPU models)
   bool pin_memory = false;  // offloaded GPU models: stage host<->GPU transfers in pinned memory
   // offload_optimizer {"device": "nvme"}: the optimizer state in a swap file (implies
-  // offload_optimizer); see parallel/tensor_swapper.h.
+  // offload_optimizer), and at stages 2-3 on CPU ranks the gradient partition too; see
+  // parallel/tensor_swapper.h.
   std::optional<NvmeOffloadOptions> nvme;
   // Stage 3 (DeepSpeed's parameter coordinator, parallel/zero3_fetcher.h): gathered elements
   // at which prefetching stops; reuse distance in elements below which a parameter stays
@@ -135,14 +136,17 @@ class ZeroOptimizer {
   // decay; a parameter in no group is not updated.
   ZeroOptimizer(nn::Module& model, std::shared_ptr<ProcessGroup> group, ZeroOptions options,
                 const OptimizerFactory& make_optimizer, std::vector<optim::ParamGroup> groups);
+  // Stage 3: gathers every parameter whole for good, so the model stays usable without this
+  // optimizer (unless keep_partitioned()).
   ~ZeroOptimizer();
+  // Stage 3: the model goes with this optimizer (launch::Job's), so its destruction gathers
+  // nothing: a ZeRO-Infinity model need not fit in memory whole at the end either.
+  void keep_partitioned() { materialize_at_end_ = false; }
 
   void begin_backward(bool reduce) {
     for (auto& p : parts_) p.buckets->begin_backward(reduce);
   }
-  void end_backward() {
-    for (auto& p : parts_) p.buckets->end_backward();
-  }
+  void end_backward();
 
   // Gives every master shard its gradient: the reduced partition times `scale` (averaging
   // over ranks and undoing the loss scale), in float32. Returns this rank's squares of them
@@ -220,7 +224,8 @@ class ZeroOptimizer {
   void build_partitions();
   // offload_optimizer "nvme" (zero_nvme.cpp): the swapper, staging the masters too when they
   // are apart from the model; where a master's new value goes for publish.
-  void start_swapping(const NvmeOffloadOptions& nvme);
+  void make_swapper(const NvmeOffloadOptions& nvme);
+  void start_swapping();
   Tensor published_view(size_t param);
   // Swapped masters: every master's value into its published view (at start, after a load).
   void publish_masters_from_memory();
@@ -240,6 +245,16 @@ class ZeroOptimizer {
   std::shared_ptr<ProcessGroup> hpz_group(int world) const;
   // The masters' new values into the shards (when they are not the masters).
   void publish_shards();
+  // offload_optimizer "nvme" on CPU ranks, stages 2-3 (zero_grad_swap.cpp): this rank's
+  // gradient partition lives in the swap file too, a tensor per parameter: each bucket's
+  // reduced shard is added in (read back first from the second micro-step of an accumulation
+  // on) and written out; the norm reads them once, the update with their sub-group's state.
+  class GradStager;
+  void accumulate_grad(size_t part, int64_t offset, const Tensor& reduced);
+  GradSquares swapped_grad_squares(double scale);
+  // The optimizer's stager: `inner`, wrapped to stage the gradients when they are swapped.
+  std::shared_ptr<optim::StateStager> grad_stager(std::shared_ptr<optim::StateStager> inner);
+  std::string grad_key(size_t param) const { return params_[param].first + "#grad"; }
   // offload_param "nvme": a swapped shard given new values goes back to its file (so the
   // shards are in memory one at a time); swap_out_shards writes any still in memory.
   void shard_written(size_t param);
@@ -271,8 +286,14 @@ class ZeroOptimizer {
   std::shared_ptr<TensorSwapper> shard_swapper_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::shared_ptr<TensorSwapper> swapper_;
-  bool swap_masters_ = false;  // NVMe: the float32 masters are swapped too
+  bool swap_masters_ = false;        // NVMe: the float32 masters are swapped too
+  bool swap_grads_ = false;          // NVMe: the gradient partition is swapped (grad_shards_)
+  std::vector<Tensor> grad_shards_;  // per parameter, [shard] (comm dtype); undefined: none yet
+  // What the update multiplies swapped gradients by, in the order the in-memory path does:
+  // prepare_master_grads' scale, then scale_master_grads' clipping coefficient.
+  double swapped_grad_scale_ = 1.0, swapped_grad_coef_ = 1.0;
   std::shared_ptr<Zero3Fetcher> fetcher_;
+  bool materialize_at_end_ = true;
 };
 
 }  // namespace tessera::parallel

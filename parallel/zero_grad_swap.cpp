@@ -1,0 +1,149 @@
+// ZeRO-Infinity's gradient partition in the swap file (offload_optimizer {"device": "nvme"} on
+// CPU ranks, stages 2-3), as DeepSpeed swaps its partitioned gradients with the optimizer
+// state: between reductions a rank holds none of it. Each bucket's reduced shard is added into
+// its parameters' gradient tensors, which go back to the file; the norm reads each once; the
+// update reads each with its sub-group's state and applies the scaling there, in the order the
+// in-memory path applies it (so the results are the same bits).
+#include <algorithm>
+
+#include "tessera/grad_mode.h"
+#include "tessera/ops.h"
+#include "tessera/parallel/zero_optimizer.h"
+
+namespace tessera::parallel {
+
+void ZeroOptimizer::accumulate_grad(size_t p, int64_t offset, const Tensor& reduced) {
+  NoGradGuard no_grad;
+  const Partition& part = parts_[p];
+  const auto& entries = part.layout.entries;
+  // The bucket's parameters: consecutive entries, from the one starting at `offset`.
+  auto it = std::lower_bound(entries.begin(), entries.end(), offset,
+                             [](const ShardLayout::Entry& e, int64_t at) { return e.offset < at; });
+  std::vector<optim::StateTensor> written;
+  for (; it != entries.end() && it->offset < offset + reduced.numel(); ++it) {
+    const size_t i = part.params[static_cast<size_t>(it - entries.begin())];
+    Tensor& g = grad_shards_[i];
+    if (!g.defined()) g = zeros({it->shard}, reduced.dtype(), reduced.device());
+    g.add_(reduced.narrow(0, it->offset - offset, it->shard));  // (read back in if swapped)
+    written.push_back({grad_key(i), g});
+  }
+  swapper_->release(written);
+}
+
+GradSquares ZeroOptimizer::swapped_grad_squares(double scale) {
+  swapped_grad_scale_ = scale;
+  swapped_grad_coef_ = 1.0;
+  // Every parameter has its gradient (a backward reduces every bucket); one never reduced
+  // (no backward since zero_grad) is zeros, as the in-memory partition would be.
+  std::vector<optim::StateTensor> order;
+  for (const Partition& part : parts_)
+    for (size_t k = 0; k < part.params.size(); ++k) {
+      const size_t i = part.params[k];
+      Tensor& g = grad_shards_[i];
+      if (!g.defined()) {
+        g = zeros({part.layout.entries[k].shard}, options_.comm_dtype, device_);
+        swapper_->release({{grad_key(i), g}});
+      }
+      order.push_back({grad_key(i), g});
+    }
+  swapper_->finish();
+  // The optimizer's parameters take their gradient tensors (read in, scaled, by GradStager).
+  for (auto& g : optimizer_->groups())
+    for (size_t k = 0; k < g.params.size(); ++k)
+      g.params[k].set_grad(grad_shards_[index_.at(g.names[k])]);
+  // Squares per parameter, in double, each read in once (the next read ahead) and dropped.
+  GradSquares s;
+  double expert = 0.0;
+  for (size_t n = 0; n < order.size(); ++n) {
+    if (n + 1 < order.size()) swapper_->prefetch({order[n + 1]});
+    swapper_->acquire({order[n]});
+    const size_t i = index_.at(order[n].key.substr(0, order[n].key.size() - 5));
+    const Tensor& g = order[n].tensor;  // (unchanged: its copy on disk stays valid)
+    Tensor f = g.dtype() != DType::Float32 ? g.to(DType::Float32) : scale != 1.0 ? g.clone() : g;
+    if (scale != 1.0) f.mul_(scale);
+    const double sq = optim::sum_of_squares({f});
+    if (place_[i].first == 1)
+      expert += sq;
+    else if (options_.tensor_parallel_group &&
+             options_.tensor_parallel_params.count(params_[i].first))
+      s.tensor_parallel += sq;
+    else
+      s.replicated += sq;
+    swapper_->discard({order[n]});
+  }
+  swapper_->finish();
+  if (parts_.size() > 1) s.expert = parts_[1].group->all_reduce_scalar(expert);
+  return s;
+}
+
+// Wraps the optimizer's stager: each sub-group's gradients are read in with its state (and
+// parameters), scaled, and dropped after its update.
+class ZeroOptimizer::GradStager : public optim::StateStager {
+ public:
+  GradStager(ZeroOptimizer& zero, std::shared_ptr<optim::StateStager> inner)
+      : zero_(zero), inner_(std::move(inner)) {}
+  int64_t sub_group_size() const override { return inner_->sub_group_size(); }
+  bool stages_params() const override { return true; }  // (to know the sub-group's parameters)
+  void prefetch(const std::vector<optim::StateTensor>& state) override {
+    inner_->prefetch(for_inner(state));
+    zero_.swapper_->prefetch(grads_of(state));
+  }
+  void acquire(const std::vector<optim::StateTensor>& state) override {
+    NoGradGuard no_grad;
+    inner_->acquire(for_inner(state));
+    const std::vector<optim::StateTensor> grads = grads_of(state);
+    zero_.swapper_->acquire(grads);
+    const double scale = zero_.swapped_grad_scale_, coef = zero_.swapped_grad_coef_;
+    for (const optim::StateTensor& g : grads) {
+      const size_t i = param_of(g.key.substr(0, g.key.size() - 5));
+      // As prepare_master_grads and scale_master_grads do in memory: float32, times the
+      // scale, then times the clipping coefficient.
+      Tensor master = g.tensor.dtype() == DType::Float32 ? g.tensor : g.tensor.to(DType::Float32);
+      if (scale != 1.0) master.mul_(scale);
+      if (coef < 1.0) master.mul_(coef);
+      zero_.master_views_[i].set_grad(master);
+    }
+  }
+  void release(const std::vector<optim::StateTensor>& state) override {
+    inner_->release(for_inner(state));
+    const std::vector<optim::StateTensor> grads = grads_of(state);
+    // Used: dropped (its file region is written anew by the next reduction).
+    for (const optim::StateTensor& g : grads) {
+      const size_t i = param_of(g.key.substr(0, g.key.size() - 5));
+      zero_.master_views_[i].set_grad(g.tensor);
+    }
+    zero_.swapper_->discard(grads);
+  }
+  void finish() override { inner_->finish(); }
+
+ private:
+  size_t param_of(const std::string& name) const { return zero_.index_.at(name); }
+  // The parameters' entries go on only where the inner stager stages parameters.
+  std::vector<optim::StateTensor> for_inner(const std::vector<optim::StateTensor>& state) const {
+    if (inner_->stages_params()) return state;
+    std::vector<optim::StateTensor> out;
+    for (const optim::StateTensor& s : state)
+      if (!zero_.index_.count(s.key)) out.push_back(s);
+    return out;
+  }
+  std::vector<optim::StateTensor> grads_of(const std::vector<optim::StateTensor>& state) const {
+    std::vector<optim::StateTensor> out;
+    for (const optim::StateTensor& s : state) {
+      const auto it = zero_.index_.find(s.key);
+      if (it == zero_.index_.end()) continue;  // (optimizer state)
+      const Tensor& g = zero_.grad_shards_[it->second];
+      if (g.defined()) out.push_back({zero_.grad_key(it->second), g});
+    }
+    return out;
+  }
+  ZeroOptimizer& zero_;
+  std::shared_ptr<optim::StateStager> inner_;
+};
+
+std::shared_ptr<optim::StateStager> ZeroOptimizer::grad_stager(
+    std::shared_ptr<optim::StateStager> inner) {
+  if (!swap_grads_) return inner;
+  return std::make_shared<GradStager>(*this, std::move(inner));
+}
+
+}  // namespace tessera::parallel
