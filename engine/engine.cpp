@@ -188,7 +188,12 @@ void Engine::begin_reduction(bool allreduce) {
   // (An optimizer past 1-bit Adam's freeze reads each rank's own gradients.)
   const bool boundary = is_gradient_accumulation_boundary() && allreduce &&
                         !(optimizer_ && optimizer_->reads_local_gradients());
-  if (zero_) zero_->begin_backward(boundary || zero_->stage() >= 2);
+  // (At the boundary the gradients this backward reduces are final: swapped ones take their
+  // squares for the norm as they are reduced, at the scale step() will apply.)
+  if (zero_)
+    zero_->begin_backward(
+        boundary || zero_->stage() >= 2,
+        boundary ? std::optional<double>(post_scale_ / scaler_.scale()) : std::nullopt);
   if (dp_buckets_) dp_buckets_->begin_backward(boundary);
   if (expert_buckets_) expert_buckets_->begin_backward(boundary);
   zero_unused_grads_ = boundary && !zero_ && !dp_buckets_ && !pipe_group_;

@@ -154,6 +154,9 @@ void Optimizer::run_fused(Kernel k, const std::vector<std::string>& slots,
       }
     return out;
   };
+  // (What the first sub-group needs beyond what was read ahead of this step: the
+  // gradients, for a stager that stages them.)
+  if (stager_ && !launches.empty()) stager_->prefetch(state_of(launches[0], false));
   for (size_t li = 0; li < launches.size(); ++li) {
     std::vector<StateTensor> state;
     if (stager_) {
@@ -164,7 +167,12 @@ void Optimizer::run_fused(Kernel k, const std::vector<std::string>& slots,
     launch_fused(k, launches[li].group, launches[li].idx, slots, params);
     if (stager_) stager_->release(state);
   }
-  if (stager_) stager_->finish();
+  if (!stager_) return;
+  stager_->finish();
+  // The next step's first sub-groups, read (pipeline_read) while the forward and backward in
+  // between run, as far as the staging allows.
+  for (const Launch& l : launches)
+    if (!stager_->prefetch(state_of(l, false))) break;
 }
 
 void Optimizer::initialize_state() {

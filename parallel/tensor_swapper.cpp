@@ -34,7 +34,7 @@ TensorSwapper::~TensorSwapper() {
     } catch (const std::exception&) {
     }
   for (auto& [s, t] : reads_) try {
-      io_.wait(t.ticket);
+      if (!t.from_write) io_.wait(t.ticket);
     } catch (const std::exception&) {
     }
 }
@@ -94,11 +94,9 @@ void TensorSwapper::note_resident(int64_t delta) {
   stats_.peak_resident_bytes = std::max(stats_.peak_resident_bytes, resident_);
 }
 
-void TensorSwapper::complete_oldest_write() {
-  Transfer t = std::move(writes_.front());
-  writes_.pop_front();
-  io_.wait(t.ticket);  // on failure the storage keeps its bytes: nothing is lost
-  stats_.bytes_written += t.bytes;
+void TensorSwapper::let_go(Transfer& t) {
+  if (t.let_go) return;
+  t.let_go = true;
   {
     HostCacheBypass to_system;  // (the point is that the process holds these bytes no more)
     t.storage->release();
@@ -106,13 +104,83 @@ void TensorSwapper::complete_oldest_write() {
   t.storage->set_fetcher(shared_from_this());
   key_of_[t.storage.get()] = t.key;
   if (counted_.erase(t.storage.get())) note_resident(-static_cast<int64_t>(t.storage->nbytes()));
+}
+
+void TensorSwapper::complete_oldest_write() {
+  Transfer t = std::move(writes_.front());
+  writes_.pop_front();
+  try {
+    io_.wait(t.ticket);
+  } catch (...) {
+    // Nothing is lost: a tensor whose memory went already gets its bytes back from the buffer.
+    if (t.let_go) {
+      t.storage->make_resident();
+      std::memcpy(t.storage->data(), t.buffer.data(), t.storage->nbytes());
+    }
+    throw;
+  }
+  stats_.bytes_written += t.bytes;
+  let_go(t);
+  if (t.keep_for_read) {  // (its bytes are the read ahead of the same tensor: no disk read)
+    const auto r = reads_.find(t.storage.get());
+    if (r != reads_.end() && r->second.from_write) {
+      r->second.buffer = std::move(t.buffer);
+      return;
+    }
+  }
   give_buffer(std::move(t.buffer));
+}
+
+bool TensorSwapper::writing(const Storage* storage) const {
+  return std::any_of(writes_.begin(), writes_.end(),
+                     [&](const Transfer& t) { return t.storage.get() == storage; });
+}
+
+void TensorSwapper::settle_writes_of(const Storage* storage) {
+  while (writing(storage)) complete_oldest_write();
+}
+
+void TensorSwapper::forget_read(Transfer& read) {
+  if (!read.from_write) {
+    io_.wait(read.ticket);
+  } else if (read.buffer.size() == 0) {  // (its write still has the buffer: it keeps it no more)
+    for (Transfer& w : writes_)
+      if (w.storage == read.storage) w.keep_for_read = false;
+    return;
+  }
+  give_buffer(std::move(read.buffer));
+}
+
+void TensorSwapper::drop_read_of(const Storage* storage) {
+  const auto pending = reads_.find(storage);
+  if (pending == reads_.end()) return;
+  forget_read(pending->second);
+  reads_.erase(pending);
+}
+
+bool TensorSwapper::take_read(Storage& storage) {
+  if (!reads_.count(&storage)) return false;
+  if (reads_.at(&storage).from_write) settle_writes_of(&storage);  // (then it has the bytes)
+  Transfer t = std::move(reads_.at(&storage));
+  reads_.erase(&storage);
+  if (!t.from_write) {
+    io_.wait(t.ticket);
+    stats_.bytes_read += t.bytes;
+  } else {
+    stats_.bytes_from_buffers += t.bytes;
+  }
+  storage.make_resident();
+  std::memcpy(storage.data(), t.buffer.data(), storage.nbytes());
+  give_buffer(std::move(t.buffer));
+  return true;
 }
 
 void TensorSwapper::release(const std::vector<optim::StateTensor>& state) {
   for (const optim::StateTensor& s : state) {
     const std::shared_ptr<Storage>& storage = s.tensor.storage();
+    drop_read_of(storage.get());         // (read ahead before the tensor changed: stale)
     if (!storage->resident()) continue;  // (already out: unchanged since)
+    settle_writes_of(storage.get());     // (one write of a region in flight at a time)
     const int64_t bytes = static_cast<int64_t>(storage->nbytes());
     if (counted_.insert(storage.get()).second) note_resident(bytes);  // (made, not read in)
     const Region& r = region_for(s.key, bytes);
@@ -124,15 +192,27 @@ void TensorSwapper::release(const std::vector<optim::StateTensor>& state) {
   }
 }
 
-void TensorSwapper::prefetch(const std::vector<optim::StateTensor>& state) {
+bool TensorSwapper::prefetch(const std::vector<optim::StateTensor>& state) {
   for (const optim::StateTensor& s : state)
-    if (!prefetch_one(s)) return;  // no room: read the rest when needed
+    if (!prefetch_one(s)) return false;  // no room: read the rest when needed
+  return true;
 }
 
 bool TensorSwapper::prefetch_one(const optim::StateTensor& s) {
   if (!options_.pipeline_read) return false;
+  while (!writes_.empty() && io_.done(writes_.front().ticket)) complete_oldest_write();
   Storage* storage = s.tensor.storage().get();
   if (storage->resident() || reads_.count(storage) || !regions_.count(s.key)) return true;
+  for (Transfer& w : writes_)
+    if (w.storage.get() == storage) {
+      // Its bytes are on their way out in this write's buffer, which becomes the read ahead
+      // once the write is done (the next step's first sub-groups were this step's last).
+      w.keep_for_read = true;
+      Transfer t{w.storage, w.key, io::AlignedBuffer(), w.bytes, 0};
+      t.from_write = true;
+      reads_.emplace(storage, std::move(t));
+      return true;
+    }
   const Region& r = regions_.at(s.key);
   if (bytes_out_ + r.bytes > budget_) return false;
   Transfer t{s.tensor.storage(), s.key, take_buffer(r.bytes), r.bytes, 0};
@@ -142,6 +222,7 @@ bool TensorSwapper::prefetch_one(const optim::StateTensor& s) {
 }
 
 void TensorSwapper::read_now(Storage& storage, const std::string& key) {
+  settle_writes_of(&storage);  // (the file has the bytes once its write is done)
   const auto r = regions_.find(key);
   TS_CHECK(r != regions_.end(), "NVMe swap: '", key, "' was never written to '", path(), "'");
   io::AlignedBuffer buffer = take_buffer(r->second.bytes);
@@ -156,32 +237,26 @@ void TensorSwapper::read_now(Storage& storage, const std::string& key) {
 void TensorSwapper::acquire(const std::vector<optim::StateTensor>& state) {
   for (const optim::StateTensor& s : state) {
     Storage& storage = *s.tensor.storage();
-    const auto pending = reads_.find(&storage);
-    if (pending != reads_.end()) {
-      Transfer t = std::move(pending->second);
-      reads_.erase(pending);
-      io_.wait(t.ticket);
-      stats_.bytes_read += t.bytes;
-      storage.make_resident();
-      std::memcpy(storage.data(), t.buffer.data(), storage.nbytes());
-      give_buffer(std::move(t.buffer));
-    } else if (!storage.resident()) {
-      read_now(storage, s.key);
-    }
+    if (!take_read(storage) && !storage.resident()) read_now(storage, s.key);
     if (counted_.insert(&storage).second) note_resident(static_cast<int64_t>(storage.nbytes()));
   }
 }
 
 void TensorSwapper::finish() {
-  while (!writes_.empty()) complete_oldest_write();
-  for (auto& [storage, t] : reads_) {  // prefetched for a sub-group that did not update
-    io_.wait(t.ticket);
-    give_buffer(std::move(t.buffer));
+  if (options_.pipeline_write) {
+    // Writes complete during what follows (the next forward and backward): the tensors'
+    // memory goes now, their bytes stay in the staging buffers until the writes are done.
+    while (!writes_.empty() && io_.done(writes_.front().ticket)) complete_oldest_write();
+    for (Transfer& t : writes_) let_go(t);
+  } else {
+    while (!writes_.empty()) complete_oldest_write();
   }
+  for (auto& [storage, t] : reads_) forget_read(t);  // (for a sub-group that did not update)
   reads_.clear();
 }
 
 void TensorSwapper::fetch(Storage& storage) {
+  if (take_read(storage)) return;  // (read ahead for the next step)
   const auto it = key_of_.find(&storage);
   TS_CHECK(it != key_of_.end(), "NVMe swap: a released storage of ", storage.nbytes(),
            " bytes is not a tensor swapped to '", path(), "'");

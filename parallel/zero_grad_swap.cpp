@@ -5,6 +5,7 @@
 // update reads each with its sub-group's state and applies the scaling there, in the order the
 // in-memory path applies it (so the results are the same bits).
 #include <algorithm>
+#include <cmath>
 
 #include "tessera/grad_mode.h"
 #include "tessera/ops.h"
@@ -25,12 +26,21 @@ void ZeroOptimizer::accumulate_grad(size_t p, int64_t offset, const Tensor& redu
     Tensor& g = grad_shards_[i];
     if (!g.defined()) g = zeros({it->shard}, reduced.dtype(), reduced.device());
     g.add_(reduced.narrow(0, it->offset - offset, it->shard));  // (read back in if swapped)
+    if (squares_scale_) grad_squares_[i] = squares_of(g, *squares_scale_);
     written.push_back({grad_key(i), g});
   }
   swapper_->release(written);
 }
 
+double ZeroOptimizer::squares_of(const Tensor& g, double scale) {
+  // As the in-memory path: float32, times the scale (g itself unchanged).
+  Tensor f = g.dtype() != DType::Float32 ? g.to(DType::Float32) : scale != 1.0 ? g.clone() : g;
+  if (scale != 1.0) f.mul_(scale);
+  return optim::sum_of_squares({f});
+}
+
 GradSquares ZeroOptimizer::swapped_grad_squares(double scale) {
+  swapped_grads_ready_ = true;
   swapped_grad_scale_ = scale;
   swapped_grad_coef_ = 1.0;
   // Every parameter has its gradient (a backward reduces every bucket); one never reduced
@@ -46,22 +56,24 @@ GradSquares ZeroOptimizer::swapped_grad_squares(double scale) {
       }
       order.push_back({grad_key(i), g});
     }
-  swapper_->finish();
   // The optimizer's parameters take their gradient tensors (read in, scaled, by GradStager).
   for (auto& g : optimizer_->groups())
     for (size_t k = 0; k < g.params.size(); ++k)
       g.params[k].set_grad(grad_shards_[index_.at(g.names[k])]);
-  // Squares per parameter, in double, each read in once (the next read ahead) and dropped.
+  // Squares per parameter, in double: those taken as the gradients were reduced at this
+  // scale, else each read in once (the next read ahead) and dropped.
+  const bool taken = squares_scale_ == scale;
   GradSquares s;
   double expert = 0.0;
   for (size_t n = 0; n < order.size(); ++n) {
-    if (n + 1 < order.size()) swapper_->prefetch({order[n + 1]});
-    swapper_->acquire({order[n]});
     const size_t i = index_.at(order[n].key.substr(0, order[n].key.size() - 5));
-    const Tensor& g = order[n].tensor;  // (unchanged: its copy on disk stays valid)
-    Tensor f = g.dtype() != DType::Float32 ? g.to(DType::Float32) : scale != 1.0 ? g.clone() : g;
-    if (scale != 1.0) f.mul_(scale);
-    const double sq = optim::sum_of_squares({f});
+    double sq = grad_squares_[i];
+    if (!taken || std::isnan(sq)) {
+      if (n + 1 < order.size()) swapper_->prefetch({order[n + 1]});
+      swapper_->acquire({order[n]});
+      sq = squares_of(order[n].tensor, scale);  // (unchanged: its copy on disk stays valid)
+      swapper_->discard({order[n]});
+    }
     if (place_[i].first == 1)
       expert += sq;
     else if (options_.tensor_parallel_group &&
@@ -69,9 +81,7 @@ GradSquares ZeroOptimizer::swapped_grad_squares(double scale) {
       s.tensor_parallel += sq;
     else
       s.replicated += sq;
-    swapper_->discard({order[n]});
   }
-  swapper_->finish();
   if (parts_.size() > 1) s.expert = parts_[1].group->all_reduce_scalar(expert);
   return s;
 }
@@ -84,9 +94,10 @@ class ZeroOptimizer::GradStager : public optim::StateStager {
       : zero_(zero), inner_(std::move(inner)) {}
   int64_t sub_group_size() const override { return inner_->sub_group_size(); }
   bool stages_params() const override { return true; }  // (to know the sub-group's parameters)
-  void prefetch(const std::vector<optim::StateTensor>& state) override {
-    inner_->prefetch(for_inner(state));
-    zero_.swapper_->prefetch(grads_of(state));
+  bool prefetch(const std::vector<optim::StateTensor>& state) override {
+    // (Between steps, the next step's: its gradients do not exist yet.)
+    return inner_->prefetch(for_inner(state)) &&
+           (!zero_.swapped_grads_ready_ || zero_.swapper_->prefetch(grads_of(state)));
   }
   void acquire(const std::vector<optim::StateTensor>& state) override {
     NoGradGuard no_grad;
@@ -114,7 +125,10 @@ class ZeroOptimizer::GradStager : public optim::StateStager {
     }
     zero_.swapper_->discard(grads);
   }
-  void finish() override { inner_->finish(); }
+  void finish() override {
+    inner_->finish();
+    zero_.swapped_grads_ready_ = false;  // (used: the next ones come with the next reduction)
+  }
 
  private:
   size_t param_of(const std::string& name) const { return zero_.index_.at(name); }

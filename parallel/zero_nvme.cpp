@@ -18,8 +18,8 @@ class ZeroOptimizer::MasterStager : public optim::StateStager {
       : zero_(zero), swapper_(std::move(swapper)) {}
   int64_t sub_group_size() const override { return swapper_->sub_group_size(); }
   bool stages_params() const override { return true; }
-  void prefetch(const std::vector<optim::StateTensor>& state) override {
-    swapper_->prefetch(state);
+  bool prefetch(const std::vector<optim::StateTensor>& state) override {
+    return swapper_->prefetch(state);
   }
   void acquire(const std::vector<optim::StateTensor>& state) override { swapper_->acquire(state); }
   void release(const std::vector<optim::StateTensor>& state) override {

@@ -152,6 +152,7 @@ void ZeroOptimizer::make_buckets() {
   bo.pre_scale = options_.pre_scale;
   bo.comm_dtype = options_.comm_dtype;
   grad_shards_.assign(params_.size(), Tensor());
+  grad_squares_.assign(params_.size(), std::nan(""));
   for (Partition& part : parts_) {
     bo.quantized = quantized_reduction(part.group);
     bo.accumulate = nullptr;
@@ -248,10 +249,9 @@ ZeroOptimizer::~ZeroOptimizer() {
   fetcher_->materialize_all();
 }
 
-void ZeroOptimizer::end_backward() {
-  for (auto& p : parts_) p.buckets->end_backward();
-  // (Every gradient written out before the next micro-step adds into it.)
-  if (swap_grads_) swapper_->finish();
+void ZeroOptimizer::begin_backward(bool reduce, std::optional<double> final_scale) {
+  if (swap_grads_) squares_scale_ = final_scale;
+  for (auto& p : parts_) p.buckets->begin_backward(reduce);
 }
 
 GradSquares ZeroOptimizer::prepare_master_grads(double scale) {
@@ -379,6 +379,7 @@ void ZeroOptimizer::zero_grad() {
   }
   // (Swapped: the next reduction starts each anew; its region in the file is reused.)
   for (Tensor& g : grad_shards_) g = Tensor();
+  std::fill(grad_squares_.begin(), grad_squares_.end(), std::nan(""));
   optimizer_->zero_grad();
   for (auto& [n, t] : params_) t->set_grad(Tensor());
   release_parameters();

@@ -214,8 +214,18 @@ TEST_CASE("TensorSwapper: swapped sub-groups update bit for bit as in memory") {
       if (k != "step") CHECK_FALSE(v.storage()->resident());
     const parallel::SwapStats s = nv.swapper->stats();
     CHECK(s.disk_bytes == 2 * (12288 + 8192 + 20480));  // a page-aligned region a slot
-    CHECK(s.bytes_written == 4 * s.disk_bytes);
-    CHECK(s.bytes_read == 3 * s.disk_bytes);  // (the first step makes the state)
+    if (!pipeline) {
+      CHECK(s.bytes_written == 4 * s.disk_bytes);
+      CHECK(s.bytes_read == 3 * s.disk_bytes);  // (the first step makes the state)
+      CHECK(s.bytes_from_buffers == 0);
+    } else {
+      // The last step's writes may still be in flight; each step reads the state back from
+      // the file where its write had completed when the step before ended, else from that
+      // write's buffer (all of it fits the staging here).
+      CHECK(s.bytes_written >= 3 * s.disk_bytes);
+      CHECK(s.bytes_written <= 4 * s.disk_bytes);
+      CHECK(s.bytes_read + s.bytes_from_buffers == 3 * s.disk_bytes);
+    }
     for (const auto& [k, v] : ref.opt->state_dict()) CHECK(equal(v, state.at(k)));
     nv.swapper->swap_out(state);
     for (const auto& [k, v] : state)

@@ -58,15 +58,17 @@ struct StateTensor {
 // of at most sub_group_size() elements (a larger parameter alone), one fused call each, and
 // hands the stager each sub-group's state: prefetch() the next sub-group's before this one's
 // update, acquire() before it (the tensors are resident when it returns), release() after it;
-// finish() once the step is done. Optimizers that update outside the fused step (the
-// compressed ones) never call it.
+// finish() once the step is done, and then prefetch() the next step's first sub-groups, which
+// a stager may read while the forward and backward in between run. prefetch() returns false
+// when it could not start all it was given (no room). Optimizers that update outside the
+// fused step (the compressed ones) never call it.
 class StateStager {
  public:
   virtual ~StateStager() = default;
   virtual int64_t sub_group_size() const = 0;
   // True: each sub-group's parameters (keyed by their names) are staged with its state, first.
   virtual bool stages_params() const { return false; }
-  virtual void prefetch(const std::vector<StateTensor>& state) = 0;
+  virtual bool prefetch(const std::vector<StateTensor>& state) = 0;
   virtual void acquire(const std::vector<StateTensor>& state) = 0;
   virtual void release(const std::vector<StateTensor>& state) = 0;
   virtual void finish() = 0;

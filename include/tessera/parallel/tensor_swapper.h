@@ -6,10 +6,12 @@
 // before its update and written out after it, through aligned staging buffers of at most
 // buffer_count x buffer_numel elements in all (DeepSpeed's buffer_count buffers of the largest
 // sub-group's size).
-// pipeline_read reads the next sub-group while this one updates; pipeline_write lets writes
-// finish while the next sub-groups update (else each write completes before the next
-// sub-group). State touched outside a step (a checkpoint reads or loads it) is read in on use
-// and written out again by swap_out().
+// pipeline_read reads the next sub-group while this one updates, and after a step the next
+// step's first sub-groups (as far as the buffers allow) while the forward and backward run;
+// pipeline_write lets writes finish while the next sub-groups update and, after the last,
+// while the next forward and backward run (else each write completes before the next
+// sub-group, and a step ends with none in flight). State touched outside a step (a checkpoint reads
+// or loads it) is read in on use and written out again by swap_out().
 //
 // offload_param {"device": "nvme"} (ZeRO-3): each parameter's shard is read ahead of its
 // gather (prefetch, then acquire), dropped once gathered (discard: it is unchanged) and written
@@ -56,6 +58,8 @@ struct NvmeOffloadOptions {
 struct SwapStats {
   int64_t disk_bytes = 0;  // the swap file's extent
   int64_t bytes_read = 0, bytes_written = 0;
+  // Read ahead from the buffer of the same tensor's write (pipelining), not from the file.
+  int64_t bytes_from_buffers = 0;
   int64_t peak_resident_bytes = 0;  // swapped state in memory at once during steps, at most
 };
 
@@ -68,7 +72,7 @@ class TensorSwapper : public optim::StateStager,
   ~TensorSwapper() override;
 
   int64_t sub_group_size() const override { return options_.sub_group_size; }
-  void prefetch(const std::vector<optim::StateTensor>& state) override;
+  bool prefetch(const std::vector<optim::StateTensor>& state) override;
   // Starts reading one tensor (pipeline_read); false when the buffers have no room for it.
   bool prefetch_one(const optim::StateTensor& s);
   void acquire(const std::vector<optim::StateTensor>& state) override;
@@ -99,11 +103,22 @@ class TensorSwapper : public optim::StateStager,
     io::AlignedBuffer buffer;
     int64_t bytes = 0;  // moved (the buffer may be larger)
     io::AsyncFileIO::Ticket ticket = 0;
+    bool let_go = false;  // a write whose tensor's memory went before it completed
+    // A write whose buffer becomes a read ahead of the same tensor once it completes, and
+    // that read (its buffer comes from the write).
+    bool keep_for_read = false, from_write = false;
   };
   const Region& region_for(const std::string& key, int64_t bytes);
   io::AlignedBuffer take_buffer(int64_t bytes);
   void give_buffer(io::AlignedBuffer buffer);
   void complete_oldest_write();
+  // A written tensor's memory goes (its bytes are in the file, or in the write's buffer).
+  void let_go(Transfer& t);
+  bool writing(const Storage* storage) const;
+  void settle_writes_of(const Storage* storage);
+  void drop_read_of(const Storage* storage);
+  void forget_read(Transfer& read);  // a read ahead not taken: its buffer goes back
+  bool take_read(Storage& storage);  // a read ahead of this storage, if any, completed into it
   void read_now(Storage& storage, const std::string& key);
   void note_resident(int64_t delta);
 

@@ -143,10 +143,13 @@ class ZeroOptimizer {
   // nothing: a ZeRO-Infinity model need not fit in memory whole at the end either.
   void keep_partitioned() { materialize_at_end_ = false; }
 
-  void begin_backward(bool reduce) {
-    for (auto& p : parts_) p.buckets->begin_backward(reduce);
+  // final_scale: this backward's reductions give the final gradients of the step, which
+  // prepare_master_grads will scale by this (swapped gradients then take their squares for
+  // the norm as they are reduced, instead of being read back for it).
+  void begin_backward(bool reduce, std::optional<double> final_scale = std::nullopt);
+  void end_backward() {
+    for (auto& p : parts_) p.buckets->end_backward();
   }
-  void end_backward();
 
   // Gives every master shard its gradient: the reduced partition times `scale` (averaging
   // over ranks and undoing the loss scale), in float32. Returns this rank's squares of them
@@ -252,6 +255,7 @@ class ZeroOptimizer {
   class GradStager;
   void accumulate_grad(size_t part, int64_t offset, const Tensor& reduced);
   GradSquares swapped_grad_squares(double scale);
+  static double squares_of(const Tensor& grad, double scale);
   // The optimizer's stager: `inner`, wrapped to stage the gradients when they are swapped.
   std::shared_ptr<optim::StateStager> grad_stager(std::shared_ptr<optim::StateStager> inner);
   std::string grad_key(size_t param) const { return params_[param].first + "#grad"; }
@@ -292,6 +296,11 @@ class ZeroOptimizer {
   // What the update multiplies swapped gradients by, in the order the in-memory path does:
   // prepare_master_grads' scale, then scale_master_grads' clipping coefficient.
   double swapped_grad_scale_ = 1.0, swapped_grad_coef_ = 1.0;
+  bool swapped_grads_ready_ = false;  // from the norm's pass to the end of the update
+  // Squares of each swapped gradient's final value (times squares_scale_), taken as it was
+  // reduced (begin_backward's final_scale); NaN where not taken.
+  std::vector<double> grad_squares_;
+  std::optional<double> squares_scale_;
   std::shared_ptr<Zero3Fetcher> fetcher_;
   bool materialize_at_end_ = true;
 };
