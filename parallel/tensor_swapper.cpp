@@ -131,13 +131,13 @@ void TensorSwapper::complete_oldest_write() {
   give_buffer(std::move(t.buffer));
 }
 
-bool TensorSwapper::writing(const Storage* storage) const {
+bool TensorSwapper::writing(const std::string& key) const {
   return std::any_of(writes_.begin(), writes_.end(),
-                     [&](const Transfer& t) { return t.storage.get() == storage; });
+                     [&](const Transfer& t) { return t.key == key; });
 }
 
-void TensorSwapper::settle_writes_of(const Storage* storage) {
-  while (writing(storage)) complete_oldest_write();
+void TensorSwapper::settle_writes_of(const std::string& key) {
+  while (writing(key)) complete_oldest_write();
 }
 
 void TensorSwapper::forget_read(Transfer& read) {
@@ -160,7 +160,8 @@ void TensorSwapper::drop_read_of(const Storage* storage) {
 
 bool TensorSwapper::take_read(Storage& storage) {
   if (!reads_.count(&storage)) return false;
-  if (reads_.at(&storage).from_write) settle_writes_of(&storage);  // (then it has the bytes)
+  if (reads_.at(&storage).from_write)
+    settle_writes_of(reads_.at(&storage).key);  // (then it has the bytes)
   Transfer t = std::move(reads_.at(&storage));
   reads_.erase(&storage);
   if (!t.from_write) {
@@ -180,7 +181,7 @@ void TensorSwapper::release(const std::vector<optim::StateTensor>& state) {
     const std::shared_ptr<Storage>& storage = s.tensor.storage();
     drop_read_of(storage.get());         // (read ahead before the tensor changed: stale)
     if (!storage->resident()) continue;  // (already out: unchanged since)
-    settle_writes_of(storage.get());     // (one write of a region in flight at a time)
+    settle_writes_of(s.key);             // (one write of a region in flight at a time)
     const int64_t bytes = static_cast<int64_t>(storage->nbytes());
     if (counted_.insert(storage.get()).second) note_resident(bytes);  // (made, not read in)
     const Region& r = region_for(s.key, bytes);
@@ -204,7 +205,7 @@ bool TensorSwapper::prefetch_one(const optim::StateTensor& s) {
   Storage* storage = s.tensor.storage().get();
   if (storage->resident() || reads_.count(storage) || !regions_.count(s.key)) return true;
   for (Transfer& w : writes_)
-    if (w.storage.get() == storage) {
+    if (w.key == s.key && w.storage.get() == storage) {
       // Its bytes are on their way out in this write's buffer, which becomes the read ahead
       // once the write is done (the next step's first sub-groups were this step's last).
       w.keep_for_read = true;
@@ -213,6 +214,7 @@ bool TensorSwapper::prefetch_one(const optim::StateTensor& s) {
       reads_.emplace(storage, std::move(t));
       return true;
     }
+  if (writing(s.key)) return true;  // (another tensor's bytes on their way there: read on use)
   const Region& r = regions_.at(s.key);
   if (bytes_out_ + r.bytes > budget_) return false;
   Transfer t{s.tensor.storage(), s.key, take_buffer(r.bytes), r.bytes, 0};
@@ -222,7 +224,7 @@ bool TensorSwapper::prefetch_one(const optim::StateTensor& s) {
 }
 
 void TensorSwapper::read_now(Storage& storage, const std::string& key) {
-  settle_writes_of(&storage);  // (the file has the bytes once its write is done)
+  settle_writes_of(key);  // (the file has the bytes once its write is done)
   const auto r = regions_.find(key);
   TS_CHECK(r != regions_.end(), "NVMe swap: '", key, "' was never written to '", path(), "'");
   io::AlignedBuffer buffer = take_buffer(r->second.bytes);

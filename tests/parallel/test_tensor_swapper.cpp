@@ -236,6 +236,49 @@ TEST_CASE("TensorSwapper: swapped sub-groups update bit for bit as in memory") {
   }
 }
 
+TEST_CASE("TensorSwapper: pipelined across steps, state read and loaded between steps") {
+  // With pipeline_read and pipeline_write a step ends with writes in flight and the next
+  // step's state read ahead (from the file, or from those writes' buffers). Reading the state
+  // then, or loading other state (new tensors under the same keys, as a checkpoint's load
+  // does), must give the steps that follow the values an in-memory optimizer has.
+  TempDir dir;
+  for (int64_t buffers : {1, 8}) {  // (a little staging, and room for all of the state)
+    SwapRun ref = make_run(nullptr, false), nv = make_run(&dir.path, true);
+    if (buffers == 1) {
+      parallel::NvmeOffloadOptions o;
+      o.nvme_path = dir.path.string();
+      o.sub_group_size = 3000;
+      o.buffer_count = 1;
+      o.buffer_numel = 3000;
+      o.pipeline_read = o.pipeline_write = true;
+      nv.swapper = std::make_shared<parallel::TensorSwapper>(o, "test-small");
+      nv.opt->set_state_stager(nv.swapper);
+    }
+    for (int k = 0; k < 3; ++k) {
+      step(ref, k);
+      step(nv, k);
+    }
+    for (const auto& [k, v] : ref.opt->state_dict()) CHECK(equal(v, nv.opt->state_dict().at(k)));
+    nv.swapper->swap_out(nv.opt->state_dict());
+    step(ref, 3);
+    step(nv, 3);
+    std::map<std::string, Tensor> loaded;
+    for (const auto& [k, v] : ref.opt->state_dict())
+      loaded[k] = k == "step" ? v.clone() : v * 0.5;  // (new tensors)
+    ref.opt->load_state_dict(loaded);
+    std::map<std::string, Tensor> copy;
+    for (const auto& [k, v] : loaded) copy[k] = v.clone();
+    nv.opt->load_state_dict(copy);
+    nv.swapper->swap_out(nv.opt->state_dict());
+    for (int k = 4; k < 7; ++k) {
+      step(ref, k);
+      step(nv, k);
+    }
+    for (size_t i = 0; i < ref.params.size(); ++i) CHECK(equal(ref.params[i], nv.params[i]));
+    for (const auto& [k, v] : ref.opt->state_dict()) CHECK(equal(v, nv.opt->state_dict().at(k)));
+  }
+}
+
 TEST_CASE("TensorSwapper: a failed write loses nothing; a failed read is named") {
   TempDir dir;
   SwapRun ref = make_run(nullptr, false), nv = make_run(&dir.path, false);

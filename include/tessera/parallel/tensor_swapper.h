@@ -114,8 +114,9 @@ class TensorSwapper : public optim::StateStager,
   void complete_oldest_write();
   // A written tensor's memory goes (its bytes are in the file, or in the write's buffer).
   void let_go(Transfer& t);
-  bool writing(const Storage* storage) const;
-  void settle_writes_of(const Storage* storage);
+  // Writes of one key's region in flight (at most one: a new write waits for the last).
+  bool writing(const std::string& key) const;
+  void settle_writes_of(const std::string& key);
   void drop_read_of(const Storage* storage);
   void forget_read(Transfer& read);  // a read ahead not taken: its buffer goes back
   bool take_read(Storage& storage);  // a read ahead of this storage, if any, completed into it
