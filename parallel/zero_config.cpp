@@ -80,9 +80,11 @@ void ZeroConfig::parse(io::config::Section& z, ZeroConfig& zc) {
            {"offload_optimizer.nvme_path", "nvme: the directory of the swap files"},
            {"offload_optimizer.buffer_count", "nvme: swap transfers (and their buffers) in flight"},
            {"offload_optimizer.pipeline_read",
-            "nvme: read the next sub-group's state while this one updates"},
+            "nvme: read the next sub-group's state while this one updates, and the next "
+            "step's first ones during the forward and backward"},
            {"offload_optimizer.pipeline_write",
-            "nvme: let writes finish while the next sub-groups update"},
+            "nvme: let writes finish while the next sub-groups update, and the last ones "
+            "during the next forward and backward"},
            {"offload_optimizer.fast_init",
             "nvme: make and write the state on the first step instead of at start"},
            {"offload_param",
