@@ -159,11 +159,12 @@ void TensorSwapper::drop_read_of(const Storage* storage) {
 }
 
 bool TensorSwapper::take_read(Storage& storage) {
-  if (!reads_.count(&storage)) return false;
-  if (reads_.at(&storage).from_write)
-    settle_writes_of(reads_.at(&storage).key);  // (then it has the bytes)
-  Transfer t = std::move(reads_.at(&storage));
-  reads_.erase(&storage);
+  auto pending = reads_.find(&storage);
+  if (pending == reads_.end()) return false;
+  // (One from a write gets its buffer when the write is done; the entry stays in place.)
+  if (pending->second.from_write) settle_writes_of(pending->second.key);
+  Transfer t = std::move(pending->second);
+  reads_.erase(pending);
   if (!t.from_write) {
     io_.wait(t.ticket);
     stats_.bytes_read += t.bytes;

@@ -27,7 +27,7 @@ void ZeroOptimizer::accumulate_grad(size_t p, int64_t offset, const Tensor& redu
     if (!g.defined()) g = zeros({it->shard}, reduced.dtype(), reduced.device());
     g.add_(reduced.narrow(0, it->offset - offset, it->shard));  // (read back in if swapped)
     if (squares_scale_) grad_squares_[i] = squares_of(g, *squares_scale_);
-    written.push_back({grad_key(i), g});
+    written.push_back(grad_entry(i));
   }
   swapper_->release(written);
 }
@@ -45,16 +45,15 @@ GradSquares ZeroOptimizer::swapped_grad_squares(double scale) {
   swapped_grad_coef_ = 1.0;
   // Every parameter has its gradient (a backward reduces every bucket); one never reduced
   // (no backward since zero_grad) is zeros, as the in-memory partition would be.
-  std::vector<optim::StateTensor> order;
+  std::vector<size_t> order;  // (parameters, in layout order)
   for (const Partition& part : parts_)
     for (size_t k = 0; k < part.params.size(); ++k) {
       const size_t i = part.params[k];
-      Tensor& g = grad_shards_[i];
-      if (!g.defined()) {
-        g = zeros({part.layout.entries[k].shard}, options_.comm_dtype, device_);
-        swapper_->release({{grad_key(i), g}});
+      if (!grad_shards_[i].defined()) {
+        grad_shards_[i] = zeros({part.layout.entries[k].shard}, options_.comm_dtype, device_);
+        swapper_->release({grad_entry(i)});
       }
-      order.push_back({grad_key(i), g});
+      order.push_back(i);
     }
   // The optimizer's parameters take their gradient tensors (read in, scaled, by GradStager).
   for (auto& g : optimizer_->groups())
@@ -66,13 +65,13 @@ GradSquares ZeroOptimizer::swapped_grad_squares(double scale) {
   GradSquares s;
   double expert = 0.0;
   for (size_t n = 0; n < order.size(); ++n) {
-    const size_t i = index_.at(order[n].key.substr(0, order[n].key.size() - 5));
+    const size_t i = order[n];
     double sq = grad_squares_[i];
     if (!taken || std::isnan(sq)) {
-      if (n + 1 < order.size()) swapper_->prefetch({order[n + 1]});
-      swapper_->acquire({order[n]});
-      sq = squares_of(order[n].tensor, scale);  // (unchanged: its copy on disk stays valid)
-      swapper_->discard({order[n]});
+      if (n + 1 < order.size()) swapper_->prefetch({grad_entry(order[n + 1])});
+      swapper_->acquire({grad_entry(i)});
+      sq = squares_of(grad_shards_[i], scale);  // (unchanged: its copy on disk stays valid)
+      swapper_->discard({grad_entry(i)});
     }
     if (place_[i].first == 1)
       expert += sq;
@@ -102,14 +101,13 @@ class ZeroOptimizer::GradStager : public optim::StateStager {
   void acquire(const std::vector<optim::StateTensor>& state) override {
     NoGradGuard no_grad;
     inner_->acquire(for_inner(state));
-    const std::vector<optim::StateTensor> grads = grads_of(state);
-    zero_.swapper_->acquire(grads);
+    zero_.swapper_->acquire(grads_of(state));
     const double scale = zero_.swapped_grad_scale_, coef = zero_.swapped_grad_coef_;
-    for (const optim::StateTensor& g : grads) {
-      const size_t i = param_of(g.key.substr(0, g.key.size() - 5));
+    for (size_t i : params_with_grads(state)) {
       // As prepare_master_grads and scale_master_grads do in memory: float32, times the
       // scale, then times the clipping coefficient.
-      Tensor master = g.tensor.dtype() == DType::Float32 ? g.tensor : g.tensor.to(DType::Float32);
+      const Tensor& g = zero_.grad_shards_[i];
+      Tensor master = g.dtype() == DType::Float32 ? g : g.to(DType::Float32);
       if (scale != 1.0) master.mul_(scale);
       if (coef < 1.0) master.mul_(coef);
       zero_.master_views_[i].set_grad(master);
@@ -117,13 +115,10 @@ class ZeroOptimizer::GradStager : public optim::StateStager {
   }
   void release(const std::vector<optim::StateTensor>& state) override {
     inner_->release(for_inner(state));
-    const std::vector<optim::StateTensor> grads = grads_of(state);
     // Used: dropped (its file region is written anew by the next reduction).
-    for (const optim::StateTensor& g : grads) {
-      const size_t i = param_of(g.key.substr(0, g.key.size() - 5));
-      zero_.master_views_[i].set_grad(g.tensor);
-    }
-    zero_.swapper_->discard(grads);
+    for (size_t i : params_with_grads(state))
+      zero_.master_views_[i].set_grad(zero_.grad_shards_[i]);
+    zero_.swapper_->discard(grads_of(state));
   }
   void finish() override {
     inner_->finish();
@@ -131,7 +126,6 @@ class ZeroOptimizer::GradStager : public optim::StateStager {
   }
 
  private:
-  size_t param_of(const std::string& name) const { return zero_.index_.at(name); }
   // The parameters' entries go on only where the inner stager stages parameters.
   std::vector<optim::StateTensor> for_inner(const std::vector<optim::StateTensor>& state) const {
     if (inner_->stages_params()) return state;
@@ -140,14 +134,19 @@ class ZeroOptimizer::GradStager : public optim::StateStager {
       if (!zero_.index_.count(s.key)) out.push_back(s);
     return out;
   }
-  std::vector<optim::StateTensor> grads_of(const std::vector<optim::StateTensor>& state) const {
-    std::vector<optim::StateTensor> out;
+  // The sub-group's parameters (its entries keyed by their names) that have gradients.
+  std::vector<size_t> params_with_grads(const std::vector<optim::StateTensor>& state) const {
+    std::vector<size_t> out;
     for (const optim::StateTensor& s : state) {
       const auto it = zero_.index_.find(s.key);
-      if (it == zero_.index_.end()) continue;  // (optimizer state)
-      const Tensor& g = zero_.grad_shards_[it->second];
-      if (g.defined()) out.push_back({zero_.grad_key(it->second), g});
+      if (it != zero_.index_.end() && zero_.grad_shards_[it->second].defined())
+        out.push_back(it->second);
     }
+    return out;
+  }
+  std::vector<optim::StateTensor> grads_of(const std::vector<optim::StateTensor>& state) const {
+    std::vector<optim::StateTensor> out;
+    for (size_t i : params_with_grads(state)) out.push_back(zero_.grad_entry(i));
     return out;
   }
   ZeroOptimizer& zero_;

@@ -258,7 +258,10 @@ class ZeroOptimizer {
   static double squares_of(const Tensor& grad, double scale);
   // The optimizer's stager: `inner`, wrapped to stage the gradients when they are swapped.
   std::shared_ptr<optim::StateStager> grad_stager(std::shared_ptr<optim::StateStager> inner);
-  std::string grad_key(size_t param) const { return params_[param].first + "#grad"; }
+  // A swapped gradient and its key in the swap file.
+  optim::StateTensor grad_entry(size_t param) const {
+    return {params_[param].first + "#grad", grad_shards_[param]};
+  }
   // offload_param "nvme": a swapped shard given new values goes back to its file (so the
   // shards are in memory one at a time); swap_out_shards writes any still in memory.
   void shard_written(size_t param);
